@@ -1,0 +1,110 @@
+"""Turns a dashboard component into a Bokeh document: header, theme, page, live updates.
+
+Every document gets one periodic callback that asks the shared history for samples newer
+than the last one it drew and hands them to the component. No document reads hardware.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from typing import Protocol
+
+from bokeh.document import Document
+from bokeh.layouts import column
+from bokeh.models import Div
+from bokeh.themes import built_in_themes
+from jinja2 import Template
+
+from ..metrics import Metrics, Sample
+
+# BokehJS must load from this server with URLs relative to the page, so the page works
+# behind a path-stripping proxy (jupyter-server-proxy) and with no internet.
+PAGE = Template("""\
+{% extends base %}
+{% block css_resources %}
+{{ bokeh_css | replace('"/static/', '"static/') if bokeh_css }}
+{% endblock %}
+{% block js_resources %}
+{{ bokeh_js | replace('"/static/', '"static/') if bokeh_js }}
+{% endblock %}
+{% block postamble %}
+<style>
+  html, body { background: {{ page_background }}; color: {{ page_foreground }};
+               font-family: system-ui, sans-serif; }
+  .nvdashboard-notice { padding: 1em; }
+</style>
+{% endblock %}
+""")
+
+THEMES = {
+    "light": {"bokeh": None, "page_background": "#ffffff", "page_foreground": "#1f1f1f"},
+    "dark": {"bokeh": built_in_themes["dark_minimal"], "page_background": "#20262b",
+             "page_foreground": "#e0e0e0"},
+}
+
+
+class Component(Protocol):
+    root: object
+    window_s: float  # how much history a new page draws at once (0: just the latest)
+
+    def update(self, samples: list[Sample]) -> None: ...
+
+
+def requested_theme(doc: Document) -> str:
+    """The ``?theme=`` query argument, or 'light' when absent or unknown."""
+    context = doc.session_context
+    request = getattr(context, "request", None) if context is not None else None
+    arguments = getattr(request, "arguments", None) or {}
+    values = arguments.get("theme") or [b"light"]
+    value = values[0].decode(errors="replace") if isinstance(values[0], bytes) else str(values[0])
+    return value if value in THEMES else "light"
+
+
+def title_text(title: str, metrics: Metrics, needs_gpu: bool) -> str:
+    return f"{title} (SIMULATED)" if metrics.simulated and needs_gpu else title
+
+
+def no_gpu_notice(metrics: Metrics) -> str:
+    return f"No NVIDIA GPU or driver was found. {metrics.nvml.message}"
+
+
+def build_document(
+    doc: Document,
+    metrics: Metrics,
+    title: str,
+    needs_gpu: bool,
+    make_component: Callable[[Metrics], Component],
+) -> None:
+    """Fill ``doc`` with a header and the component, and keep it updated from the history."""
+    theme = THEMES[requested_theme(doc)]
+    full_title = title_text(title, metrics, needs_gpu)
+    doc.title = f"NVDashboard: {full_title}"
+    doc.template = PAGE
+    doc.template_variables.update(page_background=theme["page_background"],
+                                  page_foreground=theme["page_foreground"])
+    if theme["bokeh"] is not None:
+        doc.theme = theme["bokeh"]
+    header = Div(text=f"<h3 style='margin:0.3em 0.5em'>{html.escape(full_title)}</h3>",
+                 styles={"color": theme["page_foreground"]}, sizing_mode="stretch_width")
+
+    if needs_gpu and not metrics.facts:
+        notice = Div(text=f"<p class='nvdashboard-notice'>{html.escape(no_gpu_notice(metrics))}"
+                     "</p>", styles={"color": theme["page_foreground"]})
+        doc.add_root(column(header, notice, sizing_mode="stretch_width"))
+        return
+
+    component = make_component(metrics)
+    history = metrics.history
+    component.update(history.window(component.window_s))
+    last_seq = history.last_seq
+
+    def push_new_samples() -> None:
+        nonlocal last_seq
+        new = history.since(last_seq)
+        if new:
+            last_seq = new[-1].seq
+            component.update(new)
+
+    doc.add_periodic_callback(push_new_samples, max(50, int(metrics.interval_s * 1000)))
+    doc.add_root(column(header, component.root, sizing_mode="stretch_both"))

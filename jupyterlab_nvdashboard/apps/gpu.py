@@ -1,0 +1,117 @@
+"""GPU dashboards: utilization, memory, PCIe and NVLink bars, and the GPU timelines."""
+
+from __future__ import annotations
+
+from ..metrics import GpuFacts, GpuReading, Metrics
+from .components import (
+    GB,
+    BarMetric,
+    Panel,
+    PerGpuBars,
+    Series,
+    Timeline,
+    format_gb,
+    format_gb_per_s,
+    format_pct,
+    gpu_color,
+    gpu_total,
+    gpu_value,
+    scaled,
+)
+
+TIMELINE_WINDOW_S = 600.0
+
+
+def timeline_window(metrics: Metrics) -> float:
+    """Timelines show the last ten minutes, or the whole history if it is shorter."""
+    return min(TIMELINE_WINDOW_S, metrics.history_s)
+
+
+def _percent_scale(_: GpuFacts) -> float:
+    return 100.0
+
+
+def gpu_utilization(metrics: Metrics) -> PerGpuBars:
+    def read(reading: GpuReading) -> float | None:
+        return reading.utilization_pct
+
+    metric = BarMetric("utilization", read, _percent_scale,
+                       lambda reading, _: format_pct(reading.utilization_pct))
+    return PerGpuBars(metrics.facts, [metric], "GPU utilization (%)")
+
+
+def gpu_memory(metrics: Metrics) -> PerGpuBars:
+    def describe(reading: GpuReading, facts: GpuFacts) -> str:
+        return f"{format_gb(reading.memory_used_bytes)} of {format_gb(facts.memory_total_bytes)}"
+
+    metric = BarMetric("memory", lambda r: r.memory_used_bytes,
+                       lambda facts: facts.memory_total_bytes, describe)
+    return PerGpuBars(metrics.facts, [metric], "Memory used (% of each GPU's own total)")
+
+
+def _throughput_bars(metrics: Metrics, kind: str) -> PerGpuBars:
+    def full_scale(facts: GpuFacts) -> float | None:
+        return getattr(facts, f"{kind}_max_bytes_per_s")
+
+    bars = []
+    for direction in ("tx", "rx"):
+        attribute = f"{kind}_{direction}_bytes_per_s"
+
+        def read(reading: GpuReading, attribute: str = attribute) -> float | None:
+            return getattr(reading, attribute)
+
+        def describe(reading: GpuReading, _: GpuFacts, read=read) -> str:
+            return format_gb_per_s(read(reading))
+
+        bars.append(BarMetric(direction.upper(), read, full_scale, describe))
+    name = "PCIe" if kind == "pcie" else "NVLink"
+    return PerGpuBars(metrics.facts, bars,
+                      f"{name} throughput (% of each GPU's own maximum; labels in GB/s)")
+
+
+def pcie_throughput(metrics: Metrics) -> PerGpuBars:
+    return _throughput_bars(metrics, "pcie")
+
+
+def nvlink_throughput(metrics: Metrics) -> PerGpuBars:
+    return _throughput_bars(metrics, "nvlink")
+
+
+def _per_gpu_series(metrics: Metrics, prefix: str, attribute: str, unit: float = 1.0,
+                    dash: str = "solid", suffix: str = "") -> list[Series]:
+    return [
+        Series(f"{prefix}{facts.index}", f"GPU {facts.index}{suffix}", gpu_color(facts.index),
+               scaled(gpu_value(facts.index, lambda r, a=attribute: getattr(r, a)), unit), dash)
+        for facts in metrics.facts
+    ]
+
+
+def _total_series(kind: str) -> list[Series]:
+    return [
+        Series(f"{kind}_{direction}", f"{direction.upper()} (all GPUs)", color,
+               scaled(gpu_total(lambda r, a=f"{kind}_{direction}_bytes_per_s": getattr(r, a)), GB))
+        for direction, color in (("tx", "#1f77b4"), ("rx", "#ff7f0e"))
+    ]
+
+
+def gpu_resources(metrics: Metrics) -> Timeline:
+    panels = [
+        Panel("GPU utilization", "Utilization (%)",
+              _per_gpu_series(metrics, "utilization", "utilization_pct"), y_max=100),
+        Panel("GPU memory used", "Memory (GB)",
+              _per_gpu_series(metrics, "memory", "memory_used_bytes", GB)),
+        Panel("PCIe throughput", "Throughput (GB/s)", _total_series("pcie")),
+    ]
+    if metrics.has_nvlink:
+        panels.append(Panel("NVLink throughput", "Throughput (GB/s)", _total_series("nvlink")))
+    return Timeline(panels, timeline_window(metrics), metrics.interval_s)
+
+
+def nvlink_timeline(metrics: Metrics) -> Timeline:
+    panels = [
+        Panel("NVLink TX", "Throughput (GB/s)",
+              _per_gpu_series(metrics, "nvlink_tx", "nvlink_tx_bytes_per_s", GB, suffix=" TX")),
+        Panel("NVLink RX", "Throughput (GB/s)",
+              _per_gpu_series(metrics, "nvlink_rx", "nvlink_rx_bytes_per_s", GB, suffix=" RX")),
+    ]
+    return Timeline(panels, timeline_window(metrics), metrics.interval_s)

@@ -1,0 +1,217 @@
+"""All nvdashboard settings in one typed object.
+
+Settings come from command-line flags first, then ``NVDASHBOARD_*`` environment
+variables, then defaults. Every validation problem is raised as a ``ConfigError``
+whose message is one readable line, so the CLI can print it without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MIN_INTERVAL_S = 0.05
+DEFAULT_PORT = 8000
+
+
+class ConfigError(Exception):
+    """A setting is invalid; the message is one line meant for the user."""
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """What the simulated NVML library pretends to have (see metrics/simulated.py)."""
+
+    gpu_count: int = 0
+    nvlink: bool = True
+    # Fault spec, e.g. "lose=1@5,init=DriverNotLoaded,unsupported=nvlink"
+    faults: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return self.gpu_count > 0
+
+
+@dataclass(frozen=True)
+class Config:
+    address: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    unix_socket: str | None = None
+    interval_s: float = 0.2
+    history_s: float = 1800.0
+    allow_websocket_origin: tuple[str, ...] = ()
+    simulation: SimulationConfig = field(default_factory=SimulationConfig)
+    # Directory the workload writes run event files to; the /Workload dashboard watches it.
+    runs_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "nvdashboard" / "runs")
+    # A page fetched without opening its websocket is discarded after this long.
+    unused_session_lifetime_ms: int = 15_000
+    check_unused_sessions_ms: int = 5_000
+
+    @property
+    def websocket_origins(self) -> list[str]:
+        """The explicit allow-list: what was configured, else this server's own host:port."""
+        if self.allow_websocket_origin:
+            return list(self.allow_websocket_origin)
+        hosts = {self.address, "localhost", "127.0.0.1"}
+        if self.address in ("0.0.0.0", "::"):
+            hosts = {"localhost", "127.0.0.1"}
+        return sorted(f"{host}:{self.port}" for host in hosts)
+
+    @property
+    def history_length(self) -> int:
+        """Number of samples the ring buffer keeps."""
+        return max(1, int(round(self.history_s / self.interval_s)))
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse that raises ConfigError instead of printing usage and exiting."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(message)
+
+
+def _positive_int(name: str, low: int, high: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} must be a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
+        return value
+
+    return parse
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ConfigError(f"interval must be a number of seconds, got {text!r}") from None
+    if not value >= MIN_INTERVAL_S or value > 60:
+        raise ConfigError(
+            f"interval must be between {MIN_INTERVAL_S} and 60 seconds, got {text}"
+        )
+    return value
+
+
+def _history(text: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ConfigError(f"history must be a number of seconds, got {text!r}") from None
+    if not 1 <= value <= 7 * 24 * 3600:
+        raise ConfigError(f"history must be between 1 second and 7 days, got {text}")
+    return value
+
+
+def _boolean(name: str):
+    def parse(text: str) -> bool:
+        lowered = text.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{name} must be true or false, got {text!r}")
+
+    return parse
+
+
+_port = _positive_int("port", 1, 65535)
+_simulate = _positive_int("simulate", 0, 64)
+_milliseconds = _positive_int("milliseconds", 100, 3_600_000)
+
+# flag -> (environment variable, parser); one table so flags and env vars cannot drift.
+_ENVIRONMENT = {
+    "address": ("NVDASHBOARD_ADDRESS", str),
+    "port": ("NVDASHBOARD_PORT", _port),
+    "unix_socket": ("NVDASHBOARD_UNIX_SOCKET", str),
+    "interval": ("NVDASHBOARD_INTERVAL", _interval),
+    "history": ("NVDASHBOARD_HISTORY", _history),
+    "allow_websocket_origin": (
+        "NVDASHBOARD_ALLOW_WEBSOCKET_ORIGIN",
+        lambda text: [item.strip() for item in text.split(",") if item.strip()],
+    ),
+    "simulate": ("NVDASHBOARD_SIMULATE", _simulate),
+    "simulate_nvlink": ("NVDASHBOARD_SIMULATE_NVLINK", _boolean("NVDASHBOARD_SIMULATE_NVLINK")),
+    "simulate_faults": ("NVDASHBOARD_SIMULATE_FAULTS", str),
+    "runs_dir": ("NVDASHBOARD_RUNS_DIR", Path),
+    "unused_session_lifetime": ("NVDASHBOARD_UNUSED_SESSION_LIFETIME_MS", _milliseconds),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(
+        prog="python -m jupyterlab_nvdashboard.server",
+        description="Serve live GPU and machine dashboards with Bokeh.",
+    )
+    parser.add_argument("port_positional", nargs="?", type=_port, metavar="PORT",
+                        help=f"port to listen on (default {DEFAULT_PORT})")
+    parser.add_argument("--port", type=_port, help="port to listen on (same as PORT)")
+    parser.add_argument("--address", help="address to bind (default 127.0.0.1; 0.0.0.0 exposes "
+                        "the dashboards to the whole network)")
+    parser.add_argument("--unix-socket", help="listen on this unix socket instead of a TCP port")
+    parser.add_argument("--interval", type=_interval,
+                        help=f"seconds between samples (default 0.2, minimum {MIN_INTERVAL_S})")
+    parser.add_argument("--history", type=_history,
+                        help="seconds of history to keep (default 1800)")
+    parser.add_argument("--allow-websocket-origin", action="append", metavar="HOST[:PORT]",
+                        help="allow browser pages from this origin (repeatable; default: this "
+                        "server's own host and port)")
+    parser.add_argument("--simulate", type=_simulate, metavar="N",
+                        help="simulate N GPUs instead of reading NVML (always labelled SIMULATED)")
+    parser.add_argument("--simulate-no-nvlink", dest="simulate_nvlink", action="store_const",
+                        const=False, help="simulated GPUs have no NVLink")
+    parser.add_argument("--runs-dir", type=Path, help="directory of workload run event files")
+    return parser
+
+
+def _from_environment(environ: Mapping[str, str]) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for key, (variable, parse) in _ENVIRONMENT.items():
+        text = environ.get(variable)
+        if text is None or text == "":
+            continue
+        try:
+            values[key] = parse(text)
+        except ConfigError as error:
+            raise ConfigError(f"{variable}: {error}") from None
+    return values
+
+
+def load_config(
+    argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Config:
+    """Build the Config from flags (highest priority), environment, then defaults."""
+    environ = os.environ if environ is None else environ
+    args = vars(build_parser().parse_args([] if argv is None else list(argv)))
+    positional_port = args.pop("port_positional")
+    if args["port"] is None:
+        args["port"] = positional_port
+    elif positional_port is not None and positional_port != args["port"]:
+        raise ConfigError(f"PORT {positional_port} and --port {args['port']} disagree")
+    merged = _from_environment(environ)
+    merged.update({key: value for key, value in args.items() if value is not None})
+
+    defaults = Config()
+    simulation = SimulationConfig(
+        gpu_count=int(merged.get("simulate", 0)),  # type: ignore[arg-type]
+        nvlink=bool(merged.get("simulate_nvlink", True)),
+        faults=str(merged.get("simulate_faults", "")),
+    )
+    return Config(
+        address=str(merged.get("address", defaults.address)),
+        port=int(merged.get("port", defaults.port)),  # type: ignore[arg-type]
+        unix_socket=merged.get("unix_socket"),  # type: ignore[arg-type]
+        interval_s=float(merged.get("interval", defaults.interval_s)),  # type: ignore[arg-type]
+        history_s=float(merged.get("history", defaults.history_s)),  # type: ignore[arg-type]
+        allow_websocket_origin=tuple(merged.get("allow_websocket_origin", ())),  # type: ignore[arg-type]
+        simulation=simulation,
+        runs_dir=Path(merged.get("runs_dir", defaults.runs_dir)),  # type: ignore[arg-type]
+        unused_session_lifetime_ms=int(
+            merged.get("unused_session_lifetime", defaults.unused_session_lifetime_ms)  # type: ignore[arg-type]
+        ),
+    )

@@ -1,0 +1,187 @@
+"""The nvdashboard Bokeh server.
+
+Run it standalone::
+
+    python -m jupyterlab_nvdashboard.server [PORT] [--address A] [--interval S] [--simulate N]
+
+It serves one route per dashboard (from ``apps/registry.py``), ``/index.json`` (the
+dashboards this machine can fill), ``/info.json`` (NVML state and devices) and ``/`` (a
+small page linking every dashboard, which is also jupyter-server-proxy's readiness check).
+BokehJS is served by this server itself, with page-relative URLs, so pages render with no
+internet and behind a path prefix. Bad input is reported as one line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import errno
+import html
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+from bokeh.application import Application
+from bokeh.application.handlers.function import FunctionHandler
+from bokeh.server.server import Server
+from tornado.ioloop import IOLoop
+from tornado.web import RequestHandler
+
+from . import __version__
+from .apps.document import build_document, no_gpu_notice
+from .apps.registry import ROUTES, available_routes
+from .config import Config, ConfigError, load_config
+from .metrics import Metrics, create_metrics
+
+log = logging.getLogger("nvdashboard")
+
+
+def server_info(metrics: Metrics) -> dict[str, Any]:
+    """The ``/info.json`` body."""
+    latest = metrics.history.latest()
+    lost = {reading.index for reading in latest.gpus if reading.lost} if latest else set()
+    return {
+        "version": __version__,
+        "nvml_state": metrics.nvml.state.value,
+        "nvml_message": metrics.nvml.message,
+        "simulated": metrics.simulated,
+        "gpu_count": len(metrics.facts),
+        "devices": [{**facts._asdict(), "lost": facts.index in lost} for facts in metrics.facts],
+        "interval_s": metrics.interval_s,
+        "history_s": metrics.history_s,
+    }
+
+
+class _JsonHandler(RequestHandler):
+    def initialize(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def body(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.write(json.dumps(self.body()))
+
+
+class IndexHandler(_JsonHandler):
+    def body(self) -> dict[str, Any]:
+        return available_routes(self.metrics)
+
+
+class InfoHandler(_JsonHandler):
+    def body(self) -> dict[str, Any]:
+        return server_info(self.metrics)
+
+
+class RootHandler(RequestHandler):
+    """A small page linking every dashboard; it must answer fast (proxy readiness)."""
+
+    def initialize(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def get(self) -> None:
+        routes = available_routes(self.metrics)
+        links = "".join(
+            f'<li><a href="{html.escape(path.lstrip("/"))}">{html.escape(title)}</a></li>'
+            for path, title in routes.items()
+        )
+        notice = ""
+        if not self.metrics.facts:
+            notice = f"<p>{html.escape(no_gpu_notice(self.metrics))}</p>"
+        elif self.metrics.simulated:
+            notice = "<p><strong>SIMULATED GPUs:</strong> no real hardware is being read.</p>"
+        self.write(
+            "<!DOCTYPE html><html><head><meta charset='utf-8'><title>NVDashboard</title></head>"
+            f"<body><h1>NVDashboard</h1>{notice}<ul>{links}</ul></body></html>"
+        )
+
+
+def make_applications(metrics: Metrics) -> dict[str, Application]:
+    return {
+        route.path: Application(FunctionHandler(partial(
+            build_document, metrics=metrics, title=route.title, needs_gpu=route.needs_gpu,
+            make_component=route.make_component,
+        )))
+        for route in ROUTES
+    }
+
+
+def make_server(config: Config, metrics: Metrics, io_loop: IOLoop | None = None) -> Server:
+    """Bind the Bokeh server (raises OSError if the port is taken)."""
+    listen: dict[str, Any] = (
+        {"unix_socket": config.unix_socket} if config.unix_socket
+        else {"port": config.port, "address": config.address}
+    )
+    extra = {"metrics": metrics}
+    return Server(
+        make_applications(metrics),
+        io_loop=io_loop,
+        allow_websocket_origin=config.websocket_origins,
+        extra_patterns=[
+            (r"/", RootHandler, extra),
+            (r"/index\.json", IndexHandler, extra),
+            (r"/info\.json", InfoHandler, extra),
+        ],
+        use_index=False,
+        unused_session_lifetime=config.unused_session_lifetime_ms,
+        check_unused_sessions=config.check_unused_sessions_ms,
+        **listen,
+    )
+
+
+def _where(config: Config) -> str:
+    return config.unix_socket or f"{config.address}:{config.port}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="nvdashboard: %(message)s")
+    for noisy in ("bokeh", "tornado.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        config = load_config(sys.argv[1:] if argv is None else argv)
+    except ConfigError as error:
+        print(f"nvdashboard: error: {error}", file=sys.stderr)
+        return 2
+    if config.address in ("0.0.0.0", "::", ""):
+        print("nvdashboard: warning: listening on all interfaces; anyone on the network "
+              "can watch these dashboards", file=sys.stderr)
+
+    metrics = create_metrics(config)
+    try:
+        server = make_server(config, metrics)
+    except OSError as error:
+        reason = "address already in use" if error.errno == errno.EADDRINUSE else error.strerror
+        print(f"nvdashboard: error: cannot listen on {_where(config)}: {reason}", file=sys.stderr)
+        return 2
+
+    metrics.sampler.start()
+    server.start()
+    if metrics.facts:
+        kind = "simulated GPU(s)" if metrics.simulated else "GPU(s)"
+        log.info("reading %d %s every %.0f ms", len(metrics.facts), kind, config.interval_s * 1e3)
+    else:
+        log.info("%s Serving the machine dashboard only.", no_gpu_notice(metrics))
+    where = config.unix_socket or f"http://{config.address}:{config.port}/"
+    log.info("dashboards at %s (Ctrl-C stops)", where)
+
+    def stop(*_: object) -> None:
+        server.io_loop.add_callback_from_signal(server.io_loop.stop)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        server.io_loop.start()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        metrics.sampler.stop()
+        log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

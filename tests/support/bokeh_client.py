@@ -1,0 +1,98 @@
+"""A minimal Bokeh-protocol websocket client, for tests and benchmarks.
+
+It does what a browser tab does on the wire, without a browser: GET the page to get a
+session token, open ``<route>/ws`` with the ``bokeh`` subprotocol, pull the document,
+then receive the server's PATCH-DOC messages as the dashboard updates.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+from tornado.websocket import WebSocketClientConnection, websocket_connect
+
+_TOKEN = re.compile(r'"token":\s*"([^"]+)"')
+
+
+@dataclass
+class Message:
+    msgtype: str
+    content: Any
+    received_s: float
+    size_bytes: int
+
+
+@dataclass
+class BokehSession:
+    connection: WebSocketClientConnection
+    route: str
+    messages: list[Message] = field(default_factory=list)
+    _msgid: int = 0
+
+    async def _frame(self) -> str | bytes:
+        frame = await self.connection.read_message()
+        if frame is None:
+            raise ConnectionError("websocket closed by the server")
+        return frame
+
+    async def receive(self) -> Message:
+        """Read one whole Bokeh message (header, metadata, content, buffers)."""
+        header_frame = await self._frame()
+        header = json.loads(header_frame)
+        size = len(header_frame)
+        metadata = await self._frame()
+        content_frame = await self._frame()
+        size += len(metadata) + len(content_frame)
+        for _ in range(2 * header.get("num_buffers", 0)):
+            size += len(await self._frame())
+        message = Message(header["msgtype"], json.loads(content_frame), time.time(), size)
+        self.messages.append(message)
+        return message
+
+    async def send(self, msgtype: str, content: dict | None = None) -> None:
+        self._msgid += 1
+        header = {"msgid": str(self._msgid), "msgtype": msgtype}
+        for part in (header, {}, content or {}):
+            await self.connection.write_message(json.dumps(part))
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+async def fetch_token(base_url: str, route: str) -> str:
+    response = await AsyncHTTPClient().fetch(base_url.rstrip("/") + route)
+    match = _TOKEN.search(response.body.decode())
+    if match is None:
+        raise AssertionError(f"no Bokeh session token in {route}")
+    return match.group(1)
+
+
+async def open_session(base_url: str, route: str, origin: str | None = None) -> BokehSession:
+    """Open a live dashboard session the way BokehJS does, and pull its document."""
+    token = await fetch_token(base_url, route)
+    ws_url = "ws" + base_url.rstrip("/")[len("http"):] + route + "/ws"
+    request = HTTPRequest(ws_url, headers={"Origin": origin or base_url.rstrip("/")})
+    connection = await websocket_connect(request, subprotocols=["bokeh", token])
+    session = BokehSession(connection, route)
+    ack = await session.receive()
+    assert ack.msgtype == "ACK", ack.msgtype
+    await session.send("PULL-DOC-REQ")
+    while (await session.receive()).msgtype != "PULL-DOC-REPLY":
+        pass
+    return session
+
+
+def streamed_rows(message: Message) -> int:
+    """How many new rows a PATCH-DOC message streamed or sent (0 for other messages)."""
+    if message.msgtype != "PATCH-DOC":
+        return 0
+    rows = 0
+    for event in message.content.get("events", []):
+        if event.get("kind") in ("ColumnsStreamed", "ModelChanged", "ColumnDataChanged"):
+            rows += 1
+    return rows

@@ -1,0 +1,119 @@
+"""Start real nvdashboard servers for tests: in this process (to reach the simulator and
+inject faults) or as a subprocess through the CLI (exactly what a user runs)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+from tornado.ioloop import IOLoop
+
+from jupyterlab_nvdashboard.config import Config, SimulationConfig
+from jupyterlab_nvdashboard.metrics import Metrics, SimulatedNvml, create_metrics
+from jupyterlab_nvdashboard.server import make_server
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until_serving(
+    url: str, timeout_s: float = 60.0, process: subprocess.Popen | None = None
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}: {process.stderr.read()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer within {timeout_s} s")
+
+
+def get(url: str, headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers=dict(headers or {}))
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+@dataclass
+class RunningServer:
+    url: str
+    config: Config
+    metrics: Metrics
+
+    @property
+    def simulator(self) -> SimulatedNvml:
+        assert self.metrics.simulator is not None
+        return self.metrics.simulator
+
+
+@contextmanager
+def in_process_server(
+    gpus: int = 4, simulator: SimulatedNvml | None = None, **config_fields: object
+) -> Iterator[RunningServer]:
+    """A real Bokeh server on a free port, on its own IOLoop thread, with simulated NVML."""
+    config = replace(Config(port=free_port(), interval_s=0.1),
+                     simulation=SimulationConfig(gpu_count=gpus), **config_fields)
+    metrics = create_metrics(config, environ={}, simulator=simulator)
+    started = threading.Event()
+    holder: dict[str, object] = {}
+
+    def serve() -> None:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+        server = make_server(config, metrics, io_loop=IOLoop.current())
+        server.start()
+        holder["server"] = server
+        started.set()
+        server.io_loop.start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(30)
+    metrics.sampler.start()
+    try:
+        yield RunningServer(f"http://127.0.0.1:{config.port}", config, metrics)
+    finally:
+        metrics.sampler.stop()
+        server = holder["server"]
+        server.io_loop.add_callback(server.io_loop.stop)  # type: ignore[attr-defined]
+        thread.join(10)
+
+
+@contextmanager
+def cli_server(
+    args: Sequence[str] = (), env: Mapping[str, str] | None = None, port: int | None = None
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``python -m jupyterlab_nvdashboard.server`` as a subprocess, stopped with Ctrl-C."""
+    port = port or free_port()
+    environment = {**os.environ, **(env or {})}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab_nvdashboard.server", str(port), *args],
+        env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_serving(url + "/", process=process)
+        yield url, process
+    finally:
+        process.send_signal(2)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()

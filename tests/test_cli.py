@@ -1,0 +1,98 @@
+"""The CLI: bad input is one line on stderr and exit code 2; good input serves and stops."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.servers import cli_server, free_port, get
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "jupyterlab_nvdashboard.server", *args],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})},
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("nvdashboard: error:")
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["eighty"], ["port", "'eighty'"]),
+        (["70000"], ["port", "65535"]),
+        (["0"], ["port"]),
+        (["--interval", "0.01"], ["interval", "0.05"]),
+        (["--interval", "fast"], ["interval"]),
+        (["--frobnicate"], ["--frobnicate"]),
+        (["--simulate", "-1"], ["simulate"]),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(args: list[str], words: list[str]) -> None:
+    assert_one_line_error(run_cli(*args), *words)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("NVDASHBOARD_PORT", "abc"), ("NVDASHBOARD_INTERVAL", "0"),
+     ("NVDASHBOARD_SIMULATE", "many"), ("NVDASHBOARD_SIMULATE_NVLINK", "maybe"),
+     ("NVDASHBOARD_HISTORY", "-5")],
+)
+def test_malformed_environment_is_one_line(variable: str, value: str) -> None:
+    assert_one_line_error(run_cli(env={variable: value}), variable)
+
+
+def test_busy_port_is_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert_one_line_error(run_cli(str(port)), "address already in use", str(port))
+
+
+def test_no_gpu_machine_serves_machine_dashboard_only() -> None:
+    # This machine has no NVIDIA driver: the real pynvml path must say so and carry on.
+    with cli_server() as (url, _):
+        status, body = get(url + "/index.json")
+        assert status == 200
+        assert json.loads(body) == {"/Machine-Resources": "Machine Resources"}
+        info = json.loads(get(url + "/info.json")[1])
+        assert info["simulated"] is False and info["gpu_count"] == 0
+        assert info["nvml_state"] in ("library_not_found", "driver_not_loaded", "no_devices")
+        assert get(url + "/Machine-Resources")[0] == 200
+        page = get(url + "/")[1].decode()
+        assert "No NVIDIA GPU or driver was found" in page
+        gpu_page = get(url + "/GPU-Utilization")
+        assert gpu_page[0] == 200
+
+
+def test_ctrl_c_stops_cleanly() -> None:
+    with cli_server(["--simulate", "2"]) as (url, process):
+        assert get(url + "/index.json")[0] == 200
+        process.send_signal(signal.SIGINT)
+        assert process.wait(15) == 0
+        assert "Traceback" not in process.stderr.read()
+
+
+def test_all_interfaces_warns() -> None:
+    port = free_port()
+    with cli_server(["--address", "0.0.0.0"], port=port) as (_, process):
+        process.send_signal(signal.SIGINT)
+        process.wait(15)
+        assert "anyone on the network can watch" in process.stderr.read()
