@@ -32,6 +32,7 @@ class BokehSession:
     connection: WebSocketClientConnection
     route: str
     messages: list[Message] = field(default_factory=list)
+    document: Any = None  # the PULL-DOC-REPLY content: the whole document as JSON
     _msgid: int = 0
 
     async def _frame(self) -> str | bytes:
@@ -82,8 +83,9 @@ async def open_session(base_url: str, route: str, origin: str | None = None) -> 
     ack = await session.receive()
     assert ack.msgtype == "ACK", ack.msgtype
     await session.send("PULL-DOC-REQ")
-    while (await session.receive()).msgtype != "PULL-DOC-REPLY":
+    while (reply := await session.receive()).msgtype != "PULL-DOC-REPLY":
         pass
+    session.document = reply.content
     return session
 
 

@@ -1,0 +1,150 @@
+"""The NVML reader against the simulated NVML: states, unsupported fields, lost GPUs."""
+
+from __future__ import annotations
+
+import os
+
+import pynvml
+import pytest
+
+from jupyterlab_nvdashboard.metrics import NvmlState, SimulatedNvml
+from jupyterlab_nvdashboard.metrics import nvml as nvml_module
+from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
+
+
+def reader_for(simulator: SimulatedNvml, visible: str | None = None) -> NvmlReader:
+    reader = NvmlReader(lambda: simulator, cuda_visible_devices=visible)
+    reader.ensure_initialized()
+    return reader
+
+
+def test_static_facts_are_read_once_and_per_gpu() -> None:
+    simulator = SimulatedNvml(gpu_count=2)
+    reader = reader_for(simulator)
+    assert reader.state is NvmlState.OK
+    first, second = reader.facts
+    assert first.memory_total_bytes != second.memory_total_bytes  # scales are per GPU
+    assert first.pcie_max_bytes_per_s == pytest.approx(3938e6 * 16)
+    assert second.pcie_max_bytes_per_s == pytest.approx(1969e6 * 16)
+    assert first.nvlink_links == 18 and first.nvlink_max_bytes_per_s == pytest.approx(18 * 26562e6)
+    calls = simulator.calls["nvmlDeviceGetName"]
+    for _ in range(5):
+        reader.read()
+    assert simulator.calls["nvmlDeviceGetName"] == calls
+
+
+@pytest.mark.parametrize(
+    ("code", "state"),
+    [(pynvml.NVML_ERROR_DRIVER_NOT_LOADED, NvmlState.DRIVER_NOT_LOADED),
+     (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, NvmlState.LIBRARY_NOT_FOUND),
+     (pynvml.NVML_ERROR_NO_PERMISSION, NvmlState.NO_PERMISSION)],
+)
+def test_init_errors_name_the_state(code: int, state: NvmlState) -> None:
+    simulator = SimulatedNvml(gpu_count=2)
+    simulator.set_init_error(code)
+    reader = reader_for(simulator)
+    assert reader.state is state
+    assert reader.facts == [] and reader.read() == ()
+    assert str(pynvml.NVMLError(code)) in reader.message
+
+
+def test_missing_pynvml_is_library_not_found() -> None:
+    def missing() -> None:
+        raise ImportError("No module named 'pynvml'")
+
+    reader = NvmlReader(missing)
+    assert reader.ensure_initialized() is NvmlState.LIBRARY_NOT_FOUND
+
+
+def test_driver_loaded_after_start_is_picked_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+    simulator = SimulatedNvml(gpu_count=2)
+    simulator.set_init_error(pynvml.NVML_ERROR_DRIVER_NOT_LOADED, times=1)
+    reader = NvmlReader(lambda: simulator, clock=lambda: now[0])
+    assert reader.ensure_initialized() is NvmlState.DRIVER_NOT_LOADED
+    now[0] = nvml_module.REINIT_INTERVAL_S + 1
+    reader.retry_if_due()
+    assert reader.state is NvmlState.OK and len(reader.facts) == 2
+
+
+def test_unsupported_nvlink_means_no_links_and_no_rates() -> None:
+    simulator = SimulatedNvml(gpu_count=2, nvlink=False)
+    reader = reader_for(simulator)
+    assert all(facts.nvlink_links == 0 for facts in reader.facts)
+    reading = reader.read()[0]
+    assert reading.nvlink_tx_bytes_per_s is None and reading.utilization_pct is not None
+
+
+def test_unsupported_field_is_not_available_only_for_that_metric() -> None:
+    simulator = SimulatedNvml(gpu_count=1)
+    simulator.set_unsupported(["power", "nvmlDeviceGetTemperature"])
+    reader = reader_for(simulator)
+    reading = reader.read()[0]
+    assert reading.power_w is None and reading.temperature_c is None
+    assert reading.utilization_pct is not None and reading.memory_used_bytes is not None
+    assert reader.facts[0].power_limit_w is None
+
+
+def test_pcie_falls_back_to_throughput_when_counters_are_unsupported() -> None:
+    simulator = SimulatedNvml(gpu_count=1)
+    simulator.set_unsupported(["pcie_counters"])
+    reader = reader_for(simulator)
+    reading = reader.read()[0]
+    assert reading.pcie_tx_bytes_per_s is not None
+    assert simulator.calls["nvmlDeviceGetPcieThroughput"] == 2
+
+
+def test_transient_error_is_one_missing_metric() -> None:
+    simulator = SimulatedNvml(gpu_count=2)
+    reader = reader_for(simulator)
+    simulator.inject_error("nvmlDeviceGetUtilizationRates", pynvml.NVML_ERROR_UNKNOWN, gpu=0,
+                           times=1)
+    first = reader.read()
+    assert first[0].utilization_pct is None and first[1].utilization_pct is not None
+    assert reader.read()[0].utilization_pct is not None
+
+
+def test_lost_gpu_is_marked_and_others_carry_on() -> None:
+    now = [1000.0]
+    simulator = SimulatedNvml(gpu_count=4)
+    reader = NvmlReader(lambda: simulator, clock=lambda: now[0])
+    reader.ensure_initialized()
+    simulator.lose_gpu(1)
+    readings = reader.read()
+    assert readings[1].lost and readings[1].utilization_pct is None
+    assert [r.lost for r in readings] == [False, True, False, False]
+    assert all(readings[i].utilization_pct is not None for i in (0, 2, 3))
+    calls = simulator.total_calls
+    reader.read()
+    # A lost GPU is not queried again every tick (3 GPUs' worth of calls, not 4).
+    per_gpu = (simulator.total_calls - calls) / 3
+    assert per_gpu == int(per_gpu)
+    # After a reset the GPU comes back on its own.
+    simulator.restore_gpu(1)
+    now[0] += nvml_module.REINIT_INTERVAL_S + 1
+    assert not reader.read()[1].lost
+
+
+def test_cuda_visible_devices_by_index_and_uuid() -> None:
+    simulator = SimulatedNvml(gpu_count=4)
+    assert [f.nvml_index for f in reader_for(simulator, "2,0").facts] == [2, 0]
+    uuid = reader_for(SimulatedNvml(gpu_count=4)).facts[3].uuid
+    assert [f.nvml_index for f in reader_for(SimulatedNvml(4), uuid[:16]).facts] == [3]
+    assert [f.index for f in reader_for(SimulatedNvml(4), "1,9,2").facts] == [0]
+    hidden = reader_for(SimulatedNvml(4), "")
+    assert hidden.state is NvmlState.NO_DEVICES and "CUDA_VISIBLE_DEVICES" in hidden.message
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_child_process_initializes_again() -> None:
+    simulator = SimulatedNvml(gpu_count=1)
+    reader = reader_for(simulator)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: the parent's state must be gone, and a fresh init must work
+        ok = reader.state is NvmlState.UNINITIALIZED and reader.ensure_initialized() is NvmlState.OK
+        os.write(write_end, b"1" if ok else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read_end, 1) == b"1"
+    assert reader.state is NvmlState.OK

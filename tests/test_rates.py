@@ -1,0 +1,113 @@
+"""Rates are counter deltas over the real elapsed time, whatever the tick length."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from jupyterlab_nvdashboard.metrics import SimulatedNvml
+from jupyterlab_nvdashboard.metrics.host import HostReader
+from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
+from jupyterlab_nvdashboard.metrics.rates import CounterRates
+
+# Irregular tick times (seconds) and the counter values read at them.
+JITTERED_TIMES = [100.0, 100.13, 100.41, 100.47, 101.2, 101.25]
+COUNTERS = [0, 1_300, 4_100, 4_700, 12_000, 12_500]
+EXPECTED = [(b - a) / (tb - ta) for a, b, ta, tb in
+            zip(COUNTERS, COUNTERS[1:], JITTERED_TIMES, JITTERED_TIMES[1:], strict=False)]
+
+
+def test_counter_rates_use_real_elapsed_time() -> None:
+    rates = CounterRates()
+    results = [rates.update("x", value, t) for value, t in zip(COUNTERS, JITTERED_TIMES,
+                                                                 strict=True)]
+    assert results[0] is None
+    assert results[1:] == pytest.approx(EXPECTED, rel=1e-12)
+
+
+def test_counter_reset_and_stale_timestamp() -> None:
+    rates = CounterRates()
+    rates.update("x", 1000, 1.0)
+    assert rates.update("x", 3000, 2.0) == 2000
+    assert rates.update("x", 9999, 2.0) == 2000  # counter not refreshed yet: repeat the rate
+    assert rates.update("x", 10, 3.0) is None  # went backwards: reset, no false negative
+    assert rates.update("x", None, 4.0) is None
+
+
+class FakeCounters:
+    """psutil-shaped counters that the test advances to known values."""
+
+    def __init__(self) -> None:
+        self.step = 0
+
+    def disk(self) -> SimpleNamespace:
+        return SimpleNamespace(read_bytes=COUNTERS[self.step], write_bytes=2 * COUNTERS[self.step])
+
+    def net(self) -> SimpleNamespace:
+        return SimpleNamespace(bytes_recv=3 * COUNTERS[self.step], bytes_sent=COUNTERS[self.step])
+
+    def clock(self) -> float:
+        return JITTERED_TIMES[self.step]
+
+
+def test_host_disk_and_network_rates_at_jittered_ticks() -> None:
+    fake = FakeCounters()
+    reader = HostReader(disk_io=fake.disk, net_io=fake.net, clock=fake.clock)
+    readings = []
+    for step in range(len(COUNTERS)):
+        fake.step = step
+        readings.append(reader.read())
+    assert readings[0].disk_read_bytes_per_s is None
+    for reading, expected in zip(readings[1:], EXPECTED, strict=True):
+        assert reading.disk_read_bytes_per_s == pytest.approx(expected, rel=1e-12)
+        assert reading.disk_write_bytes_per_s == pytest.approx(2 * expected, rel=1e-12)
+        assert reading.net_recv_bytes_per_s == pytest.approx(3 * expected, rel=1e-12)
+        assert reading.net_sent_bytes_per_s == pytest.approx(expected, rel=1e-12)
+
+
+def test_host_cpu_percent_from_own_counters() -> None:
+    times = iter([
+        SimpleNamespace(user=10.0, system=5.0, idle=85.0, iowait=0.0),
+        SimpleNamespace(user=13.0, system=6.0, idle=86.0, iowait=0.0),  # 4 busy of 5
+    ])
+    Times = type("Times", (tuple,), {})  # sum() must see every field, like psutil's namedtuple
+
+    def cpu_times() -> tuple:
+        t = next(times)
+        value = Times((t.user, t.system, t.idle, t.iowait))
+        value.idle, value.iowait = t.idle, t.iowait  # type: ignore[attr-defined]
+        return value
+
+    reader = HostReader(cpu_times=cpu_times)
+    assert reader.read().cpu_pct is None
+    assert reader.read().cpu_pct == pytest.approx(80.0)
+
+
+def test_pcie_and_nvlink_rates_from_simulated_counters_at_jittered_ticks() -> None:
+    simulator = SimulatedNvml(gpu_count=2)
+    clock_value = [JITTERED_TIMES[0]]
+    simulator.set_clock(lambda: clock_value[0])
+    reader = NvmlReader(lambda: simulator)
+    reader.ensure_initialized()
+    lib = simulator
+    previous = None
+    for t in JITTERED_TIMES:
+        clock_value[0] = t
+        # What the counters hold at t, read straight from the simulator's own fields.
+        handle = lib.nvmlDeviceGetHandleByIndex(1)
+        pcie = lib.nvmlDeviceGetFieldValues(handle, [lib.NVML_FI_DEV_PCIE_COUNT_TX_BYTES])
+        links = reader.facts[1].nvlink_links
+        nvlink = lib.nvmlDeviceGetFieldValues(
+            handle, [(lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link) for link in range(links)])
+        now = (pcie[0].value.ullVal, sum(f.value.ullVal for f in nvlink) * 1024)
+        reading = reader.read()[1]
+        if previous is None:
+            assert reading.pcie_tx_bytes_per_s is None
+        else:
+            elapsed = t - previous[0]
+            assert reading.pcie_tx_bytes_per_s == pytest.approx(
+                (now[0] - previous[1][0]) / elapsed, rel=1e-9)
+            assert reading.nvlink_rx_bytes_per_s == pytest.approx(
+                (now[1] - previous[1][1]) / elapsed, rel=1e-9)
+        previous = (t, now)
