@@ -85,7 +85,8 @@ class PerGpuBars:
                          for f in self.facts for m in self.metrics]
         self.source = ColumnDataSource({"y": [], "percent": [], "text": [], "color": []})
         plot = figure(
-            y_range=FactorRange(*self._factors), x_range=Range1d(0, 100),
+            # Reversed so GPU 0 is drawn at the top.
+            y_range=FactorRange(*reversed(self._factors)), x_range=Range1d(0, 100),
             x_axis_label=x_label, sizing_mode="stretch_both", toolbar_location=None,
             height=height or max(160, 60 + 40 * len(self._factors)),
         )

@@ -1,0 +1,101 @@
+"""Debian's Chromium driven by Playwright for Python, with loopback-only network checks.
+
+Never runs ``playwright install``: it launches /usr/bin/chromium. Every page records its
+console errors and any request to a host other than 127.0.0.1/localhost, so a test can
+fail on either.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "[::1]", "::1"}
+ARTIFACTS = Path(os.environ.get("NVDASHBOARD_TEST_ARTIFACTS", "test-artifacts")).resolve()
+CHROMIUM_FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+
+# Sums the drawn pixels of every canvas on the page, looking inside Bokeh's shadow roots.
+CANVAS_INK_JS = """() => {
+  const canvases = [];
+  const walk = (root) => {
+    for (const el of root.querySelectorAll('*')) {
+      if (el.tagName === 'CANVAS') canvases.push(el);
+      if (el.shadowRoot) walk(el.shadowRoot);
+    }
+  };
+  walk(document);
+  let ink = 0, checksum = 0;
+  for (const canvas of canvases) {
+    if (!canvas.width || !canvas.height) continue;
+    const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+    const [r0, g0, b0] = [data[0], data[1], data[2]];
+    for (let i = 0; i < data.length; i += 4) {
+      if (data[i+3] && (data[i] !== r0 || data[i+1] !== g0 || data[i+2] !== b0)) {
+        ink++; checksum = (checksum * 31 + data[i] + 7 * data[i+1] + 13 * data[i+2] + i) % 1000000007;
+      }
+    }
+  }
+  return {canvases: canvases.length, ink, checksum};
+}"""
+
+
+@dataclass
+class PageWatch:
+    console_errors: list[str] = field(default_factory=list)
+    foreign_requests: list[str] = field(default_factory=list)
+
+    def assert_clean(self) -> None:
+        assert not self.foreign_requests, f"requests left loopback: {self.foreign_requests}"
+        assert not self.console_errors, f"browser console errors: {self.console_errors}"
+
+
+def watch(page) -> PageWatch:  # noqa: ANN001 - playwright Page
+    watched = PageWatch()
+
+    def on_request(request) -> None:  # noqa: ANN001
+        host = urlparse(request.url).hostname or ""
+        if request.url.startswith(("http", "ws")) and host not in LOCAL_HOSTS:
+            watched.foreign_requests.append(request.url)
+
+    page.on("request", on_request)
+    page.on("console", lambda m: m.type == "error" and watched.console_errors.append(m.text))
+    page.on("pageerror", lambda error: watched.console_errors.append(str(error)))
+    return watched
+
+
+@contextmanager
+def chromium() -> Iterator[object]:
+    """A headless Debian Chromium, or a skip where it is not installed."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (bash .ci/install installs it)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                             args=CHROMIUM_FLAGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def canvas_ink(page) -> dict:  # noqa: ANN001
+    return page.evaluate(CANVAS_INK_JS)
+
+
+def screenshot(page, name: str) -> Path:  # noqa: ANN001
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    print(f"screenshot: {path}")
+    return path
