@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from urllib.parse import urlsplit
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,19 +66,27 @@ class BokehSession:
         self.connection.close()
 
 
-async def fetch_token(base_url: str, route: str) -> str:
-    response = await AsyncHTTPClient().fetch(base_url.rstrip("/") + route)
+async def fetch_token(base_url: str, route: str, headers: dict[str, str] | None = None) -> str:
+    response = await AsyncHTTPClient().fetch(base_url.rstrip("/") + route, headers=headers)
     match = _TOKEN.search(response.body.decode())
     if match is None:
         raise AssertionError(f"no Bokeh session token in {route}")
     return match.group(1)
 
 
-async def open_session(base_url: str, route: str, origin: str | None = None) -> BokehSession:
-    """Open a live dashboard session the way BokehJS does, and pull its document."""
-    token = await fetch_token(base_url, route)
+async def open_session(
+    base_url: str, route: str, origin: str | None = None, headers: dict[str, str] | None = None
+) -> BokehSession:
+    """Open a live dashboard session the way BokehJS does, and pull its document.
+
+    ``origin`` defaults to the server's own; ``headers`` (e.g. a Jupyter token) go on
+    both the page request and the websocket upgrade.
+    """
+    token = await fetch_token(base_url, route, headers)
     ws_url = "ws" + base_url.rstrip("/")[len("http"):] + route + "/ws"
-    request = HTTPRequest(ws_url, headers={"Origin": origin or base_url.rstrip("/")})
+    parsed = urlsplit(base_url)
+    own_origin = f"{parsed.scheme}://{parsed.netloc}"
+    request = HTTPRequest(ws_url, headers={"Origin": origin or own_origin, **(headers or {})})
     connection = await websocket_connect(request, subprotocols=["bokeh", token])
     session = BokehSession(connection, route)
     ack = await session.receive()

@@ -1,0 +1,88 @@
+"""A real ``jupyter lab`` subprocess with a token and a non-root base URL, for proxy and
+browser tests. NVDashboard is reached through jupyter-server-proxy at
+``<base_url>nvdashboard/``."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from tests.support.servers import free_port
+
+BASE_URL = "/user/alice/"
+
+
+@dataclass
+class JupyterLab:
+    root_url: str  # http://127.0.0.1:PORT
+    base_url: str  # /user/alice/
+    token: str
+    process: subprocess.Popen
+
+    @property
+    def url(self) -> str:
+        return self.root_url + self.base_url
+
+    @property
+    def proxy_url(self) -> str:
+        return self.url + "nvdashboard"
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"token {self.token}"}
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        request = urllib.request.Request(self.url + path, headers=self.auth)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+        except OSError:  # not listening yet
+            return 0, b""
+
+
+@contextmanager
+def jupyter_lab(simulate: int = 2, extra_env: dict[str, str] | None = None) -> Iterator[JupyterLab]:
+    port, token = free_port(), secrets.token_hex(16)
+    with tempfile.TemporaryDirectory() as home:
+        env = {**os.environ, "NVDASHBOARD_SIMULATE": str(simulate), "NVDASHBOARD_INTERVAL": "0.2",
+               "JUPYTER_CONFIG_DIR": os.path.join(home, "config"),
+               "JUPYTER_RUNTIME_DIR": os.path.join(home, "runtime"),
+               "JUPYTERLAB_WORKSPACES_DIR": os.path.join(home, "workspaces"),
+               **(extra_env or {})}
+        log = open(os.path.join(home, "jupyter.log"), "w+")  # noqa: SIM115
+        process = subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",
+             "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}",
+             f"--ServerApp.base_url={BASE_URL}", f"--ServerApp.root_dir={home}",
+             "--LabApp.news_url=", "--LabApp.collaborative=False",
+             "--ServerApp.disable_check_xsrf=False", *(["--allow-root"] if os.geteuid() == 0 else [])],
+            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=home,
+        )
+        lab = JupyterLab(f"http://127.0.0.1:{port}", BASE_URL, token, process)
+        try:
+            deadline = time.monotonic() + 120
+            while lab.get("api/status")[0] != 200:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise RuntimeError(f"jupyter lab did not start:\n{log.read()[-3000:]}")
+                time.sleep(0.5)
+            yield lab
+        finally:
+            request = urllib.request.Request(lab.url + "api/shutdown", method="POST",
+                                             headers=lab.auth, data=b"")
+            try:
+                urllib.request.urlopen(request, timeout=10)
+                process.wait(30)
+            except (OSError, subprocess.TimeoutExpired):
+                process.kill()
+            log.close()

@@ -1,0 +1,118 @@
+"""Through a real JupyterLab and jupyter-server-proxy, under base_url /user/alice/ with a
+token: index, info, every dashboard page, static BokehJS and a live websocket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import time
+
+import pytest
+
+from jupyterlab_nvdashboard import launch_server
+from tests.support.bokeh_client import open_session, streamed_rows
+from tests.support.jupyter import jupyter_lab
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with jupyter_lab(simulate=2) as running:
+        yield running
+
+
+def test_index_and_info_through_proxy(lab) -> None:
+    status, body = lab.get("nvdashboard/index.json")
+    assert status == 200, body[:500]
+    index = json.loads(body)
+    assert "/GPU-Resources" in index and "/Machine-Resources" in index
+    info = json.loads(lab.get("nvdashboard/info.json")[1])
+    assert info["simulated"] is True and info["gpu_count"] == 2
+
+
+def test_unauthenticated_request_is_refused(lab) -> None:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(lab.proxy_url + "/index.json", timeout=30) as response:
+            # Followed a redirect: it must have landed on the login page, not on the data.
+            assert "/login" in response.url and b"/GPU-Resources" not in response.read()
+    except urllib.error.HTTPError as refused:
+        assert refused.code in (401, 403)
+
+
+def test_every_dashboard_and_bokehjs_through_proxy(lab) -> None:
+    index = json.loads(lab.get("nvdashboard/index.json")[1])
+    for route in index:
+        status, body = lab.get("nvdashboard" + route)
+        assert status == 200, route
+        assert b'src="static/js/bokeh.min.js' in body
+    status, body = lab.get("nvdashboard/static/js/bokeh.min.js")
+    assert status == 200 and len(body) > 100_000
+
+
+def test_websocket_through_proxy_receives_updates(lab) -> None:
+    async def updates() -> int:
+        session = await open_session(lab.proxy_url, "/GPU-Resources", origin=lab.root_url,
+                                     headers=lab.auth)
+        rows, deadline = 0, time.monotonic() + 10
+        while rows < 3 and time.monotonic() < deadline:
+            rows += streamed_rows(await asyncio.wait_for(session.receive(), 10))
+        session.close()
+        return rows
+
+    assert asyncio.run(updates()) >= 3
+
+
+def _browser_cookie(lab) -> str:
+    """Log in the way a browser does (token once, then a cookie)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{lab.url}api/status?token={lab.token}", timeout=30) as reply:
+        cookies = reply.headers.get_all("Set-Cookie") or []
+    assert cookies, "jupyter set no login cookie"
+    return "; ".join(cookie.split(";")[0] for cookie in cookies)
+
+
+def test_cross_origin_websocket_through_proxy_is_refused(lab) -> None:
+    # Jupyter skips the origin check for explicit token headers (a browser cannot send
+    # those cross-site), so this uses cookie auth, as a hostile page in a browser would.
+    cookie = {"Cookie": _browser_cookie(lab)}
+
+    async def connect(origin: str) -> None:
+        session = await open_session(lab.proxy_url, "/GPU-Resources", origin=origin,
+                                     headers=cookie)
+        session.close()
+
+    asyncio.run(connect(lab.root_url))
+    with pytest.raises(Exception) as refused:  # noqa: B017
+        asyncio.run(connect("http://evil.example"))
+    assert "403" in str(refused.value) or "closed" in str(refused.value).lower()
+
+
+def test_backend_listens_on_a_private_unix_socket(lab) -> None:
+    settings = launch_server()
+    assert settings["unix_socket"] is True and "{unix_socket}" in settings["command"]
+    assert "*" not in settings["command"]
+    sockets = [path for path in _unix_sockets_of_children(lab.process.pid)]
+    assert sockets, "no unix socket found for the nvdashboard backend"
+    for path in sockets:
+        mode = os.stat(path).st_mode
+        assert stat.S_ISSOCK(mode)
+        # Only the owner may connect: the private directory holding the socket gives
+        # group and others no access at all.
+        parent = os.stat(os.path.dirname(path)).st_mode
+        assert parent & (stat.S_IRWXG | stat.S_IRWXO) == 0, oct(parent)
+
+
+def _unix_sockets_of_children(parent_pid: int) -> list[str]:
+    import psutil
+
+    paths = []
+    for child in psutil.Process(parent_pid).children(recursive=True):
+        if "jupyterlab_nvdashboard.server" in " ".join(child.cmdline()):
+            command = child.cmdline()
+            paths.append(command[command.index("--unix-socket") + 1])
+    return paths
