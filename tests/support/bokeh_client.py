@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import re
 import time
-from urllib.parse import urlsplit
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect

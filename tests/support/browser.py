@@ -42,7 +42,8 @@ CANVAS_INK_JS = """() => {
     const [r0, g0, b0] = [data[0], data[1], data[2]];
     for (let i = 0; i < data.length; i += 4) {
       if (data[i+3] && (data[i] !== r0 || data[i+1] !== g0 || data[i+2] !== b0)) {
-        ink++; checksum = (checksum * 31 + data[i] + 7 * data[i+1] + 13 * data[i+2] + i) % 1000000007;
+        ink++;
+        checksum = (checksum * 31 + data[i] + 7 * data[i+1] + 13 * data[i+2] + i) % 1000000007;
       }
     }
   }

@@ -51,7 +51,9 @@ class JupyterLab:
 
 
 @contextmanager
-def jupyter_lab(simulate: int = 2, extra_env: dict[str, str] | None = None) -> Iterator[JupyterLab]:
+def jupyter_lab(
+    simulate: int = 2, extra_env: dict[str, str] | None = None
+) -> Iterator[JupyterLab]:
     port, token = free_port(), secrets.token_hex(16)
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "NVDASHBOARD_SIMULATE": str(simulate), "NVDASHBOARD_INTERVAL": "0.2",
@@ -65,7 +67,7 @@ def jupyter_lab(simulate: int = 2, extra_env: dict[str, str] | None = None) -> I
              "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}",
              f"--ServerApp.base_url={BASE_URL}", f"--ServerApp.root_dir={home}",
              "--LabApp.news_url=", "--LabApp.collaborative=False",
-             "--ServerApp.disable_check_xsrf=False", *(["--allow-root"] if os.geteuid() == 0 else [])],
+             *(["--allow-root"] if os.geteuid() == 0 else [])],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=home,
         )
         lab = JupyterLab(f"http://127.0.0.1:{port}", BASE_URL, token, process)
