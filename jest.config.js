@@ -9,10 +9,15 @@ const jestJupyterLab = require('@jupyterlab/testutils/lib/jest-config');
 
 const esModules = [
   '@codemirror',
-  '@jupyter/ydoc',
+  '@marijn',
+  '@microsoft',
+  '@jupyter/',
   '@jupyterlab/',
   '@lumino/',
+  'color',
+  'exenv-es6',
   'lib0',
+  'marked',
   'nanoid',
   'vscode-ws-jsonrpc',
   'y-protocols',
