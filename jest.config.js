@@ -1,0 +1,38 @@
+/**
+ * Jest configuration: JupyterLab's shared test preset (jsdom-like environment,
+ * ts-jest for TypeScript, babel for the ES-module packages JupyterLab ships),
+ * with our test location and a plain console reporter.
+ *
+ * Run with `jlpm test`.
+ */
+const jestJupyterLab = require('@jupyterlab/testutils/lib/jest-config');
+
+const esModules = [
+  '@codemirror',
+  '@marijn',
+  '@microsoft',
+  '@jupyter/',
+  '@jupyterlab/',
+  '@lumino/',
+  'color',
+  'exenv-es6',
+  'lib0',
+  'marked',
+  'nanoid',
+  'vscode-ws-jsonrpc',
+  'y-protocols',
+  'y-websocket',
+  'yjs'
+].join('|');
+
+const baseConfig = jestJupyterLab(__dirname);
+
+module.exports = {
+  ...baseConfig,
+  automock: false,
+  collectCoverageFrom: ['src/**/*.{ts,tsx}', '!src/**/*.d.ts'],
+  coverageReporters: ['lcov', 'text'],
+  reporters: ['default'],
+  testRegex: 'src/__tests__/.*\\.spec\\.tsx?$',
+  transformIgnorePatterns: [`/node_modules/(?!${esModules}).*`]
+};

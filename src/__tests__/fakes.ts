@@ -1,0 +1,58 @@
+/** Test doubles shared by the specs. */
+import { IDashboardFetcher } from '../tokens';
+
+export type Answer = unknown | Error;
+
+/**
+ * A fetcher that answers from queues; the last answer of a queue repeats.
+ * Errors in a queue are thrown as rejections.
+ */
+export class FakeFetcher implements IDashboardFetcher {
+  constructor(index: Answer[], info: Answer[] = [DEFAULT_INFO]) {
+    this.indexAnswers = index;
+    this.infoAnswers = info;
+  }
+
+  indexAnswers: Answer[];
+  infoAnswers: Answer[];
+  indexCalls = 0;
+  infoCalls = 0;
+
+  fetchIndex(): Promise<unknown> {
+    return answer(this.indexAnswers, this.indexCalls++);
+  }
+
+  fetchInfo(): Promise<unknown> {
+    return answer(this.infoAnswers, this.infoCalls++);
+  }
+}
+
+function answer(queue: Answer[], call: number): Promise<unknown> {
+  const value = queue[Math.min(call, queue.length - 1)];
+  return value instanceof Error ? Promise.reject(value) : Promise.resolve(value);
+}
+
+export const DEFAULT_INFO = {
+  version: '0.1.0',
+  nvml_state: 'ok',
+  nvml_message: '',
+  simulated: false,
+  gpu_count: 1,
+  devices: [{ index: 0, name: 'NVIDIA H200' }],
+  interval_s: 0.2,
+  history_s: 1800
+};
+
+/** Resolve once `predicate` holds, polling every few milliseconds. */
+export async function waitFor(
+  predicate: () => boolean,
+  timeoutMs = 3000
+): Promise<void> {
+  const start = Date.now();
+  while (!predicate()) {
+    if (Date.now() - start > timeoutMs) {
+      throw new Error('waitFor timed out');
+    }
+    await new Promise(resolve => setTimeout(resolve, 5));
+  }
+}

@@ -1,0 +1,245 @@
+import { CommandRegistry } from '@lumino/commands';
+import { Widget } from '@lumino/widgets';
+
+import { FetchError } from '../model';
+import { DashboardSidebar } from '../sidebar';
+import { COMMAND_OPEN, DashboardIndex, LOADING_TEXT } from '../tokens';
+import { DEFAULT_INFO, FakeFetcher, waitFor } from './fakes';
+
+const INDEX = {
+  '/GPU-Utilization': 'GPU Utilization',
+  '/GPU-Memory': 'GPU Memory',
+  '/Machine-Resources': 'Machine Resources'
+};
+
+describe('DashboardSidebar', () => {
+  let commands: CommandRegistry;
+  let opened: Array<{ [key: string]: unknown }>;
+  let sidebar: DashboardSidebar | null;
+
+  function make(
+    fetcher: FakeFetcher,
+    options: Partial<DashboardSidebar.IOptions> = {}
+  ): DashboardSidebar {
+    sidebar = new DashboardSidebar({
+      fetcher,
+      commands,
+      autoStart: false,
+      standby: 'never',
+      ...options
+    });
+    Widget.attach(sidebar, document.body);
+    return sidebar;
+  }
+
+  function buttons(widget: DashboardSidebar): HTMLButtonElement[] {
+    return Array.from(
+      widget.node.querySelectorAll<HTMLButtonElement>('button.nvdashboard-button')
+    );
+  }
+
+  function text(widget: DashboardSidebar): string {
+    return widget.node.textContent ?? '';
+  }
+
+  beforeEach(() => {
+    commands = new CommandRegistry();
+    opened = [];
+    commands.addCommand(COMMAND_OPEN, {
+      execute: args => {
+        opened.push(args);
+      }
+    });
+    sidebar = null;
+  });
+
+  afterEach(() => {
+    sidebar?.dispose();
+  });
+
+  it('has the documented id and title, and starts in the loading state', () => {
+    const widget = make(new FakeFetcher([INDEX]));
+    expect(widget.id).toBe('nvdashboard-sidebar');
+    expect(text(widget)).toContain('GPU Dashboards');
+    expect(widget.state.kind).toBe('loading');
+    expect(text(widget)).toContain(LOADING_TEXT);
+    expect(buttons(widget)).toHaveLength(0);
+  });
+
+  it('stays loading while the proxied server is starting', async () => {
+    const widget = make(
+      new FakeFetcher([new FetchError(502, 'Bad Gateway'), new TypeError('Failed to fetch')])
+    );
+    expect(await widget.refresh()).toBe(false);
+    expect(widget.state.kind).toBe('loading');
+    expect(await widget.refresh()).toBe(false);
+    expect(text(widget)).toContain(LOADING_TEXT);
+    expect(widget.node.querySelector('[role=alert]')).toBeNull();
+  });
+
+  it('renders one button per route, with data-route', async () => {
+    const widget = make(new FakeFetcher([INDEX]));
+    expect(await widget.refresh()).toBe(true);
+    const found = buttons(widget);
+    expect(found.map(b => b.dataset.route)).toEqual(Object.keys(INDEX));
+    expect(found.map(b => b.textContent)).toEqual(Object.values(INDEX));
+    expect(text(widget)).not.toContain(LOADING_TEXT);
+    expect(text(widget)).toContain('1 GPU');
+    expect(text(widget)).toContain('GPU 0: NVIDIA H200');
+  });
+
+  it('runs nvdashboard:open with route and label on click', async () => {
+    const widget = make(new FakeFetcher([INDEX]));
+    await widget.refresh();
+    buttons(widget)[1].click();
+    await waitFor(() => opened.length === 1);
+    expect(opened[0]).toEqual({ route: '/GPU-Memory', label: 'GPU Memory' });
+  });
+
+  it('says "no GPU" with the state and the server message', async () => {
+    const widget = make(
+      new FakeFetcher(
+        [{ '/Machine-Resources': 'Machine Resources' }],
+        [
+          {
+            ...DEFAULT_INFO,
+            nvml_state: 'driver_not_loaded',
+            nvml_message: 'The NVIDIA kernel module is not loaded.',
+            gpu_count: 0,
+            devices: []
+          }
+        ]
+      )
+    );
+    await widget.refresh();
+    const status = widget.node.querySelector<HTMLElement>('.nvdashboard-status')!;
+    expect(status.dataset.kind).toBe('no-gpu');
+    expect(status.textContent).toContain('No GPU: the NVIDIA driver is not loaded.');
+    expect(status.textContent).toContain('The NVIDIA kernel module is not loaded.');
+    expect(buttons(widget).map(b => b.dataset.route)).toEqual(['/Machine-Resources']);
+  });
+
+  it('says "Simulated GPUs (N)"', async () => {
+    const widget = make(
+      new FakeFetcher([INDEX], [{ ...DEFAULT_INFO, simulated: true, gpu_count: 4 }])
+    );
+    await widget.refresh();
+    const status = widget.node.querySelector<HTMLElement>('.nvdashboard-status')!;
+    expect(status.dataset.kind).toBe('simulated');
+    expect(status.textContent).toContain('Simulated GPUs (4)');
+  });
+
+  it('still lists dashboards when info.json fails', async () => {
+    const widget = make(new FakeFetcher([INDEX], [new FetchError(500, 'boom')]));
+    await widget.refresh();
+    expect(buttons(widget)).toHaveLength(3);
+    expect(text(widget)).toContain('GPU status unavailable: boom');
+  });
+
+  it('says so when there are no dashboards', async () => {
+    const widget = make(new FakeFetcher([{}]));
+    await widget.refresh();
+    expect(text(widget)).toContain('No dashboards are available');
+  });
+
+  it('shows a bad index as an error', async () => {
+    const widget = make(new FakeFetcher([{ '/GPU-Utilization': 3 }]));
+    await widget.refresh();
+    expect(widget.state.kind).toBe('error');
+    const alert = widget.node.querySelector('[role=alert]')!;
+    expect(alert.textContent).toContain('is not a string');
+  });
+
+  it('re-renders only when the list or status changes', async () => {
+    const fetcher = new FakeFetcher([INDEX]);
+    const widget = make(fetcher);
+    const changes: DashboardIndex[] = [];
+    widget.indexChanged.connect((_, index) => changes.push(index));
+    await widget.refresh();
+    const renders = widget.renderCount;
+    const first = buttons(widget)[0];
+    await widget.refresh();
+    await widget.refresh();
+    expect(widget.renderCount).toBe(renders);
+    expect(buttons(widget)[0]).toBe(first);
+    expect(changes).toHaveLength(1);
+
+    // A status change re-renders but is not an index change.
+    fetcher.infoAnswers = [{ ...DEFAULT_INFO, gpu_count: 2 }];
+    await widget.refresh();
+    expect(widget.renderCount).toBe(renders + 1);
+    expect(changes).toHaveLength(1);
+
+    // A list change re-renders and is announced.
+    fetcher.indexAnswers = [{ '/GPU-Memory': 'GPU Memory' }];
+    await widget.refresh();
+    expect(widget.renderCount).toBe(renders + 2);
+    expect(changes).toEqual([INDEX, { '/GPU-Memory': 'GPU Memory' }]);
+  });
+
+  it('shows the error, keeps polling and recovers', async () => {
+    const fetcher = new FakeFetcher([
+      new FetchError(404, 'GET /nvdashboard/index.json answered 404 Not Found'),
+      new FetchError(404, 'GET /nvdashboard/index.json answered 404 Not Found'),
+      INDEX
+    ]);
+    const states: string[] = [];
+    const widget = make(fetcher, {
+      autoStart: true,
+      retryInterval: 5,
+      frequency: { interval: 50, max: 100, backoff: false }
+    });
+    widget.stateChanged.connect((_, state) => states.push(state.kind));
+    await waitFor(() => widget.state.kind === 'error');
+    expect(widget.node.querySelector('[role=alert]')!.textContent).toContain(
+      'answered 404 Not Found'
+    );
+    expect(text(widget)).toContain('Retrying…');
+    await waitFor(() => widget.state.kind === 'ready');
+    expect(fetcher.indexCalls).toBeGreaterThanOrEqual(3);
+    expect(buttons(widget)).toHaveLength(3);
+    // The two identical errors rendered once.
+    expect(states).toEqual(['error', 'ready']);
+  });
+
+  it('retries with growing delays while failing', async () => {
+    // Poll picks each delay at random between the interval and the grown
+    // previous delay; pin the top of that range to make growth certain.
+    const random = jest.spyOn(Math, 'random').mockReturnValue(0.999);
+    try {
+      const fetcher = new FakeFetcher([new FetchError(503, 'Service Unavailable')]);
+      const widget = make(fetcher, {
+        autoStart: true,
+        retryInterval: 4,
+        frequency: { interval: 50, max: 100, backoff: 3 }
+      });
+      const delays: number[] = [];
+      widget.poll.ticked.connect((_, state) => {
+        if (state.phase === 'rejected') {
+          delays.push(state.interval);
+        }
+      });
+      await waitFor(() => delays.length >= 6);
+      // Delays grow threefold from the retry interval up to the maximum.
+      expect(delays.slice(1, 6)).toEqual([4, 12, 36, 100, 100]);
+      expect(widget.state.kind).toBe('loading');
+    } finally {
+      random.mockRestore();
+    }
+  });
+
+  it('stops polling when disposed', async () => {
+    const fetcher = new FakeFetcher([INDEX]);
+    const widget = make(fetcher, {
+      autoStart: true,
+      retryInterval: 5,
+      frequency: { interval: 5, max: 10, backoff: false }
+    });
+    await waitFor(() => fetcher.indexCalls >= 2);
+    widget.dispose();
+    const calls = fetcher.indexCalls;
+    await new Promise(resolve => setTimeout(resolve, 50));
+    expect(fetcher.indexCalls).toBeLessThanOrEqual(calls + 1);
+    expect(widget.poll.isDisposed).toBe(true);
+  });
+});

@@ -1,0 +1,37 @@
+import { DashboardWidget } from '../widget';
+
+describe('DashboardWidget', () => {
+  function make(baseUrl = '/user/alice/'): DashboardWidget {
+    return new DashboardWidget({
+      route: '/GPU-Utilization',
+      label: 'GPU Utilization',
+      baseUrl,
+      theme: 'dark'
+    });
+  }
+
+  it('wraps a sandboxed iframe on the proxied, themed dashboard URL', () => {
+    const widget = make();
+    expect(widget.id).toBe('nvdashboard-GPU-Utilization');
+    expect(widget.hasClass('nvdashboard-widget')).toBe(true);
+    expect(widget.title.label).toBe('GPU Utilization');
+    expect(widget.content.url).toBe('/user/alice/nvdashboard/GPU-Utilization?theme=dark');
+    expect(widget.content.sandbox).toEqual(['allow-scripts', 'allow-same-origin']);
+    const iframe = widget.content.node.querySelector('iframe')!;
+    expect(iframe.getAttribute('sandbox')).toBe('allow-scripts allow-same-origin');
+    widget.dispose();
+  });
+
+  it('follows theme changes, reloading only when the URL changes', () => {
+    const widget = make('http://host:8888/lab-prefix/');
+    const iframe = widget.content.node.querySelector('iframe')!;
+    widget.setTheme('light');
+    expect(iframe.getAttribute('src')).toBe(
+      'http://host:8888/lab-prefix/nvdashboard/GPU-Utilization?theme=light'
+    );
+    const spy = jest.spyOn(iframe, 'setAttribute');
+    widget.setTheme('light');
+    expect(spy).not.toHaveBeenCalled();
+    widget.dispose();
+  });
+});

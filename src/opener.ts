@@ -1,0 +1,64 @@
+/**
+ * Open-or-activate: the one rule behind `nvdashboard:open`. A route has at
+ * most one tab; opening it again brings the existing tab to the front.
+ *
+ * Kept free of JupyterLab classes so it can be unit-tested with plain
+ * Lumino widgets.
+ */
+import { Widget } from '@lumino/widgets';
+
+import { IOpenArgs } from './tokens';
+import { widgetId } from './urls';
+
+/** How the opener reaches the application. */
+export interface IOpenerHost<T extends Widget> {
+  /** The open widget with this id, if any (e.g. from a WidgetTracker). */
+  find(id: string): T | undefined;
+  /** Build a new dashboard widget; it must carry the given id. */
+  create(args: IOpenArgs, id: string): T;
+  /** Put a new widget into the shell (and the tracker). */
+  attach(widget: T): void;
+  /** Bring a widget to the front. */
+  activate(widget: T): void;
+}
+
+/** What `openOrActivate` did. */
+export interface IOpenResult<T extends Widget> {
+  widget: T;
+  created: boolean;
+}
+
+/** Activate the route's open tab, or create, attach and activate a new one. */
+export function openOrActivate<T extends Widget>(
+  args: IOpenArgs,
+  host: IOpenerHost<T>
+): IOpenResult<T> {
+  const id = widgetId(args.route);
+  const existing = host.find(id);
+  if (existing && !existing.isDisposed) {
+    host.activate(existing);
+    return { widget: existing, created: false };
+  }
+  const widget = host.create(args, id);
+  if (widget.id !== id) {
+    widget.id = id;
+  }
+  host.attach(widget);
+  host.activate(widget);
+  return { widget, created: true };
+}
+
+/** Validate untyped command arguments into `IOpenArgs`. */
+export function toOpenArgs(args: {
+  [key: string]: unknown;
+}): IOpenArgs | null {
+  const route = args.route;
+  if (typeof route !== 'string' || !route.replace(/\//g, '')) {
+    return null;
+  }
+  const label =
+    typeof args.label === 'string' && args.label
+      ? args.label
+      : route.replace(/^\/+/, '').replace(/-/g, ' ');
+  return { route, label };
+}

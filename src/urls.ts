@@ -1,0 +1,69 @@
+/**
+ * Pure URL helpers: every URL the frontend requests or embeds is built here
+ * from the Jupyter server's base URL, so the extension works under any
+ * prefix (`/`, `/user/alice/`, `http://host:8888/lab-prefix/`).
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+
+import { DashboardTheme, PROXY_NAME, WIDGET_ID_PREFIX } from './tokens';
+
+/**
+ * The route without leading/trailing slashes, e.g. `GPU-Utilization`.
+ *
+ * Throws on an empty route or one that tries to climb out of the proxy
+ * prefix, since such a value can only come from a broken index.
+ */
+export function routePath(route: string): string {
+  const path = route.replace(/^\/+/, '').replace(/\/+$/, '');
+  const segments = path.split('/');
+  if (!path || segments.some(s => s === '' || s === '.' || s === '..')) {
+    throw new Error(`Invalid dashboard route: ${JSON.stringify(route)}`);
+  }
+  return segments.map(encodeURIComponent).join('/');
+}
+
+/** `{baseUrl}nvdashboard/index.json` */
+export function indexUrl(baseUrl: string): string {
+  return URLExt.join(baseUrl, PROXY_NAME, 'index.json');
+}
+
+/** `{baseUrl}nvdashboard/info.json` */
+export function infoUrl(baseUrl: string): string {
+  return URLExt.join(baseUrl, PROXY_NAME, 'info.json');
+}
+
+/** `{baseUrl}nvdashboard/<Route>?theme=dark|light` */
+export function dashboardUrl(
+  baseUrl: string,
+  route: string,
+  theme: DashboardTheme
+): string {
+  const url = URLExt.join(baseUrl, PROXY_NAME, routePath(route));
+  return `${url}${URLExt.objectToQueryString({ theme })}`;
+}
+
+/** Stable main-area widget id for a route, e.g. `nvdashboard-GPU-Utilization`. */
+export function widgetId(route: string): string {
+  const path = route.replace(/^\/+/, '').replace(/\/+$/, '');
+  return WIDGET_ID_PREFIX + path.replace(/[^A-Za-z0-9_-]/g, '-');
+}
+
+/** The subset of `IThemeManager` the theme choice depends on. */
+export interface IThemeSource {
+  readonly theme: string | null;
+  isLight(name: string): boolean;
+}
+
+/**
+ * `dark` when the current JupyterLab theme is a dark one, otherwise `light`
+ * (also while no theme is loaded yet, or without a theme manager).
+ */
+export function dashboardTheme(
+  themes: IThemeSource | null | undefined
+): DashboardTheme {
+  const name = themes?.theme;
+  if (!themes || !name) {
+    return 'light';
+  }
+  return themes.isLight(name) === false ? 'dark' : 'light';
+}
