@@ -13,7 +13,8 @@ from typing import Protocol
 from bokeh.document import Document
 from bokeh.layouts import column
 from bokeh.models import Div
-from bokeh.themes import built_in_themes
+from bokeh.themes import Theme
+from bokeh.themes._dark_minimal import json as _dark_minimal_json
 from jinja2 import Template
 
 from ..metrics import Metrics, Sample
@@ -37,10 +38,12 @@ PAGE = Template("""\
 {% endblock %}
 """)
 
+# Bokeh's dark_minimal, plus light text for the value labels it does not cover.
+_DARK = Theme(json={"attrs": {**_dark_minimal_json["attrs"],
+                              "LabelSet": {"text_color": "#e0e0e0"}}})
 THEMES = {
     "light": {"bokeh": None, "page_background": "#ffffff", "page_foreground": "#1f1f1f"},
-    "dark": {"bokeh": built_in_themes["dark_minimal"], "page_background": "#20262b",
-             "page_foreground": "#e0e0e0"},
+    "dark": {"bokeh": _DARK, "page_background": "#20262b", "page_foreground": "#e0e0e0"},
 }
 
 

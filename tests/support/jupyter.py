@@ -11,7 +11,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -52,7 +52,7 @@ class JupyterLab:
 
 @contextmanager
 def jupyter_lab(
-    simulate: int = 2, extra_env: dict[str, str] | None = None
+    simulate: int = 2, extra_env: dict[str, str] | None = None, extra_args: Sequence[str] = ()
 ) -> Iterator[JupyterLab]:
     port, token = free_port(), secrets.token_hex(16)
     with tempfile.TemporaryDirectory() as home:
@@ -67,7 +67,7 @@ def jupyter_lab(
              "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}",
              f"--ServerApp.base_url={BASE_URL}", f"--ServerApp.root_dir={home}",
              "--LabApp.news_url=", "--LabApp.collaborative=False",
-             *(["--allow-root"] if os.geteuid() == 0 else [])],
+             *(["--allow-root"] if os.geteuid() == 0 else []), *extra_args],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=home,
         )
         lab = JupyterLab(f"http://127.0.0.1:{port}", BASE_URL, token, process)

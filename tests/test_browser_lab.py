@@ -1,0 +1,107 @@
+"""The JupyterLab extension in a real browser (Debian Chromium through Playwright), with
+the dashboards behind jupyter-server-proxy under base_url /user/alice/ and a token.
+
+Screenshots of the sidebar and every dashboard, light and dark, go to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.browser import CANVAS_INK_JS, chromium, screenshot, watch
+from tests.support.jupyter import jupyter_lab
+
+pytestmark = pytest.mark.browser
+
+SIDEBAR_TAB = 'li[data-id="nvdashboard-sidebar"]'
+DARK_BACKGROUND = "rgb(32, 38, 43)"
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with jupyter_lab(simulate=2, extra_args=["--LabApp.expose_app_in_browser=True"]) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as running:
+        yield running
+
+
+def dashboard_frame(page, route: str):  # noqa: ANN001, ANN201
+    """The iframe of ``route``, once it has navigated to the dashboard."""
+    for _ in range(100):
+        for frame in page.frames:
+            if frame.url.split("?")[0].endswith("nvdashboard" + route):
+                return frame
+        page.wait_for_timeout(300)
+    raise AssertionError(f"no iframe for {route}: {[f.url for f in page.frames]}")
+
+
+def wait_for_plot(frame) -> dict:  # noqa: ANN001
+    frame.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0", timeout=30_000)
+    frame.wait_for_function(f"() => ({CANVAS_INK_JS})().ink > 500", timeout=30_000)
+    return frame.evaluate(CANVAS_INK_JS)
+
+
+def open_lab(page, lab) -> None:  # noqa: ANN001
+    page.goto(f"{lab.url}lab?token={lab.token}")
+    page.wait_for_selector(SIDEBAR_TAB, timeout=60_000)
+
+
+def test_sidebar_dashboards_reload_and_theme(lab, browser) -> None:
+    index = json.loads(lab.get("nvdashboard/index.json")[1])
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    watched = watch(page)
+    open_lab(page, lab)
+
+    page.click(SIDEBAR_TAB)
+    page.wait_for_function(
+        f"() => document.querySelectorAll('.nvdashboard-button').length === {len(index)}",
+        timeout=60_000)
+    listed = page.eval_on_selector_all(".nvdashboard-button",
+                                       "els => els.map(e => e.dataset.route)")
+    assert sorted(listed) == sorted(index)
+    assert "Simulated" in page.inner_text("#nvdashboard-sidebar")
+    screenshot(page, "lab-sidebar-light")
+
+    for route in index:
+        page.click(f'.nvdashboard-button[data-route="{route}"]')
+        frame = dashboard_frame(page, route)
+        first = wait_for_plot(frame)
+        page.wait_for_timeout(1500)
+        second = frame.evaluate(CANVAS_INK_JS)
+        assert second["checksum"] != first["checksum"], f"{route} did not update"
+        screenshot(page, "lab-light" + route.replace("/", "-").lower())
+
+    # Clicking an open dashboard again activates its tab instead of opening a second one.
+    first_route = next(iter(index))
+    page.click(f'.nvdashboard-button[data-route="{first_route}"]')
+    page.wait_for_timeout(500)
+    assert page.locator(".nvdashboard-widget").count() == len(index)
+
+    page.reload()
+    page.wait_for_selector(SIDEBAR_TAB, timeout=60_000)
+    page.wait_for_function(
+        f"() => document.querySelectorAll('.nvdashboard-widget').length === {len(index)}",
+        timeout=60_000)
+
+    page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', "
+                  "{theme: 'JupyterLab Dark'})")
+    for route in index:
+        page.click(f'.nvdashboard-button[data-route="{route}"]')
+        page.wait_for_function(
+            f"() => [...document.querySelectorAll('iframe')].some(f => "
+            f"f.src.includes('nvdashboard{route}?theme=dark'))", timeout=30_000)
+        frame = dashboard_frame(page, route)
+        wait_for_plot(frame)
+        frame.wait_for_function(
+            f"() => getComputedStyle(document.body).backgroundColor === '{DARK_BACKGROUND}'",
+            timeout=30_000)
+        screenshot(page, "lab-dark" + route.replace("/", "-").lower())
+    screenshot(page, "lab-sidebar-dark")
+    watched.assert_clean()
+
