@@ -86,26 +86,21 @@ def _positive_int(name: str, low: int, high: int):
     return parse
 
 
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise ConfigError(f"interval must be a number of seconds, got {text!r}") from None
-    if not value >= MIN_INTERVAL_S or value > 60:
-        raise ConfigError(
-            f"interval must be between {MIN_INTERVAL_S} and 60 seconds, got {text}"
-        )
-    return value
+def _seconds(name: str, low: float, high: float, range_text: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} must be a number of seconds, got {text!r}") from None
+        if not low <= value <= high:  # also rejects NaN
+            raise ConfigError(f"{name} must be between {range_text}, got {text}")
+        return value
+
+    return parse
 
 
-def _history(text: str) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise ConfigError(f"history must be a number of seconds, got {text!r}") from None
-    if not 1 <= value <= 7 * 24 * 3600:
-        raise ConfigError(f"history must be between 1 second and 7 days, got {text}")
-    return value
+_interval = _seconds("interval", MIN_INTERVAL_S, 60, f"{MIN_INTERVAL_S} and 60 seconds")
+_history = _seconds("history", 1, 7 * 24 * 3600, "1 second and 7 days")
 
 
 def _boolean(name: str):
