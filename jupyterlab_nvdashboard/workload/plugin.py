@@ -179,8 +179,10 @@ class SparseAdam:
         rows = tf.cast(grad.indices, tf.int64)
         g = tf.convert_to_tensor(grad.values)
         t = tf.cast(self.iterations + 1, dtype)
-        b1 = tf.constant(self.beta_1, dtype)
-        b2 = tf.constant(self.beta_2, dtype)
+        # (1 - beta) is formed in Python (float64) before it meets the tensors, as Keras
+        # does; 1 - float32(0.999) would be off by 1.3e-5 relative.
+        one_minus_b1 = tf.constant(1.0 - self.beta_1, dtype)
+        one_minus_b2 = tf.constant(1.0 - self.beta_2, dtype)
         # As Keras: float32 learning rate and float32-rounded betas in the bias correction.
         b1_32 = tf.constant(float(np.float32(self.beta_1)), dtype)
         b2_32 = tf.constant(float(np.float32(self.beta_2)), dtype)
@@ -191,8 +193,8 @@ class SparseAdam:
         def sparse() -> Any:
             m = tf.gather(params.m, rows)
             v = tf.gather(params.v, rows)
-            m = m + (g - m) * (1 - b1)
-            v = v + (g * g - v) * (1 - b2)
+            m = m + (g - m) * one_minus_b1
+            v = v + (g * g - v) * one_minus_b2
             params.m.scatter_update(tf.IndexedSlices(m, rows))
             params.v.scatter_update(tf.IndexedSlices(v, rows))
             params.table.scatter_sub(tf.IndexedSlices(alpha * m / (tf.sqrt(v) + eps), rows))
@@ -204,8 +206,8 @@ class SparseAdam:
             g_full = tf.scatter_nd(idx, g, shape)
             hits = tf.scatter_nd(idx, tf.ones_like(rows, dtype=tf.int32), shape[:1])
             touched = tf.reshape(hits > 0, [-1, 1])
-            m = tf.where(touched, params.m + (g_full - params.m) * (1 - b1), params.m)
-            v = tf.where(touched, params.v + (g_full * g_full - params.v) * (1 - b2), params.v)
+            m = tf.where(touched, params.m + (g_full - params.m) * one_minus_b1, params.m)
+            v = tf.where(touched, params.v + (g_full * g_full - params.v) * one_minus_b2, params.v)
             params.m.assign(m)
             params.v.assign(v)
             params.table.assign_sub(tf.where(touched, alpha * m / (tf.sqrt(v) + eps), 0))
