@@ -45,6 +45,7 @@ class SparseEmbedding:
         initial: np.ndarray,
         keys: np.ndarray | None = None,
         name: str = "sparse_embedding",
+        lookups_per_batch: int | None = None,
     ) -> None:
         tf = import_tensorflow()
         initial = np.asarray(initial)
@@ -59,6 +60,10 @@ class SparseEmbedding:
             order = np.argsort(keys)
             initial = initial[order]
             self.sorted_keys = tf.constant(keys[order])
+        # A batch with at least as many lookups as the table has rows touches most of it
+        # (DenseDemo: 1M lookups, 8,192 rows): skip the dedup, sum a dense gradient.
+        small = lookups_per_batch is not None and self.vocabulary <= lookups_per_batch
+        self.update = "dense" if small and self.sorted_keys is None else "sparse"
         self.table = tf.Variable(initial, name=name, trainable=True)
         self.m = tf.Variable(tf.zeros_like(self.table), trainable=False, name=name + "_m")
         self.v = tf.Variable(tf.zeros_like(self.table), trainable=False, name=name + "_v")
@@ -109,6 +114,29 @@ class SparseEmbedding:
         return ids
 
 
+def segment_sum(dy: Any, segment_ids: Any, num_segments: Any) -> Any:
+    """Sum the rows of ``dy [N, E]`` per segment id (ids in ``[0, num_segments)``).
+
+    On the GPU this is ``tf.math.unsorted_segment_sum``. On the CPU the same sum is one
+    weighted ``tf.math.bincount`` over ``id * E + column``, which measured ~4x faster
+    than TensorFlow's single-threaded CPU segment-sum kernel for DenseDemo batches.
+    """
+    tf = import_tensorflow()
+    if "GPU" in (dy.device or "").upper():
+        return tf.math.unsorted_segment_sum(dy, segment_ids, num_segments)
+    dim = tf.shape(dy)[1]
+    ids = tf.cast(segment_ids, tf.int32)[:, None] * dim + tf.range(dim)[None, :]
+    size = tf.cast(num_segments, tf.int32) * dim
+    flat = tf.math.bincount(
+        tf.reshape(ids, [-1]),
+        weights=tf.reshape(dy, [-1]),
+        minlength=size,
+        maxlength=size,
+        dtype=dy.dtype,
+    )
+    return tf.reshape(flat, [-1, dim])
+
+
 def _expand(tf: Any) -> Any:
     @tf.custom_gradient
     def expand(unique_rows_values: Any, inverse: Any) -> Any:
@@ -116,22 +144,44 @@ def _expand(tf: Any) -> Any:
 
         def grad(dy: Any) -> Any:
             n = tf.shape(unique_rows_values)[0]
-            return tf.math.unsorted_segment_sum(dy, inverse, n), None
+            return segment_sum(dy, inverse, n), None
 
         return out, grad
 
     return expand
 
 
+def _gather_dense_grad(tf: Any) -> Any:
+    @tf.custom_gradient
+    def gather(table: Any, flat_ids: Any) -> Any:
+        out = tf.gather(table, flat_ids)
+
+        def grad(dy: Any) -> Any:
+            return segment_sum(dy, flat_ids, tf.shape(table)[0]), None
+
+        return out, grad
+
+    return gather
+
+
 def lookup_unique(params: SparseEmbedding, ids: Any) -> tuple[Any, Any]:
-    """Forward of the plugin lookup; returns (embeddings ``ids.shape + [dim]``, unique rows)."""
+    """Forward of the plugin lookup; returns (embeddings ``ids.shape + [dim]``, unique rows).
+
+    With ``params.update == "dense"`` (a small table most of which every batch touches,
+    chosen by :class:`SparseEmbedding`), the dedup is skipped: the lookups gather
+    directly and the gradient is summed straight into a dense ``[V, E]`` tensor; rows
+    is then ``None``.
+    """
     tf = import_tensorflow()
     flat = tf.reshape(ids, [-1])
+    shape = tf.concat([tf.shape(ids), [params.dim]], axis=0)
+    if params.update == "dense":
+        out = _gather_dense_grad(tf)(params.table.read_value(), flat)
+        return tf.reshape(out, shape), None
     unique_keys, inverse = tf.unique(flat, out_idx=tf.int32)
     rows = params.rows_of(unique_keys)
     values = tf.gather(params.table, rows)  # gradient: IndexedSlices(rows unique)
     out = _expand(tf)(values, inverse)
-    shape = tf.concat([tf.shape(ids), [params.dim]], axis=0)
     return tf.reshape(out, shape), rows
 
 
@@ -176,17 +226,16 @@ class SparseAdam:
         """Apply an ``IndexedSlices`` gradient with unique indices to ``params``."""
         tf = import_tensorflow()
         dtype = params.dtype
+        if not isinstance(grad, tf.IndexedSlices):
+            self._apply_dense(params, tf.convert_to_tensor(grad))
+            return
         rows = tf.cast(grad.indices, tf.int64)
         g = tf.convert_to_tensor(grad.values)
-        t = tf.cast(self.iterations + 1, dtype)
         # (1 - beta) is formed in Python (float64) before it meets the tensors, as Keras
         # does; 1 - float32(0.999) would be off by 1.3e-5 relative.
         one_minus_b1 = tf.constant(1.0 - self.beta_1, dtype)
         one_minus_b2 = tf.constant(1.0 - self.beta_2, dtype)
-        # As Keras: float32 learning rate and float32-rounded betas in the bias correction.
-        b1_32 = tf.constant(float(np.float32(self.beta_1)), dtype)
-        b2_32 = tf.constant(float(np.float32(self.beta_2)), dtype)
-        alpha = self.learning_rate * tf.sqrt(1 - tf.pow(b2_32, t)) / (1 - tf.pow(b1_32, t))
+        alpha = self._alpha(dtype)
         eps = tf.constant(self.epsilon, dtype)
         threshold = int(self.dense_update_fraction * params.vocabulary)
 
@@ -217,4 +266,30 @@ class SparseAdam:
             sparse()
         else:
             tf.cond(tf.size(rows, out_type=tf.int64) > threshold, dense, sparse)
+        self.iterations.assign_add(1)
+
+    def _alpha(self, dtype: Any) -> Any:
+        """As Keras: float32 learning rate and float32-rounded betas in the bias correction."""
+        tf = import_tensorflow()
+        t = tf.cast(self.iterations + 1, dtype)
+        b1_32 = tf.constant(float(np.float32(self.beta_1)), dtype)
+        b2_32 = tf.constant(float(np.float32(self.beta_2)), dtype)
+        return self.learning_rate * tf.sqrt(1 - tf.pow(b2_32, t)) / (1 - tf.pow(b1_32, t))
+
+    def _apply_dense(self, params: SparseEmbedding, g: Any) -> None:
+        """Lazy Adam from a dense ``[V, E]`` gradient: rows with an all-zero gradient are
+        treated as untouched (identical to the sparse update except for a touched row
+        whose summed gradient is exactly zero, whose moments are then not decayed)."""
+        tf = import_tensorflow()
+        dtype = params.dtype
+        alpha = self._alpha(dtype)
+        eps = tf.constant(self.epsilon, dtype)
+        one_minus_b1 = tf.constant(1.0 - self.beta_1, dtype)
+        one_minus_b2 = tf.constant(1.0 - self.beta_2, dtype)
+        touched = tf.reduce_any(tf.not_equal(g, 0), axis=1, keepdims=True)
+        m = tf.where(touched, params.m + (g - params.m) * one_minus_b1, params.m)
+        v = tf.where(touched, params.v + (g * g - params.v) * one_minus_b2, params.v)
+        params.m.assign(m)
+        params.v.assign(v)
+        params.table.assign_sub(tf.where(touched, alpha * m / (tf.sqrt(v) + eps), 0))
         self.iterations.assign_add(1)

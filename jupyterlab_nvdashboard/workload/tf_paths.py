@@ -85,7 +85,9 @@ class TFTrainer:
             self.optimizer = keras.optimizers.Adam(**adam)
             self.sparse_optimizer = None
             if path == "plugin":
-                self.embedding = SparseEmbedding(initial_table(cfg))
+                self.embedding = SparseEmbedding(
+                    initial_table(cfg), lookups_per_batch=cfg.batch * cfg.keys_per_sample
+                )
                 kwargs = {}
                 if dense_update_fraction is not None:
                     kwargs["dense_update_fraction"] = dense_update_fraction

@@ -104,16 +104,18 @@ def test_plugin_clear_errors():
     assert embedding_lookup(emb, np.array([[1, 2]], np.int32)).shape == (1, 2, 4)
 
 
-def test_plugin_matches_numpy_reference_for_20_steps():
+@pytest.mark.parametrize("vocabulary", [512, 8192])  # dense-gradient and dedup modes
+def test_plugin_matches_numpy_reference_for_20_steps(vocabulary):
     # float64 on both sides: the two compute the same math in different orders (oneDNN
     # matmuls vs NumPy BLAS, segment sums), so float32 would drift by ~1e-6 per step and
     # hide real differences. In float64 agreement is ~1e-15, so 1e-10 leaves no slack for
     # a wrong formula (the Keras learning rate rounded to float32 alone would show ~1e-8).
-    cfg = make_config("ci", dtype="float64")
+    cfg = make_config("ci", dtype="float64", vocabulary=vocabulary)
     pool = make_pool(cfg)
     ref, tf_plugin = ArrayTrainer(cfg, pool), TFTrainer("plugin", cfg, pool)
     ref_losses = [ref.step(i) for i in range(20)]
     tf_losses = [tf_plugin.step(i) for i in range(20)]
+    assert tf_plugin.embedding.update == ("dense" if vocabulary == 512 else "sparse")
     np.testing.assert_allclose(tf_losses, ref_losses, rtol=1e-10)
     keys = np.unique(np.concatenate([k.ravel() for k in pool.keys]))
     np.testing.assert_allclose(tf_plugin.embedding_of(keys), ref.embedding_of(keys), atol=1e-12)
