@@ -30,7 +30,7 @@ from ._lazy import import_tensorflow
 
 #: Above this fraction of touched rows the masked dense update is used (measured crossover;
 #: see benchmarks/README.md).
-DENSE_UPDATE_FRACTION = 0.5
+DENSE_UPDATE_FRACTION = 0.8
 
 
 class SparseEmbedding:
