@@ -1,0 +1,8 @@
+"""``python -m jupyterlab_nvdashboard.workload --help``: see :mod:`.cli`."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Command line of the embedding workload, and the only way the dashboard builds one.
+
+Run::
+
+    python -m jupyterlab_nvdashboard.workload --path plugin --preset densedemo \
+        --iterations 200 [--device cpu|gpu] [--events FILE] [--runs-dir DIR]
+
+Without ``--events`` the events go to ``<runs-dir>/<run_id>.jsonl``; ``--runs-dir``
+defaults to ``$NVDASHBOARD_RUNS_DIR`` or ``~/.cache/nvdashboard/runs``. Exit status:
+0 done, 2 bad arguments (one line on stderr), 1 a missing framework or device,
+130 interrupted by Ctrl-C (after writing the ``end`` event).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, NoReturn
+
+from .config import DEVICES, DISTRIBUTIONS, PATHS, PRESETS, default_runs_dir, make_config
+
+MODULE = "jupyterlab_nvdashboard.workload"
+MAX_ITERATIONS = 100_000
+
+#: The schema ``build_command`` enforces: name -> (required, allowed values or int range).
+COMMAND_SCHEMA: dict[str, tuple[bool, Any]] = {
+    "path": (True, PATHS),
+    "preset": (True, tuple(PRESETS)),
+    "iterations": (True, (1, MAX_ITERATIONS)),
+    "device": (False, DEVICES),
+}
+
+
+def build_command(params: dict[str, Any]) -> list[str]:
+    """Validate ``{path, preset, iterations[, device]}`` and return the argv to launch.
+
+    Strict: unknown keys, missing required keys, values outside the allowed sets and
+    integers out of range (``bool`` is not an integer here) raise ``ValueError``.
+    """
+    if not isinstance(params, dict):
+        raise ValueError("workload parameters must be a JSON object")
+    unknown = sorted(set(params) - set(COMMAND_SCHEMA))
+    if unknown:
+        raise ValueError(f"unknown workload parameter(s): {', '.join(map(str, unknown))}")
+    argv = [sys.executable, "-m", MODULE]
+    for name, (required, allowed) in COMMAND_SCHEMA.items():
+        if name not in params:
+            if required:
+                raise ValueError(f"missing workload parameter: {name}")
+            continue
+        value = params[name]
+        if name == "iterations":
+            low, high = allowed
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"iterations must be an integer, got {value!r}")
+            if not low <= value <= high:
+                raise ValueError(f"iterations must be in [{low}, {high}], got {value}")
+        elif not isinstance(value, str) or value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        argv += [f"--{name}", str(value)]
+    return argv
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _int_range(low: int, high: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range [{low}, {high}]")
+        return value
+
+    return parse
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=f"python -m {MODULE}", description="Train the bundled embedding workload.")
+    p.add_argument("--path", choices=PATHS, default="plugin")
+    p.add_argument("--preset", choices=tuple(PRESETS), default="densedemo")
+    p.add_argument("--iterations", type=_int_range(1, MAX_ITERATIONS), default=200)
+    p.add_argument("--device", choices=DEVICES, default=None, help="default: GPU if present")
+    p.add_argument("--events", metavar="FILE", default=None, help="JSON lines event file")
+    p.add_argument("--runs-dir", metavar="DIR", default=None, help="default: %(default)s")
+    p.add_argument("--batch", type=_int_range(1, 1 << 20), default=None)
+    p.add_argument("--vocab", type=_int_range(1, 2**40), default=None)
+    p.add_argument("--embedding-size", type=_int_range(1, 4096), default=None)
+    p.add_argument("--distribution", choices=DISTRIBUTIONS, default=None)
+    p.add_argument("--warmup", type=_int_range(0, 10_000), default=3)
+    p.add_argument("--seed", type=_int_range(0, 2**32 - 1), default=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    try:
+        cfg = make_config(
+            args.preset,
+            batch=args.batch,
+            vocabulary=args.vocab,
+            embedding_size=args.embedding_size,
+            distribution=args.distribution,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    from ._lazy import MissingDependencyError
+    from .runner import run
+
+    try:
+        end = run(
+            args.path,
+            cfg,
+            args.iterations,
+            device=args.device,
+            warmup=args.warmup,
+            events_path=args.events,
+            runs_dir=args.runs_dir or default_runs_dir(),
+            preset=args.preset,
+        )
+    except (MissingDependencyError, RuntimeError, ValueError) as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 1
+    median = end["median_ms"]
+    timing = f"median {median:.2f} ms/step" if median is not None else "no timed steps"
+    state = "interrupted" if end["interrupted"] else "done"
+    print(f"{state}: {end['iterations']} iterations, {timing}", file=sys.stderr)
+    return 130 if end["interrupted"] else 0

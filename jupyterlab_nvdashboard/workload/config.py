@@ -1,0 +1,147 @@
+"""Workload configuration: presets, overrides and validation.
+
+All settings of the bundled embedding workload live in one frozen dataclass,
+:class:`WorkloadConfig`. Presets give the starting point and every field can be
+overridden; :func:`make_config` validates the result and raises a one-line
+``ValueError`` on bad input. The runs directory is resolved here too, so no other
+module reads the environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: Training paths the CLI and the dashboard may launch.
+PATHS: tuple[str, ...] = ("native", "hashtable", "plugin", "numpy", "cupy-plugin")
+#: Paths that exist only for benchmarks (comparators), never launched by the dashboard.
+BENCHMARK_PATHS: tuple[str, ...] = ("native-dense",)
+DISTRIBUTIONS: tuple[str, ...] = ("densedemo", "uniform", "zipf")
+DEVICES: tuple[str, ...] = ("cpu", "gpu")
+RUNS_DIR_ENV = "NVDASHBOARD_RUNS_DIR"
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """One workload: data shape, model shape, optimizer and data pool."""
+
+    fields: int = 100  # feature fields (SOK "slots")
+    hotness: int = 10  # lookups per field per sample
+    vocabulary: int = 8192  # rows in the embedding table; keys lie in [0, vocabulary)
+    embedding_size: int = 4
+    hidden_layers: int = 6
+    hidden_units: int = 1024
+    batch: int = 8192
+    learning_rate: float = 1e-3
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-7
+    distribution: str = "densedemo"
+    zipf_exponent: float = 1.2
+    seed: int = 0
+    pool_batches: int = 4  # batches generated up front and placed on the device once
+    dtype: str = "float32"
+
+    @property
+    def keys_per_sample(self) -> int:
+        return self.fields * self.hotness
+
+    @property
+    def mlp_input_size(self) -> int:
+        return self.fields * self.hotness * self.embedding_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+PRESETS: dict[str, WorkloadConfig] = {
+    # NVIDIA SOK DenseDemo: 100 fields x 10 lookups, vocabulary 8192, embedding 4.
+    "densedemo": WorkloadConfig(),
+    "large-vocab": WorkloadConfig(vocabulary=20_000_000, distribution="uniform"),
+    # Tiny and fast: well under a second per step on a 2-core CPU, learnable in ~50 steps.
+    "ci": WorkloadConfig(
+        fields=8,
+        hotness=2,
+        vocabulary=512,
+        embedding_size=4,
+        hidden_layers=2,
+        hidden_units=32,
+        batch=256,
+        learning_rate=1e-2,
+        pool_batches=4,
+    ),
+}
+
+_RANGES: dict[str, tuple[float, float]] = {
+    "fields": (1, 10_000),
+    "hotness": (1, 10_000),
+    "vocabulary": (1, 2**40),
+    "embedding_size": (1, 4096),
+    "hidden_layers": (0, 64),
+    "hidden_units": (1, 65_536),
+    "batch": (1, 1 << 20),
+    "learning_rate": (0.0, 10.0),
+    "beta_1": (0.0, 1.0),
+    "beta_2": (0.0, 1.0),
+    "epsilon": (0.0, 1.0),
+    "zipf_exponent": (1.0001, 10.0),
+    "seed": (0, 2**32 - 1),
+    "pool_batches": (1, 1024),
+}
+
+
+def make_config(preset: str = "densedemo", **overrides: Any) -> WorkloadConfig:
+    """Return the preset with ``overrides`` applied (``None`` values are ignored)."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    names = {f.name for f in dataclasses.fields(WorkloadConfig)}
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    unknown = sorted(set(changes) - names)
+    if unknown:
+        raise ValueError(f"unknown workload setting(s): {', '.join(unknown)}")
+    cfg = dataclasses.replace(PRESETS[preset], **changes)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: WorkloadConfig) -> None:
+    """Raise a one-line ``ValueError`` when a field is out of range."""
+    for name, (low, high) in _RANGES.items():
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        if not low <= value <= high:
+            raise ValueError(f"{name}={value} is out of range [{low}, {high}]")
+    if cfg.distribution not in DISTRIBUTIONS:
+        raise ValueError(
+            f"unknown distribution {cfg.distribution!r}; choose one of {', '.join(DISTRIBUTIONS)}"
+        )
+    if cfg.dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype must be float32 or float64, got {cfg.dtype!r}")
+    if cfg.distribution == "densedemo" and cfg.vocabulary < cfg.fields:
+        raise ValueError("the densedemo distribution needs vocabulary >= fields")
+
+
+def default_runs_dir(environ: dict[str, str] | None = None) -> Path:
+    """``$NVDASHBOARD_RUNS_DIR`` if set, else ``~/.cache/nvdashboard/runs``."""
+    env = os.environ if environ is None else environ
+    value = env.get(RUNS_DIR_ENV)
+    if value:
+        return Path(value).expanduser()
+    return Path.home() / ".cache" / "nvdashboard" / "runs"
+
+
+def keras_adam_alpha(learning_rate: float, beta_1: float, beta_2: float, step: int) -> float:
+    """Adam's bias-corrected step size exactly as Keras 3 computes it.
+
+    Keras holds the learning rate in a float32 variable and raises float32-rounded betas
+    to the step; the moment updates use the exact Python floats. Mirroring this lets the
+    float64 NumPy reference match the TensorFlow paths to rounding error.
+    """
+    import numpy as np
+
+    lr, b1, b2 = (float(np.float32(x)) for x in (learning_rate, beta_1, beta_2))
+    return lr * (1 - b2**step) ** 0.5 / (1 - b1**step)

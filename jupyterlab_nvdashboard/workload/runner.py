@@ -1,0 +1,180 @@
+"""Run a workload path for N iterations, timing each step and emitting events.
+
+``run(...)`` is what ``python -m jupyterlab_nvdashboard.workload`` calls.
+``make_trainer(...)`` builds any path (including the benchmark-only ``native-dense``)
+with the shared ``step(i) -> loss`` interface.
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from .config import BENCHMARK_PATHS, PATHS, WorkloadConfig
+from .data import make_pool
+from .events import EventWriter, new_run_id
+
+
+def resolve_device(path: str, device: str | None) -> str:
+    """The device a path runs on: numpy is CPU-only, cupy-plugin GPU-only."""
+    if path == "numpy":
+        if device == "gpu":
+            raise ValueError("the numpy path runs on the CPU only; use --device cpu")
+        return "cpu"
+    if path == "cupy-plugin":
+        if device == "cpu":
+            raise ValueError("the cupy-plugin path runs on the GPU only; use --device gpu")
+        return "gpu"
+    if device is not None:
+        return device
+    from ._lazy import import_tensorflow
+
+    return "gpu" if import_tensorflow().config.list_physical_devices("GPU") else "cpu"
+
+
+def make_trainer(
+    path: str, cfg: WorkloadConfig, device: str = "cpu", mode: str = "full", **kwargs: Any
+) -> Any:
+    """Build the trainer of ``path``; it has ``step(i) -> float`` and memory accessors."""
+    if path not in PATHS + BENCHMARK_PATHS:
+        raise ValueError(f"unknown path {path!r}; choose one of {', '.join(PATHS)}")
+    pool = make_pool(cfg)
+    if path == "numpy":
+        from .xp_path import ArrayTrainer
+
+        return ArrayTrainer(cfg, pool, mode=mode)
+    if path == "cupy-plugin":
+        from .cupy_ops import CupyOps
+        from .xp_path import ArrayTrainer
+
+        return ArrayTrainer(cfg, pool, ops=CupyOps(cfg.dtype), mode=mode)
+    from .tf_paths import TFTrainer
+
+    return TFTrainer(path, cfg, pool, device=device, mode=mode, **kwargs)
+
+
+def peak_host_memory_bytes() -> int:
+    """Peak resident set size of this process (Linux reports KiB)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def summarize(times_ms: list[float], batch: int) -> dict[str, Any]:
+    """Median and 10th/90th percentile step time and the median throughput."""
+    if not times_ms:
+        return {"median_ms": None, "p10_ms": None, "p90_ms": None, "samples_per_s": None}
+    ordered = sorted(times_ms)
+
+    def pct(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+    median = statistics.median(ordered)
+    return {
+        "median_ms": median,
+        "p10_ms": pct(0.1),
+        "p90_ms": pct(0.9),
+        "samples_per_s": batch / (median / 1000.0) if median > 0 else None,
+    }
+
+
+class Progress:
+    """A plain one-line progress bar on a TTY; silent otherwise."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, width: int = 30) -> None:
+        self.stream = stream or sys.stderr
+        self.total, self.width = total, width
+        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def update(self, done: int, label: str) -> None:
+        if not self.enabled:
+            return
+        filled = int(self.width * done / max(self.total, 1))
+        bar = "#" * filled + "-" * (self.width - filled)
+        self.stream.write(f"\r[{bar}] {done}/{self.total} {label}")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def run(
+    path: str,
+    cfg: WorkloadConfig,
+    iterations: int,
+    *,
+    device: str | None = None,
+    warmup: int = 3,
+    events_path: str | Path | None = None,
+    runs_dir: str | Path | None = None,
+    preset: str | None = None,
+    on_iteration: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Train ``iterations`` timed steps after ``warmup`` untimed ones; return the end event.
+
+    Ctrl-C (``KeyboardInterrupt``) stops the loop; the ``end`` event then summarises the
+    completed iterations with ``"interrupted": true``.
+    """
+    import os
+
+    run_id = new_run_id()
+    device = resolve_device(path, device)
+    if events_path is None:
+        from .config import default_runs_dir
+
+        events_path = Path(runs_dir or default_runs_dir()) / f"{run_id}.jsonl"
+    times: list[float] = []
+    interrupted = False
+    with EventWriter(events_path, run_id) as events:
+        events.emit(
+            "start",
+            config=cfg.to_dict(),
+            preset=preset,
+            path=path,
+            device=device,
+            pid=os.getpid(),
+            iterations=iterations,
+            warmup=warmup,
+            events_file=str(events_path),
+        )
+        progress = Progress(warmup + iterations)
+        trainer = None
+        try:
+            trainer = make_trainer(path, cfg, device=device)
+            for i in range(warmup):
+                trainer.step(i)  # compiles and fills caches; not timed
+                progress.update(i + 1, "warm-up")
+            for i in range(iterations):
+                start = time.perf_counter()
+                loss = trainer.step(warmup + i)  # returns after a device sync
+                ms = (time.perf_counter() - start) * 1000.0
+                times.append(ms)
+                record = events.emit(
+                    "iteration",
+                    iteration=i + 1,
+                    ms=ms,
+                    samples_per_s=cfg.batch / (ms / 1000.0) if ms > 0 else None,
+                    loss=loss,
+                )
+                if on_iteration:
+                    on_iteration(record)
+                progress.update(warmup + i + 1, f"{ms:7.1f} ms/step loss {loss:.4f}")
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            progress.close()
+        device_peak = trainer.peak_device_memory_bytes() if trainer is not None else None
+        return events.emit(
+            "end",
+            iterations=len(times),
+            **summarize(times, cfg.batch),
+            peak_host_memory_bytes=peak_host_memory_bytes(),
+            peak_device_memory_bytes=device_peak,
+            interrupted=interrupted,
+        )

@@ -1,0 +1,93 @@
+"""The CLI end to end in a subprocess: events file, bad arguments and Ctrl-C."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyterlab_nvdashboard.workload import build_command, read_events
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(tmp_path):
+    env = dict(os.environ, NVDASHBOARD_RUNS_DIR=str(tmp_path / "runs"), TF_CPP_MIN_LOG_LEVEL="2")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def test_cli_writes_events_to_runs_dir(tmp_path):
+    pytest.importorskip("tensorflow")
+    cmd = build_command({"path": "plugin", "preset": "ci", "iterations": 12, "device": "cpu"})
+    done = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    files = list((tmp_path / "runs").glob("*.jsonl"))
+    assert len(files) == 1
+    events = read_events(files[0])
+    kinds = [e["event"] for e in events]
+    assert kinds == ["start"] + ["iteration"] * 12 + ["end"]
+    assert len({e["run_id"] for e in events}) == 1 and files[0].stem == events[0]["run_id"]
+    assert all(isinstance(e["time"], float) for e in events)
+    start, end = events[0], events[-1]
+    assert start["path"] == "plugin" and start["device"] == "cpu" and start["pid"] > 0
+    assert start["config"]["vocabulary"] == 512
+    it = events[1]
+    assert {"iteration", "ms", "samples_per_s", "loss"} <= set(it)
+    assert end["iterations"] == 12 and end["interrupted"] is False
+    assert end["p10_ms"] <= end["median_ms"] <= end["p90_ms"]
+    assert end["peak_host_memory_bytes"] > 0 and end["peak_device_memory_bytes"] is None
+
+
+def test_cli_numpy_path_with_events_flag(tmp_path):
+    events_file = tmp_path / "e.jsonl"
+    cmd = [sys.executable, "-m", "jupyterlab_nvdashboard.workload", "--path", "numpy"]
+    cmd += ["--preset", "ci", "--iterations", "5", "--events", str(events_file), "--warmup", "0"]
+    done = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert read_events(events_file)[-1]["iterations"] == 5
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--path", "nope"],
+        ["--iterations", "0"],
+        ["--iterations", "x"],
+        ["--device", "tpu"],
+        ["--preset", "ci", "--vocab", "0"],
+        ["--path", "numpy", "--device", "gpu", "--preset", "ci"],
+    ],
+)
+def test_cli_bad_arguments(tmp_path, args):
+    cmd = [sys.executable, "-m", "jupyterlab_nvdashboard.workload", *args]
+    done = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert done.returncode in (1, 2)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error:" in lines[0]
+    if args[0] != "--path" or args[1] != "numpy":
+        assert done.returncode == 2
+
+
+def test_cli_ctrl_c_ends_cleanly(tmp_path):
+    events_file = tmp_path / "e.jsonl"
+    cmd = [sys.executable, "-m", "jupyterlab_nvdashboard.workload", "--path", "numpy"]
+    cmd += ["--preset", "ci", "--iterations", "100000", "--events", str(events_file)]
+    proc = subprocess.Popen(cmd, env=_env(tmp_path), stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if events_file.exists() and len(read_events(events_file)) >= 5:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    events = read_events(events_file)
+    end = events[-1]
+    assert end["event"] == "end" and end["interrupted"] is True
+    assert end["iterations"] == sum(e["event"] == "iteration" for e in events) >= 3
+    assert "Traceback" not in err and "interrupted" in err
