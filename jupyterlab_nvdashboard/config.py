@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .workload.config import default_runs_dir
+
 MIN_INTERVAL_S = 0.05
 DEFAULT_PORT = 8000
 
@@ -45,7 +47,7 @@ class Config:
     allow_websocket_origin: tuple[str, ...] = ()
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     # Directory the workload writes run event files to; the /Workload dashboard watches it.
-    runs_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "nvdashboard" / "runs")
+    runs_dir: Path = field(default_factory=lambda: default_runs_dir({}))
     # A page fetched without opening its websocket is discarded after this long.
     unused_session_lifetime_ms: int = 15_000
     check_unused_sessions_ms: int = 5_000

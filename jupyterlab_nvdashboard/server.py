@@ -103,7 +103,8 @@ class RootHandler(RequestHandler):
 def make_applications(metrics: Metrics) -> dict[str, Application]:
     return {
         route.path: Application(FunctionHandler(partial(
-            build_document, metrics=metrics, title=route.title, needs_gpu=route.needs_gpu,
+            build_document, metrics=metrics, title=route.title,
+            needs_gpu=route.needs_gpu, shows_gpu=route.shows_gpu,
             make_component=route.make_component,
         )))
         for route in ROUTES
@@ -158,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"nvdashboard: error: cannot listen on {_where(config)}: {reason}", file=sys.stderr)
         return 2
 
-    metrics.sampler.start()
+    metrics.start()
     server.start()
     if metrics.facts:
         kind = "simulated GPU(s)" if metrics.simulated else "GPU(s)"
@@ -178,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pass
     finally:
         server.stop()
-        metrics.sampler.stop()
+        metrics.stop()
         log.info("stopped")
     return 0
 

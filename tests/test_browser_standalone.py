@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from jupyterlab_nvdashboard.apps.registry import ROUTES
 from tests.support.browser import canvas_ink, chromium, screenshot, watch
 from tests.support.servers import cli_server, get
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.browser
 def test_every_dashboard_renders_offline_and_updates() -> None:
     with cli_server(["--simulate", "4", "--interval", "0.1"]) as (url, _), chromium() as browser:
         routes = json.loads(get(url + "/index.json")[1])
-        assert len(routes) == 7
+        assert list(routes) == [route.path for route in ROUTES]
         page = browser.new_page(viewport={"width": 1000, "height": 800})
         watched = watch(page)
         page.goto(url + "/")
@@ -32,4 +33,55 @@ def test_every_dashboard_renders_offline_and_updates() -> None:
             second = canvas_ink(page)
             assert second["checksum"] != first["checksum"], f"{route} did not update"
             screenshot(page, "standalone" + route.replace("/", "-").lower())
+        watched.assert_clean()
+
+
+def _start_run(page, path: str, iterations: int) -> None:  # noqa: ANN001
+    selects = page.locator("select")
+    selects.nth(0).select_option(path)
+    selects.nth(1).select_option("ci")
+    selects.nth(2).select_option("cpu")
+    spinner = page.locator("input").first
+    spinner.fill(str(iterations))
+    spinner.press("Enter")
+    page.get_by_role("button", name="Start").click()
+
+
+# Reads a column of the summary table's data source from the page's Bokeh document.
+SUMMARY_COLUMN_JS = """(column) => {
+  for (const model of Bokeh.documents[0]._all_models.values()) {
+    if (model.data && 'verdict' in model.data) return model.data[column];
+  }
+  return [];
+}"""
+
+
+def _wait_for_run(page, path: str, status: str, timeout_s: float = 120) -> None:  # noqa: ANN001
+    page.wait_for_function(
+        f"""() => {{
+          const get = {SUMMARY_COLUMN_JS};
+          const paths = get('path'), statuses = get('status');
+          return paths.some((p, i) => p === {path!r} && statuses[i] === {status!r});
+        }}""", timeout=timeout_s * 1000)
+
+
+def test_workload_dashboard_runs_native_then_plugin() -> None:
+    with cli_server(["--simulate", "2"]) as (url, _), chromium() as browser:
+        page = browser.new_page(viewport={"width": 1200, "height": 1100})
+        watched = watch(page)
+        page.goto(url + "/Workload")
+        page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
+                               timeout=20_000)
+        for path in ("native", "plugin"):
+            _start_run(page, path, 400)
+            _wait_for_run(page, path, "running")
+            page.wait_for_timeout(2500)
+            screenshot(page, f"workload-{path}-running")
+            _wait_for_run(page, path, "done")
+        verdicts = page.evaluate(SUMMARY_COLUMN_JS, "verdict")
+        assert all(v.startswith("SIMULATED GPU: GPU") for v in verdicts), verdicts
+        speedups = page.evaluate(SUMMARY_COLUMN_JS, "speedup")
+        assert speedups[0] == "1.0x" and speedups[1].endswith("x"), speedups
+        page.wait_for_timeout(1000)
+        screenshot(page, "workload-native-vs-plugin")
         watched.assert_clean()

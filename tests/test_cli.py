@@ -71,7 +71,8 @@ def test_no_gpu_machine_serves_machine_dashboard_only() -> None:
     with cli_server() as (url, _):
         status, body = get(url + "/index.json")
         assert status == 200
-        assert json.loads(body) == {"/Machine-Resources": "Machine Resources"}
+        assert json.loads(body) == {"/Machine-Resources": "Machine Resources",
+                                    "/Workload": "Embedding Workload"}
         info = json.loads(get(url + "/info.json")[1])
         assert info["simulated"] is False and info["gpu_count"] == 0
         assert info["nvml_state"] in ("library_not_found", "driver_not_loaded", "no_devices")

@@ -84,7 +84,7 @@ def test_init_failure_still_serves_machine_dashboard(code: int) -> None:
                     pynvml.NVML_ERROR_NO_PERMISSION: "no_permission"}[code]
         assert info["nvml_state"] == expected and info["gpu_count"] == 0
         assert json.loads(get(server.url + "/index.json")[1]) == {
-            "/Machine-Resources": "Machine Resources"}
+            "/Machine-Resources": "Machine Resources", "/Workload": "Embedding Workload"}
         assert get(server.url + "/Machine-Resources")[0] == 200
         notice = document_json(server.url, "/GPU-Utilization")
         assert "No NVIDIA GPU or driver was found" in notice and expected.split("_")[0] in notice

@@ -142,6 +142,7 @@ class Timeline:
         self.source = ColumnDataSource({"time": [], **{s.key: [] for s in self.series}})
         self.rollover = int(window_s / interval_s) + 1
         x_range = DataRange1d(follow="end", follow_interval=window_s * 1000, range_padding=0)
+        self.x_range = x_range  # other figures may share it
         figures = []
         for panel in panels:
             y_range = Range1d(0, panel.y_max) if panel.y_max else DataRange1d(start=0)

@@ -64,8 +64,8 @@ def requested_theme(doc: Document) -> str:
     return value if value in THEMES else "light"
 
 
-def title_text(title: str, metrics: Metrics, needs_gpu: bool) -> str:
-    return f"{title} (SIMULATED)" if metrics.simulated and needs_gpu else title
+def title_text(title: str, metrics: Metrics, shows_gpu: bool) -> str:
+    return f"{title} (SIMULATED)" if metrics.simulated and shows_gpu else title
 
 
 def no_gpu_notice(metrics: Metrics) -> str:
@@ -77,11 +77,12 @@ def build_document(
     metrics: Metrics,
     title: str,
     needs_gpu: bool,
+    shows_gpu: bool,
     make_component: Callable[[Metrics], Component],
 ) -> None:
     """Fill ``doc`` with a header and the component, and keep it updated from the history."""
     theme = THEMES[requested_theme(doc)]
-    full_title = title_text(title, metrics, needs_gpu)
+    full_title = title_text(title, metrics, shows_gpu)
     doc.title = f"NVDashboard: {full_title}"
     doc.template = PAGE
     doc.template_variables.update(page_background=theme["page_background"],

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..metrics import Metrics
-from . import gpu, machine
+from . import gpu, machine, workload
 from .document import Component
 
 
@@ -15,7 +15,8 @@ class Route:
     path: str
     title: str
     make_component: Callable[[Metrics], Component]
-    needs_gpu: bool = True
+    needs_gpu: bool = True  # without a GPU the page shows the "no GPU" notice instead
+    shows_gpu: bool = True  # draws GPU readings, so simulate mode labels it SIMULATED
     # Whether this machine can fill the dashboard; routes that cannot are left out of the index.
     available: Callable[[Metrics], bool] = lambda metrics: bool(metrics.facts)
 
@@ -32,7 +33,10 @@ ROUTES: tuple[Route, ...] = (
     Route("/NVLink-Throughput", "NVLink Throughput", gpu.nvlink_throughput, available=_has_nvlink),
     Route("/NVLink-Timeline", "NVLink Timeline", gpu.nvlink_timeline, available=_has_nvlink),
     Route("/Machine-Resources", "Machine Resources", machine.machine_resources, needs_gpu=False,
+          shows_gpu=False,
           available=lambda metrics: True),
+    Route("/Workload", "Embedding Workload", workload.workload_dashboard, needs_gpu=False,
+          available=lambda metrics: metrics.workload is not None),
 )
 
 

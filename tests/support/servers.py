@@ -8,12 +8,14 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from tornado.ioloop import IOLoop
 
@@ -69,7 +71,8 @@ def in_process_server(
     gpus: int = 4, simulator: SimulatedNvml | None = None, **config_fields: object
 ) -> Iterator[RunningServer]:
     """A real Bokeh server on a free port, on its own IOLoop thread, with simulated NVML."""
-    config = replace(Config(port=free_port(), interval_s=0.1),
+    runs_dir = Path(tempfile.mkdtemp(prefix="nvdashboard-runs-"))
+    config = replace(Config(port=free_port(), interval_s=0.1, runs_dir=runs_dir),
                      simulation=SimulationConfig(gpu_count=gpus), **config_fields)
     metrics = create_metrics(config, environ={}, simulator=simulator)
     started = threading.Event()
@@ -86,11 +89,11 @@ def in_process_server(
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     assert started.wait(30)
-    metrics.sampler.start()
+    metrics.start()
     try:
         yield RunningServer(f"http://127.0.0.1:{config.port}", config, metrics)
     finally:
-        metrics.sampler.stop()
+        metrics.stop()
         server = holder["server"]
         server.io_loop.add_callback(server.io_loop.stop)  # type: ignore[attr-defined]
         thread.join(10)
@@ -102,7 +105,8 @@ def cli_server(
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """``python -m jupyterlab_nvdashboard.server`` as a subprocess, stopped with Ctrl-C."""
     port = port or free_port()
-    environment = {**os.environ, **(env or {})}
+    runs_dir = tempfile.mkdtemp(prefix="nvdashboard-runs-")
+    environment = {**os.environ, "NVDASHBOARD_RUNS_DIR": runs_dir, **(env or {})}
     process = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab_nvdashboard.server", str(port), *args],
         env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -1,0 +1,242 @@
+"""The /Workload dashboard: run the bundled embedding workload and judge it on the GPU.
+
+Iteration times of recent runs share one time axis with GPU utilization, memory and PCIe
+from the sampler history, so a user sees the GPU go busy or stay idle as step times
+change. The table summarizes each run over its own time window, with a one-line verdict.
+"""
+
+from __future__ import annotations
+
+import html
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from bokeh.layouts import column, row
+from bokeh.models import (
+    Button,
+    ColumnDataSource,
+    DataTable,
+    Div,
+    Select,
+    Spinner,
+    TableColumn,
+)
+from bokeh.palettes import Category10_10
+from bokeh.plotting import figure
+
+from ..metrics import Metrics, Sample
+from ..workload.cli import MAX_ITERATIONS
+from ..workload.config import PATHS, PRESETS
+from ..workload.runs import Run
+from .components import GB, Panel, Series, Timeline, gpu_total, scaled
+from .gpu import timeline_window
+
+SUMMARY_COLUMNS = {
+    "run": "run", "path": "path", "device": "device", "status": "status",
+    "median_ms": "median ms/iter", "samples_per_s": "samples/s",
+    "gpu_util_pct": "GPU util % (run)", "pcie_gb_s": "PCIe GB/s (run)",
+    "peak_gpu_memory_gb": "peak GPU mem GB", "speedup": "speed-up vs native",
+    "verdict": "verdict",
+}
+BUSY_THRESHOLD_PCT = 50.0
+STALE_AFTER_S = 60.0
+
+
+def mean_utilization(sample: Sample) -> float | None:
+    known = [r.utilization_pct for r in sample.gpus if r.utilization_pct is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _pcie_total(sample: Sample) -> float | None:
+    parts = [v for r in sample.gpus for v in (r.pcie_tx_bytes_per_s, r.pcie_rx_bytes_per_s)
+             if v is not None]
+    return sum(parts) if parts else None
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def run_window(run: Run, now_s: float) -> tuple[float, float]:
+    start = run.started_s or now_s
+    end = run.end.get("time", now_s) if run.end else now_s
+    return start, end
+
+
+def verdict(run: Run, gpu_util_pct: float | None, simulated: bool) -> str:
+    prefix = "SIMULATED GPU: " if simulated else ""
+    if gpu_util_pct is None:
+        return "no GPU readings during this run" + (" (it ran on the CPU)"
+                                                    if run.device == "cpu" else "")
+    if gpu_util_pct >= BUSY_THRESHOLD_PCT:
+        return f"{prefix}GPU busy {gpu_util_pct:.0f}% of the run"
+    return (f"{prefix}GPU idle {100 - gpu_util_pct:.0f}% of the run: "
+            "this embedding path is not using the GPU")
+
+
+def _status(run: Run, now_s: float) -> str:
+    if run.end:
+        return "interrupted" if run.end.get("interrupted") else "done"
+    last = run.iterations[-1]["time"] if run.iterations else run.started_s or 0.0
+    # A process killed without its end event would otherwise look alive forever.
+    return "running" if now_s - last < STALE_AFTER_S else "stopped without a summary"
+
+
+def summarize(run: Run, samples: Sequence[Sample], simulated: bool,
+              native_median_ms: float | None, now_s: float) -> dict[str, Any]:
+    """One table row: the run's own numbers plus the GPU averaged over the run's window."""
+    gpu_util = _mean([mean_utilization(s) for s in samples])
+    pcie = _mean([_pcie_total(s) for s in samples])
+    memory = [gpu_total(lambda r: r.memory_used_bytes)(s) for s in samples]
+    peak_sampled = max((m for m in memory if m is not None), default=None)
+    end = run.end or {}
+    median = end.get("median_ms")
+    if median is None and run.iterations:
+        median = statistics.median(event["ms"] for event in run.iterations)
+    batch = run.start.get("config", {}).get("batch")
+    samples_per_s = end.get("samples_per_s") or (batch / median * 1000 if batch and median
+                                                  else None)
+    peak = end.get("peak_device_memory_bytes") or peak_sampled
+    status = _status(run, now_s)
+    speedup = (native_median_ms / median) if native_median_ms and median else None
+    return {
+        "run": run.run_id, "path": run.path, "device": run.device, "status": status,
+        "median_ms": _round(median, 2), "samples_per_s": _round(samples_per_s, 0),
+        "gpu_util_pct": _round(gpu_util, 0), "pcie_gb_s": _round(pcie and pcie / GB, 2),
+        "peak_gpu_memory_gb": _round(peak and peak / GB, 2),
+        "speedup": "" if speedup is None else f"{speedup:.1f}x",
+        "verdict": verdict(run, gpu_util, simulated),
+    }
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def native_baseline(runs: Sequence[Run], preset: str) -> float | None:
+    """Median ms of the newest finished native run of the same preset, to compare against."""
+    for run in reversed(runs):
+        if run.path == "native" and run.preset == preset and run.end:
+            return run.end.get("median_ms")
+    return None
+
+
+class WorkloadDashboard:
+    """Run panel, live iteration-time and GPU timeline, and a per-run summary table."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        assert metrics.workload is not None, "the server starts a WorkloadService"
+        self.metrics, self.service = metrics, metrics.workload
+        self.window_s = timeline_window(metrics)
+        self.timeline = Timeline(self._gpu_panels(), self.window_s, metrics.interval_s)
+        self.iterations = ColumnDataSource({"time": [], "ms": [], "run": [], "color": []})
+        self.summary = ColumnDataSource({key: [] for key in SUMMARY_COLUMNS})
+        self._sent: dict[str, int] = {}
+        self._seen_version = -1
+        self._ticks = 0
+
+        steps = figure(title="Iteration time of recent runs", x_axis_type="datetime",
+                       x_range=self.timeline.x_range, y_axis_label="ms per iteration",
+                       height=220, sizing_mode="stretch_width", toolbar_location=None)
+        steps.scatter("time", "ms", color="color", legend_field="run", size=5,
+                      source=self.iterations)
+        steps.legend.location = "top_left"
+        steps.legend.label_text_font_size = "10px"
+
+        self.path = Select(title="path", value="plugin", options=list(PATHS), width=130)
+        self.preset = Select(title="preset", value="ci", options=list(PRESETS), width=130)
+        self.count = Spinner(title="iterations", low=1, high=MAX_ITERATIONS, step=10,
+                             value=200, width=110)
+        # Simulated GPUs cannot run anything, so the workload defaults to the CPU there.
+        real_gpu = bool(metrics.facts) and not metrics.simulated
+        self.device = Select(title="device", value="gpu" if real_gpu else "cpu",
+                             options=["cpu", "gpu"], width=90)
+        start, stop = Button(label="Start", button_type="success", width=80), \
+            Button(label="Stop", button_type="danger", width=80)
+        start.on_click(self._start)
+        stop.on_click(self._stop)
+        self.status = Div(text="", sizing_mode="stretch_width")
+        table = DataTable(source=self.summary, height=200, sizing_mode="stretch_width",
+                          index_position=None,
+                          columns=[TableColumn(field=k, title=t) for k, t in
+                                   SUMMARY_COLUMNS.items()])
+        self.root = column(row(self.path, self.preset, self.count, self.device, start, stop),
+                           self.status, steps, self.timeline.root, table,
+                           sizing_mode="stretch_width")
+
+    def _gpu_panels(self) -> list[Panel]:
+        if not self.metrics.facts:
+            return []
+        return [
+            Panel("GPU utilization (mean of GPUs)", "Utilization (%)",
+                  [Series("gpu_util", "all GPUs", "#2ca02c", mean_utilization)], y_max=100),
+            Panel("GPU memory used", "Memory (GB)", [Series(
+                "gpu_memory", "all GPUs", "#9467bd",
+                scaled(gpu_total(lambda r: r.memory_used_bytes), GB))]),
+            Panel("PCIe throughput", "Throughput (GB/s)",
+                  [Series("pcie", "TX+RX, all GPUs", "#1f77b4", scaled(_pcie_total, GB))]),
+        ]
+
+    def _say(self, text: str) -> None:
+        self.status.text = f"<span>{html.escape(text)}</span>"
+
+    def _start(self) -> None:
+        params = {"path": self.path.value, "preset": self.preset.value,
+                  "iterations": int(self.count.value or 0), "device": self.device.value}
+        try:
+            self._say(self.service.launcher.start(params))
+        except (ValueError, OSError) as error:
+            self._say(f"not started: {error}")
+
+    def _stop(self) -> None:
+        self._say(self.service.launcher.stop())
+
+    def update(self, samples: list[Sample]) -> None:
+        self.timeline.update(samples)
+        self._ticks += 1
+        version = self.service.watcher.version
+        running = self.service.launcher.running
+        # Recompute the table when runs changed, and about once a second while one runs.
+        if version == self._seen_version and not (running and self._ticks % 5 == 0):
+            return
+        self._seen_version = version
+        runs = self.service.watcher.runs()
+        self._stream_iterations(runs)
+        self._refresh_summary(runs)
+        error = self.service.launcher.last_error
+        if error and not running:
+            self._say(f"the last run failed: {error}")
+
+    def _stream_iterations(self, runs: list[Run]) -> None:
+        new: dict[str, list] = {"time": [], "ms": [], "run": [], "color": []}
+        for position, run in enumerate(runs):
+            sent = self._sent.get(run.run_id, 0)
+            for event in run.iterations[sent:]:
+                new["time"].append(event["time"] * 1000)
+                new["ms"].append(event["ms"])
+                new["run"].append(run.label)
+                new["color"].append(Category10_10[position % len(Category10_10)])
+            self._sent[run.run_id] = len(run.iterations)
+        if new["time"]:
+            self.iterations.stream(new, rollover=20_000)
+
+    def _refresh_summary(self, runs: list[Run]) -> None:
+        latest = self.metrics.history.latest()
+        now = latest.time_s if latest else 0.0
+        rows = []
+        for run in runs:
+            start, end = run_window(run, now)
+            samples = [s for s in self.metrics.history.window(now - start + 1)
+                       if start <= s.time_s <= end]
+            rows.append(summarize(run, samples, self.metrics.simulated,
+                                  native_baseline(runs, run.preset), now))
+        data = {key: ["n/a" if row[key] is None else row[key] for row in rows]
+                for key in SUMMARY_COLUMNS}
+        if dict(self.summary.data) != data:
+            self.summary.data = data
+
+
+def workload_dashboard(metrics: Metrics) -> WorkloadDashboard:
+    return WorkloadDashboard(metrics)
