@@ -57,6 +57,10 @@ class RunningServer:
     url: str
     config: Config
     metrics: Metrics
+    server: object = None  # the bokeh Server, for its public API (get_sessions)
+
+    def live_sessions(self) -> int:
+        return len(self.server.get_sessions())  # type: ignore[attr-defined]
 
     @property
     def simulator(self) -> SimulatedNvml:
@@ -66,12 +70,17 @@ class RunningServer:
 
 @contextmanager
 def in_process_server(
-    gpus: int = 4, simulator: SimulatedNvml | None = None, **config_fields: object
+    gpus: int = 4, simulator: SimulatedNvml | None = None, retry_interval_s: float | None = None,
+    **config_fields: object
 ) -> Iterator[RunningServer]:
-    """A real Bokeh server on a free port, on its own IOLoop thread, with simulated NVML."""
+    """A real Bokeh server on a free port, on its own IOLoop thread, with simulated NVML.
+
+    ``retry_interval_s`` shortens how often NVML init and lost GPUs are retried."""
     config = replace(Config(port=free_port(), interval_s=0.1),
                      simulation=SimulationConfig(gpu_count=gpus), **config_fields)
     metrics = create_metrics(config, environ={}, simulator=simulator)
+    if retry_interval_s is not None:
+        metrics.nvml.retry_interval_s = retry_interval_s
     started = threading.Event()
     holder: dict[str, object] = {}
 
@@ -88,7 +97,7 @@ def in_process_server(
     assert started.wait(30)
     metrics.sampler.start()
     try:
-        yield RunningServer(f"http://127.0.0.1:{config.port}", config, metrics)
+        yield RunningServer(f"http://127.0.0.1:{config.port}", config, metrics, holder["server"])
     finally:
         metrics.sampler.stop()
         server = holder["server"]
