@@ -48,8 +48,13 @@ class Config:
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     # Directory the workload writes run event files to; the /Workload dashboard watches it.
     runs_dir: Path = field(default_factory=lambda: default_runs_dir({}))
-    # A page fetched without opening its websocket is discarded after this long.
+    # A page fetched without opening its websocket, or a closed tab, keeps its document (and
+    # its periodic callback) until it has had no websocket for this long, and is discarded at
+    # the next check. 15 s (Bokeh's own default) covers a slow first page load through a
+    # proxy; a websocket that arrives later still gets a fresh document from its token.
     unused_session_lifetime_ms: int = 15_000
+    # How often Bokeh looks for such sessions; a third of the lifetime, at most 5 s, so a
+    # closed tab costs at most lifetime + check (20 s by default).
     check_unused_sessions_ms: int = 5_000
 
     @property
@@ -194,6 +199,8 @@ def load_config(
     merged.update({key: value for key, value in args.items() if value is not None})
 
     defaults = Config()
+    lifetime_ms = int(merged.get("unused_session_lifetime",  # type: ignore[arg-type]
+                                 defaults.unused_session_lifetime_ms))
     simulation = SimulationConfig(
         gpu_count=int(merged.get("simulate", 0)),  # type: ignore[arg-type]
         nvlink=bool(merged.get("simulate_nvlink", True)),
@@ -208,7 +215,11 @@ def load_config(
         allow_websocket_origin=tuple(merged.get("allow_websocket_origin", ())),  # type: ignore[arg-type]
         simulation=simulation,
         runs_dir=Path(merged.get("runs_dir", defaults.runs_dir)),  # type: ignore[arg-type]
-        unused_session_lifetime_ms=int(
-            merged.get("unused_session_lifetime", defaults.unused_session_lifetime_ms)  # type: ignore[arg-type]
-        ),
+        unused_session_lifetime_ms=lifetime_ms,
+        check_unused_sessions_ms=check_interval_ms(lifetime_ms),
     )
+
+
+def check_interval_ms(unused_session_lifetime_ms: int) -> int:
+    """How often to discard unused sessions: a third of their lifetime, 100 ms to 5 s."""
+    return max(100, min(5_000, unused_session_lifetime_ms // 3))

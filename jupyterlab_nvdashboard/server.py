@@ -38,11 +38,21 @@ from .metrics import Metrics, create_metrics
 log = logging.getLogger("nvdashboard")
 
 
-def server_info(metrics: Metrics) -> dict[str, Any]:
+class LiveSessions:
+    """Counts the Bokeh sessions alive now (open tabs, and pages not yet discarded)."""
+
+    def __init__(self) -> None:
+        self.server: Server | None = None
+
+    def __call__(self) -> int:
+        return 0 if self.server is None else len(self.server.get_sessions())
+
+
+def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None) -> dict[str, Any]:
     """The ``/info.json`` body."""
     latest = metrics.history.latest()
     lost = {reading.index for reading in latest.gpus if reading.lost} if latest else set()
-    return {
+    info = {
         "version": __version__,
         "nvml_state": metrics.nvml.state.value,
         "nvml_message": metrics.nvml.message,
@@ -51,12 +61,18 @@ def server_info(metrics: Metrics) -> dict[str, Any]:
         "devices": [{**facts._asdict(), "lost": facts.index in lost} for facts in metrics.facts],
         "interval_s": metrics.interval_s,
         "history_s": metrics.history_s,
+        "live_sessions": 0 if live_sessions is None else live_sessions(),
     }
+    if metrics.simulator is not None:
+        # Total simulated NVML calls so far: benchmarks divide it by time.
+        info["nvml_calls"] = metrics.simulator.total_calls
+    return info
 
 
 class _JsonHandler(RequestHandler):
-    def initialize(self, metrics: Metrics) -> None:
+    def initialize(self, metrics: Metrics, live_sessions: LiveSessions) -> None:
         self.metrics = metrics
+        self.live_sessions = live_sessions
 
     def body(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -74,13 +90,13 @@ class IndexHandler(_JsonHandler):
 
 class InfoHandler(_JsonHandler):
     def body(self) -> dict[str, Any]:
-        return server_info(self.metrics)
+        return server_info(self.metrics, self.live_sessions)
 
 
 class RootHandler(RequestHandler):
     """A small page linking every dashboard; it must answer fast (proxy readiness)."""
 
-    def initialize(self, metrics: Metrics) -> None:
+    def initialize(self, metrics: Metrics, live_sessions: LiveSessions) -> None:
         self.metrics = metrics
 
     def get(self) -> None:
@@ -117,8 +133,9 @@ def make_server(config: Config, metrics: Metrics, io_loop: IOLoop | None = None)
         {"unix_socket": config.unix_socket} if config.unix_socket
         else {"port": config.port, "address": config.address}
     )
-    extra = {"metrics": metrics}
-    return Server(
+    live_sessions = LiveSessions()
+    extra = {"metrics": metrics, "live_sessions": live_sessions}
+    server = Server(
         make_applications(metrics),
         io_loop=io_loop,
         allow_websocket_origin=config.websocket_origins,
@@ -132,6 +149,8 @@ def make_server(config: Config, metrics: Metrics, io_loop: IOLoop | None = None)
         check_unused_sessions=config.check_unused_sessions_ms,
         **listen,
     )
+    live_sessions.server = server
+    return server
 
 
 def _where(config: Config) -> str:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.support.servers import cli_server, free_port, get
+from tests.support.servers import cli_server, free_port, get, server_output
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -88,7 +88,7 @@ def test_ctrl_c_stops_cleanly() -> None:
         assert get(url + "/index.json")[0] == 200
         process.send_signal(signal.SIGINT)
         assert process.wait(15) == 0
-        assert "Traceback" not in process.stderr.read()
+        assert "Traceback" not in server_output(process)
 
 
 def test_all_interfaces_warns() -> None:
@@ -96,4 +96,4 @@ def test_all_interfaces_warns() -> None:
     with cli_server(["--address", "0.0.0.0"], port=port) as (_, process):
         process.send_signal(signal.SIGINT)
         process.wait(15)
-        assert "anyone on the network can watch" in process.stderr.read()
+        assert "anyone on the network can watch" in server_output(process)

@@ -10,13 +10,13 @@ and every axis label says which.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bokeh.layouts import column
 from bokeh.models import (
     ColumnDataSource,
-    DataRange1d,
     FactorRange,
     HoverTool,
     LabelSet,
@@ -133,20 +133,62 @@ class Panel:
     y_max: float | None = None  # fixed top (e.g. 100 for percentages); None follows the data
 
 
+def nice_ceiling(value: float) -> float:
+    """A round axis top a bit above ``value`` (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 x 10^n)."""
+    if not value > 0 or math.isinf(value):
+        return 1.0
+    scale = 10 ** math.floor(math.log10(value * 1.05))
+    for step in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if step * scale >= value * 1.05:
+            return step * scale
+    return 10 * scale
+
+
+class WindowMax:
+    """The largest value seen in the last ``window_ms``, in O(1) per value (monotonic deque)."""
+
+    def __init__(self, window_ms: float) -> None:
+        self.window_ms = window_ms
+        self._peaks: deque[tuple[float, float]] = deque()
+
+    def add(self, time_ms: float, value: float) -> None:
+        if math.isnan(value):
+            return
+        while self._peaks and self._peaks[-1][1] <= value:
+            self._peaks.pop()
+        self._peaks.append((time_ms, value))
+
+    def value(self, now_ms: float) -> float:
+        while self._peaks and self._peaks[0][0] < now_ms - self.window_ms:
+            self._peaks.popleft()
+        return self._peaks[0][1] if self._peaks else 0.0
+
+
 class Timeline:
-    """Stacked line charts that share one x-range following the newest sample."""
+    """Stacked line charts that share one x-range following the newest sample.
+
+    The ranges are ``Range1d`` set by the server on each update, not ``DataRange1d``: a
+    ``DataRange1d`` is computed in the browser, and every recomputation (five times a second
+    per range) was sent back to the server as a PATCH-DOC, costing both sides.
+    """
 
     def __init__(self, panels: Sequence[Panel], window_s: float, interval_s: float) -> None:
         self.series = [series for panel in panels for series in panel.series]
         self.window_s = window_s
         self.source = ColumnDataSource({"time": [], **{s.key: [] for s in self.series}})
         self.rollover = int(window_s / interval_s) + 1
-        x_range = DataRange1d(follow="end", follow_interval=window_s * 1000, range_padding=0)
-        self.x_range = x_range  # other figures may share it
+        self.x_range = Range1d(0, 1)
+        # Panels without a fixed top: (range, the series it spans, peak over the window).
+        self._following: list[tuple[Range1d, list[str], WindowMax]] = []
         figures = []
         for panel in panels:
-            y_range = Range1d(0, panel.y_max) if panel.y_max else DataRange1d(start=0)
-            plot = figure(title=panel.title, x_axis_type="datetime", x_range=x_range,
+            if panel.y_max:
+                y_range = Range1d(0, panel.y_max)
+            else:
+                y_range = Range1d(0, 1)
+                self._following.append((y_range, [s.key for s in panel.series],
+                                        WindowMax(window_s * 1000)))
+            plot = figure(title=panel.title, x_axis_type="datetime", x_range=self.x_range,
                           y_range=y_range, y_axis_label=panel.y_label, height=180,
                           sizing_mode="stretch_width", toolbar_location=None)
             for series in panel.series:
@@ -165,6 +207,17 @@ class Timeline:
         for series in self.series:
             data[series.key] = [number_or_nan(series.read(sample)) for sample in samples]
         self.source.stream(data, rollover=self.rollover)
+        newest_ms = data["time"][-1]
+        oldest_ms = self.source.data["time"][0]
+        self.x_range.update(start=max(oldest_ms, newest_ms - self.window_s * 1000),
+                            end=max(newest_ms, oldest_ms + 1))
+        for y_range, keys, peak in self._following:
+            for position, time_ms in enumerate(data["time"]):
+                peak.add(time_ms, max((data[key][position] for key in keys),
+                                      key=lambda v: -math.inf if math.isnan(v) else v))
+            top = nice_ceiling(peak.value(newest_ms))
+            if y_range.end != top:  # changes rarely: one small message when it does
+                y_range.end = top
 
 
 def gpu_value(

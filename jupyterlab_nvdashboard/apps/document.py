@@ -1,7 +1,10 @@
 """Turns a dashboard component into a Bokeh document: header, theme, page, live updates.
 
-Every document gets one periodic callback that asks the shared history for samples newer
-than the last one it drew and hands them to the component. No document reads hardware.
+Every document subscribes to the shared history: after each new sample the sampler thread
+schedules (``add_next_tick_callback``, Bokeh's thread-safe door) a callback that asks the
+history for samples newer than the last one it drew and hands them to the component. So a
+sample reaches the browser as soon as it exists, not up to one polling period later, and no
+document reads hardware.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import Protocol
 
 from bokeh.document import Document
 from bokeh.layouts import column
-from bokeh.models import Div
+from bokeh.models import Column, Div
 from bokeh.themes import Theme
 from bokeh.themes._dark_minimal import json as _dark_minimal_json
 from jinja2 import Template
@@ -92,12 +95,31 @@ def build_document(
     header = Div(text=f"<h3 style='margin:0.3em 0.5em'>{html.escape(full_title)}</h3>",
                  styles={"color": theme["page_foreground"]}, sizing_mode="stretch_width")
 
+    page = column(header, sizing_mode="stretch_both")
+    doc.add_root(page)
     if needs_gpu and not metrics.facts:
         notice = Div(text=f"<p class='nvdashboard-notice'>{html.escape(no_gpu_notice(metrics))}"
                      "</p>", styles={"color": theme["page_foreground"]})
-        doc.add_root(column(header, notice, sizing_mode="stretch_width"))
-        return
+        page.children.append(notice)
+        # NVML may start later (driver loaded after the server): then this page fills itself.
+        waiting = None
 
+        def fill_when_gpus_appear() -> None:
+            if metrics.facts:
+                doc.remove_periodic_callback(waiting)
+                page.children.remove(notice)
+                _show_component(doc, page, metrics, make_component)
+
+        waiting = doc.add_periodic_callback(fill_when_gpus_appear, GPU_WAIT_CHECK_MS)
+        return
+    _show_component(doc, page, metrics, make_component)
+
+
+GPU_WAIT_CHECK_MS = 1000
+
+
+def _show_component(doc: Document, page: Column, metrics: Metrics,
+                    make_component: Callable[[Metrics], Component]) -> None:
     component = make_component(metrics)
     history = metrics.history
     component.update(history.window(component.window_s))
@@ -110,5 +132,12 @@ def build_document(
             last_seq = new[-1].seq
             component.update(new)
 
-    doc.add_periodic_callback(push_new_samples, max(50, int(metrics.interval_s * 1000)))
-    doc.add_root(column(header, component.root, sizing_mode="stretch_both"))
+    def on_new_sample() -> None:  # runs on the sampler thread: only schedule work here
+        try:
+            doc.add_next_tick_callback(push_new_samples)
+        except Exception:  # the session is being torn down
+            unsubscribe()
+
+    unsubscribe = history.subscribe(on_new_sample)
+    doc.on_session_destroyed(lambda _context: unsubscribe())
+    page.children.append(component.root)

@@ -162,6 +162,8 @@ class NvmlReader:
         self._rates = CounterRates()
         self._logged: set[tuple[str, int | None]] = set()
         self._last_init_attempt = -float("inf")
+        # How often to retry a failed init and to reopen a lost GPU (tests shorten it).
+        self.retry_interval_s = REINIT_INTERVAL_S
         self.state = NvmlState.UNINITIALIZED
         self.message = STATE_MESSAGES[self.state]
         _READERS.add(self)
@@ -180,7 +182,7 @@ class NvmlReader:
             retryable = self.state in (
                 NvmlState.DRIVER_NOT_LOADED, NvmlState.ERROR, NvmlState.NO_PERMISSION
             )
-            if retryable and self._clock() - self._last_init_attempt >= REINIT_INTERVAL_S:
+            if retryable and self._clock() - self._last_init_attempt >= self.retry_interval_s:
                 self._initialize()
 
     def reset_after_fork(self) -> None:
@@ -384,7 +386,7 @@ class NvmlReader:
 
     def _try_recover(self, device: _Device) -> None:
         """A lost GPU may come back after a reset: reopen it by index now and then."""
-        if self._clock() - device.last_recovery_attempt < REINIT_INTERVAL_S:
+        if self._clock() - device.last_recovery_attempt < self.retry_interval_s:
             return
         device.last_recovery_attempt = self._clock()
         lib = self._lib

@@ -1,9 +1,13 @@
 """The one sampler per process, and the bounded history every dashboard reads.
 
-The sampler thread reads every GPU and the host once per tick and appends one
-timestamped ``Sample`` to ``History``. Dashboards never touch hardware: they ask the
-history for ``since(seq)`` and stream what is new, so N open tabs cost the same NVML
-calls as one. Sleep is drift-corrected against the monotonic clock; a tick that runs
+The sampler owns two threads. The GPU reader thread calls NVML once per interval and keeps
+the newest readings; the tick thread reads the host (psutil, fast) and appends one
+timestamped ``Sample`` per tick with the freshest GPU readings. A slow or hung NVML call
+therefore delays only the GPU readings, never the tick: readings older than
+``stale_after_s`` are stored as "not available" (a gap on the charts) and every sample
+carries ``gpu_age_s``, the age of its GPU readings. Dashboards never touch hardware: they
+ask the history for ``since(seq)`` and stream what is new, so N open tabs cost the same
+NVML calls as one. Sleep is drift-corrected against the monotonic clock; a tick that runs
 late skips ahead instead of bunching samples together.
 """
 
@@ -14,6 +18,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .host import HostReader, HostReading
@@ -30,6 +35,9 @@ class Sample:
     time_s: float  # unix epoch seconds at the start of the tick
     gpus: tuple[GpuReading, ...]
     host: HostReading
+    # Seconds between the start of the GPU read these readings come from and this tick
+    # (0 when read in the tick itself); None when there are no GPU readings at all.
+    gpu_age_s: float | None = 0.0
     # Room for per-process, MIG and GPM readings, keyed by family name.
     extra: dict[str, object] = field(default_factory=dict)
 
@@ -41,13 +49,40 @@ class History:
         self._samples: deque[Sample] = deque(maxlen=max_samples)
         self._lock = threading.Lock()
         self._next_seq = 0
+        self._listeners: dict[int, Callable[[], None]] = {}
+        self._listener_ids = itertools.count()
 
-    def append(self, time_s: float, gpus: tuple[GpuReading, ...], host: HostReading) -> Sample:
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` (on the sampler thread; it must only schedule work) after each
+        new sample, so dashboards draw a sample as soon as it exists instead of polling.
+        Returns the function that unsubscribes."""
+        key = next(self._listener_ids)
         with self._lock:
-            sample = Sample(self._next_seq, time_s, gpus, host)
+            self._listeners[key] = listener
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._listeners.pop(key, None)
+
+        return unsubscribe
+
+    def _notify(self) -> None:
+        with self._lock:
+            listeners = list(self._listeners.values())
+        for listener in listeners:
+            try:
+                listener()
+            except Exception:  # one broken dashboard must not stop the others
+                log.exception("history listener failed")
+
+    def append(self, time_s: float, gpus: tuple[GpuReading, ...], host: HostReading,
+               gpu_age_s: float | None = 0.0) -> Sample:
+        with self._lock:
+            sample = Sample(self._next_seq, time_s, gpus, host, gpu_age_s)
             self._next_seq += 1
             self._samples.append(sample)
-            return sample
+        self._notify()
+        return sample
 
     def since(self, seq: int) -> list[Sample]:
         """Samples newer than ``seq``, oldest first; O(new samples)."""
@@ -85,27 +120,93 @@ class History:
             return self._next_seq - 1
 
 
+def _stale(readings: tuple[GpuReading, ...]) -> tuple[GpuReading, ...]:
+    """Readings too old to show: keep which GPU is lost, drop every value."""
+    return tuple(GpuReading.unavailable(reading.index, reading.lost) for reading in readings)
+
+
+def _sleep_until_next(
+    deadline: float, interval_s: float, stop: threading.Event
+) -> tuple[float, int]:
+    """Drift-corrected wait; returns the next deadline and how many ticks were skipped."""
+    deadline += interval_s
+    missed = 0
+    delay = deadline - time.monotonic()
+    if delay < 0:
+        missed = int(-delay // interval_s) + 1
+        deadline += missed * interval_s
+        delay = deadline - time.monotonic()
+    stop.wait(max(0.0, delay))
+    return deadline, missed
+
+
 class Sampler:
-    """Owns the one thread that reads hardware."""
+    """Owns the threads that read hardware: one GPU reader and one tick thread."""
 
     def __init__(
         self, nvml: NvmlReader, host: HostReader, history: History, interval_s: float
     ) -> None:
         self.nvml, self.host, self.history = nvml, host, history
         self.interval_s = interval_s
+        # GPU readings older than this are recorded as not available.
+        self.stale_after_s = max(3 * interval_s, 1.0)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._gpu_thread: threading.Thread | None = None
+        self._gpu_lock = threading.Lock()
+        # (wall-clock start of the read, readings) from the GPU reader thread.
+        self._gpu_latest: tuple[float, tuple[GpuReading, ...]] | None = None
         self.ticks = 0
         self.late_ticks = 0
+        self.gpu_reads = 0
+        self.late_gpu_reads = 0
 
-    def tick(self) -> Sample:
-        """Read everything once and store it (public so tests can drive it)."""
+    def read_gpus(self) -> tuple[GpuReading, ...]:
+        """One NVML pass (retrying a failed init when due); stores it as the latest."""
         started = time.time()
         self.nvml.retry_if_due()
-        gpus = self.nvml.read()
+        readings = self.nvml.read()
+        with self._gpu_lock:
+            self._gpu_latest = (started, readings)
+            self.gpu_reads += 1
+        return readings
+
+    def _freshest_gpus(self, now: float) -> tuple[tuple[GpuReading, ...], float | None]:
+        with self._gpu_lock:
+            latest = self._gpu_latest
+        if latest is None:
+            return (), None
+        read_at, readings = latest
+        age = max(0.0, now - read_at)
+        if not readings:
+            return (), None
+        return (readings if age <= self.stale_after_s else _stale(readings)), age
+
+    def tick(self) -> Sample:
+        """Record one sample (public so tests can drive it).
+
+        With the threads running, the GPU readings are the GPU reader's newest; driven by
+        hand (no threads), the tick reads the GPUs itself.
+        """
+        started = time.time()
+        if self._gpu_thread is None:
+            gpus: tuple[GpuReading, ...] = self.read_gpus()
+            age: float | None = 0.0 if gpus else None
+        else:
+            gpus, age = self._freshest_gpus(started)
         host = self.host.read()
         self.ticks += 1
-        return self.history.append(started, gpus, host)
+        return self.history.append(started, gpus, host, age)
+
+    def _run_gpu_reader(self) -> None:
+        deadline = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.read_gpus()
+            except Exception:  # a bug in one reading must not stop the GPU readings
+                log.exception("GPU read failed")
+            deadline, missed = _sleep_until_next(deadline, self.interval_s, self._stop)
+            self.late_gpu_reads += missed
 
     def _run(self) -> None:
         deadline = time.monotonic()
@@ -114,24 +215,24 @@ class Sampler:
                 self.tick()
             except Exception:  # a bug in one reading must not end the dashboards
                 log.exception("sampler tick failed")
-            deadline += self.interval_s
-            delay = deadline - time.monotonic()
-            if delay < 0:
-                missed = int(-delay // self.interval_s) + 1
-                self.late_ticks += missed
-                deadline += missed * self.interval_s
-                delay = deadline - time.monotonic()
-            self._stop.wait(max(0.0, delay))
+            deadline, missed = _sleep_until_next(deadline, self.interval_s, self._stop)
+            self.late_ticks += missed
 
     def start(self) -> None:
         if self._thread is None:
+            self._stop.clear()
             self.nvml.ensure_initialized()
+            self.read_gpus()  # the first sample already has GPU readings
+            self._gpu_thread = threading.Thread(target=self._run_gpu_reader,
+                                                name="nvdashboard-gpu-reader", daemon=True)
             self._thread = threading.Thread(target=self._run, name="nvdashboard-sampler",
                                             daemon=True)
+            self._gpu_thread.start()
             self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
+        for thread in (self._thread, self._gpu_thread):
+            if thread is not None:
+                thread.join(timeout_s)
+        self._thread = self._gpu_thread = None

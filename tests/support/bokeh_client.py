@@ -67,7 +67,8 @@ class BokehSession:
 
 
 async def fetch_token(base_url: str, route: str, headers: dict[str, str] | None = None) -> str:
-    response = await AsyncHTTPClient().fetch(base_url.rstrip("/") + route, headers=headers)
+    response = await AsyncHTTPClient().fetch(base_url.rstrip("/") + route, headers=headers,
+                                             request_timeout=60)
     match = _TOKEN.search(response.body.decode())
     if match is None:
         raise AssertionError(f"no Bokeh session token in {route}")

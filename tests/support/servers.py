@@ -36,7 +36,8 @@ def wait_until_serving(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}: {process.stderr.read()}")
+            raise RuntimeError(f"server exited with {process.returncode}: "
+                               f"{server_output(process)[-2000:]}")
         try:
             with urllib.request.urlopen(url, timeout=2):
                 return
@@ -59,6 +60,10 @@ class RunningServer:
     url: str
     config: Config
     metrics: Metrics
+    server: object = None  # the bokeh Server, for its public API (get_sessions)
+
+    def live_sessions(self) -> int:
+        return len(self.server.get_sessions())  # type: ignore[attr-defined]
 
     @property
     def simulator(self) -> SimulatedNvml:
@@ -68,13 +73,18 @@ class RunningServer:
 
 @contextmanager
 def in_process_server(
-    gpus: int = 4, simulator: SimulatedNvml | None = None, **config_fields: object
+    gpus: int = 4, simulator: SimulatedNvml | None = None, retry_interval_s: float | None = None,
+    **config_fields: object
 ) -> Iterator[RunningServer]:
-    """A real Bokeh server on a free port, on its own IOLoop thread, with simulated NVML."""
+    """A real Bokeh server on a free port, on its own IOLoop thread, with simulated NVML.
+
+    ``retry_interval_s`` shortens how often NVML init and lost GPUs are retried."""
     runs_dir = Path(tempfile.mkdtemp(prefix="nvdashboard-runs-"))
     config = replace(Config(port=free_port(), interval_s=0.1, runs_dir=runs_dir),
                      simulation=SimulationConfig(gpu_count=gpus), **config_fields)
     metrics = create_metrics(config, environ={}, simulator=simulator)
+    if retry_interval_s is not None:
+        metrics.nvml.retry_interval_s = retry_interval_s
     started = threading.Event()
     holder: dict[str, object] = {}
 
@@ -91,7 +101,7 @@ def in_process_server(
     assert started.wait(30)
     metrics.start()
     try:
-        yield RunningServer(f"http://127.0.0.1:{config.port}", config, metrics)
+        yield RunningServer(f"http://127.0.0.1:{config.port}", config, metrics, holder["server"])
     finally:
         metrics.stop()
         server = holder["server"]
@@ -107,10 +117,13 @@ def cli_server(
     port = port or free_port()
     runs_dir = tempfile.mkdtemp(prefix="nvdashboard-runs-")
     environment = {**os.environ, "NVDASHBOARD_RUNS_DIR": runs_dir, **(env or {})}
+    # The server's output goes to a file, never an unread pipe: a full pipe would freeze it.
+    log = tempfile.NamedTemporaryFile("w+", prefix="nvdashboard-server-", suffix=".log")  # noqa: SIM115
     process = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab_nvdashboard.server", str(port), *args],
-        env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=environment, stdout=log, stderr=subprocess.STDOUT, text=True,
     )
+    process.log_path = log.name  # type: ignore[attr-defined]
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_serving(url + "/", process=process)
@@ -121,3 +134,10 @@ def cli_server(
             process.wait(15)
         except subprocess.TimeoutExpired:
             process.kill()
+        log.close()
+
+
+def server_output(process: subprocess.Popen) -> str:
+    """Everything a ``cli_server`` process has printed so far."""
+    with open(process.log_path) as log:  # type: ignore[attr-defined]
+        return log.read()

@@ -1,0 +1,363 @@
+"""What K open dashboards cost the server, the wire and the browser.
+
+Starts ``python -m jupyterlab_nvdashboard.server PORT --simulate 4 --interval 0.2`` as a
+subprocess (on 127.0.0.1 only) and, for each K, opens K viewers of ``/GPU-Resources`` and
+measures over a fixed window:
+
+* server CPU (% of one core) and RSS at the start and end of the window (psutil);
+* simulated NVML calls per second (``nvml_calls`` in ``/info.json``, simulate mode only);
+* websocket bytes per second per client, server to client, and client to server;
+* raw clients: update latency from a sample's own timestamp (the streamed ``time`` column,
+  epoch ms) to its arrival at the client, p50 and p99;
+* Chromium clients: the browser's CPU per open page (all chromium processes / pages).
+
+Run it from the project root::
+
+    python benchmarks/dashboard_overhead.py [--window 20] [--raw 0,1,4,16,64] [--browser 1,4,16]
+        [--source DIR]   # import the server from DIR instead of this checkout
+
+Raw clients speak the Bokeh protocol over a websocket, as ``tests/support/bokeh_client.py``
+does; they run in this process, so their own CPU is printed too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import platform
+import statistics
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.bokeh_client import open_session  # noqa: E402
+from tests.support.servers import free_port, wait_until_serving  # noqa: E402
+
+ROUTE = "/GPU-Resources"
+CHROMIUM = "/usr/bin/chromium"
+
+
+@dataclass
+class Result:
+    kind: str
+    viewers: int
+    server_cpu_pct: float = 0.0
+    nvml_calls_per_s: float | None = None
+    rss_start_mb: float = 0.0
+    rss_end_mb: float = 0.0
+    down_bytes_per_s: float | None = None  # per client, server -> client
+    up_bytes_per_s: float | None = None  # per client, client -> server
+    up_messages_per_s: float | None = None
+    latencies_ms: list[float] = field(default_factory=list)
+    client_cpu_pct: float | None = None  # this process (raw) or per page (browser)
+
+    def percentile(self, q: float) -> str:
+        if not self.latencies_ms:
+            return "-"
+        ordered = sorted(self.latencies_ms)
+        return f"{ordered[min(len(ordered) - 1, int(q * len(ordered)))]:.0f}"
+
+
+def info(url: str) -> dict:
+    with urllib.request.urlopen(url + "/info.json", timeout=10) as response:
+        return json.loads(response.read())
+
+
+class ServerUnderTest:
+    def __init__(self, source: Path, interval_s: float) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab_nvdashboard.server", str(self.port),
+             "--simulate", "4", "--interval", str(interval_s)],
+            cwd=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        wait_until_serving(self.url + "/", process=self.process)
+        self.ps = psutil.Process(self.process.pid)
+
+    def cpu_s(self) -> float:
+        times = self.ps.cpu_times()
+        return times.user + times.system
+
+    def rss_mb(self) -> float:
+        return self.ps.memory_info().rss / 1e6
+
+    def nvml_calls(self) -> int | None:
+        return info(self.url).get("nvml_calls")
+
+    def stop(self) -> None:
+        self.process.send_signal(2)
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+# ----- decoding the streamed ``time`` column ----------------------------------------
+def _decode_array(value: object, buffers: dict[str, bytes]) -> list[float]:
+    """A streamed column: a plain list, or an ndarray as base64 bytes or a binary buffer."""
+    if isinstance(value, list):
+        return [float(v) for v in value if isinstance(v, (int, float))]
+    if not isinstance(value, dict) or value.get("type") != "ndarray":
+        return []
+    array = value.get("array")
+    if isinstance(array, list):
+        return [float(v) for v in array]
+    if not isinstance(array, dict):
+        return []
+    if array.get("type") == "bytes" and isinstance(array.get("data"), str):
+        raw = base64.b64decode(array["data"])
+    elif "id" in array and array["id"] in buffers:
+        raw = buffers[array["id"]]
+    elif isinstance(array.get("data"), dict) and array["data"].get("id") in buffers:
+        raw = buffers[array["data"]["id"]]
+    else:
+        return []
+    codes = {"float64": "d", "float32": "f", "int32": "i", "int64": "q", "uint32": "I"}
+    code = codes.get(value.get("dtype", "float64"), "d")
+    order = "<" if value.get("order", "little") == "little" else ">"
+    count = len(raw) // struct.calcsize(code)
+    return list(struct.unpack(f"{order}{count}{code}", raw[: count * struct.calcsize(code)]))
+
+
+def streamed_times_ms(content: dict, buffers: dict[str, bytes]) -> list[float]:
+    times: list[float] = []
+    for event in content.get("events", []):
+        if event.get("kind") != "ColumnsStreamed":
+            continue
+        data = event.get("data", {})
+        if isinstance(data, dict) and data.get("type") == "map":
+            entries = data.get("entries", [])
+        elif isinstance(data, dict):
+            entries = list(data.items())
+        else:
+            entries = []
+        for key, column in entries:
+            if key == "time":
+                times.extend(_decode_array(column, buffers))
+    return times
+
+
+# ----- raw Bokeh-protocol clients ----------------------------------------------------
+async def _read_messages(session, result_latencies: list[float], sizes: list[int],
+                         window: dict[str, float]) -> None:
+    """Read from the moment the session opens (so nothing queues up unread); count only
+    what arrives inside the measured window."""
+    connection = session.connection
+    while time.monotonic() < window["stop_at"]:
+        stop_at = window["stop_at"]
+        try:
+            header_frame = await asyncio.wait_for(connection.read_message(),
+                                                  max(0.01, stop_at - time.monotonic()))
+        except asyncio.TimeoutError:
+            return
+        if header_frame is None:
+            return
+        header = json.loads(header_frame)
+        frames = [await connection.read_message() for _ in range(2)]
+        buffers: dict[str, bytes] = {}
+        for _ in range(header.get("num_buffers", 0)):
+            buffer_header = json.loads(await connection.read_message())
+            payload = await connection.read_message()
+            buffers[buffer_header.get("id")] = payload if isinstance(payload, bytes) else b""
+            if window["start_at"] <= time.monotonic() <= window["stop_at"]:
+                sizes.append(len(payload or b""))
+        arrived_ms = time.time() * 1000
+        if not window["start_at"] <= time.monotonic() <= window["stop_at"]:
+            continue
+        sizes.append(len(header_frame) + sum(len(frame or "") for frame in frames))
+        if header.get("msgtype") == "PATCH-DOC":
+            stamps = streamed_times_ms(json.loads(frames[1]), buffers)
+            if stamps:
+                result_latencies.append(arrived_ms - max(stamps))
+
+
+async def _raw_run(server: ServerUnderTest, viewers: int, window_s: float,
+                   result: Result) -> None:
+    sessions = []
+    sizes: list[int] = []
+    window = {"start_at": float("inf"), "stop_at": float("inf")}
+    readers = []
+    for _ in range(viewers):
+        sessions.append(await open_session(server.url, ROUTE))
+        readers.append(asyncio.ensure_future(
+            _read_messages(sessions[-1], result.latencies_ms, sizes, window)))
+    await asyncio.sleep(1.0)  # let every session settle
+    me = psutil.Process()
+    my_cpu = sum(me.cpu_times()[:2])
+    _window_start(server, result)
+    window["start_at"] = time.monotonic()
+    window["stop_at"] = window["start_at"] + window_s
+    await asyncio.sleep(window_s)
+    _window_end(server, result, window_s)
+    await asyncio.gather(*readers)
+    if viewers:
+        result.down_bytes_per_s = sum(sizes) / window_s / viewers
+        result.up_bytes_per_s = result.up_messages_per_s = 0.0
+        result.client_cpu_pct = 100 * (sum(me.cpu_times()[:2]) - my_cpu) / window_s
+    for session in sessions:
+        session.close()
+
+
+_marks: dict[str, float] = {}
+
+
+def _window_start(server: ServerUnderTest, result: Result) -> None:
+    result.rss_start_mb = server.rss_mb()
+    calls = server.nvml_calls()
+    _marks.update(cpu=server.cpu_s(), t=time.monotonic(), calls=-1 if calls is None else calls)
+
+
+def _window_end(server: ServerUnderTest, result: Result, window_s: float) -> None:
+    elapsed = time.monotonic() - _marks["t"]
+    result.server_cpu_pct = 100 * (server.cpu_s() - _marks["cpu"]) / elapsed
+    result.rss_end_mb = server.rss_mb()
+    calls = server.nvml_calls()
+    if calls is not None and _marks["calls"] >= 0:
+        result.nvml_calls_per_s = (calls - _marks["calls"]) / elapsed
+
+
+def run_raw(source: Path, viewers: int, window_s: float, interval_s: float) -> Result:
+    result = Result("raw", viewers)
+    server = ServerUnderTest(source, interval_s)
+    try:
+        time.sleep(1.0)
+        asyncio.run(_raw_run(server, viewers, window_s, result))
+    finally:
+        server.stop()
+    return result
+
+
+# ----- real Chromium pages -------------------------------------------------------------
+def _chromium_cpu_s() -> float:
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "chrom" in child.name().lower():
+                times = child.cpu_times()
+                total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
+
+
+def run_browser(source: Path, viewers: int, window_s: float, interval_s: float) -> Result:
+    from playwright.sync_api import sync_playwright
+
+    result = Result("chromium", viewers)
+    server = ServerUnderTest(source, interval_s)
+    counters = {"down": 0, "up": 0, "up_messages": 0}
+
+    def on_websocket(ws) -> None:  # noqa: ANN001 - playwright WebSocket
+        def received(payload) -> None:  # noqa: ANN001
+            counters["down"] += len(payload)
+
+        def sent(payload) -> None:  # noqa: ANN001
+            counters["up"] += len(payload)
+            if isinstance(payload, str) and '"msgtype"' in payload:
+                counters["up_messages"] += 1
+
+        ws.on("framereceived", received)
+        ws.on("framesent", sent)
+
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM, headless=True,
+                args=["--no-sandbox", "--disable-gpu", "--no-first-run",
+                      "--disable-background-networking", "--disable-dev-shm-usage",
+                      "--disable-renderer-backgrounding",
+                      "--disable-background-timer-throttling"],
+            )
+            context = browser.new_context(viewport={"width": 1000, "height": 800})
+            pages = []
+            for _ in range(viewers):
+                page = context.new_page()
+                page.on("websocket", on_websocket)
+                page.goto(server.url + ROUTE)
+                page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
+                                       timeout=60_000)
+                pages.append(page)
+            time.sleep(2.0)
+            for key in counters:
+                counters[key] = 0
+            browser_cpu = _chromium_cpu_s()
+            _window_start(server, result)
+            # Let playwright dispatch websocket events while the window runs.
+            pages[0].wait_for_timeout(window_s * 1000)
+            _window_end(server, result, window_s)
+            result.client_cpu_pct = 100 * (_chromium_cpu_s() - browser_cpu) / window_s / viewers
+            result.down_bytes_per_s = counters["down"] / window_s / viewers
+            result.up_bytes_per_s = counters["up"] / window_s / viewers
+            result.up_messages_per_s = counters["up_messages"] / window_s / viewers
+            browser.close()
+    finally:
+        server.stop()
+    return result
+
+
+def table(results: list[Result]) -> str:
+    head = ("| client | K | server CPU % | NVML calls/s | RSS start→end MB | down B/s/client "
+            "| up B/s/client | up msgs/s/client | latency p50/p99 ms | client CPU % |")
+    lines = [head, "|" + "---|" * 10]
+    for r in results:
+        calls = "-" if r.nvml_calls_per_s is None else f"{r.nvml_calls_per_s:.1f}"
+        down = "-" if r.down_bytes_per_s is None else f"{r.down_bytes_per_s:,.0f}"
+        up = "-" if r.up_bytes_per_s is None else f"{r.up_bytes_per_s:,.0f}"
+        up_messages = "-" if r.up_messages_per_s is None else f"{r.up_messages_per_s:.1f}"
+        client = "-" if r.client_cpu_pct is None else (
+            f"{r.client_cpu_pct:.1f}" + (" per page" if r.kind == "chromium" else " (all)"))
+        lines.append(
+            f"| {r.kind} | {r.viewers} | {r.server_cpu_pct:.1f} | {calls} | "
+            f"{r.rss_start_mb:.0f}→{r.rss_end_mb:.0f} | {down} | {up} | {up_messages} | "
+            f"{r.percentile(0.5)}/{r.percentile(0.99)} | {client} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--window", type=float, default=20.0, help="seconds measured per K")
+    parser.add_argument("--interval", type=float, default=0.2, help="server sampling interval")
+    parser.add_argument("--raw", default="0,1,4,16,64", help="viewer counts, raw websocket")
+    parser.add_argument("--browser", default="1,4,16", help="viewer counts, Chromium (<= 16)")
+    parser.add_argument("--source", type=Path, default=ROOT,
+                        help="directory whose jupyterlab_nvdashboard the server imports")
+    args = parser.parse_args()
+    counts = {"raw": [int(k) for k in args.raw.split(",") if k],
+              "chromium": [int(k) for k in args.browser.split(",") if k]}
+    if any(k > 16 for k in counts["chromium"]):
+        parser.error("--browser counts must be <= 16")
+    if counts["chromium"] and not Path(CHROMIUM).exists():
+        print(f"no {CHROMIUM}: skipping the browser runs", file=sys.stderr)
+        counts["chromium"] = []
+    print(f"# {platform.node()} {os.cpu_count()} cores, python {platform.python_version()}, "
+          f"window {args.window:.0f} s, interval {args.interval * 1000:.0f} ms, "
+          f"4 simulated GPUs, route {ROUTE}, source {args.source}", flush=True)
+    results = []
+    for kind, run in (("raw", run_raw), ("chromium", run_browser)):
+        for viewers in counts[kind]:
+            print(f"... {kind} K={viewers}", file=sys.stderr, flush=True)
+            results.append(run(args.source, viewers, args.window, args.interval))
+            latencies = results[-1].latencies_ms
+            if latencies:
+                print(f"    latency mean {statistics.mean(latencies):.0f} ms over "
+                      f"{len(latencies)} updates", file=sys.stderr, flush=True)
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Load: 64 concurrent websocket viewers for 60 s against the standalone server.
+
+Every viewer gets an update at the configured interval with no gap longer than 3 ticks
+and no error, while ``/index.json`` keeps answering in under 100 ms at p99. Marked slow,
+still run by default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from tornado.httpclient import AsyncHTTPClient
+
+from tests.support.bokeh_client import open_session, streamed_rows
+from tests.support.servers import cli_server
+
+pytestmark = pytest.mark.slow
+
+VIEWERS = 64
+DURATION_S = 60.0
+INTERVAL_S = 0.2
+
+
+async def _load(url: str) -> tuple[list[list[float]], list[float], list[str]]:
+    errors: list[str] = []
+    sessions = []
+    for _ in range(VIEWERS):
+        sessions.append(await open_session(url, "/GPU-Resources"))
+    arrivals: list[list[float]] = [[] for _ in sessions]
+    started = time.monotonic()
+    stop_at = started + DURATION_S
+
+    async def read(position: int) -> None:
+        session = sessions[position]
+        while time.monotonic() < stop_at:
+            try:
+                message = await asyncio.wait_for(session.receive(), 5)
+            except Exception as error:  # noqa: BLE001 - any failure is a test failure
+                errors.append(f"viewer {position}: {error!r}")
+                return
+            if message.msgtype == "ERROR":
+                errors.append(f"viewer {position}: {message.content}")
+            if streamed_rows(message):
+                arrivals[position].append(time.monotonic())
+
+    async def poll_index() -> list[float]:
+        latencies = []
+        client = AsyncHTTPClient()
+        for _ in range(int(DURATION_S / 0.25)):  # bounded
+            if time.monotonic() >= stop_at:
+                break
+            began = time.monotonic()
+            response = await client.fetch(url + "/index.json", request_timeout=10)
+            latencies.append(time.monotonic() - began)
+            assert response.code == 200
+            await asyncio.sleep(0.25)
+        return latencies
+
+    *_, latencies = await asyncio.gather(*(read(p) for p in range(VIEWERS)), poll_index())
+    for session in sessions:
+        session.close()
+    return arrivals, latencies, errors
+
+
+def test_64_viewers_for_a_minute() -> None:
+    with cli_server(["--simulate", "4", "--interval", str(INTERVAL_S)]) as (url, process):
+        arrivals, latencies, errors = asyncio.run(_load(url))
+        assert process.poll() is None
+    assert not errors, errors[:5]
+    expected = DURATION_S / INTERVAL_S
+    for position, times in enumerate(arrivals):
+        assert len(times) >= 0.9 * expected, (position, len(times))
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        assert max(gaps) <= 3 * INTERVAL_S, (position, max(gaps))
+    latencies.sort()
+    p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+    assert p99 < 0.100, f"/index.json p99 {p99 * 1000:.0f} ms"

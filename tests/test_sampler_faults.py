@@ -1,0 +1,135 @@
+"""The sampler under NVML faults (simulated): slow calls, a GPU lost and reset, a late init.
+
+In every case the tick keeps its pace for the metrics that work, the Bokeh event loop
+stays responsive, and open dashboards recover by themselves. Timing is asserted here on
+purpose: keeping the tick is the behaviour under test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pynvml
+
+from jupyterlab_nvdashboard.metrics import SimulatedNvml
+from tests.support.bokeh_client import open_session, streamed_rows
+from tests.support.servers import get, in_process_server
+
+INTERVAL_S = 0.1
+
+
+def _index_latencies(url: str, stop: threading.Event, out: list[float]) -> None:
+    for _ in range(400):  # bounded: at most 400 requests
+        if stop.is_set():
+            return
+        started = time.monotonic()
+        assert get(url + "/index.json")[0] == 200
+        out.append(time.monotonic() - started)
+        time.sleep(0.05)
+
+
+def test_slow_nvml_keeps_tick_and_event_loop() -> None:
+    with in_process_server(gpus=2, interval_s=INTERVAL_S) as server:
+        time.sleep(0.5)
+        history = server.metrics.history
+        first = history.last_seq
+        stop, latencies = threading.Event(), []
+        poller = threading.Thread(target=_index_latencies, args=(server.url, stop, latencies))
+        poller.start()
+        server.simulator.set_call_delay(0.3)  # every NVML call now takes 300 ms
+        time.sleep(3.0)
+        slow = history.since(first)
+        server.simulator.set_call_delay(0.0)
+        # The GPU reader may be inside a slow pass (2 GPUs x ~6 calls x 0.3 s); then fresh.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            latest = history.latest()
+            if latest and latest.gpu_age_s is not None and latest.gpu_age_s < 0.5 \
+                    and latest.gpus[0].utilization_pct is not None:
+                break
+            time.sleep(0.1)
+        stop.set()
+        poller.join(30)
+
+    ticks = [s.time_s for s in slow]
+    gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+    assert len(slow) >= 0.8 * 3.0 / INTERVAL_S, len(slow)  # the tick kept its pace
+    assert max(gaps) < 3 * INTERVAL_S, max(gaps)
+    assert all(s.host.memory_used_bytes is not None for s in slow)  # host metrics fresh
+    stale = [s for s in slow if s.gpu_age_s and s.gpu_age_s > 1.0]
+    assert stale and all(s.gpus[0].utilization_pct is None for s in stale)  # shown as gaps
+    assert latest.gpus[0].utilization_pct is not None and latest.gpu_age_s < 0.5
+    latencies.sort()
+    assert latencies and latencies[-1] < 0.25, latencies[-5:]  # never waited for NVML
+
+
+def test_lost_gpu_comes_back_after_reset_and_dashboard_recovers() -> None:
+    with in_process_server(gpus=2, interval_s=INTERVAL_S, retry_interval_s=0.3) as server:
+        history = server.metrics.history
+
+        def wait_for(condition, seconds: float = 5.0):  # noqa: ANN001, ANN202
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                latest = history.latest()
+                if latest is not None and condition(latest):
+                    return latest
+                time.sleep(0.05)
+            raise AssertionError("condition not reached")
+
+        async def watch() -> tuple[int, int]:
+            session = await open_session(server.url, "/GPU-Resources")
+            server.simulator.lose_gpu(1)
+            await asyncio.to_thread(wait_for, lambda s: s.gpus[1].lost)
+            lost_seq = history.last_seq
+            rows_while_lost = 0
+            for _ in range(5):
+                rows_while_lost += streamed_rows(await asyncio.wait_for(session.receive(), 5))
+            server.simulator.restore_gpu(1)
+            back = await asyncio.to_thread(
+                wait_for, lambda s: not s.gpus[1].lost and s.gpus[1].utilization_pct is not None)
+            assert back.seq > lost_seq
+            rows_after = 0
+            for _ in range(5):
+                rows_after += streamed_rows(await asyncio.wait_for(session.receive(), 5))
+            session.close()
+            return rows_while_lost, rows_after
+
+        rows_while_lost, rows_after = asyncio.run(watch())
+        assert rows_while_lost >= 3 and rows_after >= 3
+        info = json.loads(get(server.url + "/info.json")[1])
+        assert [device["lost"] for device in info["devices"]] == [False, False]
+        assert all(not r.lost for r in history.latest().gpus)
+
+
+def test_nvml_init_fails_first_then_dashboards_fill_themselves() -> None:
+    simulator = SimulatedNvml(gpu_count=2)
+    simulator.set_init_error(pynvml.NVML_ERROR_DRIVER_NOT_LOADED, times=2)
+    with in_process_server(gpus=2, simulator=simulator, interval_s=INTERVAL_S,
+                           retry_interval_s=0.5) as server:
+        assert json.loads(get(server.url + "/info.json")[1])["nvml_state"] == "driver_not_loaded"
+
+        async def watch() -> tuple[str, int]:
+            session = await open_session(server.url, "/GPU-Utilization")
+            notice = json.dumps(session.document)
+            filled = 0
+            deadline = time.monotonic() + 10
+            while filled < 3 and time.monotonic() < deadline:
+                message = await asyncio.wait_for(session.receive(), 5)
+                if message.msgtype == "PATCH-DOC" and "GPU 0" in json.dumps(message.content):
+                    filled += 1
+            session.close()
+            return notice, filled
+
+        notice, filled = asyncio.run(watch())
+        assert "No NVIDIA GPU or driver was found" in notice
+        assert filled >= 1  # the open page replaced its notice with the GPU bars
+        info = json.loads(get(server.url + "/info.json")[1])
+        assert info["nvml_state"] == "ok" and info["gpu_count"] == 2
+        assert "/GPU-Utilization" in json.loads(get(server.url + "/index.json")[1])
+        samples = server.metrics.history.since(-1)
+        gaps = [b.time_s - a.time_s for a, b in zip(samples, samples[1:], strict=False)]
+        assert max(gaps) < 3 * INTERVAL_S  # host ticks never waited for NVML
+        assert samples[-1].gpus and samples[-1].gpus[0].utilization_pct is not None
