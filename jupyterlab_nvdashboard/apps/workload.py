@@ -39,6 +39,7 @@ SUMMARY_COLUMNS = {
     "peak_gpu_memory_gb": "peak GPU mem GB", "speedup": "speed-up vs native",
     "verdict": "verdict",
 }
+SUMMARY_WIDTHS = (190, 80, 60, 80, 100, 90, 110, 110, 110, 120, 520)
 BUSY_THRESHOLD_PCT = 50.0
 STALE_AFTER_S = 60.0
 
@@ -157,11 +158,13 @@ class WorkloadDashboard:
             Button(label="Stop", button_type="danger", width=80)
         start.on_click(self._start)
         stop.on_click(self._stop)
-        self.status = Div(text="", sizing_mode="stretch_width")
-        table = DataTable(source=self.summary, height=200, sizing_mode="stretch_width",
-                          index_position=None,
-                          columns=[TableColumn(field=k, title=t) for k, t in
-                                   SUMMARY_COLUMNS.items()])
+        self.status = Div(text="", sizing_mode="stretch_width", name="workload-status")
+        self.table = table = DataTable(
+                          source=self.summary, height=200, sizing_mode="stretch_width",
+                          index_position=None, autosize_mode="none",
+                          columns=[TableColumn(field=key, title=title, width=width)
+                                   for (key, title), width in zip(SUMMARY_COLUMNS.items(),
+                                                                  SUMMARY_WIDTHS, strict=True)])
         self.root = column(row(self.path, self.preset, self.count, self.device, start, stop),
                            self.status, steps, self.timeline.root, table,
                            sizing_mode="stretch_width")
@@ -236,6 +239,10 @@ class WorkloadDashboard:
                 for key in SUMMARY_COLUMNS}
         if dict(self.summary.data) != data:
             self.summary.data = data
+            # BokehJS redraws a table when its row indices change, not when values change in
+            # place (a run going from "running" to "done"); any change to the table model
+            # makes it redraw, so bump a revision tag.
+            self.table.tags = [self.table.tags[0] + 1 if self.table.tags else 1]
 
 
 def workload_dashboard(metrics: Metrics) -> WorkloadDashboard:
