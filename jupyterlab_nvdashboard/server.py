@@ -145,8 +145,8 @@ def make_server(config: Config, metrics: Metrics, io_loop: IOLoop | None = None)
             (r"/info\.json", InfoHandler, extra),
         ],
         use_index=False,
-        unused_session_lifetime=config.unused_session_lifetime_ms,
-        check_unused_sessions=config.check_unused_sessions_ms,
+        unused_session_lifetime_milliseconds=config.unused_session_lifetime_ms,
+        check_unused_sessions_milliseconds=config.check_unused_sessions_ms,
         **listen,
     )
     live_sessions.server = server

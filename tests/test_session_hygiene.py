@@ -30,7 +30,7 @@ async def _round(url: str) -> None:
 
     async def one(number: int) -> None:
         async with gate:
-            route = "/GPU-Utilization" if number % 2 else "/Machine-Resources"
+            route = "/GPU-Utilization" if number % 2 else "/PCIe-Throughput"
             session = await asyncio.wait_for(open_session(url, route), 60)
             session.close()
 

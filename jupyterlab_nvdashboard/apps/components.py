@@ -87,7 +87,7 @@ class PerGpuBars:
         plot = figure(
             # Reversed so GPU 0 is drawn at the top.
             y_range=FactorRange(*reversed(self._factors)), x_range=Range1d(0, 100),
-            x_axis_label=x_label, sizing_mode="stretch_both", toolbar_location=None,
+            x_axis_label=x_label, sizing_mode="stretch_both", toolbar_location=None, tools="",
             height=height or max(160, 60 + 40 * len(self._factors)),
         )
         plot.hbar(y="y", right="percent", height=0.8, color="color", source=self.source)
@@ -164,6 +164,9 @@ class WindowMax:
         return self._peaks[0][1] if self._peaks else 0.0
 
 
+X_HEADROOM = 0.05  # share of a timeline's window left empty on the right, ahead of the data
+
+
 class Timeline:
     """Stacked line charts that share one x-range following the newest sample.
 
@@ -190,7 +193,7 @@ class Timeline:
                                         WindowMax(window_s * 1000)))
             plot = figure(title=panel.title, x_axis_type="datetime", x_range=self.x_range,
                           y_range=y_range, y_axis_label=panel.y_label, height=180,
-                          sizing_mode="stretch_width", toolbar_location=None)
+                          sizing_mode="stretch_width", toolbar_location=None, tools="")
             for series in panel.series:
                 plot.line("time", series.key, source=self.source, color=series.color,
                           line_dash=series.dash, line_width=2, legend_label=series.label)
@@ -208,9 +211,13 @@ class Timeline:
             data[series.key] = [number_or_nan(series.read(sample)) for sample in samples]
         self.source.stream(data, rollover=self.rollover)
         newest_ms = data["time"][-1]
-        oldest_ms = self.source.data["time"][0]
-        self.x_range.update(start=max(oldest_ms, newest_ms - self.window_s * 1000),
-                            end=max(newest_ms, oldest_ms + 1))
+        if newest_ms > self.x_range.end or self.x_range.start == 0:
+            # Step the axis forward with some headroom instead of on every sample: most
+            # updates then send only the new points, not a range change as well.
+            oldest_ms = self.source.data["time"][0]
+            window_ms = self.window_s * 1000
+            end = newest_ms + window_ms * X_HEADROOM
+            self.x_range.update(start=max(oldest_ms, end - window_ms), end=end)
         for y_range, keys, peak in self._following:
             for position, time_ms in enumerate(data["time"]):
                 peak.add(time_ms, max((data[key][position] for key in keys),

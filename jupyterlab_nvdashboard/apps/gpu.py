@@ -19,12 +19,14 @@ from .components import (
     scaled,
 )
 
-TIMELINE_WINDOW_S = 600.0
+# Two minutes: long enough to see a job's phases, short enough that a browser redraws a
+# timeline five times a second cheaply (measured in benchmarks/dashboard_overhead.py).
+TIMELINE_WINDOW_S = 120.0
 
 
-def timeline_window(metrics: Metrics) -> float:
-    """Timelines show the last ten minutes, or the whole history if it is shorter."""
-    return min(TIMELINE_WINDOW_S, metrics.history_s)
+def timeline_window(metrics: Metrics, seconds: float = TIMELINE_WINDOW_S) -> float:
+    """A timeline's span: ``seconds``, or the whole history if that is shorter."""
+    return min(seconds, metrics.history_s)
 
 
 def _percent_scale(_: GpuFacts) -> float:

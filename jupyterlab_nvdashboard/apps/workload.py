@@ -41,6 +41,7 @@ SUMMARY_COLUMNS = {
 }
 SUMMARY_WIDTHS = (190, 80, 60, 80, 100, 90, 110, 110, 110, 120, 520)
 BUSY_THRESHOLD_PCT = 50.0
+WORKLOAD_WINDOW_S = 600.0  # long enough to compare a few runs side by side
 STALE_AFTER_S = 60.0
 
 
@@ -130,7 +131,7 @@ class WorkloadDashboard:
     def __init__(self, metrics: Metrics) -> None:
         assert metrics.workload is not None, "the server starts a WorkloadService"
         self.metrics, self.service = metrics, metrics.workload
-        self.window_s = timeline_window(metrics)
+        self.window_s = timeline_window(metrics, WORKLOAD_WINDOW_S)
         self.timeline = Timeline(self._gpu_panels(), self.window_s, metrics.interval_s)
         self.iterations = ColumnDataSource({"time": [], "ms": [], "run": [], "color": []})
         self.summary = ColumnDataSource({key: [] for key in SUMMARY_COLUMNS})
@@ -140,7 +141,8 @@ class WorkloadDashboard:
 
         steps = figure(title="Iteration time of recent runs", x_axis_type="datetime",
                        x_range=self.timeline.x_range, y_axis_label="ms per iteration",
-                       height=220, sizing_mode="stretch_width", toolbar_location=None)
+                       height=220, sizing_mode="stretch_width", toolbar_location=None,
+                       tools="")
         steps.scatter("time", "ms", color="color", legend_field="run", size=5,
                       source=self.iterations)
         steps.legend.location = "top_left"
