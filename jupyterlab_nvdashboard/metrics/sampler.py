@@ -18,7 +18,6 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .host import HostReader, HostReading
@@ -49,31 +48,6 @@ class History:
         self._samples: deque[Sample] = deque(maxlen=max_samples)
         self._lock = threading.Lock()
         self._next_seq = 0
-        self._listeners: dict[int, Callable[[], None]] = {}
-        self._listener_ids = itertools.count()
-
-    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
-        """Call ``listener()`` (on the sampler thread; it must only schedule work) after each
-        new sample, so dashboards draw a sample as soon as it exists instead of polling.
-        Returns the function that unsubscribes."""
-        key = next(self._listener_ids)
-        with self._lock:
-            self._listeners[key] = listener
-
-        def unsubscribe() -> None:
-            with self._lock:
-                self._listeners.pop(key, None)
-
-        return unsubscribe
-
-    def _notify(self) -> None:
-        with self._lock:
-            listeners = list(self._listeners.values())
-        for listener in listeners:
-            try:
-                listener()
-            except Exception:  # one broken dashboard must not stop the others
-                log.exception("history listener failed")
 
     def append(self, time_s: float, gpus: tuple[GpuReading, ...], host: HostReading,
                gpu_age_s: float | None = 0.0) -> Sample:
@@ -81,7 +55,6 @@ class History:
             sample = Sample(self._next_seq, time_s, gpus, host, gpu_age_s)
             self._next_seq += 1
             self._samples.append(sample)
-        self._notify()
         return sample
 
     def since(self, seq: int) -> list[Sample]:

@@ -7,6 +7,7 @@ then receive the server's PATCH-DOC messages as the dashboard updates.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -64,6 +65,16 @@ class BokehSession:
 
     def close(self) -> None:
         self.connection.close()
+
+    async def aclose(self, timeout_s: float = 5.0) -> None:
+        """Close and wait for the server's close reply, as a browser closing a tab does."""
+        self.connection.close()
+        try:
+            async with asyncio.timeout(timeout_s):
+                while await self.connection.read_message() is not None:
+                    pass
+        except TimeoutError:
+            pass
 
 
 async def fetch_token(base_url: str, route: str, headers: dict[str, str] | None = None) -> str:
