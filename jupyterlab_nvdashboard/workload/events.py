@@ -1,7 +1,7 @@
 """The workload's event stream: JSON lines, one object per line, flushed per event.
 
 Every event has ``"event"``, ``"run_id"`` and ``"time"`` (Unix epoch seconds, float).
-See ``EVENTS.md`` beside this file for the fields of ``start``, ``iteration`` and ``end``.
+The README ("Event format") lists the fields of ``start``, ``iteration`` and ``end``.
 :func:`read_events` tolerates a partially written last line, so a dashboard can read a
 file while the run is still appending to it.
 """
