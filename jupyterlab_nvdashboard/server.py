@@ -29,7 +29,7 @@ from bokeh.server.server import Server
 from tornado.ioloop import IOLoop
 from tornado.web import RequestHandler
 
-from . import __version__
+from . import __version__, bokeh_patches
 from .apps.document import build_document, no_gpu_notice
 from .apps.registry import ROUTES, available_routes
 from .config import Config, ConfigError, load_config
@@ -129,6 +129,7 @@ def make_applications(metrics: Metrics) -> dict[str, Application]:
 
 def make_server(config: Config, metrics: Metrics, io_loop: IOLoop | None = None) -> Server:
     """Bind the Bokeh server (raises OSError if the port is taken)."""
+    bokeh_patches.apply()
     listen: dict[str, Any] = (
         {"unix_socket": config.unix_socket} if config.unix_socket
         else {"port": config.port, "address": config.address}
