@@ -164,7 +164,8 @@ class WindowMax:
         return self._peaks[0][1] if self._peaks else 0.0
 
 
-X_HEADROOM = 0.05  # share of a timeline's window left empty on the right, ahead of the data
+X_HEADROOM = 0.05  # share of the shown span left empty on the right, ahead of the data
+MIN_HEADROOM_MS = 2000.0
 
 
 class Timeline:
@@ -216,7 +217,9 @@ class Timeline:
             # updates then send only the new points, not a range change as well.
             oldest_ms = self.source.data["time"][0]
             window_ms = self.window_s * 1000
-            end = newest_ms + window_ms * X_HEADROOM
+            # Headroom scales with what is shown, so a young server's chart is not half empty.
+            shown_ms = min(window_ms, newest_ms - oldest_ms)
+            end = newest_ms + max(MIN_HEADROOM_MS, shown_ms * X_HEADROOM)
             self.x_range.update(start=max(oldest_ms, end - window_ms), end=end)
         for y_range, keys, peak in self._following:
             for position, time_ms in enumerate(data["time"]):
