@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import statistics
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import Any
 
@@ -230,11 +231,14 @@ class WorkloadDashboard:
     def _refresh_summary(self, runs: list[Run]) -> None:
         latest = self.metrics.history.latest()
         now = latest.time_s if latest else 0.0
+        windows = [run_window(run, now) for run in runs]
+        # One pass over the history for all runs; each run then takes its slice by time.
+        oldest = min((start for start, _ in windows), default=now)
+        history = self.metrics.history.window(now - oldest + 1)
+        times = [sample.time_s for sample in history]
         rows = []
-        for run in runs:
-            start, end = run_window(run, now)
-            samples = [s for s in self.metrics.history.window(now - start + 1)
-                       if start <= s.time_s <= end]
+        for run, (start, end) in zip(runs, windows, strict=True):
+            samples = history[bisect_left(times, start):bisect_right(times, end)]
             rows.append(summarize(run, samples, self.metrics.simulated,
                                   native_baseline(runs, run.preset), now))
         data = {key: ["n/a" if row[key] is None else row[key] for row in rows]

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .host import HostReader, HostReading
@@ -171,25 +172,22 @@ class Sampler:
         self.ticks += 1
         return self.history.append(started, gpus, host, age)
 
-    def _run_gpu_reader(self) -> None:
+    def _repeat(self, step: Callable[[], object], late_counter: str) -> None:
+        """Run ``step`` once per interval until stopped, counting skipped intervals."""
         deadline = time.monotonic()
         while not self._stop.is_set():
             try:
-                self.read_gpus()
-            except Exception:  # a bug in one reading must not stop the GPU readings
-                log.exception("GPU read failed")
+                step()
+            except Exception:  # a bug in one reading must not end the dashboards
+                log.exception("%s failed", getattr(step, "__name__", "sampler step"))
             deadline, missed = _sleep_until_next(deadline, self.interval_s, self._stop)
-            self.late_gpu_reads += missed
+            setattr(self, late_counter, getattr(self, late_counter) + missed)
+
+    def _run_gpu_reader(self) -> None:
+        self._repeat(self.read_gpus, "late_gpu_reads")
 
     def _run(self) -> None:
-        deadline = time.monotonic()
-        while not self._stop.is_set():
-            try:
-                self.tick()
-            except Exception:  # a bug in one reading must not end the dashboards
-                log.exception("sampler tick failed")
-            deadline, missed = _sleep_until_next(deadline, self.interval_s, self._stop)
-            self.late_ticks += missed
+        self._repeat(self.tick, "late_ticks")
 
     def start(self) -> None:
         if self._thread is None:
