@@ -26,6 +26,7 @@ from typing import Any
 from bokeh.application import Application
 from bokeh.application.handlers.function import FunctionHandler
 from bokeh.server.server import Server
+from bokeh.util import logconfig as bokeh_logconfig
 from tornado.ioloop import IOLoop
 from tornado.web import RequestHandler
 
@@ -159,9 +160,11 @@ def _where(config: Config) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="nvdashboard: %(message)s")
+    # Bokeh's wrapper also removes Bokeh's own stderr handler, so its records get our format.
+    bokeh_logconfig.basicConfig(level=logging.INFO, format="nvdashboard: %(message)s")
     for noisy in ("bokeh", "tornado.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    bokeh_patches.one_line_logs(logging.getLogger().handlers)
     try:
         config = load_config(sys.argv[1:] if argv is None else argv)
     except ConfigError as error:

@@ -2,7 +2,8 @@
 
 A bounded, seeded fuzz of paths, query strings, headers and websocket frames (random,
 truncated and oversized Bokeh protocol messages): no 500, no traceback in a response, no
-crash, and another open dashboard keeps getting updates. Every non-GET method on every
+crash, no traceback or megabyte line in the server's log, and another open dashboard keeps
+getting updates. Every non-GET method on every
 route is refused and changes nothing; the server binds 127.0.0.1 by default and never
 spawns a process.
 """
@@ -23,8 +24,9 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.websocket import websocket_connect
 
 from jupyterlab_nvdashboard.apps.registry import ROUTES
+from jupyterlab_nvdashboard.bokeh_patches import LOG_LINE_LIMIT
 from tests.support.bokeh_client import fetch_token, open_session, streamed_rows
-from tests.support.servers import cli_server, get
+from tests.support.servers import cli_server, get, server_output
 
 SEED = 20261129
 EVIL = "http://evil.example"
@@ -189,6 +191,9 @@ def test_fuzz_paths_queries_headers_and_frames() -> None:
         assert process.poll() is None
         assert get(url + "/GPU-Resources")[0] == 200
         _no_children(process)
+        log_lines = server_output(process).splitlines()
+        assert not [line for line in log_lines if "Traceback" in line]
+        assert max(map(len, log_lines)) < 2 * LOG_LINE_LIMIT + 50  # one short line per error
 
 
 def _route_urls(url: str) -> list[str]:
