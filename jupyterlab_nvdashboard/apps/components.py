@@ -9,6 +9,7 @@ and every axis label says which.
 
 from __future__ import annotations
 
+import html
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -17,9 +18,11 @@ from dataclasses import dataclass
 from bokeh.layouts import column
 from bokeh.models import (
     ColumnDataSource,
+    Div,
     FactorRange,
     HoverTool,
     LabelSet,
+    LayoutDOM,
     Range1d,
 )
 from bokeh.palettes import Category10_10
@@ -164,6 +167,31 @@ class WindowMax:
         return self._peaks[0][1] if self._peaks else 0.0
 
 
+PANEL_HEIGHT = 150
+TIME_AXIS_HEIGHT = 30
+# CSS border styles that look like Bokeh's line_dash values, for the legend swatches.
+_SWATCH_STYLE = {"solid": "solid", "dashed": "dashed", "dotted": "dotted", "dashdot": "dashed"}
+
+
+def panel_heading(panel: Panel) -> Div:
+    """The panel's title and legend as HTML above its canvas.
+
+    Bokeh redraws an in-canvas legend on every update: with a legend in each of four
+    panels, that was a third of the browser's CPU for /GPU-Resources
+    (benchmarks/README.md). This text is laid out once.
+    """
+    items = "".join(
+        f"<span style='margin-right:1em;white-space:nowrap'><span style='display:inline-block;"
+        f"width:1.4em;vertical-align:middle;border-top:2px "
+        f"{_SWATCH_STYLE.get(series.dash, 'solid')} {series.color}'></span> "
+        f"{html.escape(series.label)}</span>"
+        for series in panel.series
+    )
+    return Div(text=f"<div style='font-size:12px;margin:0.4em 0 0 3.5em'>"
+                    f"<b style='margin-right:1.2em'>{html.escape(panel.title)}</b>{items}</div>",
+               sizing_mode="stretch_width")
+
+
 X_HEADROOM = 0.05  # share of the shown span left empty on the right, ahead of the data
 MIN_HEADROOM_MS = 2000.0
 
@@ -184,25 +212,27 @@ class Timeline:
         self.x_range = Range1d(0, 1)
         # Panels without a fixed top: (range, the series it spans, peak over the window).
         self._following: list[tuple[Range1d, list[str], WindowMax]] = []
-        figures = []
-        for panel in panels:
+        children: list[LayoutDOM] = []
+        for position, panel in enumerate(panels):
             if panel.y_max:
                 y_range = Range1d(0, panel.y_max)
             else:
                 y_range = Range1d(0, 1)
                 self._following.append((y_range, [s.key for s in panel.series],
                                         WindowMax(window_s * 1000)))
-            plot = figure(title=panel.title, x_axis_type="datetime", x_range=self.x_range,
-                          y_range=y_range, y_axis_label=panel.y_label, height=180,
+            # One time axis, under the last panel: the panels share it, and each axis
+            # costs text measuring on every repaint.
+            last = position == len(panels) - 1
+            plot = figure(x_axis_type="datetime", x_range=self.x_range,
+                          x_axis_location="below" if last else None, y_range=y_range,
+                          y_axis_label=panel.y_label,
+                          height=PANEL_HEIGHT + (TIME_AXIS_HEIGHT if last else 0),
                           sizing_mode="stretch_width", toolbar_location=None, tools="")
             for series in panel.series:
                 plot.line("time", series.key, source=self.source, color=series.color,
-                          line_dash=series.dash, line_width=2, legend_label=series.label)
-            plot.legend.location = "top_left"
-            plot.legend.label_text_font_size = "10px"
-            plot.legend.background_fill_alpha = 0.6
-            figures.append(plot)
-        self.root = column(*figures, sizing_mode="stretch_width")
+                          line_dash=series.dash, line_width=2)
+            children += [panel_heading(panel), plot]
+        self.root = column(*children, sizing_mode="stretch_width")
 
     def update(self, samples: Sequence[Sample]) -> None:
         if not samples:
