@@ -17,6 +17,7 @@ CuPy arrays as well (same integer arithmetic, so the same bits on both).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,12 +58,23 @@ def initial_rows(keys: Any, cfg: WorkloadConfig, xp: Any = np, dtype: Any = None
     return ((u * 2.0 - 1.0) * INIT_SCALE).astype(dtype or cfg.dtype)
 
 
-def initial_table(cfg: WorkloadConfig, chunk: int = 1 << 20) -> np.ndarray:
-    """The full ``[vocabulary, embedding_size]`` table where row ``k`` holds key ``k``."""
-    table = np.empty((cfg.vocabulary, cfg.embedding_size), dtype=cfg.dtype)
+TABLE_CHUNK_ROWS = 1 << 20
+
+
+def initial_table_chunks(
+    cfg: WorkloadConfig, chunk: int = TABLE_CHUNK_ROWS
+) -> Iterator[tuple[int, np.ndarray]]:
+    """The initial table as ``(first row, rows)`` pieces, so no caller needs it whole."""
     for start in range(0, cfg.vocabulary, chunk):
         stop = min(start + chunk, cfg.vocabulary)
-        table[start:stop] = initial_rows(np.arange(start, stop, dtype=np.int64), cfg)
+        yield start, initial_rows(np.arange(start, stop, dtype=np.int64), cfg)
+
+
+def initial_table(cfg: WorkloadConfig, chunk: int = TABLE_CHUNK_ROWS) -> np.ndarray:
+    """The full ``[vocabulary, embedding_size]`` table where row ``k`` holds key ``k``."""
+    table = np.empty((cfg.vocabulary, cfg.embedding_size), dtype=cfg.dtype)
+    for start, rows in initial_table_chunks(cfg, chunk):
+        table[start:start + len(rows)] = rows
     return table
 
 
