@@ -4,6 +4,7 @@ browser tests. NVDashboard is reached through jupyter-server-proxy at
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -50,13 +51,24 @@ class JupyterLab:
             return 0, b""
 
 
+def _never_ask_about_news(settings_dir: str) -> None:
+    """JupyterLab's "get notified about Jupyter news?" toast covers part of every screenshot."""
+    folder = os.path.join(settings_dir, "@jupyterlab", "apputils-extension")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "notification.jupyterlab-settings"), "w") as settings:
+        json.dump({"fetchNews": "false"}, settings)
+
+
 @contextmanager
 def jupyter_lab(
     simulate: int = 2, extra_env: dict[str, str] | None = None, extra_args: Sequence[str] = ()
 ) -> Iterator[JupyterLab]:
     port, token = free_port(), secrets.token_hex(16)
     with tempfile.TemporaryDirectory() as home:
+        settings = os.path.join(home, "settings")
+        _never_ask_about_news(settings)
         env = {**os.environ, "NVDASHBOARD_SIMULATE": str(simulate), "NVDASHBOARD_INTERVAL": "0.2",
+               "JUPYTERLAB_SETTINGS_DIR": settings,
                "JUPYTER_CONFIG_DIR": os.path.join(home, "config"),
                "JUPYTER_RUNTIME_DIR": os.path.join(home, "runtime"),
                "JUPYTERLAB_WORKSPACES_DIR": os.path.join(home, "workspaces"),
