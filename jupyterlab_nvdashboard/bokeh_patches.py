@@ -77,21 +77,27 @@ class DeferredCollector(ModuleType):
 
     def __init__(self) -> None:
         super().__init__("gc")
-        self.pending = False
         self.collections = 0
+        # The loop that will run the pending collection; a loop stopped before it ran
+        # must not block collections on the next one.
+        self._scheduled_on: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self._scheduled_on is not None
 
     def collect(self, generation: int = 2) -> int:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return self._collect_now(generation)
-        if not self.pending:
-            self.pending = True
+        if self._scheduled_on is not loop:
+            self._scheduled_on = loop
             loop.call_later(COLLECT_DELAY_S, self._collect_now)
         return 0
 
     def _collect_now(self, generation: int = 2) -> int:
-        self.pending = False
+        self._scheduled_on = None
         self.collections += 1
         return gc.collect(generation)
 

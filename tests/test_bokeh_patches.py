@@ -30,6 +30,24 @@ def test_document_destroys_share_one_deferred_collection(monkeypatch) -> None:  
     assert collector.get_threshold() == __import__("gc").get_threshold()
 
 
+def test_a_loop_stopped_before_its_collection_does_not_block_the_next(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(bokeh_patches, "COLLECT_DELAY_S", 0.05)
+    collector = DeferredCollector()
+
+    async def schedule_and_leave() -> None:
+        collector.collect()
+
+    asyncio.run(schedule_and_leave())  # this loop closes before the collection runs
+    assert collector.pending and collector.collections == 0
+
+    async def burst_on_a_new_loop() -> None:
+        collector.collect()
+        await asyncio.sleep(0.3)
+
+    asyncio.run(burst_on_a_new_loop())
+    assert collector.collections == 1 and not collector.pending
+
+
 def test_apply_puts_the_collector_where_bokeh_destroys_documents() -> None:
     bokeh_patches.apply()
     assert isinstance(bokeh_document.gc, DeferredCollector)
