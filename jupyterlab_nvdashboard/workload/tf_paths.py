@@ -23,7 +23,7 @@ import numpy as np
 
 from ._lazy import import_tensorflow
 from .config import WorkloadConfig
-from .data import BatchPool, check_keys, initial_mlp, initial_table_chunks
+from .data import TABLE_CHUNK_ROWS, BatchPool, check_keys, initial_mlp, initial_table_chunks
 from .plugin import SparseAdam, SparseEmbedding, lookup_unique
 
 TF_PATHS = ("native", "native-dense", "hashtable", "plugin")
@@ -38,7 +38,9 @@ def tf_device_name(device: str) -> str:
     return "/CPU:0"
 
 
-def initial_table_variable(cfg: WorkloadConfig, name: str) -> Any:
+def initial_table_variable(
+    cfg: WorkloadConfig, name: str, chunk: int = TABLE_CHUNK_ROWS
+) -> Any:
     """The initial table as a ``tf.Variable``, filled in place one chunk of rows at a time.
 
     ``tf.Variable(numpy_table)`` briefly holds the NumPy table, a converted tensor and the
@@ -47,7 +49,7 @@ def initial_table_variable(cfg: WorkloadConfig, name: str) -> Any:
     """
     tf = import_tensorflow()
     table = tf.Variable(tf.zeros([cfg.vocabulary, cfg.embedding_size], cfg.dtype), name=name)
-    for start, rows in initial_table_chunks(cfg):
+    for start, rows in initial_table_chunks(cfg, chunk):
         table.scatter_update(tf.IndexedSlices(
             tf.constant(rows), tf.range(start, start + len(rows), dtype=tf.int64)))
     return table

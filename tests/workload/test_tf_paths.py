@@ -6,13 +6,16 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from jupyterlab_nvdashboard.workload.config import make_config  # noqa: E402
-from jupyterlab_nvdashboard.workload.data import make_pool  # noqa: E402
+from jupyterlab_nvdashboard.workload.data import initial_table, make_pool  # noqa: E402
 from jupyterlab_nvdashboard.workload.plugin import (  # noqa: E402
     SparseAdam,
     SparseEmbedding,
     embedding_lookup,
 )
-from jupyterlab_nvdashboard.workload.tf_paths import TFTrainer  # noqa: E402
+from jupyterlab_nvdashboard.workload.tf_paths import (  # noqa: E402
+    TFTrainer,
+    initial_table_variable,
+)
 from jupyterlab_nvdashboard.workload.xp_path import ArrayTrainer  # noqa: E402
 
 
@@ -142,3 +145,13 @@ def test_out_of_vocab_pool_is_rejected():
     pool.keys[0][0, 0, 0] = cfg.vocabulary
     with pytest.raises(ValueError, match="outside the vocabulary"):
         TFTrainer("plugin", cfg, pool)
+
+
+def test_table_filled_in_chunks_equals_the_whole_table_and_trains_in_place() -> None:
+    cfg = make_config("ci", vocabulary=1000)
+    table = initial_table_variable(cfg, "t", chunk=300)  # three whole chunks and a part
+    np.testing.assert_array_equal(table.numpy(), initial_table(cfg))
+    emb = SparseEmbedding(table)
+    assert emb.table is table and emb.m.shape == table.shape
+    with pytest.raises(ValueError, match="keys need the initial table as an array"):
+        SparseEmbedding(table, keys=np.arange(1000))
