@@ -130,7 +130,6 @@ class Series:
     label: str
     color: str
     read: Callable[[Sample], float | None]
-    dash: str = "solid"
 
 
 @dataclass(frozen=True)
@@ -174,8 +173,6 @@ class WindowMax:
 
 PANEL_HEIGHT = 150
 TIME_AXIS_HEIGHT = 30
-# CSS border styles that look like Bokeh's line_dash values, for the legend swatches.
-_SWATCH_STYLE = {"solid": "solid", "dashed": "dashed", "dotted": "dotted", "dashdot": "dashed"}
 
 
 def panel_heading(panel: Panel) -> Div:
@@ -187,8 +184,7 @@ def panel_heading(panel: Panel) -> Div:
     """
     items = "".join(
         f"<span style='margin-right:1em;white-space:nowrap'><span style='display:inline-block;"
-        f"width:1.4em;vertical-align:middle;border-top:2px "
-        f"{_SWATCH_STYLE.get(series.dash, 'solid')} {series.color}'></span> "
+        f"width:1.4em;vertical-align:middle;border-top:2px solid {series.color}'></span> "
         f"{html.escape(series.label)}</span>"
         for series in panel.series
     )
@@ -243,8 +239,7 @@ class Timeline:
                 # add_glyph leaves the selection and muted looks to BokehJS ("auto")
                 # instead of adding two more Line models per series, as plot.line does.
                 plot.add_glyph(self.source, Line(x="time", y=series.key, line_color=series.color,
-                                                 line_dash=series.dash, line_width=2),
-                               view=shared_view)
+                                                 line_width=2), view=shared_view)
             children += [panel_heading(panel), plot]
         self.root = column(*children, sizing_mode="stretch_width")
 

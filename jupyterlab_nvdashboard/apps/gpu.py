@@ -80,10 +80,10 @@ def nvlink_throughput(metrics: Metrics) -> PerGpuBars:
 
 
 def _per_gpu_series(metrics: Metrics, prefix: str, attribute: str, unit: float = 1.0,
-                    dash: str = "solid", suffix: str = "") -> list[Series]:
+                    suffix: str = "") -> list[Series]:
     return [
         Series(f"{prefix}{facts.index}", f"GPU {facts.index}{suffix}", gpu_color(facts.index),
-               scaled(gpu_value(facts.index, lambda r, a=attribute: getattr(r, a)), unit), dash)
+               scaled(gpu_value(facts.index, lambda r, a=attribute: getattr(r, a)), unit))
         for facts in metrics.facts
     ]
 
