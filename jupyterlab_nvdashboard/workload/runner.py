@@ -8,10 +8,13 @@ with the shared ``step(i) -> loss`` interface.
 from __future__ import annotations
 
 import resource
+import signal
 import statistics
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -104,6 +107,26 @@ class Progress:
             self.stream.flush()
 
 
+@contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Hold a Ctrl-C that lands inside the block until the block is done, then raise it.
+
+    An iteration's time and its event are recorded together, so the end summary always
+    counts exactly the iteration events written (a Ctrl-C between the two made them differ).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach only the main thread
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, _frame: held.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
+
+
 def run(
     path: str,
     cfg: WorkloadConfig,
@@ -154,14 +177,15 @@ def run(
                 start = time.perf_counter()
                 loss = trainer.step(warmup + i)  # returns after a device sync
                 ms = (time.perf_counter() - start) * 1000.0
-                times.append(ms)
-                record = events.emit(
-                    "iteration",
-                    iteration=i + 1,
-                    ms=ms,
-                    samples_per_s=cfg.batch / (ms / 1000.0) if ms > 0 else None,
-                    loss=loss,
-                )
+                with _ctrl_c_held():
+                    record = events.emit(
+                        "iteration",
+                        iteration=i + 1,
+                        ms=ms,
+                        samples_per_s=cfg.batch / (ms / 1000.0) if ms > 0 else None,
+                        loss=loss,
+                    )
+                    times.append(ms)
                 if on_iteration:
                     on_iteration(record)
                 progress.update(warmup + i + 1, f"{ms:7.1f} ms/step loss {loss:.4f}")

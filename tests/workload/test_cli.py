@@ -91,3 +91,16 @@ def test_cli_ctrl_c_ends_cleanly(tmp_path):
     assert end["event"] == "end" and end["interrupted"] is True
     assert end["iterations"] == sum(e["event"] == "iteration" for e in events) >= 3
     assert "Traceback" not in err and "interrupted" in err
+
+
+def test_ctrl_c_inside_an_iteration_record_waits_for_the_record():
+    from jupyterlab_nvdashboard.workload.runner import _ctrl_c_held
+
+    recorded = []
+    with pytest.raises(KeyboardInterrupt):
+        with _ctrl_c_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            recorded.append("event")  # still runs: the Ctrl-C is held
+            recorded.append("time")
+    assert recorded == ["event", "time"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
