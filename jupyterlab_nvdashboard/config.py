@@ -31,6 +31,8 @@ class SimulationConfig:
     nvlink: bool = True
     # Fault spec, e.g. "lose=1@5,init=DriverNotLoaded,unsupported=nvlink"
     faults: str = ""
+    # Which machine to simulate (metrics/simulated_profiles.py); checked when it is built.
+    profile: str = "mixed"
 
     @property
     def enabled(self) -> bool:
@@ -140,6 +142,7 @@ _ENVIRONMENT = {
     "simulate": ("NVDASHBOARD_SIMULATE", _simulate),
     "simulate_nvlink": ("NVDASHBOARD_SIMULATE_NVLINK", _boolean("NVDASHBOARD_SIMULATE_NVLINK")),
     "simulate_faults": ("NVDASHBOARD_SIMULATE_FAULTS", str),
+    "simulate_profile": ("NVDASHBOARD_SIMULATE_PROFILE", str),
     "runs_dir": ("NVDASHBOARD_RUNS_DIR", Path),
     "unused_session_lifetime": ("NVDASHBOARD_UNUSED_SESSION_LIFETIME_MS", _milliseconds),
 }
@@ -167,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="simulate N GPUs instead of reading NVML (always labelled SIMULATED)")
     parser.add_argument("--simulate-no-nvlink", dest="simulate_nvlink", action="store_const",
                         const=False, help="simulated GPUs have no NVLink")
+    parser.add_argument("--simulate-profile", metavar="NAME",
+                        help="which machine to simulate: mixed (default), h200, a100-535, "
+                        "a100-mig, consumer, vgpu, wrap32 or link-gap; implies --simulate 2 "
+                        "unless --simulate is given")
     parser.add_argument("--runs-dir", type=Path, help="directory of workload run event files")
     return parser
 
@@ -201,10 +208,13 @@ def load_config(
     defaults = Config()
     lifetime_ms = int(merged.get("unused_session_lifetime",  # type: ignore[arg-type]
                                  defaults.unused_session_lifetime_ms))
+    profile = merged.get("simulate_profile")
+    gpu_count = int(merged.get("simulate", 2 if profile else 0))  # type: ignore[arg-type]
     simulation = SimulationConfig(
-        gpu_count=int(merged.get("simulate", 0)),  # type: ignore[arg-type]
+        gpu_count=gpu_count,
         nvlink=bool(merged.get("simulate_nvlink", True)),
         faults=str(merged.get("simulate_faults", "")),
+        profile=str(profile or SimulationConfig.profile),
     )
     return Config(
         address=str(merged.get("address", defaults.address)),

@@ -53,13 +53,19 @@ def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None) -> 
     """The ``/info.json`` body."""
     latest = metrics.history.latest()
     lost = {reading.index for reading in latest.gpus if reading.lost} if latest else set()
+    unavailable = metrics.nvml.unavailable()
     info = {
         "version": __version__,
         "nvml_state": metrics.nvml.state.value,
         "nvml_message": metrics.nvml.message,
+        # Driver, NVML library and nvidia-ml-py binding versions, where known.
+        "nvml_versions": metrics.nvml.versions,
         "simulated": metrics.simulated,
-        "gpu_count": len(metrics.facts),
-        "devices": [{**facts._asdict(), "lost": facts.index in lost} for facts in metrics.facts],
+        "simulated_profile": metrics.simulator.profile.name if metrics.simulator else None,
+        "gpu_count": sum(facts.kind == "gpu" for facts in metrics.facts),
+        "devices": [{**facts._asdict(), "lost": facts.index in lost,
+                     "unavailable": unavailable.get(facts.index, {})}
+                    for facts in metrics.facts],
         "interval_s": metrics.interval_s,
         "history_s": metrics.history_s,
         "live_sessions": 0 if live_sessions is None else live_sessions(),
@@ -174,7 +180,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("nvdashboard: warning: listening on all interfaces; anyone on the network "
               "can watch these dashboards", file=sys.stderr)
 
-    metrics = create_metrics(config)
+    try:
+        metrics = create_metrics(config)
+    except ConfigError as error:
+        print(f"nvdashboard: error: {error}", file=sys.stderr)
+        return 2
     try:
         server = make_server(config, metrics)
     except OSError as error:

@@ -13,7 +13,7 @@ from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
 
 
 def reader_for(simulator: SimulatedNvml, visible: str | None = None) -> NvmlReader:
-    reader = NvmlReader(lambda: simulator, cuda_visible_devices=visible)
+    reader = NvmlReader(simulator.load, cuda_visible_devices=visible)
     reader.ensure_initialized()
     return reader
 
@@ -26,7 +26,7 @@ def test_static_facts_are_read_once_and_per_gpu() -> None:
     assert first.memory_total_bytes != second.memory_total_bytes  # scales are per GPU
     assert first.pcie_max_bytes_per_s == pytest.approx(3938e6 * 16)
     assert second.pcie_max_bytes_per_s == pytest.approx(1969e6 * 16)
-    assert first.nvlink_links == 18 and first.nvlink_max_bytes_per_s == pytest.approx(18 * 26562e6)
+    assert len(first.nvlink_link_ids) == 18 and first.nvlink_max_bytes_per_s == pytest.approx(18 * 26562e6)
     calls = simulator.calls["nvmlDeviceGetName"]
     for _ in range(5):
         reader.read()
@@ -60,7 +60,7 @@ def test_driver_loaded_after_start_is_picked_up(monkeypatch: pytest.MonkeyPatch)
     now = [0.0]
     simulator = SimulatedNvml(gpu_count=2)
     simulator.set_init_error(pynvml.NVML_ERROR_DRIVER_NOT_LOADED, times=1)
-    reader = NvmlReader(lambda: simulator, clock=lambda: now[0])
+    reader = NvmlReader(simulator.load, clock=lambda: now[0])
     assert reader.ensure_initialized() is NvmlState.DRIVER_NOT_LOADED
     now[0] = nvml_module.REINIT_INTERVAL_S + 1
     reader.retry_if_due()
@@ -70,7 +70,7 @@ def test_driver_loaded_after_start_is_picked_up(monkeypatch: pytest.MonkeyPatch)
 def test_unsupported_nvlink_means_no_links_and_no_rates() -> None:
     simulator = SimulatedNvml(gpu_count=2, nvlink=False)
     reader = reader_for(simulator)
-    assert all(facts.nvlink_links == 0 for facts in reader.facts)
+    assert all(facts.nvlink_link_ids == () for facts in reader.facts)
     reading = reader.read()[0]
     assert reading.nvlink_tx_bytes_per_s is None and reading.utilization_pct is not None
 
@@ -85,12 +85,17 @@ def test_unsupported_field_is_not_available_only_for_that_metric() -> None:
     assert reader.facts[0].power_limit_w is None
 
 
-def test_pcie_falls_back_to_throughput_when_counters_are_unsupported() -> None:
+def test_pcie_falls_back_to_a_snapshot_when_counters_are_unsupported() -> None:
     simulator = SimulatedNvml(gpu_count=1)
     simulator.set_unsupported(["pcie_counters"])
     reader = reader_for(simulator)
+    assert reader.read()[0].pcie_tx_bytes_per_s is None  # read() never makes the 20 ms call
+    assert simulator.calls["nvmlDeviceGetPcieThroughput"] == 0
+    reader.read_slow()
     reading = reader.read()[0]
-    assert reading.pcie_tx_bytes_per_s is not None
+    assert reading.pcie_tx_bytes_per_s is not None and reading.pcie_is_snapshot
+    assert simulator.calls["nvmlDeviceGetPcieThroughput"] == 2
+    reader.read_slow()  # at most once a second per GPU
     assert simulator.calls["nvmlDeviceGetPcieThroughput"] == 2
 
 
@@ -107,7 +112,7 @@ def test_transient_error_is_one_missing_metric() -> None:
 def test_lost_gpu_is_marked_and_others_carry_on() -> None:
     now = [1000.0]
     simulator = SimulatedNvml(gpu_count=4)
-    reader = NvmlReader(lambda: simulator, clock=lambda: now[0])
+    reader = NvmlReader(simulator.load, clock=lambda: now[0])
     reader.ensure_initialized()
     simulator.lose_gpu(1)
     readings = reader.read()
@@ -125,14 +130,54 @@ def test_lost_gpu_is_marked_and_others_carry_on() -> None:
     assert not reader.read()[1].lost
 
 
-def test_cuda_visible_devices_by_index_and_uuid() -> None:
-    simulator = SimulatedNvml(gpu_count=4)
-    assert [f.nvml_index for f in reader_for(simulator, "2,0").facts] == [2, 0]
-    uuid = reader_for(SimulatedNvml(gpu_count=4)).facts[3].uuid
-    assert [f.nvml_index for f in reader_for(SimulatedNvml(4), uuid[:16]).facts] == [3]
-    assert [f.index for f in reader_for(SimulatedNvml(4), "1,9,2").facts] == [0]
-    hidden = reader_for(SimulatedNvml(4), "")
-    assert hidden.state is NvmlState.NO_DEVICES and "CUDA_VISIBLE_DEVICES" in hidden.message
+def shown(visible: str | None, order: str | None = None, profile: str = "mixed",
+          gpus: int = 4) -> list[tuple[str, int | None]]:
+    """(nvidia-smi label, CUDA position) of every row the reader shows."""
+    reader = NvmlReader(SimulatedNvml(gpus, profile=profile).load, cuda_visible_devices=visible,
+                        cuda_device_order=order)
+    reader.ensure_initialized()
+    return [(facts.label, facts.cuda_index) for facts in reader.facts]
+
+
+def test_cuda_visible_devices_integers_follow_cuda_order() -> None:
+    # mixed: GPUs 0 and 2 are H200 (compute 9.0), 1 and 3 A100 (8.0). CUDA's default
+    # FASTEST_FIRST order is therefore 0, 2, 1, 3; PCI_BUS_ID order is nvidia-smi's.
+    assert shown(None) == [("GPU 0", 0), ("GPU 1", 2), ("GPU 2", 1), ("GPU 3", 3)]
+    assert shown(None, "PCI_BUS_ID") == [("GPU 0", 0), ("GPU 1", 1), ("GPU 2", 2), ("GPU 3", 3)]
+    # "1" is CUDA's second device: GPU 2 fastest-first, GPU 1 in PCI order.
+    assert shown("1") == [("GPU 2", 0)]
+    assert shown("1", "PCI_BUS_ID") == [("GPU 1", 0)]
+    # Rows stay in nvidia-smi order; the CUDA position follows the list's order.
+    assert shown("3,0", "PCI_BUS_ID") == [("GPU 0", 1), ("GPU 3", 0)]
+    # CUDA stops at the first entry that names no device.
+    assert shown("1,9,2", "PCI_BUS_ID") == [("GPU 1", 0)]
+
+
+def test_cuda_visible_devices_uuids_and_mig_uuids() -> None:
+    every = NvmlReader(SimulatedNvml(2, profile="a100-mig").load)
+    every.ensure_initialized()
+    gpu1 = next(f for f in every.facts if f.label == "GPU 1")
+    mig2 = next(f for f in every.facts if f.label == "GPU 0 · MIG 2")
+    assert mig2.uuid.startswith("MIG-") and gpu1.uuid.startswith("GPU-")
+    # Without CUDA_VISIBLE_DEVICES CUDA enumerates the MIG devices in place of their GPU.
+    assert shown(None, profile="a100-mig", gpus=2) == [
+        ("GPU 0", None), ("GPU 0 · MIG 1", 0), ("GPU 0 · MIG 2", 1), ("GPU 1", 2)]
+    # A MIG UUID shows that MIG device under its GPU (the GPU itself is not a CUDA device).
+    assert shown(mig2.uuid, profile="a100-mig", gpus=2) == [("GPU 0", None), ("GPU 0 · MIG 2", 0)]
+    # A GPU UUID prefix, then a MIG one: both, in that CUDA order.
+    assert shown(f"{gpu1.uuid[:12]},{mig2.uuid}", profile="a100-mig", gpus=2) == [
+        ("GPU 0", None), ("GPU 0 · MIG 2", 1), ("GPU 1", 0)]
+    # The older MIG-GPU-<uuid>/<gpu instance>/<compute instance> form.
+    gpu0 = every.facts[0]
+    assert shown(f"MIG-{gpu0.uuid}/1/0", profile="a100-mig", gpus=2) == [
+        ("GPU 0", None), ("GPU 0 · MIG 1", 0)]
+
+
+def test_cuda_visible_devices_that_hide_everything_say_so() -> None:
+    for visible in ("", "MIG-nonexistent", "GPU-ffff", "-1"):
+        reader = reader_for(SimulatedNvml(4), visible)
+        assert reader.state is NvmlState.NO_DEVICES, visible
+        assert "CUDA_VISIBLE_DEVICES" in reader.message
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

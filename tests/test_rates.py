@@ -9,7 +9,7 @@ import pytest
 from jupyterlab_nvdashboard.metrics import SimulatedNvml
 from jupyterlab_nvdashboard.metrics.host import HostReader
 from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
-from jupyterlab_nvdashboard.metrics.rates import CounterRates
+from jupyterlab_nvdashboard.metrics.rates import HOLD_S, CounterRates
 
 # Irregular tick times (seconds) and the counter values read at them.
 JITTERED_TIMES = [100.0, 100.13, 100.41, 100.47, 101.2, 101.25]
@@ -26,13 +26,38 @@ def test_counter_rates_use_real_elapsed_time() -> None:
     assert results[1:] == pytest.approx(EXPECTED, rel=1e-12)
 
 
-def test_counter_reset_and_stale_timestamp() -> None:
+def test_counter_reset_and_unrefreshed_counter() -> None:
     rates = CounterRates()
-    rates.update("x", 1000, 1.0)
-    assert rates.update("x", 3000, 2.0) == 2000
-    assert rates.update("x", 9999, 2.0) == 2000  # counter not refreshed yet: repeat the rate
-    assert rates.update("x", 10, 3.0) is None  # went backwards: reset, no false negative
-    assert rates.update("x", None, 4.0) is None
+    rates.update("x", 1000, 1.0, source_time_s=1.0)
+    assert rates.update("x", 3000, 2.0, source_time_s=2.0) == 2000
+    # Not refreshed by its source (same value, same timestamp): repeat the rate for a while...
+    assert rates.update("x", 3000, 2.5, source_time_s=2.0) == 2000
+    # ...but never longer than HOLD_S of monotonic time: a frozen counter is not live.
+    assert rates.update("x", 3000, 2.0 + HOLD_S + 0.1, source_time_s=2.0) is None
+    assert rates.update("x", 10, 5.0, source_time_s=5.0) is None  # 64-bit went back: reset
+    assert rates.update("x", 110, 6.0, source_time_s=6.0) == 100  # and counts again after
+    assert rates.update("x", None, 7.0) is None
+
+
+def test_32_bit_counter_wraps_by_its_width() -> None:
+    rates = CounterRates()
+    top = 2**32
+    rates.update("x", top - 500, 1.0, width_bits=32)
+    assert rates.update("x", 1500, 1.5, width_bits=32) == 4000  # 2000 bytes across the wrap
+    # A wrap that would mean more than the link can carry is a reset instead.
+    rates.update("y", top - 500, 1.0, width_bits=32, max_rate=1e6)
+    assert rates.update("y", top - 10_000, 2.0, width_bits=32, max_rate=1e6) is None
+
+
+def test_an_ntp_step_does_not_freeze_or_distort_a_rate() -> None:
+    rates = CounterRates()
+    rates.update("x", 0, 100.0, source_time_s=5_000.0)
+    # The wall clock (NVML's timestamps) steps back an hour; 0.2 s really passed.
+    assert rates.update("x", 2_000, 100.2, source_time_s=1_400.2) == pytest.approx(10_000)
+    # Forward by a minute: still the monotonic 0.2 s, not 60 s.
+    assert rates.update("x", 4_000, 100.4, source_time_s=1_460.4) == pytest.approx(10_000)
+    # Sane timestamps are preferred: they say when the value was really sampled.
+    assert rates.update("x", 6_000, 100.65, source_time_s=1_460.6) == pytest.approx(10_000)
 
 
 class FakeCounters:
@@ -88,18 +113,18 @@ def test_pcie_and_nvlink_rates_from_simulated_counters_at_jittered_ticks() -> No
     simulator = SimulatedNvml(gpu_count=2)
     clock_value = [JITTERED_TIMES[0]]
     simulator.set_clock(lambda: clock_value[0])
-    reader = NvmlReader(lambda: simulator)
+    reader = NvmlReader(simulator.load, clock=lambda: clock_value[0])
     reader.ensure_initialized()
-    lib = simulator
+    lib = simulator.load()
     previous = None
     for t in JITTERED_TIMES:
         clock_value[0] = t
         # What the counters hold at t, read straight from the simulator's own fields.
         handle = lib.nvmlDeviceGetHandleByIndex(1)
         pcie = lib.nvmlDeviceGetFieldValues(handle, [lib.NVML_FI_DEV_PCIE_COUNT_TX_BYTES])
-        links = reader.facts[1].nvlink_links
+        links = reader.facts[1].nvlink_link_ids
         nvlink = lib.nvmlDeviceGetFieldValues(
-            handle, [(lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link) for link in range(links)])
+            handle, [(lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link) for link in links])
         now = (pcie[0].value.ullVal, sum(f.value.ullVal for f in nvlink) * 1024)
         reading = reader.read()[1]
         if previous is None:

@@ -59,7 +59,8 @@ def test_info_json_describes_devices() -> None:
         assert info["simulated"] is True and info["gpu_count"] == 2
         assert info["nvml_state"] == "ok" and info["interval_s"] == pytest.approx(0.1)
         assert [device["index"] for device in info["devices"]] == [0, 1]
-        assert {"name", "uuid", "memory_total_bytes", "nvlink_links"} <= set(info["devices"][0])
+        assert {"name", "uuid", "memory_total_bytes", "nvlink_link_ids", "label", "cuda_index",
+                "unavailable"} <= set(info["devices"][0])
 
 
 def test_nvlink_routes_absent_without_nvlink() -> None:

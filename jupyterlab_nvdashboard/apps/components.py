@@ -45,7 +45,12 @@ def gpu_color(index: int) -> str:
 
 
 def gpu_label(facts: GpuFacts) -> str:
-    return f"GPU {facts.index}: {facts.name}"
+    """nvidia-smi's index, CUDA's position and the name; a MIG device under its GPU."""
+    cuda = "" if facts.cuda_index is None else f" (CUDA {facts.cuda_index})"
+    if facts.kind == "mig":
+        profile = facts.name.rpartition(" MIG ")[2] or facts.name
+        return f"  ↳ {facts.label}{cuda}: {profile}"
+    return f"{facts.label}{cuda}: {facts.name}"
 
 
 def number_or_nan(value: float | None) -> float:

@@ -82,7 +82,7 @@ def nvlink_throughput(metrics: Metrics) -> PerGpuBars:
 def _per_gpu_series(metrics: Metrics, prefix: str, attribute: str, unit: float = 1.0,
                     suffix: str = "") -> list[Series]:
     return [
-        Series(f"{prefix}{facts.index}", f"GPU {facts.index}{suffix}", gpu_color(facts.index),
+        Series(f"{prefix}{facts.index}", f"{facts.label}{suffix}", gpu_color(facts.index),
                scaled(gpu_value(facts.index, lambda r, a=attribute: getattr(r, a)), unit))
         for facts in metrics.facts
     ]

@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..config import Config
+from ..config import Config, ConfigError
 from ..workload.runs import WorkloadService
 from .host import HostReader, HostReading
 from .nvml import GpuFacts, GpuReading, NvmlReader, NvmlState
@@ -69,7 +69,7 @@ class Metrics:
 
     @property
     def has_nvlink(self) -> bool:
-        return any(facts.nvlink_links > 0 for facts in self.facts)
+        return any(facts.nvlink_link_ids for facts in self.facts)
 
 
 def create_metrics(
@@ -79,16 +79,28 @@ def create_metrics(
 
     In simulate mode the NVML reader loads a ``SimulatedNvml`` in place of pynvml; a test
     may pass its own ``simulator`` to inject faults.
+
+    Raises ConfigError (one line) for an unknown simulated profile or a malformed fault spec.
     """
     environ = os.environ if environ is None else environ
     simulation = config.simulation
     if simulator is None and simulation.enabled:
-        simulator = SimulatedNvml(simulation.gpu_count, nvlink=simulation.nvlink)
-        simulator.apply_fault_spec(simulation.faults)
+        try:
+            simulator = SimulatedNvml(simulation.gpu_count, nvlink=simulation.nvlink,
+                                      profile=simulation.profile)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+        try:
+            simulator.apply_fault_spec(simulation.faults)
+        except ValueError as error:
+            raise ConfigError(f"NVDASHBOARD_SIMULATE_FAULTS: {error}") from None
+    # CUDA's own variables decide which devices this process sees, and in what order.
+    cuda = {"cuda_visible_devices": environ.get("CUDA_VISIBLE_DEVICES"),
+            "cuda_device_order": environ.get("CUDA_DEVICE_ORDER")}
     if simulator is not None:
-        nvml = NvmlReader(lambda: simulator, environ.get("CUDA_VISIBLE_DEVICES"))
+        nvml = NvmlReader(simulator.load, **cuda)
     else:
-        nvml = NvmlReader(cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"))
+        nvml = NvmlReader(**cuda)
     history = History(config.history_length)
     sampler = Sampler(nvml, HostReader(), history, config.interval_s)
     return Metrics(sampler, simulator, WorkloadService(config.runs_dir))

@@ -1,12 +1,22 @@
 """The NVML reader: the only code that calls NVML.
 
-Initialization is lazy, idempotent and repeated after ``fork``. ``NvmlState`` records why
-there is no GPU. Every device call goes through one choke point (``_query``) that turns an
-``NVMLError`` into ``None`` ("not available") for that one metric; ``NVMLError_GpuIsLost``
-marks that one GPU as lost while the others carry on. Static facts are read once.
-
-Byte rates (PCIe, NVLink) come from cumulative counters divided by the difference of the
-counters' own NVML timestamps, so they are right whatever the sampling interval.
+- **Lifecycle.** Initialization is lazy, idempotent and repeated after ``fork``.
+  ``NvmlState`` records why there is no GPU. A state without GPUs is retried slowly (a
+  driver loaded later, a GPU made visible later), and a running reader rescans now and then
+  for a hot-plugged GPU.
+- **One choke point.** Every NVML function *and constant* is looked up through ``_invoke`` /
+  ``_const``: a binding that lacks a name (an older nvidia-ml-py) or a driver that answers
+  an error makes that one metric "not available", with a reason, and the server carries on.
+  ``NVMLError_GpuIsLost`` marks that one GPU (and its MIG devices) lost; the others go on.
+- **Devices.** Physical GPUs in nvidia-smi order, each MIG device right after its GPU.
+  Which ones show, and their CUDA positions, follow ``CUDA_VISIBLE_DEVICES`` and
+  ``CUDA_DEVICE_ORDER`` (``cuda_visibility.py``). Static facts are read once.
+- **Rates.** PCIe and NVLink byte rates come from cumulative counters (``rates.py``: the
+  counters' own timestamps checked against the monotonic clock, wrap by the field's width).
+  Where a GPU has no PCIe counter fields (drivers before R555), ``read_slow`` takes a 20 ms
+  ``nvmlDeviceGetPcieThroughput`` snapshot at most once a second per GPU, on the sampler's
+  slow thread, and ``read`` reports it marked as a snapshot; the counters are tried again
+  every ``PCIE_REPROBE_S``.
 """
 
 from __future__ import annotations
@@ -17,19 +27,33 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
 
+from .cuda_visibility import MigEntry, PhysicalGpu, cuda_indices
 from .rates import CounterRates
 
 log = logging.getLogger(__name__)
 
 # Bytes per second per lane, per direction, after line encoding.
 _PCIE_LANE_BYTES_PER_S = {1: 250e6, 2: 500e6, 3: 984.6e6, 4: 1969e6, 5: 3938e6, 6: 7877e6}
-_UINT_MAX = 0xFFFFFFFF
 # How often to try NVML again after it failed to start (the driver may load later).
 REINIT_INTERVAL_S = 10.0
+# How often to look again for GPUs when there were none, or for a hot-plugged GPU.
+RESCAN_INTERVAL_S = 30.0
+PCIE_SNAPSHOT_EVERY_S = 1.0  # the fallback blocks 20 ms per direction: at most once a second
+PCIE_SNAPSHOT_STALE_S = 3.0
+PCIE_REPROBE_S = 60.0
+# A rate above this many times the link's maximum is a counter reset, not traffic.
+_PLAUSIBLE_OVER_MAX = 1.5
+_DEFAULT_MAX_LINKS = 18
+# Field value types (nvml.h nvmlValueType_t) and their widths in bits.
+_VALUE_FIELDS = {0: ("dVal", 64), 1: ("uiVal", 32), 2: ("ulVal", 64), 3: ("ullVal", 64),
+                 4: ("sllVal", 64), 5: ("siVal", 32), 6: ("usVal", 16)}
+_VIRTUALIZATION = {0: "none", 1: "passthrough", 2: "vgpu", 3: "host_vgpu", 4: "host_vsga"}
+# A binding or driver that lacks a function: the reason is about the software, not the GPU.
+_MISSING = object()
 
 
 class NvmlState(str, Enum):
@@ -54,26 +78,50 @@ STATE_MESSAGES = {
     NvmlState.NO_DEVICES: "NVML is running but no NVIDIA GPU is visible to this process.",
     NvmlState.ERROR: "NVML failed to start.",
 }
+_RETRY_AFTER_S = {
+    NvmlState.DRIVER_NOT_LOADED: REINIT_INTERVAL_S, NvmlState.ERROR: REINIT_INTERVAL_S,
+    NvmlState.NO_PERMISSION: REINIT_INTERVAL_S, NvmlState.LIBRARY_NOT_FOUND: RESCAN_INTERVAL_S,
+    NvmlState.NO_DEVICES: RESCAN_INTERVAL_S,
+}
+
+# Reasons a metric is not available, in words, by NVML return code.
+_REASONS = {
+    "NVML_ERROR_NOT_SUPPORTED": "not supported by this GPU or driver",
+    "NVML_ERROR_NO_PERMISSION": "needs more permission than this process has",
+    "NVML_ERROR_FUNCTION_NOT_FOUND": "the driver is too old for this reading",
+}
+MIG_PARENT_UTILIZATION = ("not reported for the whole GPU while MIG is enabled; NVML gives "
+                          "each MIG device's activity only through GPM (Hopper and later)")
+MIG_PHYSICAL = "a reading of the whole physical GPU: see the parent GPU's row"
 
 
 class GpuFacts(NamedTuple):
-    """Static facts about one visible GPU, read once. ``None`` means not available."""
+    """Static facts about one device row, read once. ``None`` means not available."""
 
-    index: int  # position among the GPUs visible to this process
-    nvml_index: int
+    index: int  # this device's row in the server's list (GPUs and MIG devices)
+    label: str  # nvidia-smi's identity: "GPU 2", or "GPU 0 · MIG 1" (GPU instance 1 of GPU 0)
+    kind: str  # "gpu" or "mig"
+    parent: int | None  # row of the parent GPU, for a MIG device
+    nvml_index: int  # nvidia-smi's GPU index (the parent's, for a MIG device)
+    cuda_index: int | None  # position CUDA gives it in this process; None: CUDA doesn't see it
     name: str
     uuid: str
     memory_total_bytes: int | None
+    memory_api: str  # "v2" (used excludes reserved, as nvidia-smi) or "v1" (used includes it)
     pcie_max_generation: int | None
     pcie_max_width: int | None
     pcie_max_bytes_per_s: float | None  # one direction
-    nvlink_links: int  # active links; 0 when the GPU has none or NVLink is unsupported
-    nvlink_max_bytes_per_s: float | None  # one direction, all links together
+    nvlink_link_ids: tuple[int, ...]  # the active links' IDs (there can be gaps)
+    nvlink_max_bytes_per_s: float | None  # one direction, all active links together
     power_limit_w: float | None
+    mig_enabled: bool
+    mig: dict[str, int] | None  # a MIG device's instance IDs and slices
+    virtualization: str  # "none", "passthrough", "vgpu" (a guest), "host_vgpu", ...
+    gpm_supported: bool | None
 
 
 class GpuReading(NamedTuple):
-    """One tick's readings for one GPU. ``None`` means not available."""
+    """One tick's readings for one device row. ``None`` means not available."""
 
     index: int
     lost: bool
@@ -81,8 +129,10 @@ class GpuReading(NamedTuple):
     memory_utilization_pct: float | None
     memory_used_bytes: float | None
     memory_total_bytes: float | None
+    memory_reserved_bytes: float | None  # memory v2 only
     pcie_tx_bytes_per_s: float | None
     pcie_rx_bytes_per_s: float | None
+    pcie_is_snapshot: bool  # a 20 ms nvmlDeviceGetPcieThroughput sample, not a counter rate
     nvlink_tx_bytes_per_s: float | None
     nvlink_rx_bytes_per_s: float | None
     temperature_c: float | None
@@ -90,16 +140,34 @@ class GpuReading(NamedTuple):
 
     @classmethod
     def unavailable(cls, index: int, lost: bool) -> GpuReading:
-        return cls(index, lost, *([None] * (len(cls._fields) - 2)))
+        values: list[Any] = [None] * (len(cls._fields) - 2)
+        values[cls._fields.index("pcie_is_snapshot") - 2] = False
+        return cls(index, lost, *values)
+
+
+@dataclass
+class _NvlinkFields:
+    tx: int
+    rx: int
+    scale: float  # bytes per counter unit
 
 
 @dataclass
 class _Device:
     facts: GpuFacts
     handle: Any
+    parent: _Device | None = None
+    mig_position: int | None = None  # its index among the parent's MIG handles
     lost: bool = False
-    pcie_from_counters: bool = True
     last_recovery_attempt: float = 0.0
+    memory_version: Any = None  # nvmlMemory_v2 when the binding and driver have it
+    pcie_counters: tuple[int, int] | None = None  # field IDs, when the counters answer
+    pcie_snapshot_supported: bool = False
+    pcie_reprobe_at: float = 0.0
+    pcie_snapshot: tuple[float, float | None, float | None] | None = None  # (monotonic, tx, rx)
+    nvlink_fields: _NvlinkFields | None = None
+    skip: set[str] = field(default_factory=set)  # functions that answered NOT_SUPPORTED
+    unavailable: dict[str, str] = field(default_factory=dict)  # metric -> reason
 
 
 def _load_pynvml() -> Any:
@@ -108,64 +176,44 @@ def _load_pynvml() -> Any:
     return pynvml
 
 
-def _visible_nvml_indices(lib: Any, count: int, cuda_visible_devices: str | None) -> list[int]:
-    """Map CUDA_VISIBLE_DEVICES (indices or UUID prefixes) to NVML indices.
-
-    As CUDA does, the list stops at the first entry that names no device. NVML enumerates
-    in PCI bus order, which matches CUDA when CUDA_DEVICE_ORDER=PCI_BUS_ID.
-    """
-    if cuda_visible_devices is None:
-        return list(range(count))
-    uuids: list[str] | None = None
-    chosen: list[int] = []
-    for token in (part.strip() for part in cuda_visible_devices.split(",")):
-        if token.isdigit() and int(token) < count:
-            chosen.append(int(token))
-            continue
-        if token.startswith("GPU-"):
-            if uuids is None:
-                uuids = [_decode(lib.nvmlDeviceGetUUID(lib.nvmlDeviceGetHandleByIndex(i)))
-                         for i in range(count)]
-            matches = [i for i, uuid in enumerate(uuids) if uuid.startswith(token)]
-            if len(matches) == 1:
-                chosen.append(matches[0])
-                continue
-        break
-    return list(dict.fromkeys(chosen))
-
-
 def _decode(value: Any) -> Any:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
-def _field_number(field: Any) -> float:
-    """The numeric value of an nvmlFieldValue_t, whatever its value type."""
-    by_type = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
-    return float(getattr(field.value, by_type.get(field.valueType, "ullVal")))
+def _field_number(field_value: Any) -> tuple[float, int]:
+    """The numeric value of an nvmlFieldValue_t and its width in bits."""
+    name, bits = _VALUE_FIELDS.get(field_value.valueType, ("ullVal", 64))
+    return float(getattr(field_value.value, name)), bits
 
 
 class NvmlReader:
-    """Reads every visible GPU. Safe to call from one sampler thread."""
+    """Reads every visible GPU. ``read`` from one thread, ``read_slow`` from another."""
 
     def __init__(
         self,
         load_library: Callable[[], Any] = _load_pynvml,
         cuda_visible_devices: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        cuda_device_order: str | None = None,
     ) -> None:
         self._load_library = load_library
         self._cuda_visible_devices = cuda_visible_devices
+        self._cuda_device_order = cuda_device_order or "FASTEST_FIRST"
         self._clock = clock
         self._lock = threading.RLock()
         self._lib: Any = None
         self._devices: list[_Device] = []
+        self._physical_count = 0
         self._rates = CounterRates()
-        self._logged: set[tuple[str, int | None]] = set()
+        self._logged: set[tuple[str, Any]] = set()
         self._last_init_attempt = -float("inf")
+        self._last_rescan = 0.0
         # How often to retry a failed init and to reopen a lost GPU (tests shorten it).
         self.retry_interval_s = REINIT_INTERVAL_S
+        self.rescan_interval_s = RESCAN_INTERVAL_S
         self.state = NvmlState.UNINITIALIZED
         self.message = STATE_MESSAGES[self.state]
+        self.versions: dict[str, str] = {}
         _READERS.add(self)
 
     # ----- lifecycle ------------------------------------------------------------------
@@ -177,13 +225,26 @@ class NvmlReader:
             return self.state
 
     def retry_if_due(self) -> None:
-        """Try NVML again now and then while it is down (the driver may be loaded later)."""
+        """Now and then: start NVML again while it is down, or look for new GPUs."""
         with self._lock:
-            retryable = self.state in (
-                NvmlState.DRIVER_NOT_LOADED, NvmlState.ERROR, NvmlState.NO_PERMISSION
-            )
-            if retryable and self._clock() - self._last_init_attempt >= self.retry_interval_s:
+            now = self._clock()
+            if self.state is NvmlState.OK:
+                if now - self._last_rescan >= self.rescan_interval_s:
+                    self._last_rescan = now
+                    count = self._call("nvmlDeviceGetCount")
+                    if isinstance(count, int) and count != self._physical_count:
+                        log.warning("NVML now sees %d GPU(s), was %d", count,
+                                    self._physical_count)
+                        self._enumerate()
+                return
+            wait = _RETRY_AFTER_S.get(self.state)
+            if wait is not None and now - self._last_init_attempt >= min(wait,
+                                                                         self._retry_for(wait)):
                 self._initialize()
+
+    def _retry_for(self, default_s: float) -> float:
+        # Tests shorten retry_interval_s; the slow rescans scale with it.
+        return default_s * self.retry_interval_s / REINIT_INTERVAL_S
 
     def reset_after_fork(self) -> None:
         """A forked child must not reuse the parent's NVML handles."""
@@ -205,26 +266,160 @@ class NvmlReader:
         except ImportError as error:
             self._set_state(NvmlState.LIBRARY_NOT_FOUND, f"cannot import pynvml: {error}")
             return
+        error_class = getattr(lib, "NVMLError", None) or Exception
         try:
             lib.nvmlInit()
-        except lib.NVMLError as error:
+        except error_class as error:
             self._set_state(self._state_for_init_error(lib, error), str(error))
             return
-        except OSError as error:  # a broken library can fail before NVML itself answers
+        except (OSError, AttributeError) as error:  # a broken library fails before NVML answers
             self._set_state(NvmlState.LIBRARY_NOT_FOUND, str(error))
             return
+        if self._lib is not None and self._lib is not lib:
+            self._logged.clear()
         self._lib = lib
+        self.versions = {
+            "driver": str(self._call("nvmlSystemGetDriverVersion") or ""),
+            "nvml": str(self._call("nvmlSystemGetNVMLVersion") or ""),
+            "binding": str(getattr(lib, "__version__", "") or ""),
+        }
+        self._enumerate()
+
+    def _state_for_init_error(self, lib: Any, error: Exception) -> NvmlState:
+        value = getattr(error, "value", None)
+        states = {
+            "NVML_ERROR_LIBRARY_NOT_FOUND": NvmlState.LIBRARY_NOT_FOUND,
+            "NVML_ERROR_DRIVER_NOT_LOADED": NvmlState.DRIVER_NOT_LOADED,
+            "NVML_ERROR_NO_PERMISSION": NvmlState.NO_PERMISSION,
+        }
+        for name, state in states.items():
+            if value is not None and value == getattr(lib, name, None):
+                return state
+        return NvmlState.ERROR
+
+    # ----- the choke point ------------------------------------------------------------
+    def _const(self, name: str) -> Any:
+        """An NVML constant, or None when this binding lacks it (logged once)."""
+        value = getattr(self._lib, name, None)
+        if value is None:
+            self._log_once(name, "missing", f"nvidia-ml-py {self.versions.get('binding', '')} "
+                           f"has no {name}")
+        return value
+
+    def _invoke(self, function: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """(value, None) or (None, the NVMLError / _MISSING). Never raises for NVML's sake."""
+        lib = self._lib
+        method = getattr(lib, function, None)
+        if method is None:
+            self._log_once(function, "missing", "not in this nvidia-ml-py")
+            return None, _MISSING
         try:
-            count = lib.nvmlDeviceGetCount()
-            indices = _visible_nvml_indices(lib, count, self._cuda_visible_devices)
+            return _decode(method(*args, **kwargs)), None
         except lib.NVMLError as error:
-            self._set_state(NvmlState.ERROR, str(error))
+            return None, error
+        except TypeError as error:  # an older binding without this argument
+            self._log_once(function, "signature", error)
+            return None, _MISSING
+
+    def _call(self, function: str, *args: Any) -> Any:
+        """A call that needs no device; None when it fails."""
+        value, _ = self._invoke(function, *args)
+        return value
+
+    def _query(self, device: _Device, function: str, *args: Any, metric: str | None = None,
+               **kwargs: Any) -> Any:
+        """A device call; any error is None for this metric only, with its reason kept."""
+        if device.lost or function in device.skip:
+            return None
+        value, error = self._invoke(function, device.handle, *args, **kwargs)
+        if error is None:
+            if metric is not None:
+                device.unavailable.pop(metric, None)
+            return value
+        if isinstance(error, self._lib.NVMLError_GpuIsLost if hasattr(
+                self._lib, "NVMLError_GpuIsLost") else ()):
+            self._mark_lost(device)
+            return None
+        reason = self._reason(error, function)
+        code = getattr(error, "value", None)
+        if error is _MISSING or code == self._const("NVML_ERROR_NOT_SUPPORTED") or \
+                code == self._const("NVML_ERROR_FUNCTION_NOT_FOUND"):
+            device.skip.add(function)  # it will not start answering: stop asking every tick
+        else:
+            self._log_once(function, code, error)
+        if metric is not None and reason:
+            device.unavailable.setdefault(metric, reason)
+        return None
+
+    def _reason(self, error: Any, function: str) -> str:
+        if error is _MISSING:
+            binding = self.versions.get("binding") or "this version"
+            return f"nvidia-ml-py {binding} cannot call {function}; a newer nvidia-ml-py can"
+        code = getattr(error, "value", None)
+        for name, words in _REASONS.items():
+            if code is not None and code == self._const(name):
+                return words
+        return ""
+
+    def _log_once(self, function: str, code: Any, error: object) -> None:
+        if (function, code) not in self._logged:
+            self._logged.add((function, code))
+            log.info("NVML %s is not available: %s", function, error)
+
+    def _mark_lost(self, device: _Device) -> None:
+        physical = device.parent or device
+        for each in [physical, *(d for d in self._devices if d.parent is physical)]:
+            if not each.lost:
+                log.warning("%s (%s) is lost", each.facts.label, each.facts.uuid)
+            each.lost = True
+            each.last_recovery_attempt = self._clock()
+            each.pcie_snapshot = None
+            self._rates.forget(each.facts.index)
+
+    def _fields(self, device: _Device, field_ids: Sequence[Any]) -> list[Any] | None:
+        """Field values, or None; each value's own nvmlReturn is checked by the caller."""
+        values = self._query(device, "nvmlDeviceGetFieldValues", list(field_ids))
+        return None if values is None else list(values)
+
+    def _succeeded(self, field_value: Any) -> bool:
+        return field_value.nvmlReturn == self._const("NVML_SUCCESS")
+
+    # ----- devices --------------------------------------------------------------------
+    def _enumerate(self) -> None:
+        """Open every physical GPU and MIG device this process should show."""
+        self._last_rescan = self._clock()
+        count = self._call("nvmlDeviceGetCount")
+        if not isinstance(count, int):
+            self._set_state(NvmlState.ERROR, "nvmlDeviceGetCount failed")
             return
-        for position, nvml_index in enumerate(indices):
-            device = self._open_device(position, nvml_index)
-            if device is not None:
-                self._devices.append(device)
-        if self._devices:
+        self._physical_count = count
+        opened: list[tuple[_Device, list[_Device]]] = []
+        for nvml_index in range(count):
+            handle, error = self._invoke("nvmlDeviceGetHandleByIndex", nvml_index)
+            if error is not None:
+                log.warning("GPU %d cannot be opened: %s", nvml_index, error)
+                continue
+            gpu = self._new_device(handle, nvml_index, "gpu")
+            opened.append((gpu, self._open_mig_devices(gpu)))
+        physical = [
+            PhysicalGpu(gpu.facts.nvml_index, gpu.facts.uuid, self._speed(gpu),
+                        tuple(MigEntry(mig.facts.uuid, (mig.facts.mig or {}).get("gpu_instance_id"),
+                                       (mig.facts.mig or {}).get("compute_instance_id"))
+                              for mig in migs))
+            for gpu, migs in opened
+        ]
+        visible = cuda_indices(physical, self._cuda_visible_devices, self._cuda_device_order)
+        rows: list[_Device] = []
+        for gpu, migs in opened:
+            shown_migs = [mig for mig in migs if mig.facts.uuid in visible]
+            if gpu.facts.uuid not in visible and not shown_migs:
+                continue
+            parent_row = len(rows)
+            rows.append(self._finish(gpu, parent_row, None, visible.get(gpu.facts.uuid)))
+            for mig in shown_migs:
+                rows.append(self._finish(mig, len(rows), parent_row, visible[mig.facts.uuid]))
+        self._devices = rows
+        if rows:
             self._set_state(NvmlState.OK)
         elif self._cuda_visible_devices is not None and count:
             self._set_state(NvmlState.NO_DEVICES,
@@ -232,127 +427,207 @@ class NvmlReader:
         else:
             self._set_state(NvmlState.NO_DEVICES)
 
-    @staticmethod
-    def _state_for_init_error(lib: Any, error: Exception) -> NvmlState:
-        value = getattr(error, "value", None)
-        return {
-            lib.NVML_ERROR_LIBRARY_NOT_FOUND: NvmlState.LIBRARY_NOT_FOUND,
-            lib.NVML_ERROR_DRIVER_NOT_LOADED: NvmlState.DRIVER_NOT_LOADED,
-            lib.NVML_ERROR_NO_PERMISSION: NvmlState.NO_PERMISSION,
-        }.get(value, NvmlState.ERROR)
-
-    # ----- the choke point ------------------------------------------------------------
-    def _query(self, device: _Device, function: str, *args: Any) -> Any:
-        """Call an NVML device function; any NVMLError becomes None for this metric only."""
-        if device.lost:
-            return None
-        lib = self._lib
-        try:
-            return _decode(getattr(lib, function)(device.handle, *args))
-        except lib.NVMLError as error:
-            if isinstance(error, lib.NVMLError_GpuIsLost):
-                self._mark_lost(device)
-            else:
-                self._log_once(function, getattr(error, "value", None), error)
-            return None
-        except AttributeError as error:  # an older pynvml without this function
-            self._log_once(function, None, error)
-            return None
-
-    def _log_once(self, function: str, code: int | None, error: Exception) -> None:
-        if (function, code) not in self._logged:
-            self._logged.add((function, code))
-            log.info("NVML %s is not available: %s", function, error)
-
-    def _mark_lost(self, device: _Device) -> None:
-        if not device.lost:
-            log.warning("GPU %d (%s) is lost", device.facts.index, device.facts.uuid)
-        device.lost = True
-        device.last_recovery_attempt = self._clock()
-        self._rates.forget(device.facts.index)
-
-    def _fields(self, device: _Device, field_ids: Sequence[Any]) -> list[Any] | None:
-        """Field values, or None; each value's own nvmlReturn is checked by the caller."""
-        values = self._query(device, "nvmlDeviceGetFieldValues", list(field_ids))
-        return None if values is None else list(values)
-
-    # ----- static facts ---------------------------------------------------------------
-    def _open_device(self, position: int, nvml_index: int) -> _Device | None:
-        lib = self._lib
-        try:
-            handle = lib.nvmlDeviceGetHandleByIndex(nvml_index)
-        except lib.NVMLError as error:
-            log.warning("GPU %d cannot be opened: %s", nvml_index, error)
-            return None
-        placeholder = GpuFacts(position, nvml_index, f"GPU {nvml_index}", "", None, None, None,
-                               None, 0, None, None)
-        device = _Device(placeholder, handle)
-        device.facts = self._read_facts(device, position, nvml_index)
+    def _new_device(self, handle: Any, nvml_index: int, kind: str,
+                    parent: _Device | None = None) -> _Device:
+        name = f"GPU {nvml_index}"
+        facts = GpuFacts(0, name, kind, None, nvml_index, None, name, "", None, "v1", None, None,
+                         None, (), None, None, False, None, "none", None)
+        device = _Device(facts, handle, parent=parent)
+        uuid = self._query(device, "nvmlDeviceGetUUID") or ""
+        device.facts = facts._replace(name=self._query(device, "nvmlDeviceGetName") or name,
+                                      uuid=uuid)
         return device
 
-    def _read_facts(self, device: _Device, position: int, nvml_index: int) -> GpuFacts:
-        lib = self._lib
-        memory = self._query(device, "nvmlDeviceGetMemoryInfo")
-        generation = self._query(device, "nvmlDeviceGetMaxPcieLinkGeneration")
-        width = self._query(device, "nvmlDeviceGetMaxPcieLinkWidth")
+    def _open_mig_devices(self, gpu: _Device) -> list[_Device]:
+        mode = self._query(gpu, "nvmlDeviceGetMigMode")
+        enabled = self._const("NVML_DEVICE_MIG_ENABLE")
+        if not mode or enabled is None or mode[0] != enabled:
+            return []
+        gpu.facts = gpu.facts._replace(mig_enabled=True)
+        migs = []
+        parent_mib = self._total_mib(gpu)
+        for position in range(self._query(gpu, "nvmlDeviceGetMaxMigDeviceCount") or 0):
+            handle, error = self._invoke("nvmlDeviceGetMigDeviceHandleByIndex", gpu.handle,
+                                         position)
+            if error is not None:  # NOT_FOUND: an empty slot
+                continue
+            mig = self._new_device(handle, gpu.facts.nvml_index, "mig", parent=gpu)
+            mig.mig_position = position
+            gi = self._query(mig, "nvmlDeviceGetGpuInstanceId")
+            ci = self._query(mig, "nvmlDeviceGetComputeInstanceId")
+            attributes = self._query(mig, "nvmlDeviceGetAttributes")
+            info: dict[str, int] = {"gpu_instance_id": gi, "compute_instance_id": ci}
+            if attributes is not None:
+                memory_mib = int(attributes.memorySizeMB)
+                info.update(gpu_slices=int(attributes.gpuInstanceSliceCount),
+                            compute_slices=int(attributes.computeInstanceSliceCount),
+                            multiprocessors=int(attributes.multiprocessorCount),
+                            memory_bytes=memory_mib * 2**20)
+                if parent_mib:  # MIG memory comes in eighths of the GPU's (MIG user guide)
+                    info["memory_slices"] = max(1, round(8 * memory_mib / parent_mib))
+            label = f"GPU {gpu.facts.nvml_index} · MIG {gi if gi is not None else position}"
+            mig.facts = mig.facts._replace(label=label, mig=info)
+            migs.append(mig)
+        return migs
+
+    def _total_mib(self, gpu: _Device) -> float:
+        memory = self._query(gpu, "nvmlDeviceGetMemoryInfo")
+        return 0.0 if memory is None else int(memory.total) / 2**20
+
+    def _speed(self, gpu: _Device) -> tuple[int, int, int]:
+        """What CUDA's FASTEST_FIRST guess is made of; 0 where NVML won't say."""
+        if self._cuda_device_order == "PCI_BUS_ID":
+            return (0, 0, 0)
+        major, minor = self._query(gpu, "nvmlDeviceGetCudaComputeCapability") or (0, 0)
+        cores = self._query(gpu, "nvmlDeviceGetNumGpuCores") or 0
+        sm_clock = self._const("NVML_CLOCK_SM")
+        clock = self._query(gpu, "nvmlDeviceGetMaxClockInfo", sm_clock) \
+            if sm_clock is not None else None
+        return int(major), int(minor), int(cores) * int(clock or 0)
+
+    def _finish(self, device: _Device, row: int, parent_row: int | None,
+                cuda_index: int | None) -> _Device:
+        """Read the rest of a device's static facts, once."""
+        facts = device.facts._replace(index=row, parent=parent_row, cuda_index=cuda_index)
+        memory = self._probe_memory(device)
+        facts = facts._replace(
+            memory_total_bytes=None if memory is None else int(memory.total),
+            memory_api="v2" if device.memory_version is not None else "v1")
+        if device.parent is not None:
+            for metric in ("temperature", "power", "pcie", "nvlink"):
+                device.unavailable[metric] = MIG_PHYSICAL
+            device.facts = facts
+            return device
+        generation = self._query(device, "nvmlDeviceGetMaxPcieLinkGeneration", metric="pcie")
+        width = self._query(device, "nvmlDeviceGetMaxPcieLinkWidth", metric="pcie")
         pcie_max = None
         if generation in _PCIE_LANE_BYTES_PER_S and width:
             pcie_max = _PCIE_LANE_BYTES_PER_S[generation] * width
-        links, nvlink_max = self._read_nvlink_facts(device)
-        power_limit = self._query(device, "nvmlDeviceGetEnforcedPowerLimit")
-        counters = self._fields(device, [lib.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
-                                         lib.NVML_FI_DEV_PCIE_COUNT_RX_BYTES])
-        device.pcie_from_counters = bool(counters) and all(
-            value.nvmlReturn == lib.NVML_SUCCESS for value in counters
-        )
-        return GpuFacts(
-            index=position,
-            nvml_index=nvml_index,
-            name=self._query(device, "nvmlDeviceGetName") or f"GPU {nvml_index}",
-            uuid=self._query(device, "nvmlDeviceGetUUID") or "",
-            memory_total_bytes=None if memory is None else int(memory.total),
-            pcie_max_generation=generation,
-            pcie_max_width=width,
-            pcie_max_bytes_per_s=pcie_max,
-            nvlink_links=links,
-            nvlink_max_bytes_per_s=nvlink_max,
+        power_limit = self._query(device, "nvmlDeviceGetEnforcedPowerLimit", metric="power")
+        mode = self._query(device, "nvmlDeviceGetVirtualizationMode")
+        gpm = self._query(device, "nvmlGpmQueryDeviceSupport", metric="gpm")
+        facts = facts._replace(
+            pcie_max_generation=generation, pcie_max_width=width, pcie_max_bytes_per_s=pcie_max,
             power_limit_w=None if power_limit is None else power_limit / 1000,
+            virtualization=_VIRTUALIZATION.get(mode, "none") if mode is not None else "none",
+            gpm_supported=None if gpm is None else bool(gpm.isSupportedDevice),
         )
+        device.facts = facts
+        links, nvlink_max = self._probe_nvlink(device)
+        device.facts = facts._replace(nvlink_link_ids=links, nvlink_max_bytes_per_s=nvlink_max)
+        self._probe_pcie(device)
+        if facts.mig_enabled:
+            device.unavailable["utilization"] = MIG_PARENT_UTILIZATION
+            device.skip.add("nvmlDeviceGetUtilizationRates")
+        return device
 
-    def _read_nvlink_facts(self, device: _Device) -> tuple[int, float | None]:
-        """Active link count and the summed per-direction speed of those links."""
-        lib = self._lib
+    def _probe_memory(self, device: _Device) -> Any:
+        """Memory v2 where the binding and driver have it (used then matches nvidia-smi)."""
+        version = getattr(self._lib, "nvmlMemory_v2", None)
+        if version is not None:
+            memory, error = self._invoke("nvmlDeviceGetMemoryInfo", device.handle,
+                                         version=version)
+            if error is None:
+                device.memory_version = version
+                return memory
+        return self._query(device, "nvmlDeviceGetMemoryInfo", metric="memory")
+
+    def _probe_pcie(self, device: _Device, now: float | None = None) -> None:
+        """Use the PCIe byte counters if they answer; otherwise the 20 ms snapshot."""
+        tx, rx = (self._const("NVML_FI_DEV_PCIE_COUNT_TX_BYTES"),
+                  self._const("NVML_FI_DEV_PCIE_COUNT_RX_BYTES"))
+        device.pcie_reprobe_at = (self._clock() if now is None else now) + PCIE_REPROBE_S
+        if tx is not None and rx is not None:
+            values = self._fields(device, [tx, rx])
+            if values and all(self._succeeded(value) for value in values):
+                device.pcie_counters = (tx, rx)
+                device.unavailable.pop("pcie", None)
+                return
+        device.pcie_counters = None
+        device.pcie_snapshot_supported = "nvmlDeviceGetPcieThroughput" not in device.skip and \
+            self._const("NVML_PCIE_UTIL_TX_BYTES") is not None
+        if not device.pcie_snapshot_supported:
+            device.unavailable.setdefault("pcie", _REASONS["NVML_ERROR_NOT_SUPPORTED"])
+
+    def _probe_nvlink(self, device: _Device) -> tuple[tuple[int, ...], float | None]:
+        """Active link IDs (gaps kept), their summed speed, and which byte fields answer."""
+        active_state = self._const("NVML_NVLINK_STATE_ACTIVE")
         active = []
-        for link in range(lib.NVML_NVLINK_MAX_LINKS):
-            state = self._query(device, "nvmlDeviceGetNvLinkState", link)
-            if state is None:
+        for link in range(self._const("NVML_NVLINK_MAX_LINKS") or _DEFAULT_MAX_LINKS):
+            state = self._query(device, "nvmlDeviceGetNvLinkState", link, metric="nvlink")
+            if "nvmlDeviceGetNvLinkState" in device.skip:  # NOT_SUPPORTED: no NVLink here
                 break
-            if state == lib.NVML_NVLINK_STATE_ACTIVE:
+            if state is not None and state == active_state:
                 active.append(link)
         if not active:
-            return 0, None
+            device.unavailable.setdefault("nvlink", "this GPU has no active NVLink")
+            return (), None
+        device.unavailable.pop("nvlink", None)
         # NVML_FI_DEV_NVLINK_GET_SPEED works on Hopper, where the old SPEED_MBPS_L* fields don't.
-        speeds = self._fields(device, [(lib.NVML_FI_DEV_NVLINK_GET_SPEED, link) for link in active])
-        good = [_field_number(v) for v in speeds or [] if v.nvmlReturn == lib.NVML_SUCCESS]
+        speed_field = self._const("NVML_FI_DEV_NVLINK_GET_SPEED")
+        speeds = self._fields(device, [(speed_field, link) for link in active]) \
+            if speed_field is not None else None
+        good = [_field_number(v)[0] for v in speeds or [] if self._succeeded(v)]
         total = sum(good) * 1e6 if good else None  # NVML reports MB/s per link
-        return len(active), total
+        # The throughput fields (KiB) where they answer, else the newer byte counts.
+        for tx_name, rx_name, scale in (
+            ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX",
+             1024.0),
+            ("NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES", "NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES", 1.0),
+        ):
+            tx, rx = self._const(tx_name), self._const(rx_name)
+            if tx is None or rx is None:
+                continue
+            probe = self._fields(device, [(tx, active[0]), (rx, active[0])])
+            if probe and all(self._succeeded(value) for value in probe):
+                device.nvlink_fields = _NvlinkFields(tx, rx, scale)
+                break
+        if device.nvlink_fields is None:
+            device.unavailable["nvlink"] = "no NVLink byte counter answers on this driver"
+        return tuple(active), total
 
     @property
     def facts(self) -> list[GpuFacts]:
         return [device.facts for device in self._devices]
 
+    def unavailable(self) -> dict[int, dict[str, str]]:
+        """Row -> {metric: why it is not available}, as learned so far."""
+        return {device.facts.index: dict(device.unavailable) for device in self._devices}
+
     @property
     def library(self) -> Any:
-        """The loaded NVML module (or the simulator); None before a successful init."""
+        """The loaded NVML module (or the simulator's); None before a successful init."""
         return self._lib
 
     # ----- per-tick readings ----------------------------------------------------------
     def read(self) -> tuple[GpuReading, ...]:
-        """Read every visible GPU once."""
+        """Read every shown device once (never blocks on the PCIe fallback)."""
         with self._lock:
             if self.state is not NvmlState.OK:
                 return ()
-            return tuple(self._read_device(device) for device in self._devices)
+            devices = self._devices
+        return tuple(self._read_device(device) for device in devices)
+
+    def read_slow(self) -> None:
+        """Refresh the 20 ms PCIe snapshots that are due; call from a thread of its own."""
+        with self._lock:
+            devices = self._devices if self.state is NvmlState.OK else []
+        tx_kind, rx_kind = self._const("NVML_PCIE_UTIL_TX_BYTES"), \
+            self._const("NVML_PCIE_UTIL_RX_BYTES")
+        for device in devices:
+            if device.lost or device.pcie_counters is not None or \
+                    not device.pcie_snapshot_supported or tx_kind is None or rx_kind is None:
+                continue
+            last = device.pcie_snapshot
+            if last is not None and self._clock() - last[0] < PCIE_SNAPSHOT_EVERY_S:
+                continue
+            tx = self._query(device, "nvmlDeviceGetPcieThroughput", tx_kind, metric="pcie")
+            rx = self._query(device, "nvmlDeviceGetPcieThroughput", rx_kind, metric="pcie")
+            if tx is None and rx is None and "nvmlDeviceGetPcieThroughput" in device.skip:
+                device.pcie_snapshot_supported = False
+                continue
+            device.pcie_snapshot = (self._clock(), None if tx is None else tx * 1024.0,
+                                    None if rx is None else rx * 1024.0)  # NVML gives KB/s
 
     def _read_device(self, device: _Device) -> GpuReading:
         index = device.facts.index
@@ -360,15 +635,25 @@ class NvmlReader:
             self._try_recover(device)
             if device.lost:
                 return GpuReading.unavailable(index, lost=True)
-        lib = self._lib
-        utilization = self._query(device, "nvmlDeviceGetUtilizationRates")
-        memory = self._query(device, "nvmlDeviceGetMemoryInfo")
-        temperature = self._query(device, "nvmlDeviceGetTemperature", lib.NVML_TEMPERATURE_GPU)
-        power = self._query(device, "nvmlDeviceGetPowerUsage")
-        pcie_tx, pcie_rx = self._read_pcie(device)
-        nvlink_tx, nvlink_rx = self._read_nvlink(device)
+        now = self._clock()
+        utilization = self._query(device, "nvmlDeviceGetUtilizationRates", metric="utilization")
+        if device.memory_version is not None:
+            memory = self._query(device, "nvmlDeviceGetMemoryInfo", metric="memory",
+                                 version=device.memory_version)
+        else:
+            memory = self._query(device, "nvmlDeviceGetMemoryInfo", metric="memory")
+        temperature = power = None
+        pcie: tuple[float | None, float | None, bool] = (None, None, False)
+        nvlink: tuple[float | None, float | None] = (None, None)
+        if device.parent is None:
+            sensor = self._const("NVML_TEMPERATURE_GPU")
+            temperature = self._query(device, "nvmlDeviceGetTemperature", sensor,
+                                      metric="temperature") if sensor is not None else None
+            power = self._query(device, "nvmlDeviceGetPowerUsage", metric="power")
+            pcie, nvlink = self._read_links(device, now)
         if device.lost:
             return GpuReading.unavailable(index, lost=True)
+        reserved = getattr(memory, "reserved", None) if device.memory_version else None
         return GpuReading(
             index=index,
             lost=False,
@@ -376,10 +661,12 @@ class NvmlReader:
             memory_utilization_pct=None if utilization is None else float(utilization.memory),
             memory_used_bytes=None if memory is None else float(memory.used),
             memory_total_bytes=None if memory is None else float(memory.total),
-            pcie_tx_bytes_per_s=pcie_tx,
-            pcie_rx_bytes_per_s=pcie_rx,
-            nvlink_tx_bytes_per_s=nvlink_tx,
-            nvlink_rx_bytes_per_s=nvlink_rx,
+            memory_reserved_bytes=None if reserved is None else float(reserved),
+            pcie_tx_bytes_per_s=pcie[0],
+            pcie_rx_bytes_per_s=pcie[1],
+            pcie_is_snapshot=pcie[2],
+            nvlink_tx_bytes_per_s=nvlink[0],
+            nvlink_rx_bytes_per_s=nvlink[1],
             temperature_c=None if temperature is None else float(temperature),
             power_w=None if power is None else power / 1000,
         )
@@ -389,54 +676,74 @@ class NvmlReader:
         if self._clock() - device.last_recovery_attempt < self.retry_interval_s:
             return
         device.last_recovery_attempt = self._clock()
-        lib = self._lib
-        try:
-            handle = lib.nvmlDeviceGetHandleByIndex(device.facts.nvml_index)
-            uuid = _decode(lib.nvmlDeviceGetUUID(handle))
-        except lib.NVMLError:
+        parent = device.parent
+        if parent is not None:
+            if not parent.lost and device.mig_position is not None:
+                handle, error = self._invoke("nvmlDeviceGetMigDeviceHandleByIndex",
+                                             parent.handle, device.mig_position)
+                if error is None and self._call("nvmlDeviceGetUUID", handle) == device.facts.uuid:
+                    device.handle, device.lost = handle, False
             return
-        if uuid == device.facts.uuid:
-            log.warning("GPU %d (%s) is back", device.facts.index, uuid)
+        handle, error = self._invoke("nvmlDeviceGetHandleByIndex", device.facts.nvml_index)
+        if error is None and self._call("nvmlDeviceGetUUID", handle) == device.facts.uuid:
+            log.warning("%s (%s) is back", device.facts.label, device.facts.uuid)
             device.handle, device.lost = handle, False
 
-    def _counter_rate(self, device: _Device, name: str, field: Any, scale: float) -> float | None:
-        if field.nvmlReturn != self._lib.NVML_SUCCESS:
-            return None
-        key = (device.facts.index, name, field.scopeId)
-        return self._rates.update(key, _field_number(field) * scale, field.timestamp / 1e6)
+    def _read_links(self, device: _Device, now: float
+                    ) -> tuple[tuple[float | None, float | None, bool],
+                               tuple[float | None, float | None]]:
+        """PCIe and NVLink rates from one field-values call (plus the PCIe snapshot)."""
+        requested: list[Any] = []
+        counters = device.pcie_counters
+        if counters is None and now >= device.pcie_reprobe_at:
+            self._probe_pcie(device, now)  # a driver update or a transient failure
+            counters = device.pcie_counters
+        if counters is not None:
+            requested += list(counters)
+        links = device.facts.nvlink_link_ids
+        fields = device.nvlink_fields
+        if fields is not None:
+            requested += [(fields.tx, link) for link in links] + \
+                [(fields.rx, link) for link in links]
+        values = self._fields(device, requested) if requested else None
+        pcie: tuple[float | None, float | None, bool]
+        if counters is not None:
+            if values is None:
+                pcie = (None, None, False)
+            elif not (self._succeeded(values[0]) and self._succeeded(values[1])):
+                self._probe_pcie(device, now)  # the counters stopped answering: fall back
+                pcie = (None, None, False)
+            else:
+                limit = device.facts.pcie_max_bytes_per_s
+                pcie = (self._rate(device, "pcie_tx", values[0], now, 1.0, limit),
+                        self._rate(device, "pcie_rx", values[1], now, 1.0, limit), False)
+            values = None if values is None else values[2:]
+        else:
+            snapshot = device.pcie_snapshot
+            fresh = snapshot is not None and now - snapshot[0] <= PCIE_SNAPSHOT_STALE_S
+            pcie = (snapshot[1], snapshot[2], True) if fresh and snapshot else (None, None, False)
+        nvlink: tuple[float | None, float | None] = (None, None)
+        if fields is not None and values is not None:
+            per_link = (device.facts.nvlink_max_bytes_per_s or 0) / max(1, len(links)) or None
+            totals: list[float | None] = []
+            for position, name in enumerate(("nvlink_tx", "nvlink_rx")):
+                rates = [self._rate(device, name, value, now, fields.scale, per_link)
+                         for value in values[position * len(links):(position + 1) * len(links)]]
+                known = [rate for rate in rates if rate is not None]
+                totals.append(sum(known) if known else None)
+            nvlink = (totals[0], totals[1])
+        return pcie, nvlink
 
-    def _read_pcie(self, device: _Device) -> tuple[float | None, float | None]:
-        lib = self._lib
-        if device.pcie_from_counters:
-            fields = self._fields(device, [lib.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
-                                           lib.NVML_FI_DEV_PCIE_COUNT_RX_BYTES])
-            if fields is None:
-                return None, None
-            return (self._counter_rate(device, "pcie_tx", fields[0], 1.0),
-                    self._counter_rate(device, "pcie_rx", fields[1], 1.0))
-        # Fallback: blocks ~20 ms per call, which is why it only ever runs on the sampler thread.
-        tx = self._query(device, "nvmlDeviceGetPcieThroughput", lib.NVML_PCIE_UTIL_TX_BYTES)
-        rx = self._query(device, "nvmlDeviceGetPcieThroughput", lib.NVML_PCIE_UTIL_RX_BYTES)
-        return (None if tx is None else tx * 1024.0, None if rx is None else rx * 1024.0)
-
-    def _read_nvlink(self, device: _Device) -> tuple[float | None, float | None]:
-        links = device.facts.nvlink_links
-        if not links:
-            return None, None
-        lib = self._lib
-        directions = (lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
-                      lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
-        fields = self._fields(device, [(field, link) for field in directions
-                                       for link in range(links)])
-        if fields is None:
-            return None, None
-        totals: list[float | None] = []
-        for position, name in enumerate(("nvlink_tx", "nvlink_rx")):
-            rates = [self._counter_rate(device, name, field, 1024.0)  # counters are in KiB
-                     for field in fields[position * links:(position + 1) * links]]
-            known = [rate for rate in rates if rate is not None]
-            totals.append(sum(known) if known else None)
-        return totals[0], totals[1]
+    def _rate(self, device: _Device, name: str, value: Any, now: float, scale: float,
+              limit: float | None) -> float | None:
+        key = (device.facts.index, name, value.scopeId)
+        if not self._succeeded(value):
+            return self._rates.update(key, None, now)
+        number, bits = _field_number(value)
+        ceiling = None if not limit else limit * _PLAUSIBLE_OVER_MAX / scale
+        rate = self._rates.update(key, number, now, source_time_s=value.timestamp / 1e6,
+                                  width_bits=bits, max_rate=ceiling)
+        return None if rate is None else rate * scale
 
 
 _READERS: weakref.WeakSet[NvmlReader] = weakref.WeakSet()

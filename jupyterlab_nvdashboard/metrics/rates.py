@@ -1,46 +1,81 @@
 """Byte rates from cumulative counters and the real time between two readings.
 
-Nothing here assumes the sampling interval: a rate is always
-(counter delta) / (timestamp delta), so a late tick gives the right answer.
+Nothing here assumes the sampling interval: a rate is (counter delta) / (time delta).
+
+- **Time.** The delta comes from the source's own timestamps when it gives them (NVML field
+  values carry the CPU time they were sampled at) and they are sane: later than the last
+  one and within ``TIMESTAMP_TOLERANCE_S`` of the monotonic time that passed. Otherwise (an
+  NTP step moved the wall clock, or the timestamps are junk) the monotonic delta is used.
+- **Wrap.** A counter narrower than 64 bits wraps: a smaller value is a wrap by its width,
+  unless the rate that gives is beyond ``max_rate`` (then it was a reset). A 64-bit counter
+  that goes backwards was reset: there is no rate until the next reading.
+- **Unrefreshed.** A source that has not refreshed its counter (same value, same
+  timestamp) repeats its last rate for up to ``HOLD_S`` of monotonic time, then reports
+  "not available", so a frozen counter never looks live.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
+
+TIMESTAMP_TOLERANCE_S = 1.0
+HOLD_S = 2.0
+
+
+@dataclass
+class _Last:
+    value: float
+    source_time_s: float | None
+    monotonic_s: float
+    rate: float | None = None
 
 
 class CounterRates:
-    """Turns (key, cumulative value, timestamp in seconds) readings into per-second rates."""
+    """Turns (key, cumulative value, timestamps) readings into per-second rates."""
 
     def __init__(self) -> None:
-        self._last: dict[Hashable, tuple[float, float]] = {}
-        self._last_rate: dict[Hashable, float] = {}
+        self._last: dict[Hashable, _Last] = {}
 
-    def update(self, key: Hashable, value: float | None, timestamp_s: float) -> float | None:
-        """Return the rate since the previous reading of ``key``.
-
-        ``None`` means "not available": the first reading, a missing value, or a
-        counter that went backwards (reset or wrapped). When the source has not
-        refreshed its counter since the last read (same timestamp), the previous
-        rate is repeated rather than reporting a false zero.
-        """
+    def update(
+        self,
+        key: Hashable,
+        value: float | None,
+        monotonic_s: float,
+        source_time_s: float | None = None,
+        width_bits: int = 64,
+        max_rate: float | None = None,
+    ) -> float | None:
+        """The rate since the previous reading of ``key``; None means not available."""
         if value is None:
             self._last.pop(key, None)
-            self._last_rate.pop(key, None)
             return None
-        previous = self._last.get(key)
-        if previous is not None and timestamp_s <= previous[1]:
-            return self._last_rate.get(key)
-        self._last[key] = (value, timestamp_s)
-        if previous is None or value < previous[0]:
-            self._last_rate.pop(key, None)
+        last = self._last.get(key)
+        if last is None:
+            self._last[key] = _Last(value, source_time_s, monotonic_s)
             return None
-        rate = (value - previous[0]) / (timestamp_s - previous[1])
-        self._last_rate[key] = rate
+        elapsed_monotonic = monotonic_s - last.monotonic_s
+        unrefreshed = value == last.value and (
+            source_time_s == last.source_time_s if source_time_s is not None
+            else elapsed_monotonic <= 0)
+        if unrefreshed or elapsed_monotonic <= 0:
+            return last.rate if elapsed_monotonic <= HOLD_S else None
+        elapsed = elapsed_monotonic
+        if source_time_s is not None and last.source_time_s is not None:
+            elapsed_source = source_time_s - last.source_time_s
+            if elapsed_source > 0 and abs(elapsed_source - elapsed_monotonic) <= \
+                    TIMESTAMP_TOLERANCE_S:
+                elapsed = elapsed_source
+        delta = value - last.value
+        if delta < 0 and width_bits < 64:
+            delta += 2 ** width_bits
+        rate: float | None = delta / elapsed
+        if delta < 0 or (max_rate is not None and rate is not None and rate > max_rate):
+            rate = None  # reset: the next reading has a rate again
+        self._last[key] = _Last(value, source_time_s, monotonic_s, rate)
         return rate
 
     def forget(self, key_prefix: Hashable) -> None:
         """Drop every key whose first element is ``key_prefix`` (a GPU that was lost)."""
         for key in [k for k in self._last if isinstance(k, tuple) and k[0] == key_prefix]:
             self._last.pop(key, None)
-            self._last_rate.pop(key, None)

@@ -1,11 +1,14 @@
 """The one sampler per process, and the bounded history every dashboard reads.
 
-The sampler owns two threads. The GPU reader thread calls NVML once per interval and keeps
-the newest readings; the tick thread reads the host (psutil, fast) and appends one
-timestamped ``Sample`` per tick with the freshest GPU readings. A slow or hung NVML call
-therefore delays only the GPU readings, never the tick: readings older than
-``stale_after_s`` are stored as "not available" (a gap on the charts) and every sample
-carries ``gpu_age_s``, the age of its GPU readings. Dashboards never touch hardware: they
+The sampler owns three threads. The GPU reader thread calls NVML once per interval and
+keeps the newest readings; the tick thread reads the host (psutil, fast) and appends one
+timestamped ``Sample`` per tick with the freshest GPU readings; the slow thread, once a
+second, takes the readings that block (the 20 ms PCIe snapshot on drivers without PCIe
+counters), which the GPU reader then reports. A slow or hung NVML call therefore delays only
+the GPU readings, never the tick: readings older than ``stale_after_s`` are stored as "not
+available" (a gap on the charts) and every sample carries ``gpu_age_s``, the age of its GPU
+readings, measured on the monotonic clock so a wall-clock step cannot make old readings
+look fresh. Dashboards never touch hardware: they
 ask the history for ``since(seq)`` and stream what is new, so N open tabs cost the same
 NVML calls as one. Sleep is drift-corrected against the monotonic clock; a tick that runs
 late skips ahead instead of bunching samples together.
@@ -25,6 +28,9 @@ from .host import HostReader, HostReading
 from .nvml import GpuReading, NvmlReader
 
 log = logging.getLogger(__name__)
+
+# How often the slow thread runs: the PCIe snapshot is taken at most once a second per GPU.
+SLOW_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -128,8 +134,10 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._gpu_thread: threading.Thread | None = None
         self._gpu_lock = threading.Lock()
-        # (wall-clock start of the read, readings) from the GPU reader thread.
+        # (monotonic start of the read, readings) from the GPU reader thread.
         self._gpu_latest: tuple[float, tuple[GpuReading, ...]] | None = None
+        self._slow_thread: threading.Thread | None = None
+        self.slow_interval_s = SLOW_INTERVAL_S
         self.ticks = 0
         self.late_ticks = 0
         self.gpu_reads = 0
@@ -137,13 +145,17 @@ class Sampler:
 
     def read_gpus(self) -> tuple[GpuReading, ...]:
         """One NVML pass (retrying a failed init when due); stores it as the latest."""
-        started = time.time()
+        started = time.monotonic()
         self.nvml.retry_if_due()
         readings = self.nvml.read()
         with self._gpu_lock:
             self._gpu_latest = (started, readings)
             self.gpu_reads += 1
         return readings
+
+    def read_slow(self) -> None:
+        """Readings that block (see NvmlReader.read_slow); on their own thread."""
+        self.nvml.read_slow()
 
     def _freshest_gpus(self, now: float) -> tuple[tuple[GpuReading, ...], float | None]:
         with self._gpu_lock:
@@ -164,15 +176,17 @@ class Sampler:
         """
         started = time.time()
         if self._gpu_thread is None:
+            self.read_slow()
             gpus: tuple[GpuReading, ...] = self.read_gpus()
             age: float | None = 0.0 if gpus else None
         else:
-            gpus, age = self._freshest_gpus(started)
+            gpus, age = self._freshest_gpus(time.monotonic())
         host = self.host.read()
         self.ticks += 1
         return self.history.append(started, gpus, host, age)
 
-    def _repeat(self, step: Callable[[], object], late_counter: str) -> None:
+    def _repeat(self, step: Callable[[], object], late_counter: str | None,
+                interval_s: float | None = None) -> None:
         """Run ``step`` once per interval until stopped, counting skipped intervals."""
         deadline = time.monotonic()
         while not self._stop.is_set():
@@ -180,8 +194,13 @@ class Sampler:
                 step()
             except Exception:  # a bug in one reading must not end the dashboards
                 log.exception("%s failed", getattr(step, "__name__", "sampler step"))
-            deadline, missed = _sleep_until_next(deadline, self.interval_s, self._stop)
-            setattr(self, late_counter, getattr(self, late_counter) + missed)
+            deadline, missed = _sleep_until_next(deadline, interval_s or self.interval_s,
+                                                 self._stop)
+            if late_counter:
+                setattr(self, late_counter, getattr(self, late_counter) + missed)
+
+    def _run_slow(self) -> None:
+        self._repeat(self.read_slow, None, self.slow_interval_s)
 
     def _run_gpu_reader(self) -> None:
         self._repeat(self.read_gpus, "late_gpu_reads")
@@ -198,12 +217,15 @@ class Sampler:
                                                 name="nvdashboard-gpu-reader", daemon=True)
             self._thread = threading.Thread(target=self._run, name="nvdashboard-sampler",
                                             daemon=True)
+            self._slow_thread = threading.Thread(target=self._run_slow,
+                                                 name="nvdashboard-slow-reader", daemon=True)
+            self._slow_thread.start()
             self._gpu_thread.start()
             self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
-        for thread in (self._thread, self._gpu_thread):
+        for thread in (self._thread, self._gpu_thread, self._slow_thread):
             if thread is not None:
                 thread.join(timeout_s)
-        self._thread = self._gpu_thread = None
+        self._thread = self._gpu_thread = self._slow_thread = None

@@ -1,18 +1,20 @@
-"""A simulated NVML library that behaves like ``pynvml`` for the subset nvdashboard uses.
+"""A simulated NVML driver, for simulate mode and tests.
 
-The NVML reader loads an instance of ``SimulatedNvml`` in place of the ``pynvml`` module
-in simulate mode and in tests, so the production code path is what gets exercised.
-It reuses pynvml's own constants, error classes and ctypes structures (importing
-pynvml never touches the driver), so errors look exactly like the real ones.
+``SimulatedNvml`` plays a machine from ``simulated_profiles.py`` (its GPUs, driver and
+nvidia-ml-py release); ``load()`` returns the binding module that release would give
+(``simulated_binding.py``), so the NVML reader runs its real code path against it. Its
+behaviour comes from NVIDIA's documentation, not from what the reader expects: see the
+profiles module for the sources.
 
 Test hooks: ``set_unsupported``, ``inject_error``, ``lose_gpu``, ``restore_gpu``,
-``set_init_error``, ``set_call_delay``, ``set_clock`` and the ``calls`` counter.
-The same faults can be given as a spec string (``NVDASHBOARD_SIMULATE_FAULTS``)::
+``set_init_error``, ``set_call_delay``, ``set_clock``, ``step_wall_clock`` and the ``calls``
+counter. The same faults can be given as a spec string (``NVDASHBOARD_SIMULATE_FAULTS``)::
 
-    lose=1@5            GPU 1 is lost 5 seconds after nvmlInit
+    lose=1@5              GPU 1 is lost 5 seconds after start
     init=DriverNotLoaded  nvmlInit raises NVMLError_DriverNotLoaded
-    unsupported=nvlink  NVLink fields report NVML_ERROR_NOT_SUPPORTED
-    slow=0.3            every call takes 0.3 s
+    unsupported=nvlink    NVLink readings answer NVML_ERROR_NOT_SUPPORTED ('|' separates)
+    slow=0.3              every call takes 0.3 s
+    binding=12.535        the binding is that nvidia-ml-py release (fewer names)
 """
 
 from __future__ import annotations
@@ -20,16 +22,20 @@ from __future__ import annotations
 import math
 import threading
 import time
+import types
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import pynvml as _pynvml
+from . import simulated_binding as binding
+from .simulated_binding import NVML_SUCCESS, FieldValue, nvml_error
+from .simulated_profiles import DEFAULT_PROFILE, PROFILES, GpuModel, MigSlot, Profile
 
-NVML_NVLINK_LINKS = 18
-NVLINK_LINK_MBPS = 26_562  # per link per direction, as an H100/H200 reports
+E = binding.ERROR_CODES
+F = binding.FIELD_IDS
 _UINT_MAX = 0xFFFFFFFF
+PCIE_THROUGHPUT_SAMPLE_S = 0.02  # nvml.h: a byte counter read over a 20 ms interval
 
 # Named groups a fault spec can mark unsupported.
 FEATURE_GROUPS: dict[str, tuple[str, ...]] = {
@@ -39,34 +45,39 @@ FEATURE_GROUPS: dict[str, tuple[str, ...]] = {
     "power": ("nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit"),
     "temperature": ("nvmlDeviceGetTemperature",),
 }
-
-_NVLINK_FIELDS = {
-    _pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT,
-    _pynvml.NVML_FI_DEV_NVLINK_GET_SPEED,
-    _pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
-    _pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+# nvml.h documents these for "fully supported devices" only: GeForce answers NOT_SUPPORTED.
+_FULLY_SUPPORTED_ONLY = {
+    "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPcieThroughput", "pcie_counters",
+    "nvmlDeviceGetMigMode",
 }
-_PCIE_COUNTER_FIELDS = {
-    _pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
-    _pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+# What a vGPU guest reports as N/A.
+_VGPU_GUEST_UNSUPPORTED = {
+    "nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetPcieThroughput", "pcie_counters", "nvmlDeviceGetMaxPcieLinkGeneration",
+    "nvmlDeviceGetMaxPcieLinkWidth", "nvmlDeviceGetMigMode",
+}
+# Functions that answer on a MIG device handle; the rest are per physical GPU.
+_MIG_HANDLE_FUNCTIONS = {
+    "nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceIsMigDeviceHandle", "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetAttributes",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", "nvmlDeviceGetCudaComputeCapability",
 }
 
 
 @dataclass
-class _Device:
+class _Gpu:
     index: int
-    name: str
+    model: GpuModel
     uuid: str
-    memory_total_bytes: int
-    pcie_generation: int
-    pcie_width: int
-    power_limit_mw: int
     lost_at: float | None = None  # simulated-clock time the GPU disappears
 
 
 @dataclass(frozen=True)
 class SimulatedHandle:
     index: int
+    mig: int | None = None  # position among the parent's MIG devices
 
 
 def _wave(t: float, period_s: float, phase: float) -> float:
@@ -81,48 +92,52 @@ def _wave_integral(t: float, period_s: float, phase: float) -> float:
 
 
 class SimulatedNvml:
-    """Stands in for the ``pynvml`` module: same function names, constants and errors."""
+    """A machine with ``gpu_count`` GPUs as ``profile`` describes, and its NVML driver."""
 
-    def __init__(self, gpu_count: int = 4, nvlink: bool = True) -> None:
+    def __init__(self, gpu_count: int = 4, nvlink: bool = True, profile: str = DEFAULT_PROFILE,
+                 binding_version: str | None = None) -> None:
+        if profile not in PROFILES:
+            raise ValueError(f"unknown simulated profile {profile!r} "
+                             f"(choose from {', '.join(PROFILES)})")
+        self.profile: Profile = PROFILES[profile]
+        self.binding_version = binding_version or self.profile.binding_version
+        binding.parse_version(self.binding_version)
         self._lock = threading.Lock()
         self.calls: Counter[str] = Counter()
-        self._clock: Callable[[], float] = time.time
+        self._clock: Callable[[], float] = time.monotonic
+        self._wall_offset = time.time() - time.monotonic()
         self._initialized = 0
         self._init_errors: list[int] = []
         self._injected: list[tuple[str, int | None, int, int | None]] = []
         self._unsupported: set[str] = set() if nvlink else {"nvlink"}
         self._delay_s = 0.0
         self._start = self._clock()
-        self._devices = [self._make_device(i) for i in range(gpu_count)]
+        models = self.profile.models
+        self._gpus = [
+            _Gpu(i, models[i % len(models)], f"GPU-5151{i:04d}-0000-4000-8000-{i:012d}")
+            for i in range(gpu_count)
+        ]
+        self._module: types.ModuleType | None = None
 
-    # ----- module-like attribute access: constants, errors, structures -------------
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith(("NVML_", "NVMLError", "c_nvml", "nvmlExceptionClass")):
-            return getattr(_pynvml, name)
-        raise AttributeError(name)
-
-    @staticmethod
-    def _make_device(index: int) -> _Device:
-        # Odd GPUs are a smaller model, so per-GPU scales are exercised.
-        large = index % 2 == 0
-        return _Device(
-            index=index,
-            name="NVIDIA H200" if large else "NVIDIA A100-SXM4-80GB",
-            uuid=f"GPU-5151{index:04d}-0000-4000-8000-{index:012d}",
-            memory_total_bytes=(143_771 if large else 81_920) * 1024 * 1024,
-            pcie_generation=5 if large else 4,
-            pcie_width=16,
-            power_limit_mw=700_000 if large else 400_000,
-        )
+    def load(self) -> types.ModuleType:
+        """What ``import pynvml`` gives on this machine: the binding module."""
+        if self._module is None:
+            self._module = binding.make_binding(self, self.binding_version)
+        return self._module
 
     # ----- test hooks -----------------------------------------------------------------
     def set_clock(self, clock: Callable[[], float]) -> None:
-        """Use ``clock`` (seconds) for readings and field timestamps."""
+        """Use ``clock`` (seconds) for the load and for field timestamps."""
         self._clock = clock
+        self._wall_offset = 0.0
         self._start = clock()
 
+    def step_wall_clock(self, seconds: float) -> None:
+        """Step the CPU wall clock (as NTP does): field timestamps jump, the load does not."""
+        self._wall_offset += seconds
+
     def set_unsupported(self, features: Iterable[str]) -> None:
-        """Mark feature groups (see FEATURE_GROUPS), function names or 'nvlink' unsupported."""
+        """Mark feature groups (see FEATURE_GROUPS) or function names unsupported."""
         expanded: set[str] = set()
         for feature in features:
             expanded.update(FEATURE_GROUPS.get(feature, (feature,)))
@@ -147,11 +162,18 @@ class SimulatedNvml:
 
     def lose_gpu(self, index: int, after_s: float = 0.0) -> None:
         """GPU ``index`` falls off the bus ``after_s`` seconds from now."""
-        self._devices[index].lost_at = self._clock() + after_s
+        self._gpus[index].lost_at = self._clock() + after_s
 
     def restore_gpu(self, index: int) -> None:
         """The GPU comes back, as after a reset: new handles work again."""
-        self._devices[index].lost_at = None
+        self._gpus[index].lost_at = None
+
+    def add_gpu(self) -> None:
+        """A GPU is hot-plugged (or a driver starts seeing one more)."""
+        models = self.profile.models
+        index = len(self._gpus)
+        self._gpus.append(_Gpu(index, models[index % len(models)],
+                               f"GPU-5151{index:04d}-0000-4000-8000-{index:012d}"))
 
     def set_call_delay(self, seconds: float) -> None:
         """Every device call takes this long, like a driver that is busy."""
@@ -163,30 +185,45 @@ class SimulatedNvml:
             return sum(self.calls.values())
 
     def apply_fault_spec(self, spec: str) -> None:
-        """Apply faults written as ``lose=1@5,init=DriverNotLoaded,unsupported=nvlink``."""
+        """Apply faults written as ``lose=1@5,init=DriverNotLoaded,unsupported=nvlink``.
+
+        Raises ValueError with a one-line message for anything malformed.
+        """
         unsupported: list[str] = []
         for item in filter(None, (part.strip() for part in spec.split(","))):
             key, _, value = item.partition("=")
             if key == "lose":
                 gpu, _, after = value.partition("@")
-                self.lose_gpu(int(gpu), float(after or 0))
+                try:
+                    index, delay = int(gpu), float(after or 0)
+                except ValueError:
+                    raise ValueError(f"lose needs GPU@SECONDS, got {value!r}") from None
+                if not 0 <= index < len(self._gpus) or not delay >= 0:
+                    raise ValueError(f"lose names no simulated GPU: {value!r}")
+                self.lose_gpu(index, delay)
             elif key == "init":
-                classes = _pynvml.NVMLError._valClassMapping.items()
-                codes = {cls.__name__: code for code, cls in classes}
-                if f"NVMLError_{value}" not in codes:
+                codes = {suffix: code for code, (suffix, _) in binding.ERROR_STRINGS.items()}
+                if value not in codes:
                     raise ValueError(f"unknown NVML error {value!r} in fault spec")
-                self.set_init_error(codes[f"NVMLError_{value}"])
+                self.set_init_error(codes[value])
             elif key == "unsupported":
                 unsupported.extend(value.split("|"))
             elif key == "slow":
-                self.set_call_delay(float(value))
+                try:
+                    self.set_call_delay(float(value))
+                except ValueError:
+                    raise ValueError(f"slow needs seconds, got {value!r}") from None
+            elif key == "binding":
+                binding.parse_version(value)
+                self.binding_version, self._module = value, None
             else:
-                raise ValueError(f"unknown fault {key!r} (use lose, init, unsupported or slow)")
+                raise ValueError(f"unknown fault {key!r} "
+                                 "(use lose, init, unsupported, slow or binding)")
         if unsupported:
             self.set_unsupported(set(unsupported) | self._unsupported)
 
     # ----- internals ------------------------------------------------------------------
-    def _enter(self, function: str, handle: SimulatedHandle | None = None) -> _Device | None:
+    def _enter(self, function: str, handle: SimulatedHandle | None = None) -> _Gpu | None:
         with self._lock:
             self.calls[function] += 1
             for position, (name, gpu, code, times) in enumerate(self._injected):
@@ -196,44 +233,64 @@ class SimulatedNvml:
                             self._injected.pop(position)
                         else:
                             self._injected[position] = (name, gpu, code, times - 1)
-                    raise _pynvml.NVMLError(code)
+                    raise nvml_error(code)
         if self._delay_s:
             time.sleep(self._delay_s)
         if function != "nvmlInit" and not self._initialized:
-            raise _pynvml.NVMLError(_pynvml.NVML_ERROR_UNINITIALIZED)
-        if function in self._unsupported:
-            raise _pynvml.NVMLError(_pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise nvml_error(E["NVML_ERROR_UNINITIALIZED"])
         if handle is None:
             return None
-        device = self._devices[handle.index]
-        if self._is_lost(device):
-            raise _pynvml.NVMLError(_pynvml.NVML_ERROR_GPU_IS_LOST)
-        return device
+        if not isinstance(handle, SimulatedHandle) or not 0 <= handle.index < len(self._gpus):
+            raise nvml_error(E["NVML_ERROR_INVALID_ARGUMENT"])
+        gpu = self._gpus[handle.index]
+        if self._is_lost(gpu):
+            raise nvml_error(E["NVML_ERROR_GPU_IS_LOST"])
+        if handle.mig is not None and function not in _MIG_HANDLE_FUNCTIONS:
+            raise nvml_error(E["NVML_ERROR_NOT_SUPPORTED"])
+        if not self._supports(gpu, function):
+            raise nvml_error(E["NVML_ERROR_NOT_SUPPORTED"])
+        return gpu
 
-    def _is_lost(self, device: _Device) -> bool:
-        return device.lost_at is not None and self._clock() >= device.lost_at
+    def _supports(self, gpu: _Gpu, feature: str) -> bool:
+        model = gpu.model
+        if feature in self._unsupported:
+            return False
+        if not model.fully_supported and feature in _FULLY_SUPPORTED_ONLY:
+            return False
+        if model.virtualization_mode == 2 and feature in _VGPU_GUEST_UNSUPPORTED:
+            return False
+        return True
+
+    def _is_lost(self, gpu: _Gpu) -> bool:
+        return gpu.lost_at is not None and self._clock() >= gpu.lost_at
 
     def _elapsed(self) -> float:
         return self._clock() - self._start
 
-    def _utilization(self, device: _Device) -> int:
-        return int(round(100 * _wave(self._elapsed(), 17.0, device.index)))
+    def _wall_us(self) -> int:
+        return int((self._clock() + self._wall_offset) * 1e6)
 
-    def _pcie_bytes(self, device: _Device, direction: int) -> int:
-        peak = 8e9 if direction == 0 else 12e9
-        return int(peak * _wave_integral(self._elapsed(), 11.0 + direction, device.index))
+    def _load(self, gpu: _Gpu) -> float:
+        return _wave(self._elapsed(), 17.0, gpu.index)
 
-    def _nvlink_kib(self, device: _Device, direction: int, link: int) -> int:
-        peak = 20e9 / NVML_NVLINK_LINKS
-        t = self._elapsed()
-        return int(peak * _wave_integral(t, 9.0 + direction, device.index + link / 7) / 1024)
+    @staticmethod
+    def _mig_slot(gpu: _Gpu, handle: SimulatedHandle) -> MigSlot | None:
+        return None if handle.mig is None else gpu.model.mig[handle.mig]
 
-    # ----- the pynvml API -------------------------------------------------------------
-    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+    def _driver_has_field(self, field_id: int) -> bool:
+        """Field IDs newer than the driver are unknown to it (an invalid argument)."""
+        needs = {F["NVML_FI_DEV_PCIE_COUNT_TX_BYTES"]: 555,
+                 F["NVML_FI_DEV_PCIE_COUNT_RX_BYTES"]: 555,
+                 F["NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES"]: 560,
+                 F["NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES"]: 560}
+        return self.profile.driver_major >= needs.get(field_id, 0)
+
+    # ----- system -----------------------------------------------------------------------
+    def nvmlInit(self) -> None:  # noqa: N802 - the binding's names
         self._enter("nvmlInit")
         with self._lock:
             if self._init_errors:
-                raise _pynvml.NVMLError(self._init_errors.pop())
+                raise nvml_error(self._init_errors.pop())
             self._initialized += 1
 
     def nvmlShutdown(self) -> None:  # noqa: N802
@@ -243,116 +300,263 @@ class SimulatedNvml:
 
     def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
         self._enter("nvmlSystemGetDriverVersion")
-        return "560.35.03-simulated"
+        return self.profile.driver_version
+
+    def nvmlSystemGetNVMLVersion(self) -> str:  # noqa: N802
+        self._enter("nvmlSystemGetNVMLVersion")
+        major = 12 if self.profile.driver_major >= 525 else 11
+        return f"{major}.{self.profile.driver_version}"
 
     def nvmlDeviceGetCount(self) -> int:  # noqa: N802
         self._enter("nvmlDeviceGetCount")
-        return len(self._devices)
+        return len(self._gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> SimulatedHandle:  # noqa: N802
         self._enter("nvmlDeviceGetHandleByIndex")
-        if not 0 <= index < len(self._devices):
-            raise _pynvml.NVMLError(_pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        if self._is_lost(self._devices[index]):
-            raise _pynvml.NVMLError(_pynvml.NVML_ERROR_GPU_IS_LOST)
+        if not 0 <= index < len(self._gpus):
+            raise nvml_error(E["NVML_ERROR_INVALID_ARGUMENT"])
+        if self._is_lost(self._gpus[index]):
+            raise nvml_error(E["NVML_ERROR_GPU_IS_LOST"])
         return SimulatedHandle(index)
 
+    # ----- identity -----------------------------------------------------------------------
     def nvmlDeviceGetName(self, handle: SimulatedHandle) -> str:  # noqa: N802
-        return self._enter("nvmlDeviceGetName", handle).name  # type: ignore[union-attr]
+        gpu = self._enter("nvmlDeviceGetName", handle)
+        assert gpu is not None
+        slot = self._mig_slot(gpu, handle)
+        return gpu.model.name if slot is None else f"{gpu.model.name} MIG {slot.profile}"
 
     def nvmlDeviceGetUUID(self, handle: SimulatedHandle) -> str:  # noqa: N802
-        return self._enter("nvmlDeviceGetUUID", handle).uuid  # type: ignore[union-attr]
+        gpu = self._enter("nvmlDeviceGetUUID", handle)
+        assert gpu is not None
+        slot = self._mig_slot(gpu, handle)
+        if slot is None:
+            return gpu.uuid
+        return f"MIG-{gpu.index:04d}{slot.gpu_instance_id:04d}-6d69-4700-8000-{gpu.index:012d}"
 
-    def nvmlDeviceGetMemoryInfo(self, handle: SimulatedHandle) -> Any:  # noqa: N802
-        device = self._enter("nvmlDeviceGetMemoryInfo", handle)
-        assert device is not None
-        total = device.memory_total_bytes
-        used = int(total * (0.1 + 0.8 * _wave(self._elapsed(), 23.0, device.index)))
-        return _pynvml.c_nvmlMemory_t(total=total, free=total - used, used=used)
+    def nvmlDeviceGetCudaComputeCapability(self, handle: SimulatedHandle) -> tuple[int, int]:  # noqa: N802
+        gpu = self._enter("nvmlDeviceGetCudaComputeCapability", handle)
+        assert gpu is not None
+        return gpu.model.compute_capability
+
+    def nvmlDeviceGetNumGpuCores(self, handle: SimulatedHandle) -> int:  # noqa: N802
+        gpu = self._enter("nvmlDeviceGetNumGpuCores", handle)
+        assert gpu is not None
+        return gpu.model.cores
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: SimulatedHandle, clock: int) -> int:  # noqa: N802
+        gpu = self._enter("nvmlDeviceGetMaxClockInfo", handle)
+        assert gpu is not None
+        return gpu.model.max_sm_clock_mhz
+
+    def nvmlDeviceGetVirtualizationMode(self, handle: SimulatedHandle) -> int:  # noqa: N802
+        gpu = self._enter("nvmlDeviceGetVirtualizationMode", handle)
+        assert gpu is not None
+        return gpu.model.virtualization_mode
+
+    def nvmlGpmQueryDeviceSupport(self, handle: SimulatedHandle) -> Any:  # noqa: N802
+        gpu = self._enter("nvmlGpmQueryDeviceSupport", handle)
+        assert gpu is not None
+        supported = (gpu.model.gpm and self.profile.driver_major >= 520
+                     and gpu.model.virtualization_mode != 2)
+        return binding.GpmSupport(version=1, isSupportedDevice=int(supported))
+
+    # ----- MIG ----------------------------------------------------------------------------
+    def nvmlDeviceGetMigMode(self, handle: SimulatedHandle) -> tuple[int, int]:  # noqa: N802
+        gpu = self._enter("nvmlDeviceGetMigMode", handle)
+        assert gpu is not None
+        if gpu.model.compute_capability < (8, 0):
+            raise nvml_error(E["NVML_ERROR_NOT_SUPPORTED"])
+        mode = int(bool(gpu.model.mig))
+        return mode, mode
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: SimulatedHandle) -> int:  # noqa: N802
+        gpu = self._enter("nvmlDeviceGetMaxMigDeviceCount", handle)
+        assert gpu is not None
+        return 7 if gpu.model.mig else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(  # noqa: N802
+        self, handle: SimulatedHandle, index: int
+    ) -> SimulatedHandle:
+        gpu = self._enter("nvmlDeviceGetMigDeviceHandleByIndex", handle)
+        assert gpu is not None
+        if not gpu.model.mig or not 0 <= index < 7:
+            raise nvml_error(E["NVML_ERROR_INVALID_ARGUMENT"])
+        if index >= len(gpu.model.mig):
+            raise nvml_error(E["NVML_ERROR_NOT_FOUND"])
+        return SimulatedHandle(gpu.index, index)
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle: SimulatedHandle) -> bool:  # noqa: N802
+        self._enter("nvmlDeviceIsMigDeviceHandle", handle)
+        return handle.mig is not None
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(  # noqa: N802
+        self, handle: SimulatedHandle
+    ) -> SimulatedHandle:
+        self._enter("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle)
+        if handle.mig is None:
+            raise nvml_error(E["NVML_ERROR_INVALID_ARGUMENT"])
+        return SimulatedHandle(handle.index)
+
+    def _mig_only(self, function: str, handle: SimulatedHandle) -> MigSlot:
+        gpu = self._enter(function, handle)
+        assert gpu is not None
+        slot = self._mig_slot(gpu, handle)
+        if slot is None:
+            raise nvml_error(E["NVML_ERROR_INVALID_ARGUMENT"])
+        return slot
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: SimulatedHandle) -> int:  # noqa: N802
+        return self._mig_only("nvmlDeviceGetGpuInstanceId", handle).gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: SimulatedHandle) -> int:  # noqa: N802
+        return self._mig_only("nvmlDeviceGetComputeInstanceId", handle).compute_instance_id
+
+    def nvmlDeviceGetAttributes(self, handle: SimulatedHandle) -> Any:  # noqa: N802
+        slot = self._mig_only("nvmlDeviceGetAttributes", handle)
+        return binding.DeviceAttributes(
+            multiprocessorCount=slot.multiprocessors, gpuInstanceSliceCount=slot.gpu_slices,
+            computeInstanceSliceCount=slot.compute_slices, memorySizeMB=slot.memory_mib)
+
+    # ----- readings -----------------------------------------------------------------------
+    def nvmlDeviceGetMemoryInfo(self, handle: SimulatedHandle, version: int | None = None) -> Any:  # noqa: N802
+        gpu = self._enter("nvmlDeviceGetMemoryInfo", handle)
+        assert gpu is not None
+        if version and self.profile.driver_major < 510:
+            raise nvml_error(E["NVML_ERROR_FUNCTION_NOT_FOUND"])  # no _v2 symbol yet
+        slot = self._mig_slot(gpu, handle)
+        mib = 1024 * 1024
+        if slot is not None:
+            total, reserved = slot.memory_mib * mib, 0
+            used = int(total * (0.1 + 0.6 * _wave(self._elapsed(), 19.0, handle.mig or 0)))
+        else:
+            total, reserved = gpu.model.memory_mib * mib, gpu.model.reserved_mib * mib
+            used = int((total - reserved) * (0.1 + 0.8 * _wave(self._elapsed(), 23.0, gpu.index)))
+        free = total - reserved - used
+        if version:
+            return binding.MemoryV2(version=version, total=total, reserved=reserved, free=free,
+                                    used=used)
+        return binding.Memory(total=total, free=free, used=used + reserved)
 
     def nvmlDeviceGetUtilizationRates(self, handle: SimulatedHandle) -> Any:  # noqa: N802
-        device = self._enter("nvmlDeviceGetUtilizationRates", handle)
-        assert device is not None
-        gpu = self._utilization(device)
-        return _pynvml.c_nvmlUtilization_t(gpu=gpu, memory=gpu // 2)
+        gpu = self._enter("nvmlDeviceGetUtilizationRates", handle)
+        assert gpu is not None
+        if gpu.model.mig:
+            raise nvml_error(E["NVML_ERROR_NOT_SUPPORTED"])
+        busy = int(round(100 * self._load(gpu)))
+        return binding.Utilization(gpu=busy, memory=busy // 2)
 
     def nvmlDeviceGetTemperature(self, handle: SimulatedHandle, sensor: int) -> int:  # noqa: N802
-        device = self._enter("nvmlDeviceGetTemperature", handle)
-        assert device is not None
-        return 35 + self._utilization(device) // 3
+        gpu = self._enter("nvmlDeviceGetTemperature", handle)
+        assert gpu is not None
+        return 35 + int(33 * self._load(gpu))
 
     def nvmlDeviceGetPowerUsage(self, handle: SimulatedHandle) -> int:  # noqa: N802
-        device = self._enter("nvmlDeviceGetPowerUsage", handle)
-        assert device is not None
-        return int(device.power_limit_mw * (0.15 + 0.8 * self._utilization(device) / 100))
+        gpu = self._enter("nvmlDeviceGetPowerUsage", handle)
+        assert gpu is not None
+        return int(gpu.model.power_limit_mw * (0.15 + 0.8 * self._load(gpu)))
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: SimulatedHandle) -> int:  # noqa: N802
-        device = self._enter("nvmlDeviceGetEnforcedPowerLimit", handle)
-        assert device is not None
-        return device.power_limit_mw
+        gpu = self._enter("nvmlDeviceGetEnforcedPowerLimit", handle)
+        assert gpu is not None
+        return gpu.model.power_limit_mw
 
     def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: SimulatedHandle) -> int:  # noqa: N802
-        device = self._enter("nvmlDeviceGetMaxPcieLinkGeneration", handle)
-        assert device is not None
-        return device.pcie_generation
+        gpu = self._enter("nvmlDeviceGetMaxPcieLinkGeneration", handle)
+        assert gpu is not None
+        return gpu.model.pcie_generation
 
     def nvmlDeviceGetMaxPcieLinkWidth(self, handle: SimulatedHandle) -> int:  # noqa: N802
-        device = self._enter("nvmlDeviceGetMaxPcieLinkWidth", handle)
-        assert device is not None
-        return device.pcie_width
+        gpu = self._enter("nvmlDeviceGetMaxPcieLinkWidth", handle)
+        assert gpu is not None
+        return gpu.model.pcie_width
+
+    def _pcie_rate(self, gpu: _Gpu, direction: int) -> float:
+        peak = 8e9 if direction == 0 else 12e9
+        return peak * _wave(self._elapsed(), 11.0 + direction, gpu.index)
+
+    def _pcie_bytes(self, gpu: _Gpu, direction: int) -> int:
+        peak = 8e9 if direction == 0 else 12e9
+        counted = self.profile.pcie_counter_start + int(
+            peak * _wave_integral(self._elapsed(), 11.0 + direction, gpu.index))
+        return counted % (1 << self.profile.pcie_counter_bits)
 
     def nvmlDeviceGetPcieThroughput(self, handle: SimulatedHandle, counter: int) -> int:  # noqa: N802
-        device = self._enter("nvmlDeviceGetPcieThroughput", handle)
-        assert device is not None
-        peak = 8e9 if counter == 0 else 12e9
-        return int(peak * _wave(self._elapsed(), 11.0 + counter, device.index) / 1024)  # KB/s
+        gpu = self._enter("nvmlDeviceGetPcieThroughput", handle)
+        assert gpu is not None
+        time.sleep(PCIE_THROUGHPUT_SAMPLE_S)  # the driver counts bytes for 20 ms
+        return int(self._pcie_rate(gpu, counter) / 1024)  # KB/s
 
     def nvmlDeviceGetNvLinkState(self, handle: SimulatedHandle, link: int) -> int:  # noqa: N802
-        self._enter("nvmlDeviceGetNvLinkState", handle)
-        if "nvlink" in self._unsupported:
-            raise _pynvml.NVMLError(_pynvml.NVML_ERROR_NOT_SUPPORTED)
-        if not 0 <= link < _pynvml.NVML_NVLINK_MAX_LINKS:
-            raise _pynvml.NVMLError(_pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        return _pynvml.NVML_NVLINK_STATE_ACTIVE if link < NVML_NVLINK_LINKS else 0
+        gpu = self._enter("nvmlDeviceGetNvLinkState", handle)
+        assert gpu is not None
+        model = gpu.model
+        if not model.nvlink_link_count or not self._supports(gpu, "nvlink"):
+            raise nvml_error(E["NVML_ERROR_NOT_SUPPORTED"])
+        if not 0 <= link < model.nvlink_link_count:
+            raise nvml_error(E["NVML_ERROR_INVALID_ARGUMENT"])
+        return 0 if link in model.nvlink_down else 1
+
+    def _nvlink_bytes(self, gpu: _Gpu, direction: int, link: int) -> int:
+        if link in gpu.model.nvlink_down:
+            return 0
+        peak = 20e9 / gpu.model.nvlink_link_count
+        return int(peak * _wave_integral(self._elapsed(), 9.0 + direction, gpu.index + link / 7))
 
     def nvmlDeviceGetFieldValues(self, handle: SimulatedHandle, field_ids: list) -> Any:  # noqa: N802
-        device = self._enter("nvmlDeviceGetFieldValues", handle)
-        assert device is not None
-        values = (_pynvml.c_nvmlFieldValue_t * len(field_ids))()
-        timestamp_us = int(self._clock() * 1e6)
+        gpu = self._enter("nvmlDeviceGetFieldValues", handle)
+        assert gpu is not None
+        values = (FieldValue * len(field_ids))()
+        timestamp_us = self._wall_us()
         for slot, requested in zip(values, field_ids, strict=True):
             field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
             slot.fieldId, slot.scopeId, slot.timestamp = field_id, scope, timestamp_us
-            slot.nvmlReturn = _pynvml.NVML_SUCCESS
-            slot.valueType = _pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-            value = self._field_value(device, field_id, scope)
-            if value is None:
-                slot.nvmlReturn = _pynvml.NVML_ERROR_NOT_SUPPORTED
-            else:
-                slot.value.ullVal = value
+            slot.valueType = binding.CONSTANTS["NVML_VALUE_TYPE_UNSIGNED_LONG_LONG"]
+            code, value = self._field_value(gpu, field_id, scope)
+            slot.nvmlReturn = code
+            if code == NVML_SUCCESS:
+                if field_id in (F["NVML_FI_DEV_PCIE_COUNT_TX_BYTES"],
+                                F["NVML_FI_DEV_PCIE_COUNT_RX_BYTES"]) \
+                        and self.profile.pcie_counter_bits == 32:
+                    slot.valueType = binding.CONSTANTS["NVML_VALUE_TYPE_UNSIGNED_INT"]
+                    slot.value.uiVal = value
+                else:
+                    slot.value.ullVal = value
         return values
 
-    def _field_value(self, device: _Device, field_id: int, scope: int) -> int | None:
-        if field_id in _NVLINK_FIELDS and "nvlink" in self._unsupported:
-            return None
-        if field_id in _PCIE_COUNTER_FIELDS and "pcie_counters" in self._unsupported:
-            return None
-        link_in_range = scope < NVML_NVLINK_LINKS
-        if field_id == _pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
-            return NVML_NVLINK_LINKS
-        if field_id == _pynvml.NVML_FI_DEV_NVLINK_GET_SPEED:
-            return NVLINK_LINK_MBPS if link_in_range else None
-        if field_id in (
-            _pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
-            _pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-        ):
-            direction = int(field_id == _pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
-            if scope == _UINT_MAX:
-                return sum(self._nvlink_kib(device, direction, link)
-                           for link in range(NVML_NVLINK_LINKS))
-            return self._nvlink_kib(device, direction, scope) if link_in_range else None
-        if field_id == _pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES:
-            return self._pcie_bytes(device, 0)
-        if field_id == _pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES:
-            return self._pcie_bytes(device, 1)
-        return None
+    def _field_value(self, gpu: _Gpu, field_id: int, scope: int) -> tuple[int, int]:
+        unsupported = (E["NVML_ERROR_NOT_SUPPORTED"], 0)
+        if field_id not in F.values() or not self._driver_has_field(field_id):
+            return E["NVML_ERROR_INVALID_ARGUMENT"], 0
+        model = gpu.model
+        if field_id in (F["NVML_FI_DEV_PCIE_COUNT_TX_BYTES"], F["NVML_FI_DEV_PCIE_COUNT_RX_BYTES"]):
+            if not self._supports(gpu, "pcie_counters"):
+                return unsupported
+            return NVML_SUCCESS, self._pcie_bytes(
+                gpu, int(field_id == F["NVML_FI_DEV_PCIE_COUNT_RX_BYTES"]))
+        # Everything else is NVLink.
+        if not model.nvlink_link_count or not self._supports(gpu, "nvlink"):
+            return unsupported
+        if field_id == F["NVML_FI_DEV_NVLINK_LINK_COUNT"]:
+            return NVML_SUCCESS, model.nvlink_link_count
+        links = range(model.nvlink_link_count)
+        if scope != _UINT_MAX and scope not in links:
+            return E["NVML_ERROR_INVALID_ARGUMENT"], 0
+        if field_id == F["NVML_FI_DEV_NVLINK_GET_SPEED"]:
+            return NVML_SUCCESS, 0 if scope in model.nvlink_down else model.nvlink_link_mbps
+        throughput = (F["NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX"],
+                      F["NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX"])
+        if field_id in throughput:
+            if not self.profile.nvlink_throughput_fields:
+                return unsupported
+            direction, unit = throughput.index(field_id), 1024  # KiB
+        else:
+            direction = int(field_id == F["NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES"])
+            unit = 1
+        chosen = links if scope == _UINT_MAX else (scope,)
+        return NVML_SUCCESS, sum(self._nvlink_bytes(gpu, direction, link)
+                                 for link in chosen) // unit
+
+
+def profile_names() -> list[str]:
+    return list(PROFILES)

@@ -1,0 +1,222 @@
+"""The binding surface of the simulated NVML: what ``import pynvml`` would give.
+
+Written from NVIDIA's ``nvml.h`` (constant values, error codes and their
+``nvmlErrorString`` texts, the layout of ``nvmlFieldValue_t`` and ``nvmlMemory_v2_t``), and
+from the nvidia-ml-py release history for *when* each name appeared. It deliberately does
+not import ``pynvml``: the simulator must not inherit the reader's view of the binding, and
+it must work where an old binding, or none, is installed.
+
+``make_binding(driver, binding_version)`` returns a real module object holding only the
+names that nvidia-ml-py release had; every function is the driver's method of that name.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import types
+from collections.abc import Iterable
+from typing import Any
+
+# ----- return codes (nvml.h, nvmlReturn_t) and nvmlErrorString texts -------------------
+NVML_SUCCESS = 0
+ERROR_STRINGS: dict[int, tuple[str, str]] = {
+    # code: (class-name suffix as pynvml builds it, nvmlErrorString text)
+    1: ("Uninitialized", "Uninitialized"),
+    2: ("InvalidArgument", "Invalid Argument"),
+    3: ("NotSupported", "Not Supported"),
+    4: ("NoPermission", "Insufficient Permissions"),
+    5: ("AlreadyInitialized", "Already Initialized"),
+    6: ("NotFound", "Not Found"),
+    9: ("DriverNotLoaded", "Driver Not Loaded"),
+    10: ("Timeout", "Timeout"),
+    12: ("LibraryNotFound", "NVML Shared Library Not Found"),
+    13: ("FunctionNotFound", "Function Not Found"),
+    15: ("GpuIsLost", "GPU is lost"),
+    16: ("ResetRequired", "GPU requires restart"),
+    999: ("Unknown", "Unknown Error"),
+}
+ERROR_CODES = {
+    "NVML_ERROR_UNINITIALIZED": 1, "NVML_ERROR_INVALID_ARGUMENT": 2,
+    "NVML_ERROR_NOT_SUPPORTED": 3, "NVML_ERROR_NO_PERMISSION": 4,
+    "NVML_ERROR_ALREADY_INITIALIZED": 5, "NVML_ERROR_NOT_FOUND": 6,
+    "NVML_ERROR_DRIVER_NOT_LOADED": 9, "NVML_ERROR_TIMEOUT": 10,
+    "NVML_ERROR_LIBRARY_NOT_FOUND": 12, "NVML_ERROR_FUNCTION_NOT_FOUND": 13,
+    "NVML_ERROR_GPU_IS_LOST": 15, "NVML_ERROR_RESET_REQUIRED": 16, "NVML_ERROR_UNKNOWN": 999,
+}
+
+
+class NVMLError(Exception):
+    """As in the binding: ``NVMLError(code)`` builds the subclass for that code."""
+
+    _valClassMapping: dict[int, type[NVMLError]] = {}  # noqa: N815 - the binding's name
+    value: int
+
+    def __new__(cls, value: int) -> NVMLError:  # noqa: D102
+        if cls is NVMLError:
+            cls = NVMLError._valClassMapping.get(value, cls)
+        error = Exception.__new__(cls)
+        error.value = value
+        return error
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+
+    def __str__(self) -> str:
+        known = ERROR_STRINGS.get(self.value)
+        return known[1] if known else f"NVML Error with code {self.value}"
+
+
+ERROR_CLASSES: dict[str, type[NVMLError]] = {}
+for _code, (_suffix, _) in ERROR_STRINGS.items():
+    _cls = type(f"NVMLError_{_suffix}", (NVMLError,), {})
+    NVMLError._valClassMapping[_code] = _cls
+    ERROR_CLASSES[_cls.__name__] = _cls
+
+
+def nvml_error(code: int) -> NVMLError:
+    return NVMLError(code)
+
+
+# ----- structures (nvml.h layouts) -------------------------------------------------------
+class FieldValueUnion(ctypes.Union):
+    _fields_ = [("dVal", ctypes.c_double), ("uiVal", ctypes.c_uint), ("ulVal", ctypes.c_ulong),
+                ("ullVal", ctypes.c_ulonglong), ("sllVal", ctypes.c_longlong),
+                ("siVal", ctypes.c_int), ("usVal", ctypes.c_ushort)]
+
+
+class FieldValue(ctypes.Structure):
+    """nvmlFieldValue_t. ``timestamp`` is CPU time in microseconds since 1970."""
+
+    _fields_ = [("fieldId", ctypes.c_uint32), ("scopeId", ctypes.c_uint32),
+                ("timestamp", ctypes.c_int64), ("latencyUsec", ctypes.c_int64),
+                ("valueType", ctypes.c_uint), ("nvmlReturn", ctypes.c_uint),
+                ("value", FieldValueUnion)]
+
+
+class Memory(ctypes.Structure):
+    """nvmlMemory_t: ``used`` includes the memory the driver reserves."""
+
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
+                ("used", ctypes.c_ulonglong)]
+
+
+class MemoryV2(ctypes.Structure):
+    """nvmlMemory_v2_t: ``used`` excludes ``reserved``, as nvidia-smi shows them."""
+
+    _fields_ = [("version", ctypes.c_uint), ("total", ctypes.c_ulonglong),
+                ("reserved", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
+                ("used", ctypes.c_ulonglong)]
+
+
+class Utilization(ctypes.Structure):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
+class DeviceAttributes(ctypes.Structure):
+    """nvmlDeviceAttributes_t, as a MIG device reports it."""
+
+    _fields_ = [("multiprocessorCount", ctypes.c_uint), ("sharedCopyEngineCount", ctypes.c_uint),
+                ("sharedDecoderCount", ctypes.c_uint), ("sharedEncoderCount", ctypes.c_uint),
+                ("sharedJpegCount", ctypes.c_uint), ("sharedOfaCount", ctypes.c_uint),
+                ("gpuInstanceSliceCount", ctypes.c_uint),
+                ("computeInstanceSliceCount", ctypes.c_uint),
+                ("memorySizeMB", ctypes.c_ulonglong)]
+
+
+class GpmSupport(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("isSupportedDevice", ctypes.c_uint)]
+
+
+# ----- constants (nvml.h values) ----------------------------------------------------------
+FIELD_IDS = {
+    "NVML_FI_DEV_NVLINK_LINK_COUNT": 91,
+    "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX": 138,  # KiB, per link (scopeId)
+    "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX": 139,
+    "NVML_FI_DEV_NVLINK_GET_SPEED": 164,  # MB/s, per link
+    "NVML_FI_DEV_PCIE_COUNT_TX_BYTES": 197,
+    "NVML_FI_DEV_PCIE_COUNT_RX_BYTES": 198,
+    "NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES": 202,  # bytes, per link
+    "NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES": 204,
+}
+CONSTANTS: dict[str, int] = {
+    "NVML_SUCCESS": NVML_SUCCESS,
+    **ERROR_CODES,
+    **FIELD_IDS,
+    "NVML_TEMPERATURE_GPU": 0,
+    "NVML_PCIE_UTIL_TX_BYTES": 0, "NVML_PCIE_UTIL_RX_BYTES": 1,
+    "NVML_CLOCK_GRAPHICS": 0, "NVML_CLOCK_SM": 1, "NVML_CLOCK_MEM": 2,
+    "NVML_VALUE_TYPE_DOUBLE": 0, "NVML_VALUE_TYPE_UNSIGNED_INT": 1,
+    "NVML_VALUE_TYPE_UNSIGNED_LONG": 2, "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG": 3,
+    "NVML_VALUE_TYPE_SIGNED_LONG_LONG": 4, "NVML_VALUE_TYPE_SIGNED_INT": 5,
+    "NVML_FEATURE_DISABLED": 0, "NVML_FEATURE_ENABLED": 1,
+    "NVML_NVLINK_STATE_INACTIVE": 0, "NVML_NVLINK_STATE_ACTIVE": 1,
+    "NVML_DEVICE_MIG_DISABLE": 0, "NVML_DEVICE_MIG_ENABLE": 1,
+    "NVML_GPU_VIRTUALIZATION_MODE_NONE": 0, "NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH": 1,
+    "NVML_GPU_VIRTUALIZATION_MODE_VGPU": 2, "NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU": 3,
+    "NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA": 4,
+    "nvmlMemory_v2": 0x02000028,
+    "NVML_GPM_SUPPORT_VERSION": 1,
+}
+
+# The nvidia-ml-py release that first had a name the simulator offers; names not listed
+# are in every release this project accepts (11.450 and later). Read off the releases.
+ADDED_IN: dict[str, tuple[int, int]] = {
+    "NVML_FI_DEV_PCIE_COUNT_TX_BYTES": (12, 555),
+    "NVML_FI_DEV_PCIE_COUNT_RX_BYTES": (12, 555),
+    "NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES": (12, 560),
+    "NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES": (12, 560),
+    "nvmlMemory_v2": (11, 510),
+    "nvmlGpmQueryDeviceSupport": (11, 520),
+    "NVML_GPM_SUPPORT_VERSION": (11, 520),
+}
+# NVML_NVLINK_MAX_LINKS grew from 18 to 36 in the 13.x bindings.
+MAX_LINKS_BY_MAJOR = {11: 18, 12: 18, 13: 36}
+
+# The driver functions the binding exposes (each is the driver's method of that name).
+FUNCTIONS = (
+    "nvmlInit", "nvmlShutdown", "nvmlSystemGetDriverVersion", "nvmlSystemGetNVMLVersion",
+    "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetName",
+    "nvmlDeviceGetUUID", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetTemperature", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth",
+    "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetNvLinkState", "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetCudaComputeCapability", "nvmlDeviceGetNumGpuCores",
+    "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetVirtualizationMode", "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceIsMigDeviceHandle", "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetAttributes",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", "nvmlGpmQueryDeviceSupport",
+)
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """'12.535' or '12.535.161' -> (12, 535)."""
+    parts = text.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"binding version must look like 12.535, got {text!r}") from None
+
+
+def binding_has(name: str, version: tuple[int, int]) -> bool:
+    return ADDED_IN.get(name, (0, 0)) <= version
+
+
+def make_binding(driver: Any, binding_version: str, hidden: Iterable[str] = ()) -> types.ModuleType:
+    """A module with the names nvidia-ml-py ``binding_version`` had, bound to ``driver``."""
+    version = parse_version(binding_version)
+    hidden = set(hidden)
+    module = types.ModuleType("pynvml", f"simulated nvidia-ml-py {binding_version}")
+    module.__version__ = binding_version  # type: ignore[attr-defined]
+    names: dict[str, Any] = {
+        **CONSTANTS,
+        "NVML_NVLINK_MAX_LINKS": MAX_LINKS_BY_MAJOR.get(version[0], 18),
+        "NVMLError": NVMLError,
+        **ERROR_CLASSES,
+        "c_nvmlFieldValue_t": FieldValue,
+        **{function: getattr(driver, function) for function in FUNCTIONS},
+    }
+    for name, value in names.items():
+        if binding_has(name, version) and name not in hidden:
+            setattr(module, name, value)
+    return module
