@@ -16,6 +16,7 @@ import { Widget } from '@lumino/widgets';
 import {
   describeStatus,
   errorMessage,
+  IStatusLine,
   isStartingError,
   parseIndex,
   parseInfo
@@ -28,8 +29,17 @@ import {
   IServerInfo,
   LOADING_TEXT,
   SIDEBAR_ID,
-  SIDEBAR_TITLE
+  SIDEBAR_TITLE,
+  STATUS_DETAIL_CLASS,
+  STATUS_MIG_CLASS
 } from './tokens';
+
+/** Extra CSS class of each kind of status line; MIG lines are indented. */
+const LINE_CLASSES: Record<IStatusLine['kind'], string> = {
+  note: 'nvdashboard-status-note',
+  device: 'nvdashboard-status-device',
+  mig: STATUS_MIG_CLASS
+};
 
 /** What the sidebar shows. Plain JSON, so changes are found by deep equality. */
 export type SidebarState =
@@ -263,7 +273,11 @@ export class DashboardSidebar extends Widget {
       element('div', 'nvdashboard-status-headline', summary.headline)
     );
     for (const line of summary.details) {
-      status.append(element('div', 'nvdashboard-status-detail', line));
+      const classes = [STATUS_DETAIL_CLASS, LINE_CLASSES[line.kind]];
+      if (line.lost) {
+        classes.push('nvdashboard-mod-lost');
+      }
+      status.append(element('div', classes.join(' '), line.text));
     }
     return status;
   }

@@ -32,6 +32,12 @@ export const WIDGET_CLASS = 'nvdashboard-widget';
 /** CSS class on every dashboard button in the sidebar. */
 export const BUTTON_CLASS = 'nvdashboard-button';
 
+/** CSS class on every status detail line in the sidebar. */
+export const STATUS_DETAIL_CLASS = 'nvdashboard-status-detail';
+
+/** CSS class on a status line that describes a MIG device (indented). */
+export const STATUS_MIG_CLASS = 'nvdashboard-status-mig';
+
 /** Text shown while the proxied Bokeh server is starting. */
 export const LOADING_TEXT = 'Starting the dashboard server…';
 
@@ -44,28 +50,72 @@ export type DashboardIndex = Record<string, string>;
 /** The colour scheme a dashboard page is asked to render with. */
 export type DashboardTheme = 'dark' | 'light';
 
-/** Why NVML is (or is not) usable, as reported by the server. */
+/** Why NVML is (or is not) usable: exactly the states the server sends. */
 export type NvmlState =
+  | 'uninitialized'
   | 'ok'
   | 'library_not_found'
   | 'driver_not_loaded'
   | 'no_permission'
-  | 'disabled'
+  | 'no_devices'
   | 'error';
 
-/** One GPU as listed in `info.json`; fields beyond index and name vary. */
+/** A physical GPU, or a MIG device (a GPU instance carved out of one). */
+export type DeviceKind = 'gpu' | 'mig';
+
+/** How a MIG device is carved out of its GPU; `null` means not reported. */
+export interface IMigInfo {
+  gpu_instance_id: number | null;
+  compute_instance_id: number | null;
+  gpu_slices: number | null;
+  compute_slices: number | null;
+  memory_slices: number | null;
+  multiprocessors: number | null;
+}
+
+/**
+ * One device as listed in `info.json`: physical GPUs and MIG devices in one
+ * list, each MIG device after its parent. Fields an older server does not
+ * send are filled with neutral values by `parseInfo`.
+ */
 export interface IDeviceInfo {
+  /** Position in `devices`; `parent` refers to it. */
   index: number;
+  /** nvidia-smi-style identity, e.g. `GPU 2` or `GPU 0 · MIG 1`. */
+  label: string;
+  kind: DeviceKind;
+  /** `index` of the parent GPU of a MIG device, else null. */
+  parent: number | null;
+  nvml_index: number | null;
+  /** Position as CUDA sees it in the server process; null when CUDA does not. */
+  cuda_index: number | null;
+  /** False when the server did not send `cuda_index` at all (older server). */
+  cuda_index_known: boolean;
   name: string;
+  uuid: string;
+  memory_total_bytes: number | null;
+  mig_enabled: boolean;
+  mig: IMigInfo | null;
+  /** e.g. `none`, or empty when not reported. */
+  virtualization: string;
+  /** The device stopped answering; its readings are gone. */
+  lost: boolean;
+  /** Metric name → one-line reason it is not available on this device. */
+  unavailable: Record<string, string>;
   [key: string]: unknown;
 }
 
 /** The server status served at `{base}nvdashboard/info.json`. */
 export interface IServerInfo {
   version: string;
-  nvml_state: NvmlState;
+  /** A known state, or `unknown` for a state this frontend does not know. */
+  nvml_state: NvmlState | 'unknown';
+  /** The state string exactly as the server sent it. */
+  nvml_state_reported: string;
   nvml_message: string;
   simulated: boolean;
+  /** The simulated hardware profile (e.g. `a100-mig`), or null. */
+  simulated_profile: string | null;
   gpu_count: number;
   devices: IDeviceInfo[];
   interval_s: number;

@@ -3,9 +3,14 @@ import {
   errorMessage,
   FetchError,
   isStartingError,
+  IStatusLine,
   parseIndex,
   parseInfo
 } from '../model';
+
+function texts(lines: IStatusLine[]): string[] {
+  return lines.map(line => line.text);
+}
 
 const INFO = {
   version: '0.1.0',
@@ -67,10 +72,345 @@ describe('parseInfo', () => {
     });
   });
 
-  it('rejects non-objects and unknown states', () => {
+  it('rejects non-objects and a missing or non-string state', () => {
     expect(() => parseInfo([])).toThrow(/not a JSON object/);
-    expect(() => parseInfo({ nvml_state: 'sleepy' })).toThrow(/Unknown NVML state/);
-    expect(() => parseInfo({})).toThrow(/Unknown NVML state/);
+    expect(() => parseInfo(null)).toThrow(/not a JSON object/);
+    expect(() => parseInfo({})).toThrow(/no NVML state/);
+    expect(() => parseInfo({ nvml_state: 3 })).toThrow(/no NVML state/);
+    expect(() => parseInfo({ nvml_state: null })).toThrow(/no NVML state/);
+  });
+
+  it('keeps a state it does not know as unknown, with the server string', () => {
+    const info = parseInfo({
+      nvml_state: 'sleepy',
+      nvml_message: 'The GPUs are napping.'
+    });
+    expect(info.nvml_state).toBe('unknown');
+    expect(info.nvml_state_reported).toBe('sleepy');
+    const summary = describeStatus(info);
+    expect(summary.kind).toBe('unknown');
+    expect(summary.headline).toBe('GPU status unknown');
+    expect(texts(summary.details)).toEqual([
+      'The server reported a GPU state this page does not know: "sleepy".',
+      'The GPUs are napping.'
+    ]);
+  });
+
+  it('reads the simulated profile', () => {
+    expect(parseInfo(INFO).simulated_profile).toBeNull();
+    const info = parseInfo({
+      ...INFO,
+      simulated: true,
+      simulated_profile: 'a100-mig'
+    });
+    expect(info.simulated_profile).toBe('a100-mig');
+    expect(texts(describeStatus(info).details)).toContain(
+      'Simulated hardware: a100-mig.'
+    );
+  });
+});
+
+/**
+ * Every state the server sends (`NvmlState` in the Python package), with the
+ * headline, the plain-words first line and a message like the server's.
+ */
+const STATES: Array<[string, string, string, string, string]> = [
+  [
+    'uninitialized',
+    'pending',
+    'Looking for GPUs…',
+    'GPU monitoring is still starting.',
+    'NVML has not been started yet.'
+  ],
+  [
+    'library_not_found',
+    'no-gpu',
+    'No GPU',
+    'No GPU: the NVIDIA management library (NVML) was not found.',
+    'No NVIDIA driver library (libnvidia-ml) was found on this machine.'
+  ],
+  [
+    'driver_not_loaded',
+    'no-gpu',
+    'No GPU',
+    'No GPU: the NVIDIA driver is not loaded.',
+    'The NVIDIA driver is not loaded, so no NVIDIA GPU can be read.'
+  ],
+  [
+    'no_permission',
+    'no-gpu',
+    'No GPU',
+    'No GPU: no permission to query the GPUs.',
+    'This user has no permission to read the NVIDIA GPUs.'
+  ],
+  [
+    'no_devices',
+    'no-gpu',
+    'No GPU',
+    'No GPU: no GPU is visible to this process.',
+    'NVML is running but no NVIDIA GPU is visible to this process: ' +
+      'CUDA_VISIBLE_DEVICES is set to "" and hides all 8 GPUs.'
+  ],
+  [
+    'error',
+    'no-gpu',
+    'No GPU',
+    'No GPU: the NVIDIA management library reported an error.',
+    'NVML failed to start.'
+  ]
+];
+
+describe('each NVML state the server sends', () => {
+  it.each(STATES)(
+    '%s: parsed, and described in plain words with the message',
+    (state, kind, headline, words, message) => {
+      const info = parseInfo({
+        ...INFO,
+        nvml_state: state,
+        nvml_message: message,
+        gpu_count: 0,
+        devices: []
+      });
+      expect(info.nvml_state).toBe(state);
+      const summary = describeStatus(info);
+      expect(summary.kind).toBe(kind);
+      expect(summary.headline).toBe(headline);
+      expect(texts(summary.details)).toEqual([words, message]);
+    }
+  );
+
+  it('ok: parsed, and lists the GPUs', () => {
+    const info = parseInfo({ ...INFO, nvml_message: 'NVML is running.' });
+    expect(info.nvml_state).toBe('ok');
+    const summary = describeStatus(info);
+    expect(summary.kind).toBe('gpus');
+    expect(summary.headline).toBe('2 GPUs');
+    expect(texts(summary.details)).toEqual([
+      'GPU 0: NVIDIA H200',
+      'GPU 1: NVIDIA H200'
+    ]);
+  });
+
+  it('no_devices: the CUDA_VISIBLE_DEVICES reason reaches the reader', () => {
+    const message =
+      'NVML sees 8 GPUs, but CUDA_VISIBLE_DEVICES="" hides them from this process.';
+    const summary = describeStatus(
+      parseInfo({ nvml_state: 'no_devices', nvml_message: message })
+    );
+    expect(summary.kind).toBe('no-gpu');
+    expect(texts(summary.details)).toContain(message);
+    expect(summary.details[0].text).toMatch(/no GPU is visible to this process/);
+  });
+});
+
+const PARENT = {
+  index: 0,
+  label: 'GPU 0',
+  kind: 'gpu',
+  parent: null,
+  nvml_index: 0,
+  cuda_index: null,
+  name: 'NVIDIA A100-SXM4-80GB',
+  uuid: 'GPU-5b8e2a44-0000-0000-0000-000000000000',
+  memory_total_bytes: 85899345920,
+  mig_enabled: true,
+  mig: null,
+  virtualization: 'none',
+  lost: false,
+  unavailable: {
+    utilization_pct: 'not reported for the whole GPU while MIG is enabled'
+  }
+};
+
+function migChild(
+  index: number,
+  instance: number,
+  cuda: number | null,
+  profile: string,
+  bytes: number,
+  slices: [number, number, number, number]
+): Record<string, unknown> {
+  const [gpu, compute, memory, sms] = slices;
+  return {
+    index,
+    label: `GPU 0 · MIG ${instance}`,
+    kind: 'mig',
+    parent: 0,
+    nvml_index: 0,
+    cuda_index: cuda,
+    name: `NVIDIA A100-SXM4-80GB MIG ${profile}`,
+    uuid: `MIG-${instance}`,
+    memory_total_bytes: bytes,
+    mig_enabled: false,
+    virtualization: 'none',
+    lost: false,
+    mig: {
+      gpu_instance_id: instance,
+      compute_instance_id: 0,
+      gpu_slices: gpu,
+      compute_slices: compute,
+      memory_slices: memory,
+      multiprocessors: sms
+    },
+    unavailable: {}
+  };
+}
+
+const MIG_INFO = {
+  ...INFO,
+  gpu_count: 3,
+  devices: [
+    PARENT,
+    migChild(1, 1, 0, '3g.40gb', 42949672960, [3, 3, 4, 42]),
+    migChild(2, 2, 1, '2g.20gb', 21474836480, [2, 2, 2, 28]),
+    {
+      index: 3,
+      label: 'GPU 1',
+      kind: 'gpu',
+      parent: null,
+      nvml_index: 1,
+      cuda_index: 2,
+      name: 'NVIDIA A100-SXM4-80GB',
+      mig_enabled: false,
+      mig: null,
+      lost: true,
+      unavailable: {}
+    }
+  ]
+};
+
+describe('device identity', () => {
+  it('parses the new fields', () => {
+    const [parent, child] = parseInfo(MIG_INFO).devices;
+    expect(parent).toMatchObject({
+      label: 'GPU 0',
+      kind: 'gpu',
+      parent: null,
+      cuda_index: null,
+      cuda_index_known: true,
+      mig_enabled: true,
+      mig: null,
+      unavailable: {
+        utilization_pct: 'not reported for the whole GPU while MIG is enabled'
+      }
+    });
+    expect(child).toMatchObject({
+      label: 'GPU 0 · MIG 1',
+      kind: 'mig',
+      parent: 0,
+      cuda_index: 0,
+      memory_total_bytes: 42949672960,
+      mig: { gpu_instance_id: 1, gpu_slices: 3, memory_slices: 4 }
+    });
+  });
+
+  it('lists a MIG parent with its two children under it, and a lost GPU', () => {
+    const summary = describeStatus(parseInfo(MIG_INFO));
+    expect(summary.kind).toBe('gpus');
+    expect(summary.headline).toBe('2 GPUs with 2 MIG devices');
+    expect(summary.details).toEqual([
+      {
+        text: 'GPU 0 (not visible to CUDA, MIG enabled): NVIDIA A100-SXM4-80GB',
+        kind: 'device',
+        lost: false
+      },
+      {
+        text:
+          '↳ GPU 0 · MIG 1 (CUDA 0): 3g.40gb, 40 GiB, ' +
+          '3 GPU slices (3 compute, 4 memory), 42 SMs',
+        kind: 'mig',
+        lost: false
+      },
+      {
+        text:
+          '↳ GPU 0 · MIG 2 (CUDA 1): 2g.20gb, 20 GiB, ' +
+          '2 GPU slices (2 compute, 2 memory), 28 SMs',
+        kind: 'mig',
+        lost: false
+      },
+      {
+        text: 'GPU 1 (CUDA 2): NVIDIA A100-SXM4-80GB (lost: no longer answering)',
+        kind: 'device',
+        lost: true
+      }
+    ]);
+  });
+
+  it('puts MIG devices under their parent even when listed out of order', () => {
+    const [parent, first, second, other] = MIG_INFO.devices;
+    const summary = describeStatus(
+      parseInfo({ ...MIG_INFO, devices: [second, other, parent, first] })
+    );
+    // Each line's identity: the text up to the first " (".
+    expect(summary.details.map(line => [line.kind, line.text.split(' (')[0]]))
+      .toEqual([
+        ['device', 'GPU 1'],
+        ['device', 'GPU 0'],
+        ['mig', '↳ GPU 0 · MIG 2'],
+        ['mig', '↳ GPU 0 · MIG 1']
+      ]);
+  });
+
+  it('still shows a MIG device whose parent is not listed', () => {
+    const [, first] = MIG_INFO.devices;
+    const summary = describeStatus(parseInfo({ ...MIG_INFO, devices: [first] }));
+    expect(summary.headline).toBe('1 MIG device');
+    expect(summary.details).toHaveLength(1);
+    expect(summary.details[0].text).toMatch(/^↳ GPU 0 · MIG 1 \(CUDA 0\): 3g\.40gb/);
+  });
+
+  it('says when CUDA does not enumerate a GPU', () => {
+    const summary = describeStatus(
+      parseInfo({
+        ...INFO,
+        gpu_count: 1,
+        devices: [
+          {
+            index: 0,
+            label: 'GPU 3',
+            kind: 'gpu',
+            parent: null,
+            cuda_index: null,
+            name: 'NVIDIA H200',
+            mig_enabled: false
+          }
+        ]
+      })
+    );
+    expect(texts(summary.details)).toEqual([
+      'GPU 3 (not visible to CUDA): NVIDIA H200'
+    ]);
+  });
+
+  it('falls back for an older server that sends only index and name', () => {
+    const info = parseInfo({
+      ...INFO,
+      gpu_count: 1,
+      devices: [{ index: 2, name: 'Tesla V100-SXM2-16GB', uuid: 'GPU-2' }]
+    });
+    expect(info.devices[0]).toMatchObject({
+      index: 2,
+      label: 'GPU 2',
+      kind: 'gpu',
+      parent: null,
+      cuda_index: null,
+      cuda_index_known: false,
+      mig: null,
+      lost: false,
+      unavailable: {}
+    });
+    const summary = describeStatus(info);
+    expect(summary.headline).toBe('1 GPU');
+    // No claim about CUDA when the server did not say.
+    expect(texts(summary.details)).toEqual(['GPU 2: Tesla V100-SXM2-16GB']);
+  });
+
+  it('keeps only string reasons in unavailable', () => {
+    const [device] = parseInfo({
+      ...INFO,
+      devices: [{ index: 0, name: 'x', unavailable: { a: 'why', b: 3 } }]
+    }).devices;
+    expect(device.unavailable).toEqual({ a: 'why' });
   });
 });
 
@@ -79,7 +419,10 @@ describe('describeStatus', () => {
     const summary = describeStatus(parseInfo(INFO));
     expect(summary.kind).toBe('gpus');
     expect(summary.headline).toBe('2 GPUs');
-    expect(summary.details).toEqual(['GPU 0: NVIDIA H200', 'GPU 1: NVIDIA H200']);
+    expect(summary.details).toEqual([
+      { text: 'GPU 0: NVIDIA H200', kind: 'device', lost: false },
+      { text: 'GPU 1: NVIDIA H200', kind: 'device', lost: false }
+    ]);
   });
 
   it('says simulated GPUs with their count', () => {
@@ -103,7 +446,7 @@ describe('describeStatus', () => {
     );
     expect(summary.kind).toBe('no-gpu');
     expect(summary.headline).toBe('No GPU');
-    expect(summary.details).toEqual([
+    expect(texts(summary.details)).toEqual([
       'No GPU: the NVIDIA management library (NVML) was not found.',
       'libnvidia-ml.so.1 could not be loaded.'
     ]);
@@ -112,7 +455,7 @@ describe('describeStatus', () => {
   it('treats ok with zero devices as no GPU', () => {
     const summary = describeStatus(parseInfo({ nvml_state: 'ok', gpu_count: 0 }));
     expect(summary.kind).toBe('no-gpu');
-    expect(summary.details[0]).toMatch(/no GPU was found/);
+    expect(summary.details[0].text).toMatch(/no GPU was found/);
   });
 });
 

@@ -3,7 +3,13 @@ import { Widget } from '@lumino/widgets';
 
 import { FetchError } from '../model';
 import { DashboardSidebar } from '../sidebar';
-import { COMMAND_OPEN, DashboardIndex, LOADING_TEXT } from '../tokens';
+import {
+  COMMAND_OPEN,
+  DashboardIndex,
+  LOADING_TEXT,
+  STATUS_DETAIL_CLASS,
+  STATUS_MIG_CLASS
+} from '../tokens';
 import { DEFAULT_INFO, FakeFetcher, waitFor } from './fakes';
 
 const INDEX = {
@@ -120,13 +126,86 @@ describe('DashboardSidebar', () => {
   });
 
   it('says "Simulated GPUs (N)"', async () => {
+    const devices = [0, 1, 2, 3].map(index => ({ index, name: 'Simulated H200' }));
     const widget = make(
-      new FakeFetcher([INDEX], [{ ...DEFAULT_INFO, simulated: true, gpu_count: 4 }])
+      new FakeFetcher([INDEX], [{ ...DEFAULT_INFO, simulated: true, gpu_count: 4, devices }])
     );
     await widget.refresh();
     const status = widget.node.querySelector<HTMLElement>('.nvdashboard-status')!;
     expect(status.dataset.kind).toBe('simulated');
     expect(status.textContent).toContain('Simulated GPUs (4)');
+    expect(status.textContent).toContain('GPU 3: Simulated H200');
+  });
+
+  it('indents MIG devices under their GPU and marks a lost GPU', async () => {
+    const gpu = {
+      index: 0,
+      label: 'GPU 0',
+      kind: 'gpu',
+      parent: null,
+      cuda_index: null,
+      name: 'NVIDIA A100-SXM4-80GB',
+      mig_enabled: true
+    };
+    const mig = {
+      index: 1,
+      label: 'GPU 0 · MIG 1',
+      kind: 'mig',
+      parent: 0,
+      cuda_index: 0,
+      name: 'NVIDIA A100-SXM4-80GB MIG 3g.40gb',
+      memory_total_bytes: 42949672960,
+      mig: {
+        gpu_instance_id: 1,
+        compute_instance_id: 0,
+        gpu_slices: 3,
+        compute_slices: 3,
+        memory_slices: 4,
+        multiprocessors: 42
+      }
+    };
+    const lost = {
+      ...gpu,
+      index: 2,
+      label: 'GPU 1',
+      cuda_index: 1,
+      mig_enabled: false,
+      lost: true
+    };
+    const widget = make(
+      new FakeFetcher([INDEX], [{ ...DEFAULT_INFO, gpu_count: 3, devices: [gpu, mig, lost] }])
+    );
+    await widget.refresh();
+    const lines = Array.from(
+      widget.node.querySelectorAll<HTMLElement>(`.${STATUS_DETAIL_CLASS}`)
+    );
+    expect(lines.map(line => line.classList.contains(STATUS_MIG_CLASS))).toEqual([
+      false,
+      true,
+      false
+    ]);
+    expect(lines[0].textContent).toBe(
+      'GPU 0 (not visible to CUDA, MIG enabled): NVIDIA A100-SXM4-80GB'
+    );
+    expect(lines[1].textContent).toMatch(/^↳ GPU 0 · MIG 1 \(CUDA 0\): 3g\.40gb, 40 GiB/);
+    expect(lines[2].classList.contains('nvdashboard-mod-lost')).toBe(true);
+    expect(lines[2].textContent).toContain('lost');
+    expect(lines[0].classList.contains('nvdashboard-mod-lost')).toBe(false);
+  });
+
+  it('shows a state it does not know instead of a parse error', async () => {
+    const widget = make(
+      new FakeFetcher(
+        [INDEX],
+        [{ ...DEFAULT_INFO, nvml_state: 'hibernating', nvml_message: 'Zzz.', devices: [] }]
+      )
+    );
+    await widget.refresh();
+    const status = widget.node.querySelector<HTMLElement>('.nvdashboard-status')!;
+    expect(status.dataset.kind).toBe('unknown');
+    expect(status.textContent).toContain('"hibernating"');
+    expect(status.textContent).toContain('Zzz.');
+    expect(status.textContent).not.toContain('GPU status unavailable');
   });
 
   it('still lists dashboards when info.json fails', async () => {
