@@ -74,14 +74,15 @@ class RunningServer:
 @contextmanager
 def in_process_server(
     gpus: int = 4, simulator: SimulatedNvml | None = None, retry_interval_s: float | None = None,
-    **config_fields: object
+    profile: str = "mixed", **config_fields: object
 ) -> Iterator[RunningServer]:
     """A real Bokeh server on a free port, on its own IOLoop thread, with simulated NVML.
 
     ``retry_interval_s`` shortens how often NVML init and lost GPUs are retried."""
     runs_dir = Path(tempfile.mkdtemp(prefix="nvdashboard-runs-"))
     config = replace(Config(port=free_port(), interval_s=0.1, runs_dir=runs_dir),
-                     simulation=SimulationConfig(gpu_count=gpus), **config_fields)
+                     simulation=SimulationConfig(gpu_count=gpus, profile=profile),
+                     **config_fields)
     metrics = create_metrics(config, environ={}, simulator=simulator)
     if retry_interval_s is not None:
         metrics.nvml.retry_interval_s = retry_interval_s

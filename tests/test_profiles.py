@@ -1,0 +1,194 @@
+"""Every simulated machine profile, end to end: the reader, the server and its routes.
+
+Each profile is a kind of machine users have (see metrics/simulated_profiles.py). For each,
+the server must start without a traceback, list the routes that machine can fill, report
+the right metrics as not available with the right reasons, and stream live rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+import pytest
+
+from jupyterlab_nvdashboard.apps.registry import ROUTES
+from jupyterlab_nvdashboard.metrics import SimulatedNvml
+from jupyterlab_nvdashboard.metrics import simulated_binding as binding
+from jupyterlab_nvdashboard.metrics.nvml import MIG_PARENT_UTILIZATION, MIG_PHYSICAL, NvmlReader
+from jupyterlab_nvdashboard.metrics.simulated_profiles import PROFILES
+from tests.support.bokeh_client import open_session, streamed_rows
+from tests.support.servers import get, in_process_server
+
+NVLINK_ROUTES = {"/NVLink-Throughput", "/NVLink-Timeline"}
+WITH_NVLINK = {"mixed", "h200", "a100-mig", "wrap32", "link-gap"}
+NOT_SUPPORTED = "not supported by this GPU or driver"
+
+# profile -> row -> {metric: the start of the reason}; rows not named have no reason.
+EXPECTED_UNAVAILABLE: dict[str, dict[int, dict[str, str]]] = {
+    "mixed": {},
+    "h200": {},
+    "a100-535": {0: {"nvlink": NOT_SUPPORTED}, 1: {"nvlink": NOT_SUPPORTED}},
+    "a100-mig": {
+        0: {"utilization": MIG_PARENT_UTILIZATION},
+        1: {"utilization": NOT_SUPPORTED, "temperature": MIG_PHYSICAL, "power": MIG_PHYSICAL,
+            "pcie": MIG_PHYSICAL, "nvlink": MIG_PHYSICAL},
+        2: {"utilization": NOT_SUPPORTED, "temperature": MIG_PHYSICAL, "power": MIG_PHYSICAL,
+            "pcie": MIG_PHYSICAL, "nvlink": MIG_PHYSICAL},
+    },
+    "consumer": {row: {"utilization": NOT_SUPPORTED, "power": NOT_SUPPORTED,
+                       "pcie": NOT_SUPPORTED, "nvlink": NOT_SUPPORTED,
+                       "gpm": "nvidia-ml-py 11.470 cannot call nvmlGpmQueryDeviceSupport"}
+                 for row in (0, 1)},
+    "vgpu": {row: {"temperature": NOT_SUPPORTED, "power": NOT_SUPPORTED,
+                   "pcie": NOT_SUPPORTED, "nvlink": NOT_SUPPORTED} for row in (0, 1)},
+    "wrap32": {},
+    "link-gap": {},
+}
+# profile -> the GpuReading fields that must be None on every physical GPU.
+EXPECTED_NONE = {
+    "a100-535": {"nvlink_tx_bytes_per_s"},
+    "consumer": {"utilization_pct", "power_w", "pcie_tx_bytes_per_s", "nvlink_tx_bytes_per_s",
+                 "memory_reserved_bytes"},
+    "vgpu": {"temperature_c", "power_w", "pcie_tx_bytes_per_s", "nvlink_tx_bytes_per_s"},
+}
+
+
+def test_every_profile_is_covered_here() -> None:
+    assert set(EXPECTED_UNAVAILABLE) == set(PROFILES)
+
+
+def read_twice(profile: str, gpus: int = 2) -> tuple[NvmlReader, SimulatedNvml, tuple]:
+    simulator = SimulatedNvml(gpus, profile=profile)
+    reader = NvmlReader(simulator.load)
+    reader.ensure_initialized()
+    reader.read()
+    reader.read_slow()
+    time.sleep(0.05)
+    return reader, simulator, reader.read()
+
+
+@pytest.mark.parametrize("profile", list(PROFILES))
+def test_reader_on_each_profile(profile: str) -> None:
+    reader, simulator, readings = read_twice(profile)
+    assert reader.state.value == "ok", reader.message
+    assert reader.versions["driver"] == PROFILES[profile].driver_version
+    unavailable = reader.unavailable()
+    for row, facts in enumerate(reader.facts):
+        expected = EXPECTED_UNAVAILABLE[profile].get(row, {})
+        assert set(unavailable[row]) == set(expected), (row, unavailable[row])
+        for metric, reason in expected.items():
+            assert unavailable[row][metric].startswith(reason), (row, metric)
+        reading = readings[row]
+        assert not reading.lost and reading.memory_used_bytes is not None
+        if facts.kind == "gpu":
+            for name in EXPECTED_NONE.get(profile, set()):
+                assert getattr(reading, name) is None, (row, name)
+            assert (reading.temperature_c is None) == ("temperature" in expected)
+
+
+def test_a100_on_535_reads_pcie_from_a_snapshot_and_never_in_the_tick() -> None:
+    reader, simulator, readings = read_twice("a100-535")
+    assert all(r.pcie_is_snapshot and r.pcie_tx_bytes_per_s for r in readings)
+    before = simulator.calls["nvmlDeviceGetPcieThroughput"]
+    for _ in range(20):
+        reader.read()
+    assert simulator.calls["nvmlDeviceGetPcieThroughput"] == before  # read() never blocks
+    assert "PCIE_COUNT" not in " ".join(dir(simulator.load()))  # binding 12.535 lacks them
+
+
+def test_mig_devices_are_children_with_their_own_memory_and_slices() -> None:
+    reader, _, readings = read_twice("a100-mig")
+    parent, first, second, other = reader.facts
+    assert (parent.kind, parent.mig_enabled, parent.cuda_index) == ("gpu", True, None)
+    assert (first.kind, first.parent, first.label) == ("mig", 0, "GPU 0 · MIG 1")
+    assert first.mig == {"gpu_instance_id": 1, "compute_instance_id": 0, "gpu_slices": 3,
+                         "compute_slices": 3, "multiprocessors": 42,
+                         "memory_bytes": 40_192 * 2**20, "memory_slices": 4}
+    assert second.mig is not None and second.mig["gpu_slices"] == 4
+    assert first.memory_total_bytes == 40_192 * 2**20 != parent.memory_total_bytes
+    assert readings[1].memory_used_bytes != readings[2].memory_used_bytes
+    assert readings[0].utilization_pct is None and readings[3].utilization_pct is not None
+    assert readings[0].temperature_c is not None and readings[1].temperature_c is None
+    assert other.kind == "gpu" and not other.mig_enabled
+
+
+def test_link_gap_keeps_the_active_link_ids_and_reads_the_newer_byte_counts() -> None:
+    reader, simulator, _ = read_twice("link-gap")
+    assert reader.facts[0].nvlink_link_ids == (0, 1, 2, 3, *range(6, 18))
+    reader.read()
+    time.sleep(0.2)
+    reading = reader.read()[0]
+    assert reading.nvlink_tx_bytes_per_s and reading.nvlink_rx_bytes_per_s
+    assert simulator.calls["nvmlDeviceGetNvLinkState"] == 2 * 18  # every link asked, once
+
+
+def test_wrap32_rates_match_the_load_across_the_wrap() -> None:
+    now = [1000.0]
+    simulator = SimulatedNvml(1, profile="wrap32")
+    simulator.set_clock(lambda: now[0])
+    reader = NvmlReader(simulator.load, clock=lambda: now[0])
+    reader.ensure_initialized()
+    handle = simulator.load().nvmlDeviceGetHandleByIndex(0)
+    field = binding.FIELD_IDS["NVML_FI_DEV_PCIE_COUNT_RX_BYTES"]
+    values, wrapped = [], False
+    for step in range(12):
+        now[0] = 1000.0 + 0.2 * step
+        counter = simulator.nvmlDeviceGetFieldValues(handle, [field])[0]
+        assert counter.valueType == binding.CONSTANTS["NVML_VALUE_TYPE_UNSIGNED_INT"]
+        wrapped |= bool(values) and counter.value.uiVal < values[-1][0]
+        truth = simulator._pcie_bytes(simulator._gpus[0], 1)  # noqa: SLF001
+        values.append((counter.value.uiVal, truth))
+        rate = reader.read()[0].pcie_rx_bytes_per_s
+        if step:
+            unwrapped = (values[-1][0] - values[-2][0]) % 2**32
+            assert rate == pytest.approx(unwrapped / 0.2, rel=1e-9)
+            assert rate is not None and rate > 0
+    assert wrapped  # the counter did wrap in this run
+
+
+def test_a_binding_without_any_v555_name_still_reads_everything_else() -> None:
+    newer = [name for name, added in binding.ADDED_IN.items() if added >= (12, 555)]
+    assert newer  # the PCIe and NVLink byte-count names
+    simulator = SimulatedNvml(2, profile="h200", binding_version="12.535")
+    module = simulator.load()
+    assert not any(hasattr(module, name) for name in newer)
+    reader = NvmlReader(simulator.load)
+    reader.ensure_initialized()
+    reader.read()
+    reader.read_slow()
+    reading = reader.read()[0]
+    assert reading.pcie_is_snapshot and reading.pcie_tx_bytes_per_s is not None
+    assert reading.utilization_pct is not None and reading.nvlink_tx_bytes_per_s is not None
+
+
+@pytest.mark.parametrize("profile", list(PROFILES))
+def test_server_on_each_profile(profile: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    with in_process_server(gpus=2, profile=profile) as server:
+        index = json.loads(get(server.url + "/index.json")[1])
+        expected = {route.path for route in ROUTES}
+        if profile not in WITH_NVLINK:
+            expected -= NVLINK_ROUTES
+        assert set(index) == expected
+        for route in ["/", *index]:
+            assert get(server.url + route)[0] == 200, route
+        time.sleep(1.2)  # a slow pass has run: reasons learned on the first reads are in
+        info = json.loads(get(server.url + "/info.json")[1])
+        assert info["nvml_state"] == "ok" and info["simulated_profile"] == profile
+        assert info["nvml_versions"]["driver"] == PROFILES[profile].driver_version
+        for row, device in enumerate(info["devices"]):
+            assert set(device["unavailable"]) == set(EXPECTED_UNAVAILABLE[profile].get(row, {}))
+
+        async def rows() -> int:
+            session = await open_session(server.url, "/GPU-Resources")
+            count, deadline = 0, time.monotonic() + 5
+            while count < 3 and time.monotonic() < deadline:
+                count += streamed_rows(await asyncio.wait_for(session.receive(), 5))
+            session.close()
+            return count
+
+        assert asyncio.run(rows()) >= 3
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
