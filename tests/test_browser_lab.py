@@ -21,7 +21,10 @@ DARK_BACKGROUND = "rgb(32, 38, 43)"
 
 @pytest.fixture(scope="module")
 def lab():
-    with jupyter_lab(simulate=2, extra_args=["--LabApp.expose_app_in_browser=True"]) as running:
+    # An A100 with MIG and two MIG devices, and a plain A100: MIG devices must show as
+    # children of their GPU in the sidebar and in every GPU dashboard, in both themes.
+    with jupyter_lab(simulate=2, extra_env={"NVDASHBOARD_SIMULATE_PROFILE": "a100-mig"},
+                     extra_args=["--LabApp.expose_app_in_browser=True"]) as running:
         yield running
 
 
@@ -47,6 +50,22 @@ def wait_for_plot(frame) -> dict:  # noqa: ANN001
     return frame.evaluate(CANVAS_INK_JS)
 
 
+# Per-GPU bar dashboards: one row per device, each MIG device right under its GPU.
+BAR_ROUTES = {"/GPU-Utilization", "/GPU-Memory"}
+EXPECTED_MIG_ROWS = ["GPU 0: NVIDIA A100-SXM4-80GB", "  ↳ GPU 0 · MIG 1 (CUDA 0): 3g.40gb",
+                     "  ↳ GPU 0 · MIG 2 (CUDA 1): 4g.40gb", "GPU 1 (CUDA 2): NVIDIA A100-SXM4-80GB"]
+
+
+def mig_rows(frame) -> list[str]:  # noqa: ANN001
+    """The bar rows' labels, top to bottom, as the page's Bokeh document holds them."""
+    return frame.evaluate("""() => {
+      const doc = Bokeh.documents[0];
+      const ranges = [...doc.all_models].filter(m => m.type === 'FactorRange'
+                                                   || m.constructor.name === 'FactorRange');
+      return [...ranges[0].factors].reverse();
+    }""")
+
+
 def open_lab(page, lab) -> None:  # noqa: ANN001
     page.goto(f"{lab.url}lab?token={lab.token}")
     page.wait_for_selector(SIDEBAR_TAB, timeout=60_000)
@@ -66,6 +85,12 @@ def test_sidebar_dashboards_reload_and_theme(lab, browser) -> None:
                                        "els => els.map(e => e.dataset.route)")
     assert sorted(listed) == sorted(index)
     assert "Simulated" in page.inner_text("#nvdashboard-sidebar")
+    page.wait_for_selector(".nvdashboard-status-mig", timeout=30_000)
+    mig_lines = page.eval_on_selector_all(".nvdashboard-status-mig", "els => els.map(e => "
+                                          "[e.innerText, getComputedStyle(e).paddingLeft, "
+                                          "getComputedStyle(e).marginLeft])")
+    assert [line[0].split(" (")[0] for line in mig_lines] == ["↳ GPU 0 · MIG 1", "↳ GPU 0 · MIG 2"]
+    assert all(line[1] != "0px" or line[2] != "0px" for line in mig_lines), mig_lines  # indented
     screenshot(page, "lab-sidebar-light")
 
     for route in index:
@@ -75,6 +100,8 @@ def test_sidebar_dashboards_reload_and_theme(lab, browser) -> None:
         page.wait_for_timeout(1500)
         second = frame.evaluate(CANVAS_INK_JS)
         assert second["checksum"] != first["checksum"], f"{route} did not update"
+        if route in BAR_ROUTES:
+            assert mig_rows(frame) == EXPECTED_MIG_ROWS, route
         screenshot(page, "lab-light" + route.replace("/", "-").lower())
 
     # Clicking an open dashboard again activates its tab instead of opening a second one.
@@ -101,6 +128,8 @@ def test_sidebar_dashboards_reload_and_theme(lab, browser) -> None:
         frame.wait_for_function(
             f"() => getComputedStyle(document.body).backgroundColor === '{DARK_BACKGROUND}'",
             timeout=30_000)
+        if route in BAR_ROUTES:
+            assert mig_rows(frame) == EXPECTED_MIG_ROWS, route
         screenshot(page, "lab-dark" + route.replace("/", "-").lower())
     screenshot(page, "lab-sidebar-dark")
     watched.assert_clean()

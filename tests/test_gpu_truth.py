@@ -459,7 +459,7 @@ class SteadyLoad(gpu_truth.Load):
 
 def test_measure_on_the_simulated_nvml_with_a_fake_nvidia_smi(tmp_path: Path) -> None:
     simulator = SimulatedNvml(gpu_count=2)
-    reader = NvmlReader(lambda: simulator)
+    reader = NvmlReader(simulator.load)
     reader.ensure_initialized()
     uuids = [fact.uuid for fact in reader.facts]
     path = fake_smi(tmp_path, reject=["memory.reserved"], rows=[
@@ -500,7 +500,7 @@ def test_measure_on_the_simulated_nvml_with_a_fake_nvidia_smi(tmp_path: Path) ->
 
 
 def test_measure_cannot_run_when_no_gpu_matches(tmp_path: Path) -> None:
-    reader = NvmlReader(lambda: SimulatedNvml(gpu_count=1))
+    reader = NvmlReader(SimulatedNvml(gpu_count=1).load)
     reader.ensure_initialized()
     runner = NvidiaSmi(str(fake_smi(tmp_path, rows=[smi_row(0, UUID0)])))
     with pytest.raises(gpu_truth.CannotRun, match="no GPU of the reader"):
@@ -636,7 +636,7 @@ class FakeCupy:
 def test_main_runs_every_phase_with_fake_cupy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     simulator = SimulatedNvml(gpu_count=1)
-    reader = NvmlReader(lambda: simulator)
+    reader = NvmlReader(simulator.load)
     reader.ensure_initialized()
     uuid = reader.facts[0].uuid
     cupy = FakeCupy()

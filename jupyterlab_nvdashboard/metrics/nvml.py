@@ -315,7 +315,7 @@ class NvmlReader:
             return None, _MISSING
         try:
             return _decode(method(*args, **kwargs)), None
-        except lib.NVMLError as error:
+        except getattr(lib, "NVMLError", Exception) as error:
             return None, error
         except TypeError as error:  # an older binding without this argument
             self._log_once(function, "signature", error)
