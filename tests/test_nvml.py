@@ -26,7 +26,8 @@ def test_static_facts_are_read_once_and_per_gpu() -> None:
     assert first.memory_total_bytes != second.memory_total_bytes  # scales are per GPU
     assert first.pcie_max_bytes_per_s == pytest.approx(3938e6 * 16)
     assert second.pcie_max_bytes_per_s == pytest.approx(1969e6 * 16)
-    assert len(first.nvlink_link_ids) == 18 and first.nvlink_max_bytes_per_s == pytest.approx(18 * 26562e6)
+    assert len(first.nvlink_link_ids) == 18
+    assert first.nvlink_max_bytes_per_s == pytest.approx(18 * 26562e6)
     calls = simulator.calls["nvmlDeviceGetName"]
     for _ in range(5):
         reader.read()
