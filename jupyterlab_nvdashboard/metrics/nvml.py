@@ -618,15 +618,17 @@ class NvmlReader:
             if device.lost or device.pcie_counters is not None or \
                     not device.pcie_snapshot_supported or tx_kind is None or rx_kind is None:
                 continue
-            last = device.pcie_snapshot
-            if last is not None and self._clock() - last[0] < PCIE_SNAPSHOT_EVERY_S:
+            last, started = device.pcie_snapshot, self._clock()
+            # The slow thread runs once a second; the slack keeps its jitter from skipping
+            # every other pass, while extra calls (a hand-driven tick) still wait their turn.
+            if last is not None and started - last[0] < PCIE_SNAPSHOT_EVERY_S - 0.25:
                 continue
             tx = self._query(device, "nvmlDeviceGetPcieThroughput", tx_kind, metric="pcie")
             rx = self._query(device, "nvmlDeviceGetPcieThroughput", rx_kind, metric="pcie")
             if tx is None and rx is None and "nvmlDeviceGetPcieThroughput" in device.skip:
                 device.pcie_snapshot_supported = False
                 continue
-            device.pcie_snapshot = (self._clock(), None if tx is None else tx * 1024.0,
+            device.pcie_snapshot = (started, None if tx is None else tx * 1024.0,
                                     None if rx is None else rx * 1024.0)  # NVML gives KB/s
 
     def _read_device(self, device: _Device) -> GpuReading:

@@ -16,8 +16,9 @@ HOST = HostReading(*([None] * len(HostReading._fields)))
 
 
 def gpu(index: int, utilization: float, memory: float = 1e9, pcie: float = 0.0) -> GpuReading:
-    return GpuReading(index, False, utilization, None, memory, 8e10, pcie, pcie, None, None,
-                      None, None)
+    return GpuReading.unavailable(index, lost=False)._replace(
+        utilization_pct=utilization, memory_used_bytes=memory, memory_total_bytes=8e10,
+        pcie_tx_bytes_per_s=pcie, pcie_rx_bytes_per_s=pcie)
 
 
 def write(path: Path, *events: dict, partial: str = "") -> None:

@@ -1,0 +1,34 @@
+"""The benchmark scripts run and produce figures (no timing thresholds: that is their job)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from jupyterlab_nvdashboard.metrics.simulated_profiles import PROFILES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_nvml_reader_cost_reader_part_gives_figures_for_every_profile(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "nvml_reader_cost.py"), "--only", "reader",
+         "--passes", "3", "--warmup", "1"],
+        env={**os.environ, "OUT": str(tmp_path)}, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "nvml_reader_cost.json").read_text())
+    assert set(report["reader"]) == set(PROFILES)
+    for profile, figures in report["reader"].items():
+        assert figures["passes"] == 3, profile
+        assert figures["device_rows"] >= 8, profile
+        assert figures["nvml_calls_per_pass"] > 0, profile
+        assert figures["replayed_calls_per_pass"] > 0, profile
+        for key in ("wall_ms", "thread_cpu_ms", "simulator_alone_ms"):
+            assert figures[key]["n"] == 3, (profile, key)
+            assert figures[key]["min"] <= figures[key]["median"] <= figures[key]["max"]
+        assert f"| {profile} |" in done.stdout
+    assert "loop" not in report
