@@ -44,13 +44,17 @@ def gpu_color(index: int) -> str:
     return Category10_10[index % len(Category10_10)]
 
 
-def gpu_label(facts: GpuFacts) -> str:
-    """nvidia-smi's index, CUDA's position and the name; a MIG device under its GPU."""
+def gpu_label(facts: GpuFacts, short: bool = False) -> str:
+    """nvidia-smi's index, CUDA's position and the name; a MIG device under its GPU.
+
+    ``short`` leaves the name out, for the rotated group labels of grouped bars.
+    """
     cuda = "" if facts.cuda_index is None else f" (CUDA {facts.cuda_index})"
-    if facts.kind == "mig":
-        profile = facts.name.rpartition(" MIG ")[2] or facts.name
-        return f"  ↳ {facts.label}{cuda}: {profile}"
-    return f"{facts.label}{cuda}: {facts.name}"
+    prefix = "  ↳ " if facts.kind == "mig" else ""
+    if short:
+        return f"{prefix}{facts.label}{cuda}"
+    name = facts.name.rpartition(" MIG ")[2] or facts.name if facts.kind == "mig" else facts.name
+    return f"{prefix}{facts.label}{cuda}: {name}"
 
 
 def number_or_nan(value: float | None) -> float:
@@ -94,7 +98,7 @@ class PerGpuBars:
         self.facts, self.metrics = list(facts), list(metrics)
         self.window_s = 0.0  # bars show only the newest sample
         nested = len(metrics) > 1
-        self._factors = [(gpu_label(f), m.label) if nested else gpu_label(f)
+        self._factors = [(gpu_label(f, short=True), m.label) if nested else gpu_label(f)
                          for f in self.facts for m in self.metrics]
         self.source = ColumnDataSource({"y": [], "percent": [], "text": [], "color": []})
         plot = figure(

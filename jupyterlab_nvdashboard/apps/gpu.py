@@ -63,7 +63,10 @@ def _throughput_bars(metrics: Metrics, kind: str) -> PerGpuBars:
             return getattr(reading, attribute)
 
         def describe(reading: GpuReading, _: GpuFacts, read=read) -> str:
-            return format_gb_per_s(read(reading))
+            value = read(reading)
+            # Without PCIe counters (drivers before R555) NVML samples 20 ms once a second.
+            sampled = kind == "pcie" and reading.pcie_is_snapshot and value is not None
+            return format_gb_per_s(value) + (" (20 ms sample)" if sampled else "")
 
         bars.append(BarMetric(direction.upper(), read, full_scale, describe))
     name = "PCIe" if kind == "pcie" else "NVLink"
