@@ -221,13 +221,13 @@ function note(text: string): IStatusLine {
   return { text, kind: 'note', lost: false };
 }
 
-/** Bytes in binary units, e.g. `40 GiB`. */
+/** Bytes in decimal SI units, as every dashboard labels them, e.g. `43 GB`. */
 function formatBytes(bytes: number): string {
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  const units = ['B', 'kB', 'MB', 'GB', 'TB'];
   let value = bytes;
   let unit = 0;
-  while (value >= 1024 && unit < units.length - 1) {
-    value /= 1024;
+  while (value >= 1000 && unit < units.length - 1) {
+    value /= 1000;
     unit++;
   }
   const rounded =

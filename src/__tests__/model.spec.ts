@@ -316,14 +316,14 @@ describe('device identity', () => {
       },
       {
         text:
-          '↳ GPU 0 · MIG 1 (CUDA 0): 3g.40gb, 40 GiB, ' +
+          '↳ GPU 0 · MIG 1 (CUDA 0): 3g.40gb, 43 GB, ' +
           '3 GPU slices (3 compute, 4 memory), 42 SMs',
         kind: 'mig',
         lost: false
       },
       {
         text:
-          '↳ GPU 0 · MIG 2 (CUDA 1): 2g.20gb, 20 GiB, ' +
+          '↳ GPU 0 · MIG 2 (CUDA 1): 2g.20gb, 21 GB, ' +
           '2 GPU slices (2 compute, 2 memory), 28 SMs',
         kind: 'mig',
         lost: false

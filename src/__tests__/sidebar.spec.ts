@@ -187,7 +187,7 @@ describe('DashboardSidebar', () => {
     expect(lines[0].textContent).toBe(
       'GPU 0 (not visible to CUDA, MIG enabled): NVIDIA A100-SXM4-80GB'
     );
-    expect(lines[1].textContent).toMatch(/^↳ GPU 0 · MIG 1 \(CUDA 0\): 3g\.40gb, 40 GiB/);
+    expect(lines[1].textContent).toMatch(/^↳ GPU 0 · MIG 1 \(CUDA 0\): 3g\.40gb, 43 GB/);
     expect(lines[2].classList.contains('nvdashboard-mod-lost')).toBe(true);
     expect(lines[2].textContent).toContain('lost');
     expect(lines[0].classList.contains('nvdashboard-mod-lost')).toBe(false);
