@@ -194,3 +194,18 @@ def test_child_process_initializes_again() -> None:
     os.waitpid(pid, 0)
     assert os.read(read_end, 1) == b"1"
     assert reader.state is NvmlState.OK
+
+
+def test_pcie_snapshot_is_refreshed_on_every_once_a_second_pass() -> None:
+    now = [100.0]
+    simulator = SimulatedNvml(gpu_count=2, profile="a100-535")
+    reader = NvmlReader(simulator.load, clock=lambda: now[0])
+    reader.ensure_initialized()
+    calls = []
+    for tick in range(4):  # the slow thread's 1 s grid, arriving a little early each time
+        now[0] = 100.0 + tick * 1.0 - 0.05 * (tick % 2)
+        reader.read_slow()
+        calls.append(simulator.calls["nvmlDeviceGetPcieThroughput"])
+    assert calls == [4, 8, 12, 16]  # two directions x two GPUs, every pass
+    reader.read_slow()  # an extra call in the same second waits its turn
+    assert simulator.calls["nvmlDeviceGetPcieThroughput"] == 16
