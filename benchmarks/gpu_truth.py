@@ -1052,7 +1052,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = report.get("summary", {})
     print(f"\nchecks: {summary.get(PASS, 0)} PASS, {summary.get(FAIL, 0)} FAIL, "
           f"{summary.get(NA, 0)} N/A; JSON: {path}")
-    assert "tensorflow" not in sys.modules, "gpu_truth must not import TensorFlow"
     return 130 if report["status"] == "interrupted" else 0
 
 
