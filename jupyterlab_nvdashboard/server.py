@@ -33,6 +33,7 @@ from tornado.web import RequestHandler
 from . import __version__, bokeh_patches
 from .apps.document import build_document, no_gpu_notice
 from .apps.registry import ROUTES, available_routes
+from .apps.sources import DashboardSources
 from .config import Config, ConfigError, load_config
 from .metrics import Metrics, create_metrics
 
@@ -77,8 +78,8 @@ def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None) -> 
 
 
 class _JsonHandler(RequestHandler):
-    def initialize(self, metrics: Metrics, live_sessions: LiveSessions) -> None:
-        self.metrics = metrics
+    def initialize(self, sources: DashboardSources, live_sessions: LiveSessions) -> None:
+        self.sources, self.metrics = sources, sources.metrics
         self.live_sessions = live_sessions
 
     def body(self) -> dict[str, Any]:
@@ -92,7 +93,7 @@ class _JsonHandler(RequestHandler):
 
 class IndexHandler(_JsonHandler):
     def body(self) -> dict[str, Any]:
-        return available_routes(self.metrics)
+        return available_routes(self.sources)
 
 
 class InfoHandler(_JsonHandler):
@@ -103,11 +104,11 @@ class InfoHandler(_JsonHandler):
 class RootHandler(RequestHandler):
     """A small page linking every dashboard; it must answer fast (proxy readiness)."""
 
-    def initialize(self, metrics: Metrics, live_sessions: LiveSessions) -> None:
-        self.metrics = metrics
+    def initialize(self, sources: DashboardSources, live_sessions: LiveSessions) -> None:
+        self.sources, self.metrics = sources, sources.metrics
 
     def get(self) -> None:
-        routes = available_routes(self.metrics)
+        routes = available_routes(self.sources)
         links = "".join(
             f'<li><a href="{html.escape(path.lstrip("/"))}">{html.escape(title)}</a></li>'
             for path, title in routes.items()
@@ -123,10 +124,10 @@ class RootHandler(RequestHandler):
         )
 
 
-def make_applications(metrics: Metrics) -> dict[str, Application]:
+def make_applications(sources: DashboardSources) -> dict[str, Application]:
     return {
         route.path: Application(FunctionHandler(partial(
-            build_document, metrics=metrics, title=route.title,
+            build_document, sources=sources, title=route.title,
             needs_gpu=route.needs_gpu, shows_gpu=route.shows_gpu,
             make_component=route.make_component,
         )))
@@ -134,7 +135,8 @@ def make_applications(metrics: Metrics) -> dict[str, Application]:
     }
 
 
-def make_server(config: Config, metrics: Metrics, io_loop: IOLoop | None = None) -> Server:
+def make_server(config: Config, sources: DashboardSources,
+                io_loop: IOLoop | None = None) -> Server:
     """Bind the Bokeh server (raises OSError if the port is taken)."""
     bokeh_patches.apply()
     listen: dict[str, Any] = (
@@ -142,9 +144,9 @@ def make_server(config: Config, metrics: Metrics, io_loop: IOLoop | None = None)
         else {"port": config.port, "address": config.address}
     )
     live_sessions = LiveSessions()
-    extra = {"metrics": metrics, "live_sessions": live_sessions}
+    extra = {"sources": sources, "live_sessions": live_sessions}
     server = Server(
-        make_applications(metrics),
+        make_applications(sources),
         io_loop=io_loop,
         allow_websocket_origin=config.websocket_origins,
         extra_patterns=[
@@ -185,14 +187,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"nvdashboard: error: {error}", file=sys.stderr)
         return 2
+    sources = DashboardSources.for_config(config, metrics)
     try:
-        server = make_server(config, metrics)
+        server = make_server(config, sources)
     except OSError as error:
         reason = "address already in use" if error.errno == errno.EADDRINUSE else error.strerror
         print(f"nvdashboard: error: cannot listen on {_where(config)}: {reason}", file=sys.stderr)
         return 2
 
-    metrics.start()
+    sources.start()
     server.start()
     if metrics.facts:
         kind = "simulated GPU(s)" if metrics.simulated else "GPU(s)"
@@ -212,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pass
     finally:
         server.stop()
-        metrics.stop()
+        sources.stop()
         log.info("stopped")
     return 0
 

@@ -209,3 +209,21 @@ def test_pcie_snapshot_is_refreshed_on_every_once_a_second_pass() -> None:
     assert calls == [4, 8, 12, 16]  # two directions x two GPUs, every pass
     reader.read_slow()  # an extra call in the same second waits its turn
     assert simulator.calls["nvmlDeviceGetPcieThroughput"] == 16
+
+
+def test_a_hot_plugged_gpu_shows_up_at_the_next_rescan() -> None:
+    now = [0.0]
+    simulator = SimulatedNvml(gpu_count=0)
+    reader = NvmlReader(simulator.load, clock=lambda: now[0])
+    assert reader.ensure_initialized() is NvmlState.NO_DEVICES
+    simulator.add_gpu()
+    reader.retry_if_due()  # not due yet
+    assert reader.state is NvmlState.NO_DEVICES
+    now[0] = nvml_module.RESCAN_INTERVAL_S + 1
+    reader.retry_if_due()
+    assert reader.state is NvmlState.OK and [f.label for f in reader.facts] == ["GPU 0"]
+    simulator.add_gpu()
+    now[0] += nvml_module.RESCAN_INTERVAL_S + 1
+    reader.retry_if_due()
+    assert [f.label for f in reader.facts] == ["GPU 0", "GPU 1"]
+    assert simulator.calls["nvmlInit"] == 1  # NVML was up all along: only the GPUs were read

@@ -18,6 +18,7 @@ from bokeh.themes._dark_minimal import json as _dark_minimal_json
 from jinja2 import Template
 
 from ..metrics import Metrics, Sample
+from .sources import DashboardSources
 
 # BokehJS must load from this server with URLs relative to the page, so the page works
 # behind a path-stripping proxy (jupyter-server-proxy) and with no internet.
@@ -74,13 +75,14 @@ def no_gpu_notice(metrics: Metrics) -> str:
 
 def build_document(
     doc: Document,
-    metrics: Metrics,
+    sources: DashboardSources,
     title: str,
     needs_gpu: bool,
     shows_gpu: bool,
-    make_component: Callable[[Metrics], Component],
+    make_component: Callable[[DashboardSources], Component],
 ) -> None:
     """Fill ``doc`` with a header and the component, and keep it updated from the history."""
+    metrics = sources.metrics
     theme = THEMES[requested_theme(doc)]
     full_title = title_text(title, metrics, shows_gpu)
     doc.title = f"NVDashboard: {full_title}"
@@ -105,20 +107,20 @@ def build_document(
             if metrics.facts:
                 doc.remove_periodic_callback(waiting)
                 page.children.remove(notice)
-                _show_component(doc, page, metrics, make_component)
+                _show_component(doc, page, sources, make_component)
 
         waiting = doc.add_periodic_callback(fill_when_gpus_appear, GPU_WAIT_CHECK_MS)
         return
-    _show_component(doc, page, metrics, make_component)
+    _show_component(doc, page, sources, make_component)
 
 
 GPU_WAIT_CHECK_MS = 1000
 
 
-def _show_component(doc: Document, page: Column, metrics: Metrics,
-                    make_component: Callable[[Metrics], Component]) -> None:
-    component = make_component(metrics)
-    history = metrics.history
+def _show_component(doc: Document, page: Column, sources: DashboardSources,
+                    make_component: Callable[[DashboardSources], Component]) -> None:
+    component = make_component(sources)
+    metrics, history = sources.metrics, sources.metrics.history
     component.update(history.window(component.window_s))
     last_seq = history.last_seq
 

@@ -26,12 +26,13 @@ from bokeh.models import (
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
-from ..metrics import Metrics, Sample
+from ..metrics import Sample
 from ..workload.cli import MAX_ITERATIONS
 from ..workload.config import PATHS, PRESETS
 from ..workload.runs import Run
 from .components import GB, Panel, Series, Timeline, gpu_total, scaled
 from .gpu import timeline_window
+from .sources import DashboardSources
 
 SUMMARY_COLUMNS = {
     "run": "run", "path": "path", "device": "device", "status": "status",
@@ -129,9 +130,10 @@ def native_baseline(runs: Sequence[Run], preset: str) -> float | None:
 class WorkloadDashboard:
     """Run panel, live iteration-time and GPU timeline, and a per-run summary table."""
 
-    def __init__(self, metrics: Metrics) -> None:
-        assert metrics.workload is not None, "the server starts a WorkloadService"
-        self.metrics, self.service = metrics, metrics.workload
+    def __init__(self, sources: DashboardSources) -> None:
+        assert sources.workload is not None, "the server starts a WorkloadService"
+        metrics = sources.metrics
+        self.metrics, self.service = metrics, sources.workload
         self.window_s = timeline_window(metrics, WORKLOAD_WINDOW_S)
         self.timeline = Timeline(self._gpu_panels(), self.window_s, metrics.interval_s)
         self.iterations = ColumnDataSource({"time": [], "ms": [], "run": [], "color": []})
@@ -251,5 +253,5 @@ class WorkloadDashboard:
             self.table.tags = [self.table.tags[0] + 1 if self.table.tags else 1]
 
 
-def workload_dashboard(metrics: Metrics) -> WorkloadDashboard:
-    return WorkloadDashboard(metrics)
+def workload_dashboard(sources: DashboardSources) -> WorkloadDashboard:
+    return WorkloadDashboard(sources)

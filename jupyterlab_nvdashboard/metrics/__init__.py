@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..config import Config, ConfigError
-from ..workload.runs import WorkloadService
 from .host import HostReader, HostReading
 from .nvml import GpuFacts, GpuReading, NvmlReader, NvmlState
 from .sampler import History, Sample, Sampler
@@ -29,18 +28,12 @@ class Metrics:
 
     sampler: Sampler
     simulator: SimulatedNvml | None  # set in simulate mode, so tests can inject faults
-    # Workload runs (event files and the one launcher) that /Workload shows beside the GPU.
-    workload: WorkloadService | None = None
 
     def start(self) -> None:
         self.sampler.start()
-        if self.workload is not None:
-            self.workload.start()
 
     def stop(self) -> None:
         self.sampler.stop()
-        if self.workload is not None:
-            self.workload.stop()
 
     @property
     def history(self) -> History:
@@ -103,4 +96,4 @@ def create_metrics(
         nvml = NvmlReader(**cuda)
     history = History(config.history_length)
     sampler = Sampler(nvml, HostReader(), history, config.interval_s)
-    return Metrics(sampler, simulator, WorkloadService(config.runs_dir))
+    return Metrics(sampler, simulator)

@@ -78,11 +78,6 @@ STATE_MESSAGES = {
     NvmlState.NO_DEVICES: "NVML is running but no NVIDIA GPU is visible to this process.",
     NvmlState.ERROR: "NVML failed to start.",
 }
-_RETRY_AFTER_S = {
-    NvmlState.DRIVER_NOT_LOADED: REINIT_INTERVAL_S, NvmlState.ERROR: REINIT_INTERVAL_S,
-    NvmlState.NO_PERMISSION: REINIT_INTERVAL_S, NvmlState.LIBRARY_NOT_FOUND: RESCAN_INTERVAL_S,
-    NvmlState.NO_DEVICES: RESCAN_INTERVAL_S,
-}
 
 # Reasons a metric is not available, in words, by NVML return code.
 _REASONS = {
@@ -208,6 +203,7 @@ class NvmlReader:
         self._logged: set[tuple[str, Any]] = set()
         self._last_init_attempt = -float("inf")
         self._last_rescan = 0.0
+        self._success: Any = 0
         # How often to retry a failed init and to reopen a lost GPU (tests shorten it).
         self.retry_interval_s = REINIT_INTERVAL_S
         self.rescan_interval_s = RESCAN_INTERVAL_S
@@ -228,7 +224,8 @@ class NvmlReader:
         """Now and then: start NVML again while it is down, or look for new GPUs."""
         with self._lock:
             now = self._clock()
-            if self.state is NvmlState.OK:
+            if self.state in (NvmlState.OK, NvmlState.NO_DEVICES):
+                # NVML is up: only the GPUs can change (hot plug, a driver seeing one more).
                 if now - self._last_rescan >= self.rescan_interval_s:
                     self._last_rescan = now
                     count = self._call("nvmlDeviceGetCount")
@@ -237,14 +234,12 @@ class NvmlReader:
                                     self._physical_count)
                         self._enumerate()
                 return
-            wait = _RETRY_AFTER_S.get(self.state)
-            if wait is not None and now - self._last_init_attempt >= min(wait,
-                                                                         self._retry_for(wait)):
+            if self.state is NvmlState.UNINITIALIZED:
+                return
+            wait = self.rescan_interval_s if self.state is NvmlState.LIBRARY_NOT_FOUND \
+                else self.retry_interval_s
+            if now - self._last_init_attempt >= wait:
                 self._initialize()
-
-    def _retry_for(self, default_s: float) -> float:
-        # Tests shorten retry_interval_s; the slow rescans scale with it.
-        return default_s * self.retry_interval_s / REINIT_INTERVAL_S
 
     def reset_after_fork(self) -> None:
         """A forked child must not reuse the parent's NVML handles."""
@@ -278,6 +273,9 @@ class NvmlReader:
         if self._lib is not None and self._lib is not lib:
             self._logged.clear()
         self._lib = lib
+        # Checked for every field value of every tick: looked up once per library
+        # (nvml.h has NVML_SUCCESS = 0 in every release).
+        self._success = self._const("NVML_SUCCESS") or 0
         self.versions = {
             "driver": str(self._call("nvmlSystemGetDriverVersion") or ""),
             "nvml": str(self._call("nvmlSystemGetNVMLVersion") or ""),
@@ -336,8 +334,7 @@ class NvmlReader:
             if metric is not None:
                 device.unavailable.pop(metric, None)
             return value
-        if isinstance(error, self._lib.NVMLError_GpuIsLost if hasattr(
-                self._lib, "NVMLError_GpuIsLost") else ()):
+        if isinstance(error, getattr(self._lib, "NVMLError_GpuIsLost", ())):
             self._mark_lost(device)
             return None
         reason = self._reason(error, function)
@@ -382,7 +379,7 @@ class NvmlReader:
         return None if values is None else list(values)
 
     def _succeeded(self, field_value: Any) -> bool:
-        return field_value.nvmlReturn == self._const("NVML_SUCCESS")
+        return field_value.nvmlReturn == self._success
 
     # ----- devices --------------------------------------------------------------------
     def _enumerate(self) -> None:

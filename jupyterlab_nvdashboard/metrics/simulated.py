@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import simulated_binding as binding
-from .simulated_binding import NVML_SUCCESS, FieldValue, nvml_error
+from .simulated_binding import NVML_SUCCESS, FieldValue, NVMLError
 from .simulated_profiles import DEFAULT_PROFILE, PROFILES, GpuModel, MigSlot, Profile
 
 E = binding.ERROR_CODES
@@ -202,10 +202,9 @@ class SimulatedNvml:
                     raise ValueError(f"lose names no simulated GPU: {value!r}")
                 self.lose_gpu(index, delay)
             elif key == "init":
-                codes = {suffix: code for code, (suffix, _) in binding.ERROR_STRINGS.items()}
-                if value not in codes:
+                if value not in binding.ERROR_SUFFIXES:
                     raise ValueError(f"unknown NVML error {value!r} in fault spec")
-                self.set_init_error(codes[value])
+                self.set_init_error(binding.ERROR_SUFFIXES[value])
             elif key == "unsupported":
                 unsupported.extend(value.split("|"))
             elif key == "slow":
@@ -233,22 +232,22 @@ class SimulatedNvml:
                             self._injected.pop(position)
                         else:
                             self._injected[position] = (name, gpu, code, times - 1)
-                    raise nvml_error(code)
+                    raise NVMLError(code)
         if self._delay_s:
             time.sleep(self._delay_s)
         if function != "nvmlInit" and not self._initialized:
-            raise nvml_error(E["NVML_ERROR_UNINITIALIZED"])
+            raise NVMLError(E["NVML_ERROR_UNINITIALIZED"])
         if handle is None:
             return None
         if not isinstance(handle, SimulatedHandle) or not 0 <= handle.index < len(self._gpus):
-            raise nvml_error(E["NVML_ERROR_INVALID_ARGUMENT"])
+            raise NVMLError(E["NVML_ERROR_INVALID_ARGUMENT"])
         gpu = self._gpus[handle.index]
         if self._is_lost(gpu):
-            raise nvml_error(E["NVML_ERROR_GPU_IS_LOST"])
+            raise NVMLError(E["NVML_ERROR_GPU_IS_LOST"])
         if handle.mig is not None and function not in _MIG_HANDLE_FUNCTIONS:
-            raise nvml_error(E["NVML_ERROR_NOT_SUPPORTED"])
+            raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
         if not self._supports(gpu, function):
-            raise nvml_error(E["NVML_ERROR_NOT_SUPPORTED"])
+            raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
         return gpu
 
     def _supports(self, gpu: _Gpu, feature: str) -> bool:
@@ -290,7 +289,7 @@ class SimulatedNvml:
         self._enter("nvmlInit")
         with self._lock:
             if self._init_errors:
-                raise nvml_error(self._init_errors.pop())
+                raise NVMLError(self._init_errors.pop())
             self._initialized += 1
 
     def nvmlShutdown(self) -> None:  # noqa: N802
@@ -314,9 +313,9 @@ class SimulatedNvml:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> SimulatedHandle:  # noqa: N802
         self._enter("nvmlDeviceGetHandleByIndex")
         if not 0 <= index < len(self._gpus):
-            raise nvml_error(E["NVML_ERROR_INVALID_ARGUMENT"])
+            raise NVMLError(E["NVML_ERROR_INVALID_ARGUMENT"])
         if self._is_lost(self._gpus[index]):
-            raise nvml_error(E["NVML_ERROR_GPU_IS_LOST"])
+            raise NVMLError(E["NVML_ERROR_GPU_IS_LOST"])
         return SimulatedHandle(index)
 
     # ----- identity -----------------------------------------------------------------------
@@ -366,7 +365,7 @@ class SimulatedNvml:
         gpu = self._enter("nvmlDeviceGetMigMode", handle)
         assert gpu is not None
         if gpu.model.compute_capability < (8, 0):
-            raise nvml_error(E["NVML_ERROR_NOT_SUPPORTED"])
+            raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
         mode = int(bool(gpu.model.mig))
         return mode, mode
 
@@ -381,9 +380,9 @@ class SimulatedNvml:
         gpu = self._enter("nvmlDeviceGetMigDeviceHandleByIndex", handle)
         assert gpu is not None
         if not gpu.model.mig or not 0 <= index < 7:
-            raise nvml_error(E["NVML_ERROR_INVALID_ARGUMENT"])
+            raise NVMLError(E["NVML_ERROR_INVALID_ARGUMENT"])
         if index >= len(gpu.model.mig):
-            raise nvml_error(E["NVML_ERROR_NOT_FOUND"])
+            raise NVMLError(E["NVML_ERROR_NOT_FOUND"])
         return SimulatedHandle(gpu.index, index)
 
     def nvmlDeviceIsMigDeviceHandle(self, handle: SimulatedHandle) -> bool:  # noqa: N802
@@ -395,7 +394,7 @@ class SimulatedNvml:
     ) -> SimulatedHandle:
         self._enter("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle)
         if handle.mig is None:
-            raise nvml_error(E["NVML_ERROR_INVALID_ARGUMENT"])
+            raise NVMLError(E["NVML_ERROR_INVALID_ARGUMENT"])
         return SimulatedHandle(handle.index)
 
     def _mig_only(self, function: str, handle: SimulatedHandle) -> MigSlot:
@@ -403,7 +402,7 @@ class SimulatedNvml:
         assert gpu is not None
         slot = self._mig_slot(gpu, handle)
         if slot is None:
-            raise nvml_error(E["NVML_ERROR_INVALID_ARGUMENT"])
+            raise NVMLError(E["NVML_ERROR_INVALID_ARGUMENT"])
         return slot
 
     def nvmlDeviceGetGpuInstanceId(self, handle: SimulatedHandle) -> int:  # noqa: N802
@@ -423,7 +422,7 @@ class SimulatedNvml:
         gpu = self._enter("nvmlDeviceGetMemoryInfo", handle)
         assert gpu is not None
         if version and self.profile.driver_major < 510:
-            raise nvml_error(E["NVML_ERROR_FUNCTION_NOT_FOUND"])  # no _v2 symbol yet
+            raise NVMLError(E["NVML_ERROR_FUNCTION_NOT_FOUND"])  # no _v2 symbol yet
         slot = self._mig_slot(gpu, handle)
         mib = 1024 * 1024
         if slot is not None:
@@ -442,7 +441,7 @@ class SimulatedNvml:
         gpu = self._enter("nvmlDeviceGetUtilizationRates", handle)
         assert gpu is not None
         if gpu.model.mig:
-            raise nvml_error(E["NVML_ERROR_NOT_SUPPORTED"])
+            raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
         busy = int(round(100 * self._load(gpu)))
         return binding.Utilization(gpu=busy, memory=busy // 2)
 
@@ -492,9 +491,9 @@ class SimulatedNvml:
         assert gpu is not None
         model = gpu.model
         if not model.nvlink_link_count or not self._supports(gpu, "nvlink"):
-            raise nvml_error(E["NVML_ERROR_NOT_SUPPORTED"])
+            raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
         if not 0 <= link < model.nvlink_link_count:
-            raise nvml_error(E["NVML_ERROR_INVALID_ARGUMENT"])
+            raise NVMLError(E["NVML_ERROR_INVALID_ARGUMENT"])
         return 0 if link in model.nvlink_down else 1
 
     def _nvlink_bytes(self, gpu: _Gpu, direction: int, link: int) -> int:
@@ -557,6 +556,3 @@ class SimulatedNvml:
         return NVML_SUCCESS, sum(self._nvlink_bytes(gpu, direction, link)
                                  for link in chosen) // unit
 
-
-def profile_names() -> list[str]:
-    return list(PROFILES)

@@ -19,30 +19,25 @@ from typing import Any
 
 # ----- return codes (nvml.h, nvmlReturn_t) and nvmlErrorString texts -------------------
 NVML_SUCCESS = 0
-ERROR_STRINGS: dict[int, tuple[str, str]] = {
-    # code: (class-name suffix as pynvml builds it, nvmlErrorString text)
-    1: ("Uninitialized", "Uninitialized"),
-    2: ("InvalidArgument", "Invalid Argument"),
-    3: ("NotSupported", "Not Supported"),
-    4: ("NoPermission", "Insufficient Permissions"),
-    5: ("AlreadyInitialized", "Already Initialized"),
-    6: ("NotFound", "Not Found"),
-    9: ("DriverNotLoaded", "Driver Not Loaded"),
-    10: ("Timeout", "Timeout"),
-    12: ("LibraryNotFound", "NVML Shared Library Not Found"),
-    13: ("FunctionNotFound", "Function Not Found"),
-    15: ("GpuIsLost", "GPU is lost"),
-    16: ("ResetRequired", "GPU requires restart"),
-    999: ("Unknown", "Unknown Error"),
+# code: (nvml.h name after NVML_ERROR_, class-name suffix as the binding builds it,
+#        nvmlErrorString text)
+_ERRORS: dict[int, tuple[str, str, str]] = {
+    1: ("UNINITIALIZED", "Uninitialized", "Uninitialized"),
+    2: ("INVALID_ARGUMENT", "InvalidArgument", "Invalid Argument"),
+    3: ("NOT_SUPPORTED", "NotSupported", "Not Supported"),
+    4: ("NO_PERMISSION", "NoPermission", "Insufficient Permissions"),
+    5: ("ALREADY_INITIALIZED", "AlreadyInitialized", "Already Initialized"),
+    6: ("NOT_FOUND", "NotFound", "Not Found"),
+    9: ("DRIVER_NOT_LOADED", "DriverNotLoaded", "Driver Not Loaded"),
+    10: ("TIMEOUT", "Timeout", "Timeout"),
+    12: ("LIBRARY_NOT_FOUND", "LibraryNotFound", "NVML Shared Library Not Found"),
+    13: ("FUNCTION_NOT_FOUND", "FunctionNotFound", "Function Not Found"),
+    15: ("GPU_IS_LOST", "GpuIsLost", "GPU is lost"),
+    16: ("RESET_REQUIRED", "ResetRequired", "GPU requires restart"),
+    999: ("UNKNOWN", "Unknown", "Unknown Error"),
 }
-ERROR_CODES = {
-    "NVML_ERROR_UNINITIALIZED": 1, "NVML_ERROR_INVALID_ARGUMENT": 2,
-    "NVML_ERROR_NOT_SUPPORTED": 3, "NVML_ERROR_NO_PERMISSION": 4,
-    "NVML_ERROR_ALREADY_INITIALIZED": 5, "NVML_ERROR_NOT_FOUND": 6,
-    "NVML_ERROR_DRIVER_NOT_LOADED": 9, "NVML_ERROR_TIMEOUT": 10,
-    "NVML_ERROR_LIBRARY_NOT_FOUND": 12, "NVML_ERROR_FUNCTION_NOT_FOUND": 13,
-    "NVML_ERROR_GPU_IS_LOST": 15, "NVML_ERROR_RESET_REQUIRED": 16, "NVML_ERROR_UNKNOWN": 999,
-}
+ERROR_CODES = {f"NVML_ERROR_{name}": code for code, (name, _, _) in _ERRORS.items()}
+ERROR_SUFFIXES = {suffix: code for code, (_, suffix, _) in _ERRORS.items()}
 
 
 class NVMLError(Exception):
@@ -62,19 +57,15 @@ class NVMLError(Exception):
         super().__init__(value)
 
     def __str__(self) -> str:
-        known = ERROR_STRINGS.get(self.value)
-        return known[1] if known else f"NVML Error with code {self.value}"
+        known = _ERRORS.get(self.value)
+        return known[2] if known else f"NVML Error with code {self.value}"
 
 
 ERROR_CLASSES: dict[str, type[NVMLError]] = {}
-for _code, (_suffix, _) in ERROR_STRINGS.items():
+for _code, (_, _suffix, _text) in _ERRORS.items():
     _cls = type(f"NVMLError_{_suffix}", (NVMLError,), {})
     NVMLError._valClassMapping[_code] = _cls
     ERROR_CLASSES[_cls.__name__] = _cls
-
-
-def nvml_error(code: int) -> NVMLError:
-    return NVMLError(code)
 
 
 # ----- structures (nvml.h layouts) -------------------------------------------------------

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tornado.ioloop import IOLoop
 
+from jupyterlab_nvdashboard.apps.sources import DashboardSources
 from jupyterlab_nvdashboard.config import Config, SimulationConfig
 from jupyterlab_nvdashboard.metrics import Metrics, SimulatedNvml, create_metrics
 from jupyterlab_nvdashboard.server import make_server
@@ -84,6 +85,7 @@ def in_process_server(
                      simulation=SimulationConfig(gpu_count=gpus, profile=profile),
                      **config_fields)
     metrics = create_metrics(config, environ={}, simulator=simulator)
+    sources = DashboardSources.for_config(config, metrics)
     if retry_interval_s is not None:
         metrics.nvml.retry_interval_s = retry_interval_s
     started = threading.Event()
@@ -91,7 +93,7 @@ def in_process_server(
 
     def serve() -> None:
         asyncio.set_event_loop(asyncio.new_event_loop())
-        server = make_server(config, metrics, io_loop=IOLoop.current())
+        server = make_server(config, sources, io_loop=IOLoop.current())
         server.start()
         holder["server"] = server
         started.set()
@@ -100,11 +102,11 @@ def in_process_server(
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     assert started.wait(30)
-    metrics.start()
+    sources.start()
     try:
         yield RunningServer(f"http://127.0.0.1:{config.port}", config, metrics, holder["server"])
     finally:
-        metrics.stop()
+        sources.stop()
         server = holder["server"]
         server.io_loop.add_callback(server.io_loop.stop)  # type: ignore[attr-defined]
         thread.join(10)

@@ -1,0 +1,34 @@
+"""What the dashboards read, put side by side by the server: the metrics and the workload runs.
+
+``metrics/`` knows nothing of the workload (a lower layer never imports a higher one); the
+server composes the two here, and starts and stops both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import Config
+from ..metrics import Metrics
+from ..workload.runs import WorkloadService
+
+
+@dataclass
+class DashboardSources:
+    metrics: Metrics
+    # Workload runs (event files and the one launcher) that /Workload shows beside the GPU.
+    workload: WorkloadService | None = None
+
+    @classmethod
+    def for_config(cls, config: Config, metrics: Metrics) -> DashboardSources:
+        return cls(metrics, WorkloadService(config.runs_dir))
+
+    def start(self) -> None:
+        self.metrics.start()
+        if self.workload is not None:
+            self.workload.start()
+
+    def stop(self) -> None:
+        self.metrics.stop()
+        if self.workload is not None:
+            self.workload.stop()
