@@ -53,7 +53,9 @@ def gpu_label(facts: GpuFacts, short: bool = False) -> str:
     prefix = "  ↳ " if facts.kind == "mig" else ""
     if short:
         return f"{prefix}{facts.label}{cuda}"
-    name = facts.name.rpartition(" MIG ")[2] or facts.name if facts.kind == "mig" else facts.name
+    name = facts.name
+    if facts.kind == "mig":  # just the MIG profile, e.g. "3g.40gb", under its GPU's row
+        name = facts.name.rpartition(" MIG ")[2] or facts.name
     return f"{prefix}{facts.label}{cuda}: {name}"
 
 
