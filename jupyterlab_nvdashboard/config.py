@@ -17,6 +17,7 @@ from .workload.config import default_runs_dir
 
 MIN_INTERVAL_S = 0.05
 DEFAULT_PORT = 8000
+PROXY_IDLE_EXIT_S = 1800.0
 
 
 class ConfigError(Exception):
@@ -45,6 +46,11 @@ class Config:
     port: int = DEFAULT_PORT
     unix_socket: str | None = None
     interval_s: float = 0.2
+    # With no page open, the sampler slows to this (and keeps the history filling).
+    idle_interval_s: float = 2.0
+    # Exit after this long with no page open; 0 never. None: 30 minutes behind
+    # jupyter-server-proxy (which restarts the server on the next open), never standalone.
+    exit_after_idle_s: float | None = None
     history_s: float = 1800.0
     allow_websocket_origin: tuple[str, ...] = ()
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
@@ -68,6 +74,13 @@ class Config:
         if self.address in ("0.0.0.0", "::"):
             hosts = {"localhost", "127.0.0.1"}
         return sorted(f"{host}:{self.port}" for host in hosts)
+
+    @property
+    def idle_exit_s(self) -> float:
+        """Seconds with no viewers before the server exits (0: never)."""
+        if self.exit_after_idle_s is not None:
+            return self.exit_after_idle_s
+        return PROXY_IDLE_EXIT_S if self.unix_socket else 0.0
 
     @property
     def history_length(self) -> int:
@@ -110,6 +123,8 @@ def _seconds(name: str, low: float, high: float, range_text: str):
 
 _interval = _seconds("interval", MIN_INTERVAL_S, 60, f"{MIN_INTERVAL_S} and 60 seconds")
 _history = _seconds("history", 1, 7 * 24 * 3600, "1 second and 7 days")
+_idle_interval = _seconds("idle interval", MIN_INTERVAL_S, 60, f"{MIN_INTERVAL_S} and 60 seconds")
+_exit_after_idle = _seconds("exit after idle", 0, 30 * 24 * 3600, "0 (never) and 30 days")
 
 
 def _boolean(name: str):
@@ -135,6 +150,8 @@ _ENVIRONMENT = {
     "unix_socket": ("NVDASHBOARD_UNIX_SOCKET", str),
     "interval": ("NVDASHBOARD_INTERVAL", _interval),
     "history": ("NVDASHBOARD_HISTORY", _history),
+    "idle_interval": ("NVDASHBOARD_IDLE_INTERVAL", _idle_interval),
+    "exit_after_idle": ("NVDASHBOARD_EXIT_AFTER_IDLE", _exit_after_idle),
     "allow_websocket_origin": (
         "NVDASHBOARD_ALLOW_WEBSOCKET_ORIGIN",
         lambda text: [item.strip() for item in text.split(",") if item.strip()],
@@ -163,6 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"seconds between samples (default 0.2, minimum {MIN_INTERVAL_S})")
     parser.add_argument("--history", type=_history,
                         help="seconds of history to keep (default 1800)")
+    parser.add_argument("--idle-interval", type=_idle_interval,
+                        help="seconds between samples while no page is open (default 2)")
+    parser.add_argument("--exit-after-idle", type=_exit_after_idle, metavar="SECONDS",
+                        help="exit after this long with no page open; 0 never (default: "
+                        "never standalone, 1800 behind jupyter-server-proxy)")
     parser.add_argument("--allow-websocket-origin", action="append", metavar="HOST[:PORT]",
                         help="allow browser pages from this origin (repeatable; default: this "
                         "server's own host and port)")
@@ -206,6 +228,7 @@ def load_config(
     merged.update({key: value for key, value in args.items() if value is not None})
 
     defaults = Config()
+    interval_s = float(merged.get("interval", defaults.interval_s))  # type: ignore[arg-type]
     lifetime_ms = int(merged.get("unused_session_lifetime",  # type: ignore[arg-type]
                                  defaults.unused_session_lifetime_ms))
     profile = merged.get("simulate_profile")
@@ -220,7 +243,11 @@ def load_config(
         address=str(merged.get("address", defaults.address)),
         port=int(merged.get("port", defaults.port)),  # type: ignore[arg-type]
         unix_socket=merged.get("unix_socket"),  # type: ignore[arg-type]
-        interval_s=float(merged.get("interval", defaults.interval_s)),  # type: ignore[arg-type]
+        interval_s=interval_s,
+        idle_interval_s=max(interval_s, float(merged.get(  # type: ignore[arg-type]
+            "idle_interval", defaults.idle_interval_s))),
+        exit_after_idle_s=(None if merged.get("exit_after_idle") is None
+                           else float(merged["exit_after_idle"])),  # type: ignore[arg-type]
         history_s=float(merged.get("history", defaults.history_s)),  # type: ignore[arg-type]
         allow_websocket_origin=tuple(merged.get("allow_websocket_origin", ())),  # type: ignore[arg-type]
         simulation=simulation,

@@ -4,21 +4,28 @@ Run it standalone::
 
     python -m jupyterlab_nvdashboard.server [PORT] [--address A] [--interval S] [--simulate N]
 
-It serves one route per dashboard (from ``apps/registry.py``), ``/index.json`` (the
-dashboards this machine can fill), ``/info.json`` (NVML state and devices) and ``/`` (a
-small page linking every dashboard, which is also jupyter-server-proxy's readiness check).
+It serves one route per dashboard (from ``apps/registry.py``) with its live-data socket
+``<route>/stream`` (``stream/broadcaster.py``), ``/index.json`` (the dashboards this machine
+can fill), ``/info.json`` (NVML state and devices), ``/history.csv?seconds=N`` (the history
+as CSV) and ``/`` (a small page linking every dashboard, which is also
+jupyter-server-proxy's readiness check). With no page open the sampler slows down, and a
+server started by jupyter-server-proxy exits after ``--exit-after-idle`` seconds.
 BokehJS is served by this server itself, with page-relative URLs, so pages render with no
 internet and behind a path prefix. Bad input is reported as one line with exit code 2.
 """
 
 from __future__ import annotations
 
+import csv
 import errno
 import html
+import io
 import json
 import logging
+import math
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -27,15 +34,17 @@ from bokeh.application import Application
 from bokeh.application.handlers.function import FunctionHandler
 from bokeh.server.server import Server
 from bokeh.util import logconfig as bokeh_logconfig
-from tornado.ioloop import IOLoop
-from tornado.web import RequestHandler
+from tornado.ioloop import IOLoop, PeriodicCallback
+from tornado.web import HTTPError, RequestHandler
 
 from . import __version__, bokeh_patches
+from .apps.components import timeline_windows
 from .apps.document import build_document, no_gpu_notice
-from .apps.registry import ROUTES, available_routes
+from .apps.registry import ROUTES, RouteFeeds, available_routes
 from .apps.sources import DashboardSources
 from .config import Config, ConfigError, load_config
-from .metrics import Metrics, create_metrics
+from .metrics import GpuReading, HostReading, Metrics, Sample, create_metrics
+from .stream.broadcaster import Broadcaster, StreamSocket
 
 log = logging.getLogger("nvdashboard")
 
@@ -50,7 +59,54 @@ class LiveSessions:
         return 0 if self.server is None else len(self.server.get_sessions())
 
 
-def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None) -> dict[str, Any]:
+class ViewerWatch:
+    """Slows the sampler while nobody watches, and ends a server idle for too long.
+
+    Viewers are open stream sockets and live Bokeh sessions. The sampler speeds up the
+    moment a page subscribes; it slows down at the next check after the last one left.
+    """
+
+    CHECK_MS = 1000
+
+    def __init__(self, metrics: Metrics, broadcaster: Broadcaster, live_sessions: LiveSessions,
+                 exit_after_s: float) -> None:
+        self.sampler = metrics.sampler
+        self.broadcaster, self.live_sessions = broadcaster, live_sessions
+        self.exit_after_s = exit_after_s
+        self.idle_since: float | None = None
+        self.io_loop: IOLoop | None = None
+        broadcaster.on_viewers_changed = self.viewers_changed
+
+    @property
+    def viewers(self) -> int:
+        return self.broadcaster.subscribers + self.live_sessions()
+
+    def viewers_changed(self, subscribers: int) -> None:
+        if subscribers:
+            self.idle_since = None
+            self.sampler.set_idle(False)
+
+    def start(self) -> None:
+        self.io_loop = IOLoop.current()
+        PeriodicCallback(self.check, self.CHECK_MS).start()
+
+    def check(self) -> None:
+        if self.viewers:
+            self.idle_since = None
+            self.sampler.set_idle(False)
+            return
+        now = time.monotonic()
+        if self.idle_since is None:
+            self.idle_since = now
+            self.sampler.set_idle(True)
+        if self.exit_after_s and now - self.idle_since >= self.exit_after_s and self.io_loop:
+            log.info("no page open for %.0f s: exiting (jupyter-server-proxy starts the "
+                     "server again when a dashboard is opened)", self.exit_after_s)
+            self.io_loop.stop()
+
+
+def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None,
+                broadcaster: Broadcaster | None = None) -> dict[str, Any]:
     """The ``/info.json`` body."""
     latest = metrics.history.latest()
     lost = {reading.index for reading in latest.gpus if reading.lost} if latest else set()
@@ -70,7 +126,14 @@ def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None) -> 
         "interval_s": metrics.interval_s,
         "history_s": metrics.history_s,
         "live_sessions": 0 if live_sessions is None else live_sessions(),
+        "sampler_idle": metrics.sampler.idle,
     }
+    if broadcaster is not None:
+        stats = broadcaster.stats
+        info["stream"] = {"subscribers": broadcaster.subscribers, "encodes": stats.encodes,
+                          "catch_ups": stats.catch_ups, "frames_sent": stats.frames_sent,
+                          "dropped_slow": stats.dropped_slow,
+                          "max_pending_frames": stats.max_pending_frames}
     if metrics.simulator is not None:
         # Total simulated NVML calls so far: benchmarks divide it by time.
         info["nvml_calls"] = metrics.simulator.total_calls
@@ -78,9 +141,10 @@ def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None) -> 
 
 
 class _JsonHandler(RequestHandler):
-    def initialize(self, sources: DashboardSources, live_sessions: LiveSessions) -> None:
+    def initialize(self, sources: DashboardSources, live_sessions: LiveSessions,
+                   broadcaster: Broadcaster) -> None:
         self.sources, self.metrics = sources, sources.metrics
-        self.live_sessions = live_sessions
+        self.live_sessions, self.broadcaster = live_sessions, broadcaster
 
     def body(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -98,13 +162,63 @@ class IndexHandler(_JsonHandler):
 
 class InfoHandler(_JsonHandler):
     def body(self) -> dict[str, Any]:
-        return server_info(self.metrics, self.live_sessions)
+        return server_info(self.metrics, self.live_sessions, self.broadcaster)
+
+
+def history_csv(samples: list[Sample], gpu_indices: list[int]) -> str:
+    """One row per sample; every column's unit is the end of its name; empty = not available."""
+    gpu_fields = [name for name in GpuReading._fields if name != "index"]
+    header = ["time_unix_s", "gpu_age_s"]
+    header += [f"gpu{index}_{name}" for index in gpu_indices for name in gpu_fields]
+    header += [f"host_{name}" for name in HostReading._fields]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+
+    def cell(value: object) -> object:
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            return ""
+        return int(value) if isinstance(value, bool) else value
+
+    for sample in samples:
+        readings = {reading.index: reading for reading in sample.gpus}
+        row: list[object] = [f"{sample.time_s:.3f}", cell(sample.gpu_age_s)]
+        for index in gpu_indices:
+            reading = readings.get(index)
+            row += [cell(getattr(reading, name)) if reading else "" for name in gpu_fields]
+        row += [cell(value) for value in sample.host]
+        writer.writerow(row)
+    return out.getvalue()
+
+
+class HistoryCsvHandler(RequestHandler):
+    """``/history.csv?seconds=N``: the last N seconds of samples (default: all of them)."""
+
+    def initialize(self, sources: DashboardSources, **_: object) -> None:
+        self.metrics = sources.metrics
+
+    async def get(self) -> None:
+        text = self.get_argument("seconds", str(self.metrics.history_s))
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = math.nan
+        if not 0 < seconds <= 366 * 24 * 3600:  # also refuses NaN
+            raise HTTPError(400, reason="seconds must be a positive number")
+        samples = self.metrics.history.window(seconds)
+        indices = [facts.index for facts in self.metrics.facts]
+        # Up to 30 minutes of every GPU: built off the event loop, which keeps serving pages.
+        body = await IOLoop.current().run_in_executor(None, history_csv, samples, indices)
+        self.set_header("Content-Type", "text/csv; charset=utf-8")
+        self.set_header("Content-Disposition", 'attachment; filename="nvdashboard-history.csv"')
+        self.set_header("Cache-Control", "no-store")
+        self.write(body)
 
 
 class RootHandler(RequestHandler):
     """A small page linking every dashboard; it must answer fast (proxy readiness)."""
 
-    def initialize(self, sources: DashboardSources, live_sessions: LiveSessions) -> None:
+    def initialize(self, sources: DashboardSources, **_: object) -> None:
         self.sources, self.metrics = sources, sources.metrics
 
     def get(self) -> None:
@@ -124,12 +238,15 @@ class RootHandler(RequestHandler):
         )
 
 
-def make_applications(sources: DashboardSources) -> dict[str, Application]:
+def make_applications(sources: DashboardSources, feeds: RouteFeeds) -> dict[str, Application]:
+    def view_maker(route: Any) -> Any:
+        return lambda: route.make_view(sources, feeds(route.path))
+
     return {
         route.path: Application(FunctionHandler(partial(
             build_document, sources=sources, title=route.title,
             needs_gpu=route.needs_gpu, shows_gpu=route.shows_gpu,
-            make_component=route.make_component,
+            make_component=view_maker(route),
         )))
         for route in ROUTES
     }
@@ -144,15 +261,23 @@ def make_server(config: Config, sources: DashboardSources,
         else {"port": config.port, "address": config.address}
     )
     live_sessions = LiveSessions()
-    extra = {"sources": sources, "live_sessions": live_sessions}
+    metrics = sources.metrics
+    feeds = RouteFeeds(metrics)
+    broadcaster = Broadcaster(metrics.history, metrics.interval_s, feeds,
+                              timeline_windows(metrics.history_s))
+    extra = {"sources": sources, "live_sessions": live_sessions, "broadcaster": broadcaster}
+    streams = [(rf"{route.path}/stream", StreamSocket,
+                {"route": route.path, "broadcaster": broadcaster}) for route in ROUTES]
     server = Server(
-        make_applications(sources),
+        make_applications(sources, feeds),
         io_loop=io_loop,
         allow_websocket_origin=config.websocket_origins,
         extra_patterns=[
             (r"/", RootHandler, extra),
             (r"/index\.json", IndexHandler, extra),
             (r"/info\.json", InfoHandler, extra),
+            (r"/history\.csv", HistoryCsvHandler, extra),
+            *streams,
         ],
         use_index=False,
         unused_session_lifetime_milliseconds=config.unused_session_lifetime_ms,
@@ -160,6 +285,9 @@ def make_server(config: Config, sources: DashboardSources,
         **listen,
     )
     live_sessions.server = server
+    broadcaster.attach(server.io_loop)
+    watch = ViewerWatch(metrics, broadcaster, live_sessions, config.idle_exit_s)
+    server.io_loop.add_callback(watch.start)
     return server
 
 

@@ -1,7 +1,10 @@
 """Reusable dashboard components: per-GPU bars and shared-axis timelines.
 
-Each component has a ``source`` (ColumnDataSource), a ``root`` (the Bokeh model to show)
-and ``update(samples)``, which only reads samples the sampler already collected.
+Each comes in two halves. The *feed* (``BarsFeed``, ``TimelineFeed``) turns samples the
+sampler already collected into rows; it is built once per route and shared by every page,
+because the broadcaster encodes its rows once per tick for all of them. The *view*
+(``PerGpuBars``, ``Timeline``) is the Bokeh layout one page draws those rows with: a
+``source`` that only the page's own script fills (``apps/live.py``), and a ``root`` to show.
 
 Units: bytes use decimal SI prefixes everywhere (1 GB = 10^9 bytes, 1 MB = 10^6 bytes),
 and every axis label says which.
@@ -11,10 +14,10 @@ from __future__ import annotations
 
 import html
 import math
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from bokeh.layouts import column
 from bokeh.models import (
     CDSView,
@@ -28,12 +31,17 @@ from bokeh.models import (
     LabelSet,
     LayoutDOM,
     Line,
+    RadioButtonGroup,
     Range1d,
 )
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from ..metrics import GpuFacts, GpuReading, Sample
+from ..stream.broadcaster import TIME_KEY
+from ..stream.downsample import bucket_seconds
+from ..stream.frames import Rows
+from .live import LiveView
 
 GB = 1e9
 MB = 1e6
@@ -76,12 +84,6 @@ def format_pct(value: float | None) -> str:
     return NOT_AVAILABLE if value is None else f"{value:.0f}%"
 
 
-def set_data_if_changed(source: ColumnDataSource, data: dict[str, list]) -> None:
-    """The one place bar components write: skip the websocket message when nothing changed."""
-    if dict(source.data) != data:
-        source.data = data
-
-
 @dataclass(frozen=True)
 class BarMetric:
     """One bar per GPU: its value, its full scale on that GPU, and how to print it."""
@@ -92,22 +94,51 @@ class BarMetric:
     describe: Callable[[GpuReading, GpuFacts], str]
 
 
-class PerGpuBars:
-    """Horizontal bars, each scaled to its own GPU's maximum (not GPU 0's)."""
+@dataclass(frozen=True)
+class BarsFeed:
+    """Per-GPU bars from the newest sample, each scaled to its own GPU's maximum."""
 
-    def __init__(self, facts: Sequence[GpuFacts], metrics: Sequence[BarMetric], x_label: str,
-                 height: int | None = None) -> None:
-        self.facts, self.metrics = list(facts), list(metrics)
-        self.window_s = 0.0  # bars show only the newest sample
-        nested = len(metrics) > 1
-        self._factors = [(gpu_label(f, short=True), m.label) if nested else gpu_label(f)
-                         for f in self.facts for m in self.metrics]
-        self.source = ColumnDataSource({"y": [], "percent": [], "text": [], "color": []})
+    facts: tuple[GpuFacts, ...]
+    metrics: tuple[BarMetric, ...]
+    x_label: str
+    mode = "replace"
+
+    @property
+    def factors(self) -> list[str | tuple[str, str]]:
+        nested = len(self.metrics) > 1
+        return [(gpu_label(f, short=True), m.label) if nested else gpu_label(f)
+                for f in self.facts for m in self.metrics]
+
+    def rows(self, samples: Sequence[Sample]) -> Rows:
+        readings = {reading.index: reading for reading in samples[-1].gpus} if samples else {}
+        percent: list[float] = []
+        text: list[str] = []
+        color: list[str] = []
+        for facts in self.facts:
+            reading = readings.get(facts.index, GpuReading.unavailable(facts.index, lost=False))
+            for metric in self.metrics:
+                value, scale = metric.read(reading), metric.full_scale(facts)
+                percent.append(0.0 if value is None or not scale
+                               else min(100.0, 100 * value / scale))
+                text.append("GPU lost" if reading.lost else metric.describe(reading, facts))
+                color.append(gpu_color(facts.index))
+        return Rows({"percent": np.array(percent, dtype=float)},
+                    {"y": self.factors, "text": text, "color": color})
+
+
+class PerGpuBars:
+    """Horizontal bars, one per GPU and metric, drawn from a ``BarsFeed``'s rows."""
+
+    def __init__(self, feed: BarsFeed, height: int | None = None) -> None:
+        self.feed = feed
+        factors = feed.factors
+        self.source = ColumnDataSource({"y": [], "percent": [], "text": [], "color": []},
+                                       syncable=False)
         plot = figure(
             # Reversed so GPU 0 is drawn at the top.
-            y_range=FactorRange(*reversed(self._factors)), x_range=Range1d(0, 100),
-            x_axis_label=x_label, sizing_mode="stretch_both", toolbar_location=None, tools="",
-            height=height or max(160, 60 + 40 * len(self._factors)),
+            y_range=FactorRange(*reversed(factors)), x_range=Range1d(0, 100),
+            x_axis_label=feed.x_label, sizing_mode="stretch_both", toolbar_location=None,
+            tools="", height=height or max(160, 60 + 40 * len(factors)),
         )
         plot.hbar(y="y", right="percent", height=0.8, color="color", source=self.source)
         plot.add_layout(LabelSet(x="percent", y="y", text="text", source=self.source,
@@ -115,22 +146,7 @@ class PerGpuBars:
         plot.add_tools(HoverTool(tooltips=[("GPU", "@y"), ("value", "@text")]))
         plot.ygrid.grid_line_color = None
         self.root = plot
-
-    def update(self, samples: Sequence[Sample]) -> None:
-        if not samples:
-            return
-        readings = {reading.index: reading for reading in samples[-1].gpus}
-        data: dict[str, list] = {"y": list(self._factors), "percent": [], "text": [], "color": []}
-        for facts in self.facts:
-            reading = readings.get(facts.index, GpuReading.unavailable(facts.index, lost=False))
-            for metric in self.metrics:
-                value, scale = metric.read(reading), metric.full_scale(facts)
-                percent = 0.0 if value is None or not scale else min(100.0, 100 * value / scale)
-                text = "GPU lost" if reading.lost else metric.describe(reading, facts)
-                data["percent"].append(percent)
-                data["text"].append(text)
-                data["color"].append(gpu_color(facts.index))
-        set_data_if_changed(self.source, data)
+        self.live = LiveView(self.source)
 
 
 @dataclass(frozen=True)
@@ -149,96 +165,97 @@ class Panel:
     y_label: str
     series: Sequence[Series]
     y_max: float | None = None  # fixed top (e.g. 100 for percentages); None follows the data
+    unit: str = ""  # printed after values in the legend and the hover, e.g. "GB/s"
 
 
-def nice_ceiling(value: float) -> float:
-    """A round axis top a bit above ``value`` (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 x 10^n)."""
-    if not value > 0 or math.isinf(value):
-        return 1.0
-    scale = 10 ** math.floor(math.log10(value * 1.05))
-    for step in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
-        if step * scale >= value * 1.05:
-            return step * scale
-    return 10 * scale
+@dataclass(frozen=True)
+class TimelineFeed:
+    """Stacked line panels over time: one row per sample, ``time`` in epoch milliseconds."""
 
+    panels: tuple[Panel, ...]
+    mode = "append"
 
-class WindowMax:
-    """The largest value seen in the last ``window_ms``, in O(1) per value (monotonic deque)."""
+    @property
+    def series(self) -> list[Series]:
+        return [series for panel in self.panels for series in panel.series]
 
-    def __init__(self, window_ms: float) -> None:
-        self.window_ms = window_ms
-        self._peaks: deque[tuple[float, float]] = deque()
-
-    def add(self, time_ms: float, value: float) -> None:
-        if math.isnan(value):
-            return
-        while self._peaks and self._peaks[-1][1] <= value:
-            self._peaks.pop()
-        self._peaks.append((time_ms, value))
-
-    def value(self, now_ms: float) -> float:
-        while self._peaks and self._peaks[0][0] < now_ms - self.window_ms:
-            self._peaks.popleft()
-        return self._peaks[0][1] if self._peaks else 0.0
+    def rows(self, samples: Sequence[Sample]) -> Rows:
+        columns = {TIME_KEY: np.fromiter((s.time_s * 1000 for s in samples), float,
+                                         len(samples))}
+        for series in self.series:
+            columns[series.key] = np.fromiter(
+                (number_or_nan(series.read(sample)) for sample in samples), float, len(samples))
+        return Rows(columns)
 
 
 PANEL_HEIGHT = 150
 TIME_AXIS_HEIGHT = 30
+# Timelines show 2 minutes by default; a picker offers the longer ones the history holds.
+TIMELINE_WINDOWS_S = (120.0, 600.0, 1800.0)
 
 
-def panel_heading(panel: Panel) -> Div:
-    """The panel's title and legend as HTML above its canvas.
+def timeline_windows(history_s: float) -> tuple[float, ...]:
+    """The windows a timeline offers: those the history can fill, at least one."""
+    return tuple(w for w in TIMELINE_WINDOWS_S if w <= history_s) or (history_s,)
+
+
+def window_label(seconds: float) -> str:
+    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
+
+
+def panel_heading(panel: Panel) -> tuple[str, str]:
+    """The panel's title and legend as HTML above its canvas: (first text, live template).
 
     Bokeh redraws an in-canvas legend on every update: with a legend in each of four
     panels, that was a third of the browser's CPU for /GPU-Resources
-    (benchmarks/README.md). This text is laid out once.
+    (benchmarks/README.md). This text is laid out once, and the page's script fills each
+    series' current value into the template's ``{value:KEY}`` about once a second.
     """
-    items = "".join(
-        f"<span style='margin-right:1em;white-space:nowrap'><span style='display:inline-block;"
-        f"width:1.4em;vertical-align:middle;border-top:2px solid {series.color}'></span> "
-        f"{html.escape(series.label)}</span>"
-        for series in panel.series
-    )
-    return Div(text=f"<div style='font-size:12px;margin:0.4em 0 0 3.5em'>"
-                    f"<b style='margin-right:1.2em'>{html.escape(panel.title)}</b>{items}</div>",
-               sizing_mode="stretch_width")
+    def heading(value: Callable[[Series], str]) -> str:
+        items = "".join(
+            f"<span style='margin-right:1em;white-space:nowrap'><span style='display:"
+            f"inline-block;width:1.4em;vertical-align:middle;border-top:2px solid "
+            f"{series.color}'></span> {html.escape(series.label)} <b>{value(series)}</b></span>"
+            for series in panel.series
+        )
+        return (f"<div style='font-size:12px;margin:0.4em 0 0 3.5em'>"
+                f"<b style='margin-right:1.2em'>{html.escape(panel.title)}</b>{items}</div>")
 
-
-X_HEADROOM = 0.05  # share of the shown span left empty on the right, ahead of the data
-MIN_HEADROOM_MS = 2000.0
+    return heading(lambda series: ""), heading(lambda series: f"{{value:{series.key}}}")
 
 
 class Timeline:
     """Stacked line charts that share one x-range following the newest sample.
 
-    The ranges are ``Range1d`` set by the server on each update, not ``DataRange1d``: a
-    ``DataRange1d`` is computed in the browser, and every recomputation (five times a second
-    per range) was sent back to the server as a PATCH-DOC, costing both sides.
+    Nothing here changes after the page is built: the page's script streams rows into
+    ``source`` and moves the ranges itself. The ranges are ``Range1d`` marked unsyncable,
+    so moving them sends nothing back to the server (a ``DataRange1d`` recomputed in the
+    browser used to send a PATCH-DOC five times a second per range).
     """
 
-    def __init__(self, panels: Sequence[Panel], window_s: float, interval_s: float) -> None:
-        self.series = [series for panel in panels for series in panel.series]
-        self.window_s = window_s
-        self.source = ColumnDataSource({"time": [], **{s.key: [] for s in self.series}})
-        self.rollover = int(window_s / interval_s) + 1
-        self.x_range = Range1d(0, 1)
-        # Panels without a fixed top: (range, the series it spans, peak over the window).
-        self._following: list[tuple[Range1d, list[str], WindowMax]] = []
+    def __init__(self, feed: TimelineFeed, windows_s: Sequence[float],
+                 interval_s: float, default_window_s: float | None = None) -> None:
+        self.feed = feed
+        self.windows_s = tuple(windows_s)
+        window_s = default_window_s if default_window_s in self.windows_s else self.windows_s[0]
+        self.source = ColumnDataSource({TIME_KEY: [], **{s.key: [] for s in feed.series}},
+                                       syncable=False)
+        self.x_range = Range1d(0, 1, syncable=False)
+        following: list[tuple[Range1d, list[str]]] = []
+        headings: list[tuple[Div, str]] = []
+        units: dict[str, str] = {}
         # The panels share one time ticker and one view, and each line is one model, not
         # three: /GPU-Resources went from 201 models to 97, and the document a new page
         # pulls from 27.6 kB to 13.8 kB.
         time_ticker, shared_view = DatetimeTicker(), CDSView()
         children: list[LayoutDOM] = []
-        for position, panel in enumerate(panels):
-            if panel.y_max:
-                y_range = Range1d(0, panel.y_max)
-            else:
-                y_range = Range1d(0, 1)
-                self._following.append((y_range, [s.key for s in panel.series],
-                                        WindowMax(window_s * 1000)))
+        for position, panel in enumerate(feed.panels):
+            y_range = Range1d(0, panel.y_max or 1, syncable=False)
+            if not panel.y_max:
+                following.append((y_range, [s.key for s in panel.series]))
             # One time axis, under the last panel: the panels share it, and each axis
             # costs text measuring on every repaint.
-            last = position == len(panels) - 1
+            last = position == len(feed.panels) - 1
             plot = figure(x_axis_type=None, x_range=self.x_range, y_range=y_range,
                           y_axis_label=panel.y_label, title=None,
                           height=PANEL_HEIGHT + (TIME_AXIS_HEIGHT if last else 0),
@@ -246,38 +263,43 @@ class Timeline:
             plot.add_layout(Grid(dimension=0, ticker=time_ticker))
             if last:
                 plot.add_layout(DatetimeAxis(ticker=time_ticker), "below")
-            for series in panel.series:
+            renderers = [
                 # add_glyph leaves the selection and muted looks to BokehJS ("auto")
                 # instead of adding two more Line models per series, as plot.line does.
-                plot.add_glyph(self.source, Line(x="time", y=series.key, line_color=series.color,
-                                                 line_width=2), view=shared_view)
-            children += [panel_heading(panel), plot]
+                plot.add_glyph(self.source, Line(x=TIME_KEY, y=series.key,
+                                                 line_color=series.color, line_width=2),
+                               view=shared_view)
+                for series in panel.series
+            ]
+            # Hovering shows every series of the panel at that time; one renderer answers,
+            # since all the series share the source's rows.
+            plot.add_tools(HoverTool(
+                renderers=renderers[:1], mode="vline", formatters={f"@{TIME_KEY}": "datetime"},
+                tooltips=[("time", f"@{TIME_KEY}{{%H:%M:%S}}")] + [
+                    (series.label, f"@{{{series.key}}}{{0.[00]}} {panel.unit}".rstrip())
+                    for series in panel.series]))
+            first_text, template = panel_heading(panel)
+            heading = Div(text=first_text, sizing_mode="stretch_width", syncable=False)
+            headings.append((heading, template))
+            units.update({series.key: panel.unit for series in panel.series})
+            children += [heading, plot]
+        self.picker: RadioButtonGroup | None = None
+        if len(self.windows_s) > 1:
+            self.picker = RadioButtonGroup(
+                labels=[window_label(w) for w in self.windows_s],
+                active=self.windows_s.index(window_s), syncable=False)
+            children.insert(0, self.picker)
         self.root = column(*children, sizing_mode="stretch_width")
+        self.live = LiveView(
+            self.source, x_range=self.x_range, following=following, headings=headings,
+            picker=self.picker, windows_s=self.windows_s, window_s=window_s, units=units,
+            rollover={f"{w:g}": rollover(w, interval_s) for w in self.windows_s})
 
-    def update(self, samples: Sequence[Sample]) -> None:
-        if not samples:
-            return
-        data = {"time": [sample.time_s * 1000 for sample in samples]}
-        for series in self.series:
-            data[series.key] = [number_or_nan(series.read(sample)) for sample in samples]
-        self.source.stream(data, rollover=self.rollover)
-        newest_ms = data["time"][-1]
-        if newest_ms > self.x_range.end or self.x_range.start == 0:
-            # Step the axis forward with some headroom instead of on every sample: most
-            # updates then send only the new points, not a range change as well.
-            oldest_ms = self.source.data["time"][0]
-            window_ms = self.window_s * 1000
-            # Headroom scales with what is shown, so a young server's chart is not half empty.
-            shown_ms = min(window_ms, newest_ms - oldest_ms)
-            end = newest_ms + max(MIN_HEADROOM_MS, shown_ms * X_HEADROOM)
-            self.x_range.update(start=max(oldest_ms, end - window_ms), end=end)
-        for y_range, keys, peak in self._following:
-            for position, time_ms in enumerate(data["time"]):
-                peak.add(time_ms, max((data[key][position] for key in keys),
-                                      key=lambda v: -math.inf if math.isnan(v) else v))
-            top = nice_ceiling(peak.value(newest_ms))
-            if y_range.end != top:  # changes rarely: one small message when it does
-                y_range.end = top
+
+def rollover(window_s: float, interval_s: float) -> int:
+    """Rows a page keeps for a window: every sample, or two per min/max bucket."""
+    bucket_s = bucket_seconds(window_s, interval_s)
+    return int(window_s / interval_s) + 2 if not bucket_s else 2 * int(window_s / bucket_s) + 4
 
 
 def gpu_value(

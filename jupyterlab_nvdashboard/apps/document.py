@@ -1,23 +1,26 @@
 """Turns a dashboard component into a Bokeh document: header, theme, page, live updates.
 
-Every document gets one periodic callback that asks the shared history for samples newer
-than the last one it drew and hands them to the component. No document reads hardware.
+Live samples do not go through the document: its page script subscribes to the
+broadcaster (``apps/live.py``), so a document has no periodic callback for data. Only a
+component with server-side state to show (the workload's run panel) refreshes on its own,
+at ``refresh_ms``. No document reads hardware.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from bokeh.document import Document
 from bokeh.layouts import column
-from bokeh.models import Column, Div
+from bokeh.models import Column, CustomJS, Div
 from bokeh.themes import Theme
 from bokeh.themes._dark_minimal import json as _dark_minimal_json
 from jinja2 import Template
 
-from ..metrics import Metrics, Sample
+from ..metrics import Metrics
+from .live import LiveView, attach
 from .sources import DashboardSources
 
 # BokehJS must load from this server with URLs relative to the page, so the page works
@@ -50,9 +53,16 @@ THEMES = {
 
 class Component(Protocol):
     root: object
-    window_s: float  # how much history a new page draws at once (0: just the latest)
+    live: LiveView | None  # what the page streams, if anything
 
-    def update(self, samples: list[Sample]) -> None: ...
+
+@runtime_checkable
+class Refreshing(Protocol):
+    """A component with server-side state beyond the samples (e.g. the run panel)."""
+
+    refresh_ms: int
+
+    def refresh(self) -> None: ...
 
 
 def requested_theme(doc: Document) -> str:
@@ -79,9 +89,9 @@ def build_document(
     title: str,
     needs_gpu: bool,
     shows_gpu: bool,
-    make_component: Callable[[DashboardSources], Component],
+    make_component: Callable[[], Component],
 ) -> None:
-    """Fill ``doc`` with a header and the component, and keep it updated from the history."""
+    """Fill ``doc`` with a header and the component; its page streams the live samples."""
     metrics = sources.metrics
     theme = THEMES[requested_theme(doc)]
     full_title = title_text(title, metrics, shows_gpu)
@@ -100,40 +110,30 @@ def build_document(
         notice = Div(text=f"<p class='nvdashboard-notice'>{html.escape(no_gpu_notice(metrics))}"
                      "</p>", styles={"color": theme["page_foreground"]})
         page.children.append(notice)
-        # NVML may start later (driver loaded after the server): then this page fills itself.
+        # NVML may start later (driver loaded after the server): the page then reloads
+        # itself, and the new page has its live script (which runs only at page load).
+        notice.js_on_change("tags", CustomJS(code="window.location.reload()"))
         waiting = None
 
-        def fill_when_gpus_appear() -> None:
+        def reload_when_gpus_appear() -> None:
             if metrics.facts:
                 doc.remove_periodic_callback(waiting)
-                page.children.remove(notice)
-                _show_component(doc, page, sources, make_component)
+                notice.tags = ["gpus-appeared"]
 
-        waiting = doc.add_periodic_callback(fill_when_gpus_appear, GPU_WAIT_CHECK_MS)
+        waiting = doc.add_periodic_callback(reload_when_gpus_appear, GPU_WAIT_CHECK_MS)
         return
-    _show_component(doc, page, sources, make_component)
+    _show_component(doc, page, make_component)
 
 
 GPU_WAIT_CHECK_MS = 1000
 
 
-def _show_component(doc: Document, page: Column, sources: DashboardSources,
-                    make_component: Callable[[DashboardSources], Component]) -> None:
-    component = make_component(sources)
-    metrics, history = sources.metrics, sources.metrics.history
-    component.update(history.window(component.window_s))
-    last_seq = history.last_seq
-
-    def push_new_samples() -> None:
-        nonlocal last_seq
-        new = history.since(last_seq)
-        if new:
-            last_seq = new[-1].seq
-            component.update(new)
-
-    # One periodic callback per page, at the sampling interval. Pushing every page the moment
-    # a sample lands was measured too (benchmarks/README.md): it lowers median latency but
-    # wakes all pages in one burst, which at 64 pages delays everything else on the event
-    # loop (p99 654 ms vs 207 ms). Independent callbacks spread the work over the tick.
-    doc.add_periodic_callback(push_new_samples, max(50, int(metrics.interval_s * 1000)))
+def _show_component(doc: Document, page: Column,
+                    make_component: Callable[[], Component]) -> None:
+    component = make_component()
+    if component.live is not None:
+        attach(doc, component.live)
+    if isinstance(component, Refreshing):
+        component.refresh()
+        doc.add_periodic_callback(component.refresh, component.refresh_ms)
     page.children.append(component.root)

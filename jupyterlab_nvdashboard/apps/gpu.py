@@ -6,10 +6,10 @@ from ..metrics import GpuFacts, GpuReading, Metrics
 from .components import (
     GB,
     BarMetric,
+    BarsFeed,
     Panel,
-    PerGpuBars,
     Series,
-    Timeline,
+    TimelineFeed,
     format_gb,
     format_gb_per_s,
     format_pct,
@@ -19,39 +19,30 @@ from .components import (
     scaled,
 )
 
-# Two minutes: long enough to see a job's phases, short enough that a browser redraws a
-# timeline five times a second cheaply (measured in benchmarks/dashboard_overhead.py).
-TIMELINE_WINDOW_S = 120.0
-
-
-def timeline_window(metrics: Metrics, seconds: float = TIMELINE_WINDOW_S) -> float:
-    """A timeline's span: ``seconds``, or the whole history if that is shorter."""
-    return min(seconds, metrics.history_s)
-
 
 def _percent_scale(_: GpuFacts) -> float:
     return 100.0
 
 
-def gpu_utilization(metrics: Metrics) -> PerGpuBars:
+def gpu_utilization(metrics: Metrics) -> BarsFeed:
     def read(reading: GpuReading) -> float | None:
         return reading.utilization_pct
 
     metric = BarMetric("utilization", read, _percent_scale,
                        lambda reading, _: format_pct(reading.utilization_pct))
-    return PerGpuBars(metrics.facts, [metric], "GPU utilization (%)")
+    return BarsFeed(tuple(metrics.facts), (metric,), "GPU utilization (%)")
 
 
-def gpu_memory(metrics: Metrics) -> PerGpuBars:
+def gpu_memory(metrics: Metrics) -> BarsFeed:
     def describe(reading: GpuReading, facts: GpuFacts) -> str:
         return f"{format_gb(reading.memory_used_bytes)} of {format_gb(facts.memory_total_bytes)}"
 
     metric = BarMetric("memory", lambda r: r.memory_used_bytes,
                        lambda facts: facts.memory_total_bytes, describe)
-    return PerGpuBars(metrics.facts, [metric], "Memory used (% of each GPU's own total)")
+    return BarsFeed(tuple(metrics.facts), (metric,), "Memory used (% of each GPU's own total)")
 
 
-def _throughput_bars(metrics: Metrics, kind: str) -> PerGpuBars:
+def _throughput_bars(metrics: Metrics, kind: str) -> BarsFeed:
     def full_scale(facts: GpuFacts) -> float | None:
         return getattr(facts, f"{kind}_max_bytes_per_s")
 
@@ -70,15 +61,15 @@ def _throughput_bars(metrics: Metrics, kind: str) -> PerGpuBars:
 
         bars.append(BarMetric(direction.upper(), read, full_scale, describe))
     name = "PCIe" if kind == "pcie" else "NVLink"
-    return PerGpuBars(metrics.facts, bars,
-                      f"{name} throughput (% of each GPU's own maximum; labels in GB/s)")
+    return BarsFeed(tuple(metrics.facts), tuple(bars),
+                    f"{name} throughput (% of each GPU's own maximum; labels in GB/s)")
 
 
-def pcie_throughput(metrics: Metrics) -> PerGpuBars:
+def pcie_throughput(metrics: Metrics) -> BarsFeed:
     return _throughput_bars(metrics, "pcie")
 
 
-def nvlink_throughput(metrics: Metrics) -> PerGpuBars:
+def nvlink_throughput(metrics: Metrics) -> BarsFeed:
     return _throughput_bars(metrics, "nvlink")
 
 
@@ -99,24 +90,27 @@ def _total_series(kind: str) -> list[Series]:
     ]
 
 
-def gpu_resources(metrics: Metrics) -> Timeline:
+def gpu_resources(metrics: Metrics) -> TimelineFeed:
     panels = [
         Panel("GPU utilization", "Utilization (%)",
-              _per_gpu_series(metrics, "utilization", "utilization_pct"), y_max=100),
+              _per_gpu_series(metrics, "utilization", "utilization_pct"), y_max=100, unit="%"),
         Panel("GPU memory used", "Memory (GB)",
-              _per_gpu_series(metrics, "memory", "memory_used_bytes", GB)),
-        Panel("PCIe throughput", "Throughput (GB/s)", _total_series("pcie")),
+              _per_gpu_series(metrics, "memory", "memory_used_bytes", GB), unit="GB"),
+        Panel("PCIe throughput", "Throughput (GB/s)", _total_series("pcie"), unit="GB/s"),
     ]
     if metrics.has_nvlink:
-        panels.append(Panel("NVLink throughput", "Throughput (GB/s)", _total_series("nvlink")))
-    return Timeline(panels, timeline_window(metrics), metrics.interval_s)
+        panels.append(Panel("NVLink throughput", "Throughput (GB/s)", _total_series("nvlink"),
+                            unit="GB/s"))
+    return TimelineFeed(tuple(panels))
 
 
-def nvlink_timeline(metrics: Metrics) -> Timeline:
-    panels = [
+def nvlink_timeline(metrics: Metrics) -> TimelineFeed:
+    panels = (
         Panel("NVLink TX", "Throughput (GB/s)",
-              _per_gpu_series(metrics, "nvlink_tx", "nvlink_tx_bytes_per_s", GB, suffix=" TX")),
+              _per_gpu_series(metrics, "nvlink_tx", "nvlink_tx_bytes_per_s", GB, suffix=" TX"),
+              unit="GB/s"),
         Panel("NVLink RX", "Throughput (GB/s)",
-              _per_gpu_series(metrics, "nvlink_rx", "nvlink_rx_bytes_per_s", GB, suffix=" RX")),
-    ]
-    return Timeline(panels, timeline_window(metrics), metrics.interval_s)
+              _per_gpu_series(metrics, "nvlink_rx", "nvlink_rx_bytes_per_s", GB, suffix=" RX"),
+              unit="GB/s"),
+    )
+    return TimelineFeed(panels)

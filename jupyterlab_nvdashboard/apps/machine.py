@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..metrics import Metrics, Sample
-from .components import GB, MB, Panel, Series, Timeline, scaled
-from .gpu import timeline_window
+from .components import GB, MB, Panel, Series, TimelineFeed, scaled
 
 
 def _host(attribute: str) -> Callable[[Sample], float | None]:
@@ -17,19 +16,20 @@ def _host(attribute: str) -> Callable[[Sample], float | None]:
     return read
 
 
-def machine_resources(metrics: Metrics) -> Timeline:
-    panels = [
+def machine_resources(metrics: Metrics) -> TimelineFeed:
+    panels = (
         Panel("CPU", "CPU (% of all cores)", [Series("cpu", "CPU", "#1f77b4", _host("cpu_pct"))],
-              y_max=100),
+              y_max=100, unit="%"),
         Panel("Memory", "Memory used (GB)",
-              [Series("memory", "used", "#2ca02c", scaled(_host("memory_used_bytes"), GB))]),
+              [Series("memory", "used", "#2ca02c", scaled(_host("memory_used_bytes"), GB))],
+              unit="GB"),
         Panel("Disk", "Throughput (MB/s)", [
             Series("disk_read", "read", "#9467bd", scaled(_host("disk_read_bytes_per_s"), MB)),
             Series("disk_write", "write", "#8c564b", scaled(_host("disk_write_bytes_per_s"), MB)),
-        ]),
+        ], unit="MB/s"),
         Panel("Network", "Throughput (MB/s)", [
             Series("net_recv", "received", "#17becf", scaled(_host("net_recv_bytes_per_s"), MB)),
             Series("net_sent", "sent", "#e377c2", scaled(_host("net_sent_bytes_per_s"), MB)),
-        ]),
-    ]
-    return Timeline(panels, timeline_window(metrics), metrics.interval_s)
+        ], unit="MB/s"),
+    )
+    return TimelineFeed(panels)

@@ -1,4 +1,5 @@
-"""The single list of dashboards. Bokeh routes, ``/index.json`` and ``/`` come from it."""
+"""The single list of dashboards. Bokeh routes, ``/index.json``, ``/`` and the stream
+sockets all come from it."""
 
 from __future__ import annotations
 
@@ -6,27 +7,33 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..metrics import Metrics
+from ..stream.broadcaster import Feed
 from . import gpu, machine, workload
+from .components import BarsFeed, PerGpuBars, Timeline, TimelineFeed, timeline_windows
 from .document import Component
 from .sources import DashboardSources
+
+
+def standard_view(sources: DashboardSources, feed: Feed | None) -> Component:
+    """Bars for a ``BarsFeed``, stacked timelines for a ``TimelineFeed``."""
+    metrics = sources.metrics
+    if isinstance(feed, BarsFeed):
+        return PerGpuBars(feed)
+    assert isinstance(feed, TimelineFeed), "a standard view draws a feed"
+    return Timeline(feed, timeline_windows(metrics.history_s), metrics.interval_s)
 
 
 @dataclass(frozen=True)
 class Route:
     path: str
     title: str
-    make_component: Callable[[DashboardSources], Component]
+    # What the page streams (built once per set of devices, shared by all its pages).
+    make_feed: Callable[[Metrics], Feed]
+    make_view: Callable[[DashboardSources, Feed | None], Component] = standard_view
     needs_gpu: bool = True  # without a GPU the page shows the "no GPU" notice instead
     shows_gpu: bool = True  # draws GPU readings, so simulate mode labels it SIMULATED
     # Whether this machine can fill the dashboard; routes that cannot are left out of the index.
     available: Callable[[DashboardSources], bool] = lambda sources: bool(sources.metrics.facts)
-
-
-def _reads_metrics(
-    factory: Callable[[Metrics], Component],
-) -> Callable[[DashboardSources], Component]:
-    """A dashboard that reads the metrics alone."""
-    return lambda sources: factory(sources.metrics)
 
 
 def _has_nvlink(sources: DashboardSources) -> bool:
@@ -34,21 +41,44 @@ def _has_nvlink(sources: DashboardSources) -> bool:
 
 
 ROUTES: tuple[Route, ...] = (
-    Route("/GPU-Utilization", "GPU Utilization", _reads_metrics(gpu.gpu_utilization)),
-    Route("/GPU-Memory", "GPU Memory", _reads_metrics(gpu.gpu_memory)),
-    Route("/GPU-Resources", "GPU Resources", _reads_metrics(gpu.gpu_resources)),
-    Route("/PCIe-Throughput", "PCIe Throughput", _reads_metrics(gpu.pcie_throughput)),
-    Route("/NVLink-Throughput", "NVLink Throughput", _reads_metrics(gpu.nvlink_throughput),
+    Route("/GPU-Utilization", "GPU Utilization", gpu.gpu_utilization),
+    Route("/GPU-Memory", "GPU Memory", gpu.gpu_memory),
+    Route("/GPU-Resources", "GPU Resources", gpu.gpu_resources),
+    Route("/PCIe-Throughput", "PCIe Throughput", gpu.pcie_throughput),
+    Route("/NVLink-Throughput", "NVLink Throughput", gpu.nvlink_throughput,
           available=_has_nvlink),
-    Route("/NVLink-Timeline", "NVLink Timeline", _reads_metrics(gpu.nvlink_timeline),
-          available=_has_nvlink),
-    Route("/Machine-Resources", "Machine Resources", _reads_metrics(machine.machine_resources),
+    Route("/NVLink-Timeline", "NVLink Timeline", gpu.nvlink_timeline, available=_has_nvlink),
+    Route("/Machine-Resources", "Machine Resources", machine.machine_resources,
           needs_gpu=False, shows_gpu=False, available=lambda sources: True),
-    Route("/Workload", "Embedding Workload", workload.workload_dashboard, needs_gpu=False,
-          available=lambda sources: sources.workload is not None),
+    Route("/Workload", "Embedding Workload", workload.workload_feed, workload.workload_dashboard,
+          needs_gpu=False, available=lambda sources: sources.workload is not None),
 )
+ROUTES_BY_PATH = {route.path: route for route in ROUTES}
 
 
 def available_routes(sources: DashboardSources) -> dict[str, str]:
     """The ``/index.json`` body: route -> title, for the dashboards this machine can fill."""
     return {route.path: route.title for route in ROUTES if route.available(sources)}
+
+
+class RouteFeeds:
+    """Each route's feed, built once per set of devices and shared by every page and the
+    broadcaster, so a page's columns always match the frames it is sent."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self._built: dict[str, tuple[tuple[object, ...], Feed]] = {}
+
+    def __call__(self, path: str) -> Feed | None:
+        route = ROUTES_BY_PATH.get(path)
+        if route is None:
+            return None
+        facts = tuple(self.metrics.facts)
+        if route.needs_gpu and not facts:
+            return None
+        built = self._built.get(path)
+        if built is not None and built[0] == facts:
+            return built[1]
+        feed = route.make_feed(self.metrics)
+        self._built[path] = (facts, feed)
+        return feed

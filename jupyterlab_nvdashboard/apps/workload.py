@@ -26,12 +26,21 @@ from bokeh.models import (
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
-from ..metrics import Sample
+from ..metrics import Metrics, Sample
+from ..stream.broadcaster import Feed
 from ..workload.cli import MAX_ITERATIONS
 from ..workload.config import PATHS, PRESETS
 from ..workload.runs import Run
-from .components import GB, Panel, Series, Timeline, gpu_total, scaled
-from .gpu import timeline_window
+from .components import (
+    GB,
+    Panel,
+    Series,
+    Timeline,
+    TimelineFeed,
+    gpu_total,
+    scaled,
+    timeline_windows,
+)
 from .sources import DashboardSources
 
 SUMMARY_COLUMNS = {
@@ -44,6 +53,7 @@ SUMMARY_COLUMNS = {
 SUMMARY_WIDTHS = (190, 80, 60, 80, 100, 90, 110, 110, 110, 120, 520)
 BUSY_THRESHOLD_PCT = 50.0
 WORKLOAD_WINDOW_S = 600.0  # long enough to compare a few runs side by side
+REFRESH_MS = 1000  # how often the run panel and table look for new events
 STALE_AFTER_S = 60.0
 
 
@@ -130,20 +140,25 @@ def native_baseline(runs: Sequence[Run], preset: str) -> float | None:
 class WorkloadDashboard:
     """Run panel, live iteration-time and GPU timeline, and a per-run summary table."""
 
-    def __init__(self, sources: DashboardSources) -> None:
+    refresh_ms = REFRESH_MS
+
+    def __init__(self, sources: DashboardSources, feed: TimelineFeed) -> None:
         assert sources.workload is not None, "the server starts a WorkloadService"
         metrics = sources.metrics
         self.metrics, self.service = metrics, sources.workload
-        self.window_s = timeline_window(metrics, WORKLOAD_WINDOW_S)
-        self.timeline = Timeline(self._gpu_panels(), self.window_s, metrics.interval_s)
+        # The GPU timeline streams like every other; the run panel and table are this
+        # page's own and refresh from the server.
+        self.timeline = Timeline(feed, timeline_windows(metrics.history_s), metrics.interval_s,
+                                 default_window_s=WORKLOAD_WINDOW_S) if feed.panels else None
+        self.live = self.timeline.live if self.timeline else None
         self.iterations = ColumnDataSource({"time": [], "ms": [], "run": [], "color": []})
         self.summary = ColumnDataSource({key: [] for key in SUMMARY_COLUMNS})
         self._sent: dict[str, int] = {}
         self._seen_version = -1
-        self._ticks = 0
 
+        shared_x = {"x_range": self.timeline.x_range} if self.timeline else {}
         steps = figure(title="Iteration time of recent runs", x_axis_type="datetime",
-                       x_range=self.timeline.x_range, y_axis_label="ms per iteration",
+                       **shared_x, y_axis_label="ms per iteration",
                        height=220, sizing_mode="stretch_width", toolbar_location=None,
                        tools="")
         steps.scatter("time", "ms", color="color", legend_field="run", size=5,
@@ -171,21 +186,9 @@ class WorkloadDashboard:
                                    for (key, title), width in zip(SUMMARY_COLUMNS.items(),
                                                                   SUMMARY_WIDTHS, strict=True)])
         self.root = column(row(self.path, self.preset, self.count, self.device, start, stop),
-                           self.status, steps, self.timeline.root, table,
+                           self.status, steps,
+                           *([self.timeline.root] if self.timeline else []), table,
                            sizing_mode="stretch_width")
-
-    def _gpu_panels(self) -> list[Panel]:
-        if not self.metrics.facts:
-            return []
-        return [
-            Panel("GPU utilization (mean of GPUs)", "Utilization (%)",
-                  [Series("gpu_util", "all GPUs", "#2ca02c", mean_utilization)], y_max=100),
-            Panel("GPU memory used", "Memory (GB)", [Series(
-                "gpu_memory", "all GPUs", "#9467bd",
-                scaled(gpu_total(lambda r: r.memory_used_bytes), GB))]),
-            Panel("PCIe throughput", "Throughput (GB/s)",
-                  [Series("pcie", "TX+RX, all GPUs", "#1f77b4", scaled(_pcie_total, GB))]),
-        ]
 
     def _say(self, text: str) -> None:
         self.status.text = f"<span>{html.escape(text)}</span>"
@@ -201,13 +204,11 @@ class WorkloadDashboard:
     def _stop(self) -> None:
         self._say(self.service.launcher.stop())
 
-    def update(self, samples: list[Sample]) -> None:
-        self.timeline.update(samples)
-        self._ticks += 1
+    def refresh(self) -> None:
         version = self.service.watcher.version
         running = self.service.launcher.running
-        # Recompute the table when runs changed, and about once a second while one runs.
-        if version == self._seen_version and not (running and self._ticks % 5 == 0):
+        # Recompute the table when runs changed, and on every refresh while one runs.
+        if version == self._seen_version and not running:
             return
         self._seen_version = version
         runs = self.service.watcher.runs()
@@ -253,5 +254,26 @@ class WorkloadDashboard:
             self.table.tags = [self.table.tags[0] + 1 if self.table.tags else 1]
 
 
-def workload_dashboard(sources: DashboardSources) -> WorkloadDashboard:
-    return WorkloadDashboard(sources)
+def _gpu_panels(metrics: Metrics) -> list[Panel]:
+    if not metrics.facts:
+        return []
+    return [
+        Panel("GPU utilization (mean of GPUs)", "Utilization (%)",
+              [Series("gpu_util", "all GPUs", "#2ca02c", mean_utilization)], y_max=100,
+              unit="%"),
+        Panel("GPU memory used", "Memory (GB)", [Series(
+            "gpu_memory", "all GPUs", "#9467bd",
+            scaled(gpu_total(lambda r: r.memory_used_bytes), GB))], unit="GB"),
+        Panel("PCIe throughput", "Throughput (GB/s)",
+              [Series("pcie", "TX+RX, all GPUs", "#1f77b4", scaled(_pcie_total, GB))],
+              unit="GB/s"),
+    ]
+
+
+def workload_feed(metrics: Metrics) -> TimelineFeed:
+    return TimelineFeed(tuple(_gpu_panels(metrics)))
+
+
+def workload_dashboard(sources: DashboardSources, feed: Feed | None) -> WorkloadDashboard:
+    assert isinstance(feed, TimelineFeed), "the workload's feed is its GPU timeline"
+    return WorkloadDashboard(sources, feed)

@@ -95,5 +95,5 @@ def create_metrics(
     else:
         nvml = NvmlReader(**cuda)
     history = History(config.history_length)
-    sampler = Sampler(nvml, HostReader(), history, config.interval_s)
+    sampler = Sampler(nvml, HostReader(), history, config.interval_s, config.idle_interval_s)
     return Metrics(sampler, simulator)

@@ -12,6 +12,12 @@ look fresh. Dashboards never touch hardware: they
 ask the history for ``since(seq)`` and stream what is new, so N open tabs cost the same
 NVML calls as one. Sleep is drift-corrected against the monotonic clock; a tick that runs
 late skips ahead instead of bunching samples together.
+
+With nobody watching (``set_idle(True)``, decided by the server), all three threads slow to
+``idle_interval_s``; the history keeps filling, at a lower rate. ``set_idle(False)`` wakes
+them at once, so the first viewer sees fast ticks within one idle interval at worst.
+Listeners (``History.add_listener``) hear of every sample as it is appended: the server
+publishes new rows to open pages from there, without polling.
 """
 
 from __future__ import annotations
@@ -55,6 +61,11 @@ class History:
         self._samples: deque[Sample] = deque(maxlen=max_samples)
         self._lock = threading.Lock()
         self._next_seq = 0
+        self._listeners: list[Callable[[Sample], None]] = []
+
+    def add_listener(self, listener: Callable[[Sample], None]) -> None:
+        """Call ``listener(sample)`` after each append, on the appending thread; keep it short."""
+        self._listeners.append(listener)
 
     def append(self, time_s: float, gpus: tuple[GpuReading, ...], host: HostReading,
                gpu_age_s: float | None = 0.0) -> Sample:
@@ -62,6 +73,11 @@ class History:
             sample = Sample(self._next_seq, time_s, gpus, host, gpu_age_s)
             self._next_seq += 1
             self._samples.append(sample)
+        for listener in self._listeners:
+            try:
+                listener(sample)
+            except Exception:  # a broken listener must not stop the sampler
+                log.exception("history listener failed")
         return sample
 
     def since(self, seq: int) -> list[Sample]:
@@ -106,7 +122,7 @@ def _stale(readings: tuple[GpuReading, ...]) -> tuple[GpuReading, ...]:
 
 
 def _sleep_until_next(
-    deadline: float, interval_s: float, stop: threading.Event
+    deadline: float, interval_s: float, wake: threading.Event
 ) -> tuple[float, int]:
     """Drift-corrected wait; returns the next deadline and how many ticks were skipped."""
     deadline += interval_s
@@ -116,7 +132,7 @@ def _sleep_until_next(
         missed = int(-delay // interval_s) + 1
         deadline += missed * interval_s
         delay = deadline - time.monotonic()
-    stop.wait(max(0.0, delay))
+    wake.wait(max(0.0, delay))
     return deadline, missed
 
 
@@ -124,13 +140,15 @@ class Sampler:
     """Owns the threads that read hardware: one GPU reader and one tick thread."""
 
     def __init__(
-        self, nvml: NvmlReader, host: HostReader, history: History, interval_s: float
+        self, nvml: NvmlReader, host: HostReader, history: History, interval_s: float,
+        idle_interval_s: float | None = None,
     ) -> None:
         self.nvml, self.host, self.history = nvml, host, history
         self.interval_s = interval_s
-        # GPU readings older than this are recorded as not available.
-        self.stale_after_s = max(3 * interval_s, 1.0)
+        self.idle_interval_s = max(interval_s, idle_interval_s or interval_s)
+        self.idle = False
         self._stop = threading.Event()
+        self._wakes: list[threading.Event] = []
         self._thread: threading.Thread | None = None
         self._gpu_thread: threading.Thread | None = None
         self._gpu_lock = threading.Lock()
@@ -142,6 +160,24 @@ class Sampler:
         self.late_ticks = 0
         self.gpu_reads = 0
         self.late_gpu_reads = 0
+
+    @property
+    def current_interval_s(self) -> float:
+        return self.idle_interval_s if self.idle else self.interval_s
+
+    @property
+    def stale_after_s(self) -> float:
+        """GPU readings older than this are recorded as not available."""
+        return max(3 * self.current_interval_s, 1.0)
+
+    def set_idle(self, idle: bool) -> None:
+        """Slow down with nobody watching; speed up (at once) when somebody is."""
+        if idle == self.idle:
+            return
+        self.idle = idle
+        if not idle:
+            for wake in self._wakes:
+                wake.set()
 
     def read_gpus(self) -> tuple[GpuReading, ...]:
         """One NVML pass (retrying a failed init when due); stores it as the latest."""
@@ -186,7 +222,7 @@ class Sampler:
         return self.history.append(started, gpus, host, age)
 
     def _repeat(self, step: Callable[[], object], late_counter: str | None,
-                interval_s: float | None = None) -> None:
+                interval_s: Callable[[], float], wake: threading.Event) -> None:
         """Run ``step`` once per interval until stopped, counting skipped intervals."""
         deadline = time.monotonic()
         while not self._stop.is_set():
@@ -194,37 +230,42 @@ class Sampler:
                 step()
             except Exception:  # a bug in one reading must not end the dashboards
                 log.exception("%s failed", getattr(step, "__name__", "sampler step"))
-            deadline, missed = _sleep_until_next(deadline, interval_s or self.interval_s,
-                                                 self._stop)
+            deadline, missed = _sleep_until_next(deadline, interval_s(), wake)
+            if wake.is_set():  # woken (a viewer arrived, or stop): run now, on a new schedule
+                wake.clear()
+                deadline, missed = time.monotonic(), 0
             if late_counter:
                 setattr(self, late_counter, getattr(self, late_counter) + missed)
 
-    def _run_slow(self) -> None:
-        self._repeat(self.read_slow, None, self.slow_interval_s)
-
-    def _run_gpu_reader(self) -> None:
-        self._repeat(self.read_gpus, "late_gpu_reads")
-
-    def _run(self) -> None:
-        self._repeat(self.tick, "late_ticks")
+    def _thread_for(self, name: str, step: Callable[[], object], late_counter: str | None,
+                    interval_s: Callable[[], float]) -> threading.Thread:
+        wake = threading.Event()
+        self._wakes.append(wake)
+        return threading.Thread(target=self._repeat, args=(step, late_counter, interval_s, wake),
+                                name=name, daemon=True)
 
     def start(self) -> None:
         if self._thread is None:
             self._stop.clear()
+            self._wakes.clear()
             self.nvml.ensure_initialized()
             self.read_gpus()  # the first sample already has GPU readings
-            self._gpu_thread = threading.Thread(target=self._run_gpu_reader,
-                                                name="nvdashboard-gpu-reader", daemon=True)
-            self._thread = threading.Thread(target=self._run, name="nvdashboard-sampler",
-                                            daemon=True)
-            self._slow_thread = threading.Thread(target=self._run_slow,
-                                                 name="nvdashboard-slow-reader", daemon=True)
+            current = lambda: self.current_interval_s  # noqa: E731
+            self._gpu_thread = self._thread_for("nvdashboard-gpu-reader", self.read_gpus,
+                                                "late_gpu_reads", current)
+            self._thread = self._thread_for("nvdashboard-sampler", self.tick, "late_ticks",
+                                            current)
+            self._slow_thread = self._thread_for(
+                "nvdashboard-slow-reader", self.read_slow, None,
+                lambda: max(self.slow_interval_s, self.current_interval_s))
             self._slow_thread.start()
             self._gpu_thread.start()
             self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
+        for wake in self._wakes:
+            wake.set()
         for thread in (self._thread, self._gpu_thread, self._slow_thread):
             if thread is not None:
                 thread.join(timeout_s)

@@ -1,0 +1,56 @@
+"""The page's side of the broadcast path: a script that streams frames into a view.
+
+``attach(doc, view)`` adds one ``CustomJS`` (``live_client.js``) that runs when the page's
+document is ready. It opens ``<page>/stream`` (``stream/broadcaster.py``), decodes each
+binary frame and streams its rows into the view's source with ``{sync: false}``, so nothing
+goes back to the server; it moves the axes, fills in the legends' current values, follows
+the window picker, closes the socket while the page is hidden and catches up from
+``since`` when it is shown again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bokeh.document import Document
+from bokeh.events import DocumentReady
+from bokeh.models import ColumnDataSource, CustomJS, Div, RadioButtonGroup, Range1d
+
+CLIENT_JS = (Path(__file__).with_name("live_client.js")).read_text()
+
+
+@dataclass
+class LiveView:
+    """What the page's script needs to know of one component."""
+
+    source: ColumnDataSource
+    x_range: Range1d | None = None  # None: the rows replace the picture (bars)
+    following: Sequence[tuple[Range1d, list[str]]] = ()  # y-ranges that follow these series
+    headings: Sequence[tuple[Div, str]] = ()  # legend Divs and their {value:KEY} templates
+    picker: RadioButtonGroup | None = None
+    windows_s: Sequence[float] = ()
+    window_s: float | None = None
+    units: dict[str, str] = field(default_factory=dict)
+    rollover: dict[str, int] = field(default_factory=dict)  # rows kept, per window
+
+
+def attach(doc: Document, view: LiveView) -> None:
+    """Stream ``view`` from this page's ``/stream`` socket once the page is ready."""
+    spec = {
+        "mode": "replace" if view.x_range is None else "append",
+        "windows": list(view.windows_s),
+        "window": view.window_s,
+        "units": view.units,
+        "rollover": view.rollover,
+        "templates": [template for _, template in view.headings],
+        "following_keys": [keys for _, keys in view.following],
+    }
+    args = {
+        "source": view.source, "x_range": view.x_range,
+        "following": [y_range for y_range, _ in view.following],
+        "headings": [div for div, _ in view.headings],
+        "picker": view.picker, "spec": spec,
+    }
+    doc.js_on_event(DocumentReady, CustomJS(args=args, code=CLIENT_JS))

@@ -1,0 +1,291 @@
+"""One encode per tick per route family, the same bytes written to every subscribed page.
+
+A *family* is a route and a window: ``/GPU-Resources`` drawn over 2 minutes is one family,
+over 30 minutes another. Each family remembers the last sequence number it published.
+When the sampler appends a sample, ``publish()`` runs on the event loop; each family with
+subscribers reads the new samples from the history, encodes one frame
+(``stream/frames.py``) and writes it to each of its sockets. A family with nobody watching
+costs nothing. Families over long windows publish min/max buckets
+(``stream/downsample.py``) as each bucket closes instead of every sample.
+
+A page subscribes through ``<route>/stream?since=SEQ&window=SECONDS``. Its first frame is a
+catch-up, encoded for it alone, that takes it from ``since`` to where its family is, so a
+reconnect neither loses nor repeats a row; ``since=-1`` (or a ``since`` the history no
+longer holds) gets the whole window with ``reset``.
+
+Tornado buffers writes without bound, so each socket may have at most
+``MAX_PENDING_FRAMES`` frames not yet handed to the kernel; a page further behind is
+disconnected (it reconnects with ``since`` and catches up in one frame) and counted in
+``dropped_slow``. The kernel's send buffer for these sockets is kept small for the same
+reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tornado.ioloop import IOLoop
+from tornado.web import HTTPError
+from tornado.websocket import WebSocketClosedError, WebSocketHandler
+
+from ..metrics import History, Sample
+from .downsample import bucket_seconds, complete_buckets, min_max
+from .frames import Rows, encode
+
+log = logging.getLogger(__name__)
+
+# About 1.6 s of ticks at the default 200 ms: a page that far behind is dropped.
+MAX_PENDING_FRAMES = 8
+SEND_BUFFER_BYTES = 64 * 1024
+# Close code a page sees when the server's layout changed (a GPU appeared): it reloads.
+CLOSE_LAYOUT_CHANGED = 4000
+CLOSE_TOO_SLOW = 4001
+
+
+class Feed(Protocol):
+    """What a dashboard streams: rows computed from samples, the same for every page."""
+
+    # "append": rows are new samples (a timeline); "replace": rows are the whole picture
+    # drawn from the newest sample (bars).
+    mode: str
+
+    def rows(self, samples: Sequence[Sample]) -> Rows: ...
+
+
+TIME_KEY = "time"  # epoch milliseconds, the x column of every appended row
+
+
+class Subscriber(Protocol):
+    def send(self, frame: bytes) -> None: ...
+
+    def close(self, code: int | None = None, reason: str | None = None) -> None: ...
+
+
+@dataclass
+class Family:
+    route: str
+    window_s: float
+    feed: Feed
+    bucket_s: float  # 0: every sample
+    seq: int = -1  # the last sequence number published to this family's pages
+    subscribers: set[Subscriber] = field(default_factory=set)
+
+    def _publishable(self, samples: list[Sample]) -> list[Sample]:
+        """The samples whose rows can go out now (oldest first)."""
+        if self.feed.mode == "replace":
+            return samples[-1:]
+        if self.bucket_s:  # a bucket goes out once a later sample has closed it
+            return samples[:complete_buckets([s.time_s for s in samples], self.bucket_s)]
+        return samples
+
+    def _rows(self, samples: list[Sample]) -> Rows:
+        rows = self.feed.rows(samples)
+        return min_max(rows, TIME_KEY, self.bucket_s) if self.bucket_s else rows
+
+    def start(self, history: History) -> None:
+        """Position a family that had no pages at the newest sample it can publish."""
+        window = history.window(self.window_s)
+        publishable = self._publishable(window)
+        if publishable:
+            self.seq = publishable[-1].seq
+        else:  # nothing closed yet: everything from the window's start is still to come
+            self.seq = window[0].seq - 1 if window else history.last_seq
+
+    def catch_up(self, history: History, since: int) -> bytes:
+        """A frame that takes a page from ``since`` to this family's position."""
+        window = [s for s in history.window(self.window_s) if s.seq <= self.seq]
+        reset = (self.feed.mode == "replace" or since < 0 or since > self.seq
+                 or not window or since < window[0].seq - 1)
+        if self.feed.mode == "replace":
+            samples = window[-1:]
+        else:  # everything up to self.seq is published already, closed buckets included
+            samples = window if reset else [s for s in window if s.seq > since]
+        rows = self._rows(samples) if samples else Rows({})
+        return encode(rows, -1 if reset else since, self.seq, reset)
+
+    def advance(self, history: History) -> bytes | None:
+        """The frame for what is new since the last one, or None when nothing is."""
+        new = history.since(self.seq)
+        if not new:
+            return None
+        # A family that fell behind the history's start starts over from the window.
+        reset = new[0].seq != self.seq + 1
+        if reset:
+            new = history.window(self.window_s)
+        publishable = self._publishable(new)
+        if not publishable:
+            return None
+        frame = encode(self._rows(publishable), -1 if reset else self.seq,
+                       publishable[-1].seq, reset)
+        self.seq = publishable[-1].seq
+        return frame
+
+
+@dataclass
+class BroadcastStats:
+    """Counters for tests and benchmarks (``/info.json`` shows them)."""
+
+    encodes: dict[str, int] = field(default_factory=dict)  # per family, live frames only
+    catch_ups: int = 0
+    publishes: int = 0
+    frames_sent: int = 0
+    dropped_slow: int = 0
+    max_pending_frames: int = 0
+
+
+class Broadcaster:
+    """The families of every streamed route and their subscribers; lives on the event loop."""
+
+    def __init__(self, history: History, interval_s: float,
+                 feed_for: Callable[[str], Feed | None],
+                 windows_s: Sequence[float]) -> None:
+        self.history, self.interval_s = history, interval_s
+        self.feed_for = feed_for
+        self.windows_s = tuple(windows_s)
+        self.families: dict[tuple[str, float], Family] = {}
+        self.stats = BroadcastStats()
+        self.io_loop: IOLoop | None = None
+        # Called with the number of subscribers whenever it changes (idle tracking).
+        self.on_viewers_changed: Callable[[int], None] = lambda count: None
+
+    @property
+    def subscribers(self) -> int:
+        return sum(len(family.subscribers) for family in self.families.values())
+
+    def attach(self, io_loop: IOLoop) -> None:
+        """Publish on ``io_loop`` whenever the sampler appends (called from any thread)."""
+        self.io_loop = io_loop
+        self.history.add_listener(lambda sample: io_loop.add_callback(self.publish))
+
+    def family_key(self, feed: Feed, window_s: float | None) -> float:
+        if feed.mode == "replace":
+            return 0.0
+        if window_s is None:
+            return self.windows_s[0]
+        if window_s not in self.windows_s:
+            raise ValueError(f"window must be one of {', '.join(map(str, self.windows_s))}")
+        return window_s
+
+    def subscribe(self, route: str, window_s: float | None, since: int,
+                  subscriber: Subscriber) -> bytes:
+        """Add a page to its family; returns its catch-up frame. ValueError: bad request."""
+        feed = self.feed_for(route)
+        if feed is None:
+            raise ValueError(f"{route} has no live data on this machine")
+        key = (route, self.family_key(feed, window_s))
+        family = self.families.get(key)
+        if family is None or family.feed is not feed:
+            if family is not None:
+                self._close_all(family, CLOSE_LAYOUT_CHANGED, "dashboard layout changed")
+            bucket_s = 0.0 if feed.mode == "replace" else bucket_seconds(key[1], self.interval_s)
+            family = self.families[key] = Family(route, key[1], feed, bucket_s)
+        if not family.subscribers:
+            family.start(self.history)
+        frame = family.catch_up(self.history, since)
+        self.stats.catch_ups += 1
+        family.subscribers.add(subscriber)
+        self.on_viewers_changed(self.subscribers)
+        return frame
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        for family in self.families.values():
+            family.subscribers.discard(subscriber)
+        self.on_viewers_changed(self.subscribers)
+
+    def publish(self) -> None:
+        """Encode each watched family's new rows once and send them to all its pages."""
+        self.stats.publishes += 1
+        for family in list(self.families.values()):
+            if not family.subscribers:
+                continue
+            if self.feed_for(family.route) is not family.feed:
+                self._close_all(family, CLOSE_LAYOUT_CHANGED, "dashboard layout changed")
+                continue
+            frame = family.advance(self.history)
+            if frame is None:
+                continue
+            name = f"{family.route}@{family.window_s:g}s"
+            self.stats.encodes[name] = self.stats.encodes.get(name, 0) + 1
+            for subscriber in list(family.subscribers):
+                subscriber.send(frame)
+                self.stats.frames_sent += 1
+
+    def _close_all(self, family: Family, code: int, reason: str) -> None:
+        for subscriber in list(family.subscribers):
+            subscriber.close(code, reason)
+        family.subscribers.clear()
+        self.on_viewers_changed(self.subscribers)
+
+
+class StreamSocket(WebSocketHandler):
+    """``<route>/stream``: binary frames for one page, same origin rules as Bokeh's ``/ws``."""
+
+    def initialize(self, route: str, broadcaster: Broadcaster,
+                   allows: Callable[[Any], bool] = lambda handler: True) -> None:
+        self.route, self.broadcaster, self.allows = route, broadcaster, allows
+        self.pending = 0
+        self.subscribed = False
+
+    def check_origin(self, origin: str) -> bool:
+        # The same allow-list, and the same check, as Bokeh's own websocket.
+        from bokeh.server.views.ws import WSHandler
+
+        return WSHandler.check_origin(self, origin)  # type: ignore[arg-type]
+
+    async def get(self, *args: Any, **kwargs: Any) -> None:
+        if not self.allows(self):
+            raise HTTPError(403)
+        await super().get(*args, **kwargs)
+
+    def open(self, *args: str, **kwargs: str) -> None:
+        try:
+            since = int(self.get_argument("since", "-1"))
+            window_text = self.get_argument("window", "")
+            window_s = float(window_text) if window_text else None
+            frame = self.broadcaster.subscribe(self.route, window_s, since, self)
+        except ValueError as error:
+            self.close(1008, str(error)[:120])
+            return
+        self.subscribed = True
+        self._limit_send_buffer()
+        self.send(frame)
+
+    def _limit_send_buffer(self) -> None:
+        stream = getattr(self.ws_connection, "stream", None)
+        sock = getattr(stream, "socket", None)
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6, socket.AF_UNIX):
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+            except OSError:
+                pass
+
+    def send(self, frame: bytes) -> None:
+        if self.pending >= MAX_PENDING_FRAMES:
+            self.broadcaster.stats.dropped_slow += 1
+            self.broadcaster.unsubscribe(self)
+            self.close(CLOSE_TOO_SLOW, "too far behind")
+            return
+        try:
+            written = self.write_message(frame, binary=True)
+        except WebSocketClosedError:
+            self.broadcaster.unsubscribe(self)
+            return
+        self.pending += 1
+        stats = self.broadcaster.stats
+        stats.max_pending_frames = max(stats.max_pending_frames, self.pending)
+        written.add_done_callback(self._written)
+
+    def _written(self, _: object) -> None:
+        self.pending -= 1
+
+    def on_message(self, message: str | bytes) -> None:
+        # Pages never talk on this socket; anything they send is ignored.
+        pass
+
+    def on_close(self) -> None:
+        if self.subscribed:
+            self.broadcaster.unsubscribe(self)
