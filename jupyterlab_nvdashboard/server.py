@@ -286,6 +286,7 @@ def make_server(config: Config, sources: DashboardSources,
     )
     live_sessions.server = server
     broadcaster.attach(server.io_loop)
+    server.broadcaster = broadcaster  # type: ignore[attr-defined]  # for tests and benchmarks
     watch = ViewerWatch(metrics, broadcaster, live_sessions, config.idle_exit_s)
     server.io_loop.add_callback(watch.start)
     return server

@@ -7,7 +7,6 @@ the right metrics as not available with the right reasons, and stream live rows.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -19,8 +18,8 @@ from jupyterlab_nvdashboard.metrics import SimulatedNvml
 from jupyterlab_nvdashboard.metrics import simulated_binding as binding
 from jupyterlab_nvdashboard.metrics.nvml import MIG_PARENT_UTILIZATION, MIG_PHYSICAL, NvmlReader
 from jupyterlab_nvdashboard.metrics.simulated_profiles import PROFILES
-from tests.support.bokeh_client import open_session, streamed_rows
 from tests.support.servers import get, in_process_server
+from tests.support.stream_client import count_live_frames
 
 NVLINK_ROUTES = {"/NVLink-Throughput", "/NVLink-Timeline"}
 WITH_NVLINK = {"mixed", "h200", "a100-mig", "wrap32", "link-gap"}
@@ -182,13 +181,5 @@ def test_server_on_each_profile(profile: str, caplog: pytest.LogCaptureFixture) 
         for row, device in enumerate(info["devices"]):
             assert set(device["unavailable"]) == set(EXPECTED_UNAVAILABLE[profile].get(row, {}))
 
-        async def rows() -> int:
-            session = await open_session(server.url, "/GPU-Resources")
-            count, deadline = 0, time.monotonic() + 5
-            while count < 3 and time.monotonic() < deadline:
-                count += streamed_rows(await asyncio.wait_for(session.receive(), 5))
-            session.close()
-            return count
-
-        assert asyncio.run(rows()) >= 3
+        assert count_live_frames(server.url, "/GPU-Resources") >= 3
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"

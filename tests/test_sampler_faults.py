@@ -15,8 +15,9 @@ import time
 import pynvml
 
 from jupyterlab_nvdashboard.metrics import SimulatedNvml
-from tests.support.bokeh_client import open_session, streamed_rows
+from tests.support.bokeh_client import open_session
 from tests.support.servers import get, in_process_server
+from tests.support.stream_client import live_frames, open_stream
 
 INTERVAL_S = 0.1
 
@@ -80,21 +81,21 @@ def test_lost_gpu_comes_back_after_reset_and_dashboard_recovers() -> None:
             raise AssertionError("condition not reached")
 
         async def watch() -> tuple[int, int]:
-            session = await open_session(server.url, "/GPU-Resources")
+            page = await open_stream(server.url, "/GPU-Resources")
             server.simulator.lose_gpu(1)
             await asyncio.to_thread(wait_for, lambda s: s.gpus[1].lost)
             lost_seq = history.last_seq
             rows_while_lost = 0
             for _ in range(5):
-                rows_while_lost += streamed_rows(await asyncio.wait_for(session.receive(), 5))
+                rows_while_lost += (await page.receive(5)).header["rows"]
             server.simulator.restore_gpu(1)
             back = await asyncio.to_thread(
                 wait_for, lambda s: not s.gpus[1].lost and s.gpus[1].utilization_pct is not None)
             assert back.seq > lost_seq
             rows_after = 0
             for _ in range(5):
-                rows_after += streamed_rows(await asyncio.wait_for(session.receive(), 5))
-            session.close()
+                rows_after += (await page.receive(5)).header["rows"]
+            page.close()
             return rows_while_lost, rows_after
 
         rows_while_lost, rows_after = asyncio.run(watch())
@@ -111,21 +112,25 @@ def test_nvml_init_fails_first_then_dashboards_fill_themselves() -> None:
                            retry_interval_s=0.5) as server:
         assert json.loads(get(server.url + "/info.json")[1])["nvml_state"] == "driver_not_loaded"
 
-        async def watch() -> tuple[str, int]:
+        async def watch() -> tuple[str, bool]:
             session = await open_session(server.url, "/GPU-Utilization")
             notice = json.dumps(session.document)
-            filled = 0
+            told_to_reload = False
             deadline = time.monotonic() + 10
-            while filled < 3 and time.monotonic() < deadline:
+            while not told_to_reload and time.monotonic() < deadline:
                 message = await asyncio.wait_for(session.receive(), 5)
-                if message.msgtype == "PATCH-DOC" and "GPU 0" in json.dumps(message.content):
-                    filled += 1
+                told_to_reload = (message.msgtype == "PATCH-DOC"
+                                  and "gpus-appeared" in json.dumps(message.content))
             session.close()
-            return notice, filled
+            return notice, told_to_reload
 
-        notice, filled = asyncio.run(watch())
+        notice, told_to_reload = asyncio.run(watch())
         assert "No NVIDIA GPU or driver was found" in notice
-        assert filled >= 1  # the open page replaced its notice with the GPU bars
+        # The open page is told to reload itself (its script reloads on that change); the
+        # reloaded page streams the GPU bars.
+        assert told_to_reload
+        bars = asyncio.run(live_frames(server.url, "/GPU-Utilization", wanted=1))
+        assert bars.frames[-1].rows.text["y"][0].startswith("GPU 0")
         info = json.loads(get(server.url + "/info.json")[1])
         assert info["nvml_state"] == "ok" and info["gpu_count"] == 2
         assert "/GPU-Utilization" in json.loads(get(server.url + "/index.json")[1])

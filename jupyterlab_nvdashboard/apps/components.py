@@ -138,7 +138,7 @@ class PerGpuBars:
             # Reversed so GPU 0 is drawn at the top.
             y_range=FactorRange(*reversed(factors)), x_range=Range1d(0, 100),
             x_axis_label=feed.x_label, sizing_mode="stretch_both", toolbar_location=None,
-            tools="", height=height or max(160, 60 + 40 * len(factors)),
+            tools="", height=height or max(160, 60 + 40 * len(factors)), syncable=False,
         )
         plot.hbar(y="y", right="percent", height=0.8, color="color", source=self.source)
         plot.add_layout(LabelSet(x="percent", y="y", text="text", source=self.source,
@@ -228,9 +228,10 @@ class Timeline:
     """Stacked line charts that share one x-range following the newest sample.
 
     Nothing here changes after the page is built: the page's script streams rows into
-    ``source`` and moves the ranges itself. The ranges are ``Range1d`` marked unsyncable,
-    so moving them sends nothing back to the server (a ``DataRange1d`` recomputed in the
-    browser used to send a PATCH-DOC five times a second per range).
+    ``source`` and moves the ranges itself. The ranges are ``Range1d`` and, like the plots
+    and the source, marked unsyncable, so nothing the browser changes goes back to the
+    server: not the ranges (a ``DataRange1d`` recomputed in the browser used to send a
+    PATCH-DOC five times a second per range), not a plot's ``inner_width`` after layout.
     """
 
     def __init__(self, feed: TimelineFeed, windows_s: Sequence[float],
@@ -259,7 +260,8 @@ class Timeline:
             plot = figure(x_axis_type=None, x_range=self.x_range, y_range=y_range,
                           y_axis_label=panel.y_label, title=None,
                           height=PANEL_HEIGHT + (TIME_AXIS_HEIGHT if last else 0),
-                          sizing_mode="stretch_width", toolbar_location=None, tools="")
+                          sizing_mode="stretch_width", toolbar_location=None, tools="",
+                          syncable=False)
             plot.add_layout(Grid(dimension=0, ticker=time_ticker))
             if last:
                 plot.add_layout(DatetimeAxis(ticker=time_ticker), "below")

@@ -78,7 +78,7 @@ function moveAxes() {
 
 function formatValue(value, unit) {
   if (value === undefined || Number.isNaN(value)) return "n/a";
-  const digits = Math.abs(value) >= 100 ? 0 : Math.abs(value) >= 10 ? 1 : 2;
+  const digits = unit === "%" || Math.abs(value) >= 100 ? 0 : Math.abs(value) >= 10 ? 1 : 2;
   return `${value.toFixed(digits)}${unit === "%" ? "" : " "}${unit}`.trim();
 }
 

@@ -152,8 +152,8 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._gpu_thread: threading.Thread | None = None
         self._gpu_lock = threading.Lock()
-        # (monotonic start of the read, readings) from the GPU reader thread.
-        self._gpu_latest: tuple[float, tuple[GpuReading, ...]] | None = None
+        # (monotonic start of the read, readings, the interval then) from the GPU reader.
+        self._gpu_latest: tuple[float, tuple[GpuReading, ...], float] | None = None
         self._slow_thread: threading.Thread | None = None
         self.slow_interval_s = SLOW_INTERVAL_S
         self.ticks = 0
@@ -165,10 +165,10 @@ class Sampler:
     def current_interval_s(self) -> float:
         return self.idle_interval_s if self.idle else self.interval_s
 
-    @property
-    def stale_after_s(self) -> float:
-        """GPU readings older than this are recorded as not available."""
-        return max(3 * self.current_interval_s, 1.0)
+    @staticmethod
+    def stale_after_s(interval_s: float) -> float:
+        """GPU readings read at ``interval_s`` and older than this count as not available."""
+        return max(3 * interval_s, 1.0)
 
     def set_idle(self, idle: bool) -> None:
         """Slow down with nobody watching; speed up (at once) when somebody is."""
@@ -185,7 +185,7 @@ class Sampler:
         self.nvml.retry_if_due()
         readings = self.nvml.read()
         with self._gpu_lock:
-            self._gpu_latest = (started, readings)
+            self._gpu_latest = (started, readings, self.current_interval_s)
             self.gpu_reads += 1
         return readings
 
@@ -198,11 +198,14 @@ class Sampler:
             latest = self._gpu_latest
         if latest is None:
             return (), None
-        read_at, readings = latest
+        read_at, readings, interval_s = latest
         age = max(0.0, now - read_at)
         if not readings:
             return (), None
-        return (readings if age <= self.stale_after_s else _stale(readings)), age
+        # Judged by the interval they were read at: the first tick after an idle spell
+        # still shows the idle-rate reading, not a gap.
+        fresh = age <= self.stale_after_s(interval_s)
+        return (readings if fresh else _stale(readings)), age
 
     def tick(self) -> Sample:
         """Record one sample (public so tests can drive it).

@@ -104,6 +104,8 @@ class SimulatedNvml:
         binding.parse_version(self.binding_version)
         self._lock = threading.Lock()
         self.calls: Counter[str] = Counter()
+        # Which threads call NVML: tests check that pages never do.
+        self.calls_by_thread: Counter[str] = Counter()
         self._clock: Callable[[], float] = time.monotonic
         self._wall_offset = time.time() - time.monotonic()
         self._initialized = 0
@@ -225,6 +227,7 @@ class SimulatedNvml:
     def _enter(self, function: str, handle: SimulatedHandle | None = None) -> _Gpu | None:
         with self._lock:
             self.calls[function] += 1
+            self.calls_by_thread[threading.current_thread().name] += 1
             for position, (name, gpu, code, times) in enumerate(self._injected):
                 if name == function and (gpu is None or handle is None or gpu == handle.index):
                     if times is not None:

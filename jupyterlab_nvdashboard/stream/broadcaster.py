@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 # About 1.6 s of ticks at the default 200 ms: a page that far behind is dropped.
 MAX_PENDING_FRAMES = 8
-SEND_BUFFER_BYTES = 64 * 1024
+SEND_BUFFER_BYTES = 16 * 1024
 # Close code a page sees when the server's layout changed (a GPU appeared): it reloads.
 CLOSE_LAYOUT_CHANGED = 4000
 CLOSE_TOO_SLOW = 4001
@@ -104,7 +104,7 @@ class Family:
             samples = window[-1:]
         else:  # everything up to self.seq is published already, closed buckets included
             samples = window if reset else [s for s in window if s.seq > since]
-        rows = self._rows(samples) if samples else Rows({})
+        rows = self._rows(samples)  # no samples yet: empty columns, still named
         return encode(rows, -1 if reset else since, self.seq, reset)
 
     def advance(self, history: History) -> bytes | None:

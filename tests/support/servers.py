@@ -23,6 +23,7 @@ from jupyterlab_nvdashboard.apps.sources import DashboardSources
 from jupyterlab_nvdashboard.config import Config, SimulationConfig
 from jupyterlab_nvdashboard.metrics import Metrics, SimulatedNvml, create_metrics
 from jupyterlab_nvdashboard.server import make_server
+from jupyterlab_nvdashboard.stream.broadcaster import Broadcaster
 
 
 def free_port() -> int:
@@ -63,6 +64,10 @@ class RunningServer:
     metrics: Metrics
     server: object = None  # the bokeh Server, for its public API (get_sessions)
 
+    @property
+    def broadcaster(self) -> Broadcaster:
+        return self.server.broadcaster  # type: ignore[attr-defined]
+
     def live_sessions(self) -> int:
         return len(self.server.get_sessions())  # type: ignore[attr-defined]
 
@@ -81,7 +86,9 @@ def in_process_server(
 
     ``retry_interval_s`` shortens how often NVML init and lost GPUs are retried."""
     runs_dir = Path(tempfile.mkdtemp(prefix="nvdashboard-runs-"))
-    config = replace(Config(port=free_port(), interval_s=0.1, runs_dir=runs_dir),
+    # No idle slowdown unless a test asks for one: tests read the history without pages.
+    config = replace(Config(port=free_port(), interval_s=0.1, idle_interval_s=0.1,
+                            runs_dir=runs_dir),
                      simulation=SimulationConfig(gpu_count=gpus, profile=profile),
                      **config_fields)
     metrics = create_metrics(config, environ={}, simulator=simulator)

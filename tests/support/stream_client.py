@@ -82,3 +82,30 @@ async def open_stream(base_url: str, route: str, since: int = -1, window_s: floa
     client = StreamClient(connection, seq=since)
     await client.receive()
     return client
+
+
+async def live_frames(base_url: str, route: str, wanted: int = 3, timeout_s: float = 5.0,
+                      **options: Any) -> StreamClient:
+    """Open a stream and read up to ``wanted`` live frames after the catch-up, within
+    ``timeout_s``; the client's ``frames`` holds them (catch-up first)."""
+    client = await open_stream(base_url, route, **options)
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    try:
+        while len(client.frames) <= wanted:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                break
+            try:
+                await client.receive(left)
+            except asyncio.TimeoutError:
+                break
+    finally:
+        client.close()
+    return client
+
+
+def count_live_frames(base_url: str, route: str, wanted: int = 3, timeout_s: float = 5.0,
+                      **options: Any) -> int:
+    """How many live frames (after the catch-up) arrived, up to ``wanted``."""
+    client = asyncio.run(live_frames(base_url, route, wanted, timeout_s, **options))
+    return len(client.frames) - 1

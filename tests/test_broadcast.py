@@ -1,0 +1,232 @@
+"""The broadcast data path over real websockets: one encode per tick, whatever the viewers.
+
+Every check here counts (encodes, frames, sequence numbers, bytes) rather than timing, so
+it holds on a busy shared machine; what things cost in time is in
+``benchmarks/dashboard_overhead.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import os
+import socket
+import time
+from urllib.parse import urlsplit
+
+import numpy as np
+import pytest
+
+from jupyterlab_nvdashboard.apps.components import rollover, timeline_windows
+from jupyterlab_nvdashboard.stream.broadcaster import MAX_PENDING_FRAMES
+from jupyterlab_nvdashboard.stream.downsample import MAX_POINTS_PER_LINE, min_max
+from jupyterlab_nvdashboard.stream.frames import Rows, decode, encode
+from tests.support.bokeh_client import open_session
+from tests.support.servers import cli_server, get, in_process_server, server_output
+from tests.support.stream_client import open_stream, stream_url
+
+ROUTE = "/GPU-Resources"
+FRAMES = 10
+
+
+async def _pages_watch(url: str, broadcaster, viewers: int) -> None:  # noqa: ANN001
+    sessions = [await open_session(url, ROUTE) for _ in range(viewers)]
+    streams = [await open_stream(url, ROUTE) for _ in range(viewers)]
+    patches: list[str] = []
+
+    async def listen(session) -> None:  # noqa: ANN001
+        try:
+            while True:
+                message = await session.receive()
+                patches.append(message.msgtype)
+        except (asyncio.CancelledError, ConnectionError):
+            pass
+
+    listeners = [asyncio.ensure_future(listen(session)) for session in sessions]
+    # Pages opened earlier have had live frames meanwhile: bring all to the same place.
+    newest = max(stream.seq for stream in streams)
+    for stream in streams:
+        while stream.seq < newest:
+            await stream.receive()
+    family = f"{ROUTE}@120s"
+    stats = broadcaster.stats
+    encodes_before, sent_before = stats.encodes.get(family, 0), stats.frames_sent
+    hashes: list[list[str]] = [[] for _ in streams]
+    for _ in range(FRAMES):
+        for position, stream in enumerate(streams):
+            frame = await stream.receive()
+            hashes[position].append(hashlib.sha256(frame.raw).hexdigest())
+    encodes, sent = stats.encodes[family] - encodes_before, stats.frames_sent - sent_before
+    await asyncio.sleep(0.3)  # any PATCH-DOC sent meanwhile has arrived
+    for listener in listeners:
+        listener.cancel()
+    for page in [*sessions, *streams]:
+        page.close()
+    # Every page received the very same bytes, in the same order.
+    assert all(page_hashes == hashes[0] for page_hashes in hashes), "pages got different frames"
+    # Each frame was encoded once and written to all the pages.
+    assert encodes >= FRAMES and sent == viewers * encodes, (encodes, sent, viewers)
+    # Live samples never travel as Bokeh messages after the document was pulled.
+    assert "PATCH-DOC" not in patches, patches
+
+
+@pytest.mark.parametrize("viewers", [1, 16, 64])
+def test_one_encode_per_tick_and_identical_frames_for_every_page(viewers: int) -> None:
+    with in_process_server(gpus=4) as server:
+        asyncio.run(_pages_watch(server.url, server.broadcaster, viewers))
+
+
+def test_reconnect_catches_up_with_no_gap_and_no_duplicate() -> None:
+    with in_process_server(gpus=2) as server:
+        history = server.metrics.history
+
+        async def run() -> list[float]:
+            first = await open_stream(server.url, ROUTE)
+            for _ in range(5):
+                await first.receive()
+            times = list(first.column("time"))
+            since = first.seq
+            first.close()
+            await asyncio.sleep(3.0)  # the page is away for 3 s
+            again = await open_stream(server.url, ROUTE, since=since)
+            assert not again.frames[0].header["reset"]
+            assert again.frames[0].header["after"] == since
+            assert again.frames[0].header["rows"] >= 20  # 3 s at 0.1 s, in one frame
+            for _ in range(3):
+                await again.receive()
+            return times + list(again.column("time")), again.seq
+
+        times, last_seq = asyncio.run(run())
+        expected = [s.time_s * 1000 for s in history.window(server.metrics.history_s)
+                    if s.seq <= last_seq]
+        assert times == expected[-len(times):]  # no gap, no duplicate, same order
+        assert len(set(times)) == len(times)
+
+
+def _stalled_client(url: str, route: str) -> socket.socket:
+    """Open ``route``'s stream with a tiny receive buffer, then never read from it."""
+    parts = urlsplit(stream_url(url, route))
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((parts.hostname, parts.port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall((f"GET {parts.path}?{parts.query} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+                  "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    assert b" 101 " in sock.recv(1024).split(b"\r\n", 1)[0]
+    return sock
+
+
+def test_a_stalled_page_is_dropped_and_buffers_stay_bounded() -> None:
+    with in_process_server(gpus=8, interval_s=0.05, idle_interval_s=0.05) as server:
+        stats = server.broadcaster.stats
+
+        async def run() -> int:
+            healthy = await open_stream(server.url, ROUTE)
+            stalled = await asyncio.to_thread(_stalled_client, server.url, ROUTE)
+            deadline = time.monotonic() + 60
+            while not stats.dropped_slow and time.monotonic() < deadline:
+                await healthy.receive()  # asserts each frame continues the last
+            for _ in range(5):  # and the healthy page carries on
+                await healthy.receive()
+            stalled.close()
+            healthy.close()
+            return stats.dropped_slow
+
+        assert asyncio.run(run()) == 1
+        assert stats.max_pending_frames <= MAX_PENDING_FRAMES
+        assert server.broadcaster.subscribers == 0
+
+
+def test_min_max_downsampling_keeps_every_peak() -> None:
+    rng = np.random.default_rng(7)
+    times_ms = np.arange(0, 60_000, 200.0) + 1_700_000_000_000
+    values = rng.normal(50, 20, len(times_ms))
+    values[rng.integers(0, len(values), 20)] = np.nan
+    reduced = min_max(Rows({"time": times_ms, "v": values}), "time", 1.8)
+    assert len(reduced.numeric["time"]) <= 2 * (60 / 1.8 + 2)
+    assert np.nanmax(reduced.numeric["v"]) == np.nanmax(values)
+    assert np.nanmin(reduced.numeric["v"]) == np.nanmin(values)
+
+
+@pytest.mark.parametrize("interval_s", [0.05, 0.2, 1.0])
+def test_no_line_draws_more_than_about_2000_points(interval_s: float) -> None:
+    for window_s in timeline_windows(1800):
+        assert rollover(window_s, interval_s) <= MAX_POINTS_PER_LINE + 4, (window_s, interval_s)
+
+
+def test_long_window_sends_min_max_buckets_of_the_history() -> None:
+    with in_process_server(gpus=2, interval_s=0.5, idle_interval_s=0.5) as server:
+        async def run() -> list:
+            page = await open_stream(server.url, ROUTE, window_s=1800)
+            while len(page.column("time")) < 4:
+                await page.receive(10)
+            page.close()
+            return page.frames
+
+        frames = asyncio.run(run())
+        bucket_ms = 1800 / (MAX_POINTS_PER_LINE // 2) * 1000
+        times = np.concatenate([f.rows.numeric["time"] for f in frames])
+        # Two rows per bucket: its start and its middle, buckets aligned to the epoch.
+        assert np.all(np.mod(times[::2], bucket_ms) < 1e-3 * bucket_ms + 1)
+        assert np.allclose(times[1::2] - times[::2], bucket_ms / 2)
+
+
+def test_frame_round_trip_carries_nan_and_text() -> None:
+    rows = Rows({"time": np.array([1.0, 2.0]), "v": np.array([np.nan, 3.5])},
+                {"label": ["a", "é"]})
+    header, decoded = decode(encode(rows, after=4, seq=6, reset=False))
+    assert header["after"] == 4 and header["seq"] == 6 and header["rows"] == 2
+    assert np.isnan(decoded.numeric["v"][0]) and decoded.numeric["v"][1] == 3.5
+    assert decoded.text == {"label": ["a", "é"]}
+
+
+def test_history_csv_has_one_row_per_sample_with_units() -> None:
+    with in_process_server(gpus=2, profile="consumer") as server:
+        time.sleep(1.0)
+        status, body = get(server.url + "/history.csv?seconds=0.5")
+        assert status == 200
+        lines = body.decode().splitlines()
+        header = lines[0].split(",")
+        assert header[0] == "time_unix_s" and "gpu0_memory_used_bytes" in header
+        assert "gpu1_pcie_tx_bytes_per_s" in header and "host_cpu_pct" in header
+        assert 4 <= len(lines) - 1 <= 7  # 0.5 s at 0.1 s
+        # The consumer card reports no NVLink: empty cells, not zeros.
+        column = header.index("gpu0_nvlink_tx_bytes_per_s")
+        assert {line.split(",")[column] for line in lines[1:]} == {""}
+        for bad in ("-1", "nan", "abc", "1e99"):
+            assert get(server.url + f"/history.csv?seconds={bad}")[0] == 400
+
+
+def test_idle_server_slows_down_and_wakes_for_the_first_page() -> None:
+    with in_process_server(gpus=2, idle_interval_s=1.0) as server:
+        sampler = server.metrics.sampler
+        deadline = time.monotonic() + 30
+        while not sampler.idle and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sampler.idle
+        before = server.metrics.history.last_seq
+        time.sleep(2.5)
+        assert server.metrics.history.last_seq - before <= 4  # about one tick a second
+
+        async def watch() -> int:
+            page = await open_stream(server.url, ROUTE)
+            assert not sampler.idle  # woken by the subscription itself
+            for _ in range(10):
+                await page.receive(5)
+            page.close()
+            return page.seq
+
+        seq = asyncio.run(watch())
+        assert seq - before >= 10
+
+
+def test_server_behind_the_proxy_exits_when_nobody_watches() -> None:
+    with cli_server(["--simulate", "1", "--exit-after-idle", "2"]) as (_, process):
+        try:
+            process.wait(60)
+        except Exception:
+            pytest.fail("the idle server did not exit")
+        assert process.returncode == 0
+        assert "no page open for 2 s: exiting" in server_output(process)
