@@ -25,8 +25,9 @@ from tornado.websocket import websocket_connect
 
 from jupyterlab_nvdashboard.apps.registry import ROUTES
 from jupyterlab_nvdashboard.bokeh_patches import LOG_LINE_LIMIT
-from tests.support.bokeh_client import fetch_token, open_session, streamed_rows
+from tests.support.bokeh_client import fetch_token, open_session
 from tests.support.servers import cli_server, get, server_output
+from tests.support.stream_client import open_stream
 
 SEED = 20261129
 EVIL = "http://evil.example"
@@ -166,12 +167,12 @@ def test_fuzz_paths_queries_headers_and_frames() -> None:
     with cli_server(["--simulate", "2", "--interval", "0.2"]) as (url, process):
 
         async def run() -> tuple[list[str], int]:
-            watcher = await open_session(url, "/GPU-Resources")
+            watcher = await open_stream(url, "/GPU-Resources")
             rows = {"count": 0}
 
             async def keep_reading() -> None:
                 for _ in range(10_000):  # bounded
-                    rows["count"] += streamed_rows(await watcher.receive())
+                    rows["count"] += (await watcher.receive(30)).header["rows"]
 
             reader = asyncio.ensure_future(keep_reading())
             problems = await _fuzz_http(url, rng)

@@ -7,13 +7,13 @@ import asyncio
 import json
 import os
 import stat
-import time
 
 import pytest
 
 from jupyterlab_nvdashboard import launch_server
-from tests.support.bokeh_client import open_session, streamed_rows
+from tests.support.bokeh_client import open_session
 from tests.support.jupyter import jupyter_lab
+from tests.support.stream_client import open_stream
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +57,16 @@ def test_websocket_through_proxy_receives_updates(lab) -> None:
     async def updates() -> int:
         session = await open_session(lab.proxy_url, "/GPU-Resources", origin=lab.root_url,
                                      headers=lab.auth)
-        rows, deadline = 0, time.monotonic() + 10
-        while rows < 3 and time.monotonic() < deadline:
-            rows += streamed_rows(await asyncio.wait_for(session.receive(), 10))
+        # The page's live data comes on its stream socket, under the page's proxied path.
+        stream = await open_stream(lab.proxy_url, "/GPU-Resources", origin=lab.root_url,
+                                   headers=lab.auth)
+        for _ in range(3):
+            await stream.receive(10)
         session.close()
-        return rows
+        stream.close()
+        return len(stream.frames) - 1
 
-    assert asyncio.run(updates()) >= 3
+    assert asyncio.run(updates()) == 3
 
 
 def _browser_cookie(lab) -> str:
