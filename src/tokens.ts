@@ -137,3 +137,6 @@ export interface IDashboardFetcher {
   /** Resolve with the parsed JSON body of `info.json`, or reject. */
   fetchInfo(): Promise<unknown>;
 }
+
+/** postMessage type a dashboard page listens for (apps/live_client.js). */
+export const VISIBILITY_MESSAGE = 'nvdashboard:visibility';

@@ -1,11 +1,22 @@
 /**
  * A dashboard tab: a `MainAreaWidget` around a sandboxed `IFrame` showing
  * one Bokeh document served through jupyter-server-proxy.
+ *
+ * The tab tells its page when it is shown or hidden (a background tab, a
+ * collapsed panel): a hidden page closes its data socket and applies no
+ * updates, then catches up when shown. The page cannot see this by itself,
+ * since a hidden JupyterLab tab is still a visible browser document.
  */
 import { MainAreaWidget } from '@jupyterlab/apputils';
 import { IFrame } from '@jupyterlab/ui-components';
+import { Message } from '@lumino/messaging';
 
-import { DashboardTheme, IOpenArgs, WIDGET_CLASS } from './tokens';
+import {
+  DashboardTheme,
+  IOpenArgs,
+  VISIBILITY_MESSAGE,
+  WIDGET_CLASS
+} from './tokens';
 import { dashboardUrl, widgetId } from './urls';
 
 export namespace DashboardWidget {
@@ -48,5 +59,40 @@ export class DashboardWidget extends MainAreaWidget<IFrame> {
     }
   }
 
+  /** Whether the page is on screen, as last told to it. */
+  get pageVisible(): boolean {
+    return this._pageVisible;
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._tellPage(true);
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this._tellPage(false);
+  }
+
+  protected onBeforeDetach(msg: Message): void {
+    this._tellPage(false);
+    super.onBeforeDetach(msg);
+  }
+
+  private _tellPage(visible: boolean): void {
+    this._pageVisible = visible;
+    const frame = this.content.node.querySelector('iframe');
+    const page = frame?.contentWindow;
+    if (!page) {
+      return;
+    }
+    // Same origin as JupyterLab (the page comes through the proxy): never '*'.
+    page.postMessage(
+      { type: VISIBILITY_MESSAGE, visible },
+      window.location.origin
+    );
+  }
+
   private _baseUrl: string;
+  private _pageVisible = true;
 }

@@ -1,3 +1,6 @@
+import { MessageLoop } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+
 import { DashboardWidget } from '../widget';
 
 describe('DashboardWidget', () => {
@@ -32,6 +35,29 @@ describe('DashboardWidget', () => {
     const spy = jest.spyOn(iframe, 'setAttribute');
     widget.setTheme('light');
     expect(spy).not.toHaveBeenCalled();
+    widget.dispose();
+  });
+
+  it('tells its page when it is hidden and shown, same origin only', () => {
+    const widget = make();
+    Widget.attach(widget, document.body);
+    const page = widget.content.node.querySelector('iframe')!.contentWindow!;
+    const posted: Array<[unknown, string]> = [];
+    jest
+      .spyOn(page, 'postMessage')
+      .mockImplementation((message: unknown, origin?: unknown) => {
+        posted.push([message, origin as string]);
+      });
+    widget.hide();
+    MessageLoop.flush();
+    expect(widget.pageVisible).toBe(false);
+    widget.show();
+    MessageLoop.flush();
+    expect(widget.pageVisible).toBe(true);
+    expect(posted).toEqual([
+      [{ type: 'nvdashboard:visibility', visible: false }, window.location.origin],
+      [{ type: 'nvdashboard:visibility', visible: true }, window.location.origin]
+    ]);
     widget.dispose();
   });
 });
