@@ -104,3 +104,55 @@ def test_workload_dashboard_runs_native_then_plugin() -> None:
         }""", timeout=10_000)
         screenshot(page, "workload-native-vs-plugin")
         watched.assert_clean()
+
+
+LIVE = "window.nvdashboardLive"
+
+
+def test_live_page_streams_moves_axes_and_sends_nothing_back() -> None:
+    with cli_server(["--simulate", "2", "--interval", "0.2"]) as (url, _), chromium() as browser:
+        page = browser.new_page(viewport={"width": 1000, "height": 900})
+        watched = watch(page)
+        sent_on_bokeh_socket: list[str] = []
+        page.on("websocket", lambda socket: socket.url.endswith("/ws") and socket.on(
+            "framesent", lambda frame: sent_on_bokeh_socket.append(str(frame))))
+        # With and without a trailing slash: the stream URL comes from location.pathname.
+        for suffix in ("/", ""):
+            page.goto(url + "/GPU-Resources" + suffix)
+            page.wait_for_function(f"() => {LIVE} && {LIVE}.frames > 3", timeout=30_000)
+        page.wait_for_timeout(1000)  # past the page's start-up messages (pull, ready event)
+        before = len(sent_on_bokeh_socket)
+        first = page.evaluate(f"() => ({{...{LIVE}, socket: null}})")
+        page.wait_for_timeout(20_000)
+        after = page.evaluate(f"() => ({{...{LIVE}, socket: null}})")
+        assert sent_on_bokeh_socket[before:] == [], sent_on_bokeh_socket[before:][:3]
+        assert after["xEnd"] > first["xEnd"] + 10_000  # the time axis kept moving
+        assert after["frames"] - first["frames"] >= 50 and after["resets"] == first["resets"]
+        screenshot(page, "standalone-live-2min")
+
+        # A hidden page applies nothing, then catches up from `since`, with no reset.
+        page.evaluate("window.postMessage({type: 'nvdashboard:visibility', visible: false}, "
+                      "window.location.origin)")
+        page.wait_for_function(f"() => {LIVE}.hidden && !{LIVE}.socket", timeout=10_000)
+        hidden = page.evaluate(f"() => [{LIVE}.frames, {LIVE}.seq]")
+        page.wait_for_timeout(3000)
+        assert page.evaluate(f"() => [{LIVE}.frames, {LIVE}.seq]") == hidden
+        page.evaluate("window.postMessage({type: 'nvdashboard:visibility', visible: true}, "
+                      "window.location.origin)")
+        page.wait_for_function(f"() => {LIVE}.seq >= {hidden[1] + 15}", timeout=10_000)
+        assert page.evaluate(f"() => {LIVE}.resets") == after["resets"]
+
+        # The window picker: 30 minutes, min/max buckets, at most about 2000 points a line.
+        page.get_by_text("30 min").click()
+        page.wait_for_function(f"() => {LIVE}.window === 1800 && {LIVE}.resets > "
+                               f"{after['resets']}", timeout=10_000)
+        points = page.evaluate("() => Bokeh.documents[0].all_models && [...Bokeh.documents[0]"
+                               ".all_models].find(m => m.type === 'ColumnDataSource' || "
+                               "m.constructor.name === 'ColumnDataSource').data.time.length")
+        assert 0 < points <= 2004
+        # Hover shows every series of a panel at that time.
+        box = page.locator("canvas").first.bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2)
+        page.wait_for_timeout(500)
+        screenshot(page, "standalone-live-30min-hover")
+        watched.assert_clean()

@@ -3,7 +3,7 @@
 // Frames: see stream/frames.py. Columns are little-endian float64, as in every browser.
 const live = (window.nvdashboardLive = {
   seq: -1, frames: 0, resets: 0, rows: 0, connects: 0, hidden: false, parentHidden: false,
-  window: spec.window, socket: null, retryMs: 500, lastHeading: 0,
+  window: spec.window, socket: null, retryMs: 500, lastHeading: 0, xEnd: null,
 });
 const decoder = new TextDecoder();
 
@@ -64,6 +64,7 @@ function moveAxes() {
   const end = newest + headroom;
   const start = Math.max(times[0], end - windowMs);
   x_range.setv({start, end});
+  live.xEnd = end;
   const first = firstAtOrAfter(times, start);
   following.forEach((range, i) => {
     let top = 0;
