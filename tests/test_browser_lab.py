@@ -138,3 +138,31 @@ def test_sidebar_dashboards_reload_and_theme(lab, browser) -> None:
     screenshot(page, "lab-sidebar-dark")
     watched.assert_clean()
 
+
+
+def test_a_background_dashboard_tab_applies_no_updates_and_catches_up(lab, browser) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    watched = watch(page)
+    open_lab(page, lab)
+    page.click(SIDEBAR_TAB)
+    page.wait_for_selector('.nvdashboard-button[data-route="/GPU-Resources"]', timeout=60_000)
+    page.click('.nvdashboard-button[data-route="/GPU-Resources"]')
+    frame = dashboard_frame(page, "/GPU-Resources")
+    frame.wait_for_function("() => window.nvdashboardLive && nvdashboardLive.frames > 3",
+                            timeout=30_000)
+    live = "() => [nvdashboardLive.hidden, nvdashboardLive.frames, nvdashboardLive.seq, " \
+           "nvdashboardLive.resets]"
+    # Another dashboard in front: the first tab is in the background.
+    page.click('.nvdashboard-button[data-route="/GPU-Memory"]')
+    frame.wait_for_function("() => nvdashboardLive.hidden && !nvdashboardLive.socket",
+                            timeout=10_000)
+    hidden = frame.evaluate(live)
+    page.wait_for_timeout(3000)
+    assert frame.evaluate(live) == hidden  # not one frame applied while in the background
+    page.click('.nvdashboard-button[data-route="/GPU-Resources"]')
+    frame.wait_for_function(f"() => !nvdashboardLive.hidden && nvdashboardLive.seq >= "
+                            f"{hidden[2] + 10}", timeout=15_000)
+    shown = frame.evaluate(live)
+    assert shown[3] == hidden[3]  # caught up from `since`: no reset, no gap
+    screenshot(page, "lab-light-caught-up-gpu-resources")
+    watched.assert_clean()
