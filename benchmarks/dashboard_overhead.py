@@ -9,15 +9,22 @@ measures over a fixed window:
 * websocket bytes per second per client, server to client, and client to server;
 * raw clients: update latency from a sample's own timestamp (the streamed ``time`` column,
   epoch ms) to its arrival at the client, p50 and p99;
-* Chromium clients: the browser's CPU per open page (all chromium processes / pages).
+* Chromium clients: the browser's CPU per open page (all chromium processes / pages);
+  ``chromium-hidden`` is one page told it is hidden, as the JupyterLab extension tells a
+  background tab;
+* encodes per published tick and RSS per extra viewer, where the server reports them.
 
 Run it from the project root::
 
     python benchmarks/dashboard_overhead.py [--window 20] [--raw 0,1,4,16,64] [--browser 1,4,16]
-        [--source DIR]   # import the server from DIR instead of this checkout
+        [--baseline REF]  # also measure git REF (e.g. the per-session path), side by side
+        [--source DIR]    # import the server from DIR instead of this checkout
 
-Raw clients speak the Bokeh protocol over a websocket, as ``tests/support/bokeh_client.py``
-does; they run in this process, so their own CPU is printed too.
+With ``--baseline``, each K is measured for the baseline and then for this checkout, one
+after the other, so both see the same machine. A raw viewer does what a page does: a
+Bokeh session (pulling the document), plus the ``<route>/stream`` socket where the server
+has one (``/info.json`` says so); raw clients run in this process, so their own CPU is
+printed too.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import statistics
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -44,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support.bokeh_client import open_session  # noqa: E402
 from tests.support.servers import free_port, wait_until_serving  # noqa: E402
+from tests.support.stream_client import open_stream  # noqa: E402
 
 ROUTE = "/GPU-Resources"
 CHROMIUM = "/usr/bin/chromium"
@@ -53,6 +62,8 @@ CHROMIUM = "/usr/bin/chromium"
 class Result:
     kind: str
     viewers: int
+    source: str = ""
+    encodes_per_tick: float | None = None
     server_cpu_pct: float = 0.0
     nvml_calls_per_s: float | None = None
     rss_start_mb: float = 0.0
@@ -83,9 +94,18 @@ class ServerUnderTest:
             [sys.executable, "-m", "jupyterlab_nvdashboard.server", str(self.port),
              "--simulate", "4", "--interval", str(interval_s)],
             cwd=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": str(source)},
         )
         wait_until_serving(self.url + "/", process=self.process)
         self.ps = psutil.Process(self.process.pid)
+        self.streams = "stream" in info(self.url)  # the broadcast path
+
+    def encodes(self) -> tuple[int, int]:
+        """(frames encoded, ticks published) so far; (0, 0) on the per-session path."""
+        stream = info(self.url).get("stream")
+        if not stream:
+            return 0, 0
+        return sum(stream["encodes"].values()), stream.get("publishes", 0)
 
     def cpu_s(self) -> float:
         times = self.ps.cpu_times()
@@ -184,6 +204,21 @@ async def _read_messages(session, result_latencies: list[float], sizes: list[int
                 result_latencies.append(arrived_ms - max(stamps))
 
 
+async def _read_stream(stream, result_latencies: list[float], sizes: list[int],
+                       window: dict[str, float]) -> None:
+    """Read a page's stream; latency from the newest sample's own timestamp to arrival."""
+    while time.monotonic() < window["stop_at"]:
+        try:
+            frame = await stream.receive(max(0.01, window["stop_at"] - time.monotonic()))
+        except (asyncio.TimeoutError, ConnectionError):
+            return
+        if window["start_at"] <= time.monotonic() <= window["stop_at"]:
+            sizes.append(frame.size_bytes)
+            times = frame.rows.numeric.get("time")
+            if times is not None and len(times):
+                result_latencies.append(time.time() * 1000 - float(times[-1]))
+
+
 async def _raw_run(server: ServerUnderTest, viewers: int, window_s: float,
                    result: Result) -> None:
     sessions = []
@@ -194,6 +229,10 @@ async def _raw_run(server: ServerUnderTest, viewers: int, window_s: float,
         sessions.append(await open_session(server.url, ROUTE))
         readers.append(asyncio.ensure_future(
             _read_messages(sessions[-1], result.latencies_ms, sizes, window)))
+        if server.streams:
+            sessions.append(await open_stream(server.url, ROUTE))
+            readers.append(asyncio.ensure_future(
+                _read_stream(sessions[-1], result.latencies_ms, sizes, window)))
     await asyncio.sleep(1.0)  # let every session settle
     me = psutil.Process()
     my_cpu = sum(me.cpu_times()[:2])
@@ -217,7 +256,9 @@ _marks: dict[str, float] = {}
 def _window_start(server: ServerUnderTest, result: Result) -> None:
     result.rss_start_mb = server.rss_mb()
     calls = server.nvml_calls()
-    _marks.update(cpu=server.cpu_s(), t=time.monotonic(), calls=-1 if calls is None else calls)
+    encodes, publishes = server.encodes()
+    _marks.update(cpu=server.cpu_s(), t=time.monotonic(), calls=-1 if calls is None else calls,
+                  encodes=encodes, publishes=publishes)
 
 
 def _window_end(server: ServerUnderTest, result: Result, window_s: float) -> None:
@@ -227,10 +268,13 @@ def _window_end(server: ServerUnderTest, result: Result, window_s: float) -> Non
     calls = server.nvml_calls()
     if calls is not None and _marks["calls"] >= 0:
         result.nvml_calls_per_s = (calls - _marks["calls"]) / elapsed
+    encodes, publishes = server.encodes()
+    if publishes > _marks["publishes"]:
+        result.encodes_per_tick = (encodes - _marks["encodes"]) / (publishes - _marks["publishes"])
 
 
 def run_raw(source: Path, viewers: int, window_s: float, interval_s: float) -> Result:
-    result = Result("raw", viewers)
+    result = Result("raw", viewers, source.name)
     server = ServerUnderTest(source, interval_s)
     try:
         time.sleep(1.0)
@@ -253,10 +297,16 @@ def _chromium_cpu_s() -> float:
     return total
 
 
-def run_browser(source: Path, viewers: int, window_s: float, interval_s: float) -> Result:
+def run_hidden_browser(source: Path, viewers: int, window_s: float,
+                       interval_s: float) -> Result:
+    return run_browser(source, viewers, window_s, interval_s, hidden=True)
+
+
+def run_browser(source: Path, viewers: int, window_s: float, interval_s: float,
+                hidden: bool = False) -> Result:
     from playwright.sync_api import sync_playwright
 
-    result = Result("chromium", viewers)
+    result = Result("chromium-hidden" if hidden else "chromium", viewers, source.name)
     server = ServerUnderTest(source, interval_s)
     counters = {"down": 0, "up": 0, "up_messages": 0}
 
@@ -290,6 +340,9 @@ def run_browser(source: Path, viewers: int, window_s: float, interval_s: float) 
                 page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
                                        timeout=60_000)
                 pages.append(page)
+                if hidden:  # what the extension posts to a background tab's page
+                    page.evaluate("window.postMessage({type: 'nvdashboard:visibility', "
+                                  "visible: false}, window.location.origin)")
             time.sleep(2.0)
             for key in counters:
                 counters[key] = 0
@@ -309,9 +362,10 @@ def run_browser(source: Path, viewers: int, window_s: float, interval_s: float) 
 
 
 def table(results: list[Result]) -> str:
-    head = ("| client | K | server CPU % | NVML calls/s | RSS start→end MB | down B/s/client "
-            "| up B/s/client | up msgs/s/client | latency p50/p99 ms | client CPU % |")
-    lines = [head, "|" + "---|" * 10]
+    head = ("| source | client | K | server CPU % | encodes/tick | NVML calls/s "
+            "| RSS start→end MB | down B/s/client | up B/s/client | up msgs/s/client "
+            "| latency p50/p99 ms | client CPU % |")
+    lines = [head, "|" + "---|" * 12]
     for r in results:
         calls = "-" if r.nvml_calls_per_s is None else f"{r.nvml_calls_per_s:.1f}"
         down = "-" if r.down_bytes_per_s is None else f"{r.down_bytes_per_s:,.0f}"
@@ -319,8 +373,10 @@ def table(results: list[Result]) -> str:
         up_messages = "-" if r.up_messages_per_s is None else f"{r.up_messages_per_s:.1f}"
         client = "-" if r.client_cpu_pct is None else (
             f"{r.client_cpu_pct:.1f}" + (" per page" if r.kind == "chromium" else " (all)"))
+        encodes = "-" if r.encodes_per_tick is None else f"{r.encodes_per_tick:.2f}"
         lines.append(
-            f"| {r.kind} | {r.viewers} | {r.server_cpu_pct:.1f} | {calls} | "
+            f"| {r.source} | {r.kind} | {r.viewers} | {r.server_cpu_pct:.1f} | {encodes} | "
+            f"{calls} | "
             f"{r.rss_start_mb:.0f}→{r.rss_end_mb:.0f} | {down} | {up} | {up_messages} | "
             f"{r.percentile(0.5)}/{r.percentile(0.99)} | {client} |"
         )
@@ -333,29 +389,50 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.2, help="server sampling interval")
     parser.add_argument("--raw", default="0,1,4,16,64", help="viewer counts, raw websocket")
     parser.add_argument("--browser", default="1,4,16", help="viewer counts, Chromium (<= 16)")
+    parser.add_argument("--hidden", default="1", help="viewer counts, hidden Chromium pages")
     parser.add_argument("--source", type=Path, default=ROOT,
                         help="directory whose jupyterlab_nvdashboard the server imports")
+    parser.add_argument("--baseline", metavar="REF",
+                        help="git ref to measure side by side (extracted to a temp dir)")
     args = parser.parse_args()
     counts = {"raw": [int(k) for k in args.raw.split(",") if k],
-              "chromium": [int(k) for k in args.browser.split(",") if k]}
+              "chromium": [int(k) for k in args.browser.split(",") if k],
+              "chromium-hidden": [int(k) for k in args.hidden.split(",") if k]}
     if any(k > 16 for k in counts["chromium"]):
         parser.error("--browser counts must be <= 16")
     if counts["chromium"] and not Path(CHROMIUM).exists():
         print(f"no {CHROMIUM}: skipping the browser runs", file=sys.stderr)
-        counts["chromium"] = []
+        counts["chromium"] = counts["chromium-hidden"] = []
+    sources = [args.source]
+    if args.baseline:
+        baseline = Path(tempfile.mkdtemp(prefix="nvdashboard-baseline-")) / args.baseline
+        baseline.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
+        sources.insert(0, baseline)
     print(f"# {platform.node()} {os.cpu_count()} cores, python {platform.python_version()}, "
           f"window {args.window:.0f} s, interval {args.interval * 1000:.0f} ms, "
-          f"4 simulated GPUs, route {ROUTE}, source {args.source}", flush=True)
+          f"4 simulated GPUs, route {ROUTE}, sources {[str(s) for s in sources]}", flush=True)
     results = []
-    for kind, run in (("raw", run_raw), ("chromium", run_browser)):
+    runs = (("raw", run_raw), ("chromium", run_browser), ("chromium-hidden", run_hidden_browser))
+    for kind, run in runs:
         for viewers in counts[kind]:
-            print(f"... {kind} K={viewers}", file=sys.stderr, flush=True)
-            results.append(run(args.source, viewers, args.window, args.interval))
-            latencies = results[-1].latencies_ms
-            if latencies:
-                print(f"    latency mean {statistics.mean(latencies):.0f} ms over "
-                      f"{len(latencies)} updates", file=sys.stderr, flush=True)
+            for source in sources:
+                print(f"... {source.name} {kind} K={viewers}", file=sys.stderr, flush=True)
+                results.append(run(source, viewers, args.window, args.interval))
+                latencies = results[-1].latencies_ms
+                if latencies:
+                    print(f"    latency mean {statistics.mean(latencies):.0f} ms over "
+                          f"{len(latencies)} updates", file=sys.stderr, flush=True)
     print(table(results))
+    rss = {(r.source, r.viewers): r.rss_end_mb for r in results if r.kind == "raw"}
+    for source in sources:
+        low, high = min(counts["raw"], default=0), max(counts["raw"], default=0)
+        if high > low and (source.name, low) in rss:
+            per_viewer = (rss[(source.name, high)] - rss[(source.name, low)]) / (high - low)
+            print(f"{source.name}: server RSS per extra raw viewer {per_viewer:.2f} MB "
+                  f"(K={low}→{high})")
     return 0
 
 

@@ -132,6 +132,7 @@ def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None,
         stats = broadcaster.stats
         info["stream"] = {"subscribers": broadcaster.subscribers, "encodes": stats.encodes,
                           "catch_ups": stats.catch_ups, "frames_sent": stats.frames_sent,
+                          "publishes": stats.publishes,
                           "dropped_slow": stats.dropped_slow,
                           "max_pending_frames": stats.max_pending_frames}
     if metrics.simulator is not None:
