@@ -3,6 +3,11 @@
 Run it standalone::
 
     python -m jupyterlab_nvdashboard.server [PORT] [--address A] [--interval S] [--simulate N]
+        [--no-token]
+
+and open the URL it prints: it carries this launch's random access token
+(``http://127.0.0.1:8000/?token=...``); every page, JSON endpoint and websocket asks for it
+(``auth.py``). ``--no-token`` serves view-only dashboards to anyone who can reach the port.
 
 It serves one route per dashboard (from ``apps/registry.py``), ``/index.json`` (the
 dashboards this machine can fill), ``/info.json`` (NVML state and devices) and ``/`` (a
@@ -17,6 +22,7 @@ import errno
 import html
 import json
 import logging
+import secrets
 import signal
 import sys
 from collections.abc import Sequence
@@ -28,12 +34,12 @@ from bokeh.application.handlers.function import FunctionHandler
 from bokeh.server.server import Server
 from bokeh.util import logconfig as bokeh_logconfig
 from tornado.ioloop import IOLoop
-from tornado.web import RequestHandler
 
 from . import __version__, bokeh_patches
 from .apps.document import build_document, no_gpu_notice
 from .apps.registry import ROUTES, available_routes
 from .apps.sources import DashboardSources
+from .auth import VIEW_ONLY_REASON, Access, BokehAuth, GuardedHandler
 from .config import Config, ConfigError, load_config
 from .metrics import Metrics, create_metrics
 
@@ -77,8 +83,10 @@ def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None) -> 
     return info
 
 
-class _JsonHandler(RequestHandler):
-    def initialize(self, sources: DashboardSources, live_sessions: LiveSessions) -> None:
+class _JsonHandler(GuardedHandler):
+    def initialize(self, access: Access, sources: DashboardSources,
+                   live_sessions: LiveSessions) -> None:
+        super().initialize(access)
         self.sources, self.metrics = sources, sources.metrics
         self.live_sessions = live_sessions
 
@@ -101,10 +109,15 @@ class InfoHandler(_JsonHandler):
         return server_info(self.metrics, self.live_sessions)
 
 
-class RootHandler(RequestHandler):
-    """A small page linking every dashboard; it must answer fast (proxy readiness)."""
+class RootHandler(GuardedHandler):
+    """A small page linking every dashboard; it must answer fast (proxy readiness).
 
-    def initialize(self, sources: DashboardSources, live_sessions: LiveSessions) -> None:
+    Without the token it answers 403 at once, which is still an answer for readiness.
+    """
+
+    def initialize(self, access: Access, sources: DashboardSources,
+                   live_sessions: LiveSessions) -> None:
+        super().initialize(access)
         self.sources, self.metrics = sources, sources.metrics
 
     def get(self) -> None:
@@ -137,14 +150,20 @@ def make_applications(sources: DashboardSources) -> dict[str, Application]:
 
 def make_server(config: Config, sources: DashboardSources,
                 io_loop: IOLoop | None = None) -> Server:
-    """Bind the Bokeh server (raises OSError if the port is taken)."""
+    """Bind the Bokeh server (raises OSError if the port is taken).
+
+    Every extra route's handler receives ``access`` (an ``auth.Access``) in its kwargs,
+    with ``sources`` and ``live_sessions``; a handler checks it in ``prepare`` (see
+    ``auth.GuardedHandler``) before it answers or upgrades to a websocket.
+    """
     bokeh_patches.apply()
+    access = Access.for_config(config)
     listen: dict[str, Any] = (
         {"unix_socket": config.unix_socket} if config.unix_socket
         else {"port": config.port, "address": config.address}
     )
     live_sessions = LiveSessions()
-    extra = {"sources": sources, "live_sessions": live_sessions}
+    extra = {"access": access, "sources": sources, "live_sessions": live_sessions}
     server = Server(
         make_applications(sources),
         io_loop=io_loop,
@@ -155,6 +174,16 @@ def make_server(config: Config, sources: DashboardSources,
             (r"/info\.json", InfoHandler, extra),
         ],
         use_index=False,
+        auth_provider=BokehAuth(access),
+        # Made at each launch and never stored: a session id (and the websocket token that
+        # carries it) is only accepted if this very process issued it on an allowed page.
+        secret_key=secrets.token_urlsafe(32).encode(),
+        sign_sessions=True,
+        generate_session_ids=True,
+        # Bokeh copies request headers and cookies into each session's token, which sits
+        # in the page; credentials stay out of it.
+        exclude_headers=["Authorization", "Cookie"],
+        exclude_cookies=[access.cookie_name],
         unused_session_lifetime_milliseconds=config.unused_session_lifetime_ms,
         check_unused_sessions_milliseconds=config.check_unused_sessions_ms,
         **listen,
@@ -165,6 +194,19 @@ def make_server(config: Config, sources: DashboardSources,
 
 def _where(config: Config) -> str:
     return config.unix_socket or f"{config.address}:{config.port}"
+
+
+def dashboards_url(config: Config) -> str:
+    """What to open: the URL with this launch's token, as Jupyter prints it."""
+    if config.unix_socket:
+        return config.unix_socket
+    host = config.address
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"  # what a browser on this machine can open
+    elif ":" in host:
+        host = f"[{host}]"
+    url = f"http://{host}:{config.port}/"
+    return f"{url}?token={config.token}" if config.token else url
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -187,6 +229,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"nvdashboard: error: {error}", file=sys.stderr)
         return 2
+    try:
+        # The workload's watcher creates it too; creating it here turns a path that
+        # cannot be a directory into one line instead of a traceback from its thread.
+        config.runs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        print(f"nvdashboard: error: cannot create the runs directory {config.runs_dir}: "
+              f"{error.strerror or error}", file=sys.stderr)
+        return 2
     sources = DashboardSources.for_config(config, metrics)
     try:
         server = make_server(config, sources)
@@ -202,8 +252,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("reading %d %s every %.0f ms", len(metrics.facts), kind, config.interval_s * 1e3)
     else:
         log.info("%s Serving the machine dashboard only.", no_gpu_notice(metrics))
-    where = config.unix_socket or f"http://{config.address}:{config.port}/"
-    log.info("dashboards at %s (Ctrl-C stops)", where)
+    log.info("dashboards at %s (Ctrl-C stops)", dashboards_url(config))
+    if not config.run_control:
+        log.info("%s: anyone who can reach this port can watch; the run panel is disabled",
+                 VIEW_ONLY_REASON)
 
     def stop(*_: object) -> None:
         server.io_loop.add_callback_from_signal(server.io_loop.stop)

@@ -26,6 +26,7 @@ from bokeh.models import (
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
+from ..auth import VIEW_ONLY_REASON
 from ..metrics import Sample
 from ..workload.cli import MAX_ITERATIONS
 from ..workload.config import PATHS, PRESETS
@@ -134,6 +135,7 @@ class WorkloadDashboard:
         assert sources.workload is not None, "the server starts a WorkloadService"
         metrics = sources.metrics
         self.metrics, self.service = metrics, sources.workload
+        self.run_control = sources.run_control
         self.window_s = timeline_window(metrics, WORKLOAD_WINDOW_S)
         self.timeline = Timeline(self._gpu_panels(), self.window_s, metrics.interval_s)
         self.iterations = ColumnDataSource({"time": [], "ms": [], "run": [], "color": []})
@@ -163,7 +165,11 @@ class WorkloadDashboard:
             Button(label="Stop", button_type="danger", width=80)
         start.on_click(self._start)
         stop.on_click(self._stop)
+        self.start_button, self.stop_button = start, stop
         self.status = Div(text="", sizing_mode="stretch_width", name="workload-status")
+        if not self.run_control:
+            start.disabled = stop.disabled = True
+            self._say(VIEW_ONLY_REASON)
         self.table = table = DataTable(
                           source=self.summary, height=200, sizing_mode="stretch_width",
                           index_position=None, autosize_mode="none",
@@ -191,6 +197,10 @@ class WorkloadDashboard:
         self.status.text = f"<span>{html.escape(text)}</span>"
 
     def _start(self) -> None:
+        # A disabled button can still be clicked by a crafted message: refuse here too.
+        if not self.run_control:
+            self._say(f"not started: {VIEW_ONLY_REASON}")
+            return
         params = {"path": self.path.value, "preset": self.preset.value,
                   "iterations": int(self.count.value or 0), "device": self.device.value}
         try:
@@ -199,6 +209,9 @@ class WorkloadDashboard:
             self._say(f"not started: {error}")
 
     def _stop(self) -> None:
+        if not self.run_control:
+            self._say(f"not stopped: {VIEW_ONLY_REASON}")
+            return
         self._say(self.service.launcher.stop())
 
     def update(self, samples: list[Sample]) -> None:
