@@ -50,8 +50,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support.bokeh_client import open_session  # noqa: E402
-from tests.support.servers import free_port, wait_until_serving  # noqa: E402
+from tests.support.bokeh_client import TEST_TOKEN, auth_headers, open_session  # noqa: E402
+from tests.support.servers import free_port, wait_until_serving, with_token  # noqa: E402
 from tests.support.stream_client import open_stream  # noqa: E402
 
 ROUTE = "/GPU-Resources"
@@ -82,7 +82,8 @@ class Result:
 
 
 def info(url: str) -> dict:
-    with urllib.request.urlopen(url + "/info.json", timeout=10) as response:
+    request = urllib.request.Request(url + "/info.json", headers=auth_headers())
+    with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
 
 
@@ -93,8 +94,9 @@ class ServerUnderTest:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "jupyterlab_nvdashboard.server", str(self.port),
              "--simulate", "4", "--interval", str(interval_s)],
+            # The server asks for a token; the clients here send this one.
+            env={**os.environ, "NVDASHBOARD_TOKEN": TEST_TOKEN, "PYTHONPATH": str(source)},
             cwd=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONPATH": str(source)},
         )
         wait_until_serving(self.url + "/", process=self.process)
         self.ps = psutil.Process(self.process.pid)
@@ -336,7 +338,7 @@ def run_browser(source: Path, viewers: int, window_s: float, interval_s: float,
             for _ in range(viewers):
                 page = context.new_page()
                 page.on("websocket", on_websocket)
-                page.goto(server.url + ROUTE)
+                page.goto(with_token(server.url + ROUTE))
                 page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
                                        timeout=60_000)
                 pages.append(page)

@@ -17,6 +17,13 @@ except PackageNotFoundError:  # running from a checkout that was never installed
 
 # jupyter-server-proxy already checked the browser's Origin and the user's login; it then
 # stamps this Origin on what it forwards, and the backend allows exactly that one.
+#
+# Overriding the Origin is acceptable because the checks it replaces happen elsewhere:
+# jupyter-server-proxy 4.2 and later checks the browser's own Origin against Jupyter's
+# policy before forwarding a websocket (pyproject requires >=4.2), Jupyter authenticates
+# every request, and the backend signs its sessions with a secret made at each launch, so
+# a websocket needs a session token this server issued on a page fetched through the
+# authenticated proxy.
 PROXY_ORIGIN_HOST = "nvdashboard-proxy.localhost"
 
 
@@ -24,12 +31,14 @@ def launch_server() -> dict[str, Any]:
     """jupyter-server-proxy settings: start the Bokeh server on a private unix socket.
 
     ``NVDASHBOARD_*`` settings (simulate mode and so on) reach the server through the
-    environment it inherits from Jupyter.
+    environment it inherits from Jupyter. ``--jupyter-proxy`` asks for no token of its
+    own (Jupyter's login covers every request) and keeps run control on; the server
+    refuses it without ``--unix-socket``.
     """
     return {
         "command": [
             sys.executable, "-m", "jupyterlab_nvdashboard.server",
-            "--unix-socket", "{unix_socket}",
+            "--unix-socket", "{unix_socket}", "--jupyter-proxy",
             "--allow-websocket-origin", PROXY_ORIGIN_HOST,
         ],
         "unix_socket": True,

@@ -19,6 +19,13 @@ burst of page loads, hostile input or a hostile web page:
    can be megabytes), and warns on every push to a tab that just closed; Tornado logs
    every 404 with the whole URL. ``one_line_logs`` makes each of their records one short
    line and drops that routine warning.
+5. Bokeh's static file handlers (BokehJS under ``/static/`` and ``<route>/static/``, and
+   extension files) never ask the server's auth provider, so a server that asks for a
+   token would still hand BokehJS to anyone. They now ask it first, as Bokeh's page and
+   websocket handlers do, and a refusal is a 403.
+6. With signed sessions, a page request whose ``bokeh-session-id`` has non-ASCII
+   characters, or whose ``bokeh-token`` is not a token at all, makes Bokeh's signature
+   check raise (a 500). Such a request is refused with a 403 before Bokeh reads it.
 """
 
 from __future__ import annotations
@@ -32,6 +39,11 @@ from typing import Any
 import bokeh.document.document as bokeh_document
 from bokeh.protocol.messages.error import error as ErrorMessage
 from bokeh.server.views.autoload_js_handler import AutoloadJsHandler
+from bokeh.server.views.multi_root_static_handler import MultiRootStaticHandler
+from bokeh.server.views.session_handler import SessionHandler
+from bokeh.server.views.static_handler import StaticHandler
+from bokeh.util.token import get_session_id
+from tornado.web import HTTPError, RequestHandler
 
 _applied = False
 # Long enough that one sweep's destroys share a collection, short enough that memory
@@ -66,6 +78,45 @@ def apply() -> None:
     AutoloadJsHandler.options = empty_preflight  # type: ignore[method-assign]
 
     bokeh_document.gc = DeferredCollector()  # type: ignore[attr-defined]
+
+    for static in (StaticHandler, MultiRootStaticHandler):
+        static.prepare = ask_auth_provider  # type: ignore[method-assign]
+
+    get_session = SessionHandler.get_session
+
+    async def get_well_formed_session(self: SessionHandler) -> Any:
+        refuse_malformed_session_arguments(self)
+        return await get_session(self)
+
+    SessionHandler.get_session = get_well_formed_session  # type: ignore[method-assign]
+
+
+def refuse_malformed_session_arguments(handler: RequestHandler) -> None:
+    """403 for a session id or token that Bokeh's signature check would choke on."""
+    session_ids = [handler.get_argument("bokeh-session-id", None),
+                   handler.request.headers.get("Bokeh-Session-Id")]
+    token = handler.get_argument("bokeh-token", None)
+    if token is not None:
+        try:
+            session_ids.append(get_session_id(token))
+        except (ValueError, TypeError, KeyError):  # not base64, not JSON, no session id
+            raise HTTPError(403, reason="malformed bokeh-token") from None
+    if not all(session_id is None or (isinstance(session_id, str) and session_id.isascii())
+               for session_id in session_ids):
+        raise HTTPError(403, reason="malformed session id")
+
+
+async def ask_auth_provider(handler: RequestHandler) -> None:
+    """What Bokeh's ``AuthRequestHandler.prepare`` and ``@authenticated`` do together."""
+    provider = handler.application.auth_provider  # type: ignore[attr-defined]
+    if provider.get_user_async is not None:
+        handler.current_user = await provider.get_user_async(handler)
+    elif provider.get_user is not None:
+        handler.current_user = provider.get_user(handler)
+    else:
+        return
+    if not handler.current_user:
+        raise HTTPError(403)
 
 
 class DeferredCollector(ModuleType):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +20,16 @@ from .workload.config import default_runs_dir
 MIN_INTERVAL_S = 0.05
 DEFAULT_PORT = 8000
 PROXY_IDLE_EXIT_S = 1800.0
+MIN_TOKEN_LENGTH = 16
 
 
 class ConfigError(Exception):
     """A setting is invalid; the message is one line meant for the user."""
+
+
+def new_token() -> str:
+    """A fresh random access token for one launch (256 bits, URL-safe)."""
+    return secrets.token_urlsafe(32)
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,16 @@ class Config:
     # How often Bokeh looks for such sessions; a third of the lifetime, at most 5 s, so a
     # closed tab costs at most lifetime + check (20 s by default).
     check_unused_sessions_ms: int = 5_000
+    # The token every request must carry (see auth.py); None asks for none: --no-token
+    # (view only) or --jupyter-proxy (Jupyter authenticates). A new one at each launch.
+    token: str | None = field(default_factory=new_token, repr=False)
+    # Started by jupyter-server-proxy on a private unix socket (launch_server()).
+    jupyter_proxy: bool = False
+
+    @property
+    def run_control(self) -> bool:
+        """Whether /Workload may start and stop runs: only for a caller known to be allowed."""
+        return self.token is not None or self.jupyter_proxy
 
     @property
     def websocket_origins(self) -> list[str]:
@@ -80,7 +98,7 @@ class Config:
         """Seconds with no viewers before the server exits (0: never)."""
         if self.exit_after_idle_s is not None:
             return self.exit_after_idle_s
-        return PROXY_IDLE_EXIT_S if self.unix_socket else 0.0
+        return PROXY_IDLE_EXIT_S if self.jupyter_proxy else 0.0
 
     @property
     def history_length(self) -> int:
@@ -139,6 +157,42 @@ def _boolean(name: str):
     return parse
 
 
+def _token(text: str) -> str:
+    if len(text) < MIN_TOKEN_LENGTH or text != text.strip() or not text.isprintable():
+        raise ConfigError(f"the token must be at least {MIN_TOKEN_LENGTH} printable characters "
+                          "without surrounding spaces")
+    return text
+
+
+# HOST or HOST:PORT, as Bokeh's allow-list compares them (no scheme, no path).
+_ORIGIN = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::[0-9]{1,5})?")
+
+
+def _origin(text: str) -> str:
+    origin = text.strip()
+    if "*" in origin:
+        # A wildcard lets any web page the user visits open these dashboards' websockets.
+        raise ConfigError(f"websocket origin {text!r}: '*' is not allowed; name each HOST[:PORT]")
+    if not _ORIGIN.fullmatch(origin):
+        raise ConfigError(f"websocket origin must be HOST or HOST:PORT, got {text!r}")
+    return origin
+
+
+def _origins(text: str) -> list[str]:
+    origins = [_origin(item) for item in text.split(",") if item.strip()]
+    if not origins:
+        raise ConfigError(f"no origin in {text!r}; name each HOST[:PORT], separated by commas")
+    return origins
+
+
+def _runs_dir(text: str) -> Path:
+    # Expanded the same way as the workload's own reader (workload/config.py).
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"runs directory {str(path)!r} exists and is not a directory")
+    return path
+
+
 _port = _positive_int("port", 1, 65535)
 _simulate = _positive_int("simulate", 0, 64)
 _milliseconds = _positive_int("milliseconds", 100, 3_600_000)
@@ -152,17 +206,19 @@ _ENVIRONMENT = {
     "history": ("NVDASHBOARD_HISTORY", _history),
     "idle_interval": ("NVDASHBOARD_IDLE_INTERVAL", _idle_interval),
     "exit_after_idle": ("NVDASHBOARD_EXIT_AFTER_IDLE", _exit_after_idle),
-    "allow_websocket_origin": (
-        "NVDASHBOARD_ALLOW_WEBSOCKET_ORIGIN",
-        lambda text: [item.strip() for item in text.split(",") if item.strip()],
-    ),
+    "allow_websocket_origin": ("NVDASHBOARD_ALLOW_WEBSOCKET_ORIGIN", _origins),
     "simulate": ("NVDASHBOARD_SIMULATE", _simulate),
     "simulate_nvlink": ("NVDASHBOARD_SIMULATE_NVLINK", _boolean("NVDASHBOARD_SIMULATE_NVLINK")),
     "simulate_faults": ("NVDASHBOARD_SIMULATE_FAULTS", str),
     "simulate_profile": ("NVDASHBOARD_SIMULATE_PROFILE", str),
-    "runs_dir": ("NVDASHBOARD_RUNS_DIR", Path),
+    "runs_dir": ("NVDASHBOARD_RUNS_DIR", _runs_dir),
     "unused_session_lifetime": ("NVDASHBOARD_UNUSED_SESSION_LIFETIME_MS", _milliseconds),
+    # No --token flag on purpose: a command line is visible to every user in `ps`.
+    "token": ("NVDASHBOARD_TOKEN", _token),
 }
+# Bokeh's own variable replaces our allow-list wholesale; a '*' there would open the
+# websockets to every web page, so it gets the same check.
+BOKEH_ORIGIN_VARIABLE = "BOKEH_ALLOW_WS_ORIGIN"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -186,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="exit after this long with no page open; 0 never (default: "
                         "never standalone, 1800 behind jupyter-server-proxy)")
     parser.add_argument("--allow-websocket-origin", action="append", metavar="HOST[:PORT]",
+                        type=_origin,
                         help="allow browser pages from this origin (repeatable; default: this "
                         "server's own host and port)")
     parser.add_argument("--simulate", type=_simulate, metavar="N",
@@ -196,7 +253,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="which machine to simulate: mixed (default), h200, a100-535, "
                         "a100-mig, consumer, vgpu, wrap32 or link-gap; implies --simulate 2 "
                         "unless --simulate is given")
-    parser.add_argument("--runs-dir", type=Path, help="directory of workload run event files")
+    parser.add_argument("--runs-dir", type=_runs_dir,
+                        help="directory of workload run event files")
+    parser.add_argument("--no-token", action="store_true",
+                        help="ask for no access token: anyone who can reach the port may watch "
+                        "the dashboards, and the /Workload run panel is disabled (view only)")
+    parser.add_argument("--jupyter-proxy", action="store_true",
+                        help="internal: set by jupyter-server-proxy, which authenticates every "
+                        "request; needs --unix-socket")
     return parser
 
 
@@ -210,6 +274,12 @@ def _from_environment(environ: Mapping[str, str]) -> dict[str, object]:
             values[key] = parse(text)
         except ConfigError as error:
             raise ConfigError(f"{variable}: {error}") from None
+    bokeh_origins = environ.get(BOKEH_ORIGIN_VARIABLE)
+    if bokeh_origins:
+        try:
+            _origins(bokeh_origins)
+        except ConfigError as error:
+            raise ConfigError(f"{BOKEH_ORIGIN_VARIABLE}: {error}") from None
     return values
 
 
@@ -220,6 +290,7 @@ def load_config(
     environ = os.environ if environ is None else environ
     args = vars(build_parser().parse_args([] if argv is None else list(argv)))
     positional_port = args.pop("port_positional")
+    no_token, jupyter_proxy = args.pop("no_token"), args.pop("jupyter_proxy")
     if args["port"] is None:
         args["port"] = positional_port
     elif positional_port is not None and positional_port != args["port"]:
@@ -231,8 +302,19 @@ def load_config(
     interval_s = float(merged.get("interval", defaults.interval_s))  # type: ignore[arg-type]
     lifetime_ms = int(merged.get("unused_session_lifetime",  # type: ignore[arg-type]
                                  defaults.unused_session_lifetime_ms))
+    unix_socket = merged.get("unix_socket")
+    if jupyter_proxy and not unix_socket:
+        # Run control with no token is only safe where Jupyter authenticates every request.
+        raise ConfigError("--jupyter-proxy needs --unix-socket: on a TCP port nothing would "
+                          "authenticate requests")
+    if jupyter_proxy and no_token:
+        raise ConfigError("--jupyter-proxy and --no-token cannot be combined")
+    token = None if no_token or jupyter_proxy else str(merged.get("token") or new_token())
     profile = merged.get("simulate_profile")
     gpu_count = int(merged.get("simulate", 2 if profile else 0))  # type: ignore[arg-type]
+    if merged.get("simulate_faults") and not gpu_count:
+        raise ConfigError("NVDASHBOARD_SIMULATE_FAULTS: faults need simulated GPUs "
+                          "(--simulate N or NVDASHBOARD_SIMULATE)")
     simulation = SimulationConfig(
         gpu_count=gpu_count,
         nvlink=bool(merged.get("simulate_nvlink", True)),
@@ -242,7 +324,7 @@ def load_config(
     return Config(
         address=str(merged.get("address", defaults.address)),
         port=int(merged.get("port", defaults.port)),  # type: ignore[arg-type]
-        unix_socket=merged.get("unix_socket"),  # type: ignore[arg-type]
+        unix_socket=unix_socket,  # type: ignore[arg-type]
         interval_s=interval_s,
         idle_interval_s=max(interval_s, float(merged.get(  # type: ignore[arg-type]
             "idle_interval", defaults.idle_interval_s))),
@@ -254,6 +336,8 @@ def load_config(
         runs_dir=Path(merged.get("runs_dir", defaults.runs_dir)),  # type: ignore[arg-type]
         unused_session_lifetime_ms=lifetime_ms,
         check_unused_sessions_ms=check_interval_ms(lifetime_ms),
+        token=token,
+        jupyter_proxy=jupyter_proxy,
     )
 
 

@@ -3,6 +3,11 @@
 Run it standalone::
 
     python -m jupyterlab_nvdashboard.server [PORT] [--address A] [--interval S] [--simulate N]
+        [--no-token]
+
+and open the URL it prints: it carries this launch's random access token
+(``http://127.0.0.1:8000/?token=...``); every page, JSON endpoint and websocket asks for it
+(``auth.py``). ``--no-token`` serves view-only dashboards to anyone who can reach the port.
 
 It serves one route per dashboard (from ``apps/registry.py``) with its live-data socket
 ``<route>/stream`` (``stream/broadcaster.py``), ``/index.json`` (the dashboards this machine
@@ -23,6 +28,7 @@ import io
 import json
 import logging
 import math
+import secrets
 import signal
 import sys
 import time
@@ -42,6 +48,7 @@ from .apps.components import timeline_windows
 from .apps.document import build_document, no_gpu_notice
 from .apps.registry import ROUTES, RouteFeeds, available_routes
 from .apps.sources import DashboardSources
+from .auth import VIEW_ONLY_REASON, Access, BokehAuth, GuardedHandler
 from .config import Config, ConfigError, load_config
 from .metrics import GpuReading, HostReading, Metrics, Sample, create_metrics
 from .stream.broadcaster import Broadcaster, StreamSocket
@@ -141,9 +148,10 @@ def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None,
     return info
 
 
-class _JsonHandler(RequestHandler):
-    def initialize(self, sources: DashboardSources, live_sessions: LiveSessions,
-                   broadcaster: Broadcaster) -> None:
+class _JsonHandler(GuardedHandler):
+    def initialize(self, access: Access, sources: DashboardSources,
+                   live_sessions: LiveSessions, broadcaster: Broadcaster) -> None:
+        super().initialize(access)
         self.sources, self.metrics = sources, sources.metrics
         self.live_sessions, self.broadcaster = live_sessions, broadcaster
 
@@ -216,10 +224,14 @@ class HistoryCsvHandler(RequestHandler):
         self.write(body)
 
 
-class RootHandler(RequestHandler):
-    """A small page linking every dashboard; it must answer fast (proxy readiness)."""
+class RootHandler(GuardedHandler):
+    """A small page linking every dashboard; it must answer fast (proxy readiness).
 
-    def initialize(self, sources: DashboardSources, **_: object) -> None:
+    Without the token it answers 403 at once, which is still an answer for readiness.
+    """
+
+    def initialize(self, access: Access, sources: DashboardSources, **_: object) -> None:
+        super().initialize(access)
         self.sources, self.metrics = sources, sources.metrics
 
     def get(self) -> None:
@@ -255,8 +267,14 @@ def make_applications(sources: DashboardSources, feeds: RouteFeeds) -> dict[str,
 
 def make_server(config: Config, sources: DashboardSources,
                 io_loop: IOLoop | None = None) -> Server:
-    """Bind the Bokeh server (raises OSError if the port is taken)."""
+    """Bind the Bokeh server (raises OSError if the port is taken).
+
+    Every extra route's handler receives ``access`` (an ``auth.Access``) in its kwargs,
+    with ``sources`` and ``live_sessions``; a handler checks it in ``prepare`` (see
+    ``auth.GuardedHandler``) before it answers or upgrades to a websocket.
+    """
     bokeh_patches.apply()
+    access = Access.for_config(config)
     listen: dict[str, Any] = (
         {"unix_socket": config.unix_socket} if config.unix_socket
         else {"port": config.port, "address": config.address}
@@ -266,9 +284,11 @@ def make_server(config: Config, sources: DashboardSources,
     feeds = RouteFeeds(metrics)
     broadcaster = Broadcaster(metrics.history, metrics.interval_s, feeds,
                               timeline_windows(metrics.history_s))
-    extra = {"sources": sources, "live_sessions": live_sessions, "broadcaster": broadcaster}
+    extra = {"access": access, "sources": sources, "live_sessions": live_sessions,
+             "broadcaster": broadcaster}
     streams = [(rf"{route.path}/stream", StreamSocket,
-                {"route": route.path, "broadcaster": broadcaster}) for route in ROUTES]
+                {"route": route.path, "broadcaster": broadcaster, "allows": access.allows})
+               for route in ROUTES]
     server = Server(
         make_applications(sources, feeds),
         io_loop=io_loop,
@@ -281,6 +301,16 @@ def make_server(config: Config, sources: DashboardSources,
             *streams,
         ],
         use_index=False,
+        auth_provider=BokehAuth(access),
+        # Made at each launch and never stored: a session id (and the websocket token that
+        # carries it) is only accepted if this very process issued it on an allowed page.
+        secret_key=secrets.token_urlsafe(32).encode(),
+        sign_sessions=True,
+        generate_session_ids=True,
+        # Bokeh copies request headers and cookies into each session's token, which sits
+        # in the page; credentials stay out of it.
+        exclude_headers=["Authorization", "Cookie"],
+        exclude_cookies=[access.cookie_name],
         unused_session_lifetime_milliseconds=config.unused_session_lifetime_ms,
         check_unused_sessions_milliseconds=config.check_unused_sessions_ms,
         **listen,
@@ -295,6 +325,19 @@ def make_server(config: Config, sources: DashboardSources,
 
 def _where(config: Config) -> str:
     return config.unix_socket or f"{config.address}:{config.port}"
+
+
+def dashboards_url(config: Config) -> str:
+    """What to open: the URL with this launch's token, as Jupyter prints it."""
+    if config.unix_socket:
+        return config.unix_socket
+    host = config.address
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"  # what a browser on this machine can open
+    elif ":" in host:
+        host = f"[{host}]"
+    url = f"http://{host}:{config.port}/"
+    return f"{url}?token={config.token}" if config.token else url
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -317,6 +360,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"nvdashboard: error: {error}", file=sys.stderr)
         return 2
+    try:
+        # The workload's watcher creates it too; creating it here turns a path that
+        # cannot be a directory into one line instead of a traceback from its thread.
+        config.runs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        print(f"nvdashboard: error: cannot create the runs directory {config.runs_dir}: "
+              f"{error.strerror or error}", file=sys.stderr)
+        return 2
     sources = DashboardSources.for_config(config, metrics)
     try:
         server = make_server(config, sources)
@@ -332,8 +383,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("reading %d %s every %.0f ms", len(metrics.facts), kind, config.interval_s * 1e3)
     else:
         log.info("%s Serving the machine dashboard only.", no_gpu_notice(metrics))
-    where = config.unix_socket or f"http://{config.address}:{config.port}/"
-    log.info("dashboards at %s (Ctrl-C stops)", where)
+    log.info("dashboards at %s (Ctrl-C stops)", dashboards_url(config))
+    if not config.run_control:
+        log.info("%s: anyone who can reach this port can watch; the run panel is disabled",
+                 VIEW_ONLY_REASON)
 
     def stop(*_: object) -> None:
         server.io_loop.add_callback_from_signal(server.io_loop.stop)

@@ -25,7 +25,7 @@ from tornado.websocket import websocket_connect
 
 from jupyterlab_nvdashboard.apps.registry import ROUTES
 from jupyterlab_nvdashboard.bokeh_patches import LOG_LINE_LIMIT
-from tests.support.bokeh_client import fetch_token, open_session
+from tests.support.bokeh_client import auth_headers, fetch_token, open_session
 from tests.support.servers import cli_server, get, server_output
 from tests.support.stream_client import open_stream
 
@@ -83,9 +83,10 @@ async def _fuzz_http(url: str, rng: random.Random) -> list[str]:
             path = base
         paths.append(path)
     for path in paths:
-        headers = {}
+        # With the token, so the fuzz reaches the handlers behind the access check.
+        headers = auth_headers()
         if rng.random() < 0.5:
-            headers = {
+            headers = {**headers,
                 "Cookie": "".join(rng.choice(HEADER_SAFE) for _ in range(3000)),
                 "X-Forwarded-For": "1.2.3.4, " + "9" * 50,
                 "Accept-Language": "zz" * 200,
@@ -139,7 +140,7 @@ async def _fuzz_websocket(url: str, rng: random.Random) -> list[str]:
     for frames in _bokeh_frames(rng):
         token = await fetch_token(url, "/GPU-Utilization")
         request = HTTPRequest("ws" + url[len("http"):] + "/GPU-Utilization/ws",
-                              headers={"Origin": url})
+                              headers=auth_headers({"Origin": url}))
         connection = await websocket_connect(request, subprotocols=["bokeh", token],
                                              max_message_size=16 * 1024 * 1024)
         try:
@@ -219,7 +220,7 @@ def test_no_route_accepts_a_state_changing_method(origin: str | None) -> None:
             results = []
             for target in _route_urls(url):
                 for method in methods:
-                    headers = {"Origin": origin} if origin else {}
+                    headers = auth_headers({"Origin": origin} if origin else {})
                     body = None if method in ("OPTIONS", "DELETE") else b'{"interval_s": 0.05}'
                     response = await client.fetch(HTTPRequest(
                         target, method=method, headers=headers, body=body,
@@ -264,7 +265,7 @@ def test_autoload_js_is_not_readable_cross_origin() -> None:
         async def fetch() -> tuple[int, dict]:
             response = await AsyncHTTPClient().fetch(
                 url + "/GPU-Utilization/autoload.js?bokeh-autoload-element=x",
-                headers={"Origin": EVIL}, raise_error=False)
+                headers=auth_headers({"Origin": EVIL}), raise_error=False)
             return response.code, dict(response.headers)
 
         code, headers = asyncio.run(fetch())

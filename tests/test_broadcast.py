@@ -22,7 +22,7 @@ from jupyterlab_nvdashboard.apps.components import rollover, timeline_windows
 from jupyterlab_nvdashboard.stream.broadcaster import MAX_PENDING_FRAMES
 from jupyterlab_nvdashboard.stream.downsample import MAX_POINTS_PER_LINE, min_max
 from jupyterlab_nvdashboard.stream.frames import Rows, decode, encode
-from tests.support.bokeh_client import open_session
+from tests.support.bokeh_client import TEST_TOKEN, open_session
 from tests.support.servers import cli_server, get, in_process_server, server_output
 from tests.support.stream_client import open_stream, stream_url
 
@@ -113,6 +113,7 @@ def _stalled_client(url: str, route: str) -> socket.socket:
     key = base64.b64encode(os.urandom(16)).decode()
     sock.sendall((f"GET {parts.path}?{parts.query} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
                   "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                  f"Authorization: token {TEST_TOKEN}\r\n"
                   f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
     assert b" 101 " in sock.recv(1024).split(b"\r\n", 1)[0]
     return sock

@@ -9,7 +9,7 @@ import pytest
 
 from jupyterlab_nvdashboard.apps.registry import ROUTES
 from tests.support.browser import canvas_ink, chromium, screenshot, watch
-from tests.support.servers import cli_server, get
+from tests.support.servers import cli_server, get, with_token
 
 pytestmark = pytest.mark.browser
 
@@ -20,7 +20,7 @@ def test_every_dashboard_renders_offline_and_updates() -> None:
         assert list(routes) == [route.path for route in ROUTES]
         page = browser.new_page(viewport={"width": 1000, "height": 800})
         watched = watch(page)
-        page.goto(url + "/")
+        page.goto(with_token(url + "/"))  # sets the token cookie for the pages below
         assert "SIMULATED" in page.content()
         for route in routes:
             page.goto(url + route)
@@ -80,7 +80,7 @@ def test_workload_dashboard_runs_native_then_plugin() -> None:
     with cli_server(["--simulate", "2"]) as (url, _), chromium() as browser:
         page = browser.new_page(viewport={"width": 1200, "height": 1100})
         watched = watch(page)
-        page.goto(url + "/Workload")
+        page.goto(with_token(url + "/Workload"))
         page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
                                timeout=20_000)
         for path in ("native", "plugin"):

@@ -18,10 +18,12 @@ class DashboardSources:
     metrics: Metrics
     # Workload runs (event files and the one launcher) that /Workload shows beside the GPU.
     workload: WorkloadService | None = None
+    # Whether pages may start and stop workload runs (off with --no-token; see auth.py).
+    run_control: bool = True
 
     @classmethod
     def for_config(cls, config: Config, metrics: Metrics) -> DashboardSources:
-        return cls(metrics, WorkloadService(config.runs_dir))
+        return cls(metrics, WorkloadService(config.runs_dir), run_control=config.run_control)
 
     def start(self) -> None:
         self.metrics.start()

@@ -26,6 +26,7 @@ from bokeh.models import (
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
+from ..auth import VIEW_ONLY_REASON
 from ..metrics import Metrics, Sample
 from ..stream.broadcaster import Feed
 from ..workload.cli import MAX_ITERATIONS
@@ -146,6 +147,7 @@ class WorkloadDashboard:
         assert sources.workload is not None, "the server starts a WorkloadService"
         metrics = sources.metrics
         self.metrics, self.service = metrics, sources.workload
+        self.run_control = sources.run_control
         # The GPU timeline streams like every other; the run panel and table are this
         # page's own and refresh from the server.
         self.timeline = Timeline(feed, timeline_windows(metrics.history_s), metrics.interval_s,
@@ -178,7 +180,11 @@ class WorkloadDashboard:
             Button(label="Stop", button_type="danger", width=80)
         start.on_click(self._start)
         stop.on_click(self._stop)
+        self.start_button, self.stop_button = start, stop
         self.status = Div(text="", sizing_mode="stretch_width", name="workload-status")
+        if not self.run_control:
+            start.disabled = stop.disabled = True
+            self._say(VIEW_ONLY_REASON)
         self.table = table = DataTable(
                           source=self.summary, height=200, sizing_mode="stretch_width",
                           index_position=None, autosize_mode="none",
@@ -194,6 +200,10 @@ class WorkloadDashboard:
         self.status.text = f"<span>{html.escape(text)}</span>"
 
     def _start(self) -> None:
+        # A disabled button can still be clicked by a crafted message: refuse here too.
+        if not self.run_control:
+            self._say(f"not started: {VIEW_ONLY_REASON}")
+            return
         params = {"path": self.path.value, "preset": self.preset.value,
                   "iterations": int(self.count.value or 0), "device": self.device.value}
         try:
@@ -202,6 +212,9 @@ class WorkloadDashboard:
             self._say(f"not started: {error}")
 
     def _stop(self) -> None:
+        if not self.run_control:
+            self._say(f"not stopped: {VIEW_ONLY_REASON}")
+            return
         self._say(self.service.launcher.stop())
 
     def refresh(self) -> None:

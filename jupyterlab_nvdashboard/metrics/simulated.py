@@ -20,6 +20,7 @@ counter. The same faults can be given as a spec string (``NVDASHBOARD_SIMULATE_F
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 import types
@@ -36,6 +37,19 @@ E = binding.ERROR_CODES
 F = binding.FIELD_IDS
 _UINT_MAX = 0xFFFFFFFF
 PCIE_THROUGHPUT_SAMPLE_S = 0.02  # nvml.h: a byte counter read over a 20 ms interval
+
+# The keys of a fault spec, each with an example value for error messages.
+_FAULT_KEYS = {"lose": "lose=1@5", "init": "init=DriverNotLoaded",
+               "unsupported": "unsupported=nvlink", "slow": "slow=0.3",
+               "binding": "binding=12.535"}
+# A fault delay longer than this is a typo, not a test (and sleep() would overflow).
+MAX_FAULT_SECONDS = 24 * 3600.0
+
+
+def _check_seconds(key: str, seconds: float, text: str) -> None:
+    if not 0 <= seconds <= MAX_FAULT_SECONDS:  # also rejects NaN
+        raise ValueError(f"{key} needs 0 to {MAX_FAULT_SECONDS:.0f} seconds, got {text!r}")
+
 
 # Named groups a fault spec can mark unsupported.
 FEATURE_GROUPS: dict[str, tuple[str, ...]] = {
@@ -189,39 +203,58 @@ class SimulatedNvml:
     def apply_fault_spec(self, spec: str) -> None:
         """Apply faults written as ``lose=1@5,init=DriverNotLoaded,unsupported=nvlink``.
 
-        Raises ValueError with a one-line message for anything malformed.
+        Raises ValueError with a one-line message for anything malformed, before applying
+        any of it.
         """
-        unsupported: list[str] = []
-        for item in filter(None, (part.strip() for part in spec.split(","))):
-            key, _, value = item.partition("=")
-            if key == "lose":
-                gpu, _, after = value.partition("@")
-                try:
-                    index, delay = int(gpu), float(after or 0)
-                except ValueError:
-                    raise ValueError(f"lose needs GPU@SECONDS, got {value!r}") from None
-                if not 0 <= index < len(self._gpus) or not delay >= 0:
-                    raise ValueError(f"lose names no simulated GPU: {value!r}")
-                self.lose_gpu(index, delay)
-            elif key == "init":
-                if value not in binding.ERROR_SUFFIXES:
-                    raise ValueError(f"unknown NVML error {value!r} in fault spec")
-                self.set_init_error(binding.ERROR_SUFFIXES[value])
-            elif key == "unsupported":
-                unsupported.extend(value.split("|"))
-            elif key == "slow":
-                try:
-                    self.set_call_delay(float(value))
-                except ValueError:
-                    raise ValueError(f"slow needs seconds, got {value!r}") from None
-            elif key == "binding":
-                binding.parse_version(value)
-                self.binding_version, self._module = value, None
-            else:
-                raise ValueError(f"unknown fault {key!r} "
-                                 "(use lose, init, unsupported, slow or binding)")
-        if unsupported:
-            self.set_unsupported(set(unsupported) | self._unsupported)
+        for apply in [self._parse_fault(item) for item in spec.split(",") if item.strip()]:
+            apply()
+
+    def _parse_fault(self, item: str) -> Callable[[], None]:
+        """One ``key=value`` fault, checked now and applied by the returned function."""
+        key, equals, value = (part.strip() for part in item.partition("="))
+        if key not in _FAULT_KEYS:
+            raise ValueError(f"unknown fault {key!r} (use {', '.join(_FAULT_KEYS)})")
+        if not equals or not value:
+            raise ValueError(f"fault {key!r} needs a value, e.g. {_FAULT_KEYS[key]}")
+        if key == "lose":
+            gpu, at, after = value.partition("@")
+            try:
+                index, delay = int(gpu), float(after)
+            except ValueError:
+                raise ValueError(f"lose needs GPU@SECONDS, got {value!r}") from None
+            if not at or not 0 <= index < len(self._gpus):
+                raise ValueError(f"lose needs GPU@SECONDS naming a simulated GPU, got {value!r}")
+            _check_seconds("lose", delay, value)
+            return lambda: self.lose_gpu(index, delay)
+        if key == "init":
+            if value not in binding.ERROR_SUFFIXES:
+                raise ValueError(f"unknown NVML error {value!r} in fault spec")
+            return lambda: self.set_init_error(binding.ERROR_SUFFIXES[value])
+        if key == "unsupported":
+            features = value.split("|")
+            functions = (name for name in dir(self) if name.startswith("nvml"))
+            known = set(FEATURE_GROUPS).union(*FEATURE_GROUPS.values(), functions)
+            unknown = [feature for feature in features if feature not in known]
+            if unknown:
+                raise ValueError(f"unsupported names no feature group or NVML function: "
+                                 f"{unknown[0]!r} (groups: {', '.join(FEATURE_GROUPS)})")
+            return lambda: self.set_unsupported(set(features) | self._unsupported)
+        if key == "slow":
+            try:
+                delay = float(value)
+            except ValueError:
+                raise ValueError(f"slow needs seconds, got {value!r}") from None
+            _check_seconds("slow", delay, value)
+            return lambda: self.set_call_delay(delay)
+        # binding: an nvidia-ml-py release number.
+        if not re.fullmatch(r"\d+\.\d+(\.\d+)?", value):
+            raise ValueError(f"binding version must look like 12.535, got {value!r}")
+        binding.parse_version(value)
+
+        def use_binding() -> None:
+            self.binding_version, self._module = value, None
+
+        return use_binding
 
     # ----- internals ------------------------------------------------------------------
     def _enter(self, function: str, handle: SimulatedHandle | None = None) -> _Gpu | None:

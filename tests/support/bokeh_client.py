@@ -3,6 +3,10 @@
 It does what a browser tab does on the wire, without a browser: GET the page to get a
 session token, open ``<route>/ws`` with the ``bokeh`` subprotocol, pull the document,
 then receive the server's PATCH-DOC messages as the dashboard updates.
+
+Test servers (``servers.py``) are started with ``TEST_TOKEN``; these helpers send it as
+``Authorization: token ...`` unless the caller's own headers set ``Authorization`` (a
+Jupyter token through the proxy, or a wrong one on purpose).
 """
 
 from __future__ import annotations
@@ -19,6 +23,13 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 _TOKEN = re.compile(r'"token":\s*"([^"]+)"')
+# The access token of every server the test helpers start (NVDASHBOARD_TOKEN, Config.token).
+TEST_TOKEN = "nvdashboard-test-token-4f1c9e2a"
+
+
+def auth_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
+    """``headers`` plus the test token, unless they carry their own Authorization."""
+    return {"Authorization": f"token {TEST_TOKEN}", **(headers or {})}
 
 
 @dataclass
@@ -78,8 +89,8 @@ class BokehSession:
 
 
 async def fetch_token(base_url: str, route: str, headers: dict[str, str] | None = None) -> str:
-    response = await AsyncHTTPClient().fetch(base_url.rstrip("/") + route, headers=headers,
-                                             request_timeout=60)
+    response = await AsyncHTTPClient().fetch(base_url.rstrip("/") + route,
+                                             headers=auth_headers(headers), request_timeout=60)
     match = _TOKEN.search(response.body.decode())
     if match is None:
         raise AssertionError(f"no Bokeh session token in {route}")
@@ -98,7 +109,8 @@ async def open_session(
     ws_url = "ws" + base_url.rstrip("/")[len("http"):] + route + "/ws"
     parsed = urlsplit(base_url)
     own_origin = f"{parsed.scheme}://{parsed.netloc}"
-    request = HTTPRequest(ws_url, headers={"Origin": origin or own_origin, **(headers or {})})
+    request = HTTPRequest(ws_url, headers={"Origin": origin or own_origin,
+                                           **auth_headers(headers)})
     connection = await websocket_connect(request, subprotocols=["bokeh", token])
     session = BokehSession(connection, route)
     ack = await session.receive()

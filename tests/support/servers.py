@@ -1,5 +1,9 @@
 """Start real nvdashboard servers for tests: in this process (to reach the simulator and
-inject faults) or as a subprocess through the CLI (exactly what a user runs)."""
+inject faults) or as a subprocess through the CLI (exactly what a user runs).
+
+Both ask for ``TEST_TOKEN`` (as a user's server asks for its printed token); ``get`` sends
+it unless told ``token=None``, and ``with_token`` adds it to a URL for a browser.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from jupyterlab_nvdashboard.config import Config, SimulationConfig
 from jupyterlab_nvdashboard.metrics import Metrics, SimulatedNvml, create_metrics
 from jupyterlab_nvdashboard.server import make_server
 from jupyterlab_nvdashboard.stream.broadcaster import Broadcaster
+from tests.support.bokeh_client import TEST_TOKEN
 
 
 def free_port() -> int:
@@ -43,18 +48,30 @@ def wait_until_serving(
         try:
             with urllib.request.urlopen(url, timeout=2):
                 return
+        except urllib.error.HTTPError:
+            return  # any HTTP answer (a 403 without the token, too) means it is serving
         except OSError:
             time.sleep(0.2)
     raise TimeoutError(f"{url} did not answer within {timeout_s} s")
 
 
-def get(url: str, headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, headers=dict(headers or {}))
+def get(url: str, headers: Mapping[str, str] | None = None,
+        token: str | None = TEST_TOKEN) -> tuple[int, bytes]:
+    """GET with the test token (``token=None``: without any), as (status, body)."""
+    headers = dict(headers or {})
+    if token is not None:
+        headers = {"Authorization": f"token {token}", **headers}
+    request = urllib.request.Request(url, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
+
+
+def with_token(url: str, token: str = TEST_TOKEN) -> str:
+    """``url`` with ``?token=``: the first page a browser opens, which sets the cookie."""
+    return f"{url}{'&' if '?' in url else '?'}token={token}"
 
 
 @dataclass
@@ -88,7 +105,7 @@ def in_process_server(
     runs_dir = Path(tempfile.mkdtemp(prefix="nvdashboard-runs-"))
     # No idle slowdown unless a test asks for one: tests read the history without pages.
     config = replace(Config(port=free_port(), interval_s=0.1, idle_interval_s=0.1,
-                            runs_dir=runs_dir),
+                            runs_dir=runs_dir, token=TEST_TOKEN),
                      simulation=SimulationConfig(gpu_count=gpus, profile=profile),
                      **config_fields)
     metrics = create_metrics(config, environ={}, simulator=simulator)
@@ -123,10 +140,14 @@ def in_process_server(
 def cli_server(
     args: Sequence[str] = (), env: Mapping[str, str] | None = None, port: int | None = None
 ) -> Iterator[tuple[str, subprocess.Popen]]:
-    """``python -m jupyterlab_nvdashboard.server`` as a subprocess, stopped with Ctrl-C."""
+    """``python -m jupyterlab_nvdashboard.server`` as a subprocess, stopped with Ctrl-C.
+
+    Its token is ``TEST_TOKEN`` unless ``env`` sets another NVDASHBOARD_TOKEN.
+    """
     port = port or free_port()
     runs_dir = tempfile.mkdtemp(prefix="nvdashboard-runs-")
-    environment = {**os.environ, "NVDASHBOARD_RUNS_DIR": runs_dir, **(env or {})}
+    environment = {**os.environ, "NVDASHBOARD_RUNS_DIR": runs_dir,
+                   "NVDASHBOARD_TOKEN": TEST_TOKEN, **(env or {})}
     # The server's output goes to a file, never an unread pipe: a full pipe would freeze it.
     log = tempfile.NamedTemporaryFile("w+", prefix="nvdashboard-server-", suffix=".log")  # noqa: SIM115
     process = subprocess.Popen(

@@ -17,6 +17,7 @@ from tornado.httpclient import HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from jupyterlab_nvdashboard.stream.frames import Rows, decode
+from tests.support.bokeh_client import auth_headers
 
 
 def stream_url(base_url: str, route: str, since: int = -1, window_s: float | None = None) -> str:
@@ -73,7 +74,7 @@ async def open_stream(base_url: str, route: str, since: int = -1, window_s: floa
                       headers: Mapping[str, str] | None = None,
                       origin: str | None = None) -> StreamClient:
     """Connect and read the catch-up frame."""
-    request_headers = dict(headers or {})
+    request_headers = auth_headers(dict(headers or {}))  # the test token, unless overridden
     if origin is not None:
         request_headers["Origin"] = origin
     request = HTTPRequest(stream_url(base_url, route, since, window_s),
