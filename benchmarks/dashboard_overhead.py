@@ -243,7 +243,12 @@ async def _raw_run(server: ServerUnderTest, viewers: int, window_s: float,
     window["stop_at"] = window["start_at"] + window_s
     await asyncio.sleep(window_s)
     _window_end(server, result, window_s)
-    await asyncio.gather(*readers)
+    # A reader may be waiting for a message that no longer comes (on the broadcast path
+    # the Bokeh session carries none): closing ends every wait.
+    await asyncio.sleep(0.2)
+    for session in sessions:
+        session.close()
+    await asyncio.gather(*readers, return_exceptions=True)
     if viewers:
         result.down_bytes_per_s = sum(sizes) / window_s / viewers
         result.up_bytes_per_s = result.up_messages_per_s = 0.0
