@@ -18,7 +18,7 @@ import psutil
 from tornado.httpclient import AsyncHTTPClient
 
 from jupyterlab_nvdashboard.config import check_interval_ms
-from tests.support.bokeh_client import open_session, streamed_rows
+from tests.support.bokeh_client import auth_headers, open_session, streamed_rows
 from tests.support.servers import cli_server, get
 
 SESSIONS = 500
@@ -38,7 +38,8 @@ async def _round(url: str) -> None:
 
     async def page_only() -> None:
         async with gate:
-            await AsyncHTTPClient().fetch(url + "/GPU-Memory", request_timeout=60)
+            await AsyncHTTPClient().fetch(url + "/GPU-Memory", headers=auth_headers(),
+                                         request_timeout=60)
 
     await asyncio.gather(*(one(n) for n in range(SESSIONS)),
                          *(page_only() for _ in range(PAGES_WITHOUT_WEBSOCKET)))
@@ -94,7 +95,8 @@ def test_a_burst_of_expiring_sessions_does_not_freeze_open_dashboards() -> None:
             reader = asyncio.ensure_future(keep_reading())
             client = AsyncHTTPClient()
             for _ in range(pages):
-                await client.fetch(url + "/GPU-Utilization", request_timeout=60)
+                await client.fetch(url + "/GPU-Utilization", headers=auth_headers(),
+                                   request_timeout=60)
             drained = await asyncio.to_thread(_drained_within_with_watcher, url, 40.0)
             await asyncio.sleep(1.0)
             assert not reader.done(), reader.exception()
