@@ -14,7 +14,7 @@ import time
 import pytest
 from tornado.httpclient import AsyncHTTPClient
 
-from tests.support.bokeh_client import open_session
+from tests.support.bokeh_client import auth_headers, open_session
 from tests.support.servers import cli_server
 from tests.support.stream_client import open_stream
 
@@ -42,7 +42,8 @@ async def _load(url: str) -> tuple[list[int], list[int], int]:
     async def poll_index() -> int:
         answered, client = 0, AsyncHTTPClient()
         while time.monotonic() < stop_at:
-            response = await client.fetch(url + "/index.json", request_timeout=30)
+            response = await client.fetch(url + "/index.json", headers=auth_headers(),
+                                          request_timeout=30)
             answered += response.code == 200
             await asyncio.sleep(0.25)
         return answered

@@ -20,7 +20,7 @@ from tornado.httpclient import AsyncHTTPClient
 
 from jupyterlab_nvdashboard.bokeh_patches import COLLECT_DELAY_S
 from jupyterlab_nvdashboard.config import check_interval_ms
-from tests.support.bokeh_client import open_session
+from tests.support.bokeh_client import auth_headers, open_session
 from tests.support.servers import in_process_server
 from tests.support.stream_client import open_stream
 
@@ -41,7 +41,8 @@ async def _round(url: str) -> None:
 
     async def page_only() -> None:
         async with gate:
-            await AsyncHTTPClient().fetch(url + "/GPU-Memory", request_timeout=60)
+            await AsyncHTTPClient().fetch(url + "/GPU-Memory", headers=auth_headers(),
+                                          request_timeout=60)
 
     await asyncio.gather(*(one(n) for n in range(SESSIONS)),
                          *(page_only() for _ in range(PAGES_WITHOUT_WEBSOCKET)))
@@ -80,7 +81,8 @@ def test_a_burst_of_expiring_sessions_does_not_freeze_open_dashboards() -> None:
             watcher = await open_stream(server.url, "/GPU-Resources")
             client = AsyncHTTPClient()
             for _ in range(pages):
-                await client.fetch(server.url + "/GPU-Utilization", request_timeout=60)
+                await client.fetch(server.url + "/GPU-Utilization", headers=auth_headers(),
+                                   request_timeout=60)
             collections_before = collector.collections
             await asyncio.to_thread(_drained, server)
             frames_before = len(watcher.frames)
