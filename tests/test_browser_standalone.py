@@ -116,6 +116,7 @@ def test_live_page_streams_moves_axes_and_sends_nothing_back() -> None:
         sent_on_bokeh_socket: list[str] = []
         page.on("websocket", lambda socket: socket.url.endswith("/ws") and socket.on(
             "framesent", lambda frame: sent_on_bokeh_socket.append(str(frame))))
+        page.goto(with_token(url + "/"))  # sets the token cookie for the pages below
         # With and without a trailing slash: the stream URL comes from location.pathname.
         for suffix in ("/", ""):
             page.goto(url + "/GPU-Resources" + suffix)

@@ -38,7 +38,7 @@ describe('DashboardWidget', () => {
     widget.dispose();
   });
 
-  it('tells its page when it is hidden and shown, same origin only', () => {
+  it('tells its page when it is hidden and shown, same origin only', async () => {
     const widget = make();
     Widget.attach(widget, document.body);
     const page = widget.content.node.querySelector('iframe')!.contentWindow!;
@@ -58,6 +58,9 @@ describe('DashboardWidget', () => {
       [{ type: 'nvdashboard:visibility', visible: false }, window.location.origin],
       [{ type: 'nvdashboard:visibility', visible: true }, window.location.origin]
     ]);
+    // Showing restarts the toolbar's resize throttler in a promise; let that settle, or it
+    // fires after dispose() and fails the run.
+    await new Promise(resolve => setTimeout(resolve, 0));
     widget.dispose();
   });
 });
