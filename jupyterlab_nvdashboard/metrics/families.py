@@ -1,0 +1,66 @@
+"""The per-tick reading families that ride in ``Sample.extra``, beside the core GPU readings.
+
+Each family is read by the metrics layer on the reader thread at its own rate and stored in
+``Sample.extra[<FAMILY>]``; a sample that has no fresh reading of a family simply lacks the key.
+Everything downstream (dashboards, the workload verdict, the Prometheus export) reads these
+shapes and nothing else. ``None`` in any field means "not available", never 0.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+GPM_FAMILY = "gpm"  # dict[int, GpmReading], keyed by device row (GpuFacts.index)
+HEALTH_FAMILY = "health"  # dict[int, HealthReading], keyed by device row
+PROCESS_FAMILY = "processes"  # tuple[ProcessReading, ...], all devices together
+
+
+class GpmReading(NamedTuple):
+    """What the SMs and DRAM did between two GPM samples (Hopper and later), in percent of
+    the device's peak, or bytes per second for the interconnect rates."""
+
+    sm_activity_pct: float | None
+    sm_occupancy_pct: float | None
+    tensor_activity_pct: float | None
+    dram_bandwidth_pct: float | None
+    fp64_activity_pct: float | None
+    fp32_activity_pct: float | None
+    fp16_activity_pct: float | None
+    pcie_tx_bytes_per_s: float | None
+    pcie_rx_bytes_per_s: float | None
+    nvlink_tx_bytes_per_s: float | None
+    nvlink_rx_bytes_per_s: float | None
+
+
+class HealthReading(NamedTuple):
+    """Clocks, limits and error counters of one device row."""
+
+    sm_clock_mhz: float | None
+    sm_clock_max_mhz: float | None
+    memory_clock_mhz: float | None
+    memory_clock_max_mhz: float | None
+    pstate: int | None
+    clock_event_reasons: int | None  # NVML's clocks-event (throttle) bit mask
+    temperature_c: float | None
+    temperature_slowdown_c: float | None
+    temperature_shutdown_c: float | None
+    power_w: float | None
+    power_limit_w: float | None
+    fan_pct: float | None
+    ecc_volatile_corrected: int | None
+    ecc_volatile_uncorrected: int | None
+    ecc_aggregate_corrected: int | None
+    ecc_aggregate_uncorrected: int | None
+    remapped_rows_pending: bool | None
+    remapped_rows_failed: bool | None
+
+
+class ProcessReading(NamedTuple):
+    """One process that holds a context on one device row."""
+
+    device: int  # device row (GpuFacts.index): the GPU, or the MIG device it runs on
+    pid: int  # as NVML reports it: a host PID, which may not exist in this PID namespace
+    kind: str  # "compute", "graphics" or "mps"
+    used_memory_bytes: float | None
+    sm_pct: float | None  # from nvmlDeviceGetProcessUtilization; None without samples
+    memory_pct: float | None
