@@ -51,6 +51,7 @@ from .apps.sources import DashboardSources
 from .auth import VIEW_ONLY_REASON, Access, BokehAuth, GuardedHandler
 from .config import Config, ConfigError, load_config
 from .metrics import GpuReading, HostReading, Metrics, Sample, create_metrics
+from .runs.service import WorkloadService
 from .stream.broadcaster import Broadcaster, StreamSocket
 
 log = logging.getLogger("nvdashboard")
@@ -323,6 +324,16 @@ def make_server(config: Config, sources: DashboardSources,
     return server
 
 
+def compose_sources(config: Config, metrics: Metrics) -> DashboardSources:
+    """The metrics and, beside them, the workload service over the runs directory.
+
+    A runs directory that cannot be used disables only the run panel (one line in the log
+    and on the panel), when the service starts; the server and every other route carry on.
+    """
+    workload = WorkloadService(config.runs_dir, keep_runs=config.keep_runs)
+    return DashboardSources(metrics, workload, run_control=config.run_control)
+
+
 def _where(config: Config) -> str:
     return config.unix_socket or f"{config.address}:{config.port}"
 
@@ -360,15 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"nvdashboard: error: {error}", file=sys.stderr)
         return 2
-    try:
-        # The workload's watcher creates it too; creating it here turns a path that
-        # cannot be a directory into one line instead of a traceback from its thread.
-        config.runs_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        print(f"nvdashboard: error: cannot create the runs directory {config.runs_dir}: "
-              f"{error.strerror or error}", file=sys.stderr)
-        return 2
-    sources = DashboardSources.for_config(config, metrics)
+    sources = compose_sources(config, metrics)
     try:
         server = make_server(config, sources)
     except OSError as error:

@@ -1,16 +1,16 @@
 """What the dashboards read, put side by side by the server: the metrics and the workload runs.
 
-``metrics/`` knows nothing of the workload (a lower layer never imports a higher one); the
-server composes the two here, and starts and stops both.
+``metrics/`` knows nothing of the workload (a lower layer never imports a higher one);
+``server.py`` builds the workload service (``runs/``) and puts the two side by side here;
+this object starts and stops both.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import Config
 from ..metrics import Metrics
-from ..workload.runs import WorkloadService
+from ..runs.service import WorkloadService
 
 
 @dataclass
@@ -20,10 +20,6 @@ class DashboardSources:
     workload: WorkloadService | None = None
     # Whether pages may start and stop workload runs (off with --no-token; see auth.py).
     run_control: bool = True
-
-    @classmethod
-    def for_config(cls, config: Config, metrics: Metrics) -> DashboardSources:
-        return cls(metrics, WorkloadService(config.runs_dir), run_control=config.run_control)
 
     def start(self) -> None:
         self.metrics.start()

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+# Re-exported: the workload's callers take the runs directory from here.
+from ..paths import RUNS_DIR_ENV, default_runs_dir, expand_path  # noqa: F401
 
 #: Training paths the CLI and the dashboard may launch.
 PATHS: tuple[str, ...] = ("native", "hashtable", "plugin", "numpy", "cupy-plugin")
@@ -21,7 +24,8 @@ PATHS: tuple[str, ...] = ("native", "hashtable", "plugin", "numpy", "cupy-plugin
 BENCHMARK_PATHS: tuple[str, ...] = ("native-dense",)
 DISTRIBUTIONS: tuple[str, ...] = ("densedemo", "uniform", "zipf")
 DEVICES: tuple[str, ...] = ("cpu", "gpu")
-RUNS_DIR_ENV = "NVDASHBOARD_RUNS_DIR"
+#: Set by the dashboard's launcher: the GPU (``<row index>:<uuid>``) it pinned a run to.
+RUN_GPU_ENV = "NVDASHBOARD_RUN_GPU"
 
 
 @dataclass(frozen=True)
@@ -125,13 +129,30 @@ def validate(cfg: WorkloadConfig) -> None:
         raise ValueError("the densedemo distribution needs vocabulary >= fields")
 
 
-def default_runs_dir(environ: dict[str, str] | None = None) -> Path:
-    """``$NVDASHBOARD_RUNS_DIR`` if set, else ``~/.cache/nvdashboard/runs``."""
+def pinned_gpu(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """``{"uuid", "index"}`` of the GPU the dashboard pinned this run to, if it did."""
     env = os.environ if environ is None else environ
-    value = env.get(RUNS_DIR_ENV)
-    if value:
-        return Path(value).expanduser()
-    return Path.home() / ".cache" / "nvdashboard" / "runs"
+    index, _, uuid = env.get(RUN_GPU_ENV, "").partition(":")
+    if not index.isdigit() or not uuid:
+        return None
+    return {"uuid": uuid, "index": int(index)}
+
+
+def cuda_visible_devices(environ: Mapping[str, str] | None = None) -> str | None:
+    env = os.environ if environ is None else environ
+    return env.get("CUDA_VISIBLE_DEVICES")
+
+
+def estimated_memory_bytes(cfg: WorkloadConfig) -> int:
+    """Roughly what a run of ``cfg`` holds on its device: the table and its two Adam moments,
+    the MLP with its moments, and the pre-generated key pool (int64 keys and labels)."""
+    itemsize = 8 if cfg.dtype == "float64" else 4
+    table = cfg.vocabulary * cfg.embedding_size * itemsize * 3
+    widths = [cfg.mlp_input_size] + [cfg.hidden_units] * cfg.hidden_layers + [1]
+    mlp = sum(a * b + b for a, b in zip(widths, widths[1:], strict=False)) * itemsize * 3
+    pool = cfg.pool_batches * cfg.batch * (cfg.keys_per_sample * 8 + itemsize)
+    activations = cfg.batch * sum(widths) * itemsize * 2
+    return table + mlp + pool + activations
 
 
 def keras_adam_alpha(learning_rate: float, beta_1: float, beta_2: float, step: int) -> float:
