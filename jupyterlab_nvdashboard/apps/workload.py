@@ -208,8 +208,8 @@ class WorkloadDashboard:
         self.start_button, self.stop_button = start, stop
         self.status = Div(text="", sizing_mode="stretch_width", name="workload-status")
         self.hint = Div(text="", sizing_mode="stretch_width", name="workload-hint")
-        self.path.on_change("value", lambda *_: self._offer_devices())
-        self.preset.on_change("value", lambda *_: self._show_hints())
+        self.path.on_change("value", lambda _attr, _old, _new: self._offer_devices())
+        self.preset.on_change("value", lambda _attr, _old, _new: self._show_hints())
         self._offer_devices()
         if not self.run_control:
             start.disabled = stop.disabled = True
