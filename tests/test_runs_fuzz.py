@@ -137,7 +137,8 @@ def test_hostile_run_files_before_start_and_while_running(tmp_path: Path) -> Non
 def unusable_dirs(tmp_path: Path) -> list[Path]:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    dirs = [blocker / "runs"]  # cannot be made: a file is in the way
+    # Cannot be made (a file is in the way), not a directory, under a read-only filesystem.
+    dirs = [blocker / "runs", Path("/dev/null"), Path("/proc/1/no-such-dir")]
     if os.geteuid() != 0:  # root writes anywhere, so only others meet a read-only directory
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)

@@ -107,8 +107,8 @@ def summarize(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts], si
     """One table row: the run's own numbers and the verdict on its GPU over its timed part."""
     judged = judge(run, samples, facts, simulated)
     window, row = timed_window(run), gpu_row(run, facts)
-    pcie = None
-    if window is not None and row is not None:
+    pcie = None  # the device's traffic: a CPU run's would be someone else's
+    if window is not None and row is not None and run.device == "gpu":
         pcie = _mean([_pcie_of(row)(s) for s in samples_in(samples, window)])
     end = run.end or {}
     median = end.get("median_ms")
@@ -179,12 +179,13 @@ class WorkloadDashboard:
         self._seen_version = -1
 
         shared_x = {"x_range": self.timeline.x_range} if self.timeline else {}
-        # Hidden until the first iteration: an empty plot is a blank box to a user, and
-        # BokehJS warns that it "could not set initial ranges". The hint says what to do.
+        # Put in the page at the first iteration only: an empty plot is a blank box to a
+        # user, and BokehJS warns that it "could not set initial ranges" (even for a hidden
+        # one). Until then, the placeholder says what to do.
         self.steps = steps = figure(
             title="Iteration time of recent runs", x_axis_type="datetime", **shared_x,
             y_axis_label="ms per iteration", height=220, sizing_mode="stretch_width",
-            toolbar_location=None, tools="", visible=False)
+            toolbar_location=None, tools="")
         steps.scatter("time", "ms", color="color", legend_field="run", size=5,
                       source=self.iterations)
         steps.legend.location = "top_left"
@@ -216,13 +217,13 @@ class WorkloadDashboard:
             self._say(VIEW_ONLY_REASON)
         self.table = table = DataTable(
                           source=self.summary, height=200, sizing_mode="stretch_width",
-                          index_position=None, autosize_mode="none",
+                          index_position=None, autosize_mode="none", reorderable=False,
                           columns=[TableColumn(field=key, title=title, width=width)
                                    for (key, title), width in zip(SUMMARY_COLUMNS.items(),
                                                                   SUMMARY_WIDTHS, strict=True)])
         self.root = column(row(self.path, self.preset, self.count, self.device, self.gpu,
                                start, stop),
-                           self.status, self.hint, self.empty, steps,
+                           self.status, self.hint, self.empty,
                            *([self.timeline.root] if self.timeline else []), table,
                            sizing_mode="stretch_width")
 
@@ -302,8 +303,9 @@ class WorkloadDashboard:
             self._sent[run.run_id] = len(run.iterations)
         if new["time"]:
             self.iterations.stream(new, rollover=20_000)
-            if not self.steps.visible:
-                self.steps.visible, self.empty.visible = True, False
+            if self.empty in self.root.children:
+                self.root.children = [self.steps if child is self.empty else child
+                                      for child in self.root.children]
 
     def _refresh_summary(self, runs: list[Run]) -> None:
         latest = self.metrics.history.latest()

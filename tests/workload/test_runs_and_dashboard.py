@@ -220,3 +220,13 @@ def test_devices_offered_follow_the_path_and_what_is_installed() -> None:
 def test_presets_needing_gigabytes_say_so() -> None:
     assert memory_note("ci") == ""
     assert "GB of memory" in memory_note("large-vocab")
+
+
+def test_metrics_import_nothing_of_the_workload() -> None:
+    # A lower layer never imports a higher one: not directly, and not through config.py.
+    code = ("import sys, jupyterlab_nvdashboard.metrics, jupyterlab_nvdashboard.config; "
+            "print(sorted(m for m in sys.modules if m.startswith("
+            "('jupyterlab_nvdashboard.workload', 'jupyterlab_nvdashboard.runs'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
