@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from jupyterlab_nvdashboard.apps.workload import memory_note, native_baseline, summarize
@@ -230,3 +231,43 @@ def test_metrics_import_nothing_of_the_workload() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_stopping_the_service_stops_its_run_and_the_run_still_ends(tmp_path: Path) -> None:
+    service = WorkloadService(tmp_path, poll_s=0.1)
+    service.start()
+    service.launch({"path": "numpy", "preset": "ci", "iterations": 100000, "device": "cpu"})
+    child = psutil.Process(service.launcher.pid)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(r.iterations for r in service.watcher.runs()):
+        time.sleep(0.1)
+    service.stop()  # what the server does when it stops
+    assert not service.launcher.running and not child.is_running()
+    service.watcher.poll()
+    [run] = service.watcher.runs()
+    assert run.end is not None and run.end["interrupted"] is True
+
+
+def test_the_watcher_thread_survives_any_exception(tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    watcher = RunsWatcher(tmp_path, poll_s=0.01)
+    real_poll, calls = watcher.poll, []
+
+    def flaky_poll() -> None:
+        calls.append(1)
+        if len(calls) <= 3:
+            raise MemoryError("injected")
+        real_poll()
+
+    watcher.poll = flaky_poll  # type: ignore[method-assign]
+    write(tmp_path / "r8.jsonl", {"event": "start", "run_id": "r8", "time": 1.0})
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not watcher.runs():
+            time.sleep(0.05)
+    finally:
+        watcher.stop()
+    assert watcher.errors == 3 and [r.run_id for r in watcher.runs()] == ["r8"]
+    logged = [r.getMessage() for r in caplog.records if "runs watcher" in r.getMessage()]
+    assert logged == ["runs watcher: MemoryError: injected"] * 3
