@@ -37,6 +37,7 @@ from ..workload.cli import MAX_ITERATIONS
 from ..workload.config import PATHS, PRESETS, estimated_memory_bytes
 from .components import (
     GB,
+    NOT_AVAILABLE,
     Panel,
     Series,
     Timeline,
@@ -128,7 +129,7 @@ def summarize(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts], si
         "status": _status(run, now_s),
         "median_ms": _round(median, 2), "samples_per_s": _round(samples_per_s, 0),
         "gpu_util_pct": _round(judged.level_pct, 0), "pcie_gb_s": _round(pcie and pcie / GB, 2),
-        "peak_gpu_memory_gb": _round(peak and peak / GB, 2),
+        "peak_gpu_memory_gb": NOT_AVAILABLE if peak is None else round(peak / GB, 2),
         "speedup": "" if speedup is None else f"{speedup:.1f}x",
         "verdict": verdict,
     }
