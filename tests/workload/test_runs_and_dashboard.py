@@ -271,3 +271,33 @@ def test_the_watcher_thread_survives_any_exception(tmp_path: Path,
     assert watcher.errors == 3 and [r.run_id for r in watcher.runs()] == ["r8"]
     logged = [r.getMessage() for r in caplog.records if "runs watcher" in r.getMessage()]
     assert logged == ["runs watcher: MemoryError: injected"] * 3
+
+
+def test_the_run_names_its_gpu_pinned_first_then_cuda_visible_devices() -> None:
+    from jupyterlab_nvdashboard.workload.gpu_identity import run_gpu
+
+    pinned = {"NVDASHBOARD_RUN_GPU": "3:GPU-abc", "CUDA_VISIBLE_DEVICES": "GPU-abc"}
+    assert run_gpu("gpu", pinned) == {"uuid": "GPU-abc", "index": 3}
+    assert run_gpu("cpu", {**pinned, "CUDA_VISIBLE_DEVICES": ""}) == {"uuid": "GPU-abc",
+                                                                      "index": 3}
+    assert run_gpu("gpu", {"CUDA_VISIBLE_DEVICES": "GPU-def,1"}) == {"uuid": "GPU-def",
+                                                                     "index": None}
+    assert run_gpu("cpu", {"NVDASHBOARD_RUN_GPU": "x:"}) == {"uuid": None, "index": None}
+
+
+def test_a_panel_launched_run_is_pinned_and_says_so(tmp_path: Path) -> None:
+    from jupyterlab_nvdashboard.runs.launcher import PinnedGpu
+
+    service = WorkloadService(tmp_path, poll_s=0.1)
+    service.start()
+    try:
+        status = service.launch({"path": "numpy", "preset": "ci", "iterations": 3,
+                                 "device": "cpu"}, PinnedGpu(1, "GPU-sim-1"))
+        assert status == "started numpy on preset ci on the CPU, watching GPU 1"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(r.end for r in service.watcher.runs()):
+            time.sleep(0.1)
+    finally:
+        service.stop()
+    [run] = service.watcher.runs()
+    assert (run.gpu_uuid, run.gpu_index, run.end["error"]) == ("GPU-sim-1", 1, None)
