@@ -8,32 +8,23 @@ lacks its GPU libraries, the panel says which extra to install.
 
 from __future__ import annotations
 
-import importlib.metadata
 from typing import NamedTuple
 
-GPU_EXTRA = 'pip install "jupyterlab-nvdashboard[gpu]"'
-TENSORFLOW_EXTRA = 'pip install "jupyterlab-nvdashboard[tensorflow]"'
+from ..workload.extras import (
+    CUPY_DISTRIBUTIONS,
+    GPU_EXTRA,
+    TENSORFLOW_EXTRA,
+    TF_CUDA_DISTRIBUTIONS,
+    TF_DISTRIBUTIONS,
+    installed,
+)
+
 TF_PATHS = ("native", "hashtable", "plugin")
-# TensorFlow wheels built with CUDA (Linux); "tensorflow-cpu" is not one of them.
-TF_CUDA_DISTRIBUTIONS = ("tensorflow", "tf-nightly")
-TF_DISTRIBUTIONS = (*TF_CUDA_DISTRIBUTIONS, "tensorflow-cpu", "tensorflow-intel",
-                    "tensorflow-macos")
-CUPY_DISTRIBUTIONS = ("cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x", "cupy")
 
 
 class Devices(NamedTuple):
     offered: tuple[str, ...]  # what the device menu lists for this path, best first
     hint: str  # why a device is missing and what to install; "" when nothing is missing
-
-
-def installed(*distributions: str) -> bool:
-    for name in distributions:
-        try:
-            importlib.metadata.version(name)
-            return True
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return False
 
 
 def devices_for(path: str, real_gpus: bool) -> Devices:

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 from .config import BENCHMARK_PATHS, PATHS, WorkloadConfig
 from .data import make_pool
 from .events import EventWriter, new_run_id
+from .extras import GPU_EXTRA, tensorflow_cpu_only
 from .gpu_identity import run_gpu
 
 
@@ -38,6 +39,8 @@ def resolve_device(path: str, device: str | None) -> str:
         if device == "cpu":
             raise ValueError("the cupy-plugin path runs on the GPU only; use --device gpu")
         return "gpu"
+    if device == "gpu" and tensorflow_cpu_only():
+        raise ValueError(f"--device gpu: the TensorFlow installed here is CPU-only; {GPU_EXTRA}")
     if device is not None:
         return device
     from ._lazy import import_tensorflow

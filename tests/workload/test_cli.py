@@ -133,3 +133,15 @@ def test_sigterm_ends_the_run_with_its_summary(tmp_path):
     events = read_events(events_file)
     assert events[1]["event"] == "warmup_end"
     assert events[-1]["event"] == "end" and events[-1]["interrupted"] is True, err
+
+
+def test_a_gpu_run_with_cpu_only_tensorflow_names_the_extra(tmp_path):
+    from jupyterlab_nvdashboard.workload.extras import GPU_EXTRA, tensorflow_cpu_only
+
+    if not tensorflow_cpu_only():
+        pytest.skip("this machine's TensorFlow has CUDA (or there is none)")
+    cmd = build_command({"path": "plugin", "preset": "ci", "iterations": 3, "device": "gpu"})
+    done = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stderr.strip().endswith(GPU_EXTRA), done.stderr
+    [events_file] = (tmp_path / "runs").glob("*.jsonl")
+    assert read_events(events_file)[-1]["error"].endswith(GPU_EXTRA)
