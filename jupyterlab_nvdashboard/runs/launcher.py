@@ -20,7 +20,7 @@ import signal
 import subprocess
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -44,8 +44,11 @@ class PinnedGpu(NamedTuple):
 class RunLauncher:
     """Starts the bundled workload with validated arguments, one run at a time."""
 
-    def __init__(self, runs_dir: Path, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, runs_dir: Path, environ: Mapping[str, str] | None = None,
+                 on_exit: Callable[[int, int, str], None] | None = None) -> None:
+        """``on_exit(pid, exit status, last stderr line)`` is called when a run exits."""
         self.runs_dir = Path(runs_dir)
+        self._on_exit = on_exit
         self._environ = dict(os.environ if environ is None else environ)
         self._process: subprocess.Popen | None = None
         self._lock = threading.Lock()
@@ -94,8 +97,14 @@ class RunLauncher:
             if line:
                 tail.append(line[:500])
         process.wait()
+        last = tail[-1] if tail else f"exit status {process.returncode}"
         if process.returncode not in (0, 130, -signal.SIGINT) and not self._stopping.is_set():
-            self.last_error = tail[-1] if tail else f"exit status {process.returncode}"
+            self.last_error = last
+        if self._on_exit is not None:
+            try:
+                self._on_exit(process.pid, process.returncode, last)
+            except Exception as error:  # noqa: BLE001 - a report must not kill this thread
+                log.warning("after the run exited: %s: %s", type(error).__name__, error)
 
     def stop(self) -> str:
         """Ctrl-C the run; SIGTERM and SIGKILL follow if it does not exit in time."""

@@ -8,13 +8,17 @@ Old run files beyond ``keep_runs`` are deleted at start and before each launch.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import signal
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+from ..workload.events import MAX_LINE_BYTES, MAX_TEXT_CHARS, parse_event
 from .launcher import PinnedGpu, RunLauncher
 from .watcher import RunsWatcher
 
@@ -27,7 +31,7 @@ class WorkloadService:
     def __init__(self, runs_dir: Path, keep_runs: int = 200, poll_s: float = 0.5) -> None:
         self.runs_dir, self.keep_runs = Path(runs_dir), keep_runs
         self.watcher = RunsWatcher(self.runs_dir, poll_s)
-        self.launcher = RunLauncher(self.runs_dir)
+        self.launcher = RunLauncher(self.runs_dir, on_exit=self._run_exited)
         self.disabled_reason: str | None = None
 
     def start(self) -> None:
@@ -52,6 +56,18 @@ class WorkloadService:
         self.prune()
         return self.launcher.start(params, gpu)
 
+    def _run_exited(self, pid: int, returncode: int, last_line: str) -> None:
+        """A run killed before its own ``end`` event (SIGKILL, a crash) gets one from here,
+        so every run ends with an ``end`` event that says why."""
+        if returncode in (0, 130):
+            return  # it wrote its own end event
+        self.watcher.wait_for_poll()
+        found = self.watcher.file_of(pid)
+        if found is not None:
+            reason = (f"killed by {signal.Signals(-returncode).name}" if returncode < 0
+                      else f"exited with status {returncode}: {last_line}")
+            append_missing_end(found[0], found[1], reason)
+
     def prune(self) -> int:
         """Delete the oldest run files beyond ``keep_runs``; returns how many went."""
         try:
@@ -70,6 +86,28 @@ class WorkloadService:
             except OSError:
                 pass  # someone else's file, or gone already
         return removed
+
+
+def append_missing_end(path: Path, run_id: str, error: str) -> bool:
+    """Append an ``end`` event with ``error`` unless the file's last event is an ``end``."""
+    descriptor = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NONBLOCK)
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            return False
+        length = min(info.st_size, MAX_LINE_BYTES + 1)  # the last line, if it is an event
+        tail = os.pread(descriptor, length, info.st_size - length)
+        lines = tail.split(b"\n")
+        complete = lines[:-1]
+        if complete and (last := parse_event(complete[-1])) is not None and last["event"] == "end":
+            return False
+        record = {"event": "end", "run_id": run_id, "time": time.time(), "iterations": None,
+                  "interrupted": True, "error": error[:MAX_TEXT_CHARS]}
+        torn = b"\n" if lines[-1] else b""  # end a line the run left half written
+        os.write(descriptor, torn + json.dumps(record).encode() + b"\n")
+        return True
+    finally:
+        os.close(descriptor)
 
 
 def usable_runs_dir(runs_dir: Path) -> str | None:

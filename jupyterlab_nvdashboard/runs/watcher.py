@@ -145,6 +145,8 @@ class RunsWatcher:
         self.errors = 0  # polls that failed (each logged as one line)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._polled = threading.Condition()
+        self._polls = 0  # polls finished by the thread
 
     def _newest_files(self) -> list[Path]:
         found: list[tuple[float, Path]] = []
@@ -194,6 +196,14 @@ class RunsWatcher:
             if changed:
                 self.version += 1
 
+    def file_of(self, pid: int) -> tuple[Path, str] | None:
+        """(event file, run id) of the followed run that process ``pid`` writes, if any."""
+        with self._lock:
+            for path, run in self._runs.items():
+                if run.pid == pid:
+                    return path, run.run_id
+        return None
+
     def runs(self) -> list[Run]:
         """Snapshot of the followed runs, oldest first."""
         with self._lock:
@@ -207,8 +217,19 @@ class RunsWatcher:
             except Exception as error:  # noqa: BLE001 - the thread must outlive any file
                 self.errors += 1
                 log.warning("runs watcher: %s: %s", type(error).__name__, error)
+            with self._polled:
+                self._polls += 1
+                self._polled.notify_all()
             if self._stop.wait(self.poll_s):
                 return
+
+    def wait_for_poll(self, timeout_s: float = 5.0) -> None:
+        """Wait until the thread has read everything written before this call."""
+        if self._thread is None or not self._thread.is_alive():
+            return
+        with self._polled:
+            wanted = self._polls + 2  # the poll under way may have listed files already
+            self._polled.wait_for(lambda: self._polls >= wanted, timeout_s)
 
     def start(self) -> None:
         """Start polling; the first poll runs on the thread, so nothing here can block."""

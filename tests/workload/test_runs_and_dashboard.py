@@ -301,3 +301,21 @@ def test_a_panel_launched_run_is_pinned_and_says_so(tmp_path: Path) -> None:
         service.stop()
     [run] = service.watcher.runs()
     assert (run.gpu_uuid, run.gpu_index, run.end["error"]) == ("GPU-sim-1", 1, None)
+
+
+def test_a_killed_run_still_ends_with_an_end_event(tmp_path: Path) -> None:
+    service = WorkloadService(tmp_path, poll_s=0.1)
+    service.start()
+    try:
+        service.launch({"path": "numpy", "preset": "ci", "iterations": 100000, "device": "cpu"})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(r.iterations for r in service.watcher.runs()):
+            time.sleep(0.1)
+        os.killpg(service.launcher.pid, signal.SIGKILL)  # no chance to write its own end
+        while time.monotonic() < deadline and not any(r.end for r in service.watcher.runs()):
+            time.sleep(0.1)
+    finally:
+        service.stop()
+    [run] = service.watcher.runs()
+    assert run.end is not None and run.end["error"] == "killed by SIGKILL"
+    assert run.bad_lines <= 1  # at most the line the kill tore
