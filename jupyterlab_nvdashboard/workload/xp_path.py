@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from .config import WorkloadConfig, keras_adam_alpha
+from .adam import keras_adam_alpha
+from .config import WorkloadConfig
 from .data import BatchPool, check_keys, initial_mlp, initial_rows
 
 
