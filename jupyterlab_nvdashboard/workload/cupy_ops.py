@@ -160,18 +160,20 @@ def warp_per_item_blocks(items: int) -> int:
 def set_cupy_tf32(cp: Any, enabled: bool) -> bool:
     """Set TF32 for CuPy's float32 matmuls; return whether it is now in effect.
 
-    CuPy keeps the cuBLAS compute type per dtype in ``_routines_linalg`` (read from
-    ``CUPY_TF32`` on first use). TF32 exists from compute capability 8.0 on.
+    CuPy keeps the cuBLAS compute type per dtype in ``_routines_linalg`` (set from
+    ``CUPY_TF32`` on first use; 7 is its TF32 value, 1 its default). TF32 exists from
+    compute capability 8.0 on.
     """
     try:
         from cupy._core import _routines_linalg as linalg
-
-        wanted = linalg.COMPUTE_TYPE_TF32 if enabled else linalg.COMPUTE_TYPE_DEFAULT
-        linalg.set_compute_type(np.float32, wanted)
-        on = linalg.get_compute_type(np.float32) == linalg.COMPUTE_TYPE_TF32
-    except (ImportError, AttributeError):  # another CuPy layout: the documented variable
+    except ImportError:  # a CuPy without that module: the documented variable
         os.environ["CUPY_TF32"] = "1" if enabled else "0"
         on = enabled
+    else:
+        tf32 = getattr(linalg, "COMPUTE_TYPE_TF32", 7)
+        linalg.set_compute_type(np.float32, tf32 if enabled else getattr(
+            linalg, "COMPUTE_TYPE_DEFAULT", 1))
+        on = linalg.get_compute_type(np.float32) == tf32
     major = int(cp.cuda.Device().compute_capability) // 10
     return bool(on and major >= 8)
 
