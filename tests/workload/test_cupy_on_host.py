@@ -68,7 +68,8 @@ def test_kernels_group_sum_and_update_like_the_reference(cupy_ops, dtype, index)
 def test_cupy_path_trains_like_the_numpy_reference(cupy_ops, mode):
     cfg = make_config("ci", dtype="float64", vocabulary=64, batch=64)
     pool = make_pool(cfg)
-    ref, host = ArrayTrainer(cfg, pool, mode=mode), ArrayTrainer(cfg, pool, cupy_ops(cfg.dtype), mode)
+    ref = ArrayTrainer(cfg, pool, mode=mode)
+    host = ArrayTrainer(cfg, pool, cupy_ops(cfg.dtype), mode)
     assert host.keys[0].dtype == np.int32 and host.tf32 is False  # float64: never TF32
     ref_losses = [ref.step(i) for i in range(5)]
     for i in range(5):
