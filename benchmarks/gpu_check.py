@@ -146,13 +146,19 @@ def compare(cfg: WorkloadConfig, steps: int, ops_factory: Any) -> dict[str, Any]
     return out
 
 
-def agreement_checks(ops_factory: Any, quick: bool) -> list[dict[str, Any]]:
-    configs = [(make_config("ci", dtype="float64"), 20)]
-    for preset in ("densedemo", "large-vocab"):
-        batch = 256 if quick else CHECK_BATCH
-        # TF32 off: the reference is plain float32 matmuls.
-        configs.append((make_config(preset, batch=batch, pool_batches=2, tf32=False),
-                        CHECK_STEPS))
+def agreement_configs(quick: bool) -> list[tuple[WorkloadConfig, int]]:
+    """(config, steps) of each agreement check."""
+    batch = 256 if quick else CHECK_BATCH
+    # TF32 off for the float32 shapes: the reference is plain float32 matmuls.
+    return [(make_config("ci", dtype="float64"), 20)] + [
+        (make_config(preset, batch=batch, pool_batches=2, tf32=False), CHECK_STEPS)
+        for preset in ("densedemo", "large-vocab")
+    ]
+
+
+def agreement_checks(
+    ops_factory: Any, configs: list[tuple[WorkloadConfig, int]]
+) -> list[dict[str, Any]]:
     results = []
     for cfg, steps in configs:
         res = compare(cfg, steps, ops_factory)
@@ -255,16 +261,22 @@ def count_launches(trainer: ArrayTrainer, steps: int = 3) -> dict[str, Any]:
             "top_kernels_per_step": {k: n / steps for k, n in top}}
 
 
-def speed_checks(ops_factory: Any, quick: bool) -> dict[str, Any]:
-    steps = 5 if quick else 30
+def speed_configs(quick: bool) -> dict[str, WorkloadConfig]:
+    """The full-step shapes by name; "densedemo" is also the embedding-part shape."""
     batch = 4096 if quick else SPEED_BATCH
-    out: dict[str, Any] = {"batch": batch, "steps_per_repeat": steps, "repeats": REPEATS,
+    return {preset: make_config(preset, batch=batch, embedding_size=4, pool_batches=2)
+            for preset in ("densedemo", "large-vocab")}
+
+
+def speed_checks(ops_factory: Any, configs: dict[str, WorkloadConfig],
+                 steps: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"steps_per_repeat": steps, "repeats": REPEATS,
                            "loss_read_every": LOSS_EVERY}
-    for preset in ("densedemo", "large-vocab"):
-        cfg = make_config(preset, batch=batch, embedding_size=4, pool_batches=2)
+    for preset, cfg in configs.items():
+        batch = cfg.batch
         release_device_memory()
         trainer = ArrayTrainer(cfg, make_pool(cfg), ops=ops_factory(cfg.dtype))
-        res: dict[str, Any] = {"tf32": trainer.tf32}
+        res: dict[str, Any] = {"config": cfg.to_dict(), "tf32": trainer.tf32}
         res["ms_per_step"] = spread(time_launched(trainer, steps))
         res["launches"] = count_launches(trainer)
         res["host_sync"] = host_waits(trainer)
@@ -277,7 +289,7 @@ def speed_checks(ops_factory: Any, quick: bool) -> dict[str, Any]:
               f"peak device memory {res['peak_device_memory_bytes'] / 2**20:.0f} MiB, "
               f"host waited inside steps: {res['host_sync']['host_waited_inside_steps']}",
               flush=True)
-    cfg = make_config("densedemo", batch=batch, embedding_size=4, pool_batches=2)
+    cfg = configs["densedemo"]
     release_device_memory()
     emb = ArrayTrainer(cfg, make_pool(cfg), ops=ops_factory(cfg.dtype), mode="embedding")
     out["cupy_embedding"] = {"ms_per_step": spread(time_synced(synced_step(emb), steps)),
@@ -340,9 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         write_report(report)
         print(f"gpu_check: cannot run: {reason}", file=sys.stderr)
         return 2
-    report["agreement"] = agreement_checks(ops, args.quick)
+    report["agreement"] = agreement_checks(ops, agreement_configs(args.quick))
     if not args.skip_speed:
-        report["speed"] = speed_checks(ops, args.quick)
+        report["speed"] = speed_checks(ops, speed_configs(args.quick), 5 if args.quick else 30)
         report["targets"] = verdicts(report["speed"])
         print(f"targets: {report['targets']}")
     report["tensorflow_imported"] = "tensorflow" in sys.modules

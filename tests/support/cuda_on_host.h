@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -65,27 +66,28 @@ T __shfl_xor_sync(unsigned mask, T value, int lane_mask) {
 }
 
 // Runs body() as every thread of a 1-D grid; returns the errors counted meanwhile.
+// 32 host threads play the lanes; each walks the warps in order, with one HostWarp
+// (barrier and shuffle slots) per warp.
 inline int cuda_on_host_launch(unsigned grid, unsigned block, const std::function<void()>& body) {
     cuda_on_host_errors = 0;
     if (block % 32 != 0) return -1;
     gridDim.x = grid;
     blockDim.x = block;
-    for (unsigned b = 0; b < grid; ++b) {
-        for (unsigned first = 0; first < block; first += 32) {
-            HostWarp warp;
-            std::vector<std::thread> lanes;
-            for (int lane = 0; lane < 32; ++lane) {
-                lanes.emplace_back([&, lane] {
-                    blockIdx.x = b;
-                    threadIdx.x = first + lane;
-                    current_warp = &warp;
-                    current_lane = lane;
-                    body();
-                    warp.step.arrive_and_drop();  // an exited lane no longer takes part
-                });
+    const unsigned long long warps_per_block = block / 32, warps = grid * warps_per_block;
+    std::unique_ptr<HostWarp[]> warp(new HostWarp[warps]);
+    std::vector<std::thread> lanes;
+    for (int lane = 0; lane < 32; ++lane) {
+        lanes.emplace_back([&, lane] {
+            current_lane = lane;
+            for (unsigned long long w = 0; w < warps; ++w) {
+                blockIdx.x = (unsigned)(w / warps_per_block);
+                threadIdx.x = (unsigned)((w % warps_per_block) * 32 + lane);
+                current_warp = &warp[w];
+                body();
+                warp[w].step.arrive_and_drop();  // an exited lane no longer takes part
             }
-            for (auto& t : lanes) t.join();
-        }
+        });
     }
+    for (auto& t : lanes) t.join();
     return cuda_on_host_errors.load();
 }

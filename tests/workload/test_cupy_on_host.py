@@ -7,6 +7,7 @@ cuBLAS) is left to ``benchmarks/gpu_check.py`` on a GPU machine.
 """
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -66,7 +67,7 @@ def test_kernels_group_sum_and_update_like_the_reference(cupy_ops, dtype, index)
 
 @pytest.mark.parametrize("mode", ["full", "embedding"])
 def test_cupy_path_trains_like_the_numpy_reference(cupy_ops, mode):
-    cfg = make_config("ci", dtype="float64", vocabulary=64, batch=64)
+    cfg = make_config("ci", dtype="float64", vocabulary=16, batch=64)
     pool = make_pool(cfg)
     ref = ArrayTrainer(cfg, pool, mode=mode)
     host = ArrayTrainer(cfg, pool, cupy_ops(cfg.dtype), mode)
@@ -81,9 +82,9 @@ def test_cupy_path_trains_like_the_numpy_reference(cupy_ops, mode):
 
 
 def test_tf32_follows_the_config_for_float32(cupy_ops):
-    cfg = make_config("ci", vocabulary=64, batch=64)
+    cfg = make_config("ci", vocabulary=16, batch=64)
     assert ArrayTrainer(cfg, make_pool(cfg), cupy_ops(cfg.dtype)).tf32 is True
-    off = make_config("ci", vocabulary=64, batch=64, tf32=False)
+    off = make_config("ci", vocabulary=16, batch=64, tf32=False)
     assert ArrayTrainer(off, make_pool(off), cupy_ops(off.dtype)).tf32 is False
 
 
@@ -98,3 +99,27 @@ extern "C" __global__ void early_exit(float* x) {
         kernel((1,), (32,), (np.zeros(32, np.float32),))
     with pytest.raises(AssertionError, match="int64, want float32"):
         kernel((1,), (32,), (np.zeros(32, np.int64),))
+
+
+def test_gpu_check_script_runs_its_checks_on_the_host_runner(cupy_ops, monkeypatch):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import gpu_check
+
+    monkeypatch.setattr(gpu_check, "REPEATS", 1)
+
+    tiny = {"dtype": "float32", "vocabulary": 16, "batch": 64, "tf32": False}
+    configs = [(make_config("ci", **dict(tiny, dtype="float64")), 3),
+               (make_config("ci", **tiny), 3)]
+    results = gpu_check.agreement_checks(cupy_ops, configs)
+    assert [r["status"] for r in results] == ["pass", "pass"]
+    speed = gpu_check.speed_checks(cupy_ops, {"densedemo": make_config("ci", **tiny)}, 2)
+    full = speed["densedemo_full"]
+    assert full["ms_per_step"]["min"] <= full["ms_per_step"]["median"] <= full["ms_per_step"]["max"]
+    assert full["config"]["batch"] == 64 and full["tf32"] is False
+    assert set(full["host_sync"]) >= {"queue_ms_per_step", "host_waited_inside_steps"}
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        assert full["launches"]["status"].startswith("not measured")
+        assert speed["torch_sparse_embedding"].startswith("skipped")
+    assert gpu_check.verdicts(speed)["full_step_target_ms"] == 15.0
