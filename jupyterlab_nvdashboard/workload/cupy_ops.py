@@ -242,6 +242,10 @@ class CupyOps:
         args = (p.weights, p.m, p.v, p.grads, np.int64(p.size), *self._adam_args(c))
         kernel((grid_stride_blocks(p.size),), (THREADS,), args)
 
+    def matmul_into(self, a: Any, b: Any, out: Any) -> None:
+        """cuBLAS writes the product straight into ``out`` (a view of the flat buffer)."""
+        self.xp.matmul(a, b, out=out)
+
     def bias_relu(self, h: Any, b: Any) -> None:
         self._bias_relu(b, h)
 
