@@ -202,12 +202,10 @@ def _ops_run_by_traced_step(emb):
         return tape.gradient(loss, emb.table).values
 
     ids = tf.constant([[1, 2, 2, 5]], tf.int64)
-    graph = step.get_concrete_function(ids).graph
-    ops = set()
-    for op in graph.get_operations():  # the custom gradient lives in a nested function
-        ops.add(op.type)
-    for fn in graph._functions.values():
-        ops.update(node.op for node in fn.definition.node_def)
+    graph_def = step.get_concrete_function(ids).graph.as_graph_def()
+    ops = {node.op for node in graph_def.node}
+    for fn in graph_def.library.function:  # the custom gradient lives in a nested function
+        ops.update(node.op for node in fn.node_def)
     return ops, step(ids).numpy()
 
 
