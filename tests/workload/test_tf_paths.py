@@ -239,3 +239,14 @@ def test_table_on_a_real_gpu_runs_unsorted_segment_sum_on_it():
     assert emb.on_gpu
     ops, _ = _ops_run_by_traced_step(emb)
     assert "UnsortedSegmentSum" in ops and not {"DenseBincount", "Bincount"} & ops
+
+
+def test_tf_trainer_sets_and_reports_tf32_from_the_config():
+    cfg = make_config("ci", tf32=False)
+    try:
+        trainer = TFTrainer("plugin", cfg, make_pool(cfg))
+        assert trainer.tf32 is False
+        assert not tf.config.experimental.tensor_float_32_execution_enabled()
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(True)  # TensorFlow's default
+    assert TFTrainer("plugin", make_config("ci"), make_pool(make_config("ci"))).tf32 is True
