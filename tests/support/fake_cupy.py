@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import types
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ C_TO_NUMPY = {
 }
 _BUILD_DIR = Path(tempfile.mkdtemp(prefix="fake_cupy_"))
 _CACHE: dict[str, ctypes.CDLL] = {}
+#: Kernels launched through this module, by name (RawModule and ElementwiseKernel).
+LAUNCHES: Counter = Counter()
 
 
 def available() -> bool:
@@ -87,6 +90,7 @@ class _HostKernel:
                 holder = np.array(arg)
                 keep.append(holder)
                 ptrs.append(holder.ctypes.data)
+        LAUNCHES[self.name] += 1
         array = (ctypes.c_void_p * max(1, len(ptrs)))(*ptrs)
         errors = self.fn(ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), array)
         assert errors == 0, f"{self.name}: {errors} lane errors (block not whole warps, " \
@@ -150,6 +154,7 @@ class ElementwiseKernel:
             f" {{ {' '.join(loads)} {self.operation}; }} }}"
         )
         fn = _compile(source).run
+        LAUNCHES[self.name] += 1
         ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
         fn(ctypes.c_longlong(int(np.prod(shape))), ptrs)
 

@@ -123,3 +123,20 @@ def test_gpu_check_script_runs_its_checks_on_the_host_runner(cupy_ops, monkeypat
         assert full["launches"]["status"].startswith("not measured")
         assert speed["torch_sparse_embedding"].startswith("skipped")
     assert gpu_check.verdicts(speed)["full_step_target_ms"] == 15.0
+
+
+def test_one_adam_kernel_for_the_mlp_and_one_for_the_embedding_rows(cupy_ops):
+    # Own kernels per step, whatever the number of MLP tensors: the embedding's gather,
+    # ordering and fused sum+Adam, one Adam for all MLP tensors, and per layer only the
+    # bias/ReLU passes (cuBLAS matmuls and CuPy's reductions are not counted here).
+    for hidden_layers in (2, 5):
+        cfg = make_config("ci", vocabulary=16, batch=64, hidden_layers=hidden_layers)
+        trainer = ArrayTrainer(cfg, make_pool(cfg), cupy_ops(cfg.dtype))
+        trainer.launch(0)
+        fake_cupy.LAUNCHES.clear()
+        trainer.launch(1)
+        assert dict(fake_cupy.LAUNCHES) == {
+            "gather_count": 1, "order_by_key": 1, "segment_sum_adam": 1, "adam_flat": 1,
+            "nvd_bias_relu": hidden_layers, "nvd_bias": 1, "nvd_bce_grad": 1,
+            "nvd_relu_grad": hidden_layers,
+        }
