@@ -159,13 +159,24 @@ class ElementwiseKernel:
         fn(ctypes.c_longlong(int(np.prod(shape))), ptrs)
 
 
-def make_module() -> types.ModuleType:
-    """A ``cupy`` module: NumPy's functions plus the pieces above."""
+#: CuPy functions whose result size depends on the data, or that copy to the host: each
+#: waits for the GPU. Missing from the stand-in, so code that calls them fails loudly.
+HOST_SYNCING = ("nonzero", "flatnonzero", "argwhere", "unique", "bincount", "extract",
+                "compress", "asnumpy")
+
+
+def make_module(forbid_host_sync: bool = False) -> types.ModuleType:
+    """A ``cupy`` module: NumPy's functions plus the pieces above (``forbid_host_sync``:
+    without the functions in HOST_SYNCING)."""
     module = types.ModuleType("cupy")
     module.__dict__.update({k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
+    if forbid_host_sync:
+        for name in HOST_SYNCING:
+            module.__dict__.pop(name, None)
     module.RawModule = RawModule
     module.ElementwiseKernel = ElementwiseKernel
-    module.asnumpy = np.asarray
+    if not forbid_host_sync:
+        module.asnumpy = np.asarray
     stream = types.SimpleNamespace(synchronize=lambda: None)
     module.cuda = types.SimpleNamespace(
         get_current_stream=lambda: stream,

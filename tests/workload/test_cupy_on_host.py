@@ -140,3 +140,20 @@ def test_one_adam_kernel_for_the_mlp_and_one_for_the_embedding_rows(cupy_ops):
             "nvd_bias_relu": hidden_layers, "nvd_bias": 1, "nvd_bce_grad": 1,
             "nvd_relu_grad": hidden_layers,
         }
+
+
+def test_a_step_calls_no_cupy_function_that_waits_for_the_gpu(monkeypatch):
+    # Data-dependent sizes (nonzero, unique, bincount's check) and host copies sync;
+    # launch() must run with all of them missing from the module.
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy.make_module(forbid_host_sync=True))
+    monkeypatch.setenv("CUPY_TF32", "0")
+    from jupyterlab_nvdashboard.workload.cupy_ops import CupyOps
+
+    for mode in ("full", "embedding"):
+        cfg = make_config("ci", vocabulary=16, batch=64)
+        trainer = ArrayTrainer(cfg, make_pool(cfg), CupyOps(cfg.dtype), mode)
+        for i in range(3):
+            trainer.launch(i)
+        assert np.isfinite(trainer.read_loss())
+    with pytest.raises(AttributeError):
+        sys.modules["cupy"].flatnonzero  # noqa: B018  (the guard is real)
