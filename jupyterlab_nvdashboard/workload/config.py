@@ -48,6 +48,9 @@ class WorkloadConfig:
     seed: int = 0
     pool_batches: int = 4  # batches generated up front and placed on the device once
     dtype: str = "float32"
+    # TF32 matmuls for float32 (TensorFlow's default on Ampere and later). The GPU paths
+    # set it alike so that their times compare; each reports the state it ran with.
+    tf32: bool = True
 
     @property
     def keys_per_sample(self) -> int:
@@ -123,6 +126,8 @@ def validate(cfg: WorkloadConfig) -> None:
         raise ValueError(
             f"unknown distribution {cfg.distribution!r}; choose one of {', '.join(DISTRIBUTIONS)}"
         )
+    if not isinstance(cfg.tf32, bool):
+        raise ValueError(f"tf32 must be true or false, got {cfg.tf32!r}")
     if cfg.dtype not in ("float32", "float64"):
         raise ValueError(f"dtype must be float32 or float64, got {cfg.dtype!r}")
     if cfg.distribution == "densedemo" and cfg.vocabulary < cfg.fields:
@@ -154,15 +159,3 @@ def estimated_memory_bytes(cfg: WorkloadConfig) -> int:
     activations = cfg.batch * sum(widths) * itemsize * 2
     return table + mlp + pool + activations
 
-
-def keras_adam_alpha(learning_rate: float, beta_1: float, beta_2: float, step: int) -> float:
-    """Adam's bias-corrected step size exactly as Keras 3 computes it.
-
-    Keras holds the learning rate in a float32 variable and raises float32-rounded betas
-    to the step; the moment updates use the exact Python floats. Mirroring this lets the
-    float64 NumPy reference match the TensorFlow paths to rounding error.
-    """
-    import numpy as np
-
-    lr, b1, b2 = (float(np.float32(x)) for x in (learning_rate, beta_1, beta_2))
-    return lr * (1 - b2**step) ** 0.5 / (1 - b1**step)
