@@ -104,6 +104,29 @@ def test_gpm_is_sampled_at_its_own_rate_not_every_pass() -> None:
     assert simulator.calls["nvmlGpmSampleAlloc"] == 2  # one pair, reused
 
 
+def test_gpm_that_answers_not_supported_is_asked_no_more_and_a_lost_gpu_frees_its_pair(
+) -> None:
+    simulator, nvml, gpm, clock = readers("h200")
+    simulator.set_unsupported(["gpm"])
+    for _ in range(5):
+        readings = gpm.read(nvml.read())
+        clock.now += 1.0
+    assert readings == {0: GpmReading(*[None] * 11), 1: GpmReading(*[None] * 11)}
+    assert simulator.calls["nvmlGpmSampleGet"] == 2  # once per GPU
+    assert gpm.errors[0] == "not supported by this GPU or driver"
+    simulator.set_unsupported([])
+    simulator, nvml, gpm, clock = readers("h200")
+    for _ in range(2):
+        gpm.read(nvml.read())
+        clock.now += 1.0
+    simulator.lose_gpu(1)
+    for _ in range(2):
+        readings = gpm.read(nvml.read())
+        clock.now += 1.0
+    assert readings[1] == GpmReading(*[None] * 11) and readings[0].sm_activity_pct is not None
+    assert simulator.calls["nvmlGpmSampleFree"] == 2  # the lost GPU's pair
+
+
 def test_mig_instances_report_their_own_activity() -> None:
     simulator, nvml, readings, t1, t2 = two_gpm_passes("h100-mig")
     facts = nvml.facts

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .families import GPM_FAMILY, GpmReading
-from .nvml import GpuFacts, GpuReading, NvmlReader, NvmlState, _Device
+from .nvml import _MISSING, GpuFacts, GpuReading, NvmlReader, NvmlState, _Device
 
 GPM_EVERY_S = 1.0
 MIB = 2**20
@@ -88,6 +88,7 @@ class GpmReader:
         self._last_pass = -math.inf
         # Row -> why a GPU that has GPM gave no reading (an NVML error), in words.
         self.errors: dict[int, str] = {}
+        self._refused: set[int] = set()  # rows whose GPM calls answered NOT_SUPPORTED
 
     def read(self, gpus: tuple[GpuReading, ...] = ()) -> dict[int, GpmReading] | None:
         """The newest readings, refreshed every ``every_s``; None before NVML is up."""
@@ -108,11 +109,16 @@ class GpmReader:
     def _forget(self) -> None:
         """Free the buffers of devices that are gone (not after a fork: not ours to free)."""
         if self._lib is not None and self._lib is self.nvml.library:
-            for pair in self._pairs.values():
-                for buffer in pair.buffers:
-                    self.nvml._invoke("nvmlGpmSampleFree", buffer)
+            for index in list(self._pairs):
+                self._drop(index)
         self._pairs, self._devices, self._lib, self._latest = {}, None, None, None
+        self._refused = set()
         self._last_pass = -math.inf
+
+    def _drop(self, index: int) -> None:
+        pair = self._pairs.pop(index, None)
+        for buffer in pair.buffers if pair else ():
+            self.nvml._invoke("nvmlGpmSampleFree", buffer)
 
     def _supported(self, device: _Device) -> bool:
         parent = device.parent.facts if device.parent is not None else None
@@ -153,8 +159,8 @@ class GpmReader:
 
     def _read_device(self, device: _Device) -> GpmReading:
         index = device.facts.index
-        if device.lost or not self._supported(device):
-            self._pairs.pop(index, None)
+        if device.lost or index in self._refused or not self._supported(device):
+            self._drop(index)
             return NOT_AVAILABLE
         pair = self._pair(device)
         if pair is None:
@@ -187,4 +193,9 @@ class GpmReader:
         nvml = self.nvml
         if isinstance(error, getattr(nvml.library, "NVMLError_GpuIsLost", ())):
             nvml._mark_lost(device.parent or device)
-        self.errors[device.facts.index] = str(error) or type(error).__name__
+        code = getattr(error, "value", None)
+        if error is _MISSING or code in (nvml._const("NVML_ERROR_NOT_SUPPORTED"),
+                                         nvml._const("NVML_ERROR_FUNCTION_NOT_FOUND")):
+            self._refused.add(device.facts.index)  # it will not start answering: stop asking
+        self.errors[device.facts.index] = nvml._reason(error, "GPM") or str(error) or \
+            type(error).__name__
