@@ -253,8 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
                         const=False, help="simulated GPUs have no NVLink")
     parser.add_argument("--simulate-profile", metavar="NAME",
                         help="which machine to simulate: mixed (default), h200, a100-535, "
-                        "a100-mig, consumer, vgpu, wrap32 or link-gap; implies --simulate 2 "
-                        "unless --simulate is given")
+                        "a100-mig, h100-mig, consumer, vgpu, wrap32 or link-gap; implies "
+                        "--simulate 2 unless --simulate is given")
     parser.add_argument("--runs-dir", type=_runs_dir,
                         help="directory of workload run event files")
     parser.add_argument("--keep-runs", type=_keep_runs, metavar="N",
