@@ -30,7 +30,8 @@ ROUTE = "/GPU-Resources"
 FRAMES = 10
 
 
-async def _pages_watch(url: str, broadcaster, viewers: int) -> None:  # noqa: ANN001
+async def _pages_watch(server, viewers: int) -> None:  # noqa: ANN001
+    url = server.url
     sessions = [await open_session(url, ROUTE) for _ in range(viewers)]
     streams = [await open_stream(url, ROUTE) for _ in range(viewers)]
     patches: list[str] = []
@@ -50,14 +51,19 @@ async def _pages_watch(url: str, broadcaster, viewers: int) -> None:  # noqa: AN
         while stream.seq < newest:
             await stream.receive()
     family = f"{ROUTE}@120s"
-    stats = broadcaster.stats
-    encodes_before, sent_before = stats.encodes.get(family, 0), stats.frames_sent
+    stats = server.broadcaster.stats
+
+    def counts() -> tuple[int, int]:  # read on the server's loop: never mid-publish
+        return stats.encodes.get(family, 0), stats.frames_sent
+
+    encodes_before, sent_before = await asyncio.to_thread(server.on_loop, counts)
     hashes: list[list[str]] = [[] for _ in streams]
     for _ in range(FRAMES):
         for position, stream in enumerate(streams):
             frame = await stream.receive()
             hashes[position].append(hashlib.sha256(frame.raw).hexdigest())
-    encodes, sent = stats.encodes[family] - encodes_before, stats.frames_sent - sent_before
+    encodes_after, sent_after = await asyncio.to_thread(server.on_loop, counts)
+    encodes, sent = encodes_after - encodes_before, sent_after - sent_before
     await asyncio.sleep(0.3)  # any PATCH-DOC sent meanwhile has arrived
     for listener in listeners:
         listener.cancel()
@@ -74,7 +80,7 @@ async def _pages_watch(url: str, broadcaster, viewers: int) -> None:  # noqa: AN
 @pytest.mark.parametrize("viewers", [1, 16, 64])
 def test_one_encode_per_tick_and_identical_frames_for_every_page(viewers: int) -> None:
     with in_process_server(gpus=4) as server:
-        asyncio.run(_pages_watch(server.url, server.broadcaster, viewers))
+        asyncio.run(_pages_watch(server, viewers))
 
 
 def test_reconnect_catches_up_with_no_gap_and_no_duplicate() -> None:
@@ -137,6 +143,9 @@ def test_a_stalled_page_is_dropped_and_buffers_stay_bounded() -> None:
 
         assert asyncio.run(run()) == 1
         assert stats.max_pending_frames <= MAX_PENDING_FRAMES
+        deadline = time.monotonic() + 30  # the server sees the healthy page's close soon after
+        while server.broadcaster.subscribers and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert server.broadcaster.subscribers == 0
 
 

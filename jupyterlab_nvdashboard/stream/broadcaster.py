@@ -22,6 +22,7 @@ reason.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from collections.abc import Callable, Sequence
@@ -279,8 +280,12 @@ class StreamSocket(WebSocketHandler):
         stats.max_pending_frames = max(stats.max_pending_frames, self.pending)
         written.add_done_callback(self._written)
 
-    def _written(self, _: object) -> None:
+    def _written(self, written: asyncio.Future) -> None:
         self.pending -= 1
+        # A page that went away mid-write is ordinary; retrieving the error keeps asyncio
+        # from logging it as a traceback ("Task exception was never retrieved").
+        if not written.cancelled():
+            written.exception()
 
     def on_message(self, message: str | bytes) -> None:
         # Pages never talk on this socket; anything they send is ignored.

@@ -8,6 +8,7 @@ it unless told ``token=None``, and ``with_token`` adds it to a URL for a browser
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import socket
 import subprocess
@@ -16,10 +17,11 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from tornado.ioloop import IOLoop
 
@@ -28,6 +30,8 @@ from jupyterlab_nvdashboard.metrics import Metrics, SimulatedNvml, create_metric
 from jupyterlab_nvdashboard.server import compose_sources, make_server
 from jupyterlab_nvdashboard.stream.broadcaster import Broadcaster
 from tests.support.bokeh_client import TEST_TOKEN
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -86,6 +90,20 @@ class RunningServer:
 
     def live_sessions(self) -> int:
         return len(self.server.get_sessions())  # type: ignore[attr-defined]
+
+    def on_loop(self, function: Callable[[], T]) -> T:
+        """``function()`` run on the server's event loop, between two of its callbacks: what
+        the broadcaster counts is read whole, never halfway through a publish."""
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def call() -> None:
+            try:
+                done.set_result(function())
+            except BaseException as error:  # noqa: BLE001 - handed to the caller
+                done.set_exception(error)
+
+        self.server.io_loop.add_callback(call)  # type: ignore[attr-defined]
+        return done.result(30)
 
     @property
     def simulator(self) -> SimulatedNvml:
