@@ -42,6 +42,8 @@ class SimulationConfig:
     faults: str = ""
     # Which machine to simulate (metrics/simulated_profiles.py); checked when it is built.
     profile: str = "mixed"
+    # Test-only: a JSON file listing simulated GPU processes (metrics/simulated_processes.py).
+    processes_file: str = ""
 
     @property
     def enabled(self) -> bool:
@@ -211,6 +213,7 @@ _ENVIRONMENT = {
     "simulate_nvlink": ("NVDASHBOARD_SIMULATE_NVLINK", _boolean("NVDASHBOARD_SIMULATE_NVLINK")),
     "simulate_faults": ("NVDASHBOARD_SIMULATE_FAULTS", str),
     "simulate_profile": ("NVDASHBOARD_SIMULATE_PROFILE", str),
+    "simulate_processes": ("NVDASHBOARD_SIMULATE_PROCESSES", str),
     "runs_dir": ("NVDASHBOARD_RUNS_DIR", _runs_dir),
     "unused_session_lifetime": ("NVDASHBOARD_UNUSED_SESSION_LIFETIME_MS", _milliseconds),
     # No --token flag on purpose: a command line is visible to every user in `ps`.
@@ -320,6 +323,7 @@ def load_config(
         nvlink=bool(merged.get("simulate_nvlink", True)),
         faults=str(merged.get("simulate_faults", "")),
         profile=str(profile or SimulationConfig.profile),
+        processes_file=str(merged.get("simulate_processes", "")),
     )
     return Config(
         address=str(merged.get("address", defaults.address)),

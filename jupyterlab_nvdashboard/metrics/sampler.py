@@ -68,9 +68,9 @@ class History:
         self._listeners.append(listener)
 
     def append(self, time_s: float, gpus: tuple[GpuReading, ...], host: HostReading,
-               gpu_age_s: float | None = 0.0) -> Sample:
+               gpu_age_s: float | None = 0.0, extra: dict[str, object] | None = None) -> Sample:
         with self._lock:
-            sample = Sample(self._next_seq, time_s, gpus, host, gpu_age_s)
+            sample = Sample(self._next_seq, time_s, gpus, host, gpu_age_s, extra or {})
             self._next_seq += 1
             self._samples.append(sample)
         for listener in self._listeners:
@@ -160,6 +160,12 @@ class Sampler:
         self.late_ticks = 0
         self.gpu_reads = 0
         self.late_gpu_reads = 0
+        # Reading families (families.py) read at their own rate: each hook returns
+        # {family: reading} or {} when not due; the next sample carries what they returned.
+        # GPU hooks run right after each GPU read; slow hooks on the slow thread.
+        self.gpu_families: list[Callable[[], dict[str, object]]] = []
+        self.slow_families: list[Callable[[], dict[str, object]]] = []
+        self._pending_extra: dict[str, object] = {}
 
     @property
     def current_interval_s(self) -> float:
@@ -184,14 +190,35 @@ class Sampler:
         started = time.monotonic()
         self.nvml.retry_if_due()
         readings = self.nvml.read()
+        extra = self._read_families(self.gpu_families)
         with self._gpu_lock:
             self._gpu_latest = (started, readings, self.current_interval_s)
             self.gpu_reads += 1
+            self._pending_extra.update(extra)
         return readings
 
     def read_slow(self) -> None:
         """Readings that block (see NvmlReader.read_slow); on their own thread."""
         self.nvml.read_slow()
+        extra = self._read_families(self.slow_families)
+        if extra:
+            with self._gpu_lock:
+                self._pending_extra.update(extra)
+
+    @staticmethod
+    def _read_families(hooks: list[Callable[[], dict[str, object]]]) -> dict[str, object]:
+        extra: dict[str, object] = {}
+        for hook in hooks:
+            try:
+                extra.update(hook())
+            except Exception:  # one broken family must not stop the GPU readings
+                log.exception("reading family %s failed", getattr(hook, "__qualname__", hook))
+        return extra
+
+    def _take_extra(self) -> dict[str, object]:
+        with self._gpu_lock:
+            extra, self._pending_extra = self._pending_extra, {}
+        return extra
 
     def _freshest_gpus(self, now: float) -> tuple[tuple[GpuReading, ...], float | None]:
         with self._gpu_lock:
@@ -222,7 +249,7 @@ class Sampler:
             gpus, age = self._freshest_gpus(time.monotonic())
         host = self.host.read()
         self.ticks += 1
-        return self.history.append(started, gpus, host, age)
+        return self.history.append(started, gpus, host, age, extra=self._take_extra())
 
     def _repeat(self, step: Callable[[], object], late_counter: str | None,
                 interval_s: Callable[[], float], wake: threading.Event) -> None:
