@@ -46,6 +46,7 @@ from tornado.web import HTTPError, RequestHandler
 from . import __version__, bokeh_patches
 from .apps.components import timeline_windows
 from .apps.document import build_document, no_gpu_notice
+from .apps.processes import glance, processes_json
 from .apps.registry import ROUTES, RouteFeeds, available_routes
 from .apps.sources import DashboardSources
 from .auth import VIEW_ONLY_REASON, Access, BokehAuth, GuardedHandler
@@ -174,6 +175,20 @@ class InfoHandler(_JsonHandler):
         return server_info(self.metrics, self.live_sessions, self.broadcaster)
 
 
+class ProcessesHandler(_JsonHandler):
+    """``/processes.json``: the /GPU-Processes table as data."""
+
+    def body(self) -> dict[str, Any]:
+        return processes_json(self.sources)
+
+
+class GlanceHandler(_JsonHandler):
+    """``/glance.json``: GPU utilization and memory now, and the user's GPU kernels."""
+
+    def body(self) -> dict[str, Any]:
+        return glance(self.sources)
+
+
 def history_csv(samples: list[Sample], gpu_indices: list[int]) -> str:
     """One row per sample; every column's unit is the end of its name; empty = not available."""
     gpu_fields = [name for name in GpuReading._fields if name != "index"]
@@ -281,7 +296,7 @@ def make_server(config: Config, sources: DashboardSources,
     )
     live_sessions = LiveSessions()
     metrics = sources.metrics
-    feeds = RouteFeeds(metrics)
+    feeds = RouteFeeds(metrics, sources)
     broadcaster = Broadcaster(metrics.history, metrics.interval_s, feeds,
                               timeline_windows(metrics.history_s))
     extra = {"access": access, "sources": sources, "live_sessions": live_sessions,
@@ -297,6 +312,8 @@ def make_server(config: Config, sources: DashboardSources,
             (r"/", RootHandler, extra),
             (r"/index\.json", IndexHandler, extra),
             (r"/info\.json", InfoHandler, extra),
+            (r"/processes\.json", ProcessesHandler, extra),
+            (r"/glance\.json", GlanceHandler, extra),
             (r"/history\.csv", HistoryCsvHandler, extra),
             *streams,
         ],

@@ -8,7 +8,8 @@ profiles module for the sources.
 
 Test hooks: ``set_unsupported``, ``inject_error``, ``lose_gpu``, ``restore_gpu``,
 ``set_init_error``, ``set_call_delay``, ``set_clock``, ``step_wall_clock``, ``set_processes``
-(``simulated_processes.py``) and the ``calls`` counter. The same faults can be given as a spec string (``NVDASHBOARD_SIMULATE_FAULTS``)::
+(``simulated_processes.py``) and the ``calls`` counter. The same faults can be given as a
+spec string (``NVDASHBOARD_SIMULATE_FAULTS``)::
 
     lose=1@5              GPU 1 is lost 5 seconds after start
     init=DriverNotLoaded  nvmlInit raises NVMLError_DriverNotLoaded
