@@ -151,11 +151,12 @@ class ProcessAttributor:
 
     def _kernel_of(self, process: Any, pid: int, created: float, command: list[str] | None
                    ) -> tuple[tuple[int, ...], str | None, int | None]:
-        """(lineage, kernel id, kernel pid): the process, its ancestors, then its group."""
+        """(lineage, kernel id, kernel pid): from the process and its ancestors, else its
+        process group. A forked worker carries its kernel's command line, so the kernel is
+        the topmost ancestor that names the same kernel id."""
         lineage = [pid]
-        found = kernel_id_of(command or ())
-        if found:
-            return (pid,), found, pid
+        kernel_id = kernel_id_of(command or ())
+        kernel_pid = pid if kernel_id else None
         current = process
         for _ in range(_MAX_ANCESTORS):
             try:
@@ -166,20 +167,22 @@ class ProcessAttributor:
                 break
             lineage.append(current.pid)
             found = self._kernel_id(current)
-            if found:
-                return tuple(lineage), found, current.pid
-        try:
-            leader = self._getpgid(pid)
-        except OSError:
-            leader = None
-        if leader and leader not in (pid, 1):
+            if found and (kernel_id is None or found == kernel_id):
+                kernel_id, kernel_pid = found, current.pid
+            elif kernel_id is not None:
+                break  # above the kernel: its launcher, the Jupyter server
+        if kernel_id is None:
             try:
-                found = self._kernel_id(self._psutil.Process(leader))
-            except (self._psutil.NoSuchProcess, self._psutil.AccessDenied):
-                found = None
-            if found:
-                return tuple(lineage), found, leader
-        return tuple(lineage), None, None
+                leader = self._getpgid(pid)
+            except OSError:
+                leader = None
+            if leader and leader not in (pid, 1):
+                try:
+                    kernel_id = self._kernel_id(self._psutil.Process(leader))
+                except (self._psutil.NoSuchProcess, self._psutil.AccessDenied):
+                    kernel_id = None
+                kernel_pid = leader if kernel_id else None
+        return tuple(lineage), kernel_id, kernel_pid
 
     def _kernel_id(self, process: Any) -> str | None:
         """The kernel id a process's own command line names (cached per process)."""

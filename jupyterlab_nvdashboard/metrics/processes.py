@@ -32,9 +32,6 @@ from .families import PROCESS_FAMILY, ProcessReading
 from .nvml import NvmlReader, NvmlState, _Device
 
 PROCESS_EVERY_S = 1.0
-# The sampler's thread wakes with some jitter: a pass due within this much counts as due,
-# so a 1 s reader driven by a 1 s thread does not skip every other pass.
-_SLACK_S = 0.1
 _NOT_AVAILABLE_BYTES = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE, should a binding pass it through
 _LISTS: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
     (kind, tuple(f"nvmlDeviceGet{name}RunningProcesses{suffix}" for suffix in ("_v3", "_v2", "")))
@@ -74,7 +71,7 @@ class ProcessReader:
     def read_if_due(self) -> tuple[ProcessReading, ...] | None:
         """A pass if the last one is at least ``every_s`` old, else None."""
         now = self._clock()
-        if now - self._last_pass < self.every_s - _SLACK_S:
+        if now - self._last_pass < self.every_s:
             return None
         self._last_pass = now
         return self.read()
