@@ -324,6 +324,11 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
 
 def processes_json(sources: DashboardSources) -> dict[str, Any]:
     """``/processes.json``: the table's rows, as data."""
+    jupyter, reader = sources.jupyter, sources.metrics.processes
     return {"user": current_user(), "rows": [row.as_json() for row in process_rows(sources)],
-            "note": attribution_note(sources)}
+            "note": attribution_note(sources),
+            # How many process passes and sessions refreshes have happened: a client can
+            # wait for "the next refresh" by counting instead of timing.
+            "process_passes": reader.passes if reader is not None else 0,
+            "sessions_refreshes": jupyter.refreshes if jupyter is not None else 0}
 
