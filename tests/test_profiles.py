@@ -33,12 +33,15 @@ EXPECTED_UNAVAILABLE: dict[str, dict[int, dict[str, str]]] = {
     "a100-mig": {
         0: {"utilization": MIG_PARENT_UTILIZATION},
         1: {"utilization": NOT_SUPPORTED, "temperature": MIG_PHYSICAL, "power": MIG_PHYSICAL,
-            "pcie": MIG_PHYSICAL, "nvlink": MIG_PHYSICAL},
+            "pcie": MIG_PHYSICAL, "nvlink": MIG_PHYSICAL,
+            "process_utilization": NOT_SUPPORTED},  # no per-process samples under MIG
         2: {"utilization": NOT_SUPPORTED, "temperature": MIG_PHYSICAL, "power": MIG_PHYSICAL,
-            "pcie": MIG_PHYSICAL, "nvlink": MIG_PHYSICAL},
+            "pcie": MIG_PHYSICAL, "nvlink": MIG_PHYSICAL,
+            "process_utilization": NOT_SUPPORTED},
     },
     "consumer": {row: {"utilization": NOT_SUPPORTED, "power": NOT_SUPPORTED,
                        "pcie": NOT_SUPPORTED, "nvlink": NOT_SUPPORTED,
+                       "process_utilization": NOT_SUPPORTED,
                        "gpm": "nvidia-ml-py 11.470 cannot call nvmlGpmQueryDeviceSupport"}
                  for row in (0, 1)},
     "vgpu": {row: {"temperature": NOT_SUPPORTED, "power": NOT_SUPPORTED,
