@@ -105,6 +105,12 @@ def test_status_bar_sidebar_kernels_and_process_table(lab, processes_file) -> No
         page.wait_for_timeout(1000)
         screenshot(page, "lab-gpu-processes-dark")
         screenshot(page, "lab-sidebar-gpu-kernels-dark")
+        # The row's notebook link opens the notebook in a JupyterLab tab (by postMessage to
+        # the extension), not inside the dashboard's frame.
+        frame.locator('a[data-notebook="train.ipynb"]').click()
+        page.wait_for_selector('.lm-TabBar-tab[data-id] >> text="train.ipynb"', timeout=30_000)
+        assert dashboard_frame(page, "/GPU-Processes").url.split("?")[0].endswith(
+            "nvdashboard/GPU-Processes")
         # Nothing so far could have stopped a kernel: the dashboard pages sent nothing but
         # GETs and never touched the kernel API, and nothing changed a kernel or session.
         assert not [u for u in unsafe if u[2]], unsafe

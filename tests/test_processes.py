@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jupyterlab_nvdashboard.apps.processes import STATUS_TEXT, process_rows
+from jupyterlab_nvdashboard.apps.processes import HIDDEN_COMMAND, STATUS_TEXT, process_rows
 from jupyterlab_nvdashboard.apps.sources import DashboardSources
 from jupyterlab_nvdashboard.config import Config, SimulationConfig
 from jupyterlab_nvdashboard.jupyter_sessions import (
@@ -311,8 +311,8 @@ def test_table_own_processes_first_then_by_memory_and_notebook_links(tmp_path: P
         latest[other.pid] = latest[other.pid]._replace(user="somebody-else")
         mine = latest[os.getpid()]
         latest[os.getpid()] = mine._replace(kernel_id="k1", kernel_pid=os.getpid())
-        metrics.history.append(time.time(), (), metrics.host.read() if hasattr(
-            metrics, "host") else metrics.sampler.host.read(), extra={OWNER_FAMILY: latest})
+        metrics.history.append(time.time(), (), metrics.sampler.host.read(),
+                               extra={OWNER_FAMILY: latest})
         jupyter = JupyterSessions(None)
         jupyter.sessions = {"k1": Session("work/<b>plot</b>.ipynb", "notebook", "x")}
         sources = DashboardSources(metrics, jupyter=jupyter)
@@ -320,6 +320,11 @@ def test_table_own_processes_first_then_by_memory_and_notebook_links(tmp_path: P
         assert [row.pid for row in rows] == [os.getpid(), other.pid, 999_999_999]
         assert rows[0].mine and rows[0].notebook == "work/<b>plot</b>.ipynb"
         assert rows[2].memory_bytes is None and rows[2].what == STATUS_TEXT["ended"]
+        assert rows[1].what.startswith("sleep")
+        # A view-only server (--no-token) does not show command lines to the network.
+        view_only = process_rows(DashboardSources(metrics, jupyter=jupyter, run_control=False))
+        assert view_only[1].what == HIDDEN_COMMAND
+        assert view_only[0].notebook == "work/<b>plot</b>.ipynb"
     finally:
         other.kill()
         other.wait()

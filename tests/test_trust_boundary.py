@@ -35,7 +35,8 @@ WRONG = "not-the-token-0123456789"
 
 
 def _http_routes() -> list[str]:
-    routes = ["/", "/index.json", "/info.json", "/static/js/bokeh.min.js"]
+    routes = ["/", "/index.json", "/info.json", "/static/js/bokeh.min.js", "/processes.json",
+              "/glance.json"]
     for route in ROUTES:
         routes += [route.path, route.path + "/metadata", route.path + "/static/js/bokeh.min.js",
                    route.path + "/autoload.js?bokeh-autoload-element=x"]
@@ -302,13 +303,14 @@ MALFORMED = {
         "slow=1e400", "binding=", "binding=x", "binding=12", "binding=12.x", "binding=1.2.3.4",
     ],
     "NVDASHBOARD_SIMULATE_PROFILE": ["nope", "H200"],
+    "NVDASHBOARD_SIMULATE_PROCESSES": ["/", "/nonexistent-dir/p.json", " "],
     "NVDASHBOARD_RUNS_DIR": ["/dev/null", "/proc/1/no-such-dir", "/dev/null/runs"],
     "NVDASHBOARD_UNUSED_SESSION_LIFETIME_MS": ["soon", "1", "nan", "99999999999"],
     "NVDASHBOARD_TOKEN": ["short", " " * 20, "x" * 15, "padded-token-value-1234 "],
 }
 # Variables that only mean something in simulate mode get simulated GPUs.
 NEEDS_SIMULATION = {"NVDASHBOARD_SIMULATE_NVLINK", "NVDASHBOARD_SIMULATE_FAULTS",
-                    "NVDASHBOARD_SIMULATE_PROFILE"}
+                    "NVDASHBOARD_SIMULATE_PROFILE", "NVDASHBOARD_SIMULATE_PROCESSES"}
 
 
 def test_the_malformed_values_cover_every_variable() -> None:

@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 # How far back to look for the newest process reading: a few idle-rate passes.
 LOOKBACK_S = 10.0
 OPEN_NOTEBOOK_MESSAGE = "nvdashboard:open-notebook"
+# A server anyone on the network may watch (--no-token) does not show command lines, which
+# can carry secrets; notebook paths, users and PIDs it shows.
+HIDDEN_COMMAND = "command hidden: this server is view-only (--no-token)"
 STATUS_TEXT = {
     "other_namespace": "in another container or PID namespace",
     "ended": "process ended, or /proc hides it from this server (hidepid)",
@@ -139,6 +142,8 @@ def process_rows(sources: DashboardSources, now: float | None = None) -> list[Pr
                                        f" (child of kernel {owner.kernel_pid})")
             elif run is not None:
                 what = run
+            elif not sources.run_control:
+                what = HIDDEN_COMMAND
             elif kernel_id:
                 what = f"Jupyter kernel {kernel_id[:8]}: {owner.command or ''}"
             else:
