@@ -111,6 +111,12 @@ def test_status_bar_sidebar_kernels_and_process_table(lab, processes_file) -> No
         page.wait_for_selector('.lm-TabBar-tab[data-id] >> text="train.ipynb"', timeout=30_000)
         assert dashboard_frame(page, "/GPU-Processes").url.split("?")[0].endswith(
             "nvdashboard/GPU-Processes")
+        # Close the notebook tab (its session and kernel stay): JupyterLab's own notebook
+        # would otherwise log "Kernel is dead" when the kernel is shut down below.
+        page.click('.lm-TabBar-tab:has-text("train.ipynb") .lm-TabBar-tabCloseIcon')
+        page.click('.jp-Dialog button:has-text("Discard")')  # the empty cell it added
+        page.wait_for_selector('.lm-TabBar-tab[data-id] >> text="train.ipynb"',
+                               state="detached", timeout=30_000)
         # Nothing so far could have stopped a kernel: the dashboard pages sent nothing but
         # GETs and never touched the kernel API, and nothing changed a kernel or session.
         assert not [u for u in unsafe if u[2]], unsafe

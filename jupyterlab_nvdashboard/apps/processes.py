@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from bokeh.events import DocumentReady
 from bokeh.layouts import column
 from bokeh.models import (
     ColumnDataSource,
@@ -235,7 +234,8 @@ _TABLE_CSS = """
 # A notebook link inside JupyterLab: ask the extension to open the notebook in a tab. The
 # table lives in a shadow root, so the click's composed path is searched for the link.
 _OPEN_NOTEBOOK_JS = """
-if (window.parent !== window) {
+if (window.parent !== window && !window.nvdashboardOpensNotebooks) {
+  window.nvdashboardOpensNotebooks = true;
   document.addEventListener("click", (event) => {
     const link = event.composedPath().find((el) => el instanceof Element && el.dataset &&
                                             el.dataset.notebook !== undefined);
@@ -273,7 +273,8 @@ class ProcessTable:
                    styles={"padding": "0 0.5em", "font-size": "90%"})
         self.root = column(note, self.table, sizing_mode="stretch_both")
         self.live = LiveView(self.source)
-        self.root.js_on_event(DocumentReady, CustomJS(code=_OPEN_NOTEBOOK_JS))
+        # Installed when the first rows arrive (a model has no document-ready event).
+        self.source.js_on_change("data", CustomJS(code=_OPEN_NOTEBOOK_JS))
 
 
 def attribution_note(sources: DashboardSources) -> str:
