@@ -6,7 +6,8 @@
 Prints the median and range (min–max) of one ``ProcessReader.read()`` (the NVML process
 lists and per-process utilization, on the GPU reader thread), and, beside it, one
 attribution pass (``ProcessAttributor``, psutil, on the slow thread) over the same 400 PIDs
-once its (pid, create time) cache is warm. The PIDs are this benchmark's own child
+once its (pid, create time) cache is warm, and the /GPU-Processes table rows the event
+loop encodes (rebuilt at most once a second, else cached). The PIDs are this benchmark's own child
 processes, so psutil reads real /proc entries.
 """
 
@@ -21,7 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's package
 
-from jupyterlab_nvdashboard.metrics import SimulatedNvml
+from jupyterlab_nvdashboard.apps.processes import ProcessTableFeed
+from jupyterlab_nvdashboard.apps.sources import DashboardSources
+from jupyterlab_nvdashboard.config import Config, SimulationConfig
+from jupyterlab_nvdashboard.metrics import SimulatedNvml, create_metrics
 from jupyterlab_nvdashboard.metrics.attribution import ProcessAttributor
 from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
 from jupyterlab_nvdashboard.metrics.processes import ProcessReader
@@ -63,9 +67,26 @@ def main() -> int:
         attributor = ProcessAttributor(lambda: reader.latest, host_namespace=True)
         attributor.family()  # fills the cache
         owner_times = timed(attributor.family, args.repeats)
+        # The table the event loop encodes: rebuilt (cache cleared) and as cached per tick.
+        metrics = create_metrics(Config(token=None, simulation=SimulationConfig(
+            gpu_count=GPUS, profile="h200")), environ={}, simulator=simulator)
+        metrics.nvml.ensure_initialized()
+        metrics.sampler.tick()
+        metrics.sampler.read_slow()
+        metrics.sampler.tick()
+        feed = ProcessTableFeed(DashboardSources(metrics))
+
+        def rebuild() -> None:
+            feed._cache = None
+            feed.rows([])
+
+        rebuild_times = timed(rebuild, args.repeats)
+        tick_times = timed(lambda: feed.rows([]), args.repeats)
         print(f"{GPUS} simulated GPUs x {PER_GPU} processes; Python {sys.version.split()[0]}")
         print(line("process pass (NVML lists + utilization)", nvml_times))
         print(line("attribution pass (psutil, cache warm)", owner_times))
+        print(line("table rows, rebuilt (event loop, <= 1/s)", rebuild_times))
+        print(line("table rows, per tick (event loop, cached)", tick_times))
     finally:
         for child in children:
             child.kill()

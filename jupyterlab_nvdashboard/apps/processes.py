@@ -191,12 +191,24 @@ def _memory_html(row: ProcessRow) -> str:
 
 @dataclass
 class ProcessTableFeed:
-    """The rows of the table, rebuilt each tick from the newest readings (replace mode)."""
+    """The rows of the table from the newest readings (replace mode). Encoded on the event
+    loop each tick, so they are rebuilt only when what they show can have changed: a new
+    process reading, owner map or sessions map, or the next whole second ("held for")."""
 
     sources: DashboardSources
     mode = "replace"
+    _cache: tuple[tuple[int, ...], Rows] | None = None
 
     def rows(self, samples: Sequence[Sample]) -> Rows:  # noqa: ARG002 - reads the history
+        metrics, jupyter = self.sources.metrics, self.sources.jupyter
+        key = (id(newest_family(metrics.history, PROCESS_FAMILY)),
+               id(newest_family(metrics.history, OWNER_FAMILY)),
+               id(jupyter.sessions if jupyter is not None else None), int(time.time()))
+        if self._cache is None or self._cache[0] != key:
+            self._cache = (key, self._build())
+        return self._cache[1]
+
+    def _build(self) -> Rows:
         table = process_rows(self.sources)
         text: dict[str, list[Any]] = {name: [] for name in _TEXT_COLUMNS}
         for row in table:
