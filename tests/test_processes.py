@@ -363,3 +363,14 @@ def test_malformed_processes_file_is_ignored(tmp_path: Path, spec: str) -> None:
     simulator = SimulatedNvml(gpu_count=1)
     simulator.set_processes_file(str(path))
     assert reader_for(simulator).read() == ()
+
+
+def test_unchanged_readings_are_the_same_objects_in_the_history() -> None:
+    # A reading a second for 30 minutes: unchanged rows must not be copies.
+    simulator = SimulatedNvml(gpu_count=1, profile="consumer")  # no activity samples
+    simulator.set_processes([SimulatedProcess(0, os.getpid(), GB)])
+    reader = reader_for(simulator)
+    first, second = reader.read(), reader.read()
+    assert first is second
+    attributor = ProcessAttributor(lambda: first, host_namespace=True)
+    assert attributor.family()[OWNER_FAMILY] is attributor.family()[OWNER_FAMILY]

@@ -96,7 +96,9 @@ class ProcessAttributor:
         if not pids and self._last_pids == ():
             return {}
         self._last_pids = pids
-        self.latest = self.attribute(pids)
+        owners = self.attribute(pids)
+        if owners != self.latest:  # unchanged: the same object again, a reference in history
+            self.latest = owners
         return {OWNER_FAMILY: self.latest}
 
     def attribute(self, pids: Iterable[int]) -> dict[int, ProcessOwner]:

@@ -82,6 +82,9 @@ class ProcessReader:
         with nvml._lock:
             devices = list(nvml._devices) if nvml.state is NvmlState.OK else []
         wall = self._wall_clock()
+        # The history keeps a reading a second for its whole window: a row that did not
+        # change is the previous object, so it costs the history a reference, not a copy.
+        previous = {(r.device, r.pid): r for r in self.latest}
         readings: list[ProcessReading] = []
         listed: set[tuple[int, int]] = set()
         for device in devices:
@@ -96,12 +99,15 @@ class ProcessReader:
                         continue
                     listed.add((row, pid))
                     sm_pct, memory_pct = activity.get(pid, (None, None))
-                    readings.append(ProcessReading(
+                    reading = ProcessReading(
                         row, pid, kind, _memory(getattr(process, "usedGpuMemory", None)),
-                        sm_pct, memory_pct, self._seen_since.setdefault((row, pid), wall)))
+                        sm_pct, memory_pct, self._seen_since.setdefault((row, pid), wall))
+                    old = previous.get((row, pid))
+                    readings.append(old if old == reading else reading)
         for gone in self._seen_since.keys() - listed:
             del self._seen_since[gone]
-        self.latest = tuple(readings)
+        if tuple(readings) != self.latest:
+            self.latest = tuple(readings)
         self.passes += 1
         return self.latest
 
