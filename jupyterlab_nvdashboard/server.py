@@ -82,6 +82,9 @@ class ViewerWatch:
         self.broadcaster, self.live_sessions = broadcaster, live_sessions
         self.exit_after_s = exit_after_s
         self.idle_since: float | None = None
+        # The JupyterLab status bar polls /glance.json while JupyterLab is visible: somebody
+        # is watching, so the server must not exit (the sampler may still run slowly).
+        self.last_glance: float | None = None
         self.io_loop: IOLoop | None = None
         broadcaster.on_viewers_changed = self.viewers_changed
 
@@ -107,7 +110,8 @@ class ViewerWatch:
         if self.idle_since is None:
             self.idle_since = now
             self.sampler.set_idle(True)
-        if self.exit_after_s and now - self.idle_since >= self.exit_after_s and self.io_loop:
+        quiet_since = max(self.idle_since, self.last_glance or self.idle_since)
+        if self.exit_after_s and now - quiet_since >= self.exit_after_s and self.io_loop:
             log.info("no page open for %.0f s: exiting (jupyter-server-proxy starts the "
                      "server again when a dashboard is opened)", self.exit_after_s)
             self.io_loop.stop()
@@ -151,10 +155,12 @@ def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None,
 
 class _JsonHandler(GuardedHandler):
     def initialize(self, access: Access, sources: DashboardSources,
-                   live_sessions: LiveSessions, broadcaster: Broadcaster) -> None:
+                   live_sessions: LiveSessions, broadcaster: Broadcaster,
+                   watch: ViewerWatch | None = None) -> None:
         super().initialize(access)
         self.sources, self.metrics = sources, sources.metrics
         self.live_sessions, self.broadcaster = live_sessions, broadcaster
+        self.watch = watch
 
     def body(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -186,6 +192,8 @@ class GlanceHandler(_JsonHandler):
     """``/glance.json``: GPU utilization and memory now, and the user's GPU kernels."""
 
     def body(self) -> dict[str, Any]:
+        if self.watch is not None:
+            self.watch.last_glance = time.monotonic()
         return glance(self.sources)
 
 
@@ -299,6 +307,7 @@ def make_server(config: Config, sources: DashboardSources,
     feeds = RouteFeeds(metrics, sources)
     broadcaster = Broadcaster(metrics.history, metrics.interval_s, feeds,
                               timeline_windows(metrics.history_s))
+    watch = ViewerWatch(metrics, broadcaster, live_sessions, config.idle_exit_s)
     extra = {"access": access, "sources": sources, "live_sessions": live_sessions,
              "broadcaster": broadcaster}
     streams = [(rf"{route.path}/stream", StreamSocket,
@@ -313,7 +322,7 @@ def make_server(config: Config, sources: DashboardSources,
             (r"/index\.json", IndexHandler, extra),
             (r"/info\.json", InfoHandler, extra),
             (r"/processes\.json", ProcessesHandler, extra),
-            (r"/glance\.json", GlanceHandler, extra),
+            (r"/glance\.json", GlanceHandler, {**extra, "watch": watch}),
             (r"/history\.csv", HistoryCsvHandler, extra),
             *streams,
         ],
@@ -335,7 +344,6 @@ def make_server(config: Config, sources: DashboardSources,
     live_sessions.server = server
     broadcaster.attach(server.io_loop)
     server.broadcaster = broadcaster  # type: ignore[attr-defined]  # for tests and benchmarks
-    watch = ViewerWatch(metrics, broadcaster, live_sessions, config.idle_exit_s)
     server.io_loop.add_callback(watch.start)
     return server
 
