@@ -84,7 +84,7 @@ def main() -> int:
         tick_times = timed(lambda: feed.rows([]), args.repeats)
         print(f"{GPUS} simulated GPUs x {PER_GPU} processes; Python {sys.version.split()[0]}")
         print(line("process pass (NVML lists + utilization)", nvml_times))
-        print(line("attribution pass (psutil, cache warm)", owner_times))
+        print(line("attribution pass (/proc stat, cache warm)", owner_times))
         print(line("table rows, rebuilt (event loop, <= 1/s)", rebuild_times))
         print(line("table rows, per tick (event loop, cached)", tick_times))
     finally:

@@ -38,6 +38,7 @@ from jupyterlab_nvdashboard.metrics.attribution import (
     ProcessAttributor,
     host_pid_namespace,
     kernel_id_of,
+    start_ticks,
 )
 from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
 from jupyterlab_nvdashboard.metrics.processes import ProcessReader
@@ -223,6 +224,20 @@ def test_hidepid_no_access_is_said_not_guessed() -> None:
     owner = attributor.attribute([4242])[4242]
     assert owner.status == "no_access" and owner.user is None and owner.command is None
     assert "hidepid" in STATUS_TEXT["no_access"]
+
+
+def test_hidepid_through_the_proc_stat_fast_path() -> None:
+    def hidden(pid: int) -> float:
+        raise PermissionError(pid)  # hidepid=1: the directory is there, its files are not
+
+    def gone(pid: int) -> float:
+        raise FileNotFoundError(pid)  # hidepid=2, or the process ended
+
+    assert ProcessAttributor(lambda: (), host_namespace=True, created=hidden).attribute(
+        [os.getpid()])[os.getpid()].status == "no_access"
+    assert ProcessAttributor(lambda: (), host_namespace=True, created=gone).attribute(
+        [os.getpid()])[os.getpid()].status == "ended"
+    assert start_ticks(os.getpid()) == start_ticks(os.getpid()) > 0
 
 
 def test_another_pid_namespace_names_nobody() -> None:

@@ -5,7 +5,8 @@ it never runs on the event loop). It looks at the PIDs of the newest process rea
 (``processes.py``) and stores ``{pid: ProcessOwner}`` in ``Sample.extra[OWNER_FAMILY]``.
 
 - **Cache.** Keyed by (pid, create time): a PID reused by a new process is looked up again;
-  everything else is read once. Each pass costs one ``create_time()`` per listed PID.
+  everything else is read once. Each pass costs one create-time read per listed PID, from
+  ``/proc/<pid>/stat`` on Linux (psutil elsewhere).
 - **Jupyter kernels.** A kernel started by ``jupyter_client`` runs with its connection file,
   ``kernel-<id>.json``, on its command line. A process belongs to kernel <id> if it is that
   process, descends from it (children, forked workers), or is in its process group
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
@@ -67,6 +69,15 @@ def kernel_id_of(command: Iterable[str]) -> str | None:
     return None
 
 
+def start_ticks(pid: int) -> int:
+    """When the process started, in clock ticks since boot (/proc/<pid>/stat field 22): its
+    create time, read without building a psutil.Process (a third of the cost, per PID)."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        text = stat.read()
+    # The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    return int(text[text.rindex(b")") + 2:].split()[19])
+
+
 def _load_psutil() -> Any:
     import psutil
 
@@ -78,10 +89,16 @@ class ProcessAttributor:
 
     def __init__(self, readings: Callable[[], tuple[ProcessReading, ...]],
                  host_namespace: bool | None = None, psutil_module: Any = None,
-                 getpgid: Callable[[int], int] = os.getpgid) -> None:
+                 getpgid: Callable[[int], int] = os.getpgid,
+                 created: Callable[[int], float] | None = None) -> None:
         self._readings = readings
         self._psutil = psutil_module or _load_psutil()
         self._getpgid = getpgid
+        # The create time that keys the cache: /proc/<pid>/stat where Linux has it, else
+        # psutil's (any OSError from /proc falls back to psutil too).
+        if created is None and psutil_module is None and sys.platform.startswith("linux"):
+            created = start_ticks
+        self._created = created
         # None: /proc would not say; look PIDs up (they may still be right).
         self.host_namespace = host_pid_namespace() if host_namespace is None else host_namespace
         self._cache: dict[int, tuple[float, ProcessOwner]] = {}
@@ -111,9 +128,24 @@ class ProcessAttributor:
         if self.host_namespace is False:
             return ProcessOwner(pid, "other_namespace", None, None, None, None, None)
         psutil = self._psutil
+        created: float | None = None
+        if self._created is not None:
+            try:
+                created = self._created(pid)
+            except FileNotFoundError:  # ended, or hidden by hidepid=2
+                self._cache.pop(pid, None)
+                return ProcessOwner(pid, "ended", None, None, None, None, None)
+            except PermissionError:  # hidepid=1: the entry is there, its files are not ours
+                return ProcessOwner(pid, "no_access", None, None, None, None, None)
+            except (OSError, ValueError, IndexError):
+                created = None  # an odd /proc: psutil decides
+            cached = self._cache.get(pid)
+            if created is not None and cached is not None and cached[0] == created:
+                return cached[1]
         try:
             process = psutil.Process(pid)
-            created = process.create_time()
+            if created is None:
+                created = process.create_time()
         except psutil.NoSuchProcess:
             self._cache.pop(pid, None)
             return ProcessOwner(pid, "ended", None, None, None, None, None)
@@ -124,7 +156,7 @@ class ProcessAttributor:
             return cached[1]
         self.lookups += 1
         try:
-            owner = self._look_up(process, pid, created)
+            owner = self._look_up(process, pid, process.create_time())
         except psutil.NoSuchProcess:  # ended while being read
             return ProcessOwner(pid, "ended", None, None, None, None, None)
         self._cache[pid] = (created, owner)
