@@ -42,6 +42,8 @@ class SimulationConfig:
     faults: str = ""
     # Which machine to simulate (metrics/simulated_profiles.py); checked when it is built.
     profile: str = "mixed"
+    # Test-only: a JSON file listing simulated GPU processes (metrics/simulated_processes.py).
+    processes_file: str = ""
 
     @property
     def enabled(self) -> bool:
@@ -193,6 +195,15 @@ def _runs_dir(text: str) -> Path:
     return expand_path(text)
 
 
+def _processes_file(text: str) -> str:
+    """Test-only: the simulated process list; it may appear later, in a folder that exists."""
+    path = Path(text).expanduser()
+    if not text.strip() or path.is_dir() or not path.parent.is_dir():
+        raise ConfigError(f"NVDASHBOARD_SIMULATE_PROCESSES must name a file in an existing "
+                          f"directory, got {text!r}")
+    return str(path)
+
+
 _port = _positive_int("port", 1, 65535)
 _keep_runs = _positive_int("keep-runs", 1, 1_000_000)
 _simulate = _positive_int("simulate", 0, 64)
@@ -212,6 +223,7 @@ _ENVIRONMENT = {
     "simulate_nvlink": ("NVDASHBOARD_SIMULATE_NVLINK", _boolean("NVDASHBOARD_SIMULATE_NVLINK")),
     "simulate_faults": ("NVDASHBOARD_SIMULATE_FAULTS", str),
     "simulate_profile": ("NVDASHBOARD_SIMULATE_PROFILE", str),
+    "simulate_processes": ("NVDASHBOARD_SIMULATE_PROCESSES", _processes_file),
     "runs_dir": ("NVDASHBOARD_RUNS_DIR", _runs_dir),
     "keep_runs": ("NVDASHBOARD_KEEP_RUNS", _keep_runs),
     "unused_session_lifetime": ("NVDASHBOARD_UNUSED_SESSION_LIFETIME_MS", _milliseconds),
@@ -317,6 +329,9 @@ def load_config(
     token = None if no_token or jupyter_proxy else str(merged.get("token") or new_token())
     profile = merged.get("simulate_profile")
     gpu_count = int(merged.get("simulate", 2 if profile else 0))  # type: ignore[arg-type]
+    if merged.get("simulate_processes") and not gpu_count:
+        raise ConfigError("NVDASHBOARD_SIMULATE_PROCESSES: simulated processes need simulated "
+                          "GPUs (--simulate N or NVDASHBOARD_SIMULATE)")
     if merged.get("simulate_faults") and not gpu_count:
         raise ConfigError("NVDASHBOARD_SIMULATE_FAULTS: faults need simulated GPUs "
                           "(--simulate N or NVDASHBOARD_SIMULATE)")
@@ -325,6 +340,7 @@ def load_config(
         nvlink=bool(merged.get("simulate_nvlink", True)),
         faults=str(merged.get("simulate_faults", "")),
         profile=str(profile or SimulationConfig.profile),
+        processes_file=str(merged.get("simulate_processes", "")),
     )
     return Config(
         address=str(merged.get("address", defaults.address)),

@@ -46,10 +46,12 @@ from tornado.web import HTTPError, RequestHandler
 from . import __version__, bokeh_patches
 from .apps.components import timeline_windows
 from .apps.document import build_document, no_gpu_notice
+from .apps.processes import glance, processes_json
 from .apps.registry import ROUTES, RouteFeeds, available_routes
 from .apps.sources import DashboardSources
 from .auth import VIEW_ONLY_REASON, Access, BokehAuth, GuardedHandler
 from .config import Config, ConfigError, load_config
+from .jupyter_sessions import JupyterSessions, find_parent_server
 from .metrics import GpuReading, HostReading, Metrics, Sample, create_metrics
 from .runs.service import WorkloadService
 from .stream.broadcaster import Broadcaster, StreamSocket
@@ -82,6 +84,9 @@ class ViewerWatch:
         self.broadcaster, self.live_sessions = broadcaster, live_sessions
         self.exit_after_s = exit_after_s
         self.idle_since: float | None = None
+        # The JupyterLab status bar polls /glance.json while JupyterLab is visible: somebody
+        # is watching, so the server must not exit (the sampler may still run slowly).
+        self.last_glance: float | None = None
         self.io_loop: IOLoop | None = None
         broadcaster.on_viewers_changed = self.viewers_changed
 
@@ -107,7 +112,8 @@ class ViewerWatch:
         if self.idle_since is None:
             self.idle_since = now
             self.sampler.set_idle(True)
-        if self.exit_after_s and now - self.idle_since >= self.exit_after_s and self.io_loop:
+        quiet_since = max(self.idle_since, self.last_glance or self.idle_since)
+        if self.exit_after_s and now - quiet_since >= self.exit_after_s and self.io_loop:
             log.info("no page open for %.0f s: exiting (jupyter-server-proxy starts the "
                      "server again when a dashboard is opened)", self.exit_after_s)
             self.io_loop.stop()
@@ -151,10 +157,12 @@ def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None,
 
 class _JsonHandler(GuardedHandler):
     def initialize(self, access: Access, sources: DashboardSources,
-                   live_sessions: LiveSessions, broadcaster: Broadcaster) -> None:
+                   live_sessions: LiveSessions, broadcaster: Broadcaster,
+                   watch: ViewerWatch | None = None) -> None:
         super().initialize(access)
         self.sources, self.metrics = sources, sources.metrics
         self.live_sessions, self.broadcaster = live_sessions, broadcaster
+        self.watch = watch
 
     def body(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -173,6 +181,22 @@ class IndexHandler(_JsonHandler):
 class InfoHandler(_JsonHandler):
     def body(self) -> dict[str, Any]:
         return server_info(self.metrics, self.live_sessions, self.broadcaster)
+
+
+class ProcessesHandler(_JsonHandler):
+    """``/processes.json``: the /GPU-Processes table as data."""
+
+    def body(self) -> dict[str, Any]:
+        return processes_json(self.sources)
+
+
+class GlanceHandler(_JsonHandler):
+    """``/glance.json``: GPU utilization and memory now, and the user's GPU kernels."""
+
+    def body(self) -> dict[str, Any]:
+        if self.watch is not None:
+            self.watch.last_glance = time.monotonic()
+        return glance(self.sources)
 
 
 def history_csv(samples: list[Sample], gpu_indices: list[int]) -> str:
@@ -282,9 +306,10 @@ def make_server(config: Config, sources: DashboardSources,
     )
     live_sessions = LiveSessions()
     metrics = sources.metrics
-    feeds = RouteFeeds(metrics)
+    feeds = RouteFeeds(metrics, sources)
     broadcaster = Broadcaster(metrics.history, metrics.interval_s, feeds,
                               timeline_windows(metrics.history_s))
+    watch = ViewerWatch(metrics, broadcaster, live_sessions, config.idle_exit_s)
     extra = {"access": access, "sources": sources, "live_sessions": live_sessions,
              "broadcaster": broadcaster}
     streams = [(rf"{route.path}/stream", StreamSocket,
@@ -298,6 +323,8 @@ def make_server(config: Config, sources: DashboardSources,
             (r"/", RootHandler, extra),
             (r"/index\.json", IndexHandler, extra),
             (r"/info\.json", InfoHandler, extra),
+            (r"/processes\.json", ProcessesHandler, extra),
+            (r"/glance\.json", GlanceHandler, {**extra, "watch": watch}),
             (r"/history\.csv", HistoryCsvHandler, extra),
             *streams,
         ],
@@ -319,19 +346,25 @@ def make_server(config: Config, sources: DashboardSources,
     live_sessions.server = server
     broadcaster.attach(server.io_loop)
     server.broadcaster = broadcaster  # type: ignore[attr-defined]  # for tests and benchmarks
-    watch = ViewerWatch(metrics, broadcaster, live_sessions, config.idle_exit_s)
     server.io_loop.add_callback(watch.start)
     return server
 
 
 def compose_sources(config: Config, metrics: Metrics) -> DashboardSources:
-    """The metrics and, beside them, the workload service over the runs directory.
+    """The metrics and, beside them, the workload service over the runs directory and the
+    notebook names of the Jupyter server this one runs under (if any).
 
     A runs directory that cannot be used disables only the run panel (one line in the log
     and on the panel), when the service starts; the server and every other route carry on.
     """
     workload = WorkloadService(config.runs_dir, keep_runs=config.keep_runs)
-    return DashboardSources(metrics, workload, run_control=config.run_control)
+    owners = metrics.owners
+
+    def kernels_hold_gpus() -> bool:
+        return owners is not None and any(o.kernel_id for o in owners.latest.values())
+
+    jupyter = JupyterSessions(find_parent_server(), wanted=kernels_hold_gpus)
+    return DashboardSources(metrics, workload, run_control=config.run_control, jupyter=jupyter)
 
 
 def _where(config: Config) -> str:

@@ -7,7 +7,7 @@ import { ServerConnection } from '@jupyterlab/services';
 
 import { FetchError } from './model';
 import { IDashboardFetcher } from './tokens';
-import { indexUrl, infoUrl } from './urls';
+import { glanceUrl, indexUrl, infoUrl } from './urls';
 
 async function getJson(
   url: string,
@@ -25,6 +25,13 @@ async function getJson(
     );
   }
   return response.json();
+}
+
+/** `glance.json` (GPU utilization and memory, the user's GPU kernels). */
+export function fetchGlance(
+  settings: ServerConnection.ISettings
+): Promise<unknown> {
+  return getJson(glanceUrl(settings.baseUrl), settings);
 }
 
 /** A fetcher bound to one set of server settings. */

@@ -13,14 +13,18 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import {
+  Dialog,
   ICommandPalette,
   IThemeManager,
+  showDialog,
   WidgetTracker
 } from '@jupyterlab/apputils';
 import { ServerConnection } from '@jupyterlab/services';
+import { IStatusBar } from '@jupyterlab/statusbar';
 import { IDisposable } from '@lumino/disposable';
 
-import { createServerFetcher } from './fetcher';
+import { createServerFetcher, fetchGlance } from './fetcher';
+import { GlanceModel, GlancePanel, GlanceStatusItem } from './glance';
 import { gpuIcon } from './icon';
 import { openOrActivate, toOpenArgs } from './opener';
 import { DashboardSidebar } from './sidebar';
@@ -39,18 +43,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyterlab-nvdashboard:plugin',
   description: 'Live GPU dashboards served by a Bokeh server.',
   autoStart: true,
-  optional: [ILayoutRestorer, ICommandPalette, IThemeManager],
+  optional: [ILayoutRestorer, ICommandPalette, IThemeManager, IStatusBar],
   activate: (
     app: JupyterFrontEnd,
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null,
-    themes: IThemeManager | null
+    themes: IThemeManager | null,
+    statusBar: IStatusBar | null
   ): void => {
     const { commands, shell } = app;
     const settings = ServerConnection.makeSettings();
     const tracker = new WidgetTracker<DashboardWidget>({
       namespace: TRACKER_NAMESPACE
     });
+    const openPath = (path: string): void => {
+      void commands.execute('docmanager:open', { path });
+    };
 
     commands.addCommand(COMMAND_OPEN, {
       label: args =>
@@ -73,7 +81,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
             new DashboardWidget({
               ...options,
               baseUrl: settings.baseUrl,
-              theme: dashboardTheme(themes)
+              theme: dashboardTheme(themes),
+              openPath
             }),
           attach: widget => {
             widget.title.icon = gpuIcon;
@@ -107,6 +116,34 @@ const plugin: JupyterFrontEndPlugin<void> = {
     sidebar.title.caption = SIDEBAR_TITLE;
     shell.add(sidebar, 'left', { rank: 200 });
     restorer?.add(sidebar, SIDEBAR_ID);
+
+    // One poll of glance.json (only while JupyterLab is visible) feeds the
+    // status-bar item and the sidebar's bars and kernel list.
+    const glance = new GlanceModel({ fetch: () => fetchGlance(settings) });
+    const panel = new GlancePanel({
+      model: glance,
+      openPath,
+      confirm: async (title, body) =>
+        (
+          await showDialog({
+            title,
+            body,
+            buttons: [
+              Dialog.cancelButton(),
+              Dialog.warnButton({ label: 'Shut Down' })
+            ]
+          })
+        ).button.accept,
+      shutdownKernel: id => app.serviceManager.kernels.shutdown(id)
+    });
+    sidebar.node.append(panel.node);
+    if (statusBar) {
+      statusBar.registerStatusItem('nvdashboard:glance', {
+        item: new GlanceStatusItem(glance, () => shell.activateById(SIDEBAR_ID)),
+        align: 'left',
+        rank: 100
+      });
+    }
 
     if (palette) {
       // One palette entry per dashboard, kept in step with the index.

@@ -138,5 +138,8 @@ export interface IDashboardFetcher {
   fetchInfo(): Promise<unknown>;
 }
 
+/** postMessage type /GPU-Processes sends to open a notebook (apps/processes.py). */
+export const OPEN_NOTEBOOK_MESSAGE = 'nvdashboard:open-notebook';
+
 /** postMessage type a dashboard page listens for (apps/live_client.js). */
 export const VISIBILITY_MESSAGE = 'nvdashboard:visibility';

@@ -32,6 +32,11 @@ export function infoUrl(baseUrl: string): string {
   return URLExt.join(baseUrl, PROXY_NAME, 'info.json');
 }
 
+/** `{baseUrl}nvdashboard/glance.json` */
+export function glanceUrl(baseUrl: string): string {
+  return URLExt.join(baseUrl, PROXY_NAME, 'glance.json');
+}
+
 /** `{baseUrl}nvdashboard/<Route>?theme=dark|light` */
 export function dashboardUrl(
   baseUrl: string,

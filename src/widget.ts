@@ -14,6 +14,7 @@ import { Message } from '@lumino/messaging';
 import {
   DashboardTheme,
   IOpenArgs,
+  OPEN_NOTEBOOK_MESSAGE,
   VISIBILITY_MESSAGE,
   WIDGET_CLASS
 } from './tokens';
@@ -24,6 +25,8 @@ export namespace DashboardWidget {
     /** The Jupyter server's base URL (from ServerConnection settings). */
     baseUrl: string;
     theme: DashboardTheme;
+    /** Open a notebook the page links to (its path on the Jupyter server). */
+    openPath?: (path: string) => void;
   }
 }
 
@@ -43,7 +46,32 @@ export class DashboardWidget extends MainAreaWidget<IFrame> {
     this.title.caption = `GPU dashboard: ${options.label}`;
     this.title.closable = true;
     this.setTheme(options.theme);
+    this._openPath = options.openPath;
+    window.addEventListener('message', this._onMessage);
   }
+
+  dispose(): void {
+    window.removeEventListener('message', this._onMessage);
+    super.dispose();
+  }
+
+  /** A notebook link clicked in this tab's own page (same origin only). */
+  private _onMessage = (event: MessageEvent): void => {
+    const frame = this.content.node.querySelector('iframe');
+    const data = event.data as { type?: unknown; path?: unknown } | null;
+    if (
+      !frame ||
+      event.source !== frame.contentWindow ||
+      event.origin !== window.location.origin ||
+      !data ||
+      data.type !== OPEN_NOTEBOOK_MESSAGE ||
+      typeof data.path !== 'string' ||
+      !data.path
+    ) {
+      return;
+    }
+    this._openPath?.(data.path);
+  };
 
   /** Route as in the index, e.g. `/GPU-Utilization`. */
   readonly route: string;
@@ -95,4 +123,5 @@ export class DashboardWidget extends MainAreaWidget<IFrame> {
 
   private _baseUrl: string;
   private _pageVisible = true;
+  private _openPath: ((path: string) => void) | undefined;
 }

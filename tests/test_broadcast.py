@@ -240,3 +240,15 @@ def test_server_behind_the_proxy_exits_when_nobody_watches() -> None:
             pytest.fail("the idle server did not exit")
         assert process.returncode == 0
         assert "no page open for 2 s: exiting" in server_output(process)
+
+
+def test_the_status_bar_polling_glance_keeps_the_server_from_exiting() -> None:
+    # JupyterLab's status bar polls /glance.json while JupyterLab is visible: that is a viewer
+    # for the idle exit, or the proxy would restart the server (losing its history) each time.
+    with cli_server(["--simulate", "1", "--exit-after-idle", "2"]) as (url, process):
+        for _ in range(20):  # 5 s of polls, more than twice the idle limit
+            assert get(url + "/glance.json")[0] == 200
+            time.sleep(0.25)
+        assert process.poll() is None, server_output(process)[-500:]
+        process.wait(60)  # nobody polls any more: it exits
+        assert "no page open for 2 s: exiting" in server_output(process)

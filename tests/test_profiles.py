@@ -17,6 +17,7 @@ from jupyterlab_nvdashboard.apps.registry import ROUTES
 from jupyterlab_nvdashboard.metrics import SimulatedNvml
 from jupyterlab_nvdashboard.metrics import simulated_binding as binding
 from jupyterlab_nvdashboard.metrics.nvml import MIG_PARENT_UTILIZATION, MIG_PHYSICAL, NvmlReader
+from jupyterlab_nvdashboard.metrics.processes import ProcessReader
 from jupyterlab_nvdashboard.metrics.simulated_profiles import PROFILES
 from tests.support.servers import get, in_process_server
 from tests.support.stream_client import count_live_frames
@@ -33,12 +34,15 @@ EXPECTED_UNAVAILABLE: dict[str, dict[int, dict[str, str]]] = {
     "a100-mig": {
         0: {"utilization": MIG_PARENT_UTILIZATION},
         1: {"utilization": NOT_SUPPORTED, "temperature": MIG_PHYSICAL, "power": MIG_PHYSICAL,
-            "pcie": MIG_PHYSICAL, "nvlink": MIG_PHYSICAL},
+            "pcie": MIG_PHYSICAL, "nvlink": MIG_PHYSICAL,
+            "process_utilization": NOT_SUPPORTED},  # no per-process samples under MIG
         2: {"utilization": NOT_SUPPORTED, "temperature": MIG_PHYSICAL, "power": MIG_PHYSICAL,
-            "pcie": MIG_PHYSICAL, "nvlink": MIG_PHYSICAL},
+            "pcie": MIG_PHYSICAL, "nvlink": MIG_PHYSICAL,
+            "process_utilization": NOT_SUPPORTED},
     },
     "consumer": {row: {"utilization": NOT_SUPPORTED, "power": NOT_SUPPORTED,
                        "pcie": NOT_SUPPORTED, "nvlink": NOT_SUPPORTED,
+                       "process_utilization": NOT_SUPPORTED,
                        "gpm": "nvidia-ml-py 11.470 cannot call nvmlGpmQueryDeviceSupport"}
                  for row in (0, 1)},
     "vgpu": {row: {"temperature": NOT_SUPPORTED, "power": NOT_SUPPORTED,
@@ -48,9 +52,11 @@ EXPECTED_UNAVAILABLE: dict[str, dict[int, dict[str, str]]] = {
     "h100-mig": {
         0: {"utilization": MIG_PARENT_UTILIZATION},
         1: {"utilization": NOT_SUPPORTED, "temperature": MIG_PHYSICAL, "power": MIG_PHYSICAL,
-            "pcie": MIG_PHYSICAL, "nvlink": MIG_PHYSICAL},
+            "pcie": MIG_PHYSICAL, "nvlink": MIG_PHYSICAL,
+            "process_utilization": NOT_SUPPORTED},
         2: {"utilization": NOT_SUPPORTED, "temperature": MIG_PHYSICAL, "power": MIG_PHYSICAL,
-            "pcie": MIG_PHYSICAL, "nvlink": MIG_PHYSICAL},
+            "pcie": MIG_PHYSICAL, "nvlink": MIG_PHYSICAL,
+            "process_utilization": NOT_SUPPORTED},
     },
 }
 # profile -> the GpuReading fields that must be None on every physical GPU.
@@ -72,6 +78,7 @@ def read_twice(profile: str, gpus: int = 2) -> tuple[NvmlReader, SimulatedNvml, 
     reader.ensure_initialized()
     reader.read()
     reader.read_slow()
+    ProcessReader(reader).read_all()  # the process family marks what it cannot read, too
     time.sleep(0.05)
     return reader, simulator, reader.read()
 

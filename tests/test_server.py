@@ -127,9 +127,10 @@ def test_nvml_cost_does_not_grow_with_viewers() -> None:
         one_calls, one_reads, one_received = asyncio.run(_watch(server, 1, 10))
         eight_calls, eight_reads, eight_received = asyncio.run(_watch(server, 8, 10))
     assert one_reads >= 5 and eight_reads >= 5
-    # The once-a-second PCIe snapshots may land in either window: allow one per GPU.
+    # Once-a-second readings may land in either window: allow one pass of them, the PCIe
+    # snapshot (1 call per GPU) and the process lists and utilization (4 calls per GPU).
     per_pass_one, per_pass_eight = one_calls / one_reads, eight_calls / eight_reads
-    assert abs(per_pass_eight - per_pass_one) <= 4 / min(one_reads, eight_reads) + 1e-9, (
+    assert abs(per_pass_eight - per_pass_one) <= 4 * 5 / min(one_reads, eight_reads) + 1e-9, (
         per_pass_one, per_pass_eight)
     assert all(rows >= 10 for rows in one_received + eight_received), eight_received
 

@@ -35,7 +35,8 @@ WRONG = "not-the-token-0123456789"
 
 
 def _http_routes() -> list[str]:
-    routes = ["/", "/index.json", "/info.json", "/static/js/bokeh.min.js"]
+    routes = ["/", "/index.json", "/info.json", "/static/js/bokeh.min.js", "/processes.json",
+              "/glance.json"]
     for route in ROUTES:
         routes += [route.path, route.path + "/metadata", route.path + "/static/js/bokeh.min.js",
                    route.path + "/autoload.js?bokeh-autoload-element=x"]
@@ -303,12 +304,13 @@ MALFORMED = {
     ],
     "NVDASHBOARD_SIMULATE_PROFILE": ["nope", "H200"],
     "NVDASHBOARD_KEEP_RUNS": ["many", "0", "-1", "1.5"],
+    "NVDASHBOARD_SIMULATE_PROCESSES": ["/", "/nonexistent-dir/p.json", " "],
     "NVDASHBOARD_UNUSED_SESSION_LIFETIME_MS": ["soon", "1", "nan", "99999999999"],
     "NVDASHBOARD_TOKEN": ["short", " " * 20, "x" * 15, "padded-token-value-1234 "],
 }
 # Variables that only mean something in simulate mode get simulated GPUs.
 NEEDS_SIMULATION = {"NVDASHBOARD_SIMULATE_NVLINK", "NVDASHBOARD_SIMULATE_FAULTS",
-                    "NVDASHBOARD_SIMULATE_PROFILE"}
+                    "NVDASHBOARD_SIMULATE_PROFILE", "NVDASHBOARD_SIMULATE_PROCESSES"}
 
 
 # Any path is a valid runs directory: one that cannot be used disables only the run panel,

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..metrics import Metrics
 from ..stream.broadcaster import Feed
-from . import activity, gpu, health, machine, workload
+from . import activity, gpu, health, machine, processes, workload
 from .components import BarsFeed, PerGpuBars, Timeline, TimelineFeed, timeline_windows
 from .document import Component
 from .sources import DashboardSources
@@ -28,12 +29,13 @@ class Route:
     path: str
     title: str
     # What the page streams (built once per set of devices, shared by all its pages).
-    make_feed: Callable[[Metrics], Feed]
+    make_feed: Callable[[Any], Feed]  # given the Metrics (or the sources: feed_from_sources)
     make_view: Callable[[DashboardSources, Feed | None], Component] = standard_view
     needs_gpu: bool = True  # without a GPU the page shows the "no GPU" notice instead
     shows_gpu: bool = True  # draws GPU readings, so simulate mode labels it SIMULATED
     # Whether this machine can fill the dashboard; routes that cannot are left out of the index.
     available: Callable[[DashboardSources], bool] = lambda sources: bool(sources.metrics.facts)
+    feed_from_sources: bool = False  # make_feed needs the sources (Jupyter sessions, runs)
 
 
 def _has_nvlink(sources: DashboardSources) -> bool:
@@ -53,6 +55,8 @@ ROUTES: tuple[Route, ...] = (
     Route("/GPU-Health", "GPU Health", health.gpu_health, health.health_dashboard),
     Route("/Machine-Resources", "Machine Resources", machine.machine_resources,
           needs_gpu=False, shows_gpu=False, available=lambda sources: True),
+    Route("/GPU-Processes", "GPU Processes", processes.process_feed, processes.process_view,
+          feed_from_sources=True),
     Route("/Workload", "Embedding Workload", workload.workload_feed, workload.workload_dashboard,
           needs_gpu=False, available=lambda sources: sources.workload is not None),
 )
@@ -68,8 +72,9 @@ class RouteFeeds:
     """Each route's feed, built once per set of devices and shared by every page and the
     broadcaster, so a page's columns always match the frames it is sent."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, sources: DashboardSources | None = None) -> None:
         self.metrics = metrics
+        self.sources = sources
         self._built: dict[str, tuple[tuple[object, ...], Feed]] = {}
 
     def __call__(self, path: str) -> Feed | None:
@@ -82,6 +87,11 @@ class RouteFeeds:
         built = self._built.get(path)
         if built is not None and built[0] == facts:
             return built[1]
-        feed = route.make_feed(self.metrics)
+        if route.feed_from_sources:
+            if self.sources is None:
+                return None
+            feed = route.make_feed(self.sources)
+        else:
+            feed = route.make_feed(self.metrics)
         self._built[path] = (facts, feed)
         return feed

@@ -1,4 +1,5 @@
-"""What the dashboards read, put side by side by the server: the metrics and the workload runs.
+"""What the dashboards read, put side by side by the server: the metrics, the workload runs
+and the notebooks of the Jupyter server this one runs under.
 
 ``metrics/`` knows nothing of the workload (a lower layer never imports a higher one);
 ``server.py`` builds the workload service (``runs/``) and puts the two side by side here;
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..jupyter_sessions import JupyterSessions
 from ..metrics import Metrics
 from ..runs.service import WorkloadService
 
@@ -20,13 +22,19 @@ class DashboardSources:
     workload: WorkloadService | None = None
     # Whether pages may start and stop workload runs (off with --no-token; see auth.py).
     run_control: bool = True
+    # Notebook paths of Jupyter kernels, from the Jupyter server this one runs under.
+    jupyter: JupyterSessions | None = None
 
     def start(self) -> None:
         self.metrics.start()
         if self.workload is not None:
             self.workload.start()
+        if self.jupyter is not None:
+            self.jupyter.start()
 
     def stop(self) -> None:
         self.metrics.stop()
         if self.workload is not None:
             self.workload.stop()
+        if self.jupyter is not None:
+            self.jupyter.stop()

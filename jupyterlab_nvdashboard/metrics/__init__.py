@@ -11,16 +11,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..config import Config, ConfigError
+from .attribution import OWNER_FAMILY, ProcessAttributor, ProcessOwner
+from .families import PROCESS_FAMILY, ProcessReading
 from .gpm import GpmReader
 from .health import HealthReader
 from .host import HostReader, HostReading
 from .nvml import GpuFacts, GpuReading, NvmlReader, NvmlState
+from .processes import ProcessReader
 from .sampler import History, Sample, Sampler
 from .simulated import SimulatedNvml
 
 __all__ = [
-    "GpuFacts", "GpuReading", "History", "HostReading", "Metrics", "NvmlState", "Sample",
-    "SimulatedNvml", "create_metrics",
+    "GpuFacts", "GpuReading", "History", "HostReading", "Metrics", "NvmlState", "OWNER_FAMILY",
+    "PROCESS_FAMILY", "ProcessOwner", "ProcessReading", "Sample", "SimulatedNvml",
+    "create_metrics",
 ]
 
 
@@ -30,6 +34,8 @@ class Metrics:
 
     sampler: Sampler
     simulator: SimulatedNvml | None  # set in simulate mode, so tests can inject faults
+    processes: ProcessReader | None = None  # per-process readings (processes.py)
+    owners: ProcessAttributor | None = None  # who those processes are (attribution.py)
 
     def start(self) -> None:
         self.sampler.start()
@@ -89,6 +95,7 @@ def create_metrics(
             simulator.apply_fault_spec(simulation.faults)
         except ValueError as error:
             raise ConfigError(f"NVDASHBOARD_SIMULATE_FAULTS: {error}") from None
+        simulator.set_processes_file(simulation.processes_file)
     # CUDA's own variables decide which devices this process sees, and in what order.
     cuda = {"cuda_visible_devices": environ.get("CUDA_VISIBLE_DEVICES"),
             "cuda_device_order": environ.get("CUDA_DEVICE_ORDER")}
@@ -97,6 +104,11 @@ def create_metrics(
     else:
         nvml = NvmlReader(**cuda)
     history = History(config.history_length)
+    processes = ProcessReader(nvml)
     sampler = Sampler(nvml, HostReader(), history, config.interval_s, config.idle_interval_s,
-                      families=[GpmReader(nvml), HealthReader(nvml)])
-    return Metrics(sampler, simulator)
+                      families=[GpmReader(nvml), HealthReader(nvml), processes])
+    # A simulated driver lives in this PID namespace, so its PIDs are this namespace's.
+    owners = ProcessAttributor(lambda: processes.latest,
+                               host_namespace=True if simulator is not None else None)
+    sampler.slow_families.append(owners.family)
+    return Metrics(sampler, simulator, processes, owners)

@@ -75,3 +75,5 @@ class ProcessReading(NamedTuple):
     used_memory_bytes: float | None
     sm_pct: float | None  # from nvmlDeviceGetProcessUtilization; None without samples
     memory_pct: float | None
+    # Unix time this server first saw the process on this device (it may have held it longer).
+    seen_since_s: float | None = None

@@ -42,7 +42,8 @@ SLOW_INTERVAL_S = 1.0
 
 class FamilyReader(Protocol):
     """A reading family (``families.py``), read on the GPU reader thread after each NVML
-    pass, at its own rate; its result goes into ``Sample.extra[name]`` (None: no reading)."""
+    pass, at its own rate; its result goes into ``Sample.extra[name]`` (None: no reading).
+    It travels with that NVML pass, so every sample built from the pass carries it."""
 
     name: str
 
@@ -173,6 +174,11 @@ class Sampler:
         self.late_ticks = 0
         self.gpu_reads = 0
         self.late_gpu_reads = 0
+        # Families that block on the OS rather than NVML (process owners from /proc) run on
+        # the slow thread; each returns {family: reading} or {} when nothing changed, and the
+        # next sample carries what they returned.
+        self.slow_families: list[Callable[[], dict[str, object]]] = []
+        self._pending_slow: dict[str, object] = {}
 
     @property
     def current_interval_s(self) -> float:
@@ -214,6 +220,20 @@ class Sampler:
     def read_slow(self) -> None:
         """Readings that block (see NvmlReader.read_slow); on their own thread."""
         self.nvml.read_slow()
+        extra: dict[str, object] = {}
+        for family in self.slow_families:
+            try:
+                extra.update(family())
+            except Exception:  # one broken family must not stop the other readings
+                log.exception("reading family %s failed", getattr(family, "__qualname__", family))
+        if extra:
+            with self._gpu_lock:
+                self._pending_slow.update(extra)
+
+    def _take_slow(self) -> dict[str, object]:
+        with self._gpu_lock:
+            taken, self._pending_slow = self._pending_slow, {}
+        return taken
 
     def _freshest_gpus(self, now: float
                        ) -> tuple[tuple[GpuReading, ...], float | None, dict[str, object]]:
@@ -246,7 +266,8 @@ class Sampler:
             gpus, age, extra = self._freshest_gpus(time.monotonic())
         host = self.host.read()
         self.ticks += 1
-        return self.history.append(started, gpus, host, age, extra=extra)
+        return self.history.append(started, gpus, host, age,
+                                   extra={**extra, **self._take_slow()})
 
     def _repeat(self, step: Callable[[], object], late_counter: str | None,
                 interval_s: Callable[[], float], wake: threading.Event) -> None:

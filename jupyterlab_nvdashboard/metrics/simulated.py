@@ -7,8 +7,9 @@ behaviour comes from NVIDIA's documentation, not from what the reader expects: s
 profiles module for the sources.
 
 Test hooks: ``set_unsupported``, ``inject_error``, ``lose_gpu``, ``restore_gpu``,
-``set_init_error``, ``set_call_delay``, ``set_clock``, ``step_wall_clock`` and the ``calls``
-counter. The same faults can be given as a spec string (``NVDASHBOARD_SIMULATE_FAULTS``)::
+``set_init_error``, ``set_call_delay``, ``set_clock``, ``step_wall_clock``, ``set_processes``
+(``simulated_processes.py``) and the ``calls`` counter. The same faults can be given as a
+spec string (``NVDASHBOARD_SIMULATE_FAULTS``)::
 
     lose=1@5              GPU 1 is lost 5 seconds after start
     init=DriverNotLoaded  nvmlInit raises NVMLError_DriverNotLoaded
@@ -35,6 +36,7 @@ from typing import Any
 from . import simulated_binding as binding
 from .simulated_binding import NVML_SUCCESS, FieldValue, NVMLError
 from .simulated_health import HealthSimulation
+from .simulated_processes import PROCESS_FUNCTIONS, SimulatedProcesses
 from .simulated_profiles import DEFAULT_PROFILE, PROFILES, GpuModel, MigSlot, Profile
 
 E = binding.ERROR_CODES
@@ -69,7 +71,7 @@ FEATURE_GROUPS: dict[str, tuple[str, ...]] = {
 _FULLY_SUPPORTED_ONLY = {
     "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage",
     "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPcieThroughput", "pcie_counters",
-    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMigMode", "nvmlDeviceGetProcessUtilization",
 }
 # What a vGPU guest reports as N/A.
 _VGPU_GUEST_UNSUPPORTED = {
@@ -83,6 +85,7 @@ _MIG_HANDLE_FUNCTIONS = {
     "nvmlDeviceIsMigDeviceHandle", "nvmlDeviceGetGpuInstanceId",
     "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetAttributes",
     "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", "nvmlDeviceGetCudaComputeCapability",
+    *PROCESS_FUNCTIONS,
 }
 
 
@@ -111,7 +114,7 @@ def _wave_integral(t: float, period_s: float, phase: float) -> float:
     return 0.5 * t - 0.5 * (math.cos(omega * t + phase) - math.cos(phase)) / omega
 
 
-class SimulatedNvml(HealthSimulation):
+class SimulatedNvml(HealthSimulation, SimulatedProcesses):
     """A machine with ``gpu_count`` GPUs as ``profile`` describes, and its NVML driver."""
 
     def __init__(self, gpu_count: int = 4, nvlink: bool = True, profile: str = DEFAULT_PROFILE,

@@ -114,6 +114,14 @@ class DeviceAttributes(ctypes.Structure):
                 ("memorySizeMB", ctypes.c_ulonglong)]
 
 
+class ProcessUtilizationSample(ctypes.Structure):
+    """nvmlProcessUtilizationSample_t: ``timeStamp`` is CPU time in microseconds."""
+
+    _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong),
+                ("smUtil", ctypes.c_uint), ("memUtil", ctypes.c_uint),
+                ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
+
+
 class GpmSupport(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint), ("isSupportedDevice", ctypes.c_uint)]
 
@@ -239,6 +247,9 @@ ADDED_IN: dict[str, tuple[int, int]] = {
     # R535 renamed clocks "throttle" reasons to clocks "event" reasons.
     "nvmlDeviceGetCurrentClocksEventReasons": (12, 535),
     **{name: (12, 535) for name in CLOCKS_EVENT_REASONS},
+    "nvmlDeviceGetComputeRunningProcesses_v3": (11, 515),
+    "nvmlDeviceGetGraphicsRunningProcesses_v3": (11, 515),
+    "nvmlDeviceGetMPSComputeRunningProcesses_v3": (11, 515),
 }
 # NVML_NVLINK_MAX_LINKS grew from 18 to 36 in the 13.x bindings.
 MAX_LINKS_BY_MAJOR = {11: 18, 12: 18, 13: 36}
@@ -264,7 +275,15 @@ FUNCTIONS = (
     "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetTemperatureThreshold",
     "nvmlDeviceGetFanSpeed", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRemappedRows",
     "nvmlEventSetCreate", "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2", "nvmlEventSetFree",
+    # Per-process lists and activity (simulated_processes.py).
+    "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+    "nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    "nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+    "nvmlDeviceGetProcessUtilization",
 )
+# The unversioned names call the newest version the binding has.
+_PLAIN = {f"nvmlDeviceGet{kind}RunningProcesses": f"nvmlDeviceGet{kind}RunningProcesses"
+          for kind in ("Compute", "Graphics", "MPSCompute")}
 
 
 def parse_version(text: str) -> tuple[int, int]:
@@ -298,4 +317,8 @@ def make_binding(driver: Any, binding_version: str, hidden: Iterable[str] = ()) 
     for name, value in names.items():
         if binding_has(name, version) and name not in hidden:
             setattr(module, name, value)
+    for plain, stem in _PLAIN.items():
+        newest = getattr(module, f"{stem}_v3", None) or getattr(module, f"{stem}_v2", None)
+        if newest is not None and plain not in hidden:
+            setattr(module, plain, newest)
     return module

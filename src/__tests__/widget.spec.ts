@@ -63,4 +63,27 @@ describe('DashboardWidget', () => {
     await new Promise(resolve => setTimeout(resolve, 0));
     widget.dispose();
   });
+
+  it('opens a notebook its own page asks for, and ignores other senders', async () => {
+    const opened: string[] = [];
+    const widget = new DashboardWidget({
+      route: '/GPU-Processes',
+      label: 'GPU Processes',
+      baseUrl: '/user/alice/',
+      theme: 'light',
+      openPath: path => opened.push(path)
+    });
+    Widget.attach(widget, document.body);
+    const page = widget.content.node.querySelector('iframe')!.contentWindow!;
+    const send = (data: unknown, source: Window | null, origin: string) =>
+      window.dispatchEvent(new MessageEvent('message', { data, source, origin }));
+    const ask = { type: 'nvdashboard:open-notebook', path: 'work/a.ipynb' };
+    send(ask, page, window.location.origin);
+    send(ask, window, window.location.origin); // not this tab's page
+    send(ask, page, 'http://evil.example'); // another origin
+    send({ type: 'nvdashboard:open-notebook', path: 42 }, page, window.location.origin);
+    expect(opened).toEqual(['work/a.ipynb']);
+    await new Promise(resolve => setTimeout(resolve, 0));
+    widget.dispose();
+  });
 });

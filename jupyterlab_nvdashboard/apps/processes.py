@@ -1,0 +1,352 @@
+"""/GPU-Processes: who is using the GPUs. One table across devices, sorted by memory, the
+current user's own processes first; plus the small ``/glance.json`` the JupyterLab status
+bar and sidebar poll.
+
+Everything here reads what the sampler already stored (``Sample.extra``: the process
+readings and their owners) and the Jupyter sessions map that ``jupyter_sessions.py``
+refreshes on its own thread; nothing here touches hardware, ``/proc`` or the network.
+A row's notebook is a link to the notebook in JupyterLab: inside JupyterLab the page asks
+the extension to open it (postMessage); elsewhere the link opens JupyterLab.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from bokeh.layouts import column
+from bokeh.models import (
+    ColumnDataSource,
+    CustomJS,
+    DataTable,
+    Div,
+    HTMLTemplateFormatter,
+    InlineStyleSheet,
+    TableColumn,
+)
+
+from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
+from ..stream.frames import Rows
+from .components import format_gb, gpu_label
+from .live import LiveView
+
+if TYPE_CHECKING:
+    from ..jupyter_sessions import JupyterSessions
+    from ..metrics import History
+    from .sources import DashboardSources
+
+# How far back to look for the newest process reading: a few idle-rate passes.
+LOOKBACK_S = 10.0
+OPEN_NOTEBOOK_MESSAGE = "nvdashboard:open-notebook"
+# A server anyone on the network may watch (--no-token) does not show command lines, which
+# can carry secrets; notebook paths, users and PIDs it shows.
+HIDDEN_COMMAND = "command hidden: this server is view-only (--no-token)"
+STATUS_TEXT = {
+    "other_namespace": "in another container or PID namespace",
+    "ended": "process ended, or /proc hides it from this server (hidepid)",
+    "no_access": "no access to this process's /proc entry (hidepid)",
+}
+_TEXT_COLUMNS = ("gpu", "pid", "user", "what", "memory", "sm", "memory_activity", "held")
+
+
+def current_user() -> str | None:
+    """The user this server runs as (the Jupyter user, behind jupyter-server-proxy)."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return None
+
+
+def newest_family(history: History, family: str) -> Any:
+    """The newest reading of ``family`` in the last ``LOOKBACK_S``, or None."""
+    for sample in reversed(history.window(LOOKBACK_S)):
+        if family in sample.extra:
+            return sample.extra[family]
+    return None
+
+
+@dataclass(frozen=True)
+class ProcessRow:
+    """One table row, in the units people read."""
+
+    device: int
+    gpu: str
+    pid: int
+    kind: str
+    user: str | None
+    mine: bool
+    what: str  # notebook path, workload run, command line, or why it is unknown
+    notebook: str | None  # the notebook or console path, when the process is a kernel's
+    lab_url: str | None  # opens that notebook in JupyterLab
+    kernel_id: str | None
+    memory_bytes: float | None
+    memory_fraction: float | None  # of that device's total
+    sm_pct: float | None
+    memory_pct: float | None
+    held_s: float | None
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _workload_runs(sources: DashboardSources) -> dict[int, str]:
+    """PID -> "run <path> <id>" for the workload runs still going."""
+    workload = sources.workload
+    if workload is None:
+        return {}
+    runs = {}
+    for run in workload.watcher.runs():
+        pid = run.start.get("pid")
+        if isinstance(pid, int) and not run.finished:
+            runs[pid] = f"workload run {run.path} · {run.run_id}"
+    return runs
+
+
+def process_rows(sources: DashboardSources, now: float | None = None) -> list[ProcessRow]:
+    """The table: every process reading, attributed, own processes first, then by memory."""
+    metrics = sources.metrics
+    readings: tuple[ProcessReading, ...] = newest_family(metrics.history, PROCESS_FAMILY) or ()
+    owners: dict[int, ProcessOwner] = newest_family(metrics.history, OWNER_FAMILY) or {}
+    jupyter: JupyterSessions | None = sources.jupyter
+    sessions = jupyter.sessions if jupyter is not None else {}
+    facts = {f.index: f for f in metrics.facts}
+    user = current_user()
+    runs = _workload_runs(sources)
+    now = time.time() if now is None else now
+    rows = []
+    for reading in readings:
+        device = facts.get(reading.device)
+        owner = owners.get(reading.pid)
+        notebook = lab_url = None
+        kernel_id = owner.kernel_id if owner else None
+        if owner is None:
+            what = "looking up…"
+        elif owner.status != "ok":
+            what = STATUS_TEXT.get(owner.status, owner.status)
+        else:
+            session = sessions.get(kernel_id) if kernel_id else None
+            run = next((runs[pid] for pid in owner.lineage if pid in runs), None)
+            if session is not None:
+                notebook = session.path
+                lab_url = jupyter.server.lab_url(session.path) \
+                    if jupyter is not None and jupyter.server else None
+                what = session.path + ("" if owner.kernel_pid == owner.pid else
+                                       f" (child of kernel {owner.kernel_pid})")
+            elif run is not None:
+                what = run
+            elif not sources.run_control:
+                what = HIDDEN_COMMAND
+            elif kernel_id:
+                what = f"Jupyter kernel {kernel_id[:8]}: {owner.command or ''}"
+            else:
+                what = owner.command or "?"
+        total = device.memory_total_bytes if device else None
+        memory = reading.used_memory_bytes
+        rows.append(ProcessRow(
+            reading.device, gpu_label(device, short=True) if device else f"row {reading.device}",
+            reading.pid, reading.kind, owner.user if owner else None,
+            bool(user and owner and owner.user == user), what, notebook, lab_url, kernel_id,
+            memory, memory / total if memory is not None and total else None,
+            reading.sm_pct, reading.memory_pct,
+            None if reading.seen_since_s is None else max(0.0, now - reading.seen_since_s)))
+    rows.sort(key=lambda row: (not row.mine, -(row.memory_bytes or -1.0), row.device, row.pid))
+    return rows
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "not available"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def _pct(value: float | None) -> str:
+    return "not available" if value is None else f"{value:.0f}%"
+
+
+def _what_html(row: ProcessRow) -> str:
+    text = html.escape(row.what)
+    if row.notebook and row.lab_url:
+        return (f'<a href="{html.escape(row.lab_url)}" target="_top" '
+                f'data-notebook="{html.escape(row.notebook)}">{text}</a>')
+    return text
+
+
+def _memory_html(row: ProcessRow) -> str:
+    width = 0.0 if row.memory_fraction is None else min(100.0, 100 * row.memory_fraction)
+    return (f'<div class="nvd-bar"><div style="width:{width:.1f}%"></div>'
+            f'<span>{html.escape(format_gb(row.memory_bytes))}</span></div>')
+
+
+@dataclass
+class ProcessTableFeed:
+    """The rows of the table from the newest readings (replace mode). Encoded on the event
+    loop each tick, so they are rebuilt only when what they show can have changed: a new
+    process reading, owner map or sessions map, or the next whole second ("held for")."""
+
+    sources: DashboardSources
+    mode = "replace"
+    _cache: tuple[tuple[int, ...], Rows] | None = None
+
+    def rows(self, samples: Sequence[Sample]) -> Rows:  # noqa: ARG002 - reads the history
+        metrics, jupyter = self.sources.metrics, self.sources.jupyter
+        key = (id(newest_family(metrics.history, PROCESS_FAMILY)),
+               id(newest_family(metrics.history, OWNER_FAMILY)),
+               id(jupyter.sessions if jupyter is not None else None), int(time.time()))
+        if self._cache is None or self._cache[0] != key:
+            self._cache = (key, self._build())
+        return self._cache[1]
+
+    def _build(self) -> Rows:
+        table = process_rows(self.sources)
+        text: dict[str, list[Any]] = {name: [] for name in _TEXT_COLUMNS}
+        for row in table:
+            text["gpu"].append(row.gpu)
+            text["pid"].append(str(row.pid) + ("" if row.kind == "compute" else f" ({row.kind})"))
+            text["user"].append(html.escape(row.user or "?") + (" (you)" if row.mine else ""))
+            text["what"].append(_what_html(row))
+            text["memory"].append(_memory_html(row))
+            text["sm"].append(_pct(row.sm_pct))
+            text["memory_activity"].append(_pct(row.memory_pct))
+            text["held"].append(format_duration(row.held_s))
+        memory = np.array([np.nan if r.memory_bytes is None else r.memory_bytes for r in table],
+                          dtype=float)
+        return Rows({"memory_bytes": memory}, text)
+
+
+def process_feed(sources: DashboardSources) -> ProcessTableFeed:
+    return ProcessTableFeed(sources)
+
+
+# Transparent cells with inherited text colour: the page's light or dark theme shows through.
+_TABLE_CSS = """
+.slick-header-column, .slick-cell, .slick-row, .grid-canvas, .slick-viewport,
+.slick-header, .slick-pane, .bk-data-table {
+  background: transparent !important; color: inherit !important;
+  border-color: rgba(128, 128, 128, 0.3) !important;
+}
+.slick-row.odd .slick-cell { background: rgba(128, 128, 128, 0.08) !important; }
+.slick-cell a { color: #3b82f6; }
+.nvd-bar { position: relative; height: 100%; min-width: 8em; }
+.nvd-bar div { position: absolute; left: 0; top: 15%; bottom: 15%; background: #76b900;
+               opacity: 0.5; }
+.nvd-bar span { position: relative; padding-left: 4px; }
+"""
+# A notebook link inside JupyterLab: ask the extension to open the notebook in a tab. The
+# table lives in a shadow root, so the click's composed path is searched for the link.
+_OPEN_NOTEBOOK_JS = """
+if (window.parent !== window && !window.nvdashboardOpensNotebooks) {
+  window.nvdashboardOpensNotebooks = true;
+  document.addEventListener("click", (event) => {
+    const link = event.composedPath().find((el) => el instanceof Element && el.dataset &&
+                                            el.dataset.notebook !== undefined);
+    if (!link) return;
+    event.preventDefault();
+    window.parent.postMessage({type: MESSAGE, path: link.dataset.notebook},
+                              window.location.origin);
+  }, true);
+}
+""".replace("MESSAGE", repr(OPEN_NOTEBOOK_MESSAGE))
+
+
+class ProcessTable:
+    """The page: a note on what can be attributed, and the table."""
+
+    def __init__(self, sources: DashboardSources, feed: ProcessTableFeed) -> None:
+        self.source = ColumnDataSource({"memory_bytes": [], **{n: [] for n in _TEXT_COLUMNS}})
+        html_cell = HTMLTemplateFormatter(template="<%= value %>")
+        columns = [
+            TableColumn(field="gpu", title="GPU", width=110),
+            TableColumn(field="pid", title="PID", width=80),
+            TableColumn(field="user", title="User", width=90, formatter=html_cell),
+            TableColumn(field="what", title="Notebook or command", width=420,
+                        formatter=html_cell),
+            TableColumn(field="memory", title="GPU memory", width=150, formatter=html_cell),
+            TableColumn(field="sm", title="SM %", width=60),
+            TableColumn(field="memory_activity", title="Memory %", width=70),
+            TableColumn(field="held", title="Held for", width=80),
+        ]
+        sheets = [InlineStyleSheet(css=_TABLE_CSS)]
+        self.table = DataTable(source=self.source, columns=columns, index_position=None,
+                               sortable=False, selectable=False, row_height=28,
+                               sizing_mode="stretch_both", stylesheets=sheets)
+        note = Div(text=html.escape(attribution_note(sources)),
+                   styles={"padding": "0 0.5em", "font-size": "90%"})
+        self.root = column(note, self.table, sizing_mode="stretch_both")
+        self.live = LiveView(self.source)
+        # Installed when the first rows arrive (a model has no document-ready event).
+        self.source.js_on_change("data", CustomJS(code=_OPEN_NOTEBOOK_JS))
+
+
+def attribution_note(sources: DashboardSources) -> str:
+    owners = sources.metrics.owners
+    parts = ["GPU memory is what the driver reports per process; SM % and Memory % are the "
+             "process's share of the last second, where the driver samples them."]
+    if owners is not None and owners.host_namespace is False:
+        parts.append("This server runs in a PID namespace other than the host's, so processes "
+                     "cannot be named: run it with the host's PIDs (docker --pid=host).")
+    if sources.jupyter is None or sources.jupyter.server is None:
+        parts.append("Notebook names need the Jupyter server this dashboard runs under.")
+    return " ".join(parts)
+
+
+def process_view(sources: DashboardSources, feed: Any) -> ProcessTable:
+    assert isinstance(feed, ProcessTableFeed), "the process table draws its own feed"
+    return ProcessTable(sources, feed)
+
+
+def glance(sources: DashboardSources) -> dict[str, Any]:
+    """``/glance.json``: each device's utilization and memory now, and the current user's
+    kernels that hold GPU memory (what the JupyterLab status bar and sidebar show)."""
+    metrics = sources.metrics
+    latest = metrics.history.latest()
+    readings = {reading.index: reading for reading in latest.gpus} if latest else {}
+    devices = []
+    for facts in metrics.facts:
+        reading = readings.get(facts.index)
+        devices.append({
+            "index": facts.index, "label": facts.label, "kind": facts.kind,
+            "utilization_pct": reading.utilization_pct if reading else None,
+            "memory_used_bytes": reading.memory_used_bytes if reading else None,
+            "memory_total_bytes": (reading.memory_total_bytes if reading else None)
+            or facts.memory_total_bytes,
+        })
+    kernels: dict[str, dict[str, Any]] = {}
+    for row in process_rows(sources):
+        if not row.mine or not row.kernel_id or row.notebook is None:
+            continue
+        kernel = kernels.setdefault(row.kernel_id, {
+            "kernel_id": row.kernel_id, "path": row.notebook, "memory_bytes": 0.0,
+            "memory_known": True, "devices": []})
+        if row.memory_bytes is None:
+            kernel["memory_known"] = False
+        else:
+            kernel["memory_bytes"] += row.memory_bytes
+        if row.gpu not in kernel["devices"]:
+            kernel["devices"].append(row.gpu)
+    return {"time": latest.time_s if latest else None, "devices": devices,
+            "kernels": sorted(kernels.values(), key=lambda k: -k["memory_bytes"]),
+            "user": current_user()}
+
+
+def processes_json(sources: DashboardSources) -> dict[str, Any]:
+    """``/processes.json``: the table's rows, as data."""
+    jupyter, reader = sources.jupyter, sources.metrics.processes
+    return {"user": current_user(), "rows": [row.as_json() for row in process_rows(sources)],
+            "note": attribution_note(sources),
+            # How many process passes and sessions refreshes have happened: a client can
+            # wait for "the next refresh" by counting instead of timing.
+            "process_passes": reader.passes if reader is not None else 0,
+            "sessions_refreshes": jupyter.refreshes if jupyter is not None else 0}
+

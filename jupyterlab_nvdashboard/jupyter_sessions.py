@@ -1,0 +1,144 @@
+"""Which notebook or console each Jupyter kernel serves, from the Jupyter server this
+dashboard runs under.
+
+Started by jupyter-server-proxy, the dashboard's parent process is the Jupyter server. That
+server wrote ``jpserver-<pid>.json`` into Jupyter's runtime directory with its URL and its
+own token; ``GET <url>api/sessions`` with that token lists every session: kernel id, path,
+type. ``JupyterSessions`` refreshes that list on a thread of its own, about once a second and
+only while some GPU process belongs to a kernel, so a renamed notebook shows its new name
+within one refresh and the event loop never waits for Jupyter. Without a Jupyter parent
+(a standalone server) it finds nothing and does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+log = logging.getLogger(__name__)
+REFRESH_S = 1.0
+TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class JupyterServer:
+    """Where the parent Jupyter server answers, from its runtime file."""
+
+    url: str  # http://127.0.0.1:8888/user/alice/
+    base_url: str  # /user/alice/
+    token: str
+
+    def lab_url(self, path: str) -> str:
+        """The path (same origin) that opens ``path`` in JupyterLab."""
+        return f"{self.base_url}lab/tree/{quote(path)}"
+
+
+@dataclass(frozen=True)
+class Session:
+    path: str
+    kind: str  # "notebook", "console", "file"
+    name: str
+
+
+def runtime_dir(environ: Mapping[str, str]) -> Path | None:
+    if environ.get("JUPYTER_RUNTIME_DIR"):
+        return Path(environ["JUPYTER_RUNTIME_DIR"])
+    try:
+        from jupyter_core.paths import jupyter_runtime_dir
+    except ImportError:
+        return None
+    return Path(jupyter_runtime_dir())
+
+
+def find_parent_server(environ: Mapping[str, str] | None = None,
+                       parent_pid: int | None = None) -> JupyterServer | None:
+    """The Jupyter server that started this process, if its runtime file says so."""
+    environ = os.environ if environ is None else environ
+    folder = runtime_dir(environ)
+    pid = os.getppid() if parent_pid is None else parent_pid
+    if folder is None:
+        return None
+    try:
+        info = json.loads((folder / f"jpserver-{pid}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not info.get("url") or info.get("sock"):
+        return None  # a server on a unix socket is not reached here
+    url = str(info["url"])
+    return JupyterServer(url if url.endswith("/") else url + "/",
+                         str(info.get("base_url") or "/"), str(info.get("token") or ""))
+
+
+def _fetch_sessions(server: JupyterServer) -> Any:
+    request = urllib.request.Request(server.url + "api/sessions",
+                                     headers={"Authorization": f"token {server.token}"})
+    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:  # noqa: S310
+        return json.loads(response.read())
+
+
+def parse_sessions(body: Any) -> dict[str, Session]:
+    """kernel id -> session, from the sessions API's body; malformed entries are skipped."""
+    sessions: dict[str, Session] = {}
+    for item in body if isinstance(body, list) else []:
+        kernel = item.get("kernel") if isinstance(item, dict) else None
+        if not isinstance(kernel, dict) or not isinstance(kernel.get("id"), str):
+            continue
+        path = str(item.get("path") or "")
+        sessions[kernel["id"]] = Session(path, str(item.get("type") or "notebook"),
+                                         str(item.get("name") or os.path.basename(path)))
+    return sessions
+
+
+class JupyterSessions:
+    """The newest kernel -> session map, refreshed off the event loop."""
+
+    def __init__(self, server: JupyterServer | None,
+                 wanted: Callable[[], bool] = lambda: True, refresh_s: float = REFRESH_S,
+                 fetch: Callable[[JupyterServer], Any] = _fetch_sessions) -> None:
+        self.server = server
+        self._wanted, self.refresh_s, self._fetch = wanted, refresh_s, fetch
+        self.sessions: dict[str, Session] = {}  # replaced whole: readers need no lock
+        self.refreshes = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
+
+    def refresh(self) -> None:
+        """Fetch the sessions once (blocking: call from this object's thread or a test)."""
+        if self.server is None:
+            return
+        try:
+            self.sessions = parse_sessions(self._fetch(self.server))
+            self._failing = False
+        except (OSError, ValueError) as error:
+            if not self._failing:  # once per outage, not once a second
+                log.warning("cannot read the Jupyter server's sessions: %s", error)
+            self._failing = True
+        self.refreshes += 1
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.refresh_s):
+            if self._wanted():
+                self.refresh()
+
+    def start(self) -> None:
+        if self.server is not None and self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="nvdashboard-jupyter",
+                                            daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self._thread = None

@@ -1,0 +1,235 @@
+"""Who a GPU process is: its owner, command line, and the Jupyter kernel it belongs to.
+
+``ProcessAttributor.family()`` runs on the sampler's slow thread (psutil reads ``/proc``;
+it never runs on the event loop). It looks at the PIDs of the newest process reading
+(``processes.py``) and stores ``{pid: ProcessOwner}`` in ``Sample.extra[OWNER_FAMILY]``.
+
+- **Cache.** Keyed by (pid, create time): a PID reused by a new process is looked up again;
+  everything else is read once. Each pass costs one create-time read per listed PID, from
+  ``/proc/<pid>/stat`` on Linux (psutil elsewhere).
+- **Jupyter kernels.** A kernel started by ``jupyter_client`` runs with its connection file,
+  ``kernel-<id>.json``, on its command line. A process belongs to kernel <id> if it is that
+  process, descends from it (children, forked workers), or is in its process group
+  (``jupyter_client`` starts each kernel as a group leader, and a worker that was re-parented
+  to init keeps its group). The notebook path for a kernel id comes from the Jupyter server
+  (``jupyter_sessions.py``), not from here.
+- **Containers.** NVML reports host PIDs. In a PID namespace other than the host's (a
+  container without ``--pid=host``) a local PID with the same number is a different process,
+  so nothing is looked up: every row is ``other_namespace``, never a wrong name.
+- **Not visible.** A PID that ended between NVML's list and this lookup, or that
+  ``hidepid=2`` hides, is ``ended``; one whose ``/proc`` entry may not be read
+  (``hidepid=1``, ``AccessDenied``) is ``no_access``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+from .families import ProcessReading
+
+OWNER_FAMILY = "process_owners"  # dict[int, ProcessOwner], keyed by PID
+COMMAND_CHARS = 160
+_MAX_ANCESTORS = 32
+# The initial (host) PID namespace's inode number (include/linux/proc_ns.h PROC_PID_INIT_INO).
+_HOST_PID_NAMESPACE_INODE = 0xEFFFFFFC
+_KERNEL_FILE = re.compile(r"kernel-([0-9A-Za-z][0-9A-Za-z_-]{7,})\.json$")
+
+
+class ProcessOwner(NamedTuple):
+    """What this server could find out about one PID NVML reported."""
+
+    pid: int
+    status: str  # "ok", "ended", "no_access" or "other_namespace"
+    user: str | None
+    command: str | None  # the command line, cut to COMMAND_CHARS
+    create_time_s: float | None
+    kernel_id: str | None  # the Jupyter kernel this process is, or belongs to
+    kernel_pid: int | None
+    lineage: tuple[int, ...] = ()  # the PID, its parent, ... (for workload runs)
+
+
+def host_pid_namespace(stat: Callable[[str], os.stat_result] = os.stat) -> bool | None:
+    """Whether this process sees the host's PIDs; None when /proc will not say."""
+    try:
+        return stat("/proc/self/ns/pid").st_ino == _HOST_PID_NAMESPACE_INODE
+    except OSError:
+        return None
+
+
+def kernel_id_of(command: Iterable[str]) -> str | None:
+    """The kernel id in a command line that names ``kernel-<id>.json``, else None."""
+    for argument in command:
+        found = _KERNEL_FILE.search(argument)
+        if found:
+            return found.group(1)
+    return None
+
+
+def start_ticks(pid: int) -> int:
+    """When the process started, in clock ticks since boot (/proc/<pid>/stat field 22): its
+    create time, read without building a psutil.Process (a third of the cost, per PID)."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        text = stat.read()
+    # The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    return int(text[text.rindex(b")") + 2:].split()[19])
+
+
+def _load_psutil() -> Any:
+    import psutil
+
+    return psutil
+
+
+class ProcessAttributor:
+    """Turns PIDs into owners; call from the sampler's slow thread only."""
+
+    def __init__(self, readings: Callable[[], tuple[ProcessReading, ...]],
+                 host_namespace: bool | None = None, psutil_module: Any = None,
+                 getpgid: Callable[[int], int] = os.getpgid,
+                 created: Callable[[int], float] | None = None) -> None:
+        self._readings = readings
+        self._psutil = psutil_module or _load_psutil()
+        self._getpgid = getpgid
+        # The create time that keys the cache: /proc/<pid>/stat where Linux has it, else
+        # psutil's (any OSError from /proc falls back to psutil too).
+        if created is None and psutil_module is None and sys.platform.startswith("linux"):
+            created = start_ticks
+        self._created = created
+        # None: /proc would not say; look PIDs up (they may still be right).
+        self.host_namespace = host_pid_namespace() if host_namespace is None else host_namespace
+        self._cache: dict[int, tuple[float, ProcessOwner]] = {}
+        self._kernels: dict[tuple[int, float], str | None] = {}  # (pid, created) -> kernel id
+        self._last_pids: tuple[int, ...] | None = None
+        self.latest: dict[int, ProcessOwner] = {}
+        self.lookups = 0  # full lookups (cache misses), for tests and benchmarks
+
+    def family(self) -> dict[str, object]:
+        """The sampler's hook: owners of the newest process reading's PIDs."""
+        pids = tuple(sorted({reading.pid for reading in self._readings()}))
+        if not pids and self._last_pids == ():
+            return {}
+        self._last_pids = pids
+        owners = self.attribute(pids)
+        if owners != self.latest:  # unchanged: the same object again, a reference in history
+            self.latest = owners
+        return {OWNER_FAMILY: self.latest}
+
+    def attribute(self, pids: Iterable[int]) -> dict[int, ProcessOwner]:
+        owners = {pid: self._owner(pid) for pid in pids}
+        for gone in self._cache.keys() - owners.keys():
+            del self._cache[gone]
+        return owners
+
+    def _owner(self, pid: int) -> ProcessOwner:
+        if self.host_namespace is False:
+            return ProcessOwner(pid, "other_namespace", None, None, None, None, None)
+        psutil = self._psutil
+        created: float | None = None
+        if self._created is not None:
+            try:
+                created = self._created(pid)
+            except FileNotFoundError:  # ended, or hidden by hidepid=2
+                self._cache.pop(pid, None)
+                return ProcessOwner(pid, "ended", None, None, None, None, None)
+            except PermissionError:  # hidepid=1: the entry is there, its files are not ours
+                return ProcessOwner(pid, "no_access", None, None, None, None, None)
+            except (OSError, ValueError, IndexError):
+                created = None  # an odd /proc: psutil decides
+            cached = self._cache.get(pid)
+            if created is not None and cached is not None and cached[0] == created:
+                return cached[1]
+        try:
+            process = psutil.Process(pid)
+            if created is None:
+                created = process.create_time()
+        except psutil.NoSuchProcess:
+            self._cache.pop(pid, None)
+            return ProcessOwner(pid, "ended", None, None, None, None, None)
+        except psutil.AccessDenied:
+            return ProcessOwner(pid, "no_access", None, None, None, None, None)
+        cached = self._cache.get(pid)
+        if cached is not None and cached[0] == created:
+            return cached[1]
+        self.lookups += 1
+        try:
+            owner = self._look_up(process, pid, process.create_time())
+        except psutil.NoSuchProcess:  # ended while being read
+            return ProcessOwner(pid, "ended", None, None, None, None, None)
+        self._cache[pid] = (created, owner)
+        return owner
+
+    def _look_up(self, process: Any, pid: int, created: float) -> ProcessOwner:
+        psutil = self._psutil
+        try:
+            user: str | None = process.username()
+        except (psutil.AccessDenied, KeyError):
+            user = None
+        try:
+            command = process.cmdline()
+        except psutil.AccessDenied:
+            command = None
+        if not command:  # kernel threads and zombies have none; the name is what there is
+            try:
+                command = [process.name()]
+            except psutil.AccessDenied:
+                command = None
+        lineage, kernel_id, kernel_pid = self._kernel_of(process, pid, created, command)
+        text = None if command is None else " ".join(command)
+        if text is not None and len(text) > COMMAND_CHARS:
+            text = text[:COMMAND_CHARS - 1] + "…"
+        return ProcessOwner(pid, "ok", user, text, created, kernel_id, kernel_pid, lineage)
+
+    def _kernel_of(self, process: Any, pid: int, created: float, command: list[str] | None
+                   ) -> tuple[tuple[int, ...], str | None, int | None]:
+        """(lineage, kernel id, kernel pid): from the process and its ancestors, else its
+        process group. A forked worker carries its kernel's command line, so the kernel is
+        the topmost ancestor that names the same kernel id."""
+        lineage = [pid]
+        kernel_id = kernel_id_of(command or ())
+        kernel_pid = pid if kernel_id else None
+        current = process
+        for _ in range(_MAX_ANCESTORS):
+            try:
+                current = current.parent()
+            except (self._psutil.NoSuchProcess, self._psutil.AccessDenied):
+                current = None
+            if current is None or current.pid in lineage or current.pid <= 1:
+                break
+            lineage.append(current.pid)
+            found = self._kernel_id(current)
+            if found and (kernel_id is None or found == kernel_id):
+                kernel_id, kernel_pid = found, current.pid
+            elif kernel_id is not None:
+                break  # above the kernel: its launcher, the Jupyter server
+        if kernel_id is None:
+            try:
+                leader = self._getpgid(pid)
+            except OSError:
+                leader = None
+            if leader and leader not in (pid, 1):
+                try:
+                    kernel_id = self._kernel_id(self._psutil.Process(leader))
+                except (self._psutil.NoSuchProcess, self._psutil.AccessDenied):
+                    kernel_id = None
+                kernel_pid = leader if kernel_id else None
+        return tuple(lineage), kernel_id, kernel_pid
+
+    def _kernel_id(self, process: Any) -> str | None:
+        """The kernel id a process's own command line names (cached per process)."""
+        psutil = self._psutil
+        try:
+            key = (process.pid, process.create_time())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
+        if key not in self._kernels:
+            try:
+                self._kernels[key] = kernel_id_of(process.cmdline())
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                return None
+            if len(self._kernels) > 4096:  # a long-lived server: forget the oldest
+                del self._kernels[next(iter(self._kernels))]
+        return self._kernels[key]

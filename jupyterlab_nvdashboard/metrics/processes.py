@@ -1,0 +1,140 @@
+"""Per-process GPU readings: which processes hold a context on each device, how much memory
+each holds and how busy each keeps the SMs.
+
+``ProcessReader.read()`` runs on the sampler's GPU reader thread (a ``FamilyReader``), right
+after the per-tick reading, at most once every ``PROCESS_EVERY_S`` whatever the tick; what it
+returns goes into ``Sample.extra[PROCESS_FAMILY]`` (``families.py``). Every NVML call goes
+through the NVML reader's choke point (``NvmlReader._query``), so a missing function, an
+older binding or a lost GPU is "not available" for that device only.
+
+- **Lists.** Compute, graphics and MPS processes, each from the newest versioned function
+  the binding and driver have (``_v3``, then ``_v2``, then the plain name); a function that
+  is missing or answers NotSupported / FunctionNotFound is not asked again on that device.
+  A process listed twice (a context that does compute and graphics) is one row, under the
+  first list it appears in.
+- **MIG.** A MIG-enabled GPU lists no processes of its own: each MIG device's handle lists
+  the processes running in that instance (the parent's aggregate list needs privileges a
+  user seldom has, per nvml.h).
+- **Memory.** ``usedGpuMemory`` that the driver does not report (the binding turns
+  ``NVML_VALUE_NOT_AVAILABLE`` into None) is None, never 0.
+- **Activity.** ``nvmlDeviceGetProcessUtilization`` returns the samples newer than the
+  timestamp it is given; the newest timestamp seen is carried to the next pass. NotFound (no
+  new samples) and NotSupported (MIG) leave SM and memory % not available.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .families import PROCESS_FAMILY, ProcessReading
+from .nvml import GpuReading, NvmlReader, NvmlState, _Device
+
+PROCESS_EVERY_S = 1.0
+_NOT_AVAILABLE_BYTES = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE, should a binding pass it through
+_LISTS: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
+    (kind, tuple(f"nvmlDeviceGet{name}RunningProcesses{suffix}" for suffix in ("_v3", "_v2", "")))
+    for kind, name in (("compute", "Compute"), ("graphics", "Graphics"), ("mps", "MPSCompute"))
+)
+_UTILIZATION = "nvmlDeviceGetProcessUtilization"
+
+
+def _memory(value: Any) -> float | None:
+    if value is None or value == _NOT_AVAILABLE_BYTES:
+        return None
+    return float(value)
+
+
+class ProcessReader:
+    """Reads every shown device's process lists; call from the GPU reader thread only."""
+
+    name = PROCESS_FAMILY
+
+    def __init__(self, nvml: NvmlReader, every_s: float = PROCESS_EVERY_S,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        self.nvml = nvml
+        self.every_s = every_s
+        self._clock, self._wall_clock = clock, wall_clock
+        self._last_pass = -float("inf")
+        # Per device row: the newest process-utilization sample timestamp seen (µs).
+        self._last_seen_us: dict[int, int] = {}
+        # (row, pid) -> unix time this reader first listed it.
+        self._seen_since: dict[tuple[int, int], float] = {}
+        self.latest: tuple[ProcessReading, ...] = ()  # replaced whole, so any thread may read it
+        self.passes = 0
+
+    def read(self, gpus: tuple[GpuReading, ...] = ()) -> tuple[ProcessReading, ...] | None:
+        """The sampler's family read: a pass if the last one is at least ``every_s`` old,
+        else None (that sample has no fresh process reading)."""
+        now = self._clock()
+        if now - self._last_pass < self.every_s:
+            return None
+        self._last_pass = now
+        return self.read_all()
+
+    def read_all(self) -> tuple[ProcessReading, ...]:
+        """One pass over every shown device (MIG devices included)."""
+        nvml = self.nvml
+        with nvml._lock:
+            devices = list(nvml._devices) if nvml.state is NvmlState.OK else []
+        wall = self._wall_clock()
+        # The history keeps a reading a second for its whole window: a row that did not
+        # change is the previous object, so it costs the history a reference, not a copy.
+        previous = {(r.device, r.pid): r for r in self.latest}
+        readings: list[ProcessReading] = []
+        listed: set[tuple[int, int]] = set()
+        for device in devices:
+            if device.lost or device.facts.mig_enabled:
+                continue
+            row = device.facts.index
+            activity = self._activity(device)
+            for kind, functions in _LISTS:
+                for process in self._list(device, functions) or ():
+                    pid = int(process.pid)
+                    if (row, pid) in listed:
+                        continue
+                    listed.add((row, pid))
+                    sm_pct, memory_pct = activity.get(pid, (None, None))
+                    reading = ProcessReading(
+                        row, pid, kind, _memory(getattr(process, "usedGpuMemory", None)),
+                        sm_pct, memory_pct, self._seen_since.setdefault((row, pid), wall))
+                    old = previous.get((row, pid))
+                    readings.append(old if old == reading else reading)
+        for gone in self._seen_since.keys() - listed:
+            del self._seen_since[gone]
+        if tuple(readings) != self.latest:
+            self.latest = tuple(readings)
+        self.passes += 1
+        return self.latest
+
+    def _list(self, device: _Device, functions: tuple[str, ...]) -> list[Any] | None:
+        """The newest versioned list function that answers; None when none does."""
+        for function in functions:
+            if function in device.skip:
+                continue
+            processes = self.nvml._query(device, function, metric="processes")
+            if processes is not None:
+                return list(processes)
+            if function not in device.skip:  # a real error (or a lost GPU): not this pass
+                return None
+            # Missing from the binding, or the driver is too old for it: try the older one.
+        return None
+
+    def _activity(self, device: _Device) -> dict[int, tuple[float | None, float | None]]:
+        """pid -> (SM %, memory %) from the samples newer than the last seen; {} without."""
+        row = device.facts.index
+        samples = self.nvml._query(device, _UTILIZATION, self._last_seen_us.get(row, 0),
+                                   metric="process_utilization")
+        if not samples:  # NotFound (no new samples), NotSupported (MIG), or an old binding
+            return {}
+        newest: dict[int, Any] = {}
+        for sample in samples:
+            pid, stamp = int(sample.pid), int(sample.timeStamp)
+            if pid not in newest or stamp >= int(newest[pid].timeStamp):
+                newest[pid] = sample
+            if stamp > self._last_seen_us.get(row, 0):
+                self._last_seen_us[row] = stamp
+        return {pid: (float(sample.smUtil), float(sample.memUtil))
+                for pid, sample in newest.items()}

@@ -1,0 +1,199 @@
+"""The simulated driver's process lists: which processes hold a context on which GPU.
+
+Part of ``SimulatedNvml`` (a mixin), written from nvml.h and the driver release notes, not
+from what the reader expects:
+
+- ``nvmlDeviceGet{Compute,Graphics,MPSCompute}RunningProcesses`` list ``nvmlProcessInfo``
+  entries: ``pid`` (a host PID), ``usedGpuMemory`` (the binding turns
+  ``NVML_VALUE_NOT_AVAILABLE`` into None, as under WDDM), ``gpuInstanceId`` and
+  ``computeInstanceId`` (0xFFFFFFFF when MIG is off). The ``_v3`` entry points came with
+  R510 (older drivers answer FunctionNotFound); ``_v2`` is in every driver simulated here.
+- Under MIG, a MIG device handle lists the processes of its instance; the parent GPU's
+  aggregate list needs privileges (nvml.h), which the simulated caller does not have:
+  NoPermission.
+- ``nvmlDeviceGetProcessUtilization(handle, lastSeenTimeStamp)`` returns the samples newer
+  than the timestamp (µs), NotFound when there are none, NotSupported under MIG and on
+  devices that are not fully supported. The driver samples about once a second, so two calls
+  within one second give one sample and then NotFound.
+
+Tests put processes on GPUs with ``set_processes``; a test that runs the server in another
+process writes the same list as JSON to the file named by ``NVDASHBOARD_SIMULATE_PROCESSES``
+(test-only), which the simulator re-reads when it changes::
+
+    [{"gpu": 0, "pid": 1234, "used_memory_bytes": 2e9, "kind": "compute",
+      "mig": null, "sm_pct": 40, "memory_pct": 10, "until_exit": true}]
+
+``until_exit``: the driver stops listing the process once that PID has exited, as a real
+driver does when the process's context goes away.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from . import simulated_binding as binding
+from .simulated_binding import NVMLError
+
+log = logging.getLogger(__name__)
+E = binding.ERROR_CODES
+_NO_INSTANCE = 0xFFFFFFFF
+_KINDS = ("compute", "graphics", "mps")
+V3_DRIVER_MAJOR = 510
+
+
+@dataclass(frozen=True)
+class SimulatedProcess:
+    """A process with a context on GPU ``gpu`` (on its MIG device ``mig``, by position)."""
+
+    gpu: int
+    pid: int
+    used_memory_bytes: int | None  # None: the driver reports NVML_VALUE_NOT_AVAILABLE
+    kind: str = "compute"
+    mig: int | None = None
+    sm_pct: int = 0
+    memory_pct: int = 0
+    until_exit: bool = False  # listed only while the PID exists
+
+    @classmethod
+    def from_json(cls, item: Any) -> SimulatedProcess:
+        if not isinstance(item, dict):
+            raise ValueError(f"each process must be an object, got {item!r:.60}")
+        kind = str(item.get("kind", "compute"))
+        if kind not in _KINDS:
+            raise ValueError(f"kind must be one of {', '.join(_KINDS)}, got {kind!r}")
+        memory = item.get("used_memory_bytes")
+        mig = item.get("mig")
+        return cls(int(item["gpu"]), int(item["pid"]), None if memory is None else int(memory),
+                   kind, None if mig is None else int(mig), int(item.get("sm_pct", 0)),
+                   int(item.get("memory_pct", 0)), bool(item.get("until_exit", False)))
+
+
+class ProcessInfo:
+    """What the binding returns per process (it builds a plain object from the struct)."""
+
+    def __init__(self, pid: int, used: int | None, gpu_instance: int, compute_instance: int):
+        self.pid, self.usedGpuMemory = pid, used
+        self.gpuInstanceId, self.computeInstanceId = gpu_instance, compute_instance
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class SimulatedProcesses:
+    """Mixin for SimulatedNvml: the process lists and per-process utilization."""
+
+    _processes: tuple[SimulatedProcess, ...] = ()
+    _processes_file: str | None = None
+    _processes_file_mtime: float | None = None
+
+    # ----- test hooks -----------------------------------------------------------------
+    def set_processes(self, processes: list[SimulatedProcess]) -> None:
+        """Replace every GPU's process list."""
+        self._processes = tuple(processes)
+
+    def set_processes_file(self, path: str | None) -> None:
+        """Read the process list from this JSON file, again whenever it changes (test-only)."""
+        self._processes_file, self._processes_file_mtime = path or None, None
+
+    def _current_processes(self) -> tuple[SimulatedProcess, ...]:
+        path = self._processes_file
+        if path:
+            try:
+                mtime = os.stat(path).st_mtime_ns
+            except OSError:
+                mtime = None
+            if mtime != self._processes_file_mtime:
+                self._processes_file_mtime = mtime
+                self._load_processes_file(path, mtime)
+        return tuple(p for p in self._processes if not p.until_exit or _exists(p.pid))
+
+    def _load_processes_file(self, path: str, mtime: float | None) -> None:
+        if mtime is None:
+            self._processes = ()
+            return
+        try:
+            with open(path, encoding="utf-8") as file:
+                items = json.load(file)
+            if not isinstance(items, list):
+                raise ValueError("the file must hold a JSON list")
+            self._processes = tuple(SimulatedProcess.from_json(item) for item in items)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            # Half-written or malformed: keep the previous list, say why once per change.
+            log.warning("simulated processes file %s ignored: %s", path, error)
+
+    # ----- NVML functions ---------------------------------------------------------------
+    def _running(self, function: str, kind: str, handle: Any, v3: bool) -> list[ProcessInfo]:
+        gpu = self._enter(function, handle)  # type: ignore[attr-defined]
+        assert gpu is not None
+        if v3 and self.profile.driver_major < V3_DRIVER_MAJOR:  # type: ignore[attr-defined]
+            raise NVMLError(E["NVML_ERROR_FUNCTION_NOT_FOUND"])
+        slots = gpu.model.mig
+        if slots and handle.mig is None:
+            raise NVMLError(E["NVML_ERROR_NO_PERMISSION"])
+        found = []
+        for process in self._current_processes():
+            if process.gpu != gpu.index or process.kind != kind or process.mig != handle.mig:
+                continue
+            if handle.mig is None:
+                gi = ci = _NO_INSTANCE
+            else:
+                slot = slots[handle.mig]
+                gi, ci = slot.gpu_instance_id, slot.compute_instance_id
+            found.append(ProcessInfo(process.pid, process.used_memory_bytes, gi, ci))
+        return found
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any) -> list[ProcessInfo]:  # noqa: N802
+        return self._running("nvmlDeviceGetComputeRunningProcesses_v3", "compute", handle, True)
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: Any) -> list[ProcessInfo]:  # noqa: N802
+        return self._running("nvmlDeviceGetComputeRunningProcesses_v2", "compute", handle, False)
+
+    def nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle: Any) -> list[ProcessInfo]:  # noqa: N802
+        return self._running("nvmlDeviceGetGraphicsRunningProcesses_v3", "graphics", handle,
+                             True)
+
+    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle: Any) -> list[ProcessInfo]:  # noqa: N802
+        return self._running("nvmlDeviceGetGraphicsRunningProcesses_v2", "graphics", handle,
+                             False)
+
+    def nvmlDeviceGetMPSComputeRunningProcesses_v3(self, handle: Any) -> list[ProcessInfo]:  # noqa: N802
+        return self._running("nvmlDeviceGetMPSComputeRunningProcesses_v3", "mps", handle, True)
+
+    def nvmlDeviceGetMPSComputeRunningProcesses_v2(self, handle: Any) -> list[ProcessInfo]:  # noqa: N802
+        return self._running("nvmlDeviceGetMPSComputeRunningProcesses_v2", "mps", handle, False)
+
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, last_seen_us: int) -> list[Any]:  # noqa: N802
+        gpu = self._enter("nvmlDeviceGetProcessUtilization", handle)  # type: ignore[attr-defined]
+        assert gpu is not None
+        if gpu.model.mig:
+            raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
+        # One sample per process per second, stamped at the whole second.
+        stamp = self._wall_us() // 1_000_000 * 1_000_000  # type: ignore[attr-defined]
+        samples = [binding.ProcessUtilizationSample(pid=process.pid, timeStamp=stamp,
+                                                    smUtil=process.sm_pct,
+                                                    memUtil=process.memory_pct)
+                   for process in self._current_processes()
+                   if process.gpu == gpu.index and process.kind != "mps"]
+        if not samples or stamp <= int(last_seen_us):
+            raise NVMLError(E["NVML_ERROR_NOT_FOUND"])
+        return samples
+
+
+# What the binding exposes; the plain names are the newest version the binding has.
+PROCESS_FUNCTIONS = (
+    "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+    "nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    "nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+    "nvmlDeviceGetProcessUtilization",
+)

@@ -1,0 +1,391 @@
+"""Per-process readings against the simulated NVML, and who those processes are.
+
+Covers the awkward cases: memory the driver does not report, a binding or driver without the
+_v3 functions, MIG instances, no utilization samples, a PID that exits between NVML and
+psutil, /proc hidden (hidepid), another PID namespace, kernels and their forked workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from jupyterlab_nvdashboard.apps.processes import HIDDEN_COMMAND, STATUS_TEXT, process_rows
+from jupyterlab_nvdashboard.apps.sources import DashboardSources
+from jupyterlab_nvdashboard.config import Config, SimulationConfig
+from jupyterlab_nvdashboard.jupyter_sessions import (
+    JupyterSessions,
+    Session,
+    find_parent_server,
+    parse_sessions,
+)
+from jupyterlab_nvdashboard.metrics import (
+    OWNER_FAMILY,
+    PROCESS_FAMILY,
+    SimulatedNvml,
+    create_metrics,
+)
+from jupyterlab_nvdashboard.metrics.attribution import (
+    ProcessAttributor,
+    host_pid_namespace,
+    kernel_id_of,
+    start_ticks,
+)
+from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
+from jupyterlab_nvdashboard.metrics.processes import ProcessReader
+from jupyterlab_nvdashboard.metrics.simulated_processes import SimulatedProcess
+
+GB = 10**9
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def reader_for(simulator: SimulatedNvml, clock: FakeClock | None = None) -> ProcessReader:
+    nvml = NvmlReader(simulator.load)
+    nvml.ensure_initialized()
+    return ProcessReader(nvml, clock=clock or FakeClock())
+
+
+def test_lists_every_kind_with_memory_and_activity() -> None:
+    simulator = SimulatedNvml(gpu_count=2)
+    simulator.set_processes([
+        SimulatedProcess(0, 101, 3 * GB, sm_pct=40, memory_pct=12),
+        SimulatedProcess(0, 102, GB, kind="graphics", sm_pct=5),
+        SimulatedProcess(1, 103, 2 * GB, kind="mps"),
+        SimulatedProcess(1, 101, GB),  # the same PID on another GPU is its own row
+    ])
+    readings = {(r.device, r.pid): r for r in reader_for(simulator).read_all()}
+    assert set(readings) == {(0, 101), (0, 102), (1, 103), (1, 101)}
+    assert readings[0, 101].kind == "compute" and readings[0, 101].used_memory_bytes == 3 * GB
+    assert (readings[0, 101].sm_pct, readings[0, 101].memory_pct) == (40.0, 12.0)
+    assert readings[0, 102].kind == "graphics" and readings[1, 103].kind == "mps"
+    assert readings[1, 103].sm_pct is None  # MPS clients have no per-process samples here
+    assert simulator.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 2
+
+
+def test_memory_the_driver_does_not_report_is_not_available_not_zero() -> None:
+    simulator = SimulatedNvml(gpu_count=1)
+    simulator.set_processes([SimulatedProcess(0, 201, None)])
+    (reading,) = reader_for(simulator).read_all()
+    assert reading.used_memory_bytes is None
+
+
+def test_a_context_listed_as_compute_and_graphics_is_one_row() -> None:
+    simulator = SimulatedNvml(gpu_count=1)
+    simulator.set_processes([SimulatedProcess(0, 301, GB),
+                             SimulatedProcess(0, 301, GB, kind="graphics")])
+    assert [(r.pid, r.kind) for r in reader_for(simulator).read_all()] == [(301, "compute")]
+
+
+def test_old_binding_and_old_driver_fall_back_to_v2_once() -> None:
+    # nvidia-ml-py 11.470 has no _v3 names; the consumer card has no per-process samples.
+    simulator = SimulatedNvml(gpu_count=1, profile="consumer")
+    simulator.set_processes([SimulatedProcess(0, 401, GB, sm_pct=50)])
+    reader = reader_for(simulator)
+    (reading,) = reader.read_all()
+    assert reading.used_memory_bytes == GB and reading.sm_pct is None
+    assert simulator.calls["nvmlDeviceGetComputeRunningProcesses_v2"] == 1
+    # A newer binding on a driver without the _v3 symbols: FunctionNotFound, then _v2.
+    simulator = SimulatedNvml(gpu_count=1, profile="a100-535")
+    simulator.profile = dataclasses.replace(simulator.profile, driver_version="470.256.02")
+    simulator.set_processes([SimulatedProcess(0, 402, GB)])
+    reader = reader_for(simulator)
+    for _ in range(3):
+        assert [r.pid for r in reader.read_all()] == [402]
+    assert simulator.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 1  # not asked again
+    assert simulator.calls["nvmlDeviceGetComputeRunningProcesses_v2"] == 3
+
+
+def test_utilization_carries_the_last_seen_timestamp() -> None:
+    simulator = SimulatedNvml(gpu_count=1)
+    now = [5000.4]
+    simulator.set_clock(lambda: now[0])
+    simulator.set_processes([SimulatedProcess(0, 501, GB, sm_pct=70)])
+    reader = reader_for(simulator)
+    assert reader.read_all()[0].sm_pct == 70.0
+    now[0] += 0.3  # same driver sample: NotFound, so not available (never a stale 0)
+    assert reader.read_all()[0].sm_pct is None
+    now[0] += 1.0
+    assert reader.read_all()[0].sm_pct == 70.0
+    assert reader._last_seen_us[0] == 5001 * 1_000_000
+
+
+def test_mig_processes_are_listed_on_their_mig_device() -> None:
+    simulator = SimulatedNvml(gpu_count=2, profile="a100-mig")
+    simulator.set_processes([SimulatedProcess(0, 601, 5 * GB, mig=0),
+                             SimulatedProcess(0, 602, 7 * GB, mig=1),
+                             SimulatedProcess(1, 603, GB)])
+    reader = reader_for(simulator)
+    labels = {facts.index: facts.label for facts in reader.nvml.facts}
+    readings = {r.pid: r for r in reader.read_all()}
+    assert labels[readings[601].device] == "GPU 0 · MIG 1"
+    assert labels[readings[602].device] == "GPU 0 · MIG 2"
+    assert labels[readings[603].device] == "GPU 1"
+    assert readings[601].used_memory_bytes == 5 * GB
+    assert readings[601].sm_pct is None  # no per-process utilization under MIG
+    assert readings[603].sm_pct == 0.0
+
+
+def test_a_lost_gpu_leaves_the_others_listed() -> None:
+    simulator = SimulatedNvml(gpu_count=2)
+    simulator.set_processes([SimulatedProcess(0, 701, GB), SimulatedProcess(1, 702, GB)])
+    reader = reader_for(simulator)
+    simulator.lose_gpu(1)
+    assert [r.pid for r in reader.read_all()] == [701]
+
+
+def test_read_at_most_once_a_second_whatever_the_tick() -> None:
+    simulator = SimulatedNvml(gpu_count=1)
+    simulator.set_processes([SimulatedProcess(0, 801, GB)])
+    clock = FakeClock()
+    reader = reader_for(simulator, clock)
+    passes = []
+    for _ in range(30):  # 3 s of 100 ms ticks
+        passes.append(reader.read() is not None)
+        clock.now += 0.1
+    assert sum(passes) == 3
+    assert simulator.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 3
+
+
+def test_samples_carry_the_process_family_in_extra() -> None:
+    config = Config(interval_s=0.1, token=None, simulation=SimulationConfig(gpu_count=1))
+    metrics = create_metrics(config, environ={})
+    metrics.nvml.ensure_initialized()
+    assert metrics.simulator is not None
+    metrics.simulator.set_processes([SimulatedProcess(0, os.getpid(), GB)])
+    first = metrics.sampler.tick()
+    assert [r.pid for r in first.extra[PROCESS_FAMILY]] == [os.getpid()]
+    second = metrics.sampler.tick()  # within the second: no fresh process reading
+    assert PROCESS_FAMILY not in second.extra
+    assert second.extra[OWNER_FAMILY][os.getpid()].user == psutil.Process().username()
+
+
+def test_processes_file_is_read_from_outside_and_follows_pid_exit(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    spec = tmp_path / "processes.json"
+    spec.write_text(json.dumps([{"gpu": 0, "pid": child.pid, "used_memory_bytes": 2e9,
+                                 "until_exit": True}]))
+    simulator = SimulatedNvml(gpu_count=1)
+    simulator.set_processes_file(str(spec))
+    reader = reader_for(simulator)
+    assert [r.pid for r in reader.read_all()] == [child.pid]
+    child.kill()
+    child.wait()
+    assert reader.read_all() == ()
+    spec.write_text("{not json")  # half-written: the previous list stays
+    assert reader.read_all() == ()
+
+
+# ----- attribution ----------------------------------------------------------------------
+
+def test_a_pid_that_exits_between_nvml_and_psutil_is_ended() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    simulator = SimulatedNvml(gpu_count=1)
+    simulator.set_processes([SimulatedProcess(0, child.pid, GB)])
+    reader = reader_for(simulator)
+    readings = reader.read_all()
+    child.kill()
+    child.wait()
+    owners = ProcessAttributor(lambda: readings, host_namespace=True).family()[OWNER_FAMILY]
+    assert owners[child.pid].status == "ended" and owners[child.pid].user is None
+
+
+class _HiddenProc:
+    """psutil as a process under hidepid=1 sees another user's process."""
+
+    NoSuchProcess = psutil.NoSuchProcess
+    AccessDenied = psutil.AccessDenied
+
+    class Process:
+        def __init__(self, pid: int) -> None:
+            self.pid = pid
+
+        def create_time(self) -> float:
+            raise psutil.AccessDenied(self.pid)
+
+
+def test_hidepid_no_access_is_said_not_guessed() -> None:
+    attributor = ProcessAttributor(lambda: (), host_namespace=True, psutil_module=_HiddenProc)
+    owner = attributor.attribute([4242])[4242]
+    assert owner.status == "no_access" and owner.user is None and owner.command is None
+    assert "hidepid" in STATUS_TEXT["no_access"]
+
+
+def test_hidepid_through_the_proc_stat_fast_path() -> None:
+    def hidden(pid: int) -> float:
+        raise PermissionError(pid)  # hidepid=1: the directory is there, its files are not
+
+    def gone(pid: int) -> float:
+        raise FileNotFoundError(pid)  # hidepid=2, or the process ended
+
+    assert ProcessAttributor(lambda: (), host_namespace=True, created=hidden).attribute(
+        [os.getpid()])[os.getpid()].status == "no_access"
+    assert ProcessAttributor(lambda: (), host_namespace=True, created=gone).attribute(
+        [os.getpid()])[os.getpid()].status == "ended"
+    assert start_ticks(os.getpid()) == start_ticks(os.getpid()) > 0
+
+
+def test_another_pid_namespace_names_nobody() -> None:
+    # Our own PID would resolve to a real process: in another namespace it must not.
+    owners = ProcessAttributor(lambda: (), host_namespace=False).attribute([os.getpid()])
+    assert owners[os.getpid()].status == "other_namespace"
+    assert owners[os.getpid()].user is None and owners[os.getpid()].command is None
+
+    class Stat:
+        def __init__(self, inode: int) -> None:
+            self.st_ino = inode
+
+    assert host_pid_namespace(lambda _: Stat(0xEFFFFFFC)) is True  # type: ignore[arg-type, return-value]
+    assert host_pid_namespace(lambda _: Stat(4026532201)) is False  # type: ignore[arg-type, return-value]
+
+    def unreadable(_: str) -> os.stat_result:
+        raise PermissionError
+
+    assert host_pid_namespace(unreadable) is None
+
+
+# A stand-in kernel: a process group leader with a kernel connection file on its command
+# line, a forked child, and a worker re-parented to init (double fork) that keeps the group.
+_KERNEL = """
+import os, sys, time
+child = os.fork()
+if child == 0:
+    time.sleep(60); os._exit(0)
+middle = os.fork()
+if middle == 0:
+    orphan = os.fork()
+    if orphan == 0:
+        time.sleep(60); os._exit(0)
+    print(child, orphan, flush=True); os._exit(0)
+os.waitpid(middle, 0)
+time.sleep(60)
+"""
+
+
+def test_kernel_children_and_group_members_map_to_the_kernel(tmp_path: Path) -> None:
+    kernel_id = str(uuid.uuid4())
+    connection = tmp_path / f"kernel-{kernel_id}.json"
+    kernel = subprocess.Popen([sys.executable, "-c", _KERNEL, "-f", str(connection)],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        child, orphan = (int(pid) for pid in kernel.stdout.readline().split())  # type: ignore[union-attr]
+        assert psutil.Process(orphan).ppid() != kernel.pid  # really re-parented
+        attributor = ProcessAttributor(lambda: (), host_namespace=True)
+        owners = attributor.attribute([kernel.pid, child, orphan, os.getpid()])
+        assert owners[kernel.pid].kernel_id == kernel_id
+        assert owners[child].kernel_id == kernel_id and owners[child].kernel_pid == kernel.pid
+        assert owners[orphan].kernel_id == kernel_id
+        assert owners[os.getpid()].kernel_id is None
+        lookups = attributor.lookups
+        attributor.attribute([kernel.pid, child, orphan])
+        assert attributor.lookups == lookups  # cached by (pid, create time)
+    finally:
+        os.killpg(kernel.pid, 9)
+        kernel.wait()
+
+
+def test_kernel_id_from_command_line() -> None:
+    assert kernel_id_of(["python", "-m", "ipykernel_launcher", "-f",
+                         "/run/jupyter/kernel-0f1e2d3c-aaaa-bbbb-cccc-000000000001.json"]) \
+        == "0f1e2d3c-aaaa-bbbb-cccc-000000000001"
+    assert kernel_id_of(["python", "train.py", "--config", "kernel.json"]) is None
+
+
+# ----- the table --------------------------------------------------------------------------
+
+def test_table_own_processes_first_then_by_memory_and_notebook_links(tmp_path: Path) -> None:
+    config = Config(interval_s=0.1, token=None, runs_dir=tmp_path,
+                    simulation=SimulationConfig(gpu_count=2))
+    metrics = create_metrics(config, environ={})
+    metrics.nvml.ensure_initialized()
+    other = subprocess.Popen(["sleep", "60"])  # same user here; the owner is faked below
+    try:
+        assert metrics.simulator is not None
+        metrics.simulator.set_processes([
+            SimulatedProcess(0, os.getpid(), GB), SimulatedProcess(1, other.pid, 9 * GB),
+            SimulatedProcess(1, 999_999_999, None)])
+        metrics.sampler.tick()
+        metrics.sampler.read_slow()
+        assert metrics.owners is not None
+        latest = dict(metrics.owners.latest)
+        latest[other.pid] = latest[other.pid]._replace(user="somebody-else")
+        mine = latest[os.getpid()]
+        latest[os.getpid()] = mine._replace(kernel_id="k1", kernel_pid=os.getpid())
+        metrics.history.append(time.time(), (), metrics.sampler.host.read(),
+                               extra={OWNER_FAMILY: latest})
+        jupyter = JupyterSessions(None)
+        jupyter.sessions = {"k1": Session("work/<b>plot</b>.ipynb", "notebook", "x")}
+        sources = DashboardSources(metrics, jupyter=jupyter)
+        rows = process_rows(sources)
+        assert [row.pid for row in rows] == [os.getpid(), other.pid, 999_999_999]
+        assert rows[0].mine and rows[0].notebook == "work/<b>plot</b>.ipynb"
+        assert rows[2].memory_bytes is None and rows[2].what == STATUS_TEXT["ended"]
+        assert rows[1].what.startswith("sleep")
+        # A view-only server (--no-token) does not show command lines to the network.
+        view_only = process_rows(DashboardSources(metrics, jupyter=jupyter, run_control=False))
+        assert view_only[1].what == HIDDEN_COMMAND
+        assert view_only[0].notebook == "work/<b>plot</b>.ipynb"
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_sessions_from_the_parent_servers_runtime_file(tmp_path: Path) -> None:
+    (tmp_path / "jpserver-4321.json").write_text(json.dumps(
+        {"url": "http://127.0.0.1:8888/user/alice/", "base_url": "/user/alice/",
+         "token": "secret", "pid": 4321, "sock": ""}))
+    server = find_parent_server({"JUPYTER_RUNTIME_DIR": str(tmp_path)}, parent_pid=4321)
+    assert server is not None and server.token == "secret"
+    assert server.lab_url("a b/n.ipynb") == "/user/alice/lab/tree/a%20b/n.ipynb"
+    assert find_parent_server({"JUPYTER_RUNTIME_DIR": str(tmp_path)}, parent_pid=1) is None
+    body = [{"path": "n.ipynb", "type": "notebook", "name": "n.ipynb",
+             "kernel": {"id": "k1"}}, {"path": "broken"}, "junk"]
+    assert parse_sessions(body) == {"k1": Session("n.ipynb", "notebook", "n.ipynb")}
+    answers: list[object] = [body, OSError("refused")]
+
+    def fetch(_: object) -> object:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    sessions = JupyterSessions(server, fetch=fetch)
+    sessions.refresh()
+    sessions.refresh()  # a failure keeps the last good map
+    assert set(sessions.sessions) == {"k1"}
+
+
+@pytest.mark.parametrize("spec", ['[{"gpu": 0}]', '[{"gpu": 0, "pid": 1, "kind": "bogus"}]',
+                                  '{"gpu": 0}'])
+def test_malformed_processes_file_is_ignored(tmp_path: Path, spec: str) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(spec)
+    simulator = SimulatedNvml(gpu_count=1)
+    simulator.set_processes_file(str(path))
+    assert reader_for(simulator).read_all() == ()
+
+
+def test_unchanged_readings_are_the_same_objects_in_the_history() -> None:
+    # A reading a second for 30 minutes: unchanged rows must not be copies.
+    simulator = SimulatedNvml(gpu_count=1, profile="consumer")  # no activity samples
+    simulator.set_processes([SimulatedProcess(0, os.getpid(), GB)])
+    reader = reader_for(simulator)
+    first, second = reader.read_all(), reader.read_all()
+    assert first is second
+    attributor = ProcessAttributor(lambda: first, host_namespace=True)
+    assert attributor.family()[OWNER_FAMILY] is attributor.family()[OWNER_FAMILY]
