@@ -30,6 +30,7 @@ import logging
 import math
 import secrets
 import signal
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -50,6 +51,14 @@ from .apps.registry import ROUTES, RouteFeeds, available_routes
 from .apps.sources import DashboardSources
 from .auth import VIEW_ONLY_REASON, Access, BokehAuth, GuardedHandler
 from .config import Config, ConfigError, load_config
+from .export.collector import (
+    DcgmCollector,
+    HealthValue,
+    MetricsHandler,
+    Scrape,
+    import_prometheus_client,
+)
+from .export.local import LocalScrape
 from .metrics import GpuReading, HostReading, Metrics, Sample, create_metrics
 from .stream.broadcaster import Broadcaster, StreamSocket
 
@@ -150,7 +159,7 @@ def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None,
 
 class _JsonHandler(GuardedHandler):
     def initialize(self, access: Access, sources: DashboardSources,
-                   live_sessions: LiveSessions, broadcaster: Broadcaster) -> None:
+                   live_sessions: LiveSessions, broadcaster: Broadcaster, **_: object) -> None:
         super().initialize(access)
         self.sources, self.metrics = sources, sources.metrics
         self.live_sessions, self.broadcaster = live_sessions, broadcaster
@@ -251,6 +260,62 @@ class RootHandler(GuardedHandler):
         )
 
 
+def server_health(metrics: Metrics, live_sessions: LiveSessions,
+                  broadcaster: Broadcaster) -> list[HealthValue]:
+    """The server's own health for ``/metrics``: sampler, NVML, viewers, encodes."""
+    sampler, stats = metrics.sampler, broadcaster.stats
+    latest = metrics.history.latest()
+    health = [
+        HealthValue("nvdashboard_samples", "counter", "Samples the sampler has taken.",
+                    sampler.ticks),
+        HealthValue("nvdashboard_late_ticks", "counter",
+                    "Sampler ticks skipped because a tick ran late.", sampler.late_ticks),
+        HealthValue("nvdashboard_gpu_reads", "counter", "NVML passes over every GPU.",
+                    sampler.gpu_reads),
+        HealthValue("nvdashboard_late_gpu_reads", "counter",
+                    "GPU reads skipped because NVML answered late.", sampler.late_gpu_reads),
+        HealthValue("nvdashboard_nvml_state", "gauge", "1 for NVML's current state.", 1.0,
+                    {"state": metrics.nvml.state.value}),
+        HealthValue("nvdashboard_viewers", "gauge", "Open dashboard pages.",
+                    broadcaster.subscribers + live_sessions()),
+        HealthValue("nvdashboard_stream_encodes", "counter", "Live frames encoded.",
+                    sum(stats.encodes.values())),
+        HealthValue("nvdashboard_stream_encode_seconds", "counter",
+                    "Seconds spent encoding live frames.", stats.encode_seconds),
+        HealthValue("nvdashboard_sampler_idle", "gauge",
+                    "1 while nobody watches and the sampler runs slow.", float(sampler.idle)),
+    ]
+    if latest is not None and latest.gpu_age_s is not None:
+        health.append(HealthValue("nvdashboard_gpu_reading_age_seconds", "gauge",
+                                  "Age of the newest GPU readings.", latest.gpu_age_s))
+    return health
+
+
+def this_host(config: Config) -> str:
+    """The Hostname label of this server's own GPUs (a simulated host's name if set)."""
+    return config.simulation.host or socket.gethostname()
+
+
+def make_metrics_collector(config: Config, sources: DashboardSources,
+                           live_sessions: LiveSessions,
+                           broadcaster: Broadcaster) -> DcgmCollector | None:
+    """The /metrics collector: this machine's GPUs, and every node's in cluster mode."""
+    if not config.metrics_enabled:
+        return None
+    metrics = sources.metrics
+    local = LocalScrape(metrics, this_host(config),
+                        lambda: server_health(metrics, live_sessions, broadcaster))
+    cluster = sources.cluster
+
+    def snapshot() -> Scrape:
+        scrape = local()
+        if cluster is not None:
+            scrape.gpus = cluster.exported(scrape.gpus)
+        return scrape
+
+    return DcgmCollector(snapshot)
+
+
 def make_applications(sources: DashboardSources, feeds: RouteFeeds) -> dict[str, Application]:
     def view_maker(route: Any) -> Any:
         return lambda: route.make_view(sources, feeds(route.path))
@@ -285,7 +350,10 @@ def make_server(config: Config, sources: DashboardSources,
     broadcaster = Broadcaster(metrics.history, metrics.interval_s, feeds,
                               timeline_windows(metrics.history_s))
     extra = {"access": access, "sources": sources, "live_sessions": live_sessions,
-             "broadcaster": broadcaster}
+             "broadcaster": broadcaster,
+             "metrics_collector": make_metrics_collector(config, sources, live_sessions,
+                                                         broadcaster),
+             "metrics_allow": config.metrics_allow}
     streams = [(rf"{route.path}/stream", StreamSocket,
                 {"route": route.path, "broadcaster": broadcaster, "allows": access.allows})
                for route in ROUTES]
@@ -298,6 +366,7 @@ def make_server(config: Config, sources: DashboardSources,
             (r"/index\.json", IndexHandler, extra),
             (r"/info\.json", InfoHandler, extra),
             (r"/history\.csv", HistoryCsvHandler, extra),
+            (r"/metrics", MetricsHandler, extra),
             *streams,
         ],
         use_index=False,
@@ -368,7 +437,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"nvdashboard: error: cannot create the runs directory {config.runs_dir}: "
               f"{error.strerror or error}", file=sys.stderr)
         return 2
-    sources = DashboardSources.for_config(config, metrics)
+    try:
+        if config.metrics_enabled:
+            import_prometheus_client()
+        sources = DashboardSources.for_config(config, metrics)
+    except (ImportError, ConfigError) as error:
+        print(f"nvdashboard: error: {error}", file=sys.stderr)
+        return 2
     try:
         server = make_server(config, sources)
     except OSError as error:

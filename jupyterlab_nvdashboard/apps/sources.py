@@ -7,10 +7,14 @@ server composes the two here, and starts and stops both.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..config import Config
 from ..metrics import Metrics
 from ..workload.runs import WorkloadService
+
+if TYPE_CHECKING:  # distributed is an optional extra, imported only in cluster mode
+    from ..cluster.view import ClusterView
 
 
 @dataclass
@@ -20,17 +24,30 @@ class DashboardSources:
     workload: WorkloadService | None = None
     # Whether pages may start and stop workload runs (off with --no-token; see auth.py).
     run_control: bool = True
+    # The GPUs of a Dask cluster's workers (--dask-scheduler); None outside cluster mode.
+    cluster: ClusterView | None = None
 
     @classmethod
     def for_config(cls, config: Config, metrics: Metrics) -> DashboardSources:
-        return cls(metrics, WorkloadService(config.runs_dir), run_control=config.run_control)
+        """Raises ImportError (one line) when cluster mode lacks ``distributed``."""
+        cluster = None
+        if config.dask_scheduler:
+            from ..cluster.view import ClusterView
+
+            cluster = ClusterView.connect_to(config.dask_scheduler)
+        return cls(metrics, WorkloadService(config.runs_dir), run_control=config.run_control,
+                   cluster=cluster)
 
     def start(self) -> None:
         self.metrics.start()
         if self.workload is not None:
             self.workload.start()
+        if self.cluster is not None:
+            self.cluster.start()
 
     def stop(self) -> None:
         self.metrics.stop()
         if self.workload is not None:
             self.workload.stop()
+        if self.cluster is not None:
+            self.cluster.stop()

@@ -118,6 +118,15 @@ class GpmSupport(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint), ("isSupportedDevice", ctypes.c_uint)]
 
 
+class PciInfo(ctypes.Structure):
+    """nvmlPciInfo_t: ``busId`` is "domain:bus:device.function", 8 hex digits of domain."""
+
+    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint),
+                ("bus", ctypes.c_uint), ("device", ctypes.c_uint),
+                ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                ("busId", ctypes.c_char * 32)]
+
+
 # ----- constants (nvml.h values) ----------------------------------------------------------
 FIELD_IDS = {
     "NVML_FI_DEV_NVLINK_LINK_COUNT": 91,
@@ -177,6 +186,7 @@ FUNCTIONS = (
     "nvmlDeviceIsMigDeviceHandle", "nvmlDeviceGetGpuInstanceId",
     "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetAttributes",
     "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", "nvmlGpmQueryDeviceSupport",
+    "nvmlDeviceGetPciInfo",
 )
 
 

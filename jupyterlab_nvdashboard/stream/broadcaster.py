@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -135,6 +136,7 @@ class BroadcastStats:
     frames_sent: int = 0
     dropped_slow: int = 0
     max_pending_frames: int = 0
+    encode_seconds: float = 0.0  # CPU time spent building live frames (/metrics shows it)
 
 
 class Broadcaster:
@@ -205,7 +207,9 @@ class Broadcaster:
             if self.feed_for(family.route) is not family.feed:
                 self._close_all(family, CLOSE_LAYOUT_CHANGED, "dashboard layout changed")
                 continue
+            started = time.perf_counter()
             frame = family.advance(self.history)
+            self.stats.encode_seconds += time.perf_counter() - started
             if frame is None:
                 continue
             name = f"{family.route}@{family.window_s:g}s"
