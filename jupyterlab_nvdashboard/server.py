@@ -45,6 +45,13 @@ from tornado.ioloop import IOLoop, PeriodicCallback
 from tornado.web import HTTPError, RequestHandler
 
 from . import __version__, bokeh_patches
+from .apps.cluster import (
+    CLUSTER_PATH,
+    CLUSTER_TITLE,
+    CLUSTER_WINDOW_S,
+    ClusterFeeds,
+    ClusterGpusView,
+)
 from .apps.components import timeline_windows
 from .apps.document import build_document, no_gpu_notice
 from .apps.registry import ROUTES, RouteFeeds, available_routes
@@ -233,6 +240,16 @@ class HistoryCsvHandler(RequestHandler):
         self.write(body)
 
 
+class ClusterJsonHandler(_JsonHandler):
+    """``/cluster.json``: the Dask cluster's GPUs as the dashboard sees them (cluster mode)."""
+
+    def body(self) -> dict[str, Any]:
+        cluster = self.sources.cluster
+        if cluster is None:
+            raise HTTPError(404, reason="not in cluster mode: start with --dask-scheduler")
+        return cluster.summary()
+
+
 class RootHandler(GuardedHandler):
     """A small page linking every dashboard; it must answer fast (proxy readiness).
 
@@ -330,6 +347,23 @@ def make_applications(sources: DashboardSources, feeds: RouteFeeds) -> dict[str,
     }
 
 
+def cluster_route(sources: DashboardSources) -> tuple[Broadcaster, Application]:
+    """/Cluster-GPUs: its own broadcaster over the cluster reader's history, and its page."""
+    cluster = sources.cluster
+    assert cluster is not None
+    feeds = ClusterFeeds(cluster)
+    broadcaster = Broadcaster(cluster.history, cluster.interval_s, feeds, (CLUSTER_WINDOW_S,))
+
+    def view() -> ClusterGpusView:
+        feed = feeds(CLUSTER_PATH)
+        assert feed is not None
+        return ClusterGpusView(feed, cluster.interval_s)
+
+    return broadcaster, Application(FunctionHandler(partial(
+        build_document, sources=sources, title=CLUSTER_TITLE, needs_gpu=False,
+        shows_gpu=False, make_component=view)))
+
+
 def make_server(config: Config, sources: DashboardSources,
                 io_loop: IOLoop | None = None) -> Server:
     """Bind the Bokeh server (raises OSError if the port is taken).
@@ -357,8 +391,16 @@ def make_server(config: Config, sources: DashboardSources,
     streams = [(rf"{route.path}/stream", StreamSocket,
                 {"route": route.path, "broadcaster": broadcaster, "allows": access.allows})
                for route in ROUTES]
+    applications = make_applications(sources, feeds)
+    cluster_broadcaster = None
+    if sources.cluster is not None:
+        cluster_broadcaster, cluster_app = cluster_route(sources)
+        applications[CLUSTER_PATH] = cluster_app
+        streams.append((rf"{CLUSTER_PATH}/stream", StreamSocket,
+                        {"route": CLUSTER_PATH, "broadcaster": cluster_broadcaster,
+                         "allows": access.allows}))
     server = Server(
-        make_applications(sources, feeds),
+        applications,
         io_loop=io_loop,
         allow_websocket_origin=config.websocket_origins,
         extra_patterns=[
@@ -367,6 +409,7 @@ def make_server(config: Config, sources: DashboardSources,
             (r"/info\.json", InfoHandler, extra),
             (r"/history\.csv", HistoryCsvHandler, extra),
             (r"/metrics", MetricsHandler, extra),
+            (r"/cluster\.json", ClusterJsonHandler, extra),
             *streams,
         ],
         use_index=False,
@@ -386,6 +429,8 @@ def make_server(config: Config, sources: DashboardSources,
     )
     live_sessions.server = server
     broadcaster.attach(server.io_loop)
+    if cluster_broadcaster is not None:
+        cluster_broadcaster.attach(server.io_loop)
     server.broadcaster = broadcaster  # type: ignore[attr-defined]  # for tests and benchmarks
     watch = ViewerWatch(metrics, broadcaster, live_sessions, config.idle_exit_s)
     server.io_loop.add_callback(watch.start)
