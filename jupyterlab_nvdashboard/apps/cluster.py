@@ -130,7 +130,8 @@ for (let j = 0; j < n; j++) {
   const k = start + j, heat = d.heat[k], pct = d.mem_pct[k];
   const state = heat === spec.stale ? "stale" : heat === spec.lost ? "lost" : "ok";
   bars.row.push(d.row[k]);
-  bars.pct.push(Number.isNaN(pct) ? 0 : pct);
+  // A stale or lost GPU's bar spans the row in its state's colour, as in the heat map.
+  bars.pct.push(state !== "ok" ? 100 : Number.isNaN(pct) ? 0 : pct);
   bars.color.push(state === "stale" ? spec.stale_color : state === "lost" ? spec.lost_color
                   : "#1f77b4");
   bars.text.push(state !== "ok" ? state : Number.isNaN(pct) ? "n/a"
@@ -147,12 +148,13 @@ bar_source.data = bars;
 let cells = "";
 for (const [host, node] of nodes) {
   const util = node.utilN ? `${(node.util / node.utilN).toFixed(0)}%` : "n/a";
+  const memory = node.total ? `, ${node.used.toFixed(0)} of ${node.total.toFixed(0)} GiB` : "";
   const flags = (node.lost ? ` <b style="color:${spec.lost_color}">${node.lost} lost</b>` : "") +
                 (node.stale ? ` <b style="color:${spec.stale_color}">${node.stale} stale</b>` : "");
   const safe = host.replace(/[&<>"]/g, (c) => `&#${c.charCodeAt(0)};`);
+  const busy = node.ok ? `, ${util} busy${memory}` : "";
   cells += `<span style="display:inline-block;margin:0 1.5em 0.3em 0"><b>${safe}</b>: ` +
-    `${node.gpus} GPUs, ${util} busy, ${node.used.toFixed(0)} of ` +
-    `${node.total.toFixed(0)} GiB${flags}</span>`;
+    `${node.gpus} GPUs${busy}${flags}</span>`;
 }
 totals.text = `<div style="font-size:12px;margin:0.3em 0.5em">${cells}</div>`;
 """
@@ -170,8 +172,8 @@ class ClusterGpusView:
                                        syncable=False)
         bar_source = ColumnDataSource({"row": [], "pct": [], "color": [], "text": []},
                                       syncable=False)
-        row_px = 20 if n <= 32 else max(3, 1100 // n)
-        height = row_px * n + 60
+        row_px = 22 if n <= 32 else max(3, 1100 // n)
+        height = max(240, row_px * n + 70)
         # Row 0 at the top; the bars share the rows.
         y_range = Range1d(n - 0.5, -0.5, syncable=False)
         self.x_range = Range1d(0, 1, syncable=False)
@@ -192,7 +194,8 @@ class ClusterGpusView:
         bars = figure(x_range=Range1d(0, 100), y_range=y_range, height=height, width=260,
                       toolbar_location=None, tools="", syncable=False,
                       title="Memory used (% of each GPU)")
-        bars.hbar(y="row", right="pct", height=0.8, color="color", source=bar_source)
+        bars.hbar(y="row", right="pct", height=0.8, color="color", source=bar_source,
+                  fill_alpha=0.85)
         bars.yaxis.visible = False
         bars.ygrid.grid_line_color = None
         bars.add_tools(HoverTool(tooltips=[("memory", "@text")]))
