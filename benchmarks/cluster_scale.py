@@ -121,20 +121,23 @@ async def viewers_open(url: str, count: int, seconds: float) -> list[int]:
     return sizes
 
 
-def first_draws(url: str, loads: int) -> list[float]:
+def first_draws(url: str, loads: int) -> dict[str, list[float]]:
+    """Seconds from navigation to: the page loaded, the first frame applied, drawn."""
     from tests.support.browser import canvas_ink, chromium
     from tests.support.servers import with_token
 
-    times = []
+    times: dict[str, list[float]] = {"loaded": [], "first frame": [], "drawn": []}
     with chromium() as browser:
         for _ in range(loads):
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             started = time.monotonic()
             page.goto(with_token(f"{url}/Cluster-GPUs"))
+            times["loaded"].append(time.monotonic() - started)
             page.wait_for_function("window.nvdashboardLive && window.nvdashboardLive.frames > 0",
-                                   timeout=30_000)
+                                   timeout=30_000, polling=20)
+            times["first frame"].append(time.monotonic() - started)
             page.wait_for_function("() => new Promise(r => requestAnimationFrame(() => r(true)))")
-            times.append(time.monotonic() - started)
+            times["drawn"].append(time.monotonic() - started)
             assert canvas_ink(page)["ink"] > 1000, "the heat map drew nothing"
             page.close()
     return times
@@ -209,8 +212,9 @@ def main() -> int:
             print(f"dashboard server CPU, 4 viewers of /Cluster-GPUs: {figure(watched, '%')} "
                   f"(target <= 5%); {rate:.1f} kB/s per viewer")
             draws = first_draws(url, args.repeats)
-            print(f"first draw of /Cluster-GPUs in Chromium: {figure(draws, ' s')} "
-                  f"(target <= 2 s)")
+            print(f"first draw of /Cluster-GPUs in Chromium: {figure(draws['drawn'], ' s')} "
+                  f"(target <= 2 s); page loaded {figure(draws['loaded'], ' s')}, first frame "
+                  f"applied {figure(draws['first frame'], ' s')}")
     finally:
         workers.send_signal(signal.SIGTERM)
         try:

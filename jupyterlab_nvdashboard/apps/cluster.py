@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from bokeh.layouts import column, row
@@ -54,42 +54,55 @@ _FREE = next(i for i, f in enumerate(FIELDS) if f.name == "DCGM_FI_DEV_FB_FREE")
 _RESERVED = next(i for i, f in enumerate(FIELDS) if f.name == "DCGM_FI_DEV_FB_RESERVED")
 
 
+_COLUMNS = ("heat", "mem_pct", "mem_used_gib", "mem_total_gib")
+# Ticks whose rows a feed keeps: a catch-up (a new page, a reconnect) of the whole window is
+# then a concatenation, not 120 x 512 rows rebuilt in Python.
+_CACHED_TICKS = 2 * int(CLUSTER_WINDOW_S) + 8
+
+
 @dataclass(frozen=True)
 class ClusterFeed:
     """Rows for one layout of the cluster: ``rows[i]`` is the GPU drawn on row ``i``."""
 
     layout: tuple[tuple[str, str], ...]  # (host, UUID key) per row
     labels: tuple[str, ...]  # "host · GPU 3" per row
+    _blocks: dict[int, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
     mode = "append"
+
+    def _block(self, sample: Sample) -> np.ndarray:
+        """One tick's columns (``_COLUMNS`` x GPUs), built once per tick."""
+        block = self._blocks.get(sample.seq)
+        if block is not None:
+            return block
+        position = {key: i for i, key in enumerate(self.layout)}
+        block = np.full((len(_COLUMNS), len(self.layout)), math.nan)
+        tick = tick_of(sample)
+        for gpu in tick.gpus if tick else ():
+            i = position.get(gpu.key)
+            if i is None:
+                continue
+            values = gpu.gpu.values
+            util, used = values[_UTIL], values[_USED]
+            total = None if used is None or values[_FREE] is None else \
+                used + values[_FREE] + (values[_RESERVED] or 0.0)
+            heat = STALE_HEAT if gpu.state == STALE else LOST_HEAT if gpu.state == LOST \
+                else util
+            block[0, i] = math.nan if heat is None else heat
+            if gpu.state != LOST and used is not None and total:
+                block[1:, i] = (100 * used / total, used * MIB / GIB, total * MIB / GIB)
+        self._blocks[sample.seq] = block
+        while len(self._blocks) > _CACHED_TICKS:
+            del self._blocks[min(self._blocks)]
+        return block
 
     def rows(self, samples: Sequence[Sample]) -> Rows:
         n = len(self.layout)
-        position = {key: i for i, key in enumerate(self.layout)}
-        shape = (len(samples), n)
-        columns = {name: np.full(shape, math.nan) for name in
-                   ("heat", "mem_pct", "mem_used_gib", "mem_total_gib")}
-        times = np.empty(shape)
-        for t, sample in enumerate(samples):
-            times[t, :] = sample.time_s * 1000
-            tick = tick_of(sample)
-            for gpu in tick.gpus if tick else ():
-                i = position.get(gpu.key)
-                if i is None:
-                    continue
-                values = gpu.gpu.values
-                util, used = values[_UTIL], values[_USED]
-                total = None if used is None or values[_FREE] is None else \
-                    used + values[_FREE] + (values[_RESERVED] or 0.0)
-                heat = STALE_HEAT if gpu.state == STALE else LOST_HEAT if gpu.state == LOST \
-                    else util
-                columns["heat"][t, i] = math.nan if heat is None else heat
-                if gpu.state != LOST and used is not None and total:
-                    columns["mem_pct"][t, i] = 100 * used / total
-                    columns["mem_used_gib"][t, i] = used * MIB / GIB
-                    columns["mem_total_gib"][t, i] = total * MIB / GIB
+        blocks = [self._block(sample) for sample in samples]
+        stacked = np.concatenate(blocks, axis=1) if blocks else np.empty((len(_COLUMNS), 0))
+        times = np.repeat(np.fromiter((s.time_s * 1000 for s in samples), float, len(samples)), n)
         rows = np.tile(np.arange(n, dtype=float), len(samples))
-        return Rows({TIME_KEY: times.ravel(), "row": rows,
-                     **{name: column.ravel() for name, column in columns.items()}})
+        return Rows({TIME_KEY: times, "row": rows,
+                     **{name: stacked[j] for j, name in enumerate(_COLUMNS)}})
 
 
 def feed_for_tick(view: ClusterView) -> ClusterFeed:
