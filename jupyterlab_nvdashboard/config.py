@@ -223,6 +223,16 @@ _SCHEDULER = re.compile(r"(?:(?:tcp|tls|ucx|ws|wss|inproc)://)?"
                         r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::[0-9]{1,5})?")
 
 
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def _host_name(text: str) -> str:
+    if not _HOST_NAME.fullmatch(text):
+        raise ConfigError(f"simulated host name must be letters, digits, '.', '_' or '-' "
+                          f"(at most 63), got {text!r}")
+    return text
+
+
 def _scheduler(text: str) -> str:
     address = text.strip()
     if not _SCHEDULER.fullmatch(address):
@@ -248,7 +258,7 @@ _ENVIRONMENT = {
     "simulate_nvlink": ("NVDASHBOARD_SIMULATE_NVLINK", _boolean("NVDASHBOARD_SIMULATE_NVLINK")),
     "simulate_faults": ("NVDASHBOARD_SIMULATE_FAULTS", str),
     "simulate_profile": ("NVDASHBOARD_SIMULATE_PROFILE", str),
-    "simulate_host": ("NVDASHBOARD_SIMULATE_HOST", str),
+    "simulate_host": ("NVDASHBOARD_SIMULATE_HOST", _host_name),
     "metrics": ("NVDASHBOARD_METRICS", _boolean("NVDASHBOARD_METRICS")),
     "metrics_allow": ("NVDASHBOARD_METRICS_ALLOW", _networks),
     # Dask's own variable (dask-labextension and dask-jobqueue set it): cluster mode.

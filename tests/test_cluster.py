@@ -72,6 +72,8 @@ def all_up(view: dict) -> bool:
 
 def test_every_gpu_of_the_cluster_once_with_its_host(dashboard: str) -> None:
     view = wait_for(dashboard, all_up)
+    # The JupyterLab sidebar lists what /index.json lists.
+    assert "/Cluster-GPUs" in json.loads(get(dashboard + "/index.json")[1])
     assert Counter(gpu["host"] for gpu in view["gpus"]) == HOSTS
     assert len({gpu["uuid"] for gpu in view["gpus"]}) == ALL_GPUS  # UUIDs differ by host
     for gpu in view["gpus"]:

@@ -305,6 +305,10 @@ MALFORMED = {
     "NVDASHBOARD_RUNS_DIR": ["/dev/null", "/proc/1/no-such-dir", "/dev/null/runs"],
     "NVDASHBOARD_UNUSED_SESSION_LIFETIME_MS": ["soon", "1", "nan", "99999999999"],
     "NVDASHBOARD_TOKEN": ["short", " " * 20, "x" * 15, "padded-token-value-1234 "],
+    "NVDASHBOARD_SIMULATE_HOST": ["two words", "a/b", "h" * 64],
+    "NVDASHBOARD_METRICS": ["maybe"],
+    "NVDASHBOARD_METRICS_ALLOW": ["not-an-ip", ",,", "10.0.0.300"],
+    "DASK_SCHEDULER_ADDRESS": ["http://x y", "tcp://host:port:1"],
 }
 # Variables that only mean something in simulate mode get simulated GPUs.
 NEEDS_SIMULATION = {"NVDASHBOARD_SIMULATE_NVLINK", "NVDASHBOARD_SIMULATE_FAULTS",
