@@ -126,7 +126,17 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         "peak_host_memory_bytes": peak_host_memory_bytes(),
         "runtime_host_memory_bytes": runtime_rss,
         "peak_device_memory_bytes": trainer.peak_device_memory_bytes(),
+        "tf32": _tf32_of(trainer, spec["path"]),
     }
+
+
+def _tf32_of(trainer: Any, path: str) -> bool | None:
+    """Whether the path's float32 matmuls may use TF32, as it ran."""
+    if path == "torch":
+        import torch
+
+        return bool(torch.backends.cuda.matmul.allow_tf32)
+    return getattr(trainer, "tf32", None)
 
 
 def _started_runtime_rss(path: str) -> int:
@@ -205,6 +215,7 @@ def benchmark(
             run["peak_host_memory_bytes"] - run["runtime_host_memory_bytes"] for run in res["runs"])
         dev = [run["peak_device_memory_bytes"] for run in res["runs"]]
         res["peak_device_memory_bytes"] = None if None in dev else max(dev)
+        res["tf32"] = res["runs"][-1].get("tf32")
     return results
 
 
@@ -216,8 +227,8 @@ def format_table(results: dict[str, dict[str, Any]]) -> str:
 
     lines = [
         "| path | ms/step median | range (min-max) | vs native | vs hashtable | peak host MiB "
-        "| of which the path MiB | peak device MiB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| of which the path MiB | peak device MiB | TF32 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for path, res in results.items():
         dev = res["peak_device_memory_bytes"]
@@ -226,7 +237,8 @@ def format_table(results: dict[str, dict[str, Any]]) -> str:
             f"| {ratio('native', path)} | {ratio('hashtable', path)} "
             f"| {res['peak_host_memory_bytes'] / 2**20:.0f} "
             f"| {res['path_host_memory_bytes'] / 2**20:.0f} "
-            f"| {'-' if dev is None else f'{dev / 2**20:.0f}'} |"
+            f"| {'-' if dev is None else f'{dev / 2**20:.0f}'} "
+            f"| {'-' if res.get('tf32') is None else ('on' if res['tf32'] else 'off')} |"
         )
     return "\n".join(lines)
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .workload.config import default_runs_dir
+from .paths import default_runs_dir, expand_path
 
 MIN_INTERVAL_S = 0.05
 DEFAULT_PORT = 8000
@@ -68,6 +68,8 @@ class Config:
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     # Directory the workload writes run event files to; the /Workload dashboard watches it.
     runs_dir: Path = field(default_factory=lambda: default_runs_dir({}))
+    # Run event files kept in the runs directory; older ones are deleted (oldest first).
+    keep_runs: int = 200
     # A page fetched without opening its websocket, or a closed tab, keeps its document (and
     # its periodic callback) until it has had no websocket for this long, and is discarded at
     # the next check. 15 s (Bokeh's own default) covers a slow first page load through a
@@ -196,11 +198,9 @@ def _origins(text: str) -> list[str]:
 
 
 def _runs_dir(text: str) -> Path:
-    # Expanded the same way as the workload's own reader (workload/config.py).
-    path = Path(text).expanduser()
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"runs directory {str(path)!r} exists and is not a directory")
-    return path
+    # Expanded exactly as the workload expands it (paths.py). A directory that cannot be
+    # used is not an error here: the server starts and only the run panel is disabled.
+    return expand_path(text)
 
 
 def _networks(text: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
@@ -241,6 +241,7 @@ def _scheduler(text: str) -> str:
 
 
 _port = _positive_int("port", 1, 65535)
+_keep_runs = _positive_int("keep-runs", 1, 1_000_000)
 _simulate = _positive_int("simulate", 0, 64)
 _milliseconds = _positive_int("milliseconds", 100, 3_600_000)
 
@@ -264,6 +265,7 @@ _ENVIRONMENT = {
     # Dask's own variable (dask-labextension and dask-jobqueue set it): cluster mode.
     "dask_scheduler": ("DASK_SCHEDULER_ADDRESS", _scheduler),
     "runs_dir": ("NVDASHBOARD_RUNS_DIR", _runs_dir),
+    "keep_runs": ("NVDASHBOARD_KEEP_RUNS", _keep_runs),
     "unused_session_lifetime": ("NVDASHBOARD_UNUSED_SESSION_LIFETIME_MS", _milliseconds),
     # No --token flag on purpose: a command line is visible to every user in `ps`.
     "token": ("NVDASHBOARD_TOKEN", _token),
@@ -303,8 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
                         const=False, help="simulated GPUs have no NVLink")
     parser.add_argument("--simulate-profile", metavar="NAME",
                         help="which machine to simulate: mixed (default), h200, a100-535, "
-                        "a100-mig, consumer, vgpu, wrap32 or link-gap; implies --simulate 2 "
-                        "unless --simulate is given")
+                        "a100-mig, h100-mig, consumer, vgpu, wrap32 or link-gap; implies "
+                        "--simulate 2 unless --simulate is given")
     parser.add_argument("--metrics", action="store_const", const=True,
                         help="serve /metrics for Prometheus, with the DCGM exporter's metric "
                         "names (off by default; same token rules as every route)")
@@ -317,6 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: $DASK_SCHEDULER_ADDRESS)")
     parser.add_argument("--runs-dir", type=_runs_dir,
                         help="directory of workload run event files")
+    parser.add_argument("--keep-runs", type=_keep_runs, metavar="N",
+                        help="run event files kept in the runs directory; older ones are "
+                        "deleted (default 200)")
     parser.add_argument("--no-token", action="store_true",
                         help="ask for no access token: anyone who can reach the port may watch "
                         "the dashboards, and the /Workload run panel is disabled (view only)")
@@ -402,6 +407,7 @@ def load_config(
         allow_websocket_origin=tuple(merged.get("allow_websocket_origin", ())),  # type: ignore[arg-type]
         simulation=simulation,
         runs_dir=Path(merged.get("runs_dir", defaults.runs_dir)),  # type: ignore[arg-type]
+        keep_runs=int(merged.get("keep_runs", defaults.keep_runs)),  # type: ignore[arg-type]
         unused_session_lifetime_ms=lifetime_ms,
         check_unused_sessions_ms=check_interval_ms(lifetime_ms),
         token=token,

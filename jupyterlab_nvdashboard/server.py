@@ -67,6 +67,7 @@ from .export.collector import (
 )
 from .export.local import LocalScrape
 from .metrics import GpuReading, HostReading, Metrics, Sample, create_metrics
+from .runs.service import WorkloadService
 from .stream.broadcaster import Broadcaster, StreamSocket
 
 log = logging.getLogger("nvdashboard")
@@ -437,6 +438,24 @@ def make_server(config: Config, sources: DashboardSources,
     return server
 
 
+def compose_sources(config: Config, metrics: Metrics) -> DashboardSources:
+    """The metrics and, beside them, the workload service over the runs directory.
+
+    A runs directory that cannot be used disables only the run panel (one line in the log
+    and on the panel), when the service starts; the server and every other route carry on.
+    With ``--dask-scheduler``, the cluster reader too; raises ImportError (one line) when
+    cluster mode lacks ``distributed``.
+    """
+    workload = WorkloadService(config.runs_dir, keep_runs=config.keep_runs)
+    cluster = None
+    if config.dask_scheduler:
+        from .cluster.view import ClusterView
+
+        cluster = ClusterView.connect_to(config.dask_scheduler)
+    return DashboardSources(metrics, workload, run_control=config.run_control,
+                            cluster=cluster)
+
+
 def _where(config: Config) -> str:
     return config.unix_socket or f"{config.address}:{config.port}"
 
@@ -475,18 +494,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"nvdashboard: error: {error}", file=sys.stderr)
         return 2
     try:
-        # The workload's watcher creates it too; creating it here turns a path that
-        # cannot be a directory into one line instead of a traceback from its thread.
-        config.runs_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        print(f"nvdashboard: error: cannot create the runs directory {config.runs_dir}: "
-              f"{error.strerror or error}", file=sys.stderr)
-        return 2
-    try:
         if config.metrics_enabled:
             import_prometheus_client()
-        sources = DashboardSources.for_config(config, metrics)
-    except (ImportError, ConfigError) as error:
+        sources = compose_sources(config, metrics)
+    except ImportError as error:
         print(f"nvdashboard: error: {error}", file=sys.stderr)
         return 2
     try:

@@ -32,3 +32,22 @@ def test_nvml_reader_cost_reader_part_gives_figures_for_every_profile(tmp_path: 
             assert figures[key]["min"] <= figures[key]["median"] <= figures[key]["max"]
         assert f"| {profile} |" in done.stdout
     assert "loop" not in report
+
+
+def test_reader_tick_cost_gives_figures_for_every_variant(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "reader_tick_cost.py"), "--passes", "3",
+         "--warmup", "1"],
+        env={**os.environ, "OUT": str(tmp_path)}, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "reader_tick_cost.json").read_text())
+    assert set(report) == {"h200", "mixed"}
+    for profile, variants in report.items():
+        calls = {variant: figures["nvml_calls_per_pass"] for variant, figures in variants.items()}
+        # Health and GPM add NVML calls to the pass; GPM every pass adds the most.
+        assert calls["core"] < calls["+health"] < calls["+health+gpm (every pass)"], profile
+        for figures in variants.values():
+            wall = figures["wall_ms"]
+            assert wall["n"] == 3 and wall["min"] <= wall["median"] <= wall["max"]
+        assert f"| {profile} | +health+gpm (every pass) |" in done.stdout

@@ -4,6 +4,7 @@ with no request leaving 127.0.0.1 and no console error."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -78,11 +79,18 @@ def _wait_for_run(page, path: str, *statuses: str, timeout_s: float = 120) -> No
 
 def test_workload_dashboard_runs_native_then_plugin() -> None:
     with cli_server(["--simulate", "2"]) as (url, _), chromium() as browser:
-        page = browser.new_page(viewport={"width": 1200, "height": 1100})
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
         watched = watch(page)
+        warnings: list[str] = []
+        page.on("console", lambda m: m.type == "warning" and warnings.append(m.text))
         page.goto(with_token(url + "/Workload"))
         page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
                                timeout=20_000)
+        # Before the first run: what to do, instead of an empty chart.
+        assert page.get_by_text("No runs yet").is_visible()
+        # Simulated GPUs run nothing: the device menu offers the CPU only.
+        assert page.locator("select").nth(2).locator("option").all_inner_texts() == ["cpu"]
+        screenshot(page, "workload-before-first-run")
         for path in ("native", "plugin"):
             _start_run(page, path, 4000)
             # A fast run may finish before the table first shows it as running.
@@ -91,7 +99,11 @@ def test_workload_dashboard_runs_native_then_plugin() -> None:
             screenshot(page, f"workload-{path}-running")
             _wait_for_run(page, path, "done")
         verdicts = page.evaluate(SUMMARY_COLUMN_JS, "verdict")
-        assert all(v.startswith("SIMULATED GPU: GPU") for v in verdicts), verdicts
+        # Each names the GPU it was judged on and how many samples of its timed part it used.
+        counts = [re.match(r"CPU run: not using SIMULATED GPU 0 over (\d+) samples$", v)
+                  for v in verdicts]
+        assert all(counts) and all(int(m.group(1)) >= 5 for m in counts), verdicts
+        assert not any("initial ranges" in w for w in warnings), warnings
         speedups = page.evaluate(SUMMARY_COLUMN_JS, "speedup")
         assert speedups[0] == "1.0x" and speedups[1].endswith("x"), speedups
         # What the user sees: the drawn table rows, not just the data behind them.

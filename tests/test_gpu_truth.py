@@ -675,3 +675,28 @@ def test_the_reader_imports_where_psutil_is_missing(tmp_path: Path) -> None:
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("NvmlReader | metrics/ without its __init__ (ImportError")
+
+
+def test_sm_activity_from_gpm_sits_beside_nvidia_smi_utilization(tmp_path: Path) -> None:
+    simulator = SimulatedNvml(gpu_count=2, profile="mixed")  # GPU 0 H200 (GPM), GPU 1 A100
+    reader = NvmlReader(simulator.load)
+    reader.ensure_initialized()
+    combined, why_not = gpu_truth.with_families(reader, sys.modules[NvmlReader.__module__])
+    assert why_not is None
+    combined.read()
+    time.sleep(0.25)  # more than GPM's 100 ms between two samples
+    first, second = combined.read()
+    assert first.sm_activity_pct is not None and second.sm_activity_pct is None
+    assert first.gpm_pcie_tx_bytes_per_s is not None and first.pcie_tx_bytes_per_s is not None
+    assert first.sm_clock_mhz is not None and second.sm_clock_mhz is not None
+    uuids = [fact.uuid for fact in reader.facts]
+    runner = NvidiaSmi(str(fake_smi(tmp_path, rows=[
+        smi_row(0, uuids[0], utilization_gpu=97), smi_row(1, uuids[1], utilization_gpu=3)])))
+    report: dict[str, Any] = {}
+    gpu_truth.measure(report, combined, runner, {"idle": None},
+                      Settings(phases=("idle",), phase_s=0.9, warmup_s=0.3, interval_s=0.25))
+    rows = [row for row in report["checks"] if row["check"] == "SM activity"]
+    assert [(row["gpu"], row["reference"]) for row in rows] == [("0", 97), ("1", 3)]
+    assert rows[0]["reader"] is not None and rows[0]["status"] in (PASS, FAIL)
+    assert rows[1]["reader"] is None and rows[1]["status"] == NA  # the A100 has no GPM
+    assert "SM activity" in gpu_truth.format_table(report["checks"])

@@ -93,6 +93,7 @@ def test_families_are_exported_when_present_with_dcgm_units_and_labels() -> None
     assert by_gpu["DCGM_FI_PROF_PCIE_TX_BYTES"] == {"0": 3e9, "1": 2e9}  # GPM first
     assert "DCGM_FI_PROF_PIPE_FP64_ACTIVE" not in families  # None in GPM: left out
     assert "DCGM_FI_PROF_NVLINK_TX_BYTES" not in families  # no NVLink anywhere
+    assert by_gpu["DCGM_FI_DEV_XID_ERRORS"] == {"0": 0.0}  # health, and no XID seen
     labels = families["DCGM_FI_DEV_GPU_UTIL"].samples[0].labels
     assert set(labels) == DCGM_LABELS
     assert labels == {"gpu": "0", "UUID": "GPU-00000000", "pci_bus_id": "00000000:18:00.0",
@@ -105,8 +106,8 @@ def test_without_families_only_the_core_readings_are_exported() -> None:
     text = scrape_text([Sample(1, 100.0, (reading(0),), HOST)], [facts(0)])
     names = set(families_of(text))
     assert "DCGM_FI_DEV_GPU_UTIL" in names
-    assert not {"DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_ROW_REMAP_FAILURE"} \
-        & names
+    assert not {"DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+                "DCGM_FI_DEV_XID_ERRORS"} & names
 
 
 def test_counters_keep_their_dcgm_names_and_integrate_the_rates() -> None:

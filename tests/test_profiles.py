@@ -22,7 +22,7 @@ from tests.support.servers import get, in_process_server
 from tests.support.stream_client import count_live_frames
 
 NVLINK_ROUTES = {"/NVLink-Throughput", "/NVLink-Timeline"}
-WITH_NVLINK = {"mixed", "h200", "a100-mig", "wrap32", "link-gap"}
+WITH_NVLINK = {"mixed", "h200", "a100-mig", "wrap32", "link-gap", "h100-mig"}
 NOT_SUPPORTED = "not supported by this GPU or driver"
 
 # profile -> row -> {metric: the start of the reason}; rows not named have no reason.
@@ -45,6 +45,13 @@ EXPECTED_UNAVAILABLE: dict[str, dict[int, dict[str, str]]] = {
                    "pcie": NOT_SUPPORTED, "nvlink": NOT_SUPPORTED} for row in (0, 1)},
     "wrap32": {},
     "link-gap": {},
+    "h100-mig": {
+        0: {"utilization": MIG_PARENT_UTILIZATION},
+        1: {"utilization": NOT_SUPPORTED, "temperature": MIG_PHYSICAL, "power": MIG_PHYSICAL,
+            "pcie": MIG_PHYSICAL, "nvlink": MIG_PHYSICAL},
+        2: {"utilization": NOT_SUPPORTED, "temperature": MIG_PHYSICAL, "power": MIG_PHYSICAL,
+            "pcie": MIG_PHYSICAL, "nvlink": MIG_PHYSICAL},
+    },
 }
 # profile -> the GpuReading fields that must be None on every physical GPU.
 EXPECTED_NONE = {

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..metrics import Metrics
 from ..stream.broadcaster import Feed
-from . import gpu, machine, workload
+from . import activity, gpu, health, machine, workload
 from .components import BarsFeed, PerGpuBars, Timeline, TimelineFeed, timeline_windows
 from .document import Component
 from .sources import DashboardSources
@@ -48,6 +48,9 @@ ROUTES: tuple[Route, ...] = (
     Route("/NVLink-Throughput", "NVLink Throughput", gpu.nvlink_throughput,
           available=_has_nvlink),
     Route("/NVLink-Timeline", "NVLink Timeline", gpu.nvlink_timeline, available=_has_nvlink),
+    Route("/GPU-Activity", "GPU Activity (SM, tensor, DRAM)", activity.gpu_activity,
+          activity.activity_dashboard),
+    Route("/GPU-Health", "GPU Health", health.gpu_health, health.health_dashboard),
     Route("/Machine-Resources", "Machine Resources", machine.machine_resources,
           needs_gpu=False, shows_gpu=False, available=lambda sources: True),
     Route("/Workload", "Embedding Workload", workload.workload_feed, workload.workload_dashboard,

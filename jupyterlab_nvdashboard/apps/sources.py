@@ -1,7 +1,8 @@
 """What the dashboards read, put side by side by the server: the metrics and the workload runs.
 
-``metrics/`` knows nothing of the workload (a lower layer never imports a higher one); the
-server composes the two here, and starts and stops both.
+``metrics/`` knows nothing of the workload (a lower layer never imports a higher one);
+``server.py`` builds the workload service (``runs/``) and puts the two side by side here;
+this object starts and stops both.
 """
 
 from __future__ import annotations
@@ -9,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..config import Config
 from ..metrics import Metrics
-from ..workload.runs import WorkloadService
+from ..runs.service import WorkloadService
 
 if TYPE_CHECKING:  # distributed is an optional extra, imported only in cluster mode
     from ..cluster.view import ClusterView
@@ -26,17 +26,6 @@ class DashboardSources:
     run_control: bool = True
     # The GPUs of a Dask cluster's workers (--dask-scheduler); None outside cluster mode.
     cluster: ClusterView | None = None
-
-    @classmethod
-    def for_config(cls, config: Config, metrics: Metrics) -> DashboardSources:
-        """Raises ImportError (one line) when cluster mode lacks ``distributed``."""
-        cluster = None
-        if config.dask_scheduler:
-            from ..cluster.view import ClusterView
-
-            cluster = ClusterView.connect_to(config.dask_scheduler)
-        return cls(metrics, WorkloadService(config.runs_dir), run_control=config.run_control,
-                   cluster=cluster)
 
     def start(self) -> None:
         self.metrics.start()

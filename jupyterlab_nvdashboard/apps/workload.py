@@ -1,15 +1,15 @@
-"""The /Workload dashboard: run the bundled embedding workload and judge it on the GPU.
+"""The /Workload dashboard: run the bundled embedding workload and judge it on its GPU.
 
 Iteration times of recent runs share one time axis with GPU utilization, memory and PCIe
 from the sampler history, so a user sees the GPU go busy or stay idle as step times
-change. The table summarizes each run over its own time window, with a one-line verdict.
+change. The table summarizes each run over its own timed part, on its own GPU, with a
+one-line verdict (``runs/verdict.py``) that names the GPU and the samples it used.
 """
 
 from __future__ import annotations
 
 import html
 import statistics
-from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,13 +27,17 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from ..auth import VIEW_ONLY_REASON
-from ..metrics import Metrics, Sample
+from ..metrics import GpuFacts, Metrics, Sample
+from ..runs.capabilities import devices_for
+from ..runs.launcher import PinnedGpu
+from ..runs.verdict import gpu_row, judge, samples_in, timed_window
+from ..runs.watcher import Run
 from ..stream.broadcaster import Feed
 from ..workload.cli import MAX_ITERATIONS
-from ..workload.config import PATHS, PRESETS
-from ..workload.runs import Run
+from ..workload.config import PATHS, PRESETS, estimated_memory_bytes
 from .components import (
     GB,
+    NOT_AVAILABLE,
     Panel,
     Series,
     Timeline,
@@ -47,15 +51,17 @@ from .sources import DashboardSources
 SUMMARY_COLUMNS = {
     "run": "run", "path": "path", "device": "device", "status": "status",
     "median_ms": "median ms/iter", "samples_per_s": "samples/s",
-    "gpu_util_pct": "GPU util % (run)", "pcie_gb_s": "PCIe GB/s (run)",
+    "gpu_util_pct": "GPU % (judged)", "pcie_gb_s": "PCIe GB/s (run)",
     "peak_gpu_memory_gb": "peak GPU mem GB", "speedup": "speed-up vs native",
     "verdict": "verdict",
 }
-SUMMARY_WIDTHS = (190, 80, 60, 80, 100, 90, 110, 110, 110, 120, 520)
-BUSY_THRESHOLD_PCT = 50.0
+SUMMARY_WIDTHS = (190, 80, 60, 110, 100, 90, 100, 110, 110, 120, 620)
 WORKLOAD_WINDOW_S = 600.0  # long enough to compare a few runs side by side
 REFRESH_MS = 1000  # how often the run panel and table look for new events
 STALE_AFTER_S = 60.0
+WARN_MEMORY_BYTES = 1e9  # a preset needing this much says so before it starts
+NO_RUNS_YET = ("No runs yet. Choose a path, a preset and a device, then press Start: each "
+               "timed iteration appears here as a point, beside the GPU it ran on.")
 
 
 def mean_utilization(sample: Sample) -> float | None:
@@ -69,60 +75,63 @@ def _pcie_total(sample: Sample) -> float | None:
     return sum(parts) if parts else None
 
 
+def _pcie_of(row: int) -> Any:
+    def read(sample: Sample) -> float | None:
+        parts = [v for r in sample.gpus if r.index == row
+                 for v in (r.pcie_tx_bytes_per_s, r.pcie_rx_bytes_per_s) if v is not None]
+        return sum(parts) if parts else None
+    return read
+
+
 def _mean(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return statistics.fmean(known) if known else None
 
 
-def run_window(run: Run, now_s: float) -> tuple[float, float]:
-    start = run.started_s or now_s
-    end = run.end.get("time", now_s) if run.end else now_s
-    return start, end
-
-
-def verdict(run: Run, gpu_util_pct: float | None, simulated: bool) -> str:
-    prefix = "SIMULATED GPU: " if simulated else ""
-    if gpu_util_pct is None:
-        return "no GPU readings during this run" + (" (it ran on the CPU)"
-                                                    if run.device == "cpu" else "")
-    if gpu_util_pct >= BUSY_THRESHOLD_PCT:
-        return f"{prefix}GPU busy {gpu_util_pct:.0f}% of the run"
-    return (f"{prefix}GPU idle {100 - gpu_util_pct:.0f}% of the run: "
-            "this embedding path is not using the GPU")
-
-
 def _status(run: Run, now_s: float) -> str:
     if run.end:
-        return "interrupted" if run.end.get("interrupted") else "done"
-    last = run.iterations[-1]["time"] if run.iterations else run.started_s or 0.0
-    # A process killed without its end event would otherwise look alive forever.
-    return "running" if now_s - last < STALE_AFTER_S else "stopped without a summary"
+        if run.end.get("error"):
+            state = "failed"
+        else:
+            state = "interrupted" if run.end.get("interrupted") else "done"
+    else:
+        last = run.iterations[-1]["time"] if run.iterations else run.started_s or 0.0
+        # A process killed without its end event would otherwise look alive forever.
+        state = "running" if now_s - last < STALE_AFTER_S else "stopped without a summary"
+    if run.bad_lines:
+        state += f" · {run.bad_lines} bad line{'s' if run.bad_lines != 1 else ''}"
+    return state
 
 
-def summarize(run: Run, samples: Sequence[Sample], simulated: bool,
+def summarize(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts], simulated: bool,
               native_median_ms: float | None, now_s: float) -> dict[str, Any]:
-    """One table row: the run's own numbers plus the GPU averaged over the run's window."""
-    gpu_util = _mean([mean_utilization(s) for s in samples])
-    pcie = _mean([_pcie_total(s) for s in samples])
-    memory = [gpu_total(lambda r: r.memory_used_bytes)(s) for s in samples]
-    peak_sampled = max((m for m in memory if m is not None), default=None)
+    """One table row: the run's own numbers and the verdict on its GPU over its timed part."""
+    judged = judge(run, samples, facts, simulated)
+    window, row = timed_window(run), gpu_row(run, facts)
+    pcie = None  # the device's traffic: a CPU run's would be someone else's
+    if window is not None and row is not None and run.device == "gpu":
+        pcie = _mean([_pcie_of(row)(s) for s in samples_in(samples, window)])
     end = run.end or {}
     median = end.get("median_ms")
     if median is None and run.iterations:
         median = statistics.median(event["ms"] for event in run.iterations)
-    batch = run.start.get("config", {}).get("batch")
+    batch = run.batch
     samples_per_s = end.get("samples_per_s") or (batch / median * 1000 if batch and median
                                                   else None)
-    peak = end.get("peak_device_memory_bytes") or peak_sampled
-    status = _status(run, now_s)
+    # The run's own allocator peak; the device's memory would count everyone else's too.
+    peak = end.get("peak_device_memory_bytes")
     speedup = (native_median_ms / median) if native_median_ms and median else None
+    verdict = judged.text
+    if end.get("error"):
+        verdict = f"failed: {end['error']}"
     return {
-        "run": run.run_id, "path": run.path, "device": run.device, "status": status,
+        "run": run.run_id, "path": run.path, "device": run.device,
+        "status": _status(run, now_s),
         "median_ms": _round(median, 2), "samples_per_s": _round(samples_per_s, 0),
-        "gpu_util_pct": _round(gpu_util, 0), "pcie_gb_s": _round(pcie and pcie / GB, 2),
-        "peak_gpu_memory_gb": _round(peak and peak / GB, 2),
+        "gpu_util_pct": _round(judged.level_pct, 0), "pcie_gb_s": _round(pcie and pcie / GB, 2),
+        "peak_gpu_memory_gb": NOT_AVAILABLE if peak is None else round(peak / GB, 2),
         "speedup": "" if speedup is None else f"{speedup:.1f}x",
-        "verdict": verdict(run, gpu_util, simulated),
+        "verdict": verdict,
     }
 
 
@@ -130,12 +139,22 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def native_baseline(runs: Sequence[Run], preset: str) -> float | None:
-    """Median ms of the newest finished native run of the same preset, to compare against."""
-    for run in reversed(runs):
-        if run.path == "native" and run.preset == preset and run.end:
-            return run.end.get("median_ms")
+def native_baseline(runs: Sequence[Run], run: Run) -> float | None:
+    """Median ms of the newest finished native run with the same preset, device and batch."""
+    for other in reversed(runs):
+        if (other.path == "native" and other.end and other.preset == run.preset
+                and other.device == run.device and other.batch == run.batch):
+            return other.end.get("median_ms")
     return None
+
+
+def memory_note(preset: str) -> str:
+    """'densedemo needs about 1.0 GB of memory' for a preset of a gigabyte or more; else ''."""
+    needed = estimated_memory_bytes(PRESETS[preset])
+    if needed < WARN_MEMORY_BYTES:
+        return ""
+    return (f"preset {preset} needs about {needed / GB:.1f} GB of memory (on the GPU for a "
+            "GPU run) before it starts")
 
 
 class WorkloadDashboard:
@@ -148,6 +167,8 @@ class WorkloadDashboard:
         metrics = sources.metrics
         self.metrics, self.service = metrics, sources.workload
         self.run_control = sources.run_control
+        # Simulated GPUs cannot run anything: only real ones are offered to GPU runs.
+        self.real_gpus = bool(metrics.facts) and not metrics.simulated
         # The GPU timeline streams like every other; the run panel and table are this
         # page's own and refresh from the server.
         self.timeline = Timeline(feed, timeline_windows(metrics.history_s), metrics.interval_s,
@@ -159,57 +180,97 @@ class WorkloadDashboard:
         self._seen_version = -1
 
         shared_x = {"x_range": self.timeline.x_range} if self.timeline else {}
-        steps = figure(title="Iteration time of recent runs", x_axis_type="datetime",
-                       **shared_x, y_axis_label="ms per iteration",
-                       height=220, sizing_mode="stretch_width", toolbar_location=None,
-                       tools="")
+        # Put in the page at the first iteration only: an empty plot is a blank box to a
+        # user, and BokehJS warns that it "could not set initial ranges" (even for a hidden
+        # one). Until then, the placeholder says what to do.
+        self.steps = steps = figure(
+            title="Iteration time of recent runs", x_axis_type="datetime", **shared_x,
+            y_axis_label="ms per iteration", height=220, sizing_mode="stretch_width",
+            toolbar_location=None, tools="")
         steps.scatter("time", "ms", color="color", legend_field="run", size=5,
                       source=self.iterations)
         steps.legend.location = "top_left"
         steps.legend.label_text_font_size = "10px"
+        self.empty = Div(text=f"<p>{html.escape(NO_RUNS_YET)}</p>", name="workload-empty",
+                         sizing_mode="stretch_width", height=60)
 
         self.path = Select(title="path", value="plugin", options=list(PATHS), width=130)
         self.preset = Select(title="preset", value="ci", options=list(PRESETS), width=130)
         self.count = Spinner(title="iterations", low=1, high=MAX_ITERATIONS, step=10,
                              value=200, width=110)
-        # Simulated GPUs cannot run anything, so the workload defaults to the CPU there.
-        real_gpu = bool(metrics.facts) and not metrics.simulated
-        self.device = Select(title="device", value="gpu" if real_gpu else "cpu",
-                             options=["cpu", "gpu"], width=90)
+        self.device = Select(title="device", value="cpu", options=["cpu"], width=90)
+        gpus = [(str(f.index), f"{f.label}: {f.name}") for f in metrics.facts]
+        # The GPU a run is pinned to (a GPU run) or judged against (a CPU run).
+        self.gpu = Select(title="GPU", value=gpus[0][0] if gpus else "", options=gpus,
+                          width=220, visible=bool(gpus))
         start, stop = Button(label="Start", button_type="success", width=80), \
             Button(label="Stop", button_type="danger", width=80)
         start.on_click(self._start)
         stop.on_click(self._stop)
         self.start_button, self.stop_button = start, stop
         self.status = Div(text="", sizing_mode="stretch_width", name="workload-status")
+        self.hint = Div(text="", sizing_mode="stretch_width", name="workload-hint")
+        self.path.on_change("value", lambda _attr, _old, _new: self._offer_devices())
+        self.preset.on_change("value", lambda _attr, _old, _new: self._show_hints())
+        self._offer_devices()
         if not self.run_control:
             start.disabled = stop.disabled = True
             self._say(VIEW_ONLY_REASON)
         self.table = table = DataTable(
                           source=self.summary, height=200, sizing_mode="stretch_width",
-                          index_position=None, autosize_mode="none",
+                          index_position=None, autosize_mode="none", reorderable=False,
                           columns=[TableColumn(field=key, title=title, width=width)
                                    for (key, title), width in zip(SUMMARY_COLUMNS.items(),
                                                                   SUMMARY_WIDTHS, strict=True)])
-        self.root = column(row(self.path, self.preset, self.count, self.device, start, stop),
-                           self.status, steps,
+        self.root = column(row(self.path, self.preset, self.count, self.device, self.gpu,
+                               start, stop),
+                           self.status, self.hint, self.empty,
                            *([self.timeline.root] if self.timeline else []), table,
                            sizing_mode="stretch_width")
 
     def _say(self, text: str) -> None:
         self.status.text = f"<span>{html.escape(text)}</span>"
 
+    def _offer_devices(self) -> None:
+        offered = devices_for(self.path.value, self.real_gpus).offered
+        self.device.options = list(offered) or ["none"]
+        if self.device.value not in offered:
+            self.device.value = offered[0] if offered else "none"
+        self._show_hints()
+
+    def _show_hints(self) -> None:
+        """Why a device is missing and what to install, how much memory the preset needs,
+        and why runs cannot start at all (an unusable runs directory)."""
+        lines = [devices_for(self.path.value, self.real_gpus).hint,
+                 memory_note(self.preset.value)]
+        reason = self.service.disabled_reason
+        if reason:
+            lines.insert(0, f"run panel disabled: {reason}")
+        self.start_button.disabled = bool(reason) or not self.run_control
+        self.hint.text = "".join(f"<div>{html.escape(line)}</div>" for line in lines if line)
+
+    def _pinned_gpu(self) -> PinnedGpu | None:
+        for facts in self.metrics.facts:
+            if str(facts.index) == self.gpu.value:
+                return PinnedGpu(facts.index, facts.uuid)
+        return None
+
     def _start(self) -> None:
         # A disabled button can still be clicked by a crafted message: refuse here too.
         if not self.run_control:
             self._say(f"not started: {VIEW_ONLY_REASON}")
             return
+        devices = devices_for(self.path.value, self.real_gpus)
+        if self.device.value not in devices.offered:
+            self._say(f"not started: {devices.hint or 'no device this path can use here'}")
+            return
         params = {"path": self.path.value, "preset": self.preset.value,
                   "iterations": int(self.count.value or 0), "device": self.device.value}
         try:
-            self._say(self.service.launcher.start(params))
+            self._say(self.service.launch(params, self._pinned_gpu()))
         except (ValueError, OSError) as error:
             self._say(f"not started: {error}")
+        self._show_hints()
 
     def _stop(self) -> None:
         if not self.run_control:
@@ -243,20 +304,19 @@ class WorkloadDashboard:
             self._sent[run.run_id] = len(run.iterations)
         if new["time"]:
             self.iterations.stream(new, rollover=20_000)
+            if self.empty in self.root.children:
+                self.root.children = [self.steps if child is self.empty else child
+                                      for child in self.root.children]
 
     def _refresh_summary(self, runs: list[Run]) -> None:
         latest = self.metrics.history.latest()
         now = latest.time_s if latest else 0.0
-        windows = [run_window(run, now) for run in runs]
-        # One pass over the history for all runs; each run then takes its slice by time.
-        oldest = min((start for start, _ in windows), default=now)
+        # One pass over the history for all runs; each run then takes its own slice.
+        oldest = min((run.started_s or now for run in runs), default=now)
         history = self.metrics.history.window(now - oldest + 1)
-        times = [sample.time_s for sample in history]
-        rows = []
-        for run, (start, end) in zip(runs, windows, strict=True):
-            samples = history[bisect_left(times, start):bisect_right(times, end)]
-            rows.append(summarize(run, samples, self.metrics.simulated,
-                                  native_baseline(runs, run.preset), now))
+        facts = self.metrics.facts
+        rows = [summarize(run, history, facts, self.metrics.simulated,
+                          native_baseline(runs, run), now) for run in runs]
         data = {key: ["n/a" if row[key] is None else row[key] for row in rows]
                 for key in SUMMARY_COLUMNS}
         if dict(self.summary.data) != data:

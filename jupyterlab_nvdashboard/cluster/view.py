@@ -112,23 +112,6 @@ class ClusterState:
                            float(view.get("heartbeat_s") or 1.0))
 
 
-class ClusterHistory(History):
-    """A ``History`` whose samples are cluster ticks (``Sample.extra[CLUSTER_FAMILY]``)."""
-
-    def append_tick(self, tick: ClusterTick) -> Sample:
-        with self._lock:
-            sample = Sample(self._next_seq, tick.time_s, (), _NO_HOST, None,
-                            {CLUSTER_FAMILY: tick})
-            self._next_seq += 1
-            self._samples.append(sample)
-        for listener in self._listeners:
-            try:
-                listener(sample)
-            except Exception:
-                log.exception("cluster history listener failed")
-        return sample
-
-
 def tick_of(sample: Sample) -> ClusterTick | None:
     tick = sample.extra.get(CLUSTER_FAMILY)
     return tick if isinstance(tick, ClusterTick) else None
@@ -144,7 +127,7 @@ class ClusterView:
 
     def __post_init__(self) -> None:
         self.state = ClusterState()
-        self.history = ClusterHistory(max(1, int(self.history_s / self.poll_interval_s)))
+        self.history = History(max(1, int(self.history_s / self.poll_interval_s)))
         self.polls = 0
         self.connected = False
         self.error: str | None = None
@@ -216,7 +199,7 @@ class ClusterView:
     def poll_once(self, ask: Callable[[], dict[str, Any]]) -> ClusterTick:
         tick = self.state.update(ask())
         self.polls += 1
-        self.history.append_tick(tick)
+        self.history.append(tick.time_s, (), _NO_HOST, None, extra={CLUSTER_FAMILY: tick})
         return tick
 
     def _ask(self) -> dict[str, Any]:

@@ -68,6 +68,7 @@ GAUGES: tuple[DcgmField, ...] = (
               "The rate of data transmitted over NVLink, in bytes per second."),
     DcgmField("DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge",
               "The rate of data received over NVLink, in bytes per second."),
+    DcgmField("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
 )
 COUNTERS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "counter",
@@ -166,7 +167,17 @@ def gauge_values(reading: GpuReading, gpm: GpmReading | None,
         _ratio(g.fp64_activity_pct) if g else None, _ratio(g.fp32_activity_pct) if g else None,
         _ratio(g.fp16_activity_pct) if g else None,
         pcie_tx, pcie_rx, nvlink_tx, nvlink_rx,
+        _last_xid(h),
     ]
+
+
+def _last_xid(health: HealthReading | None) -> float | None:
+    """As dcgm-exporter: the newest XID this server has seen, 0 for none; None (left out)
+    without health readings."""
+    if health is None:
+        return None
+    events = getattr(health, "xid_events", ())
+    return float(events[-1].xid) if events else 0.0
 
 
 def _family(sample: Sample, name: str, row: int) -> object:

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..config import Config, ConfigError
+from .gpm import GpmReader
+from .health import HealthReader
 from .host import HostReader, HostReading
 from .nvml import GpuFacts, GpuReading, NvmlReader, NvmlState
 from .sampler import History, Sample, Sampler
@@ -95,5 +97,6 @@ def create_metrics(
     else:
         nvml = NvmlReader(**cuda)
     history = History(config.history_length)
-    sampler = Sampler(nvml, HostReader(), history, config.interval_s, config.idle_interval_s)
+    sampler = Sampler(nvml, HostReader(), history, config.interval_s, config.idle_interval_s,
+                      families=[GpmReader(nvml), HealthReader(nvml)])
     return Metrics(sampler, simulator)

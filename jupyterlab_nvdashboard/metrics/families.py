@@ -53,6 +53,17 @@ class HealthReading(NamedTuple):
     ecc_aggregate_uncorrected: int | None
     remapped_rows_pending: bool | None
     remapped_rows_failed: bool | None
+    # Every XID event seen on this GPU since the server started (the newest 50), oldest
+    # first: they stay listed after the history has moved on.
+    xid_events: tuple[XidEvent, ...] = ()
+
+
+class XidEvent(NamedTuple):
+    """One XID (a driver-reported GPU error) from NVML's event set."""
+
+    time_s: float  # unix epoch seconds when the reader took it from the event set
+    xid: int  # NVIDIA's XID number, e.g. 79 "GPU has fallen off the bus"
+    gpu_instance_id: int | None  # the MIG GPU instance it concerns, where NVML says
 
 
 class ProcessReading(NamedTuple):

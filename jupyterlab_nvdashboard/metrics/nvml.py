@@ -176,6 +176,11 @@ def _decode(value: Any) -> Any:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
+def _cuda_version(value: Any) -> str:
+    """nvmlSystemGetCudaDriverVersion's 12080 as CUDA writes it: '12.8' ('' if unknown)."""
+    return f"{value // 1000}.{value % 1000 // 10}" if isinstance(value, int) and value > 0 else ""
+
+
 def _field_number(field_value: Any) -> tuple[float, int]:
     """The numeric value of an nvmlFieldValue_t and its width in bits."""
     name, bits = _VALUE_FIELDS.get(field_value.valueType, ("ullVal", 64))
@@ -281,6 +286,7 @@ class NvmlReader:
             "driver": str(self._call("nvmlSystemGetDriverVersion") or ""),
             "nvml": str(self._call("nvmlSystemGetNVMLVersion") or ""),
             "binding": str(getattr(lib, "__version__", "") or ""),
+            "cuda_driver": _cuda_version(self._call("nvmlSystemGetCudaDriverVersion")),
         }
         self._enumerate()
 
@@ -594,6 +600,19 @@ class NvmlReader:
     def unavailable(self) -> dict[int, dict[str, str]]:
         """Row -> {metric: why it is not available}, as learned so far."""
         return {device.facts.index: dict(device.unavailable) for device in self._devices}
+
+    # ----- for the sibling reading families (gpm.py, health.py), on the reader thread -----
+    def family_devices(self) -> list[_Device]:
+        """The shown devices; the list is replaced, never changed, when the GPUs change."""
+        with self._lock:
+            return self._devices if self.state is NvmlState.OK else []
+
+    def clock(self) -> float:
+        return self._clock()
+
+    @property
+    def success_code(self) -> Any:
+        return self._success
 
     @property
     def library(self) -> Any:

@@ -27,8 +27,9 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from .host import HostReader, HostReading
 from .nvml import GpuReading, NvmlReader
@@ -37,6 +38,15 @@ log = logging.getLogger(__name__)
 
 # How often the slow thread runs: the PCIe snapshot is taken at most once a second per GPU.
 SLOW_INTERVAL_S = 1.0
+
+
+class FamilyReader(Protocol):
+    """A reading family (``families.py``), read on the GPU reader thread after each NVML
+    pass, at its own rate; its result goes into ``Sample.extra[name]`` (None: no reading)."""
+
+    name: str
+
+    def read(self, gpus: tuple[GpuReading, ...]) -> object | None: ...
 
 
 @dataclass(frozen=True)
@@ -68,9 +78,9 @@ class History:
         self._listeners.append(listener)
 
     def append(self, time_s: float, gpus: tuple[GpuReading, ...], host: HostReading,
-               gpu_age_s: float | None = 0.0) -> Sample:
+               gpu_age_s: float | None = 0.0, extra: dict[str, object] | None = None) -> Sample:
         with self._lock:
-            sample = Sample(self._next_seq, time_s, gpus, host, gpu_age_s)
+            sample = Sample(self._next_seq, time_s, gpus, host, gpu_age_s, extra or {})
             self._next_seq += 1
             self._samples.append(sample)
         for listener in self._listeners:
@@ -141,9 +151,10 @@ class Sampler:
 
     def __init__(
         self, nvml: NvmlReader, host: HostReader, history: History, interval_s: float,
-        idle_interval_s: float | None = None,
+        idle_interval_s: float | None = None, families: Sequence[FamilyReader] = (),
     ) -> None:
         self.nvml, self.host, self.history = nvml, host, history
+        self.families = tuple(families)
         self.interval_s = interval_s
         self.idle_interval_s = max(interval_s, idle_interval_s or interval_s)
         self.idle = False
@@ -152,8 +163,10 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._gpu_thread: threading.Thread | None = None
         self._gpu_lock = threading.Lock()
-        # (monotonic start of the read, readings, the interval then) from the GPU reader.
-        self._gpu_latest: tuple[float, tuple[GpuReading, ...], float] | None = None
+        # (monotonic start of the read, readings, the interval then, the families' readings)
+        # from the GPU reader.
+        self._gpu_latest: tuple[float, tuple[GpuReading, ...], float,
+                                dict[str, object]] | None = None
         self._slow_thread: threading.Thread | None = None
         self.slow_interval_s = SLOW_INTERVAL_S
         self.ticks = 0
@@ -184,8 +197,17 @@ class Sampler:
         started = time.monotonic()
         self.nvml.retry_if_due()
         readings = self.nvml.read()
+        extra: dict[str, object] = {}
+        for family in self.families:
+            try:
+                reading = family.read(readings)
+            except Exception:  # one family's bug must not cost the GPU readings
+                log.exception("reading family %s failed", family.name)
+                continue
+            if reading is not None:
+                extra[family.name] = reading
         with self._gpu_lock:
-            self._gpu_latest = (started, readings, self.current_interval_s)
+            self._gpu_latest = (started, readings, self.current_interval_s, extra)
             self.gpu_reads += 1
         return readings
 
@@ -193,19 +215,20 @@ class Sampler:
         """Readings that block (see NvmlReader.read_slow); on their own thread."""
         self.nvml.read_slow()
 
-    def _freshest_gpus(self, now: float) -> tuple[tuple[GpuReading, ...], float | None]:
+    def _freshest_gpus(self, now: float
+                       ) -> tuple[tuple[GpuReading, ...], float | None, dict[str, object]]:
         with self._gpu_lock:
             latest = self._gpu_latest
         if latest is None:
-            return (), None
-        read_at, readings, interval_s = latest
+            return (), None, {}
+        read_at, readings, interval_s, extra = latest
         age = max(0.0, now - read_at)
         if not readings:
-            return (), None
+            return (), None, {}
         # Judged by the interval they were read at: the first tick after an idle spell
         # still shows the idle-rate reading, not a gap.
         fresh = age <= self.stale_after_s(interval_s)
-        return (readings if fresh else _stale(readings)), age
+        return (readings, age, extra) if fresh else (_stale(readings), age, {})
 
     def tick(self) -> Sample:
         """Record one sample (public so tests can drive it).
@@ -218,11 +241,12 @@ class Sampler:
             self.read_slow()
             gpus: tuple[GpuReading, ...] = self.read_gpus()
             age: float | None = 0.0 if gpus else None
+            extra = self._gpu_latest[3] if self._gpu_latest and gpus else {}
         else:
-            gpus, age = self._freshest_gpus(time.monotonic())
+            gpus, age, extra = self._freshest_gpus(time.monotonic())
         host = self.host.read()
         self.ticks += 1
-        return self.history.append(started, gpus, host, age)
+        return self.history.append(started, gpus, host, age, extra=extra)
 
     def _repeat(self, step: Callable[[], object], late_counter: str | None,
                 interval_s: Callable[[], float], wake: threading.Event) -> None:

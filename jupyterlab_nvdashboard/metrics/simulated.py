@@ -15,6 +15,9 @@ counter. The same faults can be given as a spec string (``NVDASHBOARD_SIMULATE_F
     unsupported=nvlink    NVLink readings answer NVML_ERROR_NOT_SUPPORTED ('|' separates)
     slow=0.3              every call takes 0.3 s
     binding=12.535        the binding is that nvidia-ml-py release (fewer names)
+    xid=0:79@5            GPU 0 reports XID 79 5 seconds after start ('|' separates)
+
+GPM, health and XID events are simulated in ``simulated_health.py``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 
 from . import simulated_binding as binding
 from .simulated_binding import NVML_SUCCESS, FieldValue, NVMLError
+from .simulated_health import HealthSimulation
 from .simulated_profiles import DEFAULT_PROFILE, PROFILES, GpuModel, MigSlot, Profile
 
 E = binding.ERROR_CODES
@@ -42,7 +46,7 @@ PCIE_THROUGHPUT_SAMPLE_S = 0.02  # nvml.h: a byte counter read over a 20 ms inte
 # The keys of a fault spec, each with an example value for error messages.
 _FAULT_KEYS = {"lose": "lose=1@5", "init": "init=DriverNotLoaded",
                "unsupported": "unsupported=nvlink", "slow": "slow=0.3",
-               "binding": "binding=12.535"}
+               "binding": "binding=12.535", "xid": "xid=0:79@5"}
 # A fault delay longer than this is a typo, not a test (and sleep() would overflow).
 MAX_FAULT_SECONDS = 24 * 3600.0
 
@@ -59,6 +63,8 @@ FEATURE_GROUPS: dict[str, tuple[str, ...]] = {
     "pcie": ("pcie_counters", "nvmlDeviceGetPcieThroughput"),
     "power": ("nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit"),
     "temperature": ("nvmlDeviceGetTemperature",),
+    "gpm": ("nvmlGpmSampleGet", "nvmlGpmMigSampleGet"),
+    "ecc": ("nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRemappedRows"),
 }
 # nvml.h documents these for "fully supported devices" only: GeForce answers NOT_SUPPORTED.
 _FULLY_SUPPORTED_ONLY = {
@@ -106,7 +112,7 @@ def _wave_integral(t: float, period_s: float, phase: float) -> float:
     return 0.5 * t - 0.5 * (math.cos(omega * t + phase) - math.cos(phase)) / omega
 
 
-class SimulatedNvml:
+class SimulatedNvml(HealthSimulation):
     """A machine with ``gpu_count`` GPUs as ``profile`` describes, and its NVML driver."""
 
     def __init__(self, gpu_count: int = 4, nvlink: bool = True, profile: str = DEFAULT_PROFILE,
@@ -138,6 +144,7 @@ class SimulatedNvml:
             _Gpu(i, models[i % len(models)], self._uuid(i)) for i in range(gpu_count)
         ]
         self._module: types.ModuleType | None = None
+        self._init_health()
 
     def load(self) -> types.ModuleType:
         """What ``import pynvml`` gives on this machine: the binding module."""
@@ -245,6 +252,8 @@ class SimulatedNvml:
                 raise ValueError(f"unsupported names no feature group or NVML function: "
                                  f"{unknown[0]!r} (groups: {', '.join(FEATURE_GROUPS)})")
             return lambda: self.set_unsupported(set(features) | self._unsupported)
+        if key == "xid":
+            return self._parse_xids(value)
         if key == "slow":
             try:
                 delay = float(value)
@@ -261,6 +270,23 @@ class SimulatedNvml:
             self.binding_version, self._module = value, None
 
         return use_binding
+
+    def _parse_xids(self, value: str) -> Callable[[], None]:
+        events = []
+        for item in value.split("|"):
+            match = re.fullmatch(r"(\d+):(\d+)(?:@([0-9.]+))?", item.strip())
+            if match is None or not int(match.group(1)) < len(self._gpus):
+                raise ValueError(f"xid needs GPU:XID@SECONDS naming a simulated GPU, "
+                                 f"got {item!r}")
+            delay = float(match.group(3) or 0)
+            _check_seconds("xid", delay, item)
+            events.append((int(match.group(1)), int(match.group(2)), delay))
+
+        def inject() -> None:
+            for gpu, xid, delay in events:
+                self.inject_xid(gpu, xid, delay)
+
+        return inject
 
     # ----- internals ------------------------------------------------------------------
     def _enter(self, function: str, handle: SimulatedHandle | None = None) -> _Gpu | None:
@@ -396,6 +422,8 @@ class SimulatedNvml:
     def nvmlDeviceGetMaxClockInfo(self, handle: SimulatedHandle, clock: int) -> int:  # noqa: N802
         gpu = self._enter("nvmlDeviceGetMaxClockInfo", handle)
         assert gpu is not None
+        if clock == binding.CONSTANTS["NVML_CLOCK_MEM"]:
+            return gpu.model.max_memory_clock_mhz
         return gpu.model.max_sm_clock_mhz
 
     def nvmlDeviceGetVirtualizationMode(self, handle: SimulatedHandle) -> int:  # noqa: N802
@@ -498,12 +526,12 @@ class SimulatedNvml:
     def nvmlDeviceGetTemperature(self, handle: SimulatedHandle, sensor: int) -> int:  # noqa: N802
         gpu = self._enter("nvmlDeviceGetTemperature", handle)
         assert gpu is not None
-        return 35 + int(33 * self._load(gpu))
+        return self._temperature(gpu)
 
     def nvmlDeviceGetPowerUsage(self, handle: SimulatedHandle) -> int:  # noqa: N802
         gpu = self._enter("nvmlDeviceGetPowerUsage", handle)
         assert gpu is not None
-        return int(gpu.model.power_limit_mw * (0.15 + 0.8 * self._load(gpu)))
+        return self._power_mw(gpu)
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: SimulatedHandle) -> int:  # noqa: N802
         gpu = self._enter("nvmlDeviceGetEnforcedPowerLimit", handle)

@@ -127,6 +127,51 @@ class PciInfo(ctypes.Structure):
                 ("busId", ctypes.c_char * 32)]
 
 
+class GpmSampleStruct(ctypes.Structure):
+    """nvmlGpmSample_t is an opaque pointer: what it points to is the driver's business."""
+
+
+GpmSample = ctypes.POINTER(GpmSampleStruct)
+
+
+class MetricInfo(ctypes.Structure):
+    _fields_ = [("shortName", ctypes.c_char_p), ("longName", ctypes.c_char_p),
+                ("unit", ctypes.c_char_p)]
+
+
+class GpmMetric(ctypes.Structure):
+    """nvmlGpmMetric_t: one metric's ID in, its own return code and value out."""
+
+    _fields_ = [("metricId", ctypes.c_uint), ("nvmlReturn", ctypes.c_uint),
+                ("value", ctypes.c_double), ("metricInfo", MetricInfo)]
+
+
+GPM_METRIC_MAX = 98  # nvml.h NVML_GPM_METRIC_MAX in the 12.x headers (it grew later)
+
+
+class GpmMetricsGet(ctypes.Structure):
+    """nvmlGpmMetricsGet_t: the caller fills version, numMetrics, the two samples and IDs."""
+
+    _fields_ = [("version", ctypes.c_uint), ("numMetrics", ctypes.c_uint),
+                ("sample1", GpmSample), ("sample2", GpmSample),
+                ("metrics", GpmMetric * GPM_METRIC_MAX)]
+
+
+class EventSetStruct(ctypes.Structure):
+    """nvmlEventSet_t is an opaque pointer too."""
+
+
+EventSet = ctypes.POINTER(EventSetStruct)
+
+
+class EventData(ctypes.Structure):
+    """nvmlEventData_t. ``device`` is a device handle (here a simulated one, set apart)."""
+
+    _fields_ = [("eventType", ctypes.c_ulonglong), ("eventData", ctypes.c_ulonglong),
+                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+    device: object = None
+
+
 # ----- constants (nvml.h values) ----------------------------------------------------------
 FIELD_IDS = {
     "NVML_FI_DEV_NVLINK_LINK_COUNT": 91,
@@ -137,6 +182,25 @@ FIELD_IDS = {
     "NVML_FI_DEV_PCIE_COUNT_RX_BYTES": 198,
     "NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES": 202,  # bytes, per link
     "NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES": 204,
+}
+# nvml.h NVML_GPM_METRIC_* (the ones the simulated H100/H200 answers).
+GPM_METRIC_IDS = {
+    "NVML_GPM_METRIC_GRAPHICS_UTIL": 1, "NVML_GPM_METRIC_SM_UTIL": 2,
+    "NVML_GPM_METRIC_SM_OCCUPANCY": 3, "NVML_GPM_METRIC_INTEGER_UTIL": 4,
+    "NVML_GPM_METRIC_ANY_TENSOR_UTIL": 5, "NVML_GPM_METRIC_DRAM_BW_UTIL": 10,
+    "NVML_GPM_METRIC_FP64_UTIL": 11, "NVML_GPM_METRIC_FP32_UTIL": 12,
+    "NVML_GPM_METRIC_FP16_UTIL": 13,
+    "NVML_GPM_METRIC_PCIE_TX_PER_SEC": 20, "NVML_GPM_METRIC_PCIE_RX_PER_SEC": 21,  # MiB/s
+    "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC": 60, "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC": 61,
+}
+# nvml.h clocks-event reasons (named "throttle" reasons before R535): a bit mask.
+CLOCKS_EVENT_REASONS = {
+    "nvmlClocksEventReasonGpuIdle": 0x1, "nvmlClocksEventReasonApplicationsClocksSetting": 0x2,
+    "nvmlClocksEventReasonSwPowerCap": 0x4, "nvmlClocksEventReasonHwSlowdown": 0x8,
+    "nvmlClocksEventReasonSyncBoost": 0x10, "nvmlClocksEventReasonSwThermalSlowdown": 0x20,
+    "nvmlClocksEventReasonHwThermalSlowdown": 0x40,
+    "nvmlClocksEventReasonHwPowerBrakeSlowdown": 0x80,
+    "nvmlClocksEventReasonDisplayClockSetting": 0x100,
 }
 CONSTANTS: dict[str, int] = {
     "NVML_SUCCESS": NVML_SUCCESS,
@@ -156,6 +220,15 @@ CONSTANTS: dict[str, int] = {
     "NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA": 4,
     "nvmlMemory_v2": 0x02000028,
     "NVML_GPM_SUPPORT_VERSION": 1,
+    **GPM_METRIC_IDS,
+    "NVML_GPM_METRICS_GET_VERSION": 1,
+    "NVML_TEMPERATURE_THRESHOLD_SHUTDOWN": 0, "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN": 1,
+    "NVML_MEMORY_ERROR_TYPE_CORRECTED": 0, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED": 1,
+    "NVML_VOLATILE_ECC": 0, "NVML_AGGREGATE_ECC": 1,
+    "NVML_PSTATE_0": 0, "NVML_PSTATE_8": 8, "NVML_PSTATE_UNKNOWN": 32,
+    **CLOCKS_EVENT_REASONS,
+    **{name.replace("Event", "Throttle"): bit for name, bit in CLOCKS_EVENT_REASONS.items()},
+    "nvmlEventTypeXidCriticalError": 0x8, "nvmlEventTypeNone": 0,
 }
 
 # The nvidia-ml-py release that first had a name the simulator offers; names not listed
@@ -168,6 +241,13 @@ ADDED_IN: dict[str, tuple[int, int]] = {
     "nvmlMemory_v2": (11, 510),
     "nvmlGpmQueryDeviceSupport": (11, 520),
     "NVML_GPM_SUPPORT_VERSION": (11, 520),
+    **{name: (11, 525) for name in (
+        "nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet",
+        "nvmlGpmMetricsGet", "c_nvmlGpmMetricsGet_t", "NVML_GPM_METRICS_GET_VERSION",
+        *GPM_METRIC_IDS)},
+    # R535 renamed clocks "throttle" reasons to clocks "event" reasons.
+    "nvmlDeviceGetCurrentClocksEventReasons": (12, 535),
+    **{name: (12, 535) for name in CLOCKS_EVENT_REASONS},
 }
 # NVML_NVLINK_MAX_LINKS grew from 18 to 36 in the 13.x bindings.
 MAX_LINKS_BY_MAJOR = {11: 18, 12: 18, 13: 36}
@@ -186,6 +266,13 @@ FUNCTIONS = (
     "nvmlDeviceIsMigDeviceHandle", "nvmlDeviceGetGpuInstanceId",
     "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetAttributes",
     "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", "nvmlGpmQueryDeviceSupport",
+    # GPM, health and events (simulated_health.py)
+    "nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet",
+    "nvmlGpmMetricsGet", "nvmlSystemGetCudaDriverVersion", "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetPerformanceState", "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetTemperatureThreshold",
+    "nvmlDeviceGetFanSpeed", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRemappedRows",
+    "nvmlEventSetCreate", "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2", "nvmlEventSetFree",
     "nvmlDeviceGetPciInfo",
 )
 
@@ -215,6 +302,7 @@ def make_binding(driver: Any, binding_version: str, hidden: Iterable[str] = ()) 
         "NVMLError": NVMLError,
         **ERROR_CLASSES,
         "c_nvmlFieldValue_t": FieldValue,
+        "c_nvmlGpmMetricsGet_t": GpmMetricsGet,
         **{function: getattr(driver, function) for function in FUNCTIONS},
     }
     for name, value in names.items():

@@ -57,6 +57,11 @@ class GpuModel:
     fully_supported: bool = True  # False for GeForce (see nvml.h "fully supported devices")
     virtualization_mode: int = 0  # NVML_GPU_VIRTUALIZATION_MODE_*
     mig: tuple[MigSlot, ...] = ()  # MIG enabled with these devices when not empty
+    # Health (simulated_health.py): nvidia-smi -q's "Max Clocks" and "Temperature" sections.
+    max_memory_clock_mhz: int = 1593
+    temperature_slowdown_c: int = 89
+    temperature_shutdown_c: int = 92
+    fan: bool = False  # SXM and passively cooled boards have no fan: NOT_SUPPORTED
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,13 @@ class Profile:
 
 
 H200 = GpuModel("NVIDIA H200", 143_771, 552, 5, 16, 700_000, (9, 0), 16_896, 1980,
-                nvlink_link_count=18, nvlink_link_mbps=26_562, gpm=True)
+                nvlink_link_count=18, nvlink_link_mbps=26_562, gpm=True,
+                max_memory_clock_mhz=3201, temperature_slowdown_c=90, temperature_shutdown_c=95)
+H100_MIG = GpuModel(
+    "NVIDIA H100 80GB HBM3", 81_559, 528, 5, 16, 700_000, (9, 0), 16_896, 1980,
+    nvlink_link_count=18, nvlink_link_mbps=26_562, gpm=True, max_memory_clock_mhz=2619,
+    mig=(MigSlot("3g.40gb", 1, 0, 3, 3, 60, 40_448), MigSlot("2g.20gb", 5, 0, 2, 2, 32, 20_096)),
+)
 A100 = GpuModel("NVIDIA A100-SXM4-80GB", 81_920, 488, 4, 16, 400_000, (8, 0), 6_912, 1410,
                 nvlink_link_count=12, nvlink_link_mbps=25_000)
 A100_PCIE = GpuModel("NVIDIA A100-PCIE-40GB", 40_960, 480, 4, 16, 250_000, (8, 0), 6_912, 1410)
@@ -86,11 +97,13 @@ A100_MIG = GpuModel(
     mig=(MigSlot("3g.40gb", 1, 0, 3, 3, 42, 40_192), MigSlot("4g.40gb", 2, 0, 4, 4, 56, 40_192)),
 )
 GEFORCE = GpuModel("NVIDIA GeForce RTX 3080", 10_240, 0, 4, 16, 320_000, (8, 6), 8_704, 2100,
-                   fully_supported=False)
+                   fully_supported=False, max_memory_clock_mhz=9501,
+                   temperature_slowdown_c=95, temperature_shutdown_c=98, fan=True)
 VGPU = GpuModel("NVIDIA A100-40C", 40_960, 420, 4, 16, 0, (8, 0), 6_912, 1410,
                 virtualization_mode=2)
 B200 = GpuModel("NVIDIA B200", 183_359, 640, 6, 16, 1_000_000, (10, 0), 18_944, 1965,
-                nvlink_link_count=18, nvlink_down=(4, 5), nvlink_link_mbps=53_125, gpm=True)
+                nvlink_link_count=18, nvlink_down=(4, 5), nvlink_link_mbps=53_125, gpm=True,
+                max_memory_clock_mhz=3996)
 
 PROFILES: dict[str, Profile] = {profile.name: profile for profile in (
     Profile("mixed", "H200 and A100 taking turns, current driver and binding",
@@ -109,6 +122,8 @@ PROFILES: dict[str, Profile] = {profile.name: profile for profile in (
     Profile("wrap32", "PCIe byte counters 32 bits wide that wrap between two ticks",
             "570.133.20", "12.570", (H200,), pcie_counter_bits=32,
             pcie_counter_start=2**32 - 200_000_000),
+    Profile("h100-mig", "H100 with MIG enabled (3g.40gb, 2g.20gb): GPM per GPU instance",
+            "570.133.20", "12.570", (H100_MIG, H200)),
     Profile("link-gap", "B200 with NVLink links 4 and 5 down and only the newer NVLink "
             "byte-count fields", "575.51.03", "12.575", (B200,),
             nvlink_throughput_fields=False),

@@ -17,7 +17,15 @@ import argparse
 import sys
 from typing import Any, NoReturn
 
-from .config import DEVICES, DISTRIBUTIONS, PATHS, PRESETS, default_runs_dir, make_config
+from .config import (
+    DEVICES,
+    DISTRIBUTIONS,
+    PATHS,
+    PRESETS,
+    default_runs_dir,
+    expand_path,
+    make_config,
+)
 
 MODULE = "jupyterlab_nvdashboard.workload"
 MAX_ITERATIONS = 100_000
@@ -111,21 +119,25 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     from ._lazy import MissingDependencyError
-    from .runner import run
+    from .runner import one_line, run, sigterm_stops
 
     try:
-        end = run(
-            args.path,
-            cfg,
-            args.iterations,
-            device=args.device,
-            warmup=args.warmup,
-            events_path=args.events,
-            runs_dir=args.runs_dir or default_runs_dir(),
-            preset=args.preset,
-        )
+        with sigterm_stops():
+            end = run(
+                args.path,
+                cfg,
+                args.iterations,
+                device=args.device,
+                warmup=args.warmup,
+                events_path=args.events,
+                runs_dir=expand_path(args.runs_dir) if args.runs_dir else default_runs_dir(),
+                preset=args.preset,
+            )
     except (MissingDependencyError, RuntimeError, ValueError) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # the end event has it too; one line here, not a traceback
+        print(f"{parser.prog}: error: {one_line(exc)}", file=sys.stderr)
         return 1
     median = end["median_ms"]
     timing = f"median {median:.2f} ms/step" if median is not None else "no timed steps"

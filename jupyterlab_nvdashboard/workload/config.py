@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+# Re-exported: the workload's callers take the runs directory from here.
+from ..paths import RUNS_DIR_ENV, default_runs_dir, expand_path  # noqa: F401
 
 #: Training paths the CLI and the dashboard may launch.
 PATHS: tuple[str, ...] = ("native", "hashtable", "plugin", "numpy", "cupy-plugin")
@@ -21,7 +24,8 @@ PATHS: tuple[str, ...] = ("native", "hashtable", "plugin", "numpy", "cupy-plugin
 BENCHMARK_PATHS: tuple[str, ...] = ("native-dense",)
 DISTRIBUTIONS: tuple[str, ...] = ("densedemo", "uniform", "zipf")
 DEVICES: tuple[str, ...] = ("cpu", "gpu")
-RUNS_DIR_ENV = "NVDASHBOARD_RUNS_DIR"
+#: Set by the dashboard's launcher: the GPU (``<row index>:<uuid>``) it pinned a run to.
+RUN_GPU_ENV = "NVDASHBOARD_RUN_GPU"
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,9 @@ class WorkloadConfig:
     seed: int = 0
     pool_batches: int = 4  # batches generated up front and placed on the device once
     dtype: str = "float32"
+    # TF32 matmuls for float32 (TensorFlow's default on Ampere and later). The GPU paths
+    # set it alike so that their times compare; each reports the state it ran with.
+    tf32: bool = True
 
     @property
     def keys_per_sample(self) -> int:
@@ -119,29 +126,36 @@ def validate(cfg: WorkloadConfig) -> None:
         raise ValueError(
             f"unknown distribution {cfg.distribution!r}; choose one of {', '.join(DISTRIBUTIONS)}"
         )
+    if not isinstance(cfg.tf32, bool):
+        raise ValueError(f"tf32 must be true or false, got {cfg.tf32!r}")
     if cfg.dtype not in ("float32", "float64"):
         raise ValueError(f"dtype must be float32 or float64, got {cfg.dtype!r}")
     if cfg.distribution == "densedemo" and cfg.vocabulary < cfg.fields:
         raise ValueError("the densedemo distribution needs vocabulary >= fields")
 
 
-def default_runs_dir(environ: dict[str, str] | None = None) -> Path:
-    """``$NVDASHBOARD_RUNS_DIR`` if set, else ``~/.cache/nvdashboard/runs``."""
+def pinned_gpu(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """``{"uuid", "index"}`` of the GPU the dashboard pinned this run to, if it did."""
     env = os.environ if environ is None else environ
-    value = env.get(RUNS_DIR_ENV)
-    if value:
-        return Path(value).expanduser()
-    return Path.home() / ".cache" / "nvdashboard" / "runs"
+    index, _, uuid = env.get(RUN_GPU_ENV, "").partition(":")
+    if not index.isdigit() or not uuid:
+        return None
+    return {"uuid": uuid, "index": int(index)}
 
 
-def keras_adam_alpha(learning_rate: float, beta_1: float, beta_2: float, step: int) -> float:
-    """Adam's bias-corrected step size exactly as Keras 3 computes it.
+def cuda_visible_devices(environ: Mapping[str, str] | None = None) -> str | None:
+    env = os.environ if environ is None else environ
+    return env.get("CUDA_VISIBLE_DEVICES")
 
-    Keras holds the learning rate in a float32 variable and raises float32-rounded betas
-    to the step; the moment updates use the exact Python floats. Mirroring this lets the
-    float64 NumPy reference match the TensorFlow paths to rounding error.
-    """
-    import numpy as np
 
-    lr, b1, b2 = (float(np.float32(x)) for x in (learning_rate, beta_1, beta_2))
-    return lr * (1 - b2**step) ** 0.5 / (1 - b1**step)
+def estimated_memory_bytes(cfg: WorkloadConfig) -> int:
+    """Roughly what a run of ``cfg`` holds on its device: the table and its two Adam moments,
+    the MLP with its moments, and the pre-generated key pool (int64 keys and labels)."""
+    itemsize = 8 if cfg.dtype == "float64" else 4
+    table = cfg.vocabulary * cfg.embedding_size * itemsize * 3
+    widths = [cfg.mlp_input_size] + [cfg.hidden_units] * cfg.hidden_layers + [1]
+    mlp = sum(a * b + b for a, b in zip(widths, widths[1:], strict=False)) * itemsize * 3
+    pool = cfg.pool_batches * cfg.batch * (cfg.keys_per_sample * 8 + itemsize)
+    activations = cfg.batch * sum(widths) * itemsize * 2
+    return table + mlp + pool + activations
+

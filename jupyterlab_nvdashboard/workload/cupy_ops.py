@@ -1,229 +1,270 @@
-"""The CuPy-only parts of the ``cupy-plugin`` path: three RawKernels.
+"""The CuPy pieces of the ``cupy-plugin`` path: four small CUDA kernels and four fused
+elementwise ones. CuPy is imported lazily; this module imports without it.
 
-The rest of the step (dedup, gather, MLP via cuBLAS matmuls, dense Adam) is the shared
-``xp`` code in :mod:`.xp_path`. CuPy is imported lazily; this module imports without it.
+The step itself (and the NumPy reference of every piece here) is
+:mod:`.xp_path`. Kernels, all without a host sync:
 
-* ``hash_insert``: open-addressing hash table of int64 keys -> rows. A thread claims an
-  empty slot with ``atomicCAS`` and takes a row from an ``atomicAdd`` counter; a thread
-  that finds its key already claimed waits until the row is published. Keys are
-  deduplicated before the kernel, so only distinct keys reach it.
-* ``segment_sum``: one thread block per run of equal keys in the sorted lookups; threads
-  stride over the run and reduce in shared memory. No atomics, so 8,000 repeats of a
-  key cost a block-local reduction instead of 8,000 contended atomic adds.
-* ``sparse_adam``: one thread per (touched row, column) doing the whole lazy-Adam update.
+* ``gather_count``: the forward gather ``out[j] = table[keys[j]]``, one thread per
+  element, which also counts the lookups of each key (``atomicAdd`` on ``counts``).
+* ``order_by_key``: the counting sort's scatter. Each lookup takes the next free slot of
+  its key's run by counting the key's counter down, so the run of key ``k`` is
+  ``order[ends[k-1]:ends[k]]`` and ``counts`` is zero again for the next step.
+* ``segment_sum_adam``: one warp per key. The warp sums its run's gradient rows (lanes
+  stride over the run, then a shuffle reduction), and lanes ``0..E-1`` apply lazy Adam to
+  the row. Untouched keys exit at once.
+* ``adam_flat``: Adam over the MLP's flat weight, moment and gradient buffers.
+
+``adam_element`` is the only CUDA copy of Adam's math (the Python one is
+:func:`.adam.adam_update`); ``benchmarks/gpu_check.py`` checks one against the other.
+Kernels are compiled per (float type, index type); scalar arguments are passed as
+NumPy scalars of exactly the C types below.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
 from ._lazy import import_cupy
-from .config import WorkloadConfig
+from .adam import AdamCoefficients
 
-EMPTY_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)
+KERNEL_SOURCE = r"""
+typedef REAL real;
+typedef INDEX index_t;
 
-_SOURCE = r"""
-typedef TYPE real;
+#define WARP 32
+#define CHUNK 8  /* embedding columns a warp sums at once (registers per lane) */
 
-__device__ unsigned long long mix64(unsigned long long z) {
-    z += 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
+__device__ __forceinline__ void adam_element(
+        real* w, real* m, real* v, real g,
+        real one_minus_beta_1, real one_minus_beta_2, real alpha, real eps) {
+    real mi = *m + (g - *m) * one_minus_beta_1;
+    real vi = *v + (g * g - *v) * one_minus_beta_2;
+    *m = mi;
+    *v = vi;
+    *w -= alpha * mi / (sqrt(vi) + eps);
 }
 
-extern "C" __global__ void hash_insert(
-        const long long* keys, long long n, unsigned long long* slot_keys,
-        long long* slot_rows, unsigned long long mask, unsigned long long* counter,
-        long long capacity, long long* row_keys, long long* out_rows) {
-    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    unsigned long long key = (unsigned long long)keys[i];
-    unsigned long long h = mix64(key) & mask;
-    while (true) {
-        unsigned long long prev = atomicCAS(&slot_keys[h], 0xFFFFFFFFFFFFFFFFULL, key);
-        if (prev == 0xFFFFFFFFFFFFFFFFULL) {
-            long long row = (long long)atomicAdd(counter, 1ULL);
-            if (row >= capacity) row = -2;  /* table full: reported by the host */
-            else row_keys[row] = (long long)key;
-            atomicExch((unsigned long long*)&slot_rows[h], (unsigned long long)row);
-            out_rows[i] = row;
-            return;
-        }
-        if (prev == key) {
-            long long row;
-            do {
-                row = ((volatile long long*)slot_rows)[h];
-            } while (row == -1);
-            out_rows[i] = row;
-            return;
-        }
-        h = (h + 1) & mask;
+__device__ __forceinline__ int add_and_get_old(int* p, int x) {
+    return atomicAdd(p, x);
+}
+
+__device__ __forceinline__ long long add_and_get_old(long long* p, long long x) {
+    /* Two's complement: adding the unsigned image of a negative x subtracts. */
+    return (long long)atomicAdd((unsigned long long*)p, (unsigned long long)x);
+}
+
+extern "C" __global__ void gather_count(
+        const index_t* keys, long long n, const real* table, int dim,
+        real* out, index_t* counts) {
+    long long total = n * dim;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += stride) {
+        long long j = i / dim;
+        int c = (int)(i - j * dim);
+        index_t key = keys[j];
+        out[i] = table[(long long)key * dim + c];
+        if (c == 0) add_and_get_old(&counts[key], (index_t)1);
     }
 }
 
-extern "C" __global__ void segment_sum(
-        const real* values, const long long* order, const long long* starts,
-        long long n_segments, long long n_rows, int dim, real* out) {
-    extern __shared__ unsigned char shared_raw[];
-    real* partial = (real*)shared_raw;
-    long long seg = blockIdx.x;
-    if (seg >= n_segments) return;
-    long long begin = starts[seg];
-    long long end = seg + 1 < n_segments ? starts[seg + 1] : n_rows;
-    for (int c = 0; c < dim; ++c) {
-        real acc = 0;
-        for (long long j = begin + threadIdx.x; j < end; j += blockDim.x) {
-            acc += values[order[j] * dim + c];
-        }
-        partial[threadIdx.x] = acc;
-        __syncthreads();
-        for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-            if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
-            __syncthreads();
-        }
-        if (threadIdx.x == 0) out[seg * dim + c] = partial[0];
-        __syncthreads();
+extern "C" __global__ void order_by_key(
+        const index_t* keys, long long n, const index_t* ends, index_t* counts,
+        index_t* order) {
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < n;
+         j += stride) {
+        index_t key = keys[j];
+        /* The old count runs from counts[key] down to 1 over the key's lookups. */
+        index_t left = add_and_get_old(&counts[key], (index_t)-1);
+        order[ends[key] - left] = (index_t)j;
     }
 }
 
-extern "C" __global__ void sparse_adam(
-        real* table, real* m, real* v, const long long* rows, const real* grad,
-        long long n, int dim, double alpha, double beta_1, double beta_2, double eps) {
-    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (i >= n * dim) return;
-    long long p = rows[i / dim] * dim + (i % dim);
-    real g = grad[i];
-    real mi = m[p] + (g - m[p]) * (real)(1.0 - beta_1);
-    real vi = v[p] + (g * g - v[p]) * (real)(1.0 - beta_2);
-    m[p] = mi;
-    v[p] = vi;
-    table[p] -= (real)alpha * mi / (sqrt(vi) + (real)eps);
+extern "C" __global__ void segment_sum_adam(
+        const index_t* order, const index_t* ends, long long n_keys,
+        const real* grads, int dim, real* table, real* m, real* v,
+        real one_minus_beta_1, real one_minus_beta_2, real alpha, real eps) {
+    /* Blocks are whole warps, so key is the same on all 32 lanes: every return below
+       is taken by the whole warp, and the full-mask shuffles see all lanes. */
+    long long key = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / WARP;
+    int lane = threadIdx.x % WARP;
+    if (key >= n_keys) return;
+    index_t begin = key == 0 ? (index_t)0 : ends[key - 1];
+    index_t end = ends[key];
+    if (begin == end) return;  /* untouched row: lazy Adam leaves it alone */
+    for (int c0 = 0; c0 < dim; c0 += CHUNK) {
+        real acc[CHUNK];
+#pragma unroll
+        for (int c = 0; c < CHUNK; ++c) acc[c] = 0;
+#pragma unroll 4
+        for (index_t j = begin + lane; j < end; j += WARP) {
+            const real* g = grads + (long long)order[j] * dim + c0;
+#pragma unroll
+            for (int c = 0; c < CHUNK; ++c) {
+                if (c0 + c < dim) acc[c] += g[c];
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < CHUNK; ++c) {
+#pragma unroll
+            for (int offset = WARP / 2; offset > 0; offset /= 2) {
+                acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], offset);
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < CHUNK; ++c) {
+            if (lane == c && c0 + c < dim) {
+                long long p = key * dim + c0 + c;
+                adam_element(table + p, m + p, v + p, acc[c],
+                             one_minus_beta_1, one_minus_beta_2, alpha, eps);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void adam_flat(
+        real* w, real* m, real* v, const real* g, long long n,
+        real one_minus_beta_1, real one_minus_beta_2, real alpha, real eps) {
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += stride) {
+        adam_element(w + i, m + i, v + i, g[i],
+                     one_minus_beta_1, one_minus_beta_2, alpha, eps);
+    }
 }
 """
 
-_THREADS = 256
+C_TYPES = {"float32": "float", "float64": "double", "int32": "int", "int64": "long long"}
+THREADS = 256  # a multiple of 32: segment_sum_adam relies on whole warps
+MAX_BLOCKS = 1 << 16  # grid-stride kernels: enough blocks to fill any current GPU
+KERNELS = ("gather_count", "order_by_key", "segment_sum_adam", "adam_flat")
 
 
-class _Kernels:
-    _cache: dict[str, Any] = {}
-
-    @classmethod
-    def get(cls, dtype: str) -> Any:
-        if dtype not in cls._cache:
-            cp = import_cupy()
-            ctype = {"float32": "float", "float64": "double"}[dtype]
-            cls._cache[dtype] = cp.RawModule(code=_SOURCE.replace("TYPE", ctype))
-        return cls._cache[dtype]
+def kernel_source(dtype: str, index: str) -> str:
+    """The CUDA source for float type ``dtype`` and index type ``index``."""
+    return KERNEL_SOURCE.replace("REAL", C_TYPES[dtype]).replace("INDEX", C_TYPES[index])
 
 
-class CupyKeyMap:
-    """GPU open-addressing hash table, int64 key -> row, insert on miss."""
+def grid_stride_blocks(work_items: int) -> int:
+    return max(1, min(MAX_BLOCKS, -(-work_items // THREADS)))
 
-    def __init__(self, capacity: int, dtype: str, load_factor: float = 0.5) -> None:
-        cp = import_cupy()
-        self.cp, self.capacity, self.dtype = cp, capacity, dtype
-        slots = 1 << max(4, int(np.ceil(np.log2(capacity / load_factor))))
-        self.mask = np.uint64(slots - 1)
-        self.slot_keys = cp.full(slots, EMPTY_KEY, dtype=cp.uint64)
-        self.slot_rows = cp.full(slots, -1, dtype=cp.int64)
-        self.row_keys = cp.full(capacity, -1, dtype=cp.int64)
-        self.counter = cp.zeros(1, dtype=cp.uint64)
-        self.size = 0
 
-    def lookup_or_insert(self, unique_keys: Any) -> tuple[Any, Any]:
-        cp = self.cp
-        n = int(unique_keys.size)
-        rows = cp.empty(n, dtype=cp.int64)
-        if n:
-            kernel = _Kernels.get(self.dtype).get_function("hash_insert")
-            blocks = (n + _THREADS - 1) // _THREADS
-            args = (
-                cp.ascontiguousarray(unique_keys, dtype=cp.int64),
-                np.int64(n),
-                self.slot_keys,
-                self.slot_rows,
-                self.mask,
-                self.counter,
-                np.int64(self.capacity),
-                self.row_keys,
-                rows,
-            )
-            kernel((blocks,), (_THREADS,), args)
-        new_size = min(int(self.counter[0]), self.capacity + 1)
-        if new_size > self.capacity:
-            raise ValueError(f"more distinct keys than table capacity {self.capacity}")
-        new_keys = cp.sort(self.row_keys[self.size : new_size])
-        self.size = new_size
-        return rows, new_keys
+def warp_per_item_blocks(items: int) -> int:
+    return max(1, -(-items * 32 // THREADS))
+
+
+def set_cupy_tf32(cp: Any, enabled: bool) -> bool:
+    """Set TF32 for CuPy's float32 matmuls; return whether it is now in effect.
+
+    CuPy keeps the cuBLAS compute type per dtype in ``_routines_linalg`` (set from
+    ``CUPY_TF32`` on first use; 7 is its TF32 value, 1 its default). TF32 exists from
+    compute capability 8.0 on.
+    """
+    try:
+        from cupy._core import _routines_linalg as linalg
+    except ImportError:  # a CuPy without that module: the documented variable
+        os.environ["CUPY_TF32"] = "1" if enabled else "0"
+        on = enabled
+    else:
+        tf32 = getattr(linalg, "COMPUTE_TYPE_TF32", 7)
+        linalg.set_compute_type(np.float32, tf32 if enabled else getattr(
+            linalg, "COMPUTE_TYPE_DEFAULT", 1))
+        on = linalg.get_compute_type(np.float32) == tf32
+    major = int(cp.cuda.Device().compute_capability) // 10
+    return bool(on and major >= 8)
 
 
 class CupyOps:
-    """The array-module-specific parts on the GPU."""
+    """The fused pieces on the GPU, with the same signatures as :class:`.xp_path.NumpyOps`."""
 
     name = "cupy"
 
     def __init__(self, dtype: str = "float32") -> None:
-        self.xp = import_cupy()
+        cp = self.xp = import_cupy()
         self.dtype = dtype
-        self._peak = 0
+        self.real = np.dtype(dtype).type
+        self._modules: dict[str, Any] = {}
+        self._bias_relu = cp.ElementwiseKernel(
+            "T b", "T h", "T s = h + b; h = s > (T)0 ? s : (T)0", "nvd_bias_relu")
+        self._bias = cp.ElementwiseKernel("T b", "T h", "h += b", "nvd_bias")
+        self._relu_grad = cp.ElementwiseKernel(
+            "T a", "T dz", "if (!(a > (T)0)) dz = 0", "nvd_relu_grad")
+        self._bce_grad = cp.ElementwiseKernel(
+            "T z, T y, T batch", "T out",
+            "out = ((T)1 / ((T)1 + exp(-z)) - y) / batch", "nvd_bce_grad")
 
-    def key_map(self, capacity: int) -> CupyKeyMap:
-        return CupyKeyMap(capacity, self.dtype)
+    def _kernel(self, name: str, index: Any) -> Any:
+        index = np.dtype(index).name
+        if index not in self._modules:
+            code = kernel_source(self.dtype, index)
+            self._modules[index] = self.xp.RawModule(code=code)
+        return self._modules[index].get_function(name)
 
-    def segment_sum(self, values: Any, order: Any, starts: Any) -> Any:
-        cp = self.xp
-        values = cp.ascontiguousarray(values)
-        n_segments = int(starts.size)
-        dim = int(values.shape[1])
-        out = cp.empty((n_segments, dim), dtype=values.dtype)
-        if n_segments:
-            kernel = _Kernels.get(self.dtype).get_function("segment_sum")
-            args = (
-                values,
-                order,
-                starts,
-                np.int64(n_segments),
-                np.int64(values.shape[0]),
-                np.int32(dim),
-                out,
-            )
-            shared = _THREADS * values.dtype.itemsize
-            kernel((n_segments,), (_THREADS,), args, shared_mem=shared)
-        return out
+    def _adam_args(self, c: AdamCoefficients) -> tuple[Any, ...]:
+        r = self.real
+        return (r(c.one_minus_beta_1), r(c.one_minus_beta_2), r(c.alpha), r(c.epsilon))
 
-    def sparse_adam(
-        self, table: Any, m: Any, v: Any, rows: Any, grad: Any, alpha: float, cfg: WorkloadConfig
+    def use_tf32(self, enabled: bool) -> bool:
+        return set_cupy_tf32(self.xp, enabled)
+
+    def gather_count(self, table: Any, keys: Any, counts: Any, out: Any) -> None:
+        n, dim = int(keys.size), int(table.shape[1])
+        if n:
+            kernel = self._kernel("gather_count", keys.dtype)
+            args = (keys, np.int64(n), table, np.int32(dim), out, counts)
+            kernel((grid_stride_blocks(n * dim),), (THREADS,), args)
+
+    def order_by_key(self, keys: Any, counts: Any, ends: Any) -> Any:
+        n = int(keys.size)
+        order = self.xp.empty(n, dtype=keys.dtype)
+        if n:
+            kernel = self._kernel("order_by_key", keys.dtype)
+            kernel((grid_stride_blocks(n),), (THREADS,), (keys, np.int64(n), ends, counts, order))
+        return order
+
+    def segment_sum_adam(
+        self, table: Any, m: Any, v: Any, grads: Any, order: Any, ends: Any,
+        c: AdamCoefficients,
     ) -> None:
-        cp = self.xp
-        n, dim = int(rows.size), int(table.shape[1])
-        if not n:
-            return
-        kernel = _Kernels.get(self.dtype).get_function("sparse_adam")
-        blocks = (n * dim + _THREADS - 1) // _THREADS
-        args = (
-            table,
-            m,
-            v,
-            rows,
-            cp.ascontiguousarray(grad),
-            np.int64(n),
-            np.int32(dim),
-            np.float64(alpha),
-            np.float64(cfg.beta_1),
-            np.float64(cfg.beta_2),
-            np.float64(cfg.epsilon),
-        )
-        kernel((blocks,), (_THREADS,), args)
+        n_keys, dim = int(ends.size), int(table.shape[1])
+        grads = self.xp.ascontiguousarray(grads)
+        kernel = self._kernel("segment_sum_adam", order.dtype)
+        args = (order, ends, np.int64(n_keys), grads, np.int32(dim), table, m, v,
+                *self._adam_args(c))
+        kernel((warp_per_item_blocks(n_keys),), (THREADS,), args)
 
-    def sync(self) -> None:
-        self.xp.cuda.get_current_stream().synchronize()
-        self._peak = max(self._peak, int(self.xp.get_default_memory_pool().used_bytes()))
+    def adam_flat(self, p: Any, c: AdamCoefficients) -> None:
+        kernel = self._kernel("adam_flat", np.int32)
+        args = (p.weights, p.m, p.v, p.grads, np.int64(p.size), *self._adam_args(c))
+        kernel((grid_stride_blocks(p.size),), (THREADS,), args)
+
+    def matmul_into(self, a: Any, b: Any, out: Any) -> None:
+        """cuBLAS writes the product straight into ``out`` (a view of the flat buffer)."""
+        self.xp.matmul(a, b, out=out)
+
+    def bias_relu(self, h: Any, b: Any) -> None:
+        self._bias_relu(b, h)
+
+    def bias(self, h: Any, b: Any) -> None:
+        self._bias(b, h)
+
+    def relu_grad(self, activation: Any, dz: Any) -> None:
+        self._relu_grad(activation, dz)
+
+    def bce_grad(self, z: Any, labels: Any, out: Any) -> None:
+        self._bce_grad(z, labels, self.real(z.shape[0]), out)
 
     def to_numpy(self, a: Any) -> np.ndarray:
         return self.xp.asnumpy(a)
 
+    def synchronize(self) -> None:
+        self.xp.cuda.get_current_stream().synchronize()
+
     def peak_device_memory_bytes(self) -> int | None:
-        return self._peak
+        """Bytes CuPy's memory pool has reserved: it keeps freed blocks, so this is the
+        high-water mark of the path's allocations (rounded up to the pool's blocks)."""
+        return int(self.xp.get_default_memory_pool().total_bytes())

@@ -1,19 +1,37 @@
 """The workload's event stream: JSON lines, one object per line, flushed per event.
 
 Every event has ``"event"``, ``"run_id"`` and ``"time"`` (Unix epoch seconds, float).
-The README ("Event format") lists the fields of ``start``, ``iteration`` and ``end``.
-:func:`read_events` tolerates a partially written last line, so a dashboard can read a
-file while the run is still appending to it.
+The kinds, in the order a run writes them:
+
+- ``start``: ``path``, ``device``, ``preset``, ``pid``, ``config``, ``iterations``,
+  ``warmup`` and ``gpu`` (``{"uuid", "index"}`` of the GPU the run is on, or was pinned to;
+  either may be ``null``);
+- ``warmup_end``: start-up (imports, building the table, tracing) and warm-up are over; the
+  timed part starts here;
+- ``iteration``: ``iteration``, ``ms``, ``samples_per_s``, ``loss``;
+- ``end``: the summary (``iterations``, ``median_ms``, ..., ``peak_device_memory_bytes``,
+  ``interrupted``) and ``error``, the one-line message of a failure (``null`` when none).
+
+:func:`parse_event` is the one parser: the workload's own reader and the dashboard server
+both use it, so a line means the same to both. It validates a line once and returns only
+the known fields, with their types checked; anything else is ``None`` (a bad line, which
+readers skip and count).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
+
+EVENT_KINDS = ("start", "warmup_end", "iteration", "end")
+MAX_LINE_BYTES = 64 * 1024  # a longer line is not an event; readers drop it unread
+MAX_TEXT_CHARS = 500  # strings (an error message, a path name) are cut to this
 
 
 def new_run_id() -> str:
@@ -54,21 +72,124 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """All complete events in ``path``; a partially written last line is skipped.
+# ---- the one parser ---------------------------------------------------------------------
 
-    Lines that are not JSON objects (a torn write in the middle of the file) are skipped
+class _Invalid(Exception):
+    pass
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _Invalid
+    return float(value)
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _Invalid
+    return value
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _Invalid
+    return value[:MAX_TEXT_CHARS]
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid
+    return value
+
+
+def _duration(value: Any) -> float:
+    number = _number(value)
+    if number < 0:
+        raise _Invalid
+    return number
+
+
+def _config(value: Any) -> dict[str, Any]:
+    """The workload settings: only numbers and short strings, as WorkloadConfig has."""
+    if not isinstance(value, dict) or len(value) > 64:
+        raise _Invalid
+    kept: dict[str, Any] = {}
+    for key, item in value.items():
+        if isinstance(item, bool) or not isinstance(item, int | float | str):
+            continue
+        if isinstance(item, float) and not math.isfinite(item):
+            continue
+        kept[str(key)[:64]] = item[:MAX_TEXT_CHARS] if isinstance(item, str) else item
+    return kept
+
+
+def _gpu(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Invalid
+    uuid_text, index = value.get("uuid"), value.get("index")
+    return {"uuid": None if uuid_text is None else _text(uuid_text),
+            "index": None if index is None else _count(index)}
+
+
+Field = tuple[Callable[[Any], Any], bool]  # (checker, required)
+_COMMON: dict[str, Field] = {"run_id": (_text, True), "time": (_number, True)}
+_FIELDS: dict[str, dict[str, Field]] = {
+    "start": {"path": (_text, False), "device": (_text, False), "preset": (_text, False),
+              "pid": (_count, False), "config": (_config, False), "iterations": (_count, False),
+              "warmup": (_count, False), "gpu": (_gpu, False), "events_file": (_text, False)},
+    "warmup_end": {},
+    "iteration": {"iteration": (_count, False), "ms": (_duration, True),
+                  "samples_per_s": (_number, False), "loss": (_number, False)},
+    "end": {"iterations": (_count, False), "median_ms": (_duration, False),
+            "p10_ms": (_duration, False), "p90_ms": (_duration, False),
+            "samples_per_s": (_number, False), "peak_host_memory_bytes": (_number, False),
+            "peak_device_memory_bytes": (_number, False), "interrupted": (_flag, False),
+            "error": (_text, False)},
+}
+
+
+def parse_event(line: bytes | str) -> dict[str, Any] | None:
+    """The event on one line, with only its known fields and their types checked; else None.
+
+    Optional fields that are missing or ``null`` come back as ``None``; a required field
+    missing or a field of the wrong type makes the whole line bad.
+    """
+    if len(line) > MAX_LINE_BYTES:
+        return None
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict) or record.get("event") not in EVENT_KINDS:
+        return None
+    kind = record["event"]
+    event: dict[str, Any] = {"event": kind}
+    try:
+        for name, (check, required) in {**_COMMON, **_FIELDS[kind]}.items():
+            value = record.get(name)
+            if value is None:
+                if required:
+                    raise _Invalid
+                event[name] = None
+            else:
+                event[name] = check(value)
+    except _Invalid:
+        return None
+    return event
+
+
+def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """All valid events in ``path``; a partially written last line is skipped.
+
+    Lines that are not valid events (a torn write in the middle of the file) are skipped
     too, so a reader never fails on a file that is being written.
     """
     events: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, "rb") as f:
         for line in f:
-            if not line.endswith("\n"):
+            if not line.endswith(b"\n"):
                 break  # still being written
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and "event" in record:
-                events.append(record)
+            event = parse_event(line)
+            if event is not None:
+                events.append(event)
     return events

@@ -8,14 +8,21 @@
    ``tf.searchsorted`` into a sorted ``int64`` key array for arbitrary keys. Both are
    plain tensor ops that run on the GPU; no CPU-only hash table is involved,
 3. gathers each unique row once and expands to the lookups with a custom gradient that
-   aggregates the incoming gradient per unique row (``tf.math.unsorted_segment_sum``),
-   so the table's gradient is an ``IndexedSlices`` with *unique* indices.
+   aggregates the incoming gradient per unique row, so the table's gradient is an
+   ``IndexedSlices`` with *unique* indices. The sum is ``tf.math.unsorted_segment_sum``
+   when the table lives on a GPU, and a weighted ``tf.math.bincount`` on the CPU. The
+   choice follows where the table variable was placed, fixed when the graph is built
+   (inside ``tf.function`` a tensor's ``device`` is empty while tracing, so it cannot
+   decide; on a GPU the bincount would copy to the host every step).
 
 :class:`SparseAdam` then updates only the touched rows ("lazy Adam"). Semantics: rows
 absent from a batch keep their first and second moments unchanged (they are *not*
 decayed, unlike dense Adam where every moment decays every step), and the bias
 correction uses the global step. On rows touched every step lazy and dense Adam agree
-exactly. When a batch touches more than ``dense_update_fraction`` of the table the same
+exactly. A table looked up more than once in a step gets one ``IndexedSlices`` per
+lookup, concatenated, so its indices repeat: :meth:`SparseAdam.apply` sums repeated rows
+first (as dense Adam sees them), unless the caller states they are unique. When a batch
+touches more than ``dense_update_fraction`` of the table the same
 update is computed densely over the whole table with a mask (identical results, no
 gather/scatter); the crossover was measured with ``benchmarks/embedding_speedup.py``.
 """
@@ -27,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ._lazy import import_tensorflow
+from .adam import AdamCoefficients, adam_update
 
 #: Above this fraction of touched rows the masked dense update is used (measured crossover;
 #: see benchmarks/README.md).
@@ -68,6 +76,7 @@ class SparseEmbedding:
         small = lookups_per_batch is not None and self.vocabulary <= lookups_per_batch
         self.update = "dense" if small and self.sorted_keys is None else "sparse"
         self.table = table
+        self.on_gpu = placed_on_gpu(table.device)
         # tf.zeros, not tf.zeros_like(table): that reads the table and held an extra
         # table-sized buffer while building (measured +330 MiB at large-vocab).
         self.m = tf.Variable(tf.zeros(table.shape, table.dtype), trainable=False, name=name + "_m")
@@ -128,15 +137,22 @@ class SparseEmbedding:
         return ids
 
 
-def segment_sum(dy: Any, segment_ids: Any, num_segments: Any) -> Any:
+def placed_on_gpu(device: str) -> bool:
+    """Whether a variable's ``device`` string names a GPU ("" means not placed: CPU)."""
+    tf = import_tensorflow()
+    return (tf.DeviceSpec.from_string(device or "").device_type or "").upper() == "GPU"
+
+
+def segment_sum(dy: Any, segment_ids: Any, num_segments: Any, on_gpu: bool) -> Any:
     """Sum the rows of ``dy [N, E]`` per segment id (ids in ``[0, num_segments)``).
 
-    On the GPU this is ``tf.math.unsorted_segment_sum``. On the CPU the same sum is one
-    weighted ``tf.math.bincount`` over ``id * E + column``, which measured ~4x faster
-    than TensorFlow's single-threaded CPU segment-sum kernel for DenseDemo batches.
+    ``on_gpu`` (where the table lives) picks the kernel: ``tf.math.unsorted_segment_sum``
+    on a GPU; on the CPU one weighted ``tf.math.bincount`` over ``id * E + column``, which
+    measured ~4x faster than TensorFlow's single-threaded CPU segment-sum kernel for
+    DenseDemo batches (on a GPU it would force a device-to-host copy every step).
     """
     tf = import_tensorflow()
-    if "GPU" in (dy.device or "").upper():
+    if on_gpu:
         return tf.math.unsorted_segment_sum(dy, segment_ids, num_segments)
     dim = tf.shape(dy)[1]
     ids = tf.cast(segment_ids, tf.int32)[:, None] * dim + tf.range(dim)[None, :]
@@ -151,27 +167,27 @@ def segment_sum(dy: Any, segment_ids: Any, num_segments: Any) -> Any:
     return tf.reshape(flat, [-1, dim])
 
 
-def _expand(tf: Any) -> Any:
+def _expand(tf: Any, on_gpu: bool) -> Any:
     @tf.custom_gradient
     def expand(unique_rows_values: Any, inverse: Any) -> Any:
         out = tf.gather(unique_rows_values, inverse)
 
         def grad(dy: Any) -> Any:
             n = tf.shape(unique_rows_values)[0]
-            return segment_sum(dy, inverse, n), None
+            return segment_sum(dy, inverse, n, on_gpu), None
 
         return out, grad
 
     return expand
 
 
-def _gather_dense_grad(tf: Any) -> Any:
+def _gather_dense_grad(tf: Any, on_gpu: bool) -> Any:
     @tf.custom_gradient
     def gather(table: Any, flat_ids: Any) -> Any:
         out = tf.gather(table, flat_ids)
 
         def grad(dy: Any) -> Any:
-            return segment_sum(dy, flat_ids, tf.shape(table)[0]), None
+            return segment_sum(dy, flat_ids, tf.shape(table)[0], on_gpu), None
 
         return out, grad
 
@@ -190,12 +206,12 @@ def lookup_unique(params: SparseEmbedding, ids: Any) -> tuple[Any, Any]:
     flat = tf.reshape(ids, [-1])
     shape = tf.concat([tf.shape(ids), [params.dim]], axis=0)
     if params.update == "dense":
-        out = _gather_dense_grad(tf)(params.table.read_value(), flat)
+        out = _gather_dense_grad(tf, params.on_gpu)(params.table.read_value(), flat)
         return tf.reshape(out, shape), None
     unique_keys, inverse = tf.unique(flat, out_idx=tf.int32)
     rows = params.rows_of(unique_keys)
     values = tf.gather(params.table, rows)  # gradient: IndexedSlices(rows unique)
-    out = _expand(tf)(values, inverse)
+    out = _expand(tf, params.on_gpu)(values, inverse)
     return tf.reshape(out, shape), rows
 
 
@@ -213,11 +229,8 @@ def embedding_lookup(params: SparseEmbedding, ids: Any) -> Any:
 
 
 class SparseAdam:
-    """Lazy Adam for a :class:`SparseEmbedding`, same formulas as Keras 3 ``Adam``.
-
-    ``alpha = lr * sqrt(1 - b2^t) / (1 - b1^t)``; on the touched rows
-    ``m += (g - m)(1 - b1)``, ``v += (g^2 - v)(1 - b2)``, ``w -= alpha m / (sqrt(v) + eps)``.
-    """
+    """Lazy Adam for a :class:`SparseEmbedding`, same formulas as Keras 3 ``Adam``
+    (:func:`.adam.adam_update`), applied to the touched rows only."""
 
     def __init__(
         self,
@@ -236,44 +249,39 @@ class SparseAdam:
         self.dense_update_fraction = dense_update_fraction
         self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="sparse_adam_t")
 
-    def apply(self, params: SparseEmbedding, grad: Any) -> None:
-        """Apply an ``IndexedSlices`` gradient with unique indices to ``params``."""
+    def apply(self, params: SparseEmbedding, grad: Any, unique_indices: bool = False) -> None:
+        """Apply the gradient of ``params.table`` (``IndexedSlices`` or dense).
+
+        Repeated indices (the table looked up more than once in the step) are summed
+        first, as dense Adam sees them. ``unique_indices=True`` skips that ``tf.unique``
+        when the caller knows there is one lookup per step.
+        """
         tf = import_tensorflow()
-        dtype = params.dtype
         if not isinstance(grad, tf.IndexedSlices):
             self._apply_dense(params, tf.convert_to_tensor(grad))
             return
         rows = tf.cast(grad.indices, tf.int64)
         g = tf.convert_to_tensor(grad.values)
-        # (1 - beta) is formed in Python (float64) before it meets the tensors, as Keras
-        # does; 1 - float32(0.999) would be off by 1.3e-5 relative.
-        one_minus_b1 = tf.constant(1.0 - self.beta_1, dtype)
-        one_minus_b2 = tf.constant(1.0 - self.beta_2, dtype)
-        alpha = self._alpha(dtype)
-        eps = tf.constant(self.epsilon, dtype)
+        if not unique_indices:
+            rows, position = tf.unique(rows, out_idx=tf.int32)
+            g = segment_sum(g, position, tf.size(rows), params.on_gpu)
+        c = self._coefficients(params.dtype)
         threshold = int(self.dense_update_fraction * params.vocabulary)
 
         def sparse() -> Any:
-            m = tf.gather(params.m, rows)
-            v = tf.gather(params.v, rows)
-            m = m + (g - m) * one_minus_b1
-            v = v + (g * g - v) * one_minus_b2
+            m, v, step = adam_update(
+                tf.gather(params.m, rows), tf.gather(params.v, rows), g, c, tf.sqrt
+            )
             params.m.scatter_update(tf.IndexedSlices(m, rows))
             params.v.scatter_update(tf.IndexedSlices(v, rows))
-            params.table.scatter_sub(tf.IndexedSlices(alpha * m / (tf.sqrt(v) + eps), rows))
+            params.table.scatter_sub(tf.IndexedSlices(step, rows))
             return tf.constant(0)
 
         def dense() -> Any:
             shape = tf.shape(params.table, out_type=tf.int64)
             idx = rows[:, None]
-            g_full = tf.scatter_nd(idx, g, shape)
             hits = tf.scatter_nd(idx, tf.ones_like(rows, dtype=tf.int32), shape[:1])
-            touched = tf.reshape(hits > 0, [-1, 1])
-            m = tf.where(touched, params.m + (g_full - params.m) * one_minus_b1, params.m)
-            v = tf.where(touched, params.v + (g_full * g_full - params.v) * one_minus_b2, params.v)
-            params.m.assign(m)
-            params.v.assign(v)
-            params.table.assign_sub(tf.where(touched, alpha * m / (tf.sqrt(v) + eps), 0))
+            self._masked_update(params, tf.scatter_nd(idx, g, shape), hits > 0, c)
             return tf.constant(1)
 
         if threshold >= params.vocabulary:
@@ -281,6 +289,17 @@ class SparseAdam:
         else:
             tf.cond(tf.size(rows, out_type=tf.int64) > threshold, dense, sparse)
         self.iterations.assign_add(1)
+
+    def _coefficients(self, dtype: Any) -> AdamCoefficients:
+        """This step's coefficients as tensors of ``dtype`` (the step lives in a variable,
+        so that a traced ``tf.function`` sees each new step)."""
+        tf = import_tensorflow()
+        return AdamCoefficients(
+            one_minus_beta_1=tf.constant(1.0 - self.beta_1, dtype),
+            one_minus_beta_2=tf.constant(1.0 - self.beta_2, dtype),
+            alpha=self._alpha(dtype),
+            epsilon=tf.constant(self.epsilon, dtype),
+        )
 
     def _alpha(self, dtype: Any) -> Any:
         """As Keras: float32 learning rate and float32-rounded betas in the bias correction."""
@@ -290,20 +309,23 @@ class SparseAdam:
         b2_32 = tf.constant(float(np.float32(self.beta_2)), dtype)
         return self.learning_rate * tf.sqrt(1 - tf.pow(b2_32, t)) / (1 - tf.pow(b1_32, t))
 
+    def _masked_update(
+        self, params: SparseEmbedding, g: Any, touched_rows: Any, c: AdamCoefficients
+    ) -> None:
+        """The lazy update over the whole table: rows outside ``touched_rows [V]`` keep
+        their weights and moments."""
+        tf = import_tensorflow()
+        touched = tf.reshape(touched_rows, [-1, 1])
+        m, v, step = adam_update(params.m, params.v, g, c, tf.sqrt)
+        params.m.assign(tf.where(touched, m, params.m))
+        params.v.assign(tf.where(touched, v, params.v))
+        params.table.assign_sub(tf.where(touched, step, 0))
+
     def _apply_dense(self, params: SparseEmbedding, g: Any) -> None:
         """Lazy Adam from a dense ``[V, E]`` gradient: rows with an all-zero gradient are
         treated as untouched (identical to the sparse update except for a touched row
         whose summed gradient is exactly zero, whose moments are then not decayed)."""
         tf = import_tensorflow()
-        dtype = params.dtype
-        alpha = self._alpha(dtype)
-        eps = tf.constant(self.epsilon, dtype)
-        one_minus_b1 = tf.constant(1.0 - self.beta_1, dtype)
-        one_minus_b2 = tf.constant(1.0 - self.beta_2, dtype)
-        touched = tf.reduce_any(tf.not_equal(g, 0), axis=1, keepdims=True)
-        m = tf.where(touched, params.m + (g - params.m) * one_minus_b1, params.m)
-        v = tf.where(touched, params.v + (g * g - params.v) * one_minus_b2, params.v)
-        params.m.assign(m)
-        params.v.assign(v)
-        params.table.assign_sub(tf.where(touched, alpha * m / (tf.sqrt(v) + eps), 0))
+        touched = tf.reduce_any(tf.not_equal(g, 0), axis=1)
+        self._masked_update(params, g, touched, self._coefficients(params.dtype))
         self.iterations.assign_add(1)

@@ -21,6 +21,12 @@ from typing import Any, TextIO
 from .config import BENCHMARK_PATHS, PATHS, WorkloadConfig
 from .data import make_pool
 from .events import EventWriter, new_run_id
+from .extras import GPU_EXTRA, tensorflow_cpu_only
+from .gpu_identity import run_gpu
+
+
+class Terminated(Exception):
+    """SIGTERM arrived: stop like Ctrl-C, but say so in the end event."""
 
 
 def resolve_device(path: str, device: str | None) -> str:
@@ -33,6 +39,8 @@ def resolve_device(path: str, device: str | None) -> str:
         if device == "cpu":
             raise ValueError("the cupy-plugin path runs on the GPU only; use --device gpu")
         return "gpu"
+    if device == "gpu" and tensorflow_cpu_only():
+        raise ValueError(f"--device gpu: the TensorFlow installed here is CPU-only; {GPU_EXTRA}")
     if device is not None:
         return device
     from ._lazy import import_tensorflow
@@ -141,13 +149,18 @@ def run(
 ) -> dict[str, Any]:
     """Train ``iterations`` timed steps after ``warmup`` untimed ones; return the end event.
 
-    Ctrl-C (``KeyboardInterrupt``) stops the loop; the ``end`` event then summarises the
-    completed iterations with ``"interrupted": true``.
+    Ctrl-C (``KeyboardInterrupt``) or SIGTERM stops the loop; the ``end`` event then
+    summarises the completed iterations with ``"interrupted": true``. Any other failure
+    also writes the ``end`` event, with the error's one-line message, and is raised again.
     """
     import os
 
     run_id = new_run_id()
-    device = resolve_device(path, device)
+    setup_error: Exception | None = None
+    try:
+        device = resolve_device(path, device)
+    except Exception as failure:  # reported in the end event, like any other failure
+        setup_error, device = failure, device or "?"
     if events_path is None:
         from .config import default_runs_dir
 
@@ -165,14 +178,20 @@ def run(
             iterations=iterations,
             warmup=warmup,
             events_file=str(events_path),
+            gpu=run_gpu(device),
         )
         progress = Progress(warmup + iterations)
         trainer = None
+        error: BaseException | None = None
         try:
+            if setup_error is not None:
+                raise setup_error
             trainer = make_trainer(path, cfg, device=device)
             for i in range(warmup):
                 trainer.step(i)  # compiles and fills caches; not timed
                 progress.update(i + 1, "warm-up")
+            # The dashboard judges the GPU from here on: start-up and warm-up are over.
+            events.emit("warmup_end")
             for i in range(iterations):
                 start = time.perf_counter()
                 loss = trainer.step(warmup + i)  # returns after a device sync
@@ -189,16 +208,50 @@ def run(
                 if on_iteration:
                     on_iteration(record)
                 progress.update(warmup + i + 1, f"{ms:7.1f} ms/step loss {loss:.4f}")
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Terminated):
             interrupted = True
+        except Exception as failure:  # any failure still ends the run's event stream
+            error = failure
         finally:
             progress.close()
-        device_peak = trainer.peak_device_memory_bytes() if trainer is not None else None
-        return events.emit(
+        device_peak = None
+        if trainer is not None:
+            try:
+                device_peak = trainer.peak_device_memory_bytes()
+            except Exception:  # a broken device must not hide the run's own error
+                device_peak = None
+        end = events.emit(
             "end",
             iterations=len(times),
             **summarize(times, cfg.batch),
             peak_host_memory_bytes=peak_host_memory_bytes(),
             peak_device_memory_bytes=device_peak,
             interrupted=interrupted,
+            error=None if error is None else one_line(error),
         )
+    if error is not None:
+        raise error
+    return end
+
+
+def one_line(error: BaseException) -> str:
+    """``Type: first line of the message``, for an event or a status line."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+@contextmanager
+def sigterm_stops() -> Iterator[None]:
+    """While inside, SIGTERM raises ``Terminated`` (so the run writes its end event)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(_number: int, _frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

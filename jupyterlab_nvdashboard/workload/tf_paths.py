@@ -74,6 +74,10 @@ class TFTrainer:
 
         self.path, self.cfg, self.mode, self.device = path, cfg, mode, device
         self.device_name = tf_device_name(device)
+        # Process-wide in TensorFlow; set from the config so the CuPy path can match it.
+        tf.config.experimental.enable_tensor_float_32_execution(cfg.tf32)
+        #: Whether float32 matmuls may use TF32 (only where the GPU has it), as run.
+        self.tf32 = bool(tf.config.experimental.tensor_float_32_execution_enabled())
         for keys in pool.keys:
             check_keys(keys, cfg.vocabulary, name="keys")
         dtype = cfg.dtype
@@ -168,7 +172,8 @@ class TFTrainer:
         if self.path == "native-dense":
             grads[0] = tf.convert_to_tensor(grads[0])
         if self.path == "plugin":
-            self.sparse_optimizer.apply(self.embedding, grads[0])
+            # One lookup per step: its gradient rows are unique already.
+            self.sparse_optimizer.apply(self.embedding, grads[0], unique_indices=True)
             if mlp_vars:
                 self.optimizer.apply_gradients(zip(grads[1:], mlp_vars, strict=True))
         else:

@@ -1,20 +1,27 @@
-"""The ``numpy`` and ``cupy-plugin`` paths: one algorithm over an array module ``xp``.
+"""The ``numpy`` and ``cupy-plugin`` paths: one training step over an array module ``xp``.
 
-The full training step (dedup, key->row map, gather, MLP forward/backward, segment-sum
-of the embedding gradient, dense Adam for the MLP and lazy sparse Adam for the table)
-is written once against ``xp``. :class:`NumpyOps` and :class:`~.cupy_ops.CupyOps`
-supply the few parts that differ:
+The step (embedding gather, MLP forward and backward, the embedding gradient summed per
+row over sorted runs, Adam for the MLP and lazy Adam for the touched rows) is written
+once in :class:`ArrayTrainer`. :class:`NumpyOps` and :class:`~.cupy_ops.CupyOps` supply
+the few fused pieces; NumPy is the reference the GPU results are checked against.
 
-* ``KeyMap``: int64 key -> table row, inserting missing keys. NumPy keeps a sorted key
-  array; CuPy uses an open-addressing GPU hash table (``atomicCAS`` in a RawKernel).
-* ``segment_sum``: the per-unique-key gradient sum. Both sort the lookups by key and
-  reduce contiguous runs (no atomics: each DenseDemo key repeats ~8,000 times a batch);
-  NumPy uses ``np.add.reduceat``, CuPy one thread block per run.
-* ``sparse_adam``: the lazy Adam row update; a fused RawKernel on CuPy.
+Built for the GPU:
 
-The NumPy path is the reference the GPU results are checked against. Row order may
-differ between the two (GPU inserts race), so initial rows are a function of the key
-(:func:`.data.initial_rows`) and results are compared per key.
+* **Dense vocabulary, no key map.** The workload's keys are ``[0, V)`` (``check_keys``),
+  so a key is its row.
+* **int32 indices** whenever the vocabulary and the lookups of a batch fit
+  (:func:`index_dtype`).
+* **Sorted runs without a comparison sort.** The vocabulary is dense, so the lookups are
+  grouped by key with a counting sort: ``counts`` per key (counted during the gather),
+  ``ends = cumsum(counts)``, and ``order`` listing the lookups key by key; the run of
+  key ``k`` is ``order[ends[k-1]:ends[k]]``. No step needs the number of distinct keys
+  on the host, so nothing waits for the GPU.
+* **Fused updates.** The per-row gradient sum and lazy Adam are one pass over the runs
+  (one warp per run on the GPU); the MLP's weights, moments and gradients live in one
+  flat buffer each, so its Adam is one pass too.
+* **No host sync inside a step.** :meth:`ArrayTrainer.launch` only queues work; the loss
+  is computed and read by :meth:`ArrayTrainer.read_loss`, which a caller runs every N
+  steps. :meth:`ArrayTrainer.step` (launch + read) keeps the runner's interface.
 """
 
 from __future__ import annotations
@@ -23,85 +30,128 @@ from typing import Any
 
 import numpy as np
 
-from .config import WorkloadConfig, keras_adam_alpha
-from .data import BatchPool, check_keys, initial_mlp, initial_rows
+from .adam import AdamCoefficients, adam_coefficients, adam_update
+from .config import WorkloadConfig
+from .data import BatchPool, check_keys, initial_mlp, initial_table_chunks
+
+INT32_MAX = 2**31 - 1
 
 
-class NumpyKeyMap:
-    """Key -> row map with insert-on-miss: sorted key array plus the row of each key."""
+def index_dtype(cfg: WorkloadConfig) -> np.dtype:
+    """int32 when every row and every lookup position of a batch fits, else int64."""
+    lookups = cfg.batch * cfg.keys_per_sample
+    fits = cfg.vocabulary <= INT32_MAX and lookups <= INT32_MAX
+    return np.dtype(np.int32 if fits else np.int64)
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.sorted_keys = np.empty(0, dtype=np.int64)
-        self.sorted_rows = np.empty(0, dtype=np.int64)
-        self.size = 0
 
-    def lookup_or_insert(self, unique_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Rows of ``unique_keys`` (sorted, distinct) and the keys that were inserted."""
-        pos = np.searchsorted(self.sorted_keys, unique_keys)
-        found = pos < self.sorted_keys.size
-        found[found] = self.sorted_keys[pos[found]] == unique_keys[found]
-        new_keys = unique_keys[~found]
-        if new_keys.size:
-            if self.size + new_keys.size > self.capacity:
-                raise ValueError(f"more distinct keys than table capacity {self.capacity}")
-            new_rows = np.arange(self.size, self.size + new_keys.size, dtype=np.int64)
-            self.size += new_keys.size
-            keys = np.concatenate([self.sorted_keys, new_keys])
-            rows = np.concatenate([self.sorted_rows, new_rows])
-            order = np.argsort(keys, kind="stable")
-            self.sorted_keys, self.sorted_rows = keys[order], rows[order]
-            pos = np.searchsorted(self.sorted_keys, unique_keys)
-        return self.sorted_rows[pos], new_keys
+def run_starts(xp: Any, ends: Any) -> Any:
+    """First position in ``order`` of each key's run: ``ends`` shifted right by one."""
+    starts = xp.empty_like(ends)
+    starts[:1] = 0
+    starts[1:] = ends[:-1]
+    return starts
+
+
+class FlatParameters:
+    """The MLP's kernels and biases as views into one contiguous buffer.
+
+    The weights, both Adam moments and the gradients share this layout, so a single
+    elementwise pass updates every tensor of the MLP.
+    """
+
+    def __init__(self, xp: Any, layers: list[tuple[np.ndarray, np.ndarray]], dtype: Any) -> None:
+        self.shapes = [(w.shape, b.shape) for w, b in layers]
+        self.size = sum(w.size + b.size for w, b in layers)
+        self.weights = xp.zeros(self.size, dtype=dtype)
+        self.m = xp.zeros_like(self.weights)
+        self.v = xp.zeros_like(self.weights)
+        self.grads = xp.zeros_like(self.weights)
+        self.layers = self.views(self.weights)
+        self.grad_layers = self.views(self.grads)
+        for (w_view, b_view), (w, b) in zip(self.layers, layers, strict=True):
+            w_view[...] = xp.asarray(w)
+            b_view[...] = xp.asarray(b)
+
+    def views(self, flat: Any) -> list[tuple[Any, Any]]:
+        """(kernel, bias) views of ``flat`` for each layer, in order."""
+        out, at = [], 0
+        for w_shape, b_shape in self.shapes:
+            w_size, b_size = int(np.prod(w_shape)), int(np.prod(b_shape))
+            out.append((flat[at : at + w_size].reshape(w_shape),
+                        flat[at + w_size : at + w_size + b_size].reshape(b_shape)))
+            at += w_size + b_size
+        return out
 
 
 class NumpyOps:
-    """The array-module-specific parts for NumPy."""
+    """The fused pieces, on NumPy: the reference the CUDA kernels are checked against."""
 
     xp = np
     name = "numpy"
 
-    def key_map(self, capacity: int) -> NumpyKeyMap:
-        return NumpyKeyMap(capacity)
+    def __init__(self, dtype: str = "float64") -> None:
+        self.dtype = dtype
 
-    def segment_sum(self, values: Any, order: Any, starts: Any) -> Any:
-        """Sum ``values[order]`` over the runs beginning at ``starts``."""
-        return np.add.reduceat(values[order], starts, axis=0)
+    def use_tf32(self, enabled: bool) -> bool:
+        """NumPy has no TF32: always off."""
+        return False
 
-    def sparse_adam(
-        self, table: Any, m: Any, v: Any, rows: Any, grad: Any, alpha: float, cfg: WorkloadConfig
+    def gather_count(self, table: Any, keys: Any, counts: Any, out: Any) -> None:
+        """``out[j] = table[keys[j]]`` and ``counts[k] += (number of lookups of k)``."""
+        np.take(table, keys, axis=0, out=out)
+        counts += np.bincount(keys, minlength=counts.size).astype(counts.dtype)
+
+    def order_by_key(self, keys: Any, counts: Any, ends: Any) -> Any:
+        """Lookup positions grouped by key (run of ``k`` at ``ends[k-1]:ends[k]``), and
+        ``counts`` back to zero for the next step, as the GPU scatter leaves it."""
+        counts[...] = 0
+        return np.argsort(keys, kind="stable").astype(keys.dtype)
+
+    def segment_sum_adam(
+        self, table: Any, m: Any, v: Any, grads: Any, order: Any, ends: Any,
+        c: AdamCoefficients,
     ) -> None:
-        mr = m[rows]
-        vr = v[rows]
-        mr += (grad - mr) * (1 - cfg.beta_1)
-        vr += (grad * grad - vr) * (1 - cfg.beta_2)
-        m[rows] = mr
-        v[rows] = vr
-        table[rows] -= alpha * mr / (np.sqrt(vr) + cfg.epsilon)
+        """Sum ``grads [N, E]`` over each non-empty run and apply lazy Adam to its row."""
+        starts = run_starts(np, ends)
+        rows = np.flatnonzero(ends > starts)
+        if not rows.size:
+            return
+        g = np.add.reduceat(grads[order], starts[rows], axis=0)
+        new_m, new_v, step = adam_update(m[rows], v[rows], g, c, np.sqrt)
+        m[rows], v[rows] = new_m, new_v
+        table[rows] -= step
 
-    def sync(self) -> None:
-        pass
+    def adam_flat(self, p: FlatParameters, c: AdamCoefficients) -> None:
+        p.m[...], p.v[...], step = adam_update(p.m, p.v, p.grads, c, np.sqrt)
+        p.weights -= step
+
+    def matmul_into(self, a: Any, b: Any, out: Any) -> None:
+        """``out[...] = a @ b`` (NumPy's ``matmul(out=)`` skips BLAS: 60x slower here)."""
+        out[...] = a @ b
+
+    def bias_relu(self, h: Any, b: Any) -> None:
+        h += b
+        np.maximum(h, 0, out=h)
+
+    def bias(self, h: Any, b: Any) -> None:
+        h += b
+
+    def relu_grad(self, activation: Any, dz: Any) -> None:
+        """``dz`` zeroed where the ReLU was inactive."""
+        dz *= activation > 0
+
+    def bce_grad(self, z: Any, labels: Any, out: Any) -> None:
+        """d(mean binary cross-entropy from logits)/dz."""
+        out[...] = (1 / (1 + np.exp(-z)) - labels) / z.shape[0]
 
     def to_numpy(self, a: Any) -> np.ndarray:
         return np.asarray(a)
 
+    def synchronize(self) -> None:
+        pass
+
     def peak_device_memory_bytes(self) -> int | None:
         return None
-
-
-def dedup(xp: Any, flat_keys: Any) -> tuple[Any, Any, Any, Any]:
-    """Sort-based dedup: (unique keys, inverse, sort order, run starts)."""
-    order = xp.argsort(flat_keys, kind="stable") if xp is np else xp.argsort(flat_keys)
-    sorted_keys = flat_keys[order]
-    is_start = xp.empty(sorted_keys.shape, dtype=bool)
-    if sorted_keys.size:
-        is_start[0] = True
-        is_start[1:] = sorted_keys[1:] != sorted_keys[:-1]
-    starts = xp.flatnonzero(is_start)
-    unique_keys = sorted_keys[starts]
-    inverse = xp.empty_like(order)
-    inverse[order] = xp.cumsum(is_start) - 1
-    return unique_keys, inverse, order, starts
 
 
 class ArrayTrainer:
@@ -110,103 +160,103 @@ class ArrayTrainer:
     def __init__(
         self, cfg: WorkloadConfig, pool: BatchPool, ops: Any = None, mode: str = "full"
     ) -> None:
-        self.ops = ops or NumpyOps()
+        self.ops = ops or NumpyOps(cfg.dtype)
         xp = self.xp = self.ops.xp
         self.cfg, self.mode = cfg, mode
         for keys in pool.keys:
             check_keys(keys, cfg.vocabulary, name="keys")
-        dtype = np.dtype(cfg.dtype)
-        self.keys = [xp.asarray(k) for k in pool.keys]  # on the device once
+        dtype = self.dtype = np.dtype(cfg.dtype)
+        self.index_dtype = index_dtype(cfg)
+        # The pool is placed on the device once, flat, as the index type.
+        self.keys = [xp.asarray(k.reshape(-1).astype(self.index_dtype)) for k in pool.keys]
         self.labels = [xp.asarray(y) for y in pool.labels]
-        probe = np.random.default_rng(cfg.seed + 2).standard_normal(cfg.mlp_input_size)
-        self.probe = xp.asarray(probe.astype(dtype))
-        self.table = xp.zeros((cfg.vocabulary, cfg.embedding_size), dtype=dtype)
+        self.table = xp.empty((cfg.vocabulary, cfg.embedding_size), dtype=dtype)
+        for start, rows in initial_table_chunks(cfg):
+            self.table[start : start + len(rows)] = xp.asarray(rows)
         self.m = xp.zeros_like(self.table)
         self.v = xp.zeros_like(self.table)
-        self.key_map = self.ops.key_map(cfg.vocabulary)
-        self.layers = [(xp.asarray(w), xp.asarray(b)) for w, b in initial_mlp(cfg)]
-        self.layer_m = [(xp.zeros_like(w), xp.zeros_like(b)) for w, b in self.layers]
-        self.layer_v = [(xp.zeros_like(w), xp.zeros_like(b)) for w, b in self.layers]
+        # Zero between steps: the gather counts up, the ordering counts back down.
+        self.counts = xp.zeros(cfg.vocabulary, dtype=self.index_dtype)
+        self.mlp = FlatParameters(xp, initial_mlp(cfg), dtype) if mode == "full" else None
+        probe = np.random.default_rng(cfg.seed + 2).standard_normal(cfg.mlp_input_size)
+        self.probe = xp.asarray(probe.astype(dtype))
+        # With the fixed linear probe the embedding gradient is the same every step.
+        self.probe_grad = None
+        if self.mlp is None:
+            self.probe_grad = xp.ascontiguousarray(
+                xp.broadcast_to(self.probe / cfg.batch, (cfg.batch, cfg.mlp_input_size))
+            ).reshape(-1, cfg.embedding_size)
+        #: Whether float32 matmuls run with TF32, as set from ``cfg.tf32`` (reported).
+        self.tf32 = self.ops.use_tf32(cfg.tf32 and dtype == np.float32)
         self.t = 0
-        if mode == "embedding":
-            self.layers = self.layer_m = self.layer_v = []
+        self._last: tuple[Any, Any] | None = None  # what read_loss needs of the last step
 
-    # -- pieces -------------------------------------------------------------------------
-    def rows_for(self, unique_keys: Any) -> Any:
-        rows, new_keys = self.key_map.lookup_or_insert(unique_keys)
-        if int(new_keys.size):
-            new_rows = rows[self.xp.searchsorted(unique_keys, new_keys)]
-            self.table[new_rows] = initial_rows(new_keys, self.cfg, self.xp)
-        return rows
-
-    def forward_backward(self, emb: Any, labels: Any) -> tuple[float, Any, list]:
-        """Loss, d(loss)/d(emb) and the MLP gradients for flattened ``emb [B, D]``."""
-        xp = self.xp
-        batch = emb.shape[0]
-        if not self.layers:
-            loss = (emb @ self.probe).mean()
-            return loss, xp.broadcast_to(self.probe / batch, emb.shape), []
-        acts = [emb]
-        h = emb
-        for w, b in self.layers[:-1]:
-            h = xp.maximum(h @ w + b, 0)
+    # -- the step ---------------------------------------------------------------------
+    def _mlp_forward_backward(self, x: Any, labels: Any) -> tuple[Any, Any]:
+        """Logits and d(loss)/dx for ``x [B, D]``; the MLP gradients go to ``mlp.grads``."""
+        xp, ops, mlp = self.xp, self.ops, self.mlp
+        layers = mlp.layers
+        acts = [x]
+        for w, b in layers[:-1]:
+            h = acts[-1] @ w
+            ops.bias_relu(h, b)
             acts.append(h)
-        w_out, b_out = self.layers[-1]
-        z = h @ w_out + b_out
-        # Binary cross-entropy from logits, stable form (as tf.nn.sigmoid_cross_entropy...).
-        loss = (xp.maximum(z, 0) - z * labels + xp.log1p(xp.exp(-xp.abs(z)))).mean()
-        dz = (1 / (1 + xp.exp(-z)) - labels) / batch
-        grads = []
-        for i in range(len(self.layers) - 1, -1, -1):
-            w, _ = self.layers[i]
-            grads.append((acts[i].T @ dz, dz.sum(axis=0)))
+        w_out, b_out = layers[-1]
+        z = acts[-1] @ w_out
+        ops.bias(z, b_out)
+        dz = xp.empty_like(z)
+        ops.bce_grad(z, labels, dz)
+        for i in range(len(layers) - 1, -1, -1):
+            (w, _), (gw, gb) = layers[i], mlp.grad_layers[i]
+            ops.matmul_into(acts[i].T, dz, gw)
+            xp.sum(dz, axis=0, out=gb)
             dz = dz @ w.T
             if i > 0:
-                dz = dz * (acts[i] > 0)
-        grads.reverse()
-        return loss, dz, grads
+                ops.relu_grad(acts[i], dz)
+        return z, dz
 
-    def _alpha(self) -> float:
-        c = self.cfg
-        return keras_adam_alpha(c.learning_rate, c.beta_1, c.beta_2, self.t)
-
-    def _dense_adam(self, grads: list) -> None:
-        c, alpha = self.cfg, self._alpha()
-        for params, ms, vs, gs in zip(self.layers, self.layer_m, self.layer_v, grads, strict=True):
-            for p, m, v, g in zip(params, ms, vs, gs, strict=True):
-                m += (g - m) * (1 - c.beta_1)
-                v += (g * g - v) * (1 - c.beta_2)
-                p -= alpha * m / (self.xp.sqrt(v) + c.epsilon)
-
-    # -- public -------------------------------------------------------------------------
-    def step(self, i: int) -> float:
-        xp, cfg = self.xp, self.cfg
+    def launch(self, i: int) -> None:
+        """Queue one training step on pool batch ``i``; nothing waits for the device."""
+        xp, ops, cfg = self.xp, self.ops, self.cfg
         keys = self.keys[i % len(self.keys)]
         labels = self.labels[i % len(self.labels)]
-        batch = keys.shape[0]
-        unique_keys, inverse, order, starts = dedup(xp, keys.reshape(-1))
-        rows = self.rows_for(unique_keys)
-        emb_unique = self.table[rows]  # each unique row gathered once
-        emb = emb_unique[inverse].reshape(batch, -1)
-        loss, d_emb, grads = self.forward_backward(emb, labels)
-        d_emb = xp.ascontiguousarray(d_emb).reshape(-1, cfg.embedding_size)
-        g_unique = self.ops.segment_sum(d_emb, order, starts)
+        x = xp.empty((keys.size, cfg.embedding_size), dtype=self.dtype)
+        ops.gather_count(self.table, keys, self.counts, x)
+        ends = xp.cumsum(self.counts, dtype=self.index_dtype)
+        order = ops.order_by_key(keys, self.counts, ends)
+        x = x.reshape(cfg.batch, -1)
+        if self.mlp is None:
+            grads, self._last = self.probe_grad, (x, None)
+        else:
+            z, d_x = self._mlp_forward_backward(x, labels)
+            grads, self._last = d_x.reshape(-1, cfg.embedding_size), (z, labels)
         self.t += 1
-        self._dense_adam(grads)
-        self.ops.sparse_adam(self.table, self.m, self.v, rows, g_unique, self._alpha(), cfg)
-        value = float(loss)  # a device sync on CuPy
-        self.ops.sync()
-        return value
+        c = adam_coefficients(cfg.learning_rate, cfg.beta_1, cfg.beta_2, cfg.epsilon, self.t)
+        if self.mlp is not None:
+            ops.adam_flat(self.mlp, c)
+        ops.segment_sum_adam(self.table, self.m, self.v, grads, order, ends, c)
+
+    def read_loss(self) -> float:
+        """The loss of the last step launched (computed now; waits for the device)."""
+        xp = self.xp
+        if self._last is None:
+            raise RuntimeError("no step has been launched")
+        a, labels = self._last
+        if labels is None:
+            loss = (a @ self.probe).mean()
+        else:  # binary cross-entropy from logits, stable form
+            loss = (xp.maximum(a, 0) - a * labels + xp.log1p(xp.exp(-xp.abs(a)))).mean()
+        return float(loss)
+
+    def step(self, i: int) -> float:
+        """One training step on pool batch ``i``; returns its loss (a device sync)."""
+        self.launch(i)
+        return self.read_loss()
 
     def embedding_of(self, keys: np.ndarray) -> np.ndarray:
-        """Current rows of ``keys`` (each must have been seen)."""
-        xp = self.xp
-        k = xp.asarray(np.asarray(keys, dtype=np.int64))
-        uk, inv, _, _ = dedup(xp, k)
-        rows, new = self.key_map.lookup_or_insert(uk)
-        if int(new.size):
-            raise ValueError("embedding_of: some keys were never trained")
-        return self.ops.to_numpy(self.table[rows][inv])
+        """Current rows of ``keys``."""
+        rows = self.xp.asarray(np.asarray(keys, dtype=np.int64))
+        return self.ops.to_numpy(self.table[rows])
 
     def peak_device_memory_bytes(self) -> int | None:
         return self.ops.peak_device_memory_bytes()

@@ -23,10 +23,9 @@ from pathlib import Path
 
 from tornado.ioloop import IOLoop
 
-from jupyterlab_nvdashboard.apps.sources import DashboardSources
 from jupyterlab_nvdashboard.config import Config, SimulationConfig
 from jupyterlab_nvdashboard.metrics import Metrics, SimulatedNvml, create_metrics
-from jupyterlab_nvdashboard.server import make_server
+from jupyterlab_nvdashboard.server import compose_sources, make_server
 from jupyterlab_nvdashboard.stream.broadcaster import Broadcaster
 from tests.support.bokeh_client import TEST_TOKEN
 
@@ -109,7 +108,7 @@ def in_process_server(
                      simulation=SimulationConfig(gpu_count=gpus, profile=profile),
                      **config_fields)
     metrics = create_metrics(config, environ={}, simulator=simulator)
-    sources = DashboardSources.for_config(config, metrics)
+    sources = compose_sources(config, metrics)
     if retry_interval_s is not None:
         metrics.nvml.retry_interval_s = retry_interval_s
     started = threading.Event()

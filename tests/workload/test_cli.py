@@ -29,13 +29,13 @@ def test_cli_writes_events_to_runs_dir(tmp_path):
     assert len(files) == 1
     events = read_events(files[0])
     kinds = [e["event"] for e in events]
-    assert kinds == ["start"] + ["iteration"] * 12 + ["end"]
+    assert kinds == ["start", "warmup_end"] + ["iteration"] * 12 + ["end"]
     assert len({e["run_id"] for e in events}) == 1 and files[0].stem == events[0]["run_id"]
     assert all(isinstance(e["time"], float) for e in events)
     start, end = events[0], events[-1]
     assert start["path"] == "plugin" and start["device"] == "cpu" and start["pid"] > 0
     assert start["config"]["vocabulary"] == 512
-    it = events[1]
+    it = events[2]
     assert {"iteration", "ms", "samples_per_s", "loss"} <= set(it)
     assert end["iterations"] == 12 and end["interrupted"] is False
     assert end["p10_ms"] <= end["median_ms"] <= end["p90_ms"]
@@ -104,3 +104,44 @@ def test_ctrl_c_inside_an_iteration_record_waits_for_the_record():
             recorded.append("time")
     assert recorded == ["event", "time"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_failure_writes_an_end_event_with_its_one_line_error(tmp_path):
+    cmd = [sys.executable, "-m", "jupyterlab_nvdashboard.workload", "--path", "numpy",
+           "--preset", "ci", "--device", "gpu"]
+    done = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    [events_file] = (tmp_path / "runs").glob("*.jsonl")
+    events = read_events(events_file)
+    assert [e["event"] for e in events] == ["start", "end"]
+    assert events[-1]["error"] == (
+        "ValueError: the numpy path runs on the CPU only; use --device cpu")
+
+
+def test_sigterm_ends_the_run_with_its_summary(tmp_path):
+    events_file = tmp_path / "e.jsonl"
+    cmd = [sys.executable, "-m", "jupyterlab_nvdashboard.workload", "--path", "numpy",
+           "--preset", "ci", "--iterations", "100000", "--events", str(events_file)]
+    proc = subprocess.Popen(cmd, env=_env(tmp_path), stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if events_file.exists() and len(read_events(events_file)) >= 5:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    events = read_events(events_file)
+    assert events[1]["event"] == "warmup_end"
+    assert events[-1]["event"] == "end" and events[-1]["interrupted"] is True, err
+
+
+def test_a_gpu_run_with_cpu_only_tensorflow_names_the_extra(tmp_path):
+    from jupyterlab_nvdashboard.workload.extras import GPU_EXTRA, tensorflow_cpu_only
+
+    if not tensorflow_cpu_only():
+        pytest.skip("this machine's TensorFlow has CUDA (or there is none)")
+    cmd = build_command({"path": "plugin", "preset": "ci", "iterations": 3, "device": "gpu"})
+    done = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stderr.strip().endswith(GPU_EXTRA), done.stderr
+    [events_file] = (tmp_path / "runs").glob("*.jsonl")
+    assert read_events(events_file)[-1]["error"].endswith(GPU_EXTRA)

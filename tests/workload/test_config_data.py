@@ -1,7 +1,9 @@
 """Config, data generation, events and build_command: no framework needed."""
 
 import json
+import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -121,3 +123,16 @@ def test_read_events_tolerates_partial_line(tmp_path):
 def test_default_runs_dir(tmp_path):
     assert default_runs_dir({"NVDASHBOARD_RUNS_DIR": str(tmp_path)}) == tmp_path
     assert default_runs_dir({}).parts[-3:] == (".cache", "nvdashboard", "runs")
+
+
+def test_the_server_and_the_workload_expand_the_runs_dir_alike(tmp_path):
+    from jupyterlab_nvdashboard.config import load_config
+
+    environ = {"NVDASHBOARD_RUNS_DIR": "~/x/$NVD_TEST_SUB"}
+    os.environ["NVD_TEST_SUB"] = "runs"
+    try:
+        server = load_config([], environ=environ).runs_dir
+        workload = default_runs_dir(environ)
+    finally:
+        del os.environ["NVD_TEST_SUB"]
+    assert server == workload == Path.home() / "x" / "runs"

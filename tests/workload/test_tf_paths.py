@@ -11,6 +11,7 @@ from jupyterlab_nvdashboard.workload.plugin import (  # noqa: E402
     SparseAdam,
     SparseEmbedding,
     embedding_lookup,
+    placed_on_gpu,
 )
 from jupyterlab_nvdashboard.workload.tf_paths import (  # noqa: E402
     TFTrainer,
@@ -155,3 +156,97 @@ def test_table_filled_in_chunks_equals_the_whole_table_and_trains_in_place() -> 
     assert emb.table is table and emb.m.shape == table.shape
     with pytest.raises(ValueError, match="keys need the initial table as an array"):
         SparseEmbedding(table, keys=np.arange(1000))
+
+
+@pytest.mark.parametrize("dense_fraction", [1.0, 0.0])  # sparse and masked-dense updates
+def test_table_looked_up_twice_in_a_step_matches_dense_adam(dense_fraction):
+    # Two lookups of one table give one IndexedSlices per lookup, concatenated: row 3
+    # appears in both. Dense Adam sees the summed gradient; so must SparseAdam.
+    import keras
+
+    rng = np.random.default_rng(2)
+    vocab = 40
+    initial = rng.uniform(-0.05, 0.05, size=(vocab, 4)).astype(np.float32)
+    emb = SparseEmbedding(initial)
+    sparse = SparseAdam(learning_rate=0.01, dense_update_fraction=dense_fraction)
+    table = tf.Variable(initial)
+    dense = keras.optimizers.Adam(learning_rate=0.01)
+    always = np.arange(6)  # in both lookups every step, so lazy and dense Adam agree
+    for _ in range(8):
+        a = np.concatenate([always, rng.integers(0, vocab, 5)]).astype(np.int64)
+        b = np.concatenate([always[::-1], rng.integers(0, vocab, 3)]).astype(np.int64)
+        wa = rng.standard_normal((a.size, 4)).astype(np.float32)
+        wb = rng.standard_normal((b.size, 4)).astype(np.float32)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(embedding_lookup(emb, a) * wa)
+            loss += tf.reduce_sum(embedding_lookup(emb, b) * wb)
+        grad = tape.gradient(loss, emb.table)
+        assert isinstance(grad, tf.IndexedSlices)
+        assert len(np.unique(grad.indices.numpy())) < len(grad.indices.numpy())  # repeats
+        sparse.apply(emb, grad)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.gather(table, a) * wa) + tf.reduce_sum(tf.gather(table, b) * wb)
+        dense.apply_gradients([(tf.convert_to_tensor(tape.gradient(loss, table)), table)])
+    np.testing.assert_allclose(emb.table.numpy()[always], table.numpy()[always], rtol=1e-6)
+    (momentum,) = [v for v in dense.variables if "momentum" in v.name]
+    np.testing.assert_allclose(emb.m.numpy()[always], momentum.numpy()[always], rtol=1e-5)
+
+
+def _ops_run_by_traced_step(emb):
+    """Op types of the graph that ``tf.function`` builds for a lookup and its gradient."""
+
+    @tf.function(autograph=False)
+    def step(ids):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(embedding_lookup(emb, ids))
+        return tape.gradient(loss, emb.table).values
+
+    ids = tf.constant([[1, 2, 2, 5]], tf.int64)
+    graph_def = step.get_concrete_function(ids).graph.as_graph_def()
+    ops = {node.op for node in graph_def.node}
+    for fn in graph_def.library.function:  # the custom gradient lives in a nested function
+        ops.update(node.op for node in fn.node_def)
+    return ops, step(ids).numpy()
+
+
+def test_gradient_kernel_follows_the_tables_placement_inside_tf_function():
+    # While tracing, dy.device is "": the choice must come from where the table lives.
+    assert placed_on_gpu("/job:localhost/replica:0/task:0/device:GPU:0")
+    assert not placed_on_gpu("/job:localhost/replica:0/task:0/device:CPU:0")
+    assert not placed_on_gpu("")
+    emb = SparseEmbedding(np.zeros((8, 4), np.float32))
+    assert emb.on_gpu is placed_on_gpu(emb.table.device)
+    cpu_ops, cpu_grad = _ops_run_by_traced_step(emb)
+    if not emb.on_gpu:
+        assert "DenseBincount" in cpu_ops or "Bincount" in cpu_ops
+        assert "UnsortedSegmentSum" not in cpu_ops
+    # The branch a GPU-placed table takes, traced here on the CPU (TensorFlow has the
+    # CPU kernel of the same op), with the same gradient.
+    emb.on_gpu = True
+    gpu_ops, gpu_grad = _ops_run_by_traced_step(emb)
+    assert "UnsortedSegmentSum" in gpu_ops
+    assert not {"DenseBincount", "Bincount"} & gpu_ops
+    np.testing.assert_array_equal(np.sort(gpu_grad, axis=0), np.sort(cpu_grad, axis=0))
+    np.testing.assert_array_equal(gpu_grad.sum(axis=1), [4.0, 8.0, 4.0])  # ids 1, 2, 2, 5
+
+
+@pytest.mark.gpu
+def test_table_on_a_real_gpu_runs_unsorted_segment_sum_on_it():
+    if not tf.config.list_physical_devices("GPU"):
+        pytest.skip("TensorFlow sees no GPU")
+    with tf.device("/GPU:0"):
+        emb = SparseEmbedding(np.zeros((8, 4), np.float32))
+    assert emb.on_gpu
+    ops, _ = _ops_run_by_traced_step(emb)
+    assert "UnsortedSegmentSum" in ops and not {"DenseBincount", "Bincount"} & ops
+
+
+def test_tf_trainer_sets_and_reports_tf32_from_the_config():
+    cfg = make_config("ci", tf32=False)
+    try:
+        trainer = TFTrainer("plugin", cfg, make_pool(cfg))
+        assert trainer.tf32 is False
+        assert not tf.config.experimental.tensor_float_32_execution_enabled()
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(True)  # TensorFlow's default
+    assert TFTrainer("plugin", make_config("ci"), make_pool(make_config("ci"))).tf32 is True

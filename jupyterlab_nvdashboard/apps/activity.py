@@ -1,0 +1,153 @@
+"""The /GPU-Activity dashboard: what the SMs, tensor pipes and DRAM did (GPM, Hopper and later).
+
+One panel per GPU (and per MIG GPU instance) that has GPM: SM activity, SM occupancy,
+tensor-pipe activity, DRAM bandwidth and FP64/FP32/FP16 activity, with NVML's "GPU
+utilization" drawn beside them so the gap between "a kernel was resident" and "the SMs were
+busy" shows. Below, GPM's own PCIe and NVLink rates. GPUs without GPM are named in a notice
+that says why and which metric comes closest, and that metric (utilization) is drawn for
+them instead. Everything streams from ``Sample.extra[GPM_FAMILY]`` like any timeline.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+
+from bokeh.layouts import column
+from bokeh.models import Div
+
+from ..metrics import GpuFacts, Metrics, Sample
+from ..metrics.families import GPM_FAMILY, GpmReading
+from ..metrics.gpm import CLOSEST_METRIC, gpm_unavailable_reason
+from ..stream.broadcaster import Feed
+from .components import (
+    GB,
+    Panel,
+    Series,
+    Timeline,
+    TimelineFeed,
+    gpu_color,
+    gpu_label,
+    gpu_value,
+    scaled,
+    timeline_windows,
+)
+from .sources import DashboardSources
+
+# GpmReading field -> (legend label, colour); utilization is grey, for comparison.
+ACTIVITY_SERIES = {
+    "sm_activity_pct": ("SM activity", "#d62728"),
+    "sm_occupancy_pct": ("SM occupancy", "#ff7f0e"),
+    "tensor_activity_pct": ("tensor pipes", "#9467bd"),
+    "dram_bandwidth_pct": ("DRAM bandwidth", "#1f77b4"),
+    "fp64_activity_pct": ("FP64", "#8c564b"),
+    "fp32_activity_pct": ("FP32", "#2ca02c"),
+    "fp16_activity_pct": ("FP16", "#e377c2"),
+}
+UTILIZATION_COLOR = "#7f7f7f"
+
+
+def gpm_value(index: int, field: str) -> Callable[[Sample], float | None]:
+    """One GPM metric of device row ``index`` from a sample (None when not available)."""
+
+    def value(sample: Sample) -> float | None:
+        readings = sample.extra.get(GPM_FAMILY)
+        reading = readings.get(index) if isinstance(readings, dict) else None
+        return getattr(reading, field) if isinstance(reading, GpmReading) else None
+
+    return value
+
+
+def without_gpm(metrics: Metrics) -> list[tuple[GpuFacts, str]]:
+    """The device rows that cannot report GPM, each with the reason in words."""
+    facts = metrics.facts
+    unavailable = metrics.nvml.unavailable()
+    rows = []
+    for fact in facts:
+        parent = facts[fact.parent] if fact.parent is not None else None
+        reason = gpm_unavailable_reason(fact, parent, unavailable.get(fact.index, {}))
+        if reason is not None:
+            rows.append((fact, reason))
+    return rows
+
+
+def _activity_panel(fact: GpuFacts) -> Panel:
+    series = [Series(f"gpm{fact.index}_{field}", label, color, gpm_value(fact.index, field))
+              for field, (label, color) in ACTIVITY_SERIES.items()]
+    if fact.kind == "gpu" and not fact.mig_enabled:  # NVML has no utilization under MIG
+        series.append(Series(f"gpm{fact.index}_utilization", "utilization (NVML)",
+                             UTILIZATION_COLOR, gpu_value(fact.index,
+                                                          lambda r: r.utilization_pct)))
+    return Panel(f"{gpu_label(fact)}: activity (GPM)", "Activity (%)", series, y_max=100,
+                 unit="%")
+
+
+def _link_panel(facts: list[GpuFacts], kind: str) -> Panel:
+    series = []
+    for fact in facts:
+        for direction in ("tx", "rx"):
+            series.append(Series(
+                f"gpm{fact.index}_{kind}_{direction}", f"{fact.label} {direction.upper()}",
+                gpu_color(fact.index) if direction == "tx" else gpu_color(fact.index + 5),
+                scaled(gpm_value(fact.index, f"{kind}_{direction}_bytes_per_s"), GB)))
+    name = "PCIe" if kind == "pcie" else "NVLink"
+    return Panel(f"{name} throughput, as GPM counts it", "Throughput (GB/s)", series,
+                 unit="GB/s")
+
+
+def gpu_activity(metrics: Metrics) -> TimelineFeed:
+    lacking = {fact.index for fact, _ in without_gpm(metrics)}
+    with_gpm = [fact for fact in metrics.facts if fact.index not in lacking]
+    panels = [_activity_panel(fact) for fact in with_gpm]
+    whole = [fact for fact in with_gpm if fact.kind == "gpu"]
+    if whole:
+        panels.append(_link_panel(whole, "pcie"))
+    if any(fact.nvlink_link_ids for fact in whole):
+        panels.append(_link_panel([f for f in whole if f.nvlink_link_ids], "nvlink"))
+    closest = [fact for fact in metrics.facts if fact.index in lacking and fact.kind == "gpu"
+               and not fact.mig_enabled]
+    if closest:
+        panels.append(Panel(
+            "GPUs without GPM: GPU utilization, the closest metric (not SM activity)",
+            "Utilization (%)",
+            [Series(f"closest{fact.index}", fact.label, gpu_color(fact.index),
+                    gpu_value(fact.index, lambda r: r.utilization_pct)) for fact in closest],
+            y_max=100, unit="%"))
+    return TimelineFeed(tuple(panels))
+
+
+def cannot_report_notice(rows: list[tuple[GpuFacts, str]]) -> str:
+    """HTML: each GPU that cannot report GPM, why, and the closest metric."""
+    items = "".join(
+        f"<li><b>{html.escape(gpu_label(fact))}</b> cannot report SM activity, occupancy, "
+        f"tensor, DRAM or FP activity: {html.escape(reason)}.</li>" for fact, reason in rows)
+    return (f"<div class='nvdashboard-gpm-notice' style='margin:0.3em 1em;font-size:13px'>"
+            f"<ul style='margin:0.2em 0;padding-left:1.2em'>{items}</ul>"
+            f"<div>{html.escape(CLOSEST_METRIC)}.</div></div>")
+
+
+class ActivityDashboard:
+    """The notice (when some GPU lacks GPM) above the shared-axis timelines."""
+
+    def __init__(self, sources: DashboardSources, feed: TimelineFeed) -> None:
+        metrics = sources.metrics
+        lacking = without_gpm(metrics)
+        children = []
+        if lacking:
+            self.notice: Div | None = Div(text=cannot_report_notice(lacking),
+                                          sizing_mode="stretch_width",
+                                          name="gpm-notice")
+            children.append(self.notice)
+        else:
+            self.notice = None
+        self.timeline = Timeline(feed, timeline_windows(metrics.history_s),
+                                 metrics.interval_s) if feed.panels else None
+        if self.timeline is not None:
+            children.append(self.timeline.root)
+        self.live = self.timeline.live if self.timeline else None
+        self.root = column(*children, sizing_mode="stretch_width")
+
+
+def activity_dashboard(sources: DashboardSources, feed: Feed | None) -> ActivityDashboard:
+    assert isinstance(feed, TimelineFeed), "GPU-Activity streams a timeline"
+    return ActivityDashboard(sources, feed)

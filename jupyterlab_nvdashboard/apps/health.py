@@ -1,0 +1,261 @@
+"""The /GPU-Health dashboard: one row per GPU with what a user checks when a job is slow.
+
+Clocks against their maxima, P-state and the clocks-event (throttle) reasons in words;
+temperature against the slowdown and shutdown thresholds; power against its limit; fan;
+ECC counts; remapped rows; XID events. A reading past its threshold is marked and the
+reason written under it (``metrics.health.assess``). XID events stay listed: every health
+reading carries all the events seen since the server started.
+
+The rows come from ``Sample.extra[HEALTH_FAMILY]`` through the broadcast stream like the
+bars (``HealthFeed``, mode "replace"); a bar chart of how close each GPU runs to its limits
+sits above the table. The table is drawn in the browser from the same rows, by a small
+script on the source, so nothing goes back to the server.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from bokeh.layouts import column
+from bokeh.models import (
+    ColumnDataSource,
+    CustomJS,
+    Div,
+    FactorRange,
+    HoverTool,
+    Legend,
+    LegendItem,
+    Range1d,
+    Span,
+)
+from bokeh.plotting import figure
+from bokeh.transform import dodge
+
+from ..metrics import GpuFacts, Metrics, Sample
+from ..metrics.families import HEALTH_FAMILY, HealthReading
+from ..metrics.health import assess, clock_event_words, xid_words
+from ..stream.broadcaster import Feed
+from ..stream.frames import Rows
+from .components import NOT_AVAILABLE, gpu_label
+from .live import LiveView
+from .sources import DashboardSources
+
+# Table columns: key -> heading. ``<key>_mark`` holds the reason a cell is marked, or "".
+HEALTH_COLUMNS = {
+    "gpu": "GPU",
+    "clocks": "Clocks (now / max)",
+    "reasons": "Clock events",
+    "temperature": "Temperature",
+    "power": "Power",
+    "fan": "Fan",
+    "ecc": "ECC errors",
+    "rows": "Remapped rows",
+    "xid": "XID events",
+}
+# assess() group -> the column its mark goes on.
+MARK_COLUMNS = {"clocks": "reasons", "temperature": "temperature", "power": "power",
+                "ecc": "ecc", "rows": "rows", "xid": "xid"}
+# Bars: column -> (legend, colour).
+LIMIT_BARS = {
+    "temperature_pct": ("temperature, % of slowdown", "#d62728"),
+    "power_pct": ("power, % of limit", "#ff7f0e"),
+    "clock_pct": ("SM clock, % of max", "#1f77b4"),
+}
+WAITING = "waiting for the first health reading"
+
+
+def _pct(value: float | None, limit: float | None) -> float:
+    return math.nan if value is None or not limit else 100.0 * value / limit
+
+
+def _number(value: float | None, unit: str, digits: int = 0) -> str:
+    return NOT_AVAILABLE if value is None else f"{value:.{digits}f} {unit}"
+
+
+def _clocks(reading: HealthReading) -> str:
+    sm = f"SM {_number(reading.sm_clock_mhz, 'MHz')} / {_number(reading.sm_clock_max_mhz, 'MHz')}"
+    memory = (f"memory {_number(reading.memory_clock_mhz, 'MHz')} / "
+              f"{_number(reading.memory_clock_max_mhz, 'MHz')}")
+    pstate = "P-state " + (NOT_AVAILABLE if reading.pstate is None else f"P{reading.pstate}")
+    return "\n".join((sm, memory, pstate))
+
+
+def _reasons(reading: HealthReading) -> str:
+    if reading.clock_event_reasons is None:
+        return NOT_AVAILABLE
+    return "\n".join(clock_event_words(reading.clock_event_reasons)) or "none: full speed"
+
+
+def _temperature(reading: HealthReading) -> str:
+    limits = (f"slowdown {_number(reading.temperature_slowdown_c, '°C')}, "
+              f"shutdown {_number(reading.temperature_shutdown_c, '°C')}")
+    return f"{_number(reading.temperature_c, '°C')}\n{limits}"
+
+
+def _power(reading: HealthReading) -> str:
+    return f"{_number(reading.power_w, 'W')} of {_number(reading.power_limit_w, 'W')}"
+
+
+def _ecc_pair(corrected: int | None, uncorrected: int | None) -> str:
+    return (f"{NOT_AVAILABLE if corrected is None else corrected} corrected, "
+            f"{NOT_AVAILABLE if uncorrected is None else uncorrected} uncorrected")
+
+
+def _ecc(reading: HealthReading) -> str:
+    if reading.ecc_volatile_corrected is None and reading.ecc_aggregate_corrected is None:
+        return NOT_AVAILABLE
+    since_load = _ecc_pair(reading.ecc_volatile_corrected, reading.ecc_volatile_uncorrected)
+    lifetime = _ecc_pair(reading.ecc_aggregate_corrected, reading.ecc_aggregate_uncorrected)
+    return f"since driver load: {since_load}\nlifetime: {lifetime}"
+
+
+def _rows(reading: HealthReading) -> str:
+    if reading.remapped_rows_pending is None:
+        return NOT_AVAILABLE
+    if reading.remapped_rows_failed:
+        return "remapping failed"
+    return "remap pending" if reading.remapped_rows_pending else "none pending"
+
+
+def _xids(reading: HealthReading) -> str:
+    if not reading.xid_events:
+        return "none"
+    return "\n".join(f"{time.strftime('%H:%M:%S', time.localtime(event.time_s))} "
+                     f"{xid_words(event)}" for event in reading.xid_events)
+
+
+def health_cells(reading: HealthReading | None) -> dict[str, str]:
+    """One GPU's table cells (without the GPU column) and the reason each is marked."""
+    if reading is None:
+        return {**dict.fromkeys(HEALTH_COLUMNS, WAITING),
+                **{f"{key}_mark": "" for key in HEALTH_COLUMNS}}
+    cells = {"clocks": _clocks(reading), "reasons": _reasons(reading),
+             "temperature": _temperature(reading), "power": _power(reading),
+             "fan": _number(reading.fan_pct, "%") if reading.fan_pct is not None
+             else "no fan reported", "ecc": _ecc(reading), "rows": _rows(reading),
+             "xid": _xids(reading)}
+    marks = {f"{key}_mark": "" for key in HEALTH_COLUMNS}
+    for group, reason in assess(reading).items():
+        marks[f"{MARK_COLUMNS[group]}_mark"] = reason
+    return {**cells, **marks}
+
+
+@dataclass(frozen=True)
+class HealthFeed:
+    """One row per physical GPU from the newest sample's health readings."""
+
+    facts: tuple[GpuFacts, ...]
+    mode = "replace"
+
+    @property
+    def gpus(self) -> list[GpuFacts]:
+        return [fact for fact in self.facts if fact.kind == "gpu"]
+
+    @property
+    def labels(self) -> list[str]:
+        return [gpu_label(fact, short=True) for fact in self.gpus]
+
+    def rows(self, samples: Sequence[Sample]) -> Rows:
+        family = samples[-1].extra.get(HEALTH_FAMILY) if samples else None
+        readings = family if isinstance(family, dict) else {}
+        text: dict[str, list[str]] = {key: [] for key in HEALTH_COLUMNS}
+        text.update({f"{key}_mark": [] for key in HEALTH_COLUMNS})
+        numeric: dict[str, list[float]] = {key: [] for key in LIMIT_BARS}
+        for fact, label in zip(self.gpus, self.labels, strict=True):
+            reading = readings.get(fact.index)
+            cells = health_cells(reading if isinstance(reading, HealthReading) else None)
+            cells["gpu"] = gpu_label(fact)
+            for key, value in cells.items():
+                text[key].append(value)
+            text.setdefault("y", []).append(label)
+            health = reading if isinstance(reading, HealthReading) else None
+            numeric["temperature_pct"].append(
+                _pct(health and health.temperature_c, health and health.temperature_slowdown_c))
+            numeric["power_pct"].append(_pct(health and health.power_w,
+                                             health and health.power_limit_w))
+            numeric["clock_pct"].append(_pct(health and health.sm_clock_mhz,
+                                             health and health.sm_clock_max_mhz))
+        return Rows({key: np.array(values, dtype=float) for key, values in numeric.items()},
+                    text)
+
+
+# Draws the table from the source's rows whenever the stream replaces them.
+RENDER_TABLE_JS = """
+const d = source.data;
+const n = d.gpu ? d.gpu.length : 0;
+const esc = (t) => String(t).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;",
+  ">": "&gt;", '"': "&quot;", "'": "&#39;"})[c]);
+let html = style + "<table class='health'><thead><tr>" +
+  columns.map(([, title]) => `<th>${esc(title)}</th>`).join("") + "</tr></thead><tbody>";
+for (let i = 0; i < n; i++) {
+  html += "<tr>" + columns.map(([key]) => {
+    const mark = (d[key + "_mark"] || [])[i] || "";
+    const text = esc(d[key][i]).replace(/\\n/g, "<br>");
+    return mark ? `<td class="marked">${text}<div class="why">&#9888; ${esc(mark)}</div></td>`
+                : `<td>${text}</td>`;
+  }).join("") + "</tr>";
+}
+div.text = html + "</tbody></table>";
+"""
+TABLE_STYLE = """<style>
+table.health { border-collapse: collapse; font-size: 12px; width: 100%; color: inherit; }
+table.health th { text-align: left; padding: 4px 8px;
+                  border-bottom: 2px solid rgba(128,128,128,.6); }
+table.health td { vertical-align: top; padding: 4px 8px;
+                  border-bottom: 1px solid rgba(128,128,128,.35); }
+table.health td.marked { background: rgba(214,39,40,.16); border-left: 3px solid #d62728; }
+table.health .why { font-weight: 600; margin-top: 2px; }
+</style>"""
+
+
+class HealthDashboard:
+    """Limit bars above the per-GPU table; both drawn from one streamed source."""
+
+    def __init__(self, sources: DashboardSources, feed: HealthFeed) -> None:
+        labels = feed.labels
+        self.source = ColumnDataSource(
+            {"y": [], **{key: [] for key in LIMIT_BARS},
+             **{key: [] for key in HEALTH_COLUMNS},
+             **{f"{key}_mark": [] for key in HEALTH_COLUMNS}}, syncable=False)
+        y_range = FactorRange(*reversed(labels), syncable=False)
+        plot = figure(y_range=y_range, x_range=Range1d(0, 120, syncable=False),
+                      x_axis_label="% of each GPU's own limit (100 = at the limit)",
+                      height=90 + 55 * len(labels), sizing_mode="stretch_width",
+                      toolbar_location=None, tools="", syncable=False)
+        items = []
+        for position, (key, (label, color)) in enumerate(LIMIT_BARS.items()):
+            bars = plot.hbar(y=dodge("y", 0.25 - 0.25 * position, range=y_range), right=key,
+                             height=0.22, color=color, source=self.source)
+            items.append(LegendItem(label=label, renderers=[bars]))
+        plot.add_layout(Legend(items=items, orientation="horizontal", location="top_right",
+                               label_text_font_size="11px"), "above")
+        plot.add_layout(Span(location=100, dimension="height", line_color="#d62728",
+                             line_dash="dashed", line_width=1))
+        plot.add_tools(HoverTool(tooltips=[("GPU", "@y"), ("temperature", "@temperature"),
+                                           ("power", "@power"), ("clocks", "@clocks")]))
+        plot.ygrid.grid_line_color = None
+        explanation = Div(text=(
+            "<div style='font-size:12px;margin:0.3em 1em'>A marked cell is past its threshold; "
+            "the reason is written under it. XID events stay listed until the server "
+            "restarts.</div>"), sizing_mode="stretch_width")
+        self.table = Div(text=f"<p>{WAITING}</p>", sizing_mode="stretch_width",
+                         syncable=False, name="health-table")
+        self.source.js_on_change("data", CustomJS(
+            args={"source": self.source, "div": self.table, "style": TABLE_STYLE,
+                  "columns": [[key, title] for key, title in HEALTH_COLUMNS.items()]},
+            code=RENDER_TABLE_JS))
+        self.root = column(explanation, plot, self.table, sizing_mode="stretch_width")
+        self.live = LiveView(self.source)
+
+
+def gpu_health(metrics: Metrics) -> HealthFeed:
+    return HealthFeed(tuple(metrics.facts))
+
+
+def health_dashboard(sources: DashboardSources, feed: Feed | None) -> HealthDashboard:
+    assert isinstance(feed, HealthFeed), "GPU-Health streams a HealthFeed"
+    return HealthDashboard(sources, feed)

@@ -1,0 +1,125 @@
+"""The server's one workload service: a watcher and a launcher over one runs directory.
+
+``server.py`` builds it (``metrics/`` never sees it). A runs directory that cannot be made
+or written does not stop the server: the service records a one-line ``disabled_reason``,
+the run panel shows it and refuses to start runs, and every other dashboard carries on.
+Old run files beyond ``keep_runs`` are deleted at start and before each launch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import stat
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..workload.events import MAX_LINE_BYTES, MAX_TEXT_CHARS, parse_event
+from .launcher import PinnedGpu, RunLauncher
+from .watcher import RunsWatcher
+
+log = logging.getLogger(__name__)
+
+
+class WorkloadService:
+    """The watcher, the launcher, and whether this runs directory can be used at all."""
+
+    def __init__(self, runs_dir: Path, keep_runs: int = 200, poll_s: float = 0.5) -> None:
+        self.runs_dir, self.keep_runs = Path(runs_dir), keep_runs
+        self.watcher = RunsWatcher(self.runs_dir, poll_s)
+        self.launcher = RunLauncher(self.runs_dir, on_exit=self._run_exited)
+        self.disabled_reason: str | None = None
+
+    def start(self) -> None:
+        self.disabled_reason = usable_runs_dir(self.runs_dir)
+        if self.disabled_reason:
+            log.warning("run panel disabled: %s", self.disabled_reason)
+        else:
+            self.prune()
+        self.watcher.start()  # it shows whatever it can read, even when runs cannot start
+
+    def stop(self) -> None:
+        self.watcher.stop()
+        self.launcher.shutdown()
+
+    def launch(self, params: dict[str, Any], gpu: PinnedGpu | None = None) -> str:
+        """Start a run (a one-line status); ValueError or OSError with a one-line message."""
+        reason = usable_runs_dir(self.runs_dir)
+        if reason:
+            self.disabled_reason = reason
+            raise ValueError(f"the run panel is disabled: {reason}")
+        self.disabled_reason = None
+        self.prune()
+        return self.launcher.start(params, gpu)
+
+    def _run_exited(self, pid: int, returncode: int, last_line: str) -> None:
+        """A run killed before its own ``end`` event (SIGKILL, a crash) gets one from here,
+        so every run ends with an ``end`` event that says why."""
+        if returncode in (0, 130):
+            return  # it wrote its own end event
+        self.watcher.wait_for_poll()
+        found = self.watcher.file_of(pid)
+        if found is not None:
+            reason = (f"killed by {signal.Signals(-returncode).name}" if returncode < 0
+                      else f"exited with status {returncode}: {last_line}")
+            append_missing_end(found[0], found[1], reason)
+
+    def prune(self) -> int:
+        """Delete the oldest run files beyond ``keep_runs``; returns how many went."""
+        try:
+            files = [(entry.stat(follow_symlinks=False).st_mtime, entry.path)
+                     for entry in os.scandir(self.runs_dir)
+                     if entry.name.endswith(".jsonl")
+                     and stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode)]
+        except OSError:
+            return 0
+        files.sort(reverse=True)
+        removed = 0
+        for _, path in files[self.keep_runs:]:
+            try:
+                os.unlink(path)
+                removed += 1
+            except OSError:
+                pass  # someone else's file, or gone already
+        return removed
+
+
+def append_missing_end(path: Path, run_id: str, error: str) -> bool:
+    """Append an ``end`` event with ``error`` unless the file's last event is an ``end``."""
+    descriptor = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NONBLOCK)
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            return False
+        length = min(info.st_size, MAX_LINE_BYTES + 1)  # the last line, if it is an event
+        tail = os.pread(descriptor, length, info.st_size - length)
+        lines = tail.split(b"\n")
+        complete = lines[:-1]
+        if complete and (last := parse_event(complete[-1])) is not None and last["event"] == "end":
+            return False
+        record = {"event": "end", "run_id": run_id, "time": time.time(), "iterations": None,
+                  "interrupted": True, "error": error[:MAX_TEXT_CHARS]}
+        torn = b"\n" if lines[-1] else b""  # end a line the run left half written
+        os.write(descriptor, torn + json.dumps(record).encode() + b"\n")
+        return True
+    finally:
+        os.close(descriptor)
+
+
+def usable_runs_dir(runs_dir: Path) -> str | None:
+    """None when runs can be written to ``runs_dir`` (made if missing); else why not, in one
+    line."""
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        if not runs_dir.is_dir():
+            return f"the runs directory {runs_dir} is not a directory"
+        # Access bits lie under root and on some mounts: write a file to know.
+        with tempfile.TemporaryFile(dir=runs_dir):
+            pass
+    except OSError as error:
+        return f"cannot use the runs directory {runs_dir}: {error.strerror or error}"
+    return None

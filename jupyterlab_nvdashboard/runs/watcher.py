@@ -1,0 +1,254 @@
+"""Follows the run event files in the runs directory, from one thread, defensively.
+
+Nothing in the runs directory can hurt the server: only regular files are read (a FIFO,
+a device or a directory named ``x.jsonl`` is skipped), each is opened non-blocking, at most
+``MAX_BYTES_PER_POLL`` are read per file and per poll, a line longer than
+``MAX_LINE_BYTES`` is dropped without being kept, and each line goes through the workload's
+one parser (``workload/events.py``). A line that is not a valid event is skipped and counted
+on its run ("n bad lines"). The polling thread survives any exception and logs it as one
+line. Memory is bounded: ``MAX_RUNS`` files are followed, ``MAX_ITERATIONS_KEPT`` events each.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..workload.events import MAX_LINE_BYTES, parse_event
+
+log = logging.getLogger(__name__)
+
+MAX_RUNS = 20  # newest event files followed; older ones drop off the dashboard
+MAX_ITERATIONS_KEPT = 20_000
+MAX_BYTES_PER_POLL = 1 << 20  # per file; the rest is read at the next poll
+MAX_FILES_LISTED = 10_000  # directory entries looked at per poll
+
+
+@dataclass
+class Run:
+    """What one event file has said so far (events already validated by the parser)."""
+
+    run_id: str
+    start: dict[str, Any] = field(default_factory=dict)
+    iterations: list[dict[str, Any]] = field(default_factory=list)
+    end: dict[str, Any] | None = None
+    warmup_end_s: float | None = None  # when the timed part began
+    bad_lines: int = 0
+
+    @property
+    def path(self) -> str:
+        return str(self.start.get("path") or "?")
+
+    @property
+    def device(self) -> str:
+        return str(self.start.get("device") or "?")
+
+    @property
+    def preset(self) -> str:
+        return str(self.start.get("preset") or "?")
+
+    @property
+    def batch(self) -> int | None:
+        return (self.start.get("config") or {}).get("batch")
+
+    @property
+    def pid(self) -> int | None:
+        return self.start.get("pid")
+
+    @property
+    def gpu_uuid(self) -> str | None:
+        return (self.start.get("gpu") or {}).get("uuid")
+
+    @property
+    def gpu_index(self) -> int | None:
+        return (self.start.get("gpu") or {}).get("index")
+
+    @property
+    def started_s(self) -> float | None:
+        return self.start.get("time")
+
+    @property
+    def finished(self) -> bool:
+        return self.end is not None
+
+    @property
+    def label(self) -> str:
+        return f"{self.path} ({self.device}) {self.run_id[-8:]}"
+
+    def copy(self) -> Run:
+        return Run(self.run_id, dict(self.start), list(self.iterations),
+                   None if self.end is None else dict(self.end), self.warmup_end_s,
+                   self.bad_lines)
+
+
+class _Tail:
+    """Reads the complete lines appended to one regular file since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset = path, 0
+        self.partial = b""
+        self.skipping = False  # inside an over-long line: drop bytes up to its newline
+
+    def new_lines(self) -> tuple[list[bytes], int]:
+        """(complete lines, over-long lines dropped); raises OSError for an unreadable file."""
+        descriptor = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            info = os.fstat(descriptor)
+            if not stat.S_ISREG(info.st_mode):
+                raise NotRegularFile(self.path)
+            if info.st_size < self.offset:  # truncated or replaced: read it again
+                self.offset, self.partial, self.skipping = 0, b"", False
+            if info.st_size == self.offset:
+                return [], 0
+            chunk = os.pread(descriptor, min(MAX_BYTES_PER_POLL, info.st_size - self.offset),
+                             self.offset)
+        finally:
+            os.close(descriptor)
+        self.offset += len(chunk)
+        return self._split(chunk)
+
+    def _split(self, chunk: bytes) -> tuple[list[bytes], int]:
+        dropped = 0
+        if self.skipping:
+            newline = chunk.find(b"\n")
+            if newline < 0:
+                return [], 0
+            chunk, self.skipping = chunk[newline + 1:], False
+        *lines, rest = (self.partial + chunk).split(b"\n")
+        kept = [line for line in lines if len(line) <= MAX_LINE_BYTES]
+        dropped += len(lines) - len(kept)
+        if len(rest) > MAX_LINE_BYTES:
+            rest, self.skipping = b"", True
+            dropped += 1
+        self.partial = rest
+        return kept, dropped
+
+
+class NotRegularFile(OSError):
+    pass
+
+
+class RunsWatcher:
+    """Polls the runs directory from its own thread; readers take consistent snapshots."""
+
+    def __init__(self, runs_dir: Path, poll_s: float = 0.5) -> None:
+        self.runs_dir, self.poll_s = Path(runs_dir), poll_s
+        self._lock = threading.Lock()
+        self._runs: dict[Path, Run] = {}
+        self._tails: dict[Path, _Tail] = {}
+        self.version = 0  # bumped on every change, so dashboards skip idle ticks cheaply
+        self.errors = 0  # polls that failed (each logged as one line)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._polled = threading.Condition()
+        self._polls = 0  # polls finished by the thread
+
+    def _newest_files(self) -> list[Path]:
+        found: list[tuple[float, Path]] = []
+        with os.scandir(self.runs_dir) as entries:
+            for count, entry in enumerate(entries):
+                if count >= MAX_FILES_LISTED:
+                    break
+                if not entry.name.endswith(".jsonl"):
+                    continue
+                try:
+                    info = entry.stat()  # follows a symlink: its target must be a regular file
+                except OSError:
+                    continue
+                if stat.S_ISREG(info.st_mode):
+                    found.append((info.st_mtime, Path(entry.path)))
+        found.sort(reverse=True)
+        return [path for _, path in found[:MAX_RUNS]]
+
+    def poll(self) -> None:
+        """Read whatever was appended since the last poll (public for tests)."""
+        try:
+            files = self._newest_files()
+        except OSError:
+            return  # no directory (yet), or not readable: nothing to show
+        changed = False
+        for path in files:
+            tail = self._tails.setdefault(path, _Tail(path))
+            try:
+                lines, dropped = tail.new_lines()
+            except OSError:
+                continue  # gone, unreadable, or no longer a regular file
+            if not lines and not dropped:
+                continue
+            events = [parse_event(line) for line in lines if line.strip()]
+            with self._lock:
+                run = self._runs.setdefault(path, Run(path.stem))
+                run.bad_lines += dropped + sum(event is None for event in events)
+                for event in events:
+                    if event is not None:
+                        _apply(run, event)
+            changed = True
+        followed = set(files)
+        with self._lock:
+            for path in [p for p in self._tails if p not in followed]:
+                del self._tails[path]  # a file that dropped off: forget it entirely
+                changed |= self._runs.pop(path, None) is not None
+            if changed:
+                self.version += 1
+
+    def file_of(self, pid: int) -> tuple[Path, str] | None:
+        """(event file, run id) of the followed run that process ``pid`` writes, if any."""
+        with self._lock:
+            for path, run in self._runs.items():
+                if run.pid == pid:
+                    return path, run.run_id
+        return None
+
+    def runs(self) -> list[Run]:
+        """Snapshot of the followed runs, oldest first."""
+        with self._lock:
+            return [run.copy() for run in sorted(self._runs.values(),
+                                                 key=lambda r: (r.started_s or 0, r.run_id))]
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                self.poll()
+            except Exception as error:  # noqa: BLE001 - the thread must outlive any file
+                self.errors += 1
+                log.warning("runs watcher: %s: %s", type(error).__name__, error)
+            with self._polled:
+                self._polls += 1
+                self._polled.notify_all()
+            if self._stop.wait(self.poll_s):
+                return
+
+    def wait_for_poll(self, timeout_s: float = 5.0) -> None:
+        """Wait until the thread has read everything written before this call."""
+        if self._thread is None or not self._thread.is_alive():
+            return
+        with self._polled:
+            wanted = self._polls + 2  # the poll under way may have listed files already
+            self._polled.wait_for(lambda: self._polls >= wanted, timeout_s)
+
+    def start(self) -> None:
+        """Start polling; the first poll runs on the thread, so nothing here can block."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="nvdashboard-runs",
+                                            daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _apply(run: Run, event: dict[str, Any]) -> None:
+    kind = event["event"]
+    if kind == "start":
+        run.start, run.run_id = event, event["run_id"]
+    elif kind == "warmup_end":
+        run.warmup_end_s = event["time"]
+    elif kind == "iteration" and len(run.iterations) < MAX_ITERATIONS_KEPT:
+        run.iterations.append(event)
+    elif kind == "end":
+        run.end = event

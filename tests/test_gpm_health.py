@@ -1,0 +1,352 @@
+"""GPM activity and GPU health, on the simulated NVML: derived values, what a GPU without GPM
+shows, MIG instances, throttle reasons in words, XID events, and the two dashboards."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+
+import pytest
+
+from jupyterlab_nvdashboard.apps.activity import ActivityDashboard, gpu_activity, without_gpm
+from jupyterlab_nvdashboard.apps.health import HealthFeed, health_cells
+from jupyterlab_nvdashboard.apps.sources import DashboardSources
+from jupyterlab_nvdashboard.config import Config, SimulationConfig
+from jupyterlab_nvdashboard.metrics import SimulatedNvml, create_metrics
+from jupyterlab_nvdashboard.metrics.families import GPM_FAMILY, HEALTH_FAMILY, GpmReading
+from jupyterlab_nvdashboard.metrics.gpm import CLOSEST_METRIC, NO_GPM_HARDWARE, GpmReader
+from jupyterlab_nvdashboard.metrics.health import HealthReader, assess, clock_event_words
+from jupyterlab_nvdashboard.metrics.host import HostReader
+from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
+from jupyterlab_nvdashboard.metrics.sampler import History, Sampler
+from jupyterlab_nvdashboard.metrics.simulated_health import GPM_LOAD_SHARES
+from jupyterlab_nvdashboard.metrics.simulated_profiles import PROFILES
+from tests.support.servers import get, in_process_server
+from tests.support.stream_client import live_frames
+
+# GpmReading field -> the simulator's stated share of the mean load (simulated_health.py).
+PERCENT_FIELDS = {
+    "sm_activity_pct": "NVML_GPM_METRIC_SM_UTIL",
+    "sm_occupancy_pct": "NVML_GPM_METRIC_SM_OCCUPANCY",
+    "tensor_activity_pct": "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+    "dram_bandwidth_pct": "NVML_GPM_METRIC_DRAM_BW_UTIL",
+    "fp64_activity_pct": "NVML_GPM_METRIC_FP64_UTIL",
+    "fp32_activity_pct": "NVML_GPM_METRIC_FP32_UTIL",
+    "fp16_activity_pct": "NVML_GPM_METRIC_FP16_UTIL",
+}
+
+
+class ManualClock:
+    def __init__(self, start: float = 5000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def readers(profile: str, gpus: int = 2) -> tuple[SimulatedNvml, NvmlReader, GpmReader,
+                                                  ManualClock]:
+    clock = ManualClock()
+    simulator = SimulatedNvml(gpus, profile=profile)
+    simulator.set_clock(clock)
+    nvml = NvmlReader(simulator.load, clock=clock)
+    nvml.ensure_initialized()
+    return simulator, nvml, GpmReader(nvml, every_s=1.0), clock
+
+
+def two_gpm_passes(profile: str, seconds: float = 1.3, start_s: float = 8.0, gpus: int = 2
+                   ) -> tuple[SimulatedNvml, NvmlReader, dict[int, GpmReading], float, float]:
+    """GPM read at ``start_s`` and ``start_s + seconds`` of simulated time."""
+    simulator, nvml, gpm, clock = readers(profile, gpus)
+    origin = clock.now
+    clock.now = origin + start_s
+    first = gpm.read(nvml.read())
+    assert first is not None and all(r == GpmReading(*[None] * 11) for r in first.values())
+    clock.now = origin + start_s + seconds
+    readings = gpm.read(nvml.read())
+    assert readings is not None
+    return simulator, nvml, readings, start_s, start_s + seconds
+
+
+def test_each_gpm_metric_equals_the_profiles_stated_value() -> None:
+    simulator, nvml, readings, t1, t2 = two_gpm_passes("h200")
+    for gpu in (0, 1):
+        reading = readings[gpu]
+        mean = simulator.mean_load(gpu, t1, t2)
+        assert 0.05 < mean < 0.95  # a load in between, so a wrong share cannot pass
+        for field, metric in PERCENT_FIELDS.items():
+            expected = 100 * GPM_LOAD_SHARES[metric] * mean
+            assert getattr(reading, field) == pytest.approx(expected, abs=0.5), (gpu, field)
+    assert readings[0].pcie_tx_bytes_per_s and readings[0].nvlink_rx_bytes_per_s
+
+
+def test_gpm_pcie_rate_matches_the_counter_fields_over_the_same_interval() -> None:
+    simulator, nvml, gpm, clock = readers("h200", gpus=1)
+    clock.now += 3.0
+    gpm.read(nvml.read())
+    clock.now += 1.0
+    gpus = nvml.read()
+    reading = gpm.read(gpus)[0]
+    assert reading.pcie_tx_bytes_per_s == pytest.approx(gpus[0].pcie_tx_bytes_per_s, rel=1e-6)
+    assert reading.pcie_rx_bytes_per_s == pytest.approx(gpus[0].pcie_rx_bytes_per_s, rel=1e-6)
+    assert reading.nvlink_tx_bytes_per_s == pytest.approx(gpus[0].nvlink_tx_bytes_per_s,
+                                                          rel=1e-3)
+
+
+def test_gpm_is_sampled_at_its_own_rate_not_every_pass() -> None:
+    simulator, nvml, gpm, clock = readers("h200", gpus=1)
+    for _ in range(10):  # ten reader passes 0.2 s apart: two seconds
+        gpm.read(nvml.read())
+        clock.now += 0.2
+    assert simulator.calls["nvmlGpmSampleGet"] == 2
+    assert simulator.calls["nvmlGpmSampleAlloc"] == 2  # one pair, reused
+
+
+def test_gpm_that_answers_not_supported_is_asked_no_more_and_a_lost_gpu_frees_its_pair(
+) -> None:
+    simulator, nvml, gpm, clock = readers("h200")
+    simulator.set_unsupported(["gpm"])
+    for _ in range(5):
+        readings = gpm.read(nvml.read())
+        clock.now += 1.0
+    assert readings == {0: GpmReading(*[None] * 11), 1: GpmReading(*[None] * 11)}
+    assert simulator.calls["nvmlGpmSampleGet"] == 2  # once per GPU
+    assert gpm.errors[0] == "not supported by this GPU or driver"
+    simulator.set_unsupported([])
+    simulator, nvml, gpm, clock = readers("h200")
+    for _ in range(2):
+        gpm.read(nvml.read())
+        clock.now += 1.0
+    simulator.lose_gpu(1)
+    for _ in range(2):
+        readings = gpm.read(nvml.read())
+        clock.now += 1.0
+    assert readings[1] == GpmReading(*[None] * 11) and readings[0].sm_activity_pct is not None
+    assert simulator.calls["nvmlGpmSampleFree"] == 2  # the lost GPU's pair
+
+
+def test_mig_instances_report_their_own_activity() -> None:
+    simulator, nvml, readings, t1, t2 = two_gpm_passes("h100-mig")
+    facts = nvml.facts
+    assert [(f.kind, (f.mig or {}).get("gpu_instance_id")) for f in facts] == [
+        ("gpu", None), ("mig", 1), ("mig", 5), ("gpu", None)]
+    share = 100 * GPM_LOAD_SHARES["NVML_GPM_METRIC_SM_UTIL"]
+    for row, instance in ((1, 1), (2, 5)):
+        expected = share * simulator.mean_load(0, t1, t2, gpu_instance_id=instance)
+        assert readings[row].sm_activity_pct == pytest.approx(expected, abs=0.5)
+        assert readings[row].pcie_tx_bytes_per_s is None  # the GPU's, not the instance's
+    assert abs(readings[1].sm_activity_pct - readings[2].sm_activity_pct) > 5
+    # The MIG-enabled GPU as a whole: the instances weighted by their slices (3 and 2 of 7).
+    whole = share * simulator.mean_load(0, t1, t2)
+    assert readings[0].sm_activity_pct == pytest.approx(whole, abs=0.5)
+    assert whole == pytest.approx((3 * readings[1].sm_activity_pct
+                                   + 2 * readings[2].sm_activity_pct) / 7, abs=0.5)
+    assert simulator.calls["nvmlGpmMigSampleGet"] == 4
+
+
+def test_a100_mig_instances_cannot_report_gpm() -> None:
+    simulator, nvml, readings, _, _ = two_gpm_passes("a100-mig")
+    assert all(reading == GpmReading(*[None] * 11) for reading in readings.values())
+    assert simulator.calls["nvmlGpmSampleGet"] == simulator.calls["nvmlGpmMigSampleGet"] == 0
+
+
+@pytest.mark.parametrize("profile", ["a100-535", "consumer", "vgpu"])
+def test_gpus_without_gpm_report_none_and_keep_everything_else(profile: str) -> None:
+    simulator, nvml, readings, _, _ = two_gpm_passes(profile)
+    assert all(reading == GpmReading(*[None] * 11) for reading in readings.values())
+    gpus = nvml.read()
+    assert all(reading.memory_used_bytes is not None for reading in gpus)
+    health = HealthReader(nvml).read(gpus)
+    assert health is not None and all(h.sm_clock_mhz is not None for h in health.values())
+
+
+def test_a_gpu_without_gpm_shows_the_notice_and_keeps_every_other_metric() -> None:
+    config = Config(simulation=SimulationConfig(gpu_count=2, profile="mixed"))
+    metrics = create_metrics(config, environ={})
+    metrics.nvml.ensure_initialized()
+    for _ in range(3):
+        metrics.sampler.tick()
+    lacking = without_gpm(metrics)
+    assert [(fact.index, reason) for fact, reason in lacking] == [(1, NO_GPM_HARDWARE)]
+    feed = gpu_activity(metrics)
+    dashboard = ActivityDashboard(DashboardSources(metrics), feed)
+    assert dashboard.notice is not None
+    text = dashboard.notice.text
+    assert "GPU 1" in text and "cannot report SM activity" in text
+    assert CLOSEST_METRIC.split(" (")[0] in text  # names the closest metric
+    keys = {series.key for series in feed.series}
+    assert "gpm0_sm_activity_pct" in keys and "gpm1_sm_activity_pct" not in keys
+    assert "closest1" in keys  # utilization drawn instead, labelled as the closest metric
+    sample = metrics.history.latest()
+    assert sample is not None
+    gpu1 = sample.gpus[1]
+    assert None not in (gpu1.utilization_pct, gpu1.memory_used_bytes, gpu1.temperature_c,
+                        gpu1.power_w, gpu1.pcie_tx_bytes_per_s, gpu1.nvlink_tx_bytes_per_s)
+    assert sample.extra[GPM_FAMILY][1] == GpmReading(*[None] * 11)
+    assert sample.extra[HEALTH_FAMILY][1].sm_clock_mhz is not None
+    rows = feed.rows(metrics.history.window(60))
+    assert not math.isnan(rows.numeric["closest1"][-1])
+    assert math.isnan(rows.numeric["gpm0_sm_activity_pct"][0])  # one GPM sample: no value yet
+
+
+def test_throttle_reasons_decode_into_words() -> None:
+    assert clock_event_words(0) == [] and clock_event_words(None) == []
+    assert clock_event_words(0x4 | 0x40) == [
+        "software power cap: at its power limit", "hardware thermal slowdown: too hot"]
+    assert clock_event_words(0x1 | 0x4, throttling_only=True) == [
+        "software power cap: at its power limit"]
+    simulator, nvml, _, _ = readers("mixed")
+    health = HealthReader(nvml).read(nvml.read())
+    throttling = health[simulator.throttling_gpu()]
+    assert throttling.clock_event_reasons and throttling.clock_event_reasons & 0x4
+    assert assess(throttling)["clocks"].startswith("clocks held down: software power cap")
+    assert "software power cap" in health_cells(throttling)["reasons"]
+    assert simulator.calls["nvmlDeviceGetCurrentClocksEventReasons"] == 2
+
+
+def test_an_old_driver_and_binding_read_the_older_throttle_reasons_call() -> None:
+    simulator, nvml, _, _ = readers("consumer")  # 470 driver, nvidia-ml-py 11.470
+    health = HealthReader(nvml).read(nvml.read())
+    assert health[1].clock_event_reasons == 0x4
+    assert simulator.calls["nvmlDeviceGetCurrentClocksEventReasons"] == 0  # not in 11.470
+    assert simulator.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 2
+
+
+@pytest.mark.parametrize("profile", list(PROFILES))
+def test_every_profile_has_health_readings_and_a_throttling_gpu(profile: str) -> None:
+    simulator, nvml, _, _ = readers(profile)
+    health = HealthReader(nvml).read(nvml.read())
+    physical = [fact.index for fact in nvml.facts if fact.kind == "gpu"]
+    assert health is not None and sorted(health) == physical
+    marks = [assess(reading) for reading in health.values()]
+    assert any("clocks" in mark for mark in marks)
+    if PROFILES[profile].models[0].fully_supported:  # GeForce cards have no ECC memory
+        assert health[physical[0]].ecc_aggregate_corrected == 41
+        assert any("ecc" in mark for mark in marks)
+    else:
+        assert all(reading.ecc_aggregate_corrected is None for reading in health.values())
+
+
+def test_health_reads_static_facts_once_and_ecc_at_its_own_rate() -> None:
+    simulator, nvml, _, clock = readers("h200", gpus=1)
+    health = HealthReader(nvml, slow_every_s=5.0)
+    for _ in range(20):  # 4 s of passes
+        health.read(nvml.read())
+        clock.now += 0.2
+    assert simulator.calls["nvmlDeviceGetTemperatureThreshold"] == 2
+    assert simulator.calls["nvmlDeviceGetMaxClockInfo"] == 2 + 1  # + the reader's own probe
+    assert simulator.calls["nvmlDeviceGetTotalEccErrors"] == 4
+    assert simulator.calls["nvmlDeviceGetClockInfo"] == 2 * 20
+
+
+def hand_driven(profile: str = "h200", history: int = 5) -> tuple[SimulatedNvml, Sampler]:
+    simulator = SimulatedNvml(2, profile=profile)
+    nvml = NvmlReader(simulator.load)
+    sampler = Sampler(nvml, HostReader(), History(history), 0.2,
+                      families=[GpmReader(nvml), HealthReader(nvml)])
+    nvml.ensure_initialized()
+    return simulator, sampler
+
+
+def test_an_xid_event_is_in_the_next_tick_and_stays_listed() -> None:
+    simulator, sampler = hand_driven()
+    sampler.tick()  # the event set is registered on the first pass
+    simulator.inject_xid(1, 79)
+    sample = sampler.tick()
+    events = sample.extra[HEALTH_FAMILY][1].xid_events
+    assert [event.xid for event in events] == [79]
+    assert sample.extra[HEALTH_FAMILY][0].xid_events == ()
+    for _ in range(12):  # more ticks than the history holds
+        sample = sampler.tick()
+    assert sample.extra[HEALTH_FAMILY][1].xid_events == events
+    assert "GPU has fallen off the bus" in health_cells(sample.extra[HEALTH_FAMILY][1])["xid"]
+
+
+def test_the_event_set_is_polled_without_waiting() -> None:
+    simulator, sampler = hand_driven()
+    sampler.tick()
+    simulator.inject_xid(0, 48)
+    simulator.inject_xid(0, 63)
+    for _ in range(10):
+        sampler.tick()
+    timeouts = simulator.event_wait_timeouts_ms
+    # Each pass polls until the set is empty: one call per event, plus one per pass.
+    assert len(timeouts) == 11 + 2 and max(timeouts) <= 1  # never waits past 1 ms
+    assert set(timeouts) == {0}
+    assert [e.xid for e in sampler.history.latest().extra[HEALTH_FAMILY][0].xid_events] == \
+        [48, 63]
+
+
+def test_a_failing_family_costs_only_its_own_key() -> None:
+    simulator, sampler = hand_driven()
+
+    class Broken:
+        name = "broken"
+
+        def read(self, gpus: tuple) -> object:
+            raise RuntimeError("a bug")
+
+    sampler.families = (*sampler.families, Broken())
+    sample = sampler.tick()
+    assert sample.gpus and set(sample.extra) == {GPM_FAMILY, HEALTH_FAMILY}
+
+
+def test_xid_fault_spec() -> None:
+    simulator = SimulatedNvml(2)
+    with pytest.raises(ValueError, match="xid needs GPU:XID@SECONDS"):
+        simulator.apply_fault_spec("xid=7:79")
+    simulator.apply_fault_spec("xid=1:79@0|0:48")
+    assert len(simulator._xids) == 2  # noqa: SLF001
+
+
+def test_health_feed_rows_have_one_row_per_gpu_with_marks() -> None:
+    simulator, sampler = hand_driven("mixed", history=10)
+    sampler.tick()
+    simulator.inject_xid(0, 79)
+    sampler.tick()
+    feed = HealthFeed(tuple(sampler.nvml.facts))
+    rows = feed.rows(sampler.history.window(60))
+    assert rows.count == 2 and rows.text["gpu"][0].startswith("GPU 0")
+    assert "XID 79" in rows.text["xid"][0] and "XID 79" in rows.text["xid_mark"][0]
+    assert rows.text["power_mark"][1].startswith("at its power limit")
+    assert rows.text["rows_mark"][0].startswith("a row remapping is pending")
+    assert rows.numeric["power_pct"][1] >= 97
+
+
+def test_xid_reaches_gpu_health_and_versions_reach_info_json() -> None:
+    with in_process_server(gpus=2, profile="h200") as server:
+        info = json.loads(get(server.url + "/info.json")[1])
+        assert info["nvml_versions"]["cuda_driver"] == "12.8"
+        index = json.loads(get(server.url + "/index.json")[1])
+        assert {"/GPU-Activity", "/GPU-Health"} <= set(index)
+        for route in ("/GPU-Activity", "/GPU-Health"):
+            assert get(server.url + route)[0] == 200
+        history = server.metrics.history
+        deadline = time.monotonic() + 30
+        while history.last_seq < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the event set is registered on the first pass
+        server.simulator.inject_xid(1, 79)
+        injected_at = history.last_seq
+
+        def listed(frame_text: list[str]) -> bool:
+            return "XID 79" in frame_text[1]
+
+        seen_at = None
+        while seen_at is None and time.monotonic() < deadline:
+            for sample in history.since(injected_at):
+                health = sample.extra.get(HEALTH_FAMILY) or {}
+                if 1 in health and health[1].xid_events:
+                    seen_at = sample.seq
+                    break
+            time.sleep(0.05)
+        # Counted exactly on a hand-driven sampler above; here the threads add jitter.
+        assert seen_at is not None
+        client = asyncio.run(live_frames(server.url, "/GPU-Health", wanted=2))
+        assert all(listed(frame.rows.text["xid"]) for frame in client.frames)
+        later = history.last_seq
+        while history.last_seq < later + 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        client = asyncio.run(live_frames(server.url, "/GPU-Health", wanted=1))
+        assert listed(client.frames[-1].rows.text["xid"])  # still listed, ten ticks later
