@@ -132,3 +132,20 @@ def test_plugin_setup_errors_leave_the_worker_running(monkeypatch: pytest.Monkey
             await worker.plugin_remove(GpuMetricsPlugin.name)
 
     asyncio.run(run())
+
+
+def test_scaled_fields_round_trip_to_their_units() -> None:
+    from jupyterlab_nvdashboard.cluster.snapshot import encode
+    from jupyterlab_nvdashboard.export.dcgm import FIELDS, ExportedGpu, GpuIdentity
+
+    values = tuple(float(i) + 0.25 for i in range(len(FIELDS)))
+    position = {field.name: i for i, field in enumerate(FIELDS)}
+    values = list(values)
+    values[position["DCGM_FI_PROF_SM_ACTIVE"]] = 0.4567
+    values[position["DCGM_FI_PROF_PCIE_TX_BYTES"]] = 12.5e9
+    gpu = ExportedGpu("h", GpuIdentity(3, "GPU-x", "NVIDIA H200", None), False, tuple(values))
+    (back,) = decode(msgpack.unpackb(msgpack.packb(encode("h", 1.0, [gpu])))).gpus.values()
+    assert back.identity == gpu.identity
+    assert back.values[position["DCGM_FI_PROF_SM_ACTIVE"]] == pytest.approx(0.457)
+    assert back.values[position["DCGM_FI_PROF_PCIE_TX_BYTES"]] == pytest.approx(12.5e9, rel=1e-6)
+    assert back.values[position["DCGM_FI_DEV_FB_USED"]] == pytest.approx(2.25)
