@@ -42,7 +42,7 @@ from bokeh.application.handlers.function import FunctionHandler
 from bokeh.server.server import Server
 from bokeh.util import logconfig as bokeh_logconfig
 from tornado.ioloop import IOLoop, PeriodicCallback
-from tornado.web import HTTPError, RequestHandler
+from tornado.web import HTTPError
 
 from . import __version__, bokeh_patches
 from .apps.cluster import (
@@ -217,10 +217,11 @@ def history_csv(samples: list[Sample], gpu_indices: list[int]) -> str:
     return out.getvalue()
 
 
-class HistoryCsvHandler(RequestHandler):
+class HistoryCsvHandler(GuardedHandler):
     """``/history.csv?seconds=N``: the last N seconds of samples (default: all of them)."""
 
-    def initialize(self, sources: DashboardSources, **_: object) -> None:
+    def initialize(self, access: Access, sources: DashboardSources, **_: object) -> None:
+        super().initialize(access)
         self.metrics = sources.metrics
 
     async def get(self) -> None:

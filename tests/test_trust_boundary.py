@@ -346,3 +346,10 @@ def test_a_malformed_fault_spec_names_the_variable(spec: str) -> None:
 def test_faults_without_simulated_gpus_are_refused() -> None:
     line = _assert_one_line_exit_2(_run_cli(env={"NVDASHBOARD_SIMULATE_FAULTS": "slow=0.1"}))
     assert "simulate" in line
+
+
+def test_history_csv_asks_for_the_token() -> None:
+    # It answered without one (it was a plain RequestHandler) while the README said 403.
+    with in_process_server(gpus=1) as server:
+        assert get(server.url + "/history.csv?seconds=5", token=None)[0] == 403
+        assert get(server.url + "/history.csv?seconds=5")[0] == 200
