@@ -8,6 +8,7 @@ whose message is one readable line, so the CLI can print it without a traceback.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 import secrets
@@ -44,6 +45,9 @@ class SimulationConfig:
     profile: str = "mixed"
     # Test-only: a JSON file listing simulated GPU processes (metrics/simulated_processes.py).
     processes_file: str = ""
+    # A simulated host's name: seeds its GPUs' UUIDs and is reported as their Hostname, so
+    # processes that simulate one host agree and simulated hosts of a cluster differ.
+    host: str = ""
 
     @property
     def enabled(self) -> bool:
@@ -81,6 +85,12 @@ class Config:
     token: str | None = field(default_factory=new_token, repr=False)
     # Started by jupyter-server-proxy on a private unix socket (launch_server()).
     jupyter_proxy: bool = False
+    # /metrics (Prometheus, DCGM names) is served only when asked for (export/).
+    metrics_enabled: bool = False
+    # Addresses (or networks) whose /metrics scrapes need no token, e.g. a Prometheus host.
+    metrics_allow: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    # A Dask scheduler whose workers publish their GPUs (cluster/): /Cluster-GPUs.
+    dask_scheduler: str | None = None
 
     @property
     def run_control(self) -> bool:
@@ -202,6 +212,41 @@ def _processes_file(text: str) -> str:
         raise ConfigError(f"NVDASHBOARD_SIMULATE_PROCESSES must name a file in an existing "
                           f"directory, got {text!r}")
     return str(path)
+def _networks(text: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    networks = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ConfigError(f"metrics allow: {item!r} is not an IP address or network "
+                              "(e.g. 10.0.0.5 or 10.0.0.0/24)") from None
+    if not networks:
+        raise ConfigError(f"metrics allow: no address in {text!r}")
+    return networks
+
+
+# What `dask worker` and Client() accept: [PROTOCOL://]HOST:PORT.
+_SCHEDULER = re.compile(r"(?:(?:tcp|tls|ucx|ws|wss|inproc)://)?"
+                        r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::[0-9]{1,5})?")
+
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def _host_name(text: str) -> str:
+    if not _HOST_NAME.fullmatch(text):
+        raise ConfigError(f"simulated host name must be letters, digits, '.', '_' or '-' "
+                          f"(at most 63), got {text!r}")
+    return text
+
+
+def _scheduler(text: str) -> str:
+    address = text.strip()
+    if not _SCHEDULER.fullmatch(address):
+        raise ConfigError(f"Dask scheduler address must look like tcp://HOST:8786, got {text!r}")
+    return address
 
 
 _port = _positive_int("port", 1, 65535)
@@ -224,6 +269,11 @@ _ENVIRONMENT = {
     "simulate_faults": ("NVDASHBOARD_SIMULATE_FAULTS", str),
     "simulate_profile": ("NVDASHBOARD_SIMULATE_PROFILE", str),
     "simulate_processes": ("NVDASHBOARD_SIMULATE_PROCESSES", _processes_file),
+    "simulate_host": ("NVDASHBOARD_SIMULATE_HOST", _host_name),
+    "metrics": ("NVDASHBOARD_METRICS", _boolean("NVDASHBOARD_METRICS")),
+    "metrics_allow": ("NVDASHBOARD_METRICS_ALLOW", _networks),
+    # Dask's own variable (dask-labextension and dask-jobqueue set it): cluster mode.
+    "dask_scheduler": ("DASK_SCHEDULER_ADDRESS", _scheduler),
     "runs_dir": ("NVDASHBOARD_RUNS_DIR", _runs_dir),
     "keep_runs": ("NVDASHBOARD_KEEP_RUNS", _keep_runs),
     "unused_session_lifetime": ("NVDASHBOARD_UNUSED_SESSION_LIFETIME_MS", _milliseconds),
@@ -267,6 +317,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="which machine to simulate: mixed (default), h200, a100-535, "
                         "a100-mig, h100-mig, consumer, vgpu, wrap32 or link-gap; implies "
                         "--simulate 2 unless --simulate is given")
+    parser.add_argument("--metrics", action="store_const", const=True,
+                        help="serve /metrics for Prometheus, with the DCGM exporter's metric "
+                        "names (off by default; same token rules as every route)")
+    parser.add_argument("--metrics-allow", action="append", type=_networks,
+                        metavar="ADDRESS[/BITS]",
+                        help="let scrapes of /metrics from this address or network in "
+                        "without the token (repeatable, or comma-separated)")
+    parser.add_argument("--dask-scheduler", type=_scheduler, metavar="tcp://HOST:PORT",
+                        help="show the GPUs of this Dask cluster's workers on /Cluster-GPUs "
+                        "(default: $DASK_SCHEDULER_ADDRESS)")
     parser.add_argument("--runs-dir", type=_runs_dir,
                         help="directory of workload run event files")
     parser.add_argument("--keep-runs", type=_keep_runs, metavar="N",
@@ -341,7 +401,13 @@ def load_config(
         faults=str(merged.get("simulate_faults", "")),
         profile=str(profile or SimulationConfig.profile),
         processes_file=str(merged.get("simulate_processes", "")),
+        host=str(merged.get("simulate_host", "")),
     )
+    allow = merged.get("metrics_allow", ())
+    if allow and isinstance(allow[0], list):  # the flag is repeatable: a list of lists
+        allow = [network for networks in allow for network in networks]  # type: ignore[union-attr]
+    if allow and not merged.get("metrics"):
+        raise ConfigError("--metrics-allow needs --metrics (NVDASHBOARD_METRICS=1)")
     return Config(
         address=str(merged.get("address", defaults.address)),
         port=int(merged.get("port", defaults.port)),  # type: ignore[arg-type]
@@ -360,6 +426,9 @@ def load_config(
         check_unused_sessions_ms=check_interval_ms(lifetime_ms),
         token=token,
         jupyter_proxy=jupyter_proxy,
+        metrics_enabled=bool(merged.get("metrics", False)),
+        metrics_allow=tuple(allow),  # type: ignore[arg-type]
+        dask_scheduler=merged.get("dask_scheduler"),  # type: ignore[arg-type]
     )
 
 

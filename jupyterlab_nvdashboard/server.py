@@ -30,6 +30,7 @@ import logging
 import math
 import secrets
 import signal
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -41,9 +42,16 @@ from bokeh.application.handlers.function import FunctionHandler
 from bokeh.server.server import Server
 from bokeh.util import logconfig as bokeh_logconfig
 from tornado.ioloop import IOLoop, PeriodicCallback
-from tornado.web import HTTPError, RequestHandler
+from tornado.web import HTTPError
 
 from . import __version__, bokeh_patches
+from .apps.cluster import (
+    CLUSTER_PATH,
+    CLUSTER_TITLE,
+    CLUSTER_WINDOW_S,
+    ClusterFeeds,
+    ClusterGpusView,
+)
 from .apps.components import timeline_windows
 from .apps.document import build_document, no_gpu_notice
 from .apps.processes import glance, processes_json
@@ -51,6 +59,14 @@ from .apps.registry import ROUTES, RouteFeeds, available_routes
 from .apps.sources import DashboardSources
 from .auth import VIEW_ONLY_REASON, Access, BokehAuth, GuardedHandler
 from .config import Config, ConfigError, load_config
+from .export.collector import (
+    DcgmCollector,
+    HealthValue,
+    MetricsHandler,
+    Scrape,
+    import_prometheus_client,
+)
+from .export.local import LocalScrape
 from .jupyter_sessions import JupyterSessions, find_parent_server
 from .metrics import GpuReading, HostReading, Metrics, Sample, create_metrics
 from .runs.service import WorkloadService
@@ -158,7 +174,7 @@ def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None,
 class _JsonHandler(GuardedHandler):
     def initialize(self, access: Access, sources: DashboardSources,
                    live_sessions: LiveSessions, broadcaster: Broadcaster,
-                   watch: ViewerWatch | None = None) -> None:
+                   watch: ViewerWatch | None = None, **_: object) -> None:
         super().initialize(access)
         self.sources, self.metrics = sources, sources.metrics
         self.live_sessions, self.broadcaster = live_sessions, broadcaster
@@ -225,10 +241,11 @@ def history_csv(samples: list[Sample], gpu_indices: list[int]) -> str:
     return out.getvalue()
 
 
-class HistoryCsvHandler(RequestHandler):
+class HistoryCsvHandler(GuardedHandler):
     """``/history.csv?seconds=N``: the last N seconds of samples (default: all of them)."""
 
-    def initialize(self, sources: DashboardSources, **_: object) -> None:
+    def initialize(self, access: Access, sources: DashboardSources, **_: object) -> None:
+        super().initialize(access)
         self.metrics = sources.metrics
 
     async def get(self) -> None:
@@ -247,6 +264,16 @@ class HistoryCsvHandler(RequestHandler):
         self.set_header("Content-Disposition", 'attachment; filename="nvdashboard-history.csv"')
         self.set_header("Cache-Control", "no-store")
         self.write(body)
+
+
+class ClusterJsonHandler(_JsonHandler):
+    """``/cluster.json``: the Dask cluster's GPUs as the dashboard sees them (cluster mode)."""
+
+    def body(self) -> dict[str, Any]:
+        cluster = self.sources.cluster
+        if cluster is None:
+            raise HTTPError(404, reason="not in cluster mode: start with --dask-scheduler")
+        return cluster.summary()
 
 
 class RootHandler(GuardedHandler):
@@ -276,6 +303,62 @@ class RootHandler(GuardedHandler):
         )
 
 
+def server_health(metrics: Metrics, live_sessions: LiveSessions,
+                  broadcaster: Broadcaster) -> list[HealthValue]:
+    """The server's own health for ``/metrics``: sampler, NVML, viewers, encodes."""
+    sampler, stats = metrics.sampler, broadcaster.stats
+    latest = metrics.history.latest()
+    health = [
+        HealthValue("nvdashboard_samples", "counter", "Samples the sampler has taken.",
+                    sampler.ticks),
+        HealthValue("nvdashboard_late_ticks", "counter",
+                    "Sampler ticks skipped because a tick ran late.", sampler.late_ticks),
+        HealthValue("nvdashboard_gpu_reads", "counter", "NVML passes over every GPU.",
+                    sampler.gpu_reads),
+        HealthValue("nvdashboard_late_gpu_reads", "counter",
+                    "GPU reads skipped because NVML answered late.", sampler.late_gpu_reads),
+        HealthValue("nvdashboard_nvml_state", "gauge", "1 for NVML's current state.", 1.0,
+                    {"state": metrics.nvml.state.value}),
+        HealthValue("nvdashboard_viewers", "gauge", "Open dashboard pages.",
+                    broadcaster.subscribers + live_sessions()),
+        HealthValue("nvdashboard_stream_encodes", "counter", "Live frames encoded.",
+                    sum(stats.encodes.values())),
+        HealthValue("nvdashboard_stream_encode_seconds", "counter",
+                    "Seconds spent encoding live frames.", stats.encode_seconds),
+        HealthValue("nvdashboard_sampler_idle", "gauge",
+                    "1 while nobody watches and the sampler runs slow.", float(sampler.idle)),
+    ]
+    if latest is not None and latest.gpu_age_s is not None:
+        health.append(HealthValue("nvdashboard_gpu_reading_age_seconds", "gauge",
+                                  "Age of the newest GPU readings.", latest.gpu_age_s))
+    return health
+
+
+def this_host(config: Config) -> str:
+    """The Hostname label of this server's own GPUs (a simulated host's name if set)."""
+    return config.simulation.host or socket.gethostname()
+
+
+def make_metrics_collector(config: Config, sources: DashboardSources,
+                           live_sessions: LiveSessions,
+                           broadcaster: Broadcaster) -> DcgmCollector | None:
+    """The /metrics collector: this machine's GPUs, and every node's in cluster mode."""
+    if not config.metrics_enabled:
+        return None
+    metrics = sources.metrics
+    local = LocalScrape(metrics, this_host(config),
+                        lambda: server_health(metrics, live_sessions, broadcaster))
+    cluster = sources.cluster
+
+    def snapshot() -> Scrape:
+        scrape = local()
+        if cluster is not None:
+            scrape.gpus = cluster.exported(scrape.gpus)
+        return scrape
+
+    return DcgmCollector(snapshot)
+
+
 def make_applications(sources: DashboardSources, feeds: RouteFeeds) -> dict[str, Application]:
     def view_maker(route: Any) -> Any:
         return lambda: route.make_view(sources, feeds(route.path))
@@ -288,6 +371,23 @@ def make_applications(sources: DashboardSources, feeds: RouteFeeds) -> dict[str,
         )))
         for route in ROUTES
     }
+
+
+def cluster_route(sources: DashboardSources) -> tuple[Broadcaster, Application]:
+    """/Cluster-GPUs: its own broadcaster over the cluster reader's history, and its page."""
+    cluster = sources.cluster
+    assert cluster is not None
+    feeds = ClusterFeeds(cluster)
+    broadcaster = Broadcaster(cluster.history, cluster.interval_s, feeds, (CLUSTER_WINDOW_S,))
+
+    def view() -> ClusterGpusView:
+        feed = feeds(CLUSTER_PATH)
+        assert feed is not None
+        return ClusterGpusView(feed, cluster.interval_s)
+
+    return broadcaster, Application(FunctionHandler(partial(
+        build_document, sources=sources, title=CLUSTER_TITLE, needs_gpu=False,
+        shows_gpu=False, make_component=view)))
 
 
 def make_server(config: Config, sources: DashboardSources,
@@ -311,12 +411,23 @@ def make_server(config: Config, sources: DashboardSources,
                               timeline_windows(metrics.history_s))
     watch = ViewerWatch(metrics, broadcaster, live_sessions, config.idle_exit_s)
     extra = {"access": access, "sources": sources, "live_sessions": live_sessions,
-             "broadcaster": broadcaster}
+             "broadcaster": broadcaster,
+             "metrics_collector": make_metrics_collector(config, sources, live_sessions,
+                                                         broadcaster),
+             "metrics_allow": config.metrics_allow}
     streams = [(rf"{route.path}/stream", StreamSocket,
                 {"route": route.path, "broadcaster": broadcaster, "allows": access.allows})
                for route in ROUTES]
+    applications = make_applications(sources, feeds)
+    cluster_broadcaster = None
+    if sources.cluster is not None:
+        cluster_broadcaster, cluster_app = cluster_route(sources)
+        applications[CLUSTER_PATH] = cluster_app
+        streams.append((rf"{CLUSTER_PATH}/stream", StreamSocket,
+                        {"route": CLUSTER_PATH, "broadcaster": cluster_broadcaster,
+                         "allows": access.allows}))
     server = Server(
-        make_applications(sources, feeds),
+        applications,
         io_loop=io_loop,
         allow_websocket_origin=config.websocket_origins,
         extra_patterns=[
@@ -326,6 +437,8 @@ def make_server(config: Config, sources: DashboardSources,
             (r"/processes\.json", ProcessesHandler, extra),
             (r"/glance\.json", GlanceHandler, {**extra, "watch": watch}),
             (r"/history\.csv", HistoryCsvHandler, extra),
+            (r"/metrics", MetricsHandler, extra),
+            (r"/cluster\.json", ClusterJsonHandler, extra),
             *streams,
         ],
         use_index=False,
@@ -345,6 +458,8 @@ def make_server(config: Config, sources: DashboardSources,
     )
     live_sessions.server = server
     broadcaster.attach(server.io_loop)
+    if cluster_broadcaster is not None:
+        cluster_broadcaster.attach(server.io_loop)
     server.broadcaster = broadcaster  # type: ignore[attr-defined]  # for tests and benchmarks
     server.io_loop.add_callback(watch.start)
     return server
@@ -356,6 +471,8 @@ def compose_sources(config: Config, metrics: Metrics) -> DashboardSources:
 
     A runs directory that cannot be used disables only the run panel (one line in the log
     and on the panel), when the service starts; the server and every other route carry on.
+    With ``--dask-scheduler``, the cluster reader too; raises ImportError (one line) when
+    cluster mode lacks ``distributed``.
     """
     workload = WorkloadService(config.runs_dir, keep_runs=config.keep_runs)
     owners = metrics.owners
@@ -364,7 +481,13 @@ def compose_sources(config: Config, metrics: Metrics) -> DashboardSources:
         return owners is not None and any(o.kernel_id for o in owners.latest.values())
 
     jupyter = JupyterSessions(find_parent_server(), wanted=kernels_hold_gpus)
-    return DashboardSources(metrics, workload, run_control=config.run_control, jupyter=jupyter)
+    cluster = None
+    if config.dask_scheduler:
+        from .cluster.view import ClusterView
+
+        cluster = ClusterView.connect_to(config.dask_scheduler)
+    return DashboardSources(metrics, workload, run_control=config.run_control,
+                            jupyter=jupyter, cluster=cluster)
 
 
 def _where(config: Config) -> str:
@@ -404,7 +527,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"nvdashboard: error: {error}", file=sys.stderr)
         return 2
-    sources = compose_sources(config, metrics)
+    try:
+        if config.metrics_enabled:
+            import_prometheus_client()
+        sources = compose_sources(config, metrics)
+    except ImportError as error:
+        print(f"nvdashboard: error: {error}", file=sys.stderr)
+        return 2
     try:
         server = make_server(config, sources)
     except OSError as error:

@@ -307,6 +307,10 @@ MALFORMED = {
     "NVDASHBOARD_SIMULATE_PROCESSES": ["/", "/nonexistent-dir/p.json", " "],
     "NVDASHBOARD_UNUSED_SESSION_LIFETIME_MS": ["soon", "1", "nan", "99999999999"],
     "NVDASHBOARD_TOKEN": ["short", " " * 20, "x" * 15, "padded-token-value-1234 "],
+    "NVDASHBOARD_SIMULATE_HOST": ["two words", "a/b", "h" * 64],
+    "NVDASHBOARD_METRICS": ["maybe"],
+    "NVDASHBOARD_METRICS_ALLOW": ["not-an-ip", ",,", "10.0.0.300"],
+    "DASK_SCHEDULER_ADDRESS": ["http://x y", "tcp://host:port:1"],
 }
 # Variables that only mean something in simulate mode get simulated GPUs.
 NEEDS_SIMULATION = {"NVDASHBOARD_SIMULATE_NVLINK", "NVDASHBOARD_SIMULATE_FAULTS",
@@ -344,3 +348,10 @@ def test_a_malformed_fault_spec_names_the_variable(spec: str) -> None:
 def test_faults_without_simulated_gpus_are_refused() -> None:
     line = _assert_one_line_exit_2(_run_cli(env={"NVDASHBOARD_SIMULATE_FAULTS": "slow=0.1"}))
     assert "simulate" in line
+
+
+def test_history_csv_asks_for_the_token() -> None:
+    # It answered without one (it was a plain RequestHandler) while the README said 403.
+    with in_process_server(gpus=1) as server:
+        assert get(server.url + "/history.csv?seconds=5", token=None)[0] == 403
+        assert get(server.url + "/history.csv?seconds=5")[0] == 200

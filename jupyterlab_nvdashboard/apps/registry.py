@@ -65,7 +65,12 @@ ROUTES_BY_PATH = {route.path: route for route in ROUTES}
 
 def available_routes(sources: DashboardSources) -> dict[str, str]:
     """The ``/index.json`` body: route -> title, for the dashboards this machine can fill."""
-    return {route.path: route.title for route in ROUTES if route.available(sources)}
+    routes = {route.path: route.title for route in ROUTES if route.available(sources)}
+    if sources.cluster is not None:  # cluster mode: its page has a stream of its own
+        from .cluster import CLUSTER_PATH, CLUSTER_TITLE
+
+        routes[CLUSTER_PATH] = CLUSTER_TITLE
+    return routes
 
 
 class RouteFeeds:

@@ -9,10 +9,14 @@ this object starts and stops both.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..jupyter_sessions import JupyterSessions
 from ..metrics import Metrics
 from ..runs.service import WorkloadService
+
+if TYPE_CHECKING:  # distributed is an optional extra, imported only in cluster mode
+    from ..cluster.view import ClusterView
 
 
 @dataclass
@@ -24,6 +28,8 @@ class DashboardSources:
     run_control: bool = True
     # Notebook paths of Jupyter kernels, from the Jupyter server this one runs under.
     jupyter: JupyterSessions | None = None
+    # The GPUs of a Dask cluster's workers (--dask-scheduler); None outside cluster mode.
+    cluster: ClusterView | None = None
 
     def start(self) -> None:
         self.metrics.start()
@@ -31,6 +37,8 @@ class DashboardSources:
             self.workload.start()
         if self.jupyter is not None:
             self.jupyter.start()
+        if self.cluster is not None:
+            self.cluster.start()
 
     def stop(self) -> None:
         self.metrics.stop()
@@ -38,3 +46,5 @@ class DashboardSources:
             self.workload.stop()
         if self.jupyter is not None:
             self.jupyter.stop()
+        if self.cluster is not None:
+            self.cluster.stop()

@@ -88,7 +88,7 @@ def create_metrics(
     if simulator is None and simulation.enabled:
         try:
             simulator = SimulatedNvml(simulation.gpu_count, nvlink=simulation.nvlink,
-                                      profile=simulation.profile)
+                                      profile=simulation.profile, host=simulation.host)
         except ValueError as error:
             raise ConfigError(str(error)) from None
         try:

@@ -113,6 +113,7 @@ class GpuFacts(NamedTuple):
     mig: dict[str, int] | None  # a MIG device's instance IDs and slices
     virtualization: str  # "none", "passthrough", "vgpu" (a guest), "host_vgpu", ...
     gpm_supported: bool | None
+    pci_bus_id: str | None = None  # "00000000:18:00.0" (nvmlPciInfo_t.busId); a MIG device's GPU's
 
 
 class GpuReading(NamedTuple):
@@ -496,6 +497,9 @@ class NvmlReader:
         facts = facts._replace(
             memory_total_bytes=None if memory is None else int(memory.total),
             memory_api="v2" if device.memory_version is not None else "v1")
+        pci = self._query(device.parent or device, "nvmlDeviceGetPciInfo")
+        bus_id = _decode(getattr(pci, "busId", None)) if pci is not None else None
+        facts = facts._replace(pci_bus_id=bus_id or None)
         if device.parent is not None:
             for metric in ("temperature", "power", "pcie", "nvlink"):
                 device.unavailable[metric] = MIG_PHYSICAL

@@ -23,6 +23,7 @@ GPM, health and XID events are simulated in ``simulated_health.py``.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import threading
@@ -118,7 +119,7 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
     """A machine with ``gpu_count`` GPUs as ``profile`` describes, and its NVML driver."""
 
     def __init__(self, gpu_count: int = 4, nvlink: bool = True, profile: str = DEFAULT_PROFILE,
-                 binding_version: str | None = None) -> None:
+                 binding_version: str | None = None, host: str = "") -> None:
         if profile not in PROFILES:
             raise ValueError(f"unknown simulated profile {profile!r} "
                              f"(choose from {', '.join(PROFILES)})")
@@ -138,9 +139,12 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         self._delay_s = 0.0
         self._start = self._clock()
         models = self.profile.models
+        # A named simulated host has UUIDs of its own, so simulated machines of a cluster
+        # differ as real ones do (and two readers of one host agree).
+        self.host = host
+        self._uuid_prefix = hashlib.sha1(host.encode()).hexdigest()[:4] if host else "5151"
         self._gpus = [
-            _Gpu(i, models[i % len(models)], f"GPU-5151{i:04d}-0000-4000-8000-{i:012d}")
-            for i in range(gpu_count)
+            _Gpu(i, models[i % len(models)], self._uuid(i)) for i in range(gpu_count)
         ]
         self._module: types.ModuleType | None = None
         self._init_health()
@@ -198,8 +202,10 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         """A GPU is hot-plugged (or a driver starts seeing one more)."""
         models = self.profile.models
         index = len(self._gpus)
-        self._gpus.append(_Gpu(index, models[index % len(models)],
-                               f"GPU-5151{index:04d}-0000-4000-8000-{index:012d}"))
+        self._gpus.append(_Gpu(index, models[index % len(models)], self._uuid(index)))
+
+    def _uuid(self, index: int) -> str:
+        return f"GPU-{self._uuid_prefix}{index:04d}-0000-4000-8000-{index:012d}"
 
     def set_call_delay(self, seconds: float) -> None:
         """Every device call takes this long, like a driver that is busy."""
@@ -397,6 +403,14 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         if slot is None:
             return gpu.uuid
         return f"MIG-{gpu.index:04d}{slot.gpu_instance_id:04d}-6d69-4700-8000-{gpu.index:012d}"
+
+    def nvmlDeviceGetPciInfo(self, handle: SimulatedHandle) -> binding.PciInfo:  # noqa: N802
+        gpu = self._enter("nvmlDeviceGetPciInfo", handle)
+        assert gpu is not None
+        bus = (0x18 + 0x12 * gpu.index) % 0x100  # spread over the buses, as on a DGX board
+        return binding.PciInfo(busIdLegacy=f"0000:{bus:02X}:00.0".encode(), domain=0, bus=bus,
+                               device=0, pciDeviceId=0x233010DE, pciSubSystemId=0x16C110DE,
+                               busId=f"00000000:{bus:02X}:00.0".encode())
 
     def nvmlDeviceGetCudaComputeCapability(self, handle: SimulatedHandle) -> tuple[int, int]:  # noqa: N802
         gpu = self._enter("nvmlDeviceGetCudaComputeCapability", handle)

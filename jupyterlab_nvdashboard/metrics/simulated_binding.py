@@ -126,6 +126,15 @@ class GpmSupport(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint), ("isSupportedDevice", ctypes.c_uint)]
 
 
+class PciInfo(ctypes.Structure):
+    """nvmlPciInfo_t: ``busId`` is "domain:bus:device.function", 8 hex digits of domain."""
+
+    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint),
+                ("bus", ctypes.c_uint), ("device", ctypes.c_uint),
+                ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                ("busId", ctypes.c_char * 32)]
+
+
 class GpmSampleStruct(ctypes.Structure):
     """nvmlGpmSample_t is an opaque pointer: what it points to is the driver's business."""
 
@@ -280,6 +289,7 @@ FUNCTIONS = (
     "nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2",
     "nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2",
     "nvmlDeviceGetProcessUtilization",
+    "nvmlDeviceGetPciInfo",
 )
 # The unversioned names call the newest version the binding has.
 _PLAIN = {f"nvmlDeviceGet{kind}RunningProcesses": f"nvmlDeviceGet{kind}RunningProcesses"

@@ -1,0 +1,155 @@
+"""The ``prometheus_client`` collector behind ``/metrics``, and its tornado handler.
+
+One scrape takes one snapshot (``Scrape``) of what the server already holds: it never reads
+hardware. The collector lives in a private registry, so nothing else (no process or
+platform collector, no other library's metrics) leaks into the export.
+
+Why OpenMetrics text: ``prometheus_client``'s classic text writer names every counter's
+``# TYPE`` line ``<name>_total``, which would not match the DCGM counters' samples (they
+keep their DCGM names, with no ``_total``), and Prometheus would then file them as untyped.
+The OpenMetrics writer keeps the family's name as given, and Prometheus asks for it first.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from tornado.web import HTTPError
+
+from ..auth import Access, GuardedHandler
+from ..metrics import HostReading
+from .dcgm import FIELDS, ExportedGpu
+
+# Host readings under nvdashboard_ names: (reading field, metric name, help).
+HOST_METRICS = (
+    ("cpu_pct", "nvdashboard_host_cpu_percent", "CPU busy, all cores (in %)."),
+    ("memory_used_bytes", "nvdashboard_host_memory_used_bytes", "Host memory used (bytes)."),
+    ("memory_total_bytes", "nvdashboard_host_memory_total_bytes", "Host memory (bytes)."),
+    ("disk_read_bytes_per_s", "nvdashboard_host_disk_read_bytes_per_second",
+     "Disk reads (bytes per second)."),
+    ("disk_write_bytes_per_s", "nvdashboard_host_disk_write_bytes_per_second",
+     "Disk writes (bytes per second)."),
+    ("net_recv_bytes_per_s", "nvdashboard_host_network_receive_bytes_per_second",
+     "Network received (bytes per second)."),
+    ("net_sent_bytes_per_s", "nvdashboard_host_network_transmit_bytes_per_second",
+     "Network sent (bytes per second)."),
+)
+
+
+class HealthValue(NamedTuple):
+    name: str  # a counter's name without _total: prometheus_client adds it
+    kind: str  # "gauge" or "counter"
+    help: str
+    value: float
+    labels: dict[str, str] = {}
+
+
+@dataclass
+class Scrape:
+    """What one scrape exports, taken at once."""
+
+    gpus: list[ExportedGpu]
+    hosts: list[tuple[str, HostReading]] = field(default_factory=list)
+    health: list[HealthValue] = field(default_factory=list)
+
+
+def _known(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+class DcgmCollector:
+    """Turns a ``Scrape`` into metric families; ``snapshot`` is called once per scrape."""
+
+    def __init__(self, snapshot: Callable[[], Scrape]) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+        scrape = self.snapshot()
+        for position, dcgm in enumerate(FIELDS):
+            # A family is named by its DCGM field and nothing is appended to that name.
+            family = Metric(dcgm.name, dcgm.help, dcgm.kind)
+            for gpu in scrape.gpus:
+                value = gpu.values[position] if position < len(gpu.values) else None
+                if _known(value):  # not available: left out, never 0
+                    family.add_sample(dcgm.name, gpu.identity.labels(gpu.hostname), value)
+            if family.samples:
+                yield family
+        for attribute, name, text in HOST_METRICS:
+            gauge = GaugeMetricFamily(name, text, labels=["Hostname"])
+            for hostname, reading in scrape.hosts:
+                value = getattr(reading, attribute)
+                if _known(value):
+                    gauge.add_metric([hostname], value)
+            if gauge.samples:
+                yield gauge
+        for item in scrape.health:
+            names, values = list(item.labels), list(item.labels.values())
+            if item.kind == "counter":
+                counter = CounterMetricFamily(item.name, item.help, labels=names)
+                counter.add_metric(values, item.value)
+                yield counter
+            else:
+                gauge = GaugeMetricFamily(item.name, item.help, labels=names)
+                gauge.add_metric(values, item.value)
+                yield gauge
+
+
+def render(collector: DcgmCollector) -> tuple[bytes, str]:
+    """The OpenMetrics text of one scrape, and its content type."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def import_prometheus_client() -> None:
+    """Fail early, in one line, when ``--metrics`` is on without prometheus_client."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise ImportError("--metrics needs prometheus_client: pip install "
+                          "'jupyterlab-nvdashboard[metrics]'") from None
+
+
+def allowed_without_token(remote_ip: str | None,
+                          networks: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network]
+                          ) -> bool:
+    if not remote_ip or not networks:
+        return False
+    try:
+        address = ipaddress.ip_address(remote_ip.split("%")[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in networks)
+
+
+class MetricsHandler(GuardedHandler):
+    """``/metrics``: the token, as every route, unless the scraper's address is allowed."""
+
+    def initialize(self, access: Access, metrics_collector: DcgmCollector | None = None,
+                   metrics_allow: Sequence[Any] = (), **_: object) -> None:
+        super().initialize(access)
+        self.collector, self.allow = metrics_collector, metrics_allow
+
+    def prepare(self) -> None:
+        if self.collector is None:
+            raise HTTPError(404, reason="/metrics is off; start the server with --metrics")
+        if not allowed_without_token(self.request.remote_ip, self.allow):
+            self.access.require(self)
+
+    def get(self) -> None:
+        assert self.collector is not None
+        body, content_type = render(self.collector)
+        self.set_header("Content-Type", content_type)
+        self.set_header("Cache-Control", "no-store")
+        self.write(body)

@@ -1,0 +1,240 @@
+"""The DCGM exporter's metric names, types, units and labels, filled from our readings.
+
+Names, types and units follow NVIDIA's dcgm-exporter (``etc/default-counters.csv`` and
+``etc/dcp-metrics-included.csv``), so the stock Grafana board built on it works unchanged:
+memory in MiB, power in W, clocks in MHz, the ``DCGM_FI_PROF_*`` activities as ratios 0..1,
+interconnect rates in bytes per second, and the PCIe byte counters in KiB. A value we cannot
+read (``None``) is left out of the export; it is never sent as 0.
+
+This module knows no ``prometheus_client``: it turns readings into plain lists, which the
+collector exports and which the Dask worker plugin sends on its heartbeat (``cluster/``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from ..metrics import GpuFacts, GpuReading, Sample
+from ..metrics.families import GPM_FAMILY, HEALTH_FAMILY, GpmReading, HealthReading
+
+MIB = 2**20
+KIB = 1024.0
+# Rates are integrated into the PCIe byte counters only across gaps shorter than this;
+# a longer gap (the server was idle or the GPU lost) adds nothing rather than a guess.
+MAX_INTEGRATION_GAP_S = 5.0
+
+
+@dataclass(frozen=True)
+class DcgmField:
+    name: str
+    kind: str  # "gauge" or "counter", as dcgm-exporter declares it
+    help: str
+
+
+# The order is part of the heartbeat snapshot format (cluster/snapshot.py, version 1).
+GAUGES: tuple[DcgmField, ...] = (
+    DcgmField("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    DcgmField("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)."),
+    DcgmField("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    DcgmField("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    DcgmField("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB)."),
+    DcgmField("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    DcgmField("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    DcgmField("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    DcgmField("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
+    DcgmField("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
+    DcgmField("DCGM_FI_PROF_SM_ACTIVE", "gauge",
+              "The ratio of cycles an SM has at least 1 warp assigned."),
+    DcgmField("DCGM_FI_PROF_SM_OCCUPANCY", "gauge",
+              "The ratio of number of warps resident on an SM."),
+    DcgmField("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge",
+              "Ratio of cycles the tensor (HMMA) pipe is active."),
+    DcgmField("DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
+              "Ratio of cycles the device memory interface is active sending or receiving data."),
+    DcgmField("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "gauge",
+              "Ratio of cycles the fp64 pipes are active."),
+    DcgmField("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "gauge",
+              "Ratio of cycles the fp32 pipes are active."),
+    DcgmField("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "gauge",
+              "Ratio of cycles the fp16 pipes are active."),
+    DcgmField("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge",
+              "The rate of data transmitted over the PCIe bus, in bytes per second."),
+    DcgmField("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge",
+              "The rate of data received over the PCIe bus, in bytes per second."),
+    DcgmField("DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge",
+              "The rate of data transmitted over NVLink, in bytes per second."),
+    DcgmField("DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge",
+              "The rate of data received over NVLink, in bytes per second."),
+    DcgmField("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+)
+COUNTERS: tuple[DcgmField, ...] = (
+    DcgmField("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "counter",
+              "Total number of bytes transmitted through PCIe TX (in KB) via NVML."),
+    DcgmField("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "counter",
+              "Total number of bytes received through PCIe RX (in KB) via NVML."),
+)
+FIELDS = GAUGES + COUNTERS
+
+
+class GpuIdentity(NamedTuple):
+    """The labels dcgm-exporter puts on a GPU's series (a MIG device: its GPU's, plus its own)."""
+
+    gpu: int  # nvidia-smi's index
+    uuid: str  # a MIG device carries its GPU's UUID, as in dcgm-exporter
+    model_name: str
+    pci_bus_id: str | None
+    gpu_instance_id: int | None = None  # MIG only
+    gpu_instance_profile: str | None = None  # MIG only, e.g. "3g.40gb"
+    mig_uuid: str | None = None  # the MIG device's own UUID (our history key)
+
+    @property
+    def key(self) -> str:
+        """One GPU or MIG device, across the cluster."""
+        return self.mig_uuid or self.uuid
+
+    def labels(self, hostname: str) -> dict[str, str]:
+        labels = {"gpu": str(self.gpu), "UUID": self.uuid, "pci_bus_id": self.pci_bus_id or "",
+                  "device": f"nvidia{self.gpu}", "modelName": self.model_name,
+                  "Hostname": hostname}
+        if self.gpu_instance_id is not None:
+            labels["GPU_I_ID"] = str(self.gpu_instance_id)
+            labels["GPU_I_PROFILE"] = self.gpu_instance_profile or ""
+        return labels
+
+
+class ExportedGpu(NamedTuple):
+    """One GPU (or MIG device) as ``/metrics`` shows it: ``values`` in ``FIELDS`` order."""
+
+    hostname: str
+    identity: GpuIdentity
+    lost: bool
+    values: tuple[float | None, ...]
+
+
+def identities(facts: Sequence[GpuFacts]) -> dict[int, GpuIdentity]:
+    """Row -> labels; a MIG device takes its GPU's name, UUID and bus ID."""
+    by_row = {f.index: f for f in facts}
+    out = {}
+    for f in facts:
+        parent = by_row.get(f.parent) if f.parent is not None else None
+        if f.kind == "mig" and parent is not None:
+            profile = f.name.rpartition(" MIG ")[2] or None
+            out[f.index] = GpuIdentity(
+                f.nvml_index, parent.uuid, parent.name, parent.pci_bus_id,
+                (f.mig or {}).get("gpu_instance_id"), profile, f.uuid)
+        else:
+            out[f.index] = GpuIdentity(f.nvml_index, f.uuid, f.name, f.pci_bus_id)
+    return out
+
+
+def _ratio(percent: float | None) -> float | None:
+    return None if percent is None else percent / 100.0
+
+
+def _mib(value: float | None) -> float | None:
+    return None if value is None else value / MIB
+
+
+def gauge_values(reading: GpuReading, gpm: GpmReading | None,
+                 health: HealthReading | None) -> list[float | None]:
+    """The ``GAUGES`` of one device row, in order; None where not available."""
+    if reading.lost:
+        return [None] * len(GAUGES)
+    used, total = reading.memory_used_bytes, reading.memory_total_bytes
+    reserved = reading.memory_reserved_bytes
+    # Memory v2 reports reserved apart from used; with v1 it is inside used.
+    free = None if used is None or total is None else max(0.0, total - used - (reserved or 0.0))
+    g, h = gpm, health
+    # GPM measures the interconnect where it runs; the counter rates stand in elsewhere.
+    pcie_tx = g.pcie_tx_bytes_per_s if g and g.pcie_tx_bytes_per_s is not None \
+        else reading.pcie_tx_bytes_per_s
+    pcie_rx = g.pcie_rx_bytes_per_s if g and g.pcie_rx_bytes_per_s is not None \
+        else reading.pcie_rx_bytes_per_s
+    nvlink_tx = g.nvlink_tx_bytes_per_s if g and g.nvlink_tx_bytes_per_s is not None \
+        else reading.nvlink_tx_bytes_per_s
+    nvlink_rx = g.nvlink_rx_bytes_per_s if g and g.nvlink_rx_bytes_per_s is not None \
+        else reading.nvlink_rx_bytes_per_s
+    failure = None if h is None or h.remapped_rows_failed is None else float(h.remapped_rows_failed)
+    return [
+        reading.utilization_pct, reading.memory_utilization_pct, _mib(used), _mib(free),
+        _mib(reserved), reading.temperature_c, reading.power_w,
+        h.sm_clock_mhz if h else None, h.memory_clock_mhz if h else None, failure,
+        _ratio(g.sm_activity_pct) if g else None, _ratio(g.sm_occupancy_pct) if g else None,
+        _ratio(g.tensor_activity_pct) if g else None, _ratio(g.dram_bandwidth_pct) if g else None,
+        _ratio(g.fp64_activity_pct) if g else None, _ratio(g.fp32_activity_pct) if g else None,
+        _ratio(g.fp16_activity_pct) if g else None,
+        pcie_tx, pcie_rx, nvlink_tx, nvlink_rx,
+        _last_xid(h),
+    ]
+
+
+def _last_xid(health: HealthReading | None) -> float | None:
+    """As dcgm-exporter: the newest XID this server has seen, 0 for none; None (left out)
+    without health readings."""
+    if health is None:
+        return None
+    events = getattr(health, "xid_events", ())
+    return float(events[-1].xid) if events else 0.0
+
+
+def _family(sample: Sample, name: str, row: int) -> object:
+    family = sample.extra.get(name)
+    return family.get(row) if isinstance(family, dict) else None
+
+
+class PcieByteCounters:
+    """The PCIe byte counters dcgm-exporter exports, integrated from the counter rates.
+
+    NVML's own counters are read as rates (metrics/rates.py); summing rate x elapsed time
+    over every sample gives back the bytes moved since this server started, in KiB. A
+    20 ms snapshot (drivers without counters) is not a rate over the interval, so it adds
+    nothing. Counters start at 0 with each server, which Prometheus reads as a reset.
+    """
+
+    def __init__(self) -> None:
+        self.totals_kib: dict[tuple[int, str], float] = {}
+        self._last: dict[int, float] = {}
+
+    def add(self, samples: Sequence[Sample]) -> None:
+        for sample in samples:
+            for reading in sample.gpus:
+                last = self._last.get(reading.index)
+                self._last[reading.index] = sample.time_s
+                if last is None or reading.lost or reading.pcie_is_snapshot:
+                    continue
+                elapsed = sample.time_s - last
+                if not 0 < elapsed <= MAX_INTEGRATION_GAP_S:
+                    continue
+                for direction in ("tx", "rx"):
+                    rate = getattr(reading, f"pcie_{direction}_bytes_per_s")
+                    if rate is None or not math.isfinite(rate):
+                        continue
+                    key = (reading.index, direction)
+                    self.totals_kib[key] = self.totals_kib.get(key, 0.0) + rate * elapsed / KIB
+
+    def values(self, row: int) -> list[float | None]:
+        return [self.totals_kib.get((row, "tx")), self.totals_kib.get((row, "rx"))]
+
+
+def exported_gpus(hostname: str, facts: Sequence[GpuFacts], sample: Sample | None,
+                  counters: PcieByteCounters) -> list[ExportedGpu]:
+    """Every device row of this machine, from its newest sample."""
+    if sample is None:
+        return []
+    labels = identities(facts)
+    out = []
+    for reading in sample.gpus:
+        identity = labels.get(reading.index)
+        if identity is None:
+            continue
+        gpm = _family(sample, GPM_FAMILY, reading.index)
+        health = _family(sample, HEALTH_FAMILY, reading.index)
+        values = gauge_values(reading,
+                              gpm if isinstance(gpm, GpmReading) else None,
+                              health if isinstance(health, HealthReading) else None)
+        values += counters.values(reading.index)
+        out.append(ExportedGpu(hostname, identity, reading.lost, tuple(values)))
+    return out
