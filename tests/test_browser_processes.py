@@ -9,8 +9,6 @@ sidebar, light and dark, go to test-artifacts/.
 from __future__ import annotations
 
 import json
-import tempfile
-from pathlib import Path
 
 import psutil
 import pytest
@@ -18,7 +16,11 @@ import pytest
 from tests.support.browser import chromium, screenshot, watch
 from tests.support.jupyter import jupyter_lab
 from tests.test_browser_lab import SIDEBAR_TAB, dashboard_frame, open_lab
-from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
+from tests.test_lab_processes import (
+    NOTEBOOK,
+    call,
+    kernel_pid,
+)
 
 pytestmark = pytest.mark.browser
 GB = 10**9
@@ -26,12 +28,6 @@ GB = 10**9
 TABLE_NAMES_TRAIN = """() => window.Bokeh && Bokeh.documents.length > 0 &&
   [...Bokeh.documents[0].all_models].some(m => m.data && m.data.what &&
     [...m.data.what].some(w => w.includes('train.ipynb')))"""
-
-
-@pytest.fixture(scope="module")
-def processes_file():
-    with tempfile.TemporaryDirectory() as folder:
-        yield Path(folder) / "processes.json"
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -82,12 +81,6 @@ def wait_for(lab: JupyterLab, predicate, what: str, tries: int = 150) -> dict:  
 
 def rows_for(data: dict, notebook: str) -> list[dict]:
     return [row for row in data["rows"] if row["notebook"] == notebook]
-
-
-@pytest.fixture(scope="module")
-def processes_file():
-    with tempfile.TemporaryDirectory() as folder:
-        yield Path(folder) / "processes.json"
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ class WorkerGpus:
 
     def __init__(self, environ: dict[str, str] | None = None) -> None:
         from ..config import load_config
-        from ..export.dcgm import PcieByteCounters
+        from ..export.local import GpuExport
         from ..metrics import create_metrics
 
         environ = dict(os.environ if environ is None else environ)
@@ -53,8 +53,7 @@ class WorkerGpus:
                          history_s=WORKER_HISTORY_S)
         self.hostname = config.simulation.host or socket.gethostname()
         self.metrics = create_metrics(config, environ)
-        self.counters = PcieByteCounters()
-        self._seq = -1
+        self.export = GpuExport(self.metrics, self.hostname)
 
     def start(self) -> None:
         self.metrics.start()
@@ -64,15 +63,9 @@ class WorkerGpus:
 
     def snapshot(self) -> dict[str, Any]:
         """Called by Dask on the worker's event loop at each heartbeat: no NVML here."""
-        from ..export.dcgm import exported_gpus
         from .snapshot import encode
 
-        samples = self.metrics.history.since(self._seq)
-        if samples:
-            self._seq = samples[-1].seq
-            self.counters.add(samples)
-        latest = samples[-1] if samples else self.metrics.history.latest()
-        gpus = exported_gpus(self.hostname, self.metrics.facts, latest, self.counters)
+        latest, gpus = self.export.newest()
         return encode(self.hostname, latest.time_s if latest else time.time(), gpus)
 
 

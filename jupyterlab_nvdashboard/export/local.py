@@ -4,28 +4,38 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..metrics import Metrics
+from ..metrics import Metrics, Sample
 from .collector import HealthValue, Scrape
-from .dcgm import PcieByteCounters, exported_gpus
+from .dcgm import ExportedGpu, PcieByteCounters, exported_gpus
 
 
-class LocalScrape:
-    """Called once per scrape, on the event loop: takes the samples since the last scrape
-    in one ``History.since`` call, integrates them into the byte counters and exports the
-    newest."""
+class GpuExport:
+    """This machine's GPUs in DCGM's terms, from the samples since the last call: takes
+    them in one ``History.since`` call, integrates them into the byte counters and exports
+    the newest. Shared by the scrape and a Dask worker's heartbeat snapshot."""
 
-    def __init__(self, metrics: Metrics, hostname: str,
-                 health: Callable[[], list[HealthValue]] = list) -> None:
-        self.metrics, self.hostname, self.health = metrics, hostname, health
+    def __init__(self, metrics: Metrics, hostname: str) -> None:
+        self.metrics, self.hostname = metrics, hostname
         self.counters = PcieByteCounters()
         self._seq = -1
 
-    def __call__(self) -> Scrape:
+    def newest(self) -> tuple[Sample | None, list[ExportedGpu]]:
         samples = self.metrics.history.since(self._seq)
         if samples:
             self._seq = samples[-1].seq
             self.counters.add(samples)
         latest = samples[-1] if samples else self.metrics.history.latest()
-        gpus = exported_gpus(self.hostname, self.metrics.facts, latest, self.counters)
+        return latest, exported_gpus(self.hostname, self.metrics.facts, latest, self.counters)
+
+
+class LocalScrape:
+    """Called once per scrape, on the event loop."""
+
+    def __init__(self, metrics: Metrics, hostname: str,
+                 health: Callable[[], list[HealthValue]] = list) -> None:
+        self.export, self.hostname, self.health = GpuExport(metrics, hostname), hostname, health
+
+    def __call__(self) -> Scrape:
+        latest, gpus = self.export.newest()
         hosts = [(self.hostname, latest.host)] if latest is not None else []
         return Scrape(gpus, hosts, self.health())

@@ -73,16 +73,22 @@ def test_cli_bad_arguments(tmp_path, args):
         assert done.returncode == 2
 
 
-def test_cli_ctrl_c_ends_cleanly(tmp_path):
-    events_file = tmp_path / "e.jsonl"
-    cmd = [sys.executable, "-m", "jupyterlab_nvdashboard.workload", "--path", "numpy"]
-    cmd += ["--preset", "ci", "--iterations", "100000", "--events", str(events_file)]
+def _long_run_past_five_events(tmp_path, events_file):  # noqa: ANN001, ANN202
+    """A long NumPy run, once it has written at least 5 events."""
+    cmd = [sys.executable, "-m", "jupyterlab_nvdashboard.workload", "--path", "numpy",
+           "--preset", "ci", "--iterations", "100000", "--events", str(events_file)]
     proc = subprocess.Popen(cmd, env=_env(tmp_path), stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if events_file.exists() and len(read_events(events_file)) >= 5:
             break
         time.sleep(0.1)
+    return proc
+
+
+def test_cli_ctrl_c_ends_cleanly(tmp_path):
+    events_file = tmp_path / "e.jsonl"
+    proc = _long_run_past_five_events(tmp_path, events_file)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -120,14 +126,7 @@ def test_a_failure_writes_an_end_event_with_its_one_line_error(tmp_path):
 
 def test_sigterm_ends_the_run_with_its_summary(tmp_path):
     events_file = tmp_path / "e.jsonl"
-    cmd = [sys.executable, "-m", "jupyterlab_nvdashboard.workload", "--path", "numpy",
-           "--preset", "ci", "--iterations", "100000", "--events", str(events_file)]
-    proc = subprocess.Popen(cmd, env=_env(tmp_path), stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if events_file.exists() and len(read_events(events_file)) >= 5:
-            break
-        time.sleep(0.1)
+    proc = _long_run_past_five_events(tmp_path, events_file)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     events = read_events(events_file)
