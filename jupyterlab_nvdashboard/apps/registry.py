@@ -50,7 +50,7 @@ ROUTES: tuple[Route, ...] = (
     Route("/NVLink-Throughput", "NVLink Throughput", gpu.nvlink_throughput,
           available=_has_nvlink),
     Route("/NVLink-Timeline", "NVLink Timeline", gpu.nvlink_timeline, available=_has_nvlink),
-    Route("/GPU-Activity", "GPU Activity (SM, tensor, DRAM)", activity.gpu_activity,
+    Route("/GPU-Activity", "GPU Activity", activity.gpu_activity,
           activity.activity_dashboard),
     Route("/GPU-Health", "GPU Health", health.gpu_health, health.health_dashboard),
     Route("/Machine-Resources", "Machine Resources", machine.machine_resources,
