@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -123,6 +124,19 @@ def test_utilization_carries_the_last_seen_timestamp() -> None:
     now[0] += 1.0
     assert reader.read_all()[0].sm_pct == 70.0
     assert reader._last_seen_us[0] == 5001 * 1_000_000
+
+
+def test_no_new_utilization_sample_is_not_a_fault(caplog: pytest.LogCaptureFixture) -> None:
+    # NOT_FOUND from nvmlDeviceGetProcessUtilization means "no sample since lastSeen"
+    # (nvml.h): every idle GPU answers it. It is neither logged nor listed as unavailable.
+    simulator = SimulatedNvml(gpu_count=1)
+    simulator.set_clock(lambda: 7000.0)
+    reader = reader_for(simulator)
+    with caplog.at_level(logging.INFO):
+        for _ in range(3):
+            assert reader.read_all() == ()
+    assert "process_utilization" not in reader.nvml.unavailable()[0]
+    assert not [r for r in caplog.records if "nvmlDeviceGetProcessUtilization" in r.getMessage()]
 
 
 def test_mig_processes_are_listed_on_their_mig_device() -> None:

@@ -332,8 +332,12 @@ class NvmlReader:
         return value
 
     def _query(self, device: _Device, function: str, *args: Any, metric: str | None = None,
-               **kwargs: Any) -> Any:
-        """A device call; any error is None for this metric only, with its reason kept."""
+               normal_errors: tuple[str, ...] = (), **kwargs: Any) -> Any:
+        """A device call; any error is None for this metric only, with its reason kept.
+
+        ``normal_errors`` are NVML error names that only mean "nothing to report now" for
+        this call (NOT_FOUND from nvmlDeviceGetProcessUtilization: no sample since the
+        given time): None, with nothing logged or marked unavailable."""
         if device.lost or function in device.skip:
             return None
         value, error = self._invoke(function, device.handle, *args, **kwargs)
@@ -346,6 +350,8 @@ class NvmlReader:
             return None
         reason = self._reason(error, function)
         code = getattr(error, "value", None)
+        if code is not None and any(code == self._const(name) for name in normal_errors):
+            return None
         if error is _MISSING or code == self._const("NVML_ERROR_NOT_SUPPORTED") or \
                 code == self._const("NVML_ERROR_FUNCTION_NOT_FOUND"):
             device.skip.add(function)  # it will not start answering: stop asking every tick

@@ -126,7 +126,8 @@ class ProcessReader:
         """pid -> (SM %, memory %) from the samples newer than the last seen; {} without."""
         row = device.facts.index
         samples = self.nvml._query(device, _UTILIZATION, self._last_seen_us.get(row, 0),
-                                   metric="process_utilization")
+                                   metric="process_utilization",
+                                   normal_errors=("NVML_ERROR_NOT_FOUND",))
         if not samples:  # NotFound (no new samples), NotSupported (MIG), or an old binding
             return {}
         newest: dict[int, Any] = {}
