@@ -28,6 +28,7 @@ import io
 import json
 import logging
 import math
+import os
 import secrets
 import signal
 import socket
@@ -95,10 +96,13 @@ class ViewerWatch:
     CHECK_MS = 1000
 
     def __init__(self, metrics: Metrics, broadcaster: Broadcaster, live_sessions: LiveSessions,
-                 exit_after_s: float) -> None:
+                 exit_after_s: float, parent_pid: int | None = None) -> None:
         self.sampler = metrics.sampler
         self.broadcaster, self.live_sessions = broadcaster, live_sessions
         self.exit_after_s = exit_after_s
+        # Behind jupyter-server-proxy: the Jupyter server that started this one. When it is
+        # gone (this process was re-parented), nobody can reach this server any more.
+        self.parent_pid = parent_pid
         self.idle_since: float | None = None
         # The JupyterLab status bar polls /glance.json while JupyterLab is visible: somebody
         # is watching, so the server must not exit (the sampler may still run slowly).
@@ -120,6 +124,11 @@ class ViewerWatch:
         PeriodicCallback(self.check, self.CHECK_MS).start()
 
     def check(self) -> None:
+        if self.parent_pid is not None and os.getppid() != self.parent_pid and self.io_loop:
+            log.info("the Jupyter server that started this one (pid %d) is gone: exiting",
+                     self.parent_pid)
+            self.io_loop.stop()
+            return
         if self.viewers:
             self.idle_since = None
             self.sampler.set_idle(False)
@@ -409,7 +418,8 @@ def make_server(config: Config, sources: DashboardSources,
     feeds = RouteFeeds(metrics, sources)
     broadcaster = Broadcaster(metrics.history, metrics.interval_s, feeds,
                               timeline_windows(metrics.history_s))
-    watch = ViewerWatch(metrics, broadcaster, live_sessions, config.idle_exit_s)
+    watch = ViewerWatch(metrics, broadcaster, live_sessions, config.idle_exit_s,
+                        parent_pid=os.getppid() if config.jupyter_proxy else None)
     extra = {"access": access, "sources": sources, "live_sessions": live_sessions,
              "broadcaster": broadcaster,
              "metrics_collector": make_metrics_collector(config, sources, live_sessions,
