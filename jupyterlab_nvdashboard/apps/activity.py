@@ -17,7 +17,7 @@ from bokeh.layouts import column
 from bokeh.models import Div
 
 from ..metrics import GpuFacts, Metrics, Sample
-from ..metrics.families import GPM_FAMILY, GpmReading
+from ..metrics.families import GPM_FAMILY, GpmReading, device_reading
 from ..metrics.gpm import CLOSEST_METRIC, gpm_unavailable_reason
 from ..stream.broadcaster import Feed
 from .components import (
@@ -51,9 +51,8 @@ def gpm_value(index: int, field: str) -> Callable[[Sample], float | None]:
     """One GPM metric of device row ``index`` from a sample (None when not available)."""
 
     def value(sample: Sample) -> float | None:
-        readings = sample.extra.get(GPM_FAMILY)
-        reading = readings.get(index) if isinstance(readings, dict) else None
-        return getattr(reading, field) if isinstance(reading, GpmReading) else None
+        reading = device_reading(sample.extra, GPM_FAMILY, index, GpmReading)
+        return None if reading is None else getattr(reading, field)
 
     return value
 

@@ -31,20 +31,15 @@ class DashboardSources:
     # The GPUs of a Dask cluster's workers (--dask-scheduler); None outside cluster mode.
     cluster: ClusterView | None = None
 
+    def _services(self) -> list[Metrics | WorkloadService | JupyterSessions | ClusterView]:
+        """What runs beside the pages, metrics first; the others only where configured."""
+        return [service for service in (self.metrics, self.workload, self.jupyter, self.cluster)
+                if service is not None]
+
     def start(self) -> None:
-        self.metrics.start()
-        if self.workload is not None:
-            self.workload.start()
-        if self.jupyter is not None:
-            self.jupyter.start()
-        if self.cluster is not None:
-            self.cluster.start()
+        for service in self._services():
+            service.start()
 
     def stop(self) -> None:
-        self.metrics.stop()
-        if self.workload is not None:
-            self.workload.stop()
-        if self.jupyter is not None:
-            self.jupyter.stop()
-        if self.cluster is not None:
-            self.cluster.stop()
+        for service in self._services():
+            service.stop()

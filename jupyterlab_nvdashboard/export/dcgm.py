@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..metrics import GpuFacts, GpuReading, Sample
-from ..metrics.families import GPM_FAMILY, HEALTH_FAMILY, GpmReading, HealthReading
+from ..metrics.families import (
+    GPM_FAMILY,
+    HEALTH_FAMILY,
+    GpmReading,
+    HealthReading,
+    device_reading,
+)
 
 MIB = 2**20
 KIB = 1024.0
@@ -180,11 +186,6 @@ def _last_xid(health: HealthReading | None) -> float | None:
     return float(events[-1].xid) if events else 0.0
 
 
-def _family(sample: Sample, name: str, row: int) -> object:
-    family = sample.extra.get(name)
-    return family.get(row) if isinstance(family, dict) else None
-
-
 class PcieByteCounters:
     """The PCIe byte counters dcgm-exporter exports, integrated from the counter rates.
 
@@ -230,11 +231,9 @@ def exported_gpus(hostname: str, facts: Sequence[GpuFacts], sample: Sample | Non
         identity = labels.get(reading.index)
         if identity is None:
             continue
-        gpm = _family(sample, GPM_FAMILY, reading.index)
-        health = _family(sample, HEALTH_FAMILY, reading.index)
-        values = gauge_values(reading,
-                              gpm if isinstance(gpm, GpmReading) else None,
-                              health if isinstance(health, HealthReading) else None)
+        values = gauge_values(
+            reading, device_reading(sample.extra, GPM_FAMILY, reading.index, GpmReading),
+            device_reading(sample.extra, HEALTH_FAMILY, reading.index, HealthReading))
         values += counters.values(reading.index)
         out.append(ExportedGpu(hostname, identity, reading.lost, tuple(values)))
     return out

@@ -8,7 +8,8 @@ shapes and nothing else. ``None`` in any field means "not available", never 0.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import NamedTuple, TypeVar
 
 GPM_FAMILY = "gpm"  # dict[int, GpmReading], keyed by device row (GpuFacts.index)
 HEALTH_FAMILY = "health"  # dict[int, HealthReading], keyed by device row
@@ -77,3 +78,15 @@ class ProcessReading(NamedTuple):
     memory_pct: float | None
     # Unix time this server first saw the process on this device (it may have held it longer).
     seen_since_s: float | None = None
+
+
+Reading = TypeVar("Reading")
+
+
+def device_reading(extra: Mapping[str, object], family: str, row: int,
+                   kind: type[Reading]) -> Reading | None:
+    """Device row ``row``'s reading of a per-device ``family`` in a sample's ``extra``; None
+    when the sample has no such reading (not read this tick, or not available)."""
+    readings = extra.get(family)
+    reading = readings.get(row) if isinstance(readings, dict) else None
+    return reading if isinstance(reading, kind) else None

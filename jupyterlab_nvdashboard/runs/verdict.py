@@ -24,7 +24,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..metrics import GpuFacts, Sample
-from ..metrics.families import GPM_FAMILY, PROCESS_FAMILY, GpmReading, ProcessReading
+from ..metrics.families import (
+    GPM_FAMILY,
+    PROCESS_FAMILY,
+    GpmReading,
+    ProcessReading,
+    device_reading,
+)
 from .watcher import Run
 
 MIN_SAMPLES = 5
@@ -149,9 +155,8 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def _gpm(sample: Sample, row: int) -> tuple[float | None, float | None] | None:
-    family = sample.extra.get(GPM_FAMILY)
-    reading = family.get(row) if isinstance(family, dict) else None
-    if not isinstance(reading, GpmReading):
+    reading = device_reading(sample.extra, GPM_FAMILY, row, GpmReading)
+    if reading is None:
         return None
     if reading.sm_activity_pct is None and reading.dram_bandwidth_pct is None:
         return None
