@@ -35,19 +35,22 @@ def new_token() -> str:
 
 @dataclass(frozen=True)
 class SimulationConfig:
-    """What the simulated NVML library pretends to have (see metrics/simulated.py)."""
+    """What the simulated NVML driver pretends to have (see simnvml/machine.py)."""
 
     gpu_count: int = 0
     nvlink: bool = True
     # Fault spec, e.g. "lose=1@5,init=DriverNotLoaded,unsupported=nvlink"
     faults: str = ""
-    # Which machine to simulate (metrics/simulated_profiles.py); checked when it is built.
+    # Which machine to simulate (simnvml/profiles.py); checked when it is built.
     profile: str = "mixed"
-    # Test-only: a JSON file listing simulated GPU processes (metrics/simulated_processes.py).
+    # Test-only: a JSON file listing simulated GPU processes (simnvml/processes.py).
     processes_file: str = ""
     # A simulated host's name: seeds its GPUs' UUIDs and is reported as their Hostname, so
     # processes that simulate one host agree and simulated hosts of a cluster differ.
     host: str = ""
+    # Test-only: the nvidia-ml-py release to run over the simulated driver, as a wheel or a
+    # pynvml.py file ('' is the installed one; metrics/binding.py).
+    binding: str = ""
 
     @property
     def enabled(self) -> bool:
@@ -205,6 +208,15 @@ def _runs_dir(text: str) -> Path:
     return expand_path(text)
 
 
+def _binding_file(text: str) -> str:
+    """Test-only: an nvidia-ml-py wheel or pynvml.py to run over the simulated driver."""
+    path = Path(text).expanduser()
+    if not path.is_file() or not path.name.endswith((".whl", ".py")):
+        raise ConfigError(f"NVDASHBOARD_SIMULATE_BINDING must name an nvidia-ml-py wheel or a "
+                          f"pynvml.py file, got {text!r}")
+    return str(path)
+
+
 def _processes_file(text: str) -> str:
     """Test-only: the simulated process list; it may appear later, in a folder that exists."""
     path = Path(text).expanduser()
@@ -270,6 +282,7 @@ _ENVIRONMENT = {
     "simulate_profile": ("NVDASHBOARD_SIMULATE_PROFILE", str),
     "simulate_processes": ("NVDASHBOARD_SIMULATE_PROCESSES", _processes_file),
     "simulate_host": ("NVDASHBOARD_SIMULATE_HOST", _host_name),
+    "simulate_binding": ("NVDASHBOARD_SIMULATE_BINDING", _binding_file),
     "metrics": ("NVDASHBOARD_METRICS", _boolean("NVDASHBOARD_METRICS")),
     "metrics_allow": ("NVDASHBOARD_METRICS_ALLOW", _networks),
     # Dask's own variable (dask-labextension and dask-jobqueue set it): cluster mode.
@@ -402,6 +415,7 @@ def load_config(
         profile=str(profile or SimulationConfig.profile),
         processes_file=str(merged.get("simulate_processes", "")),
         host=str(merged.get("simulate_host", "")),
+        binding=str(merged.get("simulate_binding", "")),
     )
     allow = merged.get("metrics_allow", ())
     if allow and isinstance(allow[0], list):  # the flag is repeatable: a list of lists

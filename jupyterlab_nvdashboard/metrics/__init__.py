@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from ..config import Config, ConfigError
+from ..config import Config
+from .binding import binding_loader
 from .attribution import OWNER_FAMILY, ProcessAttributor, ProcessOwner
 from .families import PROCESS_FAMILY, ProcessReading
 from .gpm import GpmReader
@@ -19,12 +21,10 @@ from .host import HostReader, HostReading
 from .nvml import GpuFacts, GpuReading, NvmlReader, NvmlState
 from .processes import ProcessReader
 from .sampler import History, Sample, Sampler
-from .simulated import SimulatedNvml
 
 __all__ = [
     "GpuFacts", "GpuReading", "History", "HostReading", "Metrics", "NvmlState", "OWNER_FAMILY",
-    "PROCESS_FAMILY", "ProcessOwner", "ProcessReading", "Sample", "SimulatedNvml",
-    "create_metrics",
+    "PROCESS_FAMILY", "ProcessOwner", "ProcessReading", "Sample", "create_metrics",
 ]
 
 
@@ -33,7 +33,9 @@ class Metrics:
     """What the dashboards may read: the history and the static facts."""
 
     sampler: Sampler
-    simulator: SimulatedNvml | None  # set in simulate mode, so tests can inject faults
+    # The simulated machine in simulate mode (simnvml/, chosen by the composition root), so
+    # tests can inject faults; this layer never looks inside it.
+    simulator: Any
     processes: ProcessReader | None = None  # per-process readings (processes.py)
     owners: ProcessAttributor | None = None  # who those processes are (attribution.py)
 
@@ -74,41 +76,27 @@ class Metrics:
 
 
 def create_metrics(
-    config: Config, environ: Mapping[str, str] | None = None, simulator: SimulatedNvml | None = None
+    config: Config, environ: Mapping[str, str] | None = None, library: Any = None,
+    simulator: Any = None,
 ) -> Metrics:
     """Build (but do not start) the sampler for ``config``.
 
-    In simulate mode the NVML reader loads a ``SimulatedNvml`` in place of pynvml; a test
-    may pass its own ``simulator`` to inject faults.
-
-    Raises ConfigError (one line) for an unknown simulated profile or a malformed fault spec.
+    ``library`` is the NVML library the binding runs over: None for the real driver, or an
+    object that plays ``libnvidia-ml.so.1`` (the composition root passes the simulated
+    driver's, with the ``simulator`` it belongs to, so that tests can inject faults).
     """
     environ = os.environ if environ is None else environ
-    simulation = config.simulation
-    if simulator is None and simulation.enabled:
-        try:
-            simulator = SimulatedNvml(simulation.gpu_count, nvlink=simulation.nvlink,
-                                      profile=simulation.profile, host=simulation.host)
-        except ValueError as error:
-            raise ConfigError(str(error)) from None
-        try:
-            simulator.apply_fault_spec(simulation.faults)
-        except ValueError as error:
-            raise ConfigError(f"NVDASHBOARD_SIMULATE_FAULTS: {error}") from None
-        simulator.set_processes_file(simulation.processes_file)
     # CUDA's own variables decide which devices this process sees, and in what order.
     cuda = {"cuda_visible_devices": environ.get("CUDA_VISIBLE_DEVICES"),
             "cuda_device_order": environ.get("CUDA_DEVICE_ORDER")}
-    if simulator is not None:
-        nvml = NvmlReader(simulator.load, **cuda)
-    else:
-        nvml = NvmlReader(**cuda)
+    release = config.simulation.binding or None if library is not None else None
+    nvml = NvmlReader(binding_loader(library, release), **cuda)
     history = History(config.history_length)
     processes = ProcessReader(nvml)
     sampler = Sampler(nvml, HostReader(), history, config.interval_s, config.idle_interval_s,
                       families=[GpmReader(nvml), HealthReader(nvml), processes])
     # A simulated driver lives in this PID namespace, so its PIDs are this namespace's.
     owners = ProcessAttributor(lambda: processes.latest,
-                               host_namespace=True if simulator is not None else None)
+                               host_namespace=True if library is not None else None)
     sampler.slow_families.append(owners.family)
     return Metrics(sampler, simulator, processes, owners)

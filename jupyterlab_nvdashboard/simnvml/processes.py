@@ -35,11 +35,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from . import simulated_binding as binding
-from .simulated_binding import NVMLError
+from . import nvml_h
+from .nvml_h import NVMLError
 
 log = logging.getLogger(__name__)
-E = binding.ERROR_CODES
+E = nvml_h.ERROR_CODES
 _NO_INSTANCE = 0xFFFFFFFF
 _KINDS = ("compute", "graphics", "mps")
 V3_DRIVER_MAJOR = 510
@@ -180,7 +180,7 @@ class SimulatedProcesses:
             raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
         # One sample per process per second, stamped at the whole second.
         stamp = self._wall_us() // 1_000_000 * 1_000_000  # type: ignore[attr-defined]
-        samples = [binding.ProcessUtilizationSample(pid=process.pid, timeStamp=stamp,
+        samples = [nvml_h.ProcessUtilizationSample(pid=process.pid, timeStamp=stamp,
                                                     smUtil=process.sm_pct,
                                                     memUtil=process.memory_pct)
                    for process in self._current_processes()

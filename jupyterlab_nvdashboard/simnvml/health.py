@@ -43,11 +43,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import simulated_binding as binding
-from .simulated_binding import NVML_SUCCESS, NVMLError
+from . import nvml_h
+from .handles import SimulatedHandle
+from .nvml_h import NVML_SUCCESS, NVMLError
 
-E = binding.ERROR_CODES
-C = binding.CONSTANTS
+E = nvml_h.ERROR_CODES
+C = nvml_h.CONSTANTS
 MIB = 2**20
 MIG_SLICES = 7  # compute slices of a whole A100/H100 (MIG user guide)
 MIG_LOAD_PERIOD_S = 13.0
@@ -178,7 +179,7 @@ class HealthSimulation:
         self._enter("nvmlGpmSampleAlloc")
         buffer = ctypes.create_string_buffer(16)
         self._gpm_samples[ctypes.addressof(buffer)] = (buffer, None)
-        return ctypes.cast(buffer, binding.GpmSample)
+        return ctypes.cast(buffer, nvml_h.GpmSample)
 
     def nvmlGpmSampleFree(self, sample: Any) -> None:  # noqa: N802
         self._enter("nvmlGpmSampleFree")
@@ -237,7 +238,7 @@ class HealthSimulation:
         if self.profile.driver_major < 520:
             raise NVMLError(E["NVML_ERROR_FUNCTION_NOT_FOUND"])
         if request.version != C["NVML_GPM_METRICS_GET_VERSION"] or \
-                not 0 < request.numMetrics <= binding.GPM_METRIC_MAX:
+                not 0 < request.numMetrics <= nvml_h.GPM_METRIC_MAX:
             raise NVMLError(E["NVML_ERROR_INVALID_ARGUMENT"])
         first = self._gpm_samples.get(self._address(request.sample1), (None, None))[1]
         second = self._gpm_samples.get(self._address(request.sample2), (None, None))[1]
@@ -331,7 +332,7 @@ class HealthSimulation:
         self._enter("nvmlEventSetCreate")
         buffer = ctypes.create_string_buffer(16)
         self._event_sets[ctypes.addressof(buffer)] = (buffer, _EventSet())
-        return ctypes.cast(buffer, binding.EventSet)
+        return ctypes.cast(buffer, nvml_h.EventSet)
 
     def _event_set(self, handle: Any) -> _EventSet:
         found = self._event_sets.get(self._address(handle))
@@ -361,12 +362,10 @@ class HealthSimulation:
             if mask & XID and since <= event.at_s <= now and event.number not in target.delivered:
                 target.delivered.add(event.number)
                 instance = NO_INSTANCE if event.gpu_instance_id is None else event.gpu_instance_id
-                data = binding.EventData(eventType=XID, eventData=event.xid,
+                data = nvml_h.EventData(eventType=XID, eventData=event.xid,
                                          gpuInstanceId=instance,
                                          computeInstanceId=NO_INSTANCE if instance == NO_INSTANCE
                                          else 0)
-                from .simulated import SimulatedHandle
-
                 data.device = SimulatedHandle(event.gpu)
                 return data
         if timeout_ms > 0:

@@ -1,7 +1,8 @@
 """The machines the simulated NVML can pretend to be, one profile each.
 
-Each profile states the driver and nvidia-ml-py release it models and what NVIDIA's
-documentation says such a machine answers. Choose one with ``--simulate-profile`` or
+Each profile states the driver release it models and what NVIDIA's documentation says
+such a machine answers. Which nvidia-ml-py runs over it is not the machine's business: the
+tests run every profile under every binding release they fetched. Choose one with ``--simulate-profile`` or
 ``NVDASHBOARD_SIMULATE_PROFILE``; ``--simulate N`` says how many GPUs it has (GPU *i* is
 ``models[i % len(models)]``).
 
@@ -13,7 +14,7 @@ Where each behaviour comes from:
   memory apart from used memory; field values carry their own return code and a CPU
   timestamp in microseconds; an unknown field ID is an invalid argument.
 - Driver release notes: the PCIe byte-counter fields arrive with R555 and the NVLink
-  byte-count fields with R560 (bindings 12.555 and 12.560); the memory v2 call with R510;
+  byte-count fields with R560; the memory v2 call with R510;
   GPM with R520, on Hopper and later, and not inside vGPU guests.
 - The MIG user guide: an A100 splits into 7 compute and 8 memory slices; each MIG device has
   its own UUID (``MIG-…``), memory and slice counts (``nvmlDeviceGetAttributes``).
@@ -57,7 +58,7 @@ class GpuModel:
     fully_supported: bool = True  # False for GeForce (see nvml.h "fully supported devices")
     virtualization_mode: int = 0  # NVML_GPU_VIRTUALIZATION_MODE_*
     mig: tuple[MigSlot, ...] = ()  # MIG enabled with these devices when not empty
-    # Health (simulated_health.py): nvidia-smi -q's "Max Clocks" and "Temperature" sections.
+    # Health (health.py): nvidia-smi -q's "Max Clocks" and "Temperature" sections.
     max_memory_clock_mhz: int = 1593
     temperature_slowdown_c: int = 89
     temperature_shutdown_c: int = 92
@@ -69,7 +70,6 @@ class Profile:
     name: str
     summary: str
     driver_version: str
-    binding_version: str
     models: tuple[GpuModel, ...]
     pcie_counter_bits: int = 64  # PCIe byte counter width (32: NVML_VALUE_TYPE_UNSIGNED_INT)
     pcie_counter_start: int = 0  # counters start here, so a 32-bit one wraps early
@@ -106,26 +106,26 @@ B200 = GpuModel("NVIDIA B200", 183_359, 640, 6, 16, 1_000_000, (10, 0), 18_944, 
                 max_memory_clock_mhz=3996)
 
 PROFILES: dict[str, Profile] = {profile.name: profile for profile in (
-    Profile("mixed", "H200 and A100 taking turns, current driver and binding",
-            "570.133.20", "12.570", (H200, A100)),
+    Profile("mixed", "H200 and A100 taking turns, current driver",
+            "570.133.20", (H200, A100)),
     Profile("h200", "H100/H200 class with GPM and 18 NVLink links",
-            "570.133.20", "12.570", (H200,)),
-    Profile("a100-535", "A100 on the 535 LTS driver and binding: no PCIe counter fields, "
-            "PCIe throughput only from the 20 ms blocking call", "535.183.01", "12.535",
+            "570.133.20", (H200,)),
+    Profile("a100-535", "A100 on the 535 LTS driver: no PCIe counter fields, "
+            "PCIe throughput only from the 20 ms blocking call", "535.183.01",
             (A100_PCIE,)),
     Profile("a100-mig", "A100 with MIG enabled and two MIG devices (3g.40gb, 4g.40gb)",
-            "550.127.05", "12.550", (A100_MIG, A100)),
+            "550.127.05", (A100_MIG, A100)),
     Profile("consumer", "GeForce card on a 470 driver: most readings not supported",
-            "470.256.02", "11.470", (GEFORCE,)),
-    Profile("vgpu", "vGPU guest: utilization and memory only", "550.127.05", "12.550",
+            "470.256.02", (GEFORCE,)),
+    Profile("vgpu", "vGPU guest: utilization and memory only", "550.127.05",
             (VGPU,)),
     Profile("wrap32", "PCIe byte counters 32 bits wide that wrap between two ticks",
-            "570.133.20", "12.570", (H200,), pcie_counter_bits=32,
+            "570.133.20", (H200,), pcie_counter_bits=32,
             pcie_counter_start=2**32 - 200_000_000),
     Profile("h100-mig", "H100 with MIG enabled (3g.40gb, 2g.20gb): GPM per GPU instance",
-            "570.133.20", "12.570", (H100_MIG, H200)),
+            "570.133.20", (H100_MIG, H200)),
     Profile("link-gap", "B200 with NVLink links 4 and 5 down and only the newer NVLink "
-            "byte-count fields", "575.51.03", "12.575", (B200,),
+            "byte-count fields", "575.51.03", (B200,),
             nvlink_throughput_fields=False),
 )}
 DEFAULT_PROFILE = "mixed"

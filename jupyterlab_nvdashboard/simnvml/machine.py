@@ -1,24 +1,23 @@
-"""A simulated NVML driver, for simulate mode and tests.
+"""A simulated NVML driver's machine: its GPUs, their loads and its faults.
 
-``SimulatedNvml`` plays a machine from ``simulated_profiles.py`` (its GPUs, driver and
-nvidia-ml-py release); ``load()`` returns the binding module that release would give
-(``simulated_binding.py``), so the NVML reader runs its real code path against it. Its
-behaviour comes from NVIDIA's documentation, not from what the reader expects: see the
-profiles module for the sources.
+``SimulatedNvml`` plays a machine from ``profiles.py``; ``library`` is its
+``libnvidia-ml.so.1`` (``library.py``), which the composition root hands to the real
+nvidia-ml-py, so the binding and the reader run their real code over it. Its behaviour comes
+from NVIDIA's documentation, not from what the reader expects: see the profiles module for
+the sources.
 
 Test hooks: ``set_unsupported``, ``inject_error``, ``lose_gpu``, ``restore_gpu``,
 ``set_init_error``, ``set_call_delay``, ``set_clock``, ``step_wall_clock``, ``set_processes``
-(``simulated_processes.py``) and the ``calls`` counter. The same faults can be given as a
-spec string (``NVDASHBOARD_SIMULATE_FAULTS``)::
+(``processes.py``) and the ``calls`` counter. The same faults can be given as a spec string
+(``NVDASHBOARD_SIMULATE_FAULTS``)::
 
     lose=1@5              GPU 1 is lost 5 seconds after start
-    init=DriverNotLoaded  nvmlInit raises NVMLError_DriverNotLoaded
+    init=DriverNotLoaded  nvmlInit answers NVML_ERROR_DRIVER_NOT_LOADED
     unsupported=nvlink    NVLink readings answer NVML_ERROR_NOT_SUPPORTED ('|' separates)
     slow=0.3              every call takes 0.3 s
-    binding=12.535        the binding is that nvidia-ml-py release (fewer names)
     xid=0:79@5            GPU 0 reports XID 79 5 seconds after start ('|' separates)
 
-GPM, health and XID events are simulated in ``simulated_health.py``.
+GPM, health and XID events are simulated in ``health.py``.
 """
 
 from __future__ import annotations
@@ -28,27 +27,28 @@ import math
 import re
 import threading
 import time
-import types
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from . import simulated_binding as binding
-from .simulated_binding import NVML_SUCCESS, FieldValue, NVMLError
-from .simulated_health import HealthSimulation
-from .simulated_processes import PROCESS_FUNCTIONS, SimulatedProcesses
-from .simulated_profiles import DEFAULT_PROFILE, PROFILES, GpuModel, MigSlot, Profile
+from . import nvml_h
+from .nvml_h import NVML_SUCCESS, FieldValue, NVMLError
+from .health import HealthSimulation
+from .handles import SimulatedHandle
+from .library import SimulatedLibrary
+from .processes import PROCESS_FUNCTIONS, SimulatedProcesses
+from .profiles import DEFAULT_PROFILE, PROFILES, GpuModel, MigSlot, Profile
 
-E = binding.ERROR_CODES
-F = binding.FIELD_IDS
+E = nvml_h.ERROR_CODES
+F = nvml_h.FIELD_IDS
 _UINT_MAX = 0xFFFFFFFF
 PCIE_THROUGHPUT_SAMPLE_S = 0.02  # nvml.h: a byte counter read over a 20 ms interval
 
 # The keys of a fault spec, each with an example value for error messages.
 _FAULT_KEYS = {"lose": "lose=1@5", "init": "init=DriverNotLoaded",
                "unsupported": "unsupported=nvlink", "slow": "slow=0.3",
-               "binding": "binding=12.535", "xid": "xid=0:79@5"}
+               "xid": "xid=0:79@5"}
 # A fault delay longer than this is a typo, not a test (and sleep() would overflow).
 MAX_FAULT_SECONDS = 24 * 3600.0
 
@@ -98,12 +98,6 @@ class _Gpu:
     lost_at: float | None = None  # simulated-clock time the GPU disappears
 
 
-@dataclass(frozen=True)
-class SimulatedHandle:
-    index: int
-    mig: int | None = None  # position among the parent's MIG devices
-
-
 def _wave(t: float, period_s: float, phase: float) -> float:
     """0..1, smooth, so the charts look alive and stay deterministic."""
     return 0.5 + 0.5 * math.sin(2 * math.pi * t / period_s + phase)
@@ -119,13 +113,11 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
     """A machine with ``gpu_count`` GPUs as ``profile`` describes, and its NVML driver."""
 
     def __init__(self, gpu_count: int = 4, nvlink: bool = True, profile: str = DEFAULT_PROFILE,
-                 binding_version: str | None = None, host: str = "") -> None:
+                 host: str = "") -> None:
         if profile not in PROFILES:
             raise ValueError(f"unknown simulated profile {profile!r} "
                              f"(choose from {', '.join(PROFILES)})")
         self.profile: Profile = PROFILES[profile]
-        self.binding_version = binding_version or self.profile.binding_version
-        binding.parse_version(self.binding_version)
         self._lock = threading.Lock()
         self.calls: Counter[str] = Counter()
         # Which threads call NVML: tests check that pages never do.
@@ -146,14 +138,16 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         self._gpus = [
             _Gpu(i, models[i % len(models)], self._uuid(i)) for i in range(gpu_count)
         ]
-        self._module: types.ModuleType | None = None
+        self._library: Any = None
         self._init_health()
 
-    def load(self) -> types.ModuleType:
-        """What ``import pynvml`` gives on this machine: the binding module."""
-        if self._module is None:
-            self._module = binding.make_binding(self, self.binding_version)
-        return self._module
+    @property
+    def library(self) -> Any:
+        """This machine's ``libnvidia-ml.so.1``: the object to hand nvidia-ml-py as its
+        loaded library (``library.py``)."""
+        if self._library is None:
+            self._library = SimulatedLibrary(self).exports()
+        return self._library
 
     # ----- test hooks -----------------------------------------------------------------
     def set_clock(self, clock: Callable[[], float]) -> None:
@@ -243,9 +237,9 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
             _check_seconds("lose", delay, value)
             return lambda: self.lose_gpu(index, delay)
         if key == "init":
-            if value not in binding.ERROR_SUFFIXES:
+            if value not in nvml_h.ERROR_SUFFIXES:
                 raise ValueError(f"unknown NVML error {value!r} in fault spec")
-            return lambda: self.set_init_error(binding.ERROR_SUFFIXES[value])
+            return lambda: self.set_init_error(nvml_h.ERROR_SUFFIXES[value])
         if key == "unsupported":
             features = value.split("|")
             functions = (name for name in dir(self) if name.startswith("nvml"))
@@ -257,22 +251,13 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
             return lambda: self.set_unsupported(set(features) | self._unsupported)
         if key == "xid":
             return self._parse_xids(value)
-        if key == "slow":
-            try:
-                delay = float(value)
-            except ValueError:
-                raise ValueError(f"slow needs seconds, got {value!r}") from None
-            _check_seconds("slow", delay, value)
-            return lambda: self.set_call_delay(delay)
-        # binding: an nvidia-ml-py release number.
-        if not re.fullmatch(r"\d+\.\d+(\.\d+)?", value):
-            raise ValueError(f"binding version must look like 12.535, got {value!r}")
-        binding.parse_version(value)
-
-        def use_binding() -> None:
-            self.binding_version, self._module = value, None
-
-        return use_binding
+        # slow: seconds per call.
+        try:
+            delay = float(value)
+        except ValueError:
+            raise ValueError(f"slow needs seconds, got {value!r}") from None
+        _check_seconds("slow", delay, value)
+        return lambda: self.set_call_delay(delay)
 
     def _parse_xids(self, value: str) -> Callable[[], None]:
         events = []
@@ -404,11 +389,11 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
             return gpu.uuid
         return f"MIG-{gpu.index:04d}{slot.gpu_instance_id:04d}-6d69-4700-8000-{gpu.index:012d}"
 
-    def nvmlDeviceGetPciInfo(self, handle: SimulatedHandle) -> binding.PciInfo:  # noqa: N802
+    def nvmlDeviceGetPciInfo(self, handle: SimulatedHandle) -> nvml_h.PciInfo:  # noqa: N802
         gpu = self._enter("nvmlDeviceGetPciInfo", handle)
         assert gpu is not None
         bus = (0x18 + 0x12 * gpu.index) % 0x100  # spread over the buses, as on a DGX board
-        return binding.PciInfo(busIdLegacy=f"0000:{bus:02X}:00.0".encode(), domain=0, bus=bus,
+        return nvml_h.PciInfo(busIdLegacy=f"0000:{bus:02X}:00.0".encode(), domain=0, bus=bus,
                                device=0, pciDeviceId=0x233010DE, pciSubSystemId=0x16C110DE,
                                busId=f"00000000:{bus:02X}:00.0".encode())
 
@@ -425,7 +410,7 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
     def nvmlDeviceGetMaxClockInfo(self, handle: SimulatedHandle, clock: int) -> int:  # noqa: N802
         gpu = self._enter("nvmlDeviceGetMaxClockInfo", handle)
         assert gpu is not None
-        if clock == binding.CONSTANTS["NVML_CLOCK_MEM"]:
+        if clock == nvml_h.CONSTANTS["NVML_CLOCK_MEM"]:
             return gpu.model.max_memory_clock_mhz
         return gpu.model.max_sm_clock_mhz
 
@@ -439,7 +424,7 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         assert gpu is not None
         supported = (gpu.model.gpm and self.profile.driver_major >= 520
                      and gpu.model.virtualization_mode != 2)
-        return binding.GpmSupport(version=1, isSupportedDevice=int(supported))
+        return nvml_h.GpmSupport(version=1, isSupportedDevice=int(supported))
 
     # ----- MIG ----------------------------------------------------------------------------
     def nvmlDeviceGetMigMode(self, handle: SimulatedHandle) -> tuple[int, int]:  # noqa: N802
@@ -494,7 +479,7 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
 
     def nvmlDeviceGetAttributes(self, handle: SimulatedHandle) -> Any:  # noqa: N802
         slot = self._mig_only("nvmlDeviceGetAttributes", handle)
-        return binding.DeviceAttributes(
+        return nvml_h.DeviceAttributes(
             multiprocessorCount=slot.multiprocessors, gpuInstanceSliceCount=slot.gpu_slices,
             computeInstanceSliceCount=slot.compute_slices, memorySizeMB=slot.memory_mib)
 
@@ -514,9 +499,9 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
             used = int((total - reserved) * (0.1 + 0.8 * _wave(self._elapsed(), 23.0, gpu.index)))
         free = total - reserved - used
         if version:
-            return binding.MemoryV2(version=version, total=total, reserved=reserved, free=free,
+            return nvml_h.MemoryV2(version=version, total=total, reserved=reserved, free=free,
                                     used=used)
-        return binding.Memory(total=total, free=free, used=used + reserved)
+        return nvml_h.Memory(total=total, free=free, used=used + reserved)
 
     def nvmlDeviceGetUtilizationRates(self, handle: SimulatedHandle) -> Any:  # noqa: N802
         gpu = self._enter("nvmlDeviceGetUtilizationRates", handle)
@@ -524,7 +509,7 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         if gpu.model.mig:
             raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
         busy = int(round(100 * self._load(gpu)))
-        return binding.Utilization(gpu=busy, memory=busy // 2)
+        return nvml_h.Utilization(gpu=busy, memory=busy // 2)
 
     def nvmlDeviceGetTemperature(self, handle: SimulatedHandle, sensor: int) -> int:  # noqa: N802
         gpu = self._enter("nvmlDeviceGetTemperature", handle)
@@ -591,14 +576,14 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         for slot, requested in zip(values, field_ids, strict=True):
             field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
             slot.fieldId, slot.scopeId, slot.timestamp = field_id, scope, timestamp_us
-            slot.valueType = binding.CONSTANTS["NVML_VALUE_TYPE_UNSIGNED_LONG_LONG"]
+            slot.valueType = nvml_h.CONSTANTS["NVML_VALUE_TYPE_UNSIGNED_LONG_LONG"]
             code, value = self._field_value(gpu, field_id, scope)
             slot.nvmlReturn = code
             if code == NVML_SUCCESS:
                 if field_id in (F["NVML_FI_DEV_PCIE_COUNT_TX_BYTES"],
                                 F["NVML_FI_DEV_PCIE_COUNT_RX_BYTES"]) \
                         and self.profile.pcie_counter_bits == 32:
-                    slot.valueType = binding.CONSTANTS["NVML_VALUE_TYPE_UNSIGNED_INT"]
+                    slot.valueType = nvml_h.CONSTANTS["NVML_VALUE_TYPE_UNSIGNED_INT"]
                     slot.value.uiVal = value
                 else:
                     slot.value.ullVal = value

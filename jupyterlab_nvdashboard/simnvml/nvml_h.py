@@ -1,21 +1,14 @@
-"""The binding surface of the simulated NVML: what ``import pynvml`` would give.
+"""What ``nvml.h`` says: return codes and their ``nvmlErrorString`` texts, constant values,
+field IDs, and the structures this driver keeps for itself.
 
-Written from NVIDIA's ``nvml.h`` (constant values, error codes and their
-``nvmlErrorString`` texts, the layout of ``nvmlFieldValue_t`` and ``nvmlMemory_v2_t``), and
-from the nvidia-ml-py release history for *when* each name appeared. It deliberately does
-not import ``pynvml``: the simulator must not inherit the reader's view of the binding, and
-it must work where an old binding, or none, is installed.
-
-``make_binding(driver, binding_version)`` returns a real module object holding only the
-names that nvidia-ml-py release had; every function is the driver's method of that name.
+Written from NVIDIA's ``nvml.h``, not from nvidia-ml-py: the simulated driver must not
+inherit the binding's (or the reader's) view of NVML. The real binding's own structures
+reach the driver through ``library.py``, which copies these values into them by field name.
 """
 
 from __future__ import annotations
 
 import ctypes
-import types
-from collections.abc import Iterable
-from typing import Any
 
 # ----- return codes (nvml.h, nvmlReturn_t) and nvmlErrorString texts -------------------
 NVML_SUCCESS = 0
@@ -28,12 +21,15 @@ _ERRORS: dict[int, tuple[str, str, str]] = {
     4: ("NO_PERMISSION", "NoPermission", "Insufficient Permissions"),
     5: ("ALREADY_INITIALIZED", "AlreadyInitialized", "Already Initialized"),
     6: ("NOT_FOUND", "NotFound", "Not Found"),
+    7: ("INSUFFICIENT_SIZE", "InsufficientSize", "Insufficient Size"),
     9: ("DRIVER_NOT_LOADED", "DriverNotLoaded", "Driver Not Loaded"),
     10: ("TIMEOUT", "Timeout", "Timeout"),
     12: ("LIBRARY_NOT_FOUND", "LibraryNotFound", "NVML Shared Library Not Found"),
     13: ("FUNCTION_NOT_FOUND", "FunctionNotFound", "Function Not Found"),
     15: ("GPU_IS_LOST", "GpuIsLost", "GPU is lost"),
     16: ("RESET_REQUIRED", "ResetRequired", "GPU requires restart"),
+    25: ("ARGUMENT_VERSION_MISMATCH", "ArgumentVersionMismatch",
+         "Argument version mismatch"),
     999: ("UNKNOWN", "Unknown", "Unknown Error"),
 }
 ERROR_CODES = {f"NVML_ERROR_{name}": code for code, (name, _, _) in _ERRORS.items()}
@@ -41,31 +37,20 @@ ERROR_SUFFIXES = {suffix: code for code, (_, suffix, _) in _ERRORS.items()}
 
 
 class NVMLError(Exception):
-    """As in the binding: ``NVMLError(code)`` builds the subclass for that code."""
-
-    _valClassMapping: dict[int, type[NVMLError]] = {}  # noqa: N815 - the binding's name
-    value: int
-
-    def __new__(cls, value: int) -> NVMLError:  # noqa: D102
-        if cls is NVMLError:
-            cls = NVMLError._valClassMapping.get(value, cls)
-        error = Exception.__new__(cls)
-        error.value = value
-        return error
+    """Raised inside the driver to return ``value`` (an ``nvmlReturn_t``) from a C call."""
 
     def __init__(self, value: int) -> None:
         super().__init__(value)
+        self.value = value
 
     def __str__(self) -> str:
-        known = _ERRORS.get(self.value)
-        return known[2] if known else f"NVML Error with code {self.value}"
+        return error_string(self.value)
 
 
-ERROR_CLASSES: dict[str, type[NVMLError]] = {}
-for _code, (_, _suffix, _text) in _ERRORS.items():
-    _cls = type(f"NVMLError_{_suffix}", (NVMLError,), {})
-    NVMLError._valClassMapping[_code] = _cls
-    ERROR_CLASSES[_cls.__name__] = _cls
+def error_string(code: int) -> str:
+    """``nvmlErrorString``."""
+    known = _ERRORS.get(code)
+    return known[2] if known else "Unknown Error"
 
 
 # ----- structures (nvml.h layouts) -------------------------------------------------------
@@ -238,97 +223,3 @@ CONSTANTS: dict[str, int] = {
     **{name.replace("Event", "Throttle"): bit for name, bit in CLOCKS_EVENT_REASONS.items()},
     "nvmlEventTypeXidCriticalError": 0x8, "nvmlEventTypeNone": 0,
 }
-
-# The nvidia-ml-py release that first had a name the simulator offers; names not listed
-# are in every release this project accepts (11.450 and later). Read off the releases.
-ADDED_IN: dict[str, tuple[int, int]] = {
-    "NVML_FI_DEV_PCIE_COUNT_TX_BYTES": (12, 555),
-    "NVML_FI_DEV_PCIE_COUNT_RX_BYTES": (12, 555),
-    "NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES": (12, 560),
-    "NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES": (12, 560),
-    "nvmlMemory_v2": (11, 510),
-    "nvmlGpmQueryDeviceSupport": (11, 520),
-    "NVML_GPM_SUPPORT_VERSION": (11, 520),
-    **{name: (11, 525) for name in (
-        "nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet",
-        "nvmlGpmMetricsGet", "c_nvmlGpmMetricsGet_t", "NVML_GPM_METRICS_GET_VERSION",
-        *GPM_METRIC_IDS)},
-    # R535 renamed clocks "throttle" reasons to clocks "event" reasons.
-    "nvmlDeviceGetCurrentClocksEventReasons": (12, 535),
-    **{name: (12, 535) for name in CLOCKS_EVENT_REASONS},
-    "nvmlDeviceGetComputeRunningProcesses_v3": (11, 515),
-    "nvmlDeviceGetGraphicsRunningProcesses_v3": (11, 515),
-    "nvmlDeviceGetMPSComputeRunningProcesses_v3": (11, 515),
-}
-# NVML_NVLINK_MAX_LINKS grew from 18 to 36 in the 13.x bindings.
-MAX_LINKS_BY_MAJOR = {11: 18, 12: 18, 13: 36}
-
-# The driver functions the binding exposes (each is the driver's method of that name).
-FUNCTIONS = (
-    "nvmlInit", "nvmlShutdown", "nvmlSystemGetDriverVersion", "nvmlSystemGetNVMLVersion",
-    "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetName",
-    "nvmlDeviceGetUUID", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates",
-    "nvmlDeviceGetTemperature", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit",
-    "nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth",
-    "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetNvLinkState", "nvmlDeviceGetFieldValues",
-    "nvmlDeviceGetCudaComputeCapability", "nvmlDeviceGetNumGpuCores",
-    "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetVirtualizationMode", "nvmlDeviceGetMigMode",
-    "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
-    "nvmlDeviceIsMigDeviceHandle", "nvmlDeviceGetGpuInstanceId",
-    "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetAttributes",
-    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", "nvmlGpmQueryDeviceSupport",
-    # GPM, health and events (simulated_health.py)
-    "nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet",
-    "nvmlGpmMetricsGet", "nvmlSystemGetCudaDriverVersion", "nvmlDeviceGetClockInfo",
-    "nvmlDeviceGetPerformanceState", "nvmlDeviceGetCurrentClocksEventReasons",
-    "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetTemperatureThreshold",
-    "nvmlDeviceGetFanSpeed", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRemappedRows",
-    "nvmlEventSetCreate", "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2", "nvmlEventSetFree",
-    # Per-process lists and activity (simulated_processes.py).
-    "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
-    "nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2",
-    "nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2",
-    "nvmlDeviceGetProcessUtilization",
-    "nvmlDeviceGetPciInfo",
-)
-# The unversioned names call the newest version the binding has.
-_PLAIN = {f"nvmlDeviceGet{kind}RunningProcesses": f"nvmlDeviceGet{kind}RunningProcesses"
-          for kind in ("Compute", "Graphics", "MPSCompute")}
-
-
-def parse_version(text: str) -> tuple[int, int]:
-    """'12.535' or '12.535.161' -> (12, 535)."""
-    parts = text.split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        raise ValueError(f"binding version must look like 12.535, got {text!r}") from None
-
-
-def binding_has(name: str, version: tuple[int, int]) -> bool:
-    return ADDED_IN.get(name, (0, 0)) <= version
-
-
-def make_binding(driver: Any, binding_version: str, hidden: Iterable[str] = ()) -> types.ModuleType:
-    """A module with the names nvidia-ml-py ``binding_version`` had, bound to ``driver``."""
-    version = parse_version(binding_version)
-    hidden = set(hidden)
-    module = types.ModuleType("pynvml", f"simulated nvidia-ml-py {binding_version}")
-    module.__version__ = binding_version  # type: ignore[attr-defined]
-    names: dict[str, Any] = {
-        **CONSTANTS,
-        "NVML_NVLINK_MAX_LINKS": MAX_LINKS_BY_MAJOR.get(version[0], 18),
-        "NVMLError": NVMLError,
-        **ERROR_CLASSES,
-        "c_nvmlFieldValue_t": FieldValue,
-        "c_nvmlGpmMetricsGet_t": GpmMetricsGet,
-        **{function: getattr(driver, function) for function in FUNCTIONS},
-    }
-    for name, value in names.items():
-        if binding_has(name, version) and name not in hidden:
-            setattr(module, name, value)
-    for plain, stem in _PLAIN.items():
-        newest = getattr(module, f"{stem}_v3", None) or getattr(module, f"{stem}_v2", None)
-        if newest is not None and plain not in hidden:
-            setattr(module, plain, newest)
-    return module
