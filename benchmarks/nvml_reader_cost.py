@@ -54,9 +54,10 @@ sys.path.insert(0, str(ROOT))
 
 from tornado.ioloop import IOLoop, PeriodicCallback  # noqa: E402
 
-from jupyterlab_nvdashboard.metrics import SimulatedNvml  # noqa: E402
+from jupyterlab_nvdashboard.metrics.binding import binding_loader, load_binding  # noqa: E402
 from jupyterlab_nvdashboard.metrics.nvml import PCIE_SNAPSHOT_EVERY_S, NvmlReader  # noqa: E402
-from jupyterlab_nvdashboard.metrics.simulated_profiles import PROFILES  # noqa: E402
+from jupyterlab_nvdashboard.simnvml import SimulatedNvml  # noqa: E402
+from jupyterlab_nvdashboard.simnvml.profiles import PROFILES  # noqa: E402
 from tests.support.bokeh_client import open_session  # noqa: E402
 from tests.support.servers import in_process_server  # noqa: E402
 
@@ -112,7 +113,7 @@ class RecordingBinding:
 def record_one_pass(profile: str, gpus: int, warmup: int) -> list[tuple[Callable, tuple, dict]]:
     """The NVML calls one ``read()`` makes, from a reader in the same state as the timed one."""
     simulator = SimulatedNvml(gpus, profile=profile)
-    recorder = RecordingBinding(simulator.load())
+    recorder = RecordingBinding(load_binding(simulator.library))
     reader = NvmlReader(lambda: recorder)
     reader.ensure_initialized()
     for _ in range(warmup):
@@ -140,7 +141,7 @@ def reader_costs(profiles: Sequence[str], passes: int, warmup: int,
     alone: dict[str, list[float]] = {p: [] for p in profiles}
     for profile in profiles:
         simulator = SimulatedNvml(gpus, profile=profile)
-        reader = NvmlReader(simulator.load)
+        reader = NvmlReader(binding_loader(simulator.library))
         reader.ensure_initialized()
         for _ in range(warmup):
             reader.read()

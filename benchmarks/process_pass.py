@@ -24,12 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 
 from jupyterlab_nvdashboard.apps.processes import ProcessTableFeed
 from jupyterlab_nvdashboard.apps.sources import DashboardSources
+from jupyterlab_nvdashboard.composition import create_metrics
 from jupyterlab_nvdashboard.config import Config, SimulationConfig
-from jupyterlab_nvdashboard.metrics import SimulatedNvml, create_metrics
 from jupyterlab_nvdashboard.metrics.attribution import ProcessAttributor
+from jupyterlab_nvdashboard.metrics.binding import binding_loader
 from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
 from jupyterlab_nvdashboard.metrics.processes import ProcessReader
-from jupyterlab_nvdashboard.metrics.simulated_processes import SimulatedProcess
+from jupyterlab_nvdashboard.simnvml import SimulatedNvml
+from jupyterlab_nvdashboard.simnvml.processes import SimulatedProcess
 
 GPUS, PER_GPU = 8, 50
 
@@ -58,7 +60,7 @@ def main() -> int:
         simulator.set_processes([
             SimulatedProcess(i // PER_GPU, child.pid, (i + 1) * 10**8, sm_pct=i % 100)
             for i, child in enumerate(children)])
-        nvml = NvmlReader(simulator.load)
+        nvml = NvmlReader(binding_loader(simulator.library))
         nvml.ensure_initialized()
         reader = ProcessReader(nvml)
         reader.read_all()

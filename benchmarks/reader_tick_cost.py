@@ -41,12 +41,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jupyterlab_nvdashboard.metrics import SimulatedNvml  # noqa: E402
+from jupyterlab_nvdashboard.metrics.binding import binding_loader  # noqa: E402
 from jupyterlab_nvdashboard.metrics.gpm import GpmReader  # noqa: E402
 from jupyterlab_nvdashboard.metrics.health import HealthReader  # noqa: E402
 from jupyterlab_nvdashboard.metrics.host import HostReader  # noqa: E402
 from jupyterlab_nvdashboard.metrics.nvml import NvmlReader  # noqa: E402
 from jupyterlab_nvdashboard.metrics.sampler import History, Sampler  # noqa: E402
+from jupyterlab_nvdashboard.simnvml import SimulatedNvml  # noqa: E402
 
 GPUS = 8
 BUDGET_MS = 5.0  # the issue's acceptance: under 5 ms per tick on the reader thread
@@ -57,7 +58,7 @@ VARIANTS = ("core", "+health", "+health+gpm (every pass)", "+health+gpm (default
 
 def make_pass(profile: str, variant: str) -> tuple[Callable[[], None], SimulatedNvml]:
     simulator = SimulatedNvml(GPUS, profile=profile)
-    nvml = NvmlReader(simulator.load)
+    nvml = NvmlReader(binding_loader(simulator.library))
     families: list[Any] = []
     if variant != "core":
         families.append(HealthReader(nvml))

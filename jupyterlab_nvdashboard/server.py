@@ -59,6 +59,7 @@ from .apps.processes import glance, processes_json
 from .apps.registry import ROUTES, RouteFeeds, available_routes
 from .apps.sources import DashboardSources
 from .auth import VIEW_ONLY_REASON, Access, BokehAuth, GuardedHandler
+from .composition import create_metrics
 from .config import Config, ConfigError, load_config
 from .export.collector import (
     DcgmCollector,
@@ -69,7 +70,7 @@ from .export.collector import (
 )
 from .export.local import LocalScrape
 from .jupyter_sessions import JupyterSessions, find_parent_server
-from .metrics import GpuReading, HostReading, Metrics, Sample, create_metrics
+from .metrics import GpuReading, HostReading, Metrics, Sample
 from .runs.service import WorkloadService
 from .stream.broadcaster import Broadcaster, StreamSocket
 

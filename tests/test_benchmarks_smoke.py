@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jupyterlab_nvdashboard.metrics.simulated_profiles import PROFILES
+from jupyterlab_nvdashboard.simnvml.profiles import PROFILES
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,16 +13,18 @@ import pytest
 from jupyterlab_nvdashboard.apps.activity import ActivityDashboard, gpu_activity, without_gpm
 from jupyterlab_nvdashboard.apps.health import HealthFeed, health_cells
 from jupyterlab_nvdashboard.apps.sources import DashboardSources
+from jupyterlab_nvdashboard.composition import create_metrics
 from jupyterlab_nvdashboard.config import Config, SimulationConfig
-from jupyterlab_nvdashboard.metrics import SimulatedNvml, create_metrics
+from jupyterlab_nvdashboard.metrics.binding import binding_loader
 from jupyterlab_nvdashboard.metrics.families import GPM_FAMILY, HEALTH_FAMILY, GpmReading
 from jupyterlab_nvdashboard.metrics.gpm import CLOSEST_METRIC, NO_GPM_HARDWARE, GpmReader
 from jupyterlab_nvdashboard.metrics.health import HealthReader, assess, clock_event_words
 from jupyterlab_nvdashboard.metrics.host import HostReader
 from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
 from jupyterlab_nvdashboard.metrics.sampler import History, Sampler
-from jupyterlab_nvdashboard.metrics.simulated_health import GPM_LOAD_SHARES
-from jupyterlab_nvdashboard.metrics.simulated_profiles import PROFILES
+from jupyterlab_nvdashboard.simnvml import SimulatedNvml
+from jupyterlab_nvdashboard.simnvml.health import GPM_LOAD_SHARES
+from jupyterlab_nvdashboard.simnvml.profiles import PROFILES
 from tests.support.servers import get, in_process_server
 from tests.support.stream_client import live_frames
 
@@ -51,7 +53,7 @@ def readers(profile: str, gpus: int = 2) -> tuple[SimulatedNvml, NvmlReader, Gpm
     clock = ManualClock()
     simulator = SimulatedNvml(gpus, profile=profile)
     simulator.set_clock(clock)
-    nvml = NvmlReader(simulator.load, clock=clock)
+    nvml = NvmlReader(binding_loader(simulator.library), clock=clock)
     nvml.ensure_initialized()
     return simulator, nvml, GpmReader(nvml, every_s=1.0), clock
 
@@ -243,7 +245,7 @@ def test_health_reads_static_facts_once_and_ecc_at_its_own_rate() -> None:
 
 def hand_driven(profile: str = "h200", history: int = 5) -> tuple[SimulatedNvml, Sampler]:
     simulator = SimulatedNvml(2, profile=profile)
-    nvml = NvmlReader(simulator.load)
+    nvml = NvmlReader(binding_loader(simulator.library))
     sampler = Sampler(nvml, HostReader(), History(history), 0.2,
                       families=[GpmReader(nvml), HealthReader(nvml)])
     nvml.ensure_initialized()

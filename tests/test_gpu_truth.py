@@ -42,8 +42,9 @@ from gpu_truth import (  # noqa: E402
     Settings,
 )
 
-from jupyterlab_nvdashboard.metrics import SimulatedNvml  # noqa: E402
+from jupyterlab_nvdashboard.metrics.binding import binding_loader  # noqa: E402
 from jupyterlab_nvdashboard.metrics.nvml import NvmlReader  # noqa: E402
+from jupyterlab_nvdashboard.simnvml import SimulatedNvml  # noqa: E402
 
 # The reader's contract (GpuReading), every field optional here.
 CONTRACT_FIELDS = (
@@ -459,7 +460,7 @@ class SteadyLoad(gpu_truth.Load):
 
 def test_measure_on_the_simulated_nvml_with_a_fake_nvidia_smi(tmp_path: Path) -> None:
     simulator = SimulatedNvml(gpu_count=2)
-    reader = NvmlReader(simulator.load)
+    reader = NvmlReader(binding_loader(simulator.library))
     reader.ensure_initialized()
     uuids = [fact.uuid for fact in reader.facts]
     path = fake_smi(tmp_path, reject=["memory.reserved"], rows=[
@@ -500,7 +501,7 @@ def test_measure_on_the_simulated_nvml_with_a_fake_nvidia_smi(tmp_path: Path) ->
 
 
 def test_measure_cannot_run_when_no_gpu_matches(tmp_path: Path) -> None:
-    reader = NvmlReader(SimulatedNvml(gpu_count=1).load)
+    reader = NvmlReader(binding_loader(SimulatedNvml(gpu_count=1).library))
     reader.ensure_initialized()
     runner = NvidiaSmi(str(fake_smi(tmp_path, rows=[smi_row(0, UUID0)])))
     with pytest.raises(gpu_truth.CannotRun, match="no GPU of the reader"):
@@ -636,7 +637,7 @@ class FakeCupy:
 def test_main_runs_every_phase_with_fake_cupy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     simulator = SimulatedNvml(gpu_count=1)
-    reader = NvmlReader(simulator.load)
+    reader = NvmlReader(binding_loader(simulator.library))
     reader.ensure_initialized()
     uuid = reader.facts[0].uuid
     cupy = FakeCupy()
@@ -679,7 +680,7 @@ def test_the_reader_imports_where_psutil_is_missing(tmp_path: Path) -> None:
 
 def test_sm_activity_from_gpm_sits_beside_nvidia_smi_utilization(tmp_path: Path) -> None:
     simulator = SimulatedNvml(gpu_count=2, profile="mixed")  # GPU 0 H200 (GPM), GPU 1 A100
-    reader = NvmlReader(simulator.load)
+    reader = NvmlReader(binding_loader(simulator.library))
     reader.ensure_initialized()
     combined, why_not = gpu_truth.with_families(reader, sys.modules[NvmlReader.__module__])
     assert why_not is None

@@ -7,13 +7,15 @@ import os
 import pynvml
 import pytest
 
-from jupyterlab_nvdashboard.metrics import NvmlState, SimulatedNvml
+from jupyterlab_nvdashboard.metrics import NvmlState
 from jupyterlab_nvdashboard.metrics import nvml as nvml_module
+from jupyterlab_nvdashboard.metrics.binding import binding_loader
 from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
+from jupyterlab_nvdashboard.simnvml import SimulatedNvml
 
 
 def reader_for(simulator: SimulatedNvml, visible: str | None = None) -> NvmlReader:
-    reader = NvmlReader(simulator.load, cuda_visible_devices=visible)
+    reader = NvmlReader(binding_loader(simulator.library), cuda_visible_devices=visible)
     reader.ensure_initialized()
     return reader
 
@@ -61,7 +63,7 @@ def test_driver_loaded_after_start_is_picked_up(monkeypatch: pytest.MonkeyPatch)
     now = [0.0]
     simulator = SimulatedNvml(gpu_count=2)
     simulator.set_init_error(pynvml.NVML_ERROR_DRIVER_NOT_LOADED, times=1)
-    reader = NvmlReader(simulator.load, clock=lambda: now[0])
+    reader = NvmlReader(binding_loader(simulator.library), clock=lambda: now[0])
     assert reader.ensure_initialized() is NvmlState.DRIVER_NOT_LOADED
     now[0] = nvml_module.REINIT_INTERVAL_S + 1
     reader.retry_if_due()
@@ -113,7 +115,7 @@ def test_transient_error_is_one_missing_metric() -> None:
 def test_lost_gpu_is_marked_and_others_carry_on() -> None:
     now = [1000.0]
     simulator = SimulatedNvml(gpu_count=4)
-    reader = NvmlReader(simulator.load, clock=lambda: now[0])
+    reader = NvmlReader(binding_loader(simulator.library), clock=lambda: now[0])
     reader.ensure_initialized()
     simulator.lose_gpu(1)
     readings = reader.read()
@@ -134,7 +136,8 @@ def test_lost_gpu_is_marked_and_others_carry_on() -> None:
 def shown(visible: str | None, order: str | None = None, profile: str = "mixed",
           gpus: int = 4) -> list[tuple[str, int | None]]:
     """(nvidia-smi label, CUDA position) of every row the reader shows."""
-    reader = NvmlReader(SimulatedNvml(gpus, profile=profile).load, cuda_visible_devices=visible,
+    reader = NvmlReader(binding_loader(SimulatedNvml(gpus, profile=profile).library),
+                        cuda_visible_devices=visible,
                         cuda_device_order=order)
     reader.ensure_initialized()
     return [(facts.label, facts.cuda_index) for facts in reader.facts]
@@ -155,7 +158,7 @@ def test_cuda_visible_devices_integers_follow_cuda_order() -> None:
 
 
 def test_cuda_visible_devices_uuids_and_mig_uuids() -> None:
-    every = NvmlReader(SimulatedNvml(2, profile="a100-mig").load)
+    every = NvmlReader(binding_loader(SimulatedNvml(2, profile="a100-mig").library))
     every.ensure_initialized()
     gpu1 = next(f for f in every.facts if f.label == "GPU 1")
     mig2 = next(f for f in every.facts if f.label == "GPU 0 · MIG 2")
@@ -199,7 +202,7 @@ def test_child_process_initializes_again() -> None:
 def test_pcie_snapshot_is_refreshed_on_every_once_a_second_pass() -> None:
     now = [100.0]
     simulator = SimulatedNvml(gpu_count=2, profile="a100-535")
-    reader = NvmlReader(simulator.load, clock=lambda: now[0])
+    reader = NvmlReader(binding_loader(simulator.library), clock=lambda: now[0])
     reader.ensure_initialized()
     calls = []
     for tick in range(4):  # the slow thread's 1 s grid, arriving a little early each time
@@ -214,7 +217,7 @@ def test_pcie_snapshot_is_refreshed_on_every_once_a_second_pass() -> None:
 def test_a_hot_plugged_gpu_shows_up_at_the_next_rescan() -> None:
     now = [0.0]
     simulator = SimulatedNvml(gpu_count=0)
-    reader = NvmlReader(simulator.load, clock=lambda: now[0])
+    reader = NvmlReader(binding_loader(simulator.library), clock=lambda: now[0])
     assert reader.ensure_initialized() is NvmlState.NO_DEVICES
     simulator.add_gpu()
     reader.retry_if_due()  # not due yet

@@ -21,7 +21,7 @@ from jupyterlab_nvdashboard.metrics import nvml
 from tests.support.servers import cli_server, get
 
 ROOT = Path(__file__).resolve().parents[1]
-WHEEL = ROOT / ".ci" / "cache" / "nvidia_ml_py-12.535.161-py3-none-any.whl"
+WHEEL = ROOT / ".ci" / "cache" / "bindings" / "nvidia_ml_py-12.535.161-py3-none-any.whl"
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +61,6 @@ def test_the_server_serves_with_binding_12_535(old_binding: Path) -> None:
 
 def test_the_reader_reads_no_nvml_name_outside_its_choke_point() -> None:
     source = Path(nvml.__file__).read_text()
-    # Constants only through _const("NVML_..."), functions only through _invoke/_query/_call.
+    # Constants only through constant("NVML_..."), functions only through invoke/query/call.
     direct = re.findall(r"(?:lib|_lib)\.(NVML_\w+|nvml(?!Init\b)\w+)", source)
     assert direct == []

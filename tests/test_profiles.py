@@ -1,8 +1,10 @@
 """Every simulated machine profile, end to end: the reader, the server and its routes.
 
-Each profile is a kind of machine users have (see metrics/simulated_profiles.py). For each,
-the server must start without a traceback, list the routes that machine can fill, report
-the right metrics as not available with the right reasons, and stream live rows.
+Each profile is a kind of machine users have (see simnvml/profiles.py). For each, and under
+every real nvidia-ml-py release the suite fetched (tests/support/bindings.py), the reader
+must find what that driver offers, the server must start without a traceback, list the
+routes that machine can fill, report the right metrics as not available with the right
+reasons, and stream live rows.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import time
 import pytest
 
 from jupyterlab_nvdashboard.apps.registry import ROUTES
-from jupyterlab_nvdashboard.metrics import SimulatedNvml
-from jupyterlab_nvdashboard.metrics import simulated_binding as binding
+from jupyterlab_nvdashboard.metrics.binding import binding_loader, load_binding
 from jupyterlab_nvdashboard.metrics.nvml import MIG_PARENT_UTILIZATION, MIG_PHYSICAL, NvmlReader
 from jupyterlab_nvdashboard.metrics.processes import ProcessReader
-from jupyterlab_nvdashboard.metrics.simulated_profiles import PROFILES
+from jupyterlab_nvdashboard.simnvml import SimulatedNvml, nvml_h
+from jupyterlab_nvdashboard.simnvml.profiles import PROFILES
+from tests.support.bindings import OLDEST, reader_over, release_params, wheel
 from tests.support.servers import get, in_process_server
 from tests.support.stream_client import count_live_frames
 
@@ -43,7 +46,7 @@ EXPECTED_UNAVAILABLE: dict[str, dict[int, dict[str, str]]] = {
     "consumer": {row: {"utilization": NOT_SUPPORTED, "power": NOT_SUPPORTED,
                        "pcie": NOT_SUPPORTED, "nvlink": NOT_SUPPORTED,
                        "process_utilization": NOT_SUPPORTED,
-                       "gpm": "nvidia-ml-py 11.470 cannot call nvmlGpmQueryDeviceSupport"}
+                       "gpm": "the driver is too old for this reading"}
                  for row in (0, 1)},
     "vgpu": {row: {"temperature": NOT_SUPPORTED, "power": NOT_SUPPORTED,
                    "pcie": NOT_SUPPORTED, "nvlink": NOT_SUPPORTED} for row in (0, 1)},
@@ -72,9 +75,11 @@ def test_every_profile_is_covered_here() -> None:
     assert set(EXPECTED_UNAVAILABLE) == set(PROFILES)
 
 
-def read_twice(profile: str, gpus: int = 2) -> tuple[NvmlReader, SimulatedNvml, tuple]:
+def read_twice(profile: str, gpus: int = 2, release: str | None = None
+               ) -> tuple[NvmlReader, SimulatedNvml, tuple]:
     simulator = SimulatedNvml(gpus, profile=profile)
-    reader = NvmlReader(simulator.load)
+    reader = reader_over(simulator, release) if release else \
+        NvmlReader(binding_loader(simulator.library))
     reader.ensure_initialized()
     reader.read()
     reader.read_slow()
@@ -83,15 +88,50 @@ def read_twice(profile: str, gpus: int = 2) -> tuple[NvmlReader, SimulatedNvml, 
     return reader, simulator, reader.read()
 
 
+# (driver branch, the plain or versioned process-list function that answers) per release:
+# _v3 from R510; the binding's _v2 wrapper from 12.555 (12.535.161 has none), and its
+# unversioned name calls _v3 and refuses an older driver.
+def expected_process_function(release: str, driver_major: int) -> str | None:
+    if driver_major >= 510:
+        return "nvmlDeviceGetComputeRunningProcesses_v3"
+    if release >= "12.555":
+        return "nvmlDeviceGetComputeRunningProcesses_v2"
+    return None
+
+
 @pytest.mark.parametrize("profile", list(PROFILES))
-def test_reader_on_each_profile(profile: str) -> None:
-    reader, simulator, readings = read_twice(profile)
+@pytest.mark.parametrize("release", release_params())
+def test_reader_on_each_profile_under_each_binding(release: str, profile: str) -> None:
+    reader, simulator, readings = read_twice(profile, release=release)
+    # NVLink found wherever the profile has active links, whatever the release names.
+    for facts in reader.facts:
+        if facts.kind == "gpu":
+            assert bool(facts.nvlink_link_ids) == (profile in WITH_NVLINK), facts.label
+            if profile in WITH_NVLINK:
+                assert readings[facts.index].nvlink_tx_bytes_per_s is not None
+    # The process list comes from the newest function this release and driver both have.
+    answered = {name for name, count in simulator.calls.items()
+                if "ComputeRunningProcesses" in name and count}
+    expected = expected_process_function(release, PROFILES[profile].driver_major)
+    unlisted: set[str] = set()
+    if expected is None:  # this release and this driver share no process-list function
+        assert "processes" in reader.unavailable()[0]
+        unlisted = {"processes"}
+    elif not PROFILES[profile].models[0].mig:
+        assert expected in answered, answered
+        assert "processes" not in reader.unavailable()[0]
+    _check_profile(profile, reader, readings, unlisted)
+
+
+def _check_profile(profile: str, reader: NvmlReader, readings: tuple,
+                   unlisted: set[str] | None = None) -> None:
     assert reader.state.value == "ok", reader.message
     assert reader.versions["driver"] == PROFILES[profile].driver_version
     unavailable = reader.unavailable()
     for row, facts in enumerate(reader.facts):
         expected = EXPECTED_UNAVAILABLE[profile].get(row, {})
-        assert set(unavailable[row]) == set(expected), (row, unavailable[row])
+        assert set(unavailable[row]) - (unlisted or set()) == set(expected), \
+            (row, unavailable[row])
         for metric, reason in expected.items():
             assert unavailable[row][metric].startswith(reason), (row, metric)
         reading = readings[row]
@@ -109,7 +149,7 @@ def test_a100_on_535_reads_pcie_from_a_snapshot_and_never_in_the_tick() -> None:
     for _ in range(20):
         reader.read()
     assert simulator.calls["nvmlDeviceGetPcieThroughput"] == before  # read() never blocks
-    assert "PCIE_COUNT" not in " ".join(dir(simulator.load()))  # binding 12.535 lacks them
+    assert simulator.calls["nvmlDeviceGetPcieThroughput"] > 0
 
 
 def test_mig_devices_are_children_with_their_own_memory_and_slices() -> None:
@@ -142,15 +182,15 @@ def test_wrap32_rates_match_the_load_across_the_wrap() -> None:
     now = [1000.0]
     simulator = SimulatedNvml(1, profile="wrap32")
     simulator.set_clock(lambda: now[0])
-    reader = NvmlReader(simulator.load, clock=lambda: now[0])
+    reader = NvmlReader(binding_loader(simulator.library), clock=lambda: now[0])
     reader.ensure_initialized()
-    handle = simulator.load().nvmlDeviceGetHandleByIndex(0)
-    field = binding.FIELD_IDS["NVML_FI_DEV_PCIE_COUNT_RX_BYTES"]
+    handle = load_binding(simulator.library).nvmlDeviceGetHandleByIndex(0)
+    field = nvml_h.FIELD_IDS["NVML_FI_DEV_PCIE_COUNT_RX_BYTES"]
     values, wrapped = [], False
     for step in range(12):
         now[0] = 1000.0 + 0.2 * step
-        counter = simulator.nvmlDeviceGetFieldValues(handle, [field])[0]
-        assert counter.valueType == binding.CONSTANTS["NVML_VALUE_TYPE_UNSIGNED_INT"]
+        counter = load_binding(simulator.library).nvmlDeviceGetFieldValues(handle, [field])[0]
+        assert counter.valueType == nvml_h.CONSTANTS["NVML_VALUE_TYPE_UNSIGNED_INT"]
         wrapped |= bool(values) and counter.value.uiVal < values[-1][0]
         truth = simulator._pcie_bytes(simulator._gpus[0], 1)  # noqa: SLF001
         values.append((counter.value.uiVal, truth))
@@ -162,25 +202,43 @@ def test_wrap32_rates_match_the_load_across_the_wrap() -> None:
     assert wrapped  # the counter did wrap in this run
 
 
-def test_a_binding_without_any_v555_name_still_reads_everything_else() -> None:
-    newer = [name for name, added in binding.ADDED_IN.items() if added >= (12, 555)]
-    assert newer  # the PCIe and NVLink byte-count names
-    simulator = SimulatedNvml(2, profile="h200", binding_version="12.535")
-    module = simulator.load()
-    assert not any(hasattr(module, name) for name in newer)
-    reader = NvmlReader(simulator.load)
+def test_the_oldest_binding_reads_counters_it_has_no_names_for() -> None:
+    """12.535.161 has no PCIe or NVLink byte-count names; the driver (R570) has the fields,
+    so the reader asks for them by their nvml.h values and gets counter rates."""
+    module = load_binding(SimulatedNvml(1).library, wheel(OLDEST))
+    assert not hasattr(module, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES")
+    assert not hasattr(module, "NVML_NVLINK_STATE_ACTIVE")
+    simulator = SimulatedNvml(2, profile="h200")
+    reader = reader_over(simulator, OLDEST)
     reader.ensure_initialized()
     reader.read()
-    reader.read_slow()
+    time.sleep(0.05)
     reading = reader.read()[0]
-    assert reading.pcie_is_snapshot and reading.pcie_tx_bytes_per_s is not None
+    assert not reading.pcie_is_snapshot and reading.pcie_tx_bytes_per_s is not None
+    assert reader.facts[0].nvlink_link_ids == tuple(range(18))
     assert reading.utilization_pct is not None and reading.nvlink_tx_bytes_per_s is not None
 
 
+def test_binding_12_535_serves_nvlink_rates_on_an_nvlink_profile() -> None:
+    with in_process_server(gpus=2, profile="h200", binding=str(wheel(OLDEST))) as server:
+        index = json.loads(get(server.url + "/index.json")[1])
+        assert NVLINK_ROUTES <= set(index)
+        info = json.loads(get(server.url + "/info.json")[1])
+        assert info["nvml_versions"]["binding"] == OLDEST
+        assert info["devices"][0]["nvlink_link_ids"] == list(range(18))
+        time.sleep(0.5)
+        header, *rows = get(server.url + "/history.csv?seconds=5")[1].decode().splitlines()
+        column = header.split(",").index("gpu0_nvlink_tx_bytes_per_s")
+        assert any(row.split(",")[column] not in ("", "0", "0.0") for row in rows)
+
+
 @pytest.mark.parametrize("profile", list(PROFILES))
-def test_server_on_each_profile(profile: str, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("release", release_params())
+def test_server_on_each_profile_under_each_binding(
+    release: str, profile: str, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING)
-    with in_process_server(gpus=2, profile=profile) as server:
+    with in_process_server(gpus=2, profile=profile, binding=str(wheel(release))) as server:
         index = json.loads(get(server.url + "/index.json")[1])
         expected = {route.path for route in ROUTES}
         if profile not in WITH_NVLINK:
@@ -192,8 +250,12 @@ def test_server_on_each_profile(profile: str, caplog: pytest.LogCaptureFixture) 
         info = json.loads(get(server.url + "/info.json")[1])
         assert info["nvml_state"] == "ok" and info["simulated_profile"] == profile
         assert info["nvml_versions"]["driver"] == PROFILES[profile].driver_version
+        assert info["nvml_versions"]["binding"] == release
+        unlisted = {"processes"} if expected_process_function(
+            release, PROFILES[profile].driver_major) is None else set()
         for row, device in enumerate(info["devices"]):
-            assert set(device["unavailable"]) == set(EXPECTED_UNAVAILABLE[profile].get(row, {}))
+            assert set(device["unavailable"]) - unlisted == \
+                set(EXPECTED_UNAVAILABLE[profile].get(row, {}))
 
         assert count_live_frames(server.url, "/GPU-Resources") >= 3
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"

@@ -6,10 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from jupyterlab_nvdashboard.metrics import SimulatedNvml
+from jupyterlab_nvdashboard.metrics.binding import binding_loader, load_binding
 from jupyterlab_nvdashboard.metrics.host import HostReader
 from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
 from jupyterlab_nvdashboard.metrics.rates import HOLD_S, CounterRates
+from jupyterlab_nvdashboard.simnvml import SimulatedNvml
 
 # Irregular tick times (seconds) and the counter values read at them.
 JITTERED_TIMES = [100.0, 100.13, 100.41, 100.47, 101.2, 101.25]
@@ -113,9 +114,9 @@ def test_pcie_and_nvlink_rates_from_simulated_counters_at_jittered_ticks() -> No
     simulator = SimulatedNvml(gpu_count=2)
     clock_value = [JITTERED_TIMES[0]]
     simulator.set_clock(lambda: clock_value[0])
-    reader = NvmlReader(simulator.load, clock=lambda: clock_value[0])
+    reader = NvmlReader(binding_loader(simulator.library), clock=lambda: clock_value[0])
     reader.ensure_initialized()
-    lib = simulator.load()
+    lib = load_binding(simulator.library)
     previous = None
     for t in JITTERED_TIMES:
         clock_value[0] = t

@@ -14,7 +14,7 @@ import time
 
 import pynvml
 
-from jupyterlab_nvdashboard.metrics import SimulatedNvml
+from jupyterlab_nvdashboard.simnvml import SimulatedNvml
 from tests.support.bokeh_client import open_session
 from tests.support.servers import get, in_process_server
 from tests.support.stream_client import live_frames, open_stream

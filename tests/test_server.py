@@ -10,7 +10,7 @@ import pynvml
 import pytest
 
 from jupyterlab_nvdashboard.apps.registry import ROUTES
-from jupyterlab_nvdashboard.metrics import SimulatedNvml
+from jupyterlab_nvdashboard.simnvml import SimulatedNvml
 from tests.support.bokeh_client import open_session
 from tests.support.servers import get, in_process_server
 from tests.support.stream_client import count_live_frames, live_frames, open_stream

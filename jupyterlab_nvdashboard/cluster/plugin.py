@@ -40,9 +40,9 @@ class WorkerGpus:
     """The metrics layer on one worker and the snapshot it publishes."""
 
     def __init__(self, environ: dict[str, str] | None = None) -> None:
+        from ..composition import create_metrics
         from ..config import load_config
         from ..export.local import GpuExport
-        from ..metrics import create_metrics
 
         environ = dict(os.environ if environ is None else environ)
         # Only the metrics settings matter here; a worker has no token or port.

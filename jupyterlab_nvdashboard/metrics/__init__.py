@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config
-from .binding import binding_loader
 from .attribution import OWNER_FAMILY, ProcessAttributor, ProcessOwner
+from .binding import binding_loader
 from .families import PROCESS_FAMILY, ProcessReading
 from .gpm import GpmReader
 from .health import HealthReader

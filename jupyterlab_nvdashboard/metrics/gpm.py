@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .families import GPM_FAMILY, GpmReading
-from .nvml import _MISSING, GpuFacts, GpuReading, NvmlReader, NvmlState, _Device
+from .nvml import MISSING, Device, GpuFacts, GpuReading, NvmlReader, NvmlState
 
 GPM_EVERY_S = 1.0
 MIB = 2**20
@@ -81,7 +81,7 @@ class GpmReader:
     def __init__(self, nvml: NvmlReader, every_s: float = GPM_EVERY_S) -> None:
         self.nvml = nvml
         self.every_s = every_s
-        self._devices: list[_Device] | None = None
+        self._devices: list[Device] | None = None
         self._lib: Any = None
         self._pairs: dict[int, _Pair] = {}
         self._latest: dict[int, GpmReading] | None = None
@@ -93,7 +93,7 @@ class GpmReader:
     def read(self, gpus: tuple[GpuReading, ...] = ()) -> dict[int, GpmReading] | None:
         """The newest readings, refreshed every ``every_s``; None before NVML is up."""
         nvml = self.nvml
-        devices = nvml.family_devices()
+        devices = nvml.devices()
         if nvml.state is not NvmlState.OK or not devices:
             self._forget()
             return None
@@ -118,25 +118,25 @@ class GpmReader:
     def _drop(self, index: int) -> None:
         pair = self._pairs.pop(index, None)
         for buffer in pair.buffers if pair else ():
-            self.nvml._invoke("nvmlGpmSampleFree", buffer)
+            self.nvml.invoke("nvmlGpmSampleFree", buffer)
 
-    def _supported(self, device: _Device) -> bool:
+    def _supported(self, device: Device) -> bool:
         parent = device.parent.facts if device.parent is not None else None
         return gpm_unavailable_reason(device.facts, parent, {}) is None
 
-    def _pair(self, device: _Device) -> _Pair | None:
+    def _pair(self, device: Device) -> _Pair | None:
         index = device.facts.index
         if index in self._pairs:
             return self._pairs[index]
         nvml = self.nvml
-        request_type = nvml._const("c_nvmlGpmMetricsGet_t")
-        version = nvml._const("NVML_GPM_METRICS_GET_VERSION")
-        ids = {field: nvml._const(name) for field, (name, _) in GPM_METRICS.items()}
+        request_type = nvml.constant("c_nvmlGpmMetricsGet_t")
+        version = nvml.constant("NVML_GPM_METRICS_GET_VERSION")
+        ids = {field: nvml.constant(name) for field, (name, _) in GPM_METRICS.items()}
         fields = tuple(field for field, metric_id in ids.items() if metric_id is not None)
         if request_type is None or version is None or not fields:
             self.errors[index] = "this nvidia-ml-py cannot compute GPM metrics"
             return None
-        buffers = [nvml._call("nvmlGpmSampleAlloc") for _ in range(2)]
+        buffers = [nvml.call("nvmlGpmSampleAlloc") for _ in range(2)]
         if None in buffers:
             self.errors[index] = "NVML could not allocate GPM sample buffers"
             return None
@@ -147,17 +147,17 @@ class GpmReader:
         pair = self._pairs[index] = _Pair((buffers[0], buffers[1]), request, fields)
         return pair
 
-    def _sample(self, device: _Device, buffer: Any) -> Any:
+    def _sample(self, device: Device, buffer: Any) -> Any:
         """Fill ``buffer`` for this device; None, or the error."""
         parent = device.parent
         if parent is None:
-            _, error = self.nvml._invoke("nvmlGpmSampleGet", device.handle, buffer)
+            _, error = self.nvml.invoke("nvmlGpmSampleGet", device.handle, buffer)
         else:
             instance = (device.facts.mig or {}).get("gpu_instance_id")
-            _, error = self.nvml._invoke("nvmlGpmMigSampleGet", parent.handle, instance, buffer)
+            _, error = self.nvml.invoke("nvmlGpmMigSampleGet", parent.handle, instance, buffer)
         return error
 
-    def _read_device(self, device: _Device) -> GpmReading:
+    def _read_device(self, device: Device) -> GpmReading:
         index = device.facts.index
         if device.lost or index in self._refused or not self._supported(device):
             self._drop(index)
@@ -176,7 +176,7 @@ class GpmReader:
             return NOT_AVAILABLE  # one sample so far: the next pass derives the metrics
         request = pair.request
         request.sample1, request.sample2 = pair.buffers[previous], pair.buffers[target]
-        _, error = self.nvml._invoke("nvmlGpmMetricsGet", request)
+        _, error = self.nvml.invoke("nvmlGpmMetricsGet", request)
         if error is not None:
             self._failed(device, error)
             return NOT_AVAILABLE
@@ -189,13 +189,13 @@ class GpmReader:
                 values[field] = max(0.0, value) * GPM_METRICS[field][1]
         return GpmReading(**values)
 
-    def _failed(self, device: _Device, error: Any) -> None:
+    def _failed(self, device: Device, error: Any) -> None:
         nvml = self.nvml
         if isinstance(error, getattr(nvml.library, "NVMLError_GpuIsLost", ())):
-            nvml._mark_lost(device.parent or device)
+            nvml.mark_lost(device.parent or device)
         code = getattr(error, "value", None)
-        if error is _MISSING or code in (nvml._const("NVML_ERROR_NOT_SUPPORTED"),
-                                         nvml._const("NVML_ERROR_FUNCTION_NOT_FOUND")):
+        if error is MISSING or code in (nvml.constant("NVML_ERROR_NOT_SUPPORTED"),
+                                         nvml.constant("NVML_ERROR_FUNCTION_NOT_FOUND")):
             self._refused.add(device.facts.index)  # it will not start answering: stop asking
-        self.errors[device.facts.index] = nvml._reason(error, "GPM") or str(error) or \
+        self.errors[device.facts.index] = nvml.reason(error, "GPM") or str(error) or \
             type(error).__name__

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .families import HEALTH_FAMILY, HealthReading, XidEvent
-from .nvml import GpuReading, NvmlReader, NvmlState, _Device
+from .nvml import Device, GpuReading, NvmlReader, NvmlState
 
 HEALTH_SLOW_EVERY_S = 5.0
 MAX_XID_EVENTS = 50
@@ -138,7 +138,7 @@ class _Slow:
 @dataclass
 class _Events:
     event_set: Any = None
-    registered: dict[Any, _Device] = field(default_factory=dict)  # handle key -> GPU
+    registered: dict[Any, Device] = field(default_factory=dict)  # handle key -> GPU
     failed: bool = False
 
 
@@ -164,7 +164,7 @@ class HealthReader:
         self.nvml = nvml
         self.slow_every_s = slow_every_s
         self._wall_clock = wall_clock
-        self._devices: list[_Device] | None = None
+        self._devices: list[Device] | None = None
         self._lib: Any = None
         self._static: dict[int, _Static] = {}
         self._slow: dict[int, _Slow] = {}
@@ -175,7 +175,7 @@ class HealthReader:
 
     def read(self, gpus: tuple[GpuReading, ...] = ()) -> dict[int, HealthReading] | None:
         nvml = self.nvml
-        devices = nvml.family_devices()
+        devices = nvml.devices()
         if nvml.state is not NvmlState.OK or not devices:
             return None
         if devices is not self._devices or nvml.library is not self._lib:
@@ -189,39 +189,39 @@ class HealthReader:
                 for device in physical}
 
     # ----- devices ------------------------------------------------------------------------
-    def _reset(self, devices: list[_Device]) -> None:
+    def _reset(self, devices: list[Device]) -> None:
         nvml = self.nvml
         if self._events.event_set is not None and self._lib is nvml.library:
-            nvml._invoke("nvmlEventSetFree", self._events.event_set)
+            nvml.invoke("nvmlEventSetFree", self._events.event_set)
         self._devices, self._lib = devices, nvml.library
         self._static, self._slow, self._events = {}, {}, _Events()
         self.xid_supported = {}
         self._open_event_set([device for device in devices if device.parent is None])
 
-    def _static_facts(self, device: _Device) -> _Static:
+    def _static_facts(self, device: Device) -> _Static:
         static = self._static.get(device.facts.index)
         if static is None:
-            nvml, const = self.nvml, self.nvml._const
+            nvml, const = self.nvml, self.nvml.constant
             sm, memory = const("NVML_CLOCK_SM"), const("NVML_CLOCK_MEM")
             slowdown = const("NVML_TEMPERATURE_THRESHOLD_SLOWDOWN")
             shutdown = const("NVML_TEMPERATURE_THRESHOLD_SHUTDOWN")
             static = self._static[device.facts.index] = _Static(
-                _number(nvml._query(device, "nvmlDeviceGetMaxClockInfo", sm)
+                _number(nvml.query(device, "nvmlDeviceGetMaxClockInfo", sm)
                         if sm is not None else None),
-                _number(nvml._query(device, "nvmlDeviceGetMaxClockInfo", memory)
+                _number(nvml.query(device, "nvmlDeviceGetMaxClockInfo", memory)
                         if memory is not None else None),
-                _number(nvml._query(device, "nvmlDeviceGetTemperatureThreshold", slowdown)
+                _number(nvml.query(device, "nvmlDeviceGetTemperatureThreshold", slowdown)
                         if slowdown is not None else None),
-                _number(nvml._query(device, "nvmlDeviceGetTemperatureThreshold", shutdown)
+                _number(nvml.query(device, "nvmlDeviceGetTemperatureThreshold", shutdown)
                         if shutdown is not None else None),
             )
         return static
 
-    def _slow_readings(self, device: _Device, now: float) -> _Slow:
+    def _slow_readings(self, device: Device, now: float) -> _Slow:
         slow = self._slow.get(device.facts.index)
         if slow is not None and now - slow.read_at < self.slow_every_s:
             return slow
-        nvml, const = self.nvml, self.nvml._const
+        nvml, const = self.nvml, self.nvml.constant
         corrected, uncorrected = (const("NVML_MEMORY_ERROR_TYPE_CORRECTED"),
                                   const("NVML_MEMORY_ERROR_TYPE_UNCORRECTED"))
         volatile, aggregate = const("NVML_VOLATILE_ECC"), const("NVML_AGGREGATE_ECC")
@@ -230,38 +230,38 @@ class HealthReader:
             for kind in (corrected, uncorrected):
                 value = None
                 if counter is not None and kind is not None:
-                    value = nvml._query(device, "nvmlDeviceGetTotalEccErrors", kind, counter)
+                    value = nvml.query(device, "nvmlDeviceGetTotalEccErrors", kind, counter)
                 counts.append(None if value is None else int(value))
-        rows = nvml._query(device, "nvmlDeviceGetRemappedRows")
-        limit = nvml._query(device, "nvmlDeviceGetEnforcedPowerLimit")
+        rows = nvml.query(device, "nvmlDeviceGetRemappedRows")
+        limit = nvml.query(device, "nvmlDeviceGetEnforcedPowerLimit")
         slow = self._slow[device.facts.index] = _Slow(
             now, (counts[0], counts[1], counts[2], counts[3]),
             None if rows is None else bool(rows[2]), None if rows is None else bool(rows[3]),
             None if limit is None else limit / 1000)
         return slow
 
-    def _clock_event_reasons(self, device: _Device) -> int | None:
+    def _clock_event_reasons(self, device: Device) -> int | None:
         """The R535 name where the binding and driver have it, else the older one."""
         nvml = self.nvml
-        mask = nvml._query(device, "nvmlDeviceGetCurrentClocksEventReasons")
-        if mask is None and "nvmlDeviceGetCurrentClocksEventReasons" in device.skip:
-            mask = nvml._query(device, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        mask = nvml.query(device, "nvmlDeviceGetCurrentClocksEventReasons")
+        if mask is None and device.skips("nvmlDeviceGetCurrentClocksEventReasons"):
+            mask = nvml.query(device, "nvmlDeviceGetCurrentClocksThrottleReasons")
         return None if mask is None else int(mask)
 
-    def _read_device(self, device: _Device, gpu: GpuReading | None, now: float
+    def _read_device(self, device: Device, gpu: GpuReading | None, now: float
                      ) -> HealthReading:
         static = self._static_facts(device)
         nvml = self.nvml
         sm_clock = memory_clock = pstate = reasons = fan = None
         if not device.lost:
-            sm, memory = nvml._const("NVML_CLOCK_SM"), nvml._const("NVML_CLOCK_MEM")
-            sm_clock = nvml._query(device, "nvmlDeviceGetClockInfo", sm) \
+            sm, memory = nvml.constant("NVML_CLOCK_SM"), nvml.constant("NVML_CLOCK_MEM")
+            sm_clock = nvml.query(device, "nvmlDeviceGetClockInfo", sm) \
                 if sm is not None else None
-            memory_clock = nvml._query(device, "nvmlDeviceGetClockInfo", memory) \
+            memory_clock = nvml.query(device, "nvmlDeviceGetClockInfo", memory) \
                 if memory is not None else None
-            pstate = nvml._query(device, "nvmlDeviceGetPerformanceState")
+            pstate = nvml.query(device, "nvmlDeviceGetPerformanceState")
             reasons = self._clock_event_reasons(device)
-            fan = nvml._query(device, "nvmlDeviceGetFanSpeed")
+            fan = nvml.query(device, "nvmlDeviceGetFanSpeed")
         slow = self._slow_readings(device, now) if not device.lost else None
         ecc = slow.ecc if slow else (None, None, None, None)
         return HealthReading(
@@ -284,18 +284,18 @@ class HealthReader:
         )
 
     # ----- XID events -----------------------------------------------------------------------
-    def _open_event_set(self, devices: list[_Device]) -> None:
+    def _open_event_set(self, devices: list[Device]) -> None:
         nvml = self.nvml
-        xid = nvml._const("nvmlEventTypeXidCriticalError")
-        event_set, error = (None, None) if xid is None else nvml._invoke("nvmlEventSetCreate")
+        xid = nvml.constant("nvmlEventTypeXidCriticalError")
+        event_set, error = (None, None) if xid is None else nvml.invoke("nvmlEventSetCreate")
         if event_set is None:
             self._events.failed = True
             if error is not None:
-                nvml._log_once("nvmlEventSetCreate", getattr(error, "value", None), error)
+                nvml.log_once("nvmlEventSetCreate", getattr(error, "value", None), error)
             return
         self._events.event_set = event_set
         for device in devices:
-            _, error = nvml._invoke("nvmlDeviceRegisterEvents", device.handle, xid, event_set)
+            _, error = nvml.invoke("nvmlDeviceRegisterEvents", device.handle, xid, event_set)
             self.xid_supported[device.facts.index] = error is None
             if error is None:
                 self._events.registered[_handle_key(device.handle)] = device
@@ -305,12 +305,12 @@ class HealthReader:
         events, nvml = self._events, self.nvml
         if events.event_set is None or not events.registered:
             return
-        xid = nvml._const("nvmlEventTypeXidCriticalError") or 0
+        xid = nvml.constant("nvmlEventTypeXidCriticalError") or 0
         for _ in range(XID_EVENTS_PER_PASS):
-            data, error = nvml._invoke("nvmlEventSetWait_v2", events.event_set, 0)
+            data, error = nvml.invoke("nvmlEventSetWait_v2", events.event_set, 0)
             if error is not None:  # NVML_ERROR_TIMEOUT: nothing (more) is pending
                 if not isinstance(error, getattr(nvml.library, "NVMLError_Timeout", ())):
-                    nvml._log_once("nvmlEventSetWait_v2", getattr(error, "value", None), error)
+                    nvml.log_once("nvmlEventSetWait_v2", getattr(error, "value", None), error)
                 return
             device = events.registered.get(_handle_key(getattr(data, "device", None)))
             if device is None or not int(data.eventType) & xid:

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
 
+from . import nvml_h
+from .binding import binding_version, load_binding
 from .cuda_visibility import MigEntry, PhysicalGpu, cuda_indices
 from .rates import CounterRates
 
@@ -53,7 +55,7 @@ _VALUE_FIELDS = {0: ("dVal", 64), 1: ("uiVal", 32), 2: ("ulVal", 64), 3: ("ullVa
                  4: ("sllVal", 64), 5: ("siVal", 32), 6: ("usVal", 16)}
 _VIRTUALIZATION = {0: "none", 1: "passthrough", 2: "vgpu", 3: "host_vgpu", 4: "host_vsga"}
 # A binding or driver that lacks a function: the reason is about the software, not the GPU.
-_MISSING = object()
+MISSING = object()
 
 
 class NvmlState(str, Enum):
@@ -149,10 +151,10 @@ class _NvlinkFields:
 
 
 @dataclass
-class _Device:
+class Device:
     facts: GpuFacts
     handle: Any
-    parent: _Device | None = None
+    parent: Device | None = None
     mig_position: int | None = None  # its index among the parent's MIG handles
     lost: bool = False
     last_recovery_attempt: float = 0.0
@@ -162,14 +164,23 @@ class _Device:
     pcie_reprobe_at: float = 0.0
     pcie_snapshot: tuple[float, float | None, float | None] | None = None  # (monotonic, tx, rx)
     nvlink_fields: _NvlinkFields | None = None
-    skip: set[str] = field(default_factory=set)  # functions that answered NOT_SUPPORTED
+    # What will not start answering: a function the binding lacks (its name), or one call
+    # that answered NOT_SUPPORTED ((function, arguments)): one unsupported clock domain or
+    # threshold must not hide the others.
+    skip: set[Any] = field(default_factory=set)
     unavailable: dict[str, str] = field(default_factory=dict)  # metric -> reason
 
+    def skips(self, function: str, *args: Any) -> bool:
+        """True when ``function`` (with these arguments) is known not to answer here."""
+        return function in self.skip or _skip_key(function, args) in self.skip
 
-def _load_pynvml() -> Any:
-    import pynvml
 
-    return pynvml
+def _skip_key(function: str, args: tuple[Any, ...]) -> Any:
+    try:
+        hash(args)
+    except TypeError:  # a list of field IDs: its own return codes say what is supported
+        return (function, None)
+    return (function, args)
 
 
 def _decode(value: Any) -> Any:
@@ -187,12 +198,23 @@ def _field_number(field_value: Any) -> tuple[float, int]:
     return float(getattr(field_value.value, name)), bits
 
 
+class DeviceStates(dict):  # type: ignore[type-arg]
+    """Per-device state keyed by UUID, or by a tuple whose first element is a UUID."""
+
+    __hash__ = object.__hash__  # held in the reader's weak set by identity
+
+    def retain(self, uuids: set[str]) -> None:
+        for key in list(self):
+            if (key[0] if isinstance(key, tuple) else key) not in uuids:
+                del self[key]
+
+
 class NvmlReader:
     """Reads every visible GPU. ``read`` from one thread, ``read_slow`` from another."""
 
     def __init__(
         self,
-        load_library: Callable[[], Any] = _load_pynvml,
+        load_library: Callable[[], Any] = load_binding,
         cuda_visible_devices: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         cuda_device_order: str | None = None,
@@ -203,9 +225,13 @@ class NvmlReader:
         self._clock = clock
         self._lock = threading.RLock()
         self._lib: Any = None
-        self._devices: list[_Device] = []
+        self._devices: list[Device] = []
         self._physical_count = 0
         self._rates = CounterRates()
+        # Per-device state of the reading families, keyed by UUID (see per_device).
+        self._per_device: weakref.WeakSet[DeviceStates] = weakref.WeakSet()
+        # Changes whenever the shown devices are enumerated again (start, rescan, re-init).
+        self.epoch = 0
         self._logged: set[tuple[str, Any]] = set()
         self._last_init_attempt = -float("inf")
         self._last_rescan = 0.0
@@ -234,7 +260,7 @@ class NvmlReader:
                 # NVML is up: only the GPUs can change (hot plug, a driver seeing one more).
                 if now - self._last_rescan >= self.rescan_interval_s:
                     self._last_rescan = now
-                    count = self._call("nvmlDeviceGetCount")
+                    count = self.call("nvmlDeviceGetCount")
                     if isinstance(count, int) and count != self._physical_count:
                         log.warning("NVML now sees %d GPU(s), was %d", count,
                                     self._physical_count)
@@ -281,12 +307,12 @@ class NvmlReader:
         self._lib = lib
         # Checked for every field value of every tick: looked up once per library
         # (nvml.h has NVML_SUCCESS = 0 in every release).
-        self._success = self._const("NVML_SUCCESS") or 0
+        self._success = self.constant("NVML_SUCCESS") or 0
         self.versions = {
-            "driver": str(self._call("nvmlSystemGetDriverVersion") or ""),
-            "nvml": str(self._call("nvmlSystemGetNVMLVersion") or ""),
-            "binding": str(getattr(lib, "__version__", "") or ""),
-            "cuda_driver": _cuda_version(self._call("nvmlSystemGetCudaDriverVersion")),
+            "driver": str(self.call("nvmlSystemGetDriverVersion") or ""),
+            "nvml": str(self.call("nvmlSystemGetNVMLVersion") or ""),
+            "binding": binding_version(lib),
+            "cuda_driver": _cuda_version(self.call("nvmlSystemGetCudaDriverVersion")),
         }
         self._enumerate()
 
@@ -303,80 +329,88 @@ class NvmlReader:
         return NvmlState.ERROR
 
     # ----- the choke point ------------------------------------------------------------
-    def _const(self, name: str) -> Any:
-        """An NVML constant, or None when this binding lacks it (logged once)."""
+    def constant(self, name: str) -> Any:
+        """An NVML constant: the binding's, else nvml.h's value for an ABI-stable one, else
+        None (logged once)."""
         value = getattr(self._lib, name, None)
         if value is None:
-            self._log_once(name, "missing", f"nvidia-ml-py {self.versions.get('binding', '')} "
-                           f"has no {name}")
+            value = nvml_h.VALUES.get(name)
+            if value is None:
+                self.log_once(name, "missing", f"nvidia-ml-py {self.versions.get('binding', '')}"
+                              f" has no {name}")
         return value
 
-    def _invoke(self, function: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        """(value, None) or (None, the NVMLError / _MISSING). Never raises for NVML's sake."""
+    def invoke(self, function: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """(value, None) or (None, the NVMLError / MISSING). Never raises for NVML's sake."""
         lib = self._lib
         method = getattr(lib, function, None)
         if method is None:
-            self._log_once(function, "missing", "not in this nvidia-ml-py")
-            return None, _MISSING
+            self.log_once(function, "missing", "not in this nvidia-ml-py")
+            return None, MISSING
         try:
             return _decode(method(*args, **kwargs)), None
         except getattr(lib, "NVMLError", Exception) as error:
             return None, error
         except TypeError as error:  # an older binding without this argument
-            self._log_once(function, "signature", error)
-            return None, _MISSING
+            self.log_once(function, "signature", error)
+            return None, MISSING
+        except getattr(lib, "NVMLLibraryMismatchError", ()) as error:
+            # An unversioned wrapper that refuses a driver older than the binding.
+            self.log_once(function, "mismatch", error)
+            return None, MISSING
 
-    def _call(self, function: str, *args: Any) -> Any:
+    def call(self, function: str, *args: Any) -> Any:
         """A call that needs no device; None when it fails."""
-        value, _ = self._invoke(function, *args)
+        value, _ = self.invoke(function, *args)
         return value
 
-    def _query(self, device: _Device, function: str, *args: Any, metric: str | None = None,
+    def query(self, device: Device, function: str, *args: Any, metric: str | None = None,
                normal_errors: tuple[str, ...] = (), **kwargs: Any) -> Any:
         """A device call; any error is None for this metric only, with its reason kept.
 
         ``normal_errors`` are NVML error names that only mean "nothing to report now" for
         this call (NOT_FOUND from nvmlDeviceGetProcessUtilization: no sample since the
         given time): None, with nothing logged or marked unavailable."""
-        if device.lost or function in device.skip:
+        if device.lost or device.skips(function, *args):
             return None
-        value, error = self._invoke(function, device.handle, *args, **kwargs)
+        value, error = self.invoke(function, device.handle, *args, **kwargs)
         if error is None:
             if metric is not None:
                 device.unavailable.pop(metric, None)
             return value
         if isinstance(error, getattr(self._lib, "NVMLError_GpuIsLost", ())):
-            self._mark_lost(device)
+            self.mark_lost(device)
             return None
-        reason = self._reason(error, function)
+        reason = self.reason(error, function)
         code = getattr(error, "value", None)
-        if code is not None and any(code == self._const(name) for name in normal_errors):
+        if code is not None and any(code == self.constant(name) for name in normal_errors):
             return None
-        if error is _MISSING or code == self._const("NVML_ERROR_NOT_SUPPORTED") or \
-                code == self._const("NVML_ERROR_FUNCTION_NOT_FOUND"):
-            device.skip.add(function)  # it will not start answering: stop asking every tick
+        if error is MISSING or code == self.constant("NVML_ERROR_NOT_SUPPORTED") or \
+                code == self.constant("NVML_ERROR_FUNCTION_NOT_FOUND"):
+            # It will not start answering: stop asking every tick.
+            device.skip.add(function if error is MISSING else _skip_key(function, args))
         else:
-            self._log_once(function, code, error)
+            self.log_once(function, code, error)
         if metric is not None and reason:
             device.unavailable.setdefault(metric, reason)
         return None
 
-    def _reason(self, error: Any, function: str) -> str:
-        if error is _MISSING:
+    def reason(self, error: Any, function: str) -> str:
+        if error is MISSING:
             binding = self.versions.get("binding") or "this version"
             return f"nvidia-ml-py {binding} cannot call {function}; a newer nvidia-ml-py can"
         code = getattr(error, "value", None)
         for name, words in _REASONS.items():
-            if code is not None and code == self._const(name):
+            if code is not None and code == self.constant(name):
                 return words
         return ""
 
-    def _log_once(self, function: str, code: Any, error: object) -> None:
+    def log_once(self, function: str, code: Any, error: object) -> None:
         if (function, code) not in self._logged:
             self._logged.add((function, code))
             log.info("NVML %s is not available: %s", function, error)
 
-    def _mark_lost(self, device: _Device) -> None:
+    def mark_lost(self, device: Device) -> None:
         physical = device.parent or device
         for each in [physical, *(d for d in self._devices if d.parent is physical)]:
             if not each.lost:
@@ -384,28 +418,28 @@ class NvmlReader:
             each.lost = True
             each.last_recovery_attempt = self._clock()
             each.pcie_snapshot = None
-            self._rates.forget(each.facts.index)
+            self._rates.forget(each.facts.uuid)
 
-    def _fields(self, device: _Device, field_ids: Sequence[Any]) -> list[Any] | None:
+    def fields(self, device: Device, field_ids: Sequence[Any]) -> list[Any] | None:
         """Field values, or None; each value's own nvmlReturn is checked by the caller."""
-        values = self._query(device, "nvmlDeviceGetFieldValues", list(field_ids))
+        values = self.query(device, "nvmlDeviceGetFieldValues", list(field_ids))
         return None if values is None else list(values)
 
-    def _succeeded(self, field_value: Any) -> bool:
+    def succeeded(self, field_value: Any) -> bool:
         return field_value.nvmlReturn == self._success
 
     # ----- devices --------------------------------------------------------------------
     def _enumerate(self) -> None:
         """Open every physical GPU and MIG device this process should show."""
         self._last_rescan = self._clock()
-        count = self._call("nvmlDeviceGetCount")
+        count = self.call("nvmlDeviceGetCount")
         if not isinstance(count, int):
             self._set_state(NvmlState.ERROR, "nvmlDeviceGetCount failed")
             return
         self._physical_count = count
-        opened: list[tuple[_Device, list[_Device]]] = []
+        opened: list[tuple[Device, list[Device]]] = []
         for nvml_index in range(count):
-            handle, error = self._invoke("nvmlDeviceGetHandleByIndex", nvml_index)
+            handle, error = self.invoke("nvmlDeviceGetHandleByIndex", nvml_index)
             if error is not None:
                 log.warning("GPU %d cannot be opened: %s", nvml_index, error)
                 continue
@@ -419,7 +453,7 @@ class NvmlReader:
             for gpu, migs in opened
         ]
         visible = cuda_indices(physical, self._cuda_visible_devices, self._cuda_device_order)
-        rows: list[_Device] = []
+        rows: list[Device] = []
         for gpu, migs in opened:
             shown_migs = [mig for mig in migs if mig.facts.uuid in visible]
             if gpu.facts.uuid not in visible and not shown_migs:
@@ -429,6 +463,7 @@ class NvmlReader:
             for mig in shown_migs:
                 rows.append(self._finish(mig, len(rows), parent_row, visible[mig.facts.uuid]))
         self._devices = rows
+        self._device_list_changed(rows)
         if rows:
             self._set_state(NvmlState.OK)
         elif self._cuda_visible_devices is not None and count:
@@ -437,35 +472,50 @@ class NvmlReader:
         else:
             self._set_state(NvmlState.NO_DEVICES)
 
+    def _device_list_changed(self, rows: list[Device]) -> None:
+        """The one reset: state of a GPU no longer shown goes, whoever keeps it."""
+        shown = {device.facts.uuid for device in rows}
+        self._rates.retain(shown)
+        for states in list(self._per_device):
+            states.retain(shown)
+        self.epoch += 1
+
+    def per_device(self) -> DeviceStates:
+        """A map for a family's per-device state, keyed by UUID (or a tuple starting with
+        one); entries of a GPU that is no longer shown are dropped at re-enumeration."""
+        states = DeviceStates()
+        self._per_device.add(states)
+        return states
+
     def _new_device(self, handle: Any, nvml_index: int, kind: str,
-                    parent: _Device | None = None) -> _Device:
+                    parent: Device | None = None) -> Device:
         name = f"GPU {nvml_index}"
         facts = GpuFacts(0, name, kind, None, nvml_index, None, name, "", None, "v1", None, None,
                          None, (), None, None, False, None, "none", None)
-        device = _Device(facts, handle, parent=parent)
-        uuid = self._query(device, "nvmlDeviceGetUUID") or ""
-        device.facts = facts._replace(name=self._query(device, "nvmlDeviceGetName") or name,
+        device = Device(facts, handle, parent=parent)
+        uuid = self.query(device, "nvmlDeviceGetUUID") or ""
+        device.facts = facts._replace(name=self.query(device, "nvmlDeviceGetName") or name,
                                       uuid=uuid)
         return device
 
-    def _open_mig_devices(self, gpu: _Device) -> list[_Device]:
-        mode = self._query(gpu, "nvmlDeviceGetMigMode")
-        enabled = self._const("NVML_DEVICE_MIG_ENABLE")
+    def _open_mig_devices(self, gpu: Device) -> list[Device]:
+        mode = self.query(gpu, "nvmlDeviceGetMigMode")
+        enabled = self.constant("NVML_DEVICE_MIG_ENABLE")
         if not mode or enabled is None or mode[0] != enabled:
             return []
         gpu.facts = gpu.facts._replace(mig_enabled=True)
         migs = []
         parent_mib = self._total_mib(gpu)
-        for position in range(self._query(gpu, "nvmlDeviceGetMaxMigDeviceCount") or 0):
-            handle, error = self._invoke("nvmlDeviceGetMigDeviceHandleByIndex", gpu.handle,
+        for position in range(self.query(gpu, "nvmlDeviceGetMaxMigDeviceCount") or 0):
+            handle, error = self.invoke("nvmlDeviceGetMigDeviceHandleByIndex", gpu.handle,
                                          position)
             if error is not None:  # NOT_FOUND: an empty slot
                 continue
             mig = self._new_device(handle, gpu.facts.nvml_index, "mig", parent=gpu)
             mig.mig_position = position
-            gi = self._query(mig, "nvmlDeviceGetGpuInstanceId")
-            ci = self._query(mig, "nvmlDeviceGetComputeInstanceId")
-            attributes = self._query(mig, "nvmlDeviceGetAttributes")
+            gi = self.query(mig, "nvmlDeviceGetGpuInstanceId")
+            ci = self.query(mig, "nvmlDeviceGetComputeInstanceId")
+            attributes = self.query(mig, "nvmlDeviceGetAttributes")
             info: dict[str, int] = {"gpu_instance_id": gi, "compute_instance_id": ci}
             if attributes is not None:
                 memory_mib = int(attributes.memorySizeMB)
@@ -480,30 +530,30 @@ class NvmlReader:
             migs.append(mig)
         return migs
 
-    def _total_mib(self, gpu: _Device) -> float:
-        memory = self._query(gpu, "nvmlDeviceGetMemoryInfo")
+    def _total_mib(self, gpu: Device) -> float:
+        memory = self.query(gpu, "nvmlDeviceGetMemoryInfo")
         return 0.0 if memory is None else int(memory.total) / 2**20
 
-    def _speed(self, gpu: _Device) -> tuple[int, int, int]:
+    def _speed(self, gpu: Device) -> tuple[int, int, int]:
         """What CUDA's FASTEST_FIRST guess is made of; 0 where NVML won't say."""
         if self._cuda_device_order == "PCI_BUS_ID":
             return (0, 0, 0)
-        major, minor = self._query(gpu, "nvmlDeviceGetCudaComputeCapability") or (0, 0)
-        cores = self._query(gpu, "nvmlDeviceGetNumGpuCores") or 0
-        sm_clock = self._const("NVML_CLOCK_SM")
-        clock = self._query(gpu, "nvmlDeviceGetMaxClockInfo", sm_clock) \
+        major, minor = self.query(gpu, "nvmlDeviceGetCudaComputeCapability") or (0, 0)
+        cores = self.query(gpu, "nvmlDeviceGetNumGpuCores") or 0
+        sm_clock = self.constant("NVML_CLOCK_SM")
+        clock = self.query(gpu, "nvmlDeviceGetMaxClockInfo", sm_clock) \
             if sm_clock is not None else None
         return int(major), int(minor), int(cores) * int(clock or 0)
 
-    def _finish(self, device: _Device, row: int, parent_row: int | None,
-                cuda_index: int | None) -> _Device:
+    def _finish(self, device: Device, row: int, parent_row: int | None,
+                cuda_index: int | None) -> Device:
         """Read the rest of a device's static facts, once."""
         facts = device.facts._replace(index=row, parent=parent_row, cuda_index=cuda_index)
         memory = self._probe_memory(device)
         facts = facts._replace(
             memory_total_bytes=None if memory is None else int(memory.total),
             memory_api="v2" if device.memory_version is not None else "v1")
-        pci = self._query(device.parent or device, "nvmlDeviceGetPciInfo")
+        pci = self.query(device.parent or device, "nvmlDeviceGetPciInfo")
         bus_id = _decode(getattr(pci, "busId", None)) if pci is not None else None
         facts = facts._replace(pci_bus_id=bus_id or None)
         if device.parent is not None:
@@ -511,14 +561,14 @@ class NvmlReader:
                 device.unavailable[metric] = MIG_PHYSICAL
             device.facts = facts
             return device
-        generation = self._query(device, "nvmlDeviceGetMaxPcieLinkGeneration", metric="pcie")
-        width = self._query(device, "nvmlDeviceGetMaxPcieLinkWidth", metric="pcie")
+        generation = self.query(device, "nvmlDeviceGetMaxPcieLinkGeneration", metric="pcie")
+        width = self.query(device, "nvmlDeviceGetMaxPcieLinkWidth", metric="pcie")
         pcie_max = None
         if generation in _PCIE_LANE_BYTES_PER_S and width:
             pcie_max = _PCIE_LANE_BYTES_PER_S[generation] * width
-        power_limit = self._query(device, "nvmlDeviceGetEnforcedPowerLimit", metric="power")
-        mode = self._query(device, "nvmlDeviceGetVirtualizationMode")
-        gpm = self._query(device, "nvmlGpmQueryDeviceSupport", metric="gpm")
+        power_limit = self.query(device, "nvmlDeviceGetEnforcedPowerLimit", metric="power")
+        mode = self.query(device, "nvmlDeviceGetVirtualizationMode")
+        gpm = self.query(device, "nvmlGpmQueryDeviceSupport", metric="gpm")
         facts = facts._replace(
             pcie_max_generation=generation, pcie_max_width=width, pcie_max_bytes_per_s=pcie_max,
             power_limit_w=None if power_limit is None else power_limit / 1000,
@@ -531,56 +581,74 @@ class NvmlReader:
         self._probe_pcie(device)
         if facts.mig_enabled:
             device.unavailable["utilization"] = MIG_PARENT_UTILIZATION
-            device.skip.add("nvmlDeviceGetUtilizationRates")
+            device.skip.add(_skip_key("nvmlDeviceGetUtilizationRates", ()))
         return device
 
-    def _probe_memory(self, device: _Device) -> Any:
+    def _probe_memory(self, device: Device) -> Any:
         """Memory v2 where the binding and driver have it (used then matches nvidia-smi)."""
         version = getattr(self._lib, "nvmlMemory_v2", None)
         if version is not None:
-            memory, error = self._invoke("nvmlDeviceGetMemoryInfo", device.handle,
+            memory, error = self.invoke("nvmlDeviceGetMemoryInfo", device.handle,
                                          version=version)
             if error is None:
                 device.memory_version = version
                 return memory
-        return self._query(device, "nvmlDeviceGetMemoryInfo", metric="memory")
+        return self.query(device, "nvmlDeviceGetMemoryInfo", metric="memory")
 
-    def _probe_pcie(self, device: _Device, now: float | None = None) -> None:
+    def _probe_pcie(self, device: Device, now: float | None = None) -> None:
         """Use the PCIe byte counters if they answer; otherwise the 20 ms snapshot."""
-        tx, rx = (self._const("NVML_FI_DEV_PCIE_COUNT_TX_BYTES"),
-                  self._const("NVML_FI_DEV_PCIE_COUNT_RX_BYTES"))
+        tx, rx = (self.constant("NVML_FI_DEV_PCIE_COUNT_TX_BYTES"),
+                  self.constant("NVML_FI_DEV_PCIE_COUNT_RX_BYTES"))
         device.pcie_reprobe_at = (self._clock() if now is None else now) + PCIE_REPROBE_S
         if tx is not None and rx is not None:
-            values = self._fields(device, [tx, rx])
-            if values and all(self._succeeded(value) for value in values):
+            values = self.fields(device, [tx, rx])
+            if values and all(self.succeeded(value) for value in values):
                 device.pcie_counters = (tx, rx)
                 device.unavailable.pop("pcie", None)
                 return
         device.pcie_counters = None
-        device.pcie_snapshot_supported = "nvmlDeviceGetPcieThroughput" not in device.skip and \
-            self._const("NVML_PCIE_UTIL_TX_BYTES") is not None
+        tx_kind = self.constant("NVML_PCIE_UTIL_TX_BYTES")
+        device.pcie_snapshot_supported = not device.skips("nvmlDeviceGetPcieThroughput", tx_kind)
         if not device.pcie_snapshot_supported:
             device.unavailable.setdefault("pcie", _REASONS["NVML_ERROR_NOT_SUPPORTED"])
 
-    def _probe_nvlink(self, device: _Device) -> tuple[tuple[int, ...], float | None]:
+    def _probe_nvlink(self, device: Device) -> tuple[tuple[int, ...], float | None]:
         """Active link IDs (gaps kept), their summed speed, and which byte fields answer."""
-        active_state = self._const("NVML_NVLINK_STATE_ACTIVE")
+        # nvmlDeviceGetNvLinkState answers an nvmlEnableState_t (nvml.h), not a link state.
+        enabled = self.constant("NVML_FEATURE_ENABLED")
+        not_supported = self.constant("NVML_ERROR_NOT_SUPPORTED")
+        invalid = self.constant("NVML_ERROR_INVALID_ARGUMENT")
+        count_field = self.constant("NVML_FI_DEV_NVLINK_LINK_COUNT")
+        counted = self.fields(device, [count_field])
+        links = int(_field_number(counted[0])[0]) if counted and \
+            self.succeeded(counted[0]) else None
         active = []
-        for link in range(self._const("NVML_NVLINK_MAX_LINKS") or _DEFAULT_MAX_LINKS):
-            state = self._query(device, "nvmlDeviceGetNvLinkState", link, metric="nvlink")
-            if "nvmlDeviceGetNvLinkState" in device.skip:  # NOT_SUPPORTED: no NVLink here
+        for link in range(links if links is not None else
+                          self.constant("NVML_NVLINK_MAX_LINKS") or _DEFAULT_MAX_LINKS):
+            state, error = self.invoke("nvmlDeviceGetNvLinkState", device.handle, link)
+            code = getattr(error, "value", None)
+            if error is None:
+                if state == enabled:
+                    active.append(link)
+                continue
+            if code == invalid:  # past this GPU's last link (nvml.h: link >= the link count)
                 break
-            if state is not None and state == active_state:
-                active.append(link)
+            if isinstance(error, getattr(self._lib, "NVMLError_GpuIsLost", ())):
+                self.mark_lost(device)
+                break
+            if error is MISSING or code == not_supported:  # no NVLink on this GPU
+                device.unavailable.setdefault("nvlink", _REASONS["NVML_ERROR_NOT_SUPPORTED"])
+                break
+            self.log_once("nvmlDeviceGetNvLinkState", code, error)
         if not active:
             device.unavailable.setdefault("nvlink", "this GPU has no active NVLink")
             return (), None
         device.unavailable.pop("nvlink", None)
         # NVML_FI_DEV_NVLINK_GET_SPEED works on Hopper, where the old SPEED_MBPS_L* fields don't.
-        speed_field = self._const("NVML_FI_DEV_NVLINK_GET_SPEED")
-        speeds = self._fields(device, [(speed_field, link) for link in active]) \
+        speed_field = self.constant("NVML_FI_DEV_NVLINK_GET_SPEED")
+        speeds = self.fields(device, [(speed_field, link) for link in active]) \
             if speed_field is not None else None
-        good = [_field_number(v)[0] for v in speeds or [] if self._succeeded(v)]
+        good = [_field_number(v)[0] for v in speeds or [] if self.succeeded(v)]
         total = sum(good) * 1e6 if good else None  # NVML reports MB/s per link
         # The throughput fields (KiB) where they answer, else the newer byte counts.
         for tx_name, rx_name, scale in (
@@ -588,11 +656,11 @@ class NvmlReader:
              1024.0),
             ("NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES", "NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES", 1.0),
         ):
-            tx, rx = self._const(tx_name), self._const(rx_name)
+            tx, rx = self.constant(tx_name), self.constant(rx_name)
             if tx is None or rx is None:
                 continue
-            probe = self._fields(device, [(tx, active[0]), (rx, active[0])])
-            if probe and all(self._succeeded(value) for value in probe):
+            probe = self.fields(device, [(tx, active[0]), (rx, active[0])])
+            if probe and all(self.succeeded(value) for value in probe):
                 device.nvlink_fields = _NvlinkFields(tx, rx, scale)
                 break
         if device.nvlink_fields is None:
@@ -608,7 +676,7 @@ class NvmlReader:
         return {device.facts.index: dict(device.unavailable) for device in self._devices}
 
     # ----- for the sibling reading families (gpm.py, health.py), on the reader thread -----
-    def family_devices(self) -> list[_Device]:
+    def devices(self) -> list[Device]:
         """The shown devices; the list is replaced, never changed, when the GPUs change."""
         with self._lock:
             return self._devices if self.state is NvmlState.OK else []
@@ -638,8 +706,8 @@ class NvmlReader:
         """Refresh the 20 ms PCIe snapshots that are due; call from a thread of its own."""
         with self._lock:
             devices = self._devices if self.state is NvmlState.OK else []
-        tx_kind, rx_kind = self._const("NVML_PCIE_UTIL_TX_BYTES"), \
-            self._const("NVML_PCIE_UTIL_RX_BYTES")
+        tx_kind, rx_kind = self.constant("NVML_PCIE_UTIL_TX_BYTES"), \
+            self.constant("NVML_PCIE_UTIL_RX_BYTES")
         for device in devices:
             if device.lost or device.pcie_counters is not None or \
                     not device.pcie_snapshot_supported or tx_kind is None or rx_kind is None:
@@ -649,35 +717,35 @@ class NvmlReader:
             # every other pass, while extra calls (a hand-driven tick) still wait their turn.
             if last is not None and started - last[0] < PCIE_SNAPSHOT_EVERY_S - 0.25:
                 continue
-            tx = self._query(device, "nvmlDeviceGetPcieThroughput", tx_kind, metric="pcie")
-            rx = self._query(device, "nvmlDeviceGetPcieThroughput", rx_kind, metric="pcie")
-            if tx is None and rx is None and "nvmlDeviceGetPcieThroughput" in device.skip:
+            tx = self.query(device, "nvmlDeviceGetPcieThroughput", tx_kind, metric="pcie")
+            rx = self.query(device, "nvmlDeviceGetPcieThroughput", rx_kind, metric="pcie")
+            if tx is None and rx is None and device.skips("nvmlDeviceGetPcieThroughput", tx_kind):
                 device.pcie_snapshot_supported = False
                 continue
             device.pcie_snapshot = (started, None if tx is None else tx * 1024.0,
                                     None if rx is None else rx * 1024.0)  # NVML gives KB/s
 
-    def _read_device(self, device: _Device) -> GpuReading:
+    def _read_device(self, device: Device) -> GpuReading:
         index = device.facts.index
         if device.lost:
             self._try_recover(device)
             if device.lost:
                 return GpuReading.unavailable(index, lost=True)
         now = self._clock()
-        utilization = self._query(device, "nvmlDeviceGetUtilizationRates", metric="utilization")
+        utilization = self.query(device, "nvmlDeviceGetUtilizationRates", metric="utilization")
         if device.memory_version is not None:
-            memory = self._query(device, "nvmlDeviceGetMemoryInfo", metric="memory",
+            memory = self.query(device, "nvmlDeviceGetMemoryInfo", metric="memory",
                                  version=device.memory_version)
         else:
-            memory = self._query(device, "nvmlDeviceGetMemoryInfo", metric="memory")
+            memory = self.query(device, "nvmlDeviceGetMemoryInfo", metric="memory")
         temperature = power = None
         pcie: tuple[float | None, float | None, bool] = (None, None, False)
         nvlink: tuple[float | None, float | None] = (None, None)
         if device.parent is None:
-            sensor = self._const("NVML_TEMPERATURE_GPU")
-            temperature = self._query(device, "nvmlDeviceGetTemperature", sensor,
+            sensor = self.constant("NVML_TEMPERATURE_GPU")
+            temperature = self.query(device, "nvmlDeviceGetTemperature", sensor,
                                       metric="temperature") if sensor is not None else None
-            power = self._query(device, "nvmlDeviceGetPowerUsage", metric="power")
+            power = self.query(device, "nvmlDeviceGetPowerUsage", metric="power")
             pcie, nvlink = self._read_links(device, now)
         if device.lost:
             return GpuReading.unavailable(index, lost=True)
@@ -699,7 +767,7 @@ class NvmlReader:
             power_w=None if power is None else power / 1000,
         )
 
-    def _try_recover(self, device: _Device) -> None:
+    def _try_recover(self, device: Device) -> None:
         """A lost GPU may come back after a reset: reopen it by index now and then."""
         if self._clock() - device.last_recovery_attempt < self.retry_interval_s:
             return
@@ -707,17 +775,17 @@ class NvmlReader:
         parent = device.parent
         if parent is not None:
             if not parent.lost and device.mig_position is not None:
-                handle, error = self._invoke("nvmlDeviceGetMigDeviceHandleByIndex",
+                handle, error = self.invoke("nvmlDeviceGetMigDeviceHandleByIndex",
                                              parent.handle, device.mig_position)
-                if error is None and self._call("nvmlDeviceGetUUID", handle) == device.facts.uuid:
+                if error is None and self.call("nvmlDeviceGetUUID", handle) == device.facts.uuid:
                     device.handle, device.lost = handle, False
             return
-        handle, error = self._invoke("nvmlDeviceGetHandleByIndex", device.facts.nvml_index)
-        if error is None and self._call("nvmlDeviceGetUUID", handle) == device.facts.uuid:
+        handle, error = self.invoke("nvmlDeviceGetHandleByIndex", device.facts.nvml_index)
+        if error is None and self.call("nvmlDeviceGetUUID", handle) == device.facts.uuid:
             log.warning("%s (%s) is back", device.facts.label, device.facts.uuid)
             device.handle, device.lost = handle, False
 
-    def _read_links(self, device: _Device, now: float
+    def _read_links(self, device: Device, now: float
                     ) -> tuple[tuple[float | None, float | None, bool],
                                tuple[float | None, float | None]]:
         """PCIe and NVLink rates from one field-values call (plus the PCIe snapshot)."""
@@ -733,12 +801,12 @@ class NvmlReader:
         if fields is not None:
             requested += [(fields.tx, link) for link in links] + \
                 [(fields.rx, link) for link in links]
-        values = self._fields(device, requested) if requested else None
+        values = self.fields(device, requested) if requested else None
         pcie: tuple[float | None, float | None, bool]
         if counters is not None:
             if values is None:
                 pcie = (None, None, False)
-            elif not (self._succeeded(values[0]) and self._succeeded(values[1])):
+            elif not (self.succeeded(values[0]) and self.succeeded(values[1])):
                 self._probe_pcie(device, now)  # the counters stopped answering: fall back
                 pcie = (None, None, False)
             else:
@@ -757,15 +825,16 @@ class NvmlReader:
             for position, name in enumerate(("nvlink_tx", "nvlink_rx")):
                 rates = [self._rate(device, name, value, now, fields.scale, per_link)
                          for value in values[position * len(links):(position + 1) * len(links)]]
-                known = [rate for rate in rates if rate is not None]
-                totals.append(sum(known) if known else None)
+                # A link without a rate (its counter reset, or it failed) makes the total
+                # unknown: a partial sum would draw a dip that never happened.
+                totals.append(None if None in rates else sum(rates))  # type: ignore[arg-type]
             nvlink = (totals[0], totals[1])
         return pcie, nvlink
 
-    def _rate(self, device: _Device, name: str, value: Any, now: float, scale: float,
+    def _rate(self, device: Device, name: str, value: Any, now: float, scale: float,
               limit: float | None) -> float | None:
-        key = (device.facts.index, name, value.scopeId)
-        if not self._succeeded(value):
+        key = (device.facts.uuid, name, value.scopeId)
+        if not self.succeeded(value):
             return self._rates.update(key, None, now)
         number, bits = _field_number(value)
         ceiling = None if not limit else limit * _PLAUSIBLE_OVER_MAX / scale

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .families import PROCESS_FAMILY, ProcessReading
-from .nvml import GpuReading, NvmlReader, NvmlState, _Device
+from .nvml import Device, GpuReading, NvmlReader
 
 PROCESS_EVERY_S = 1.0
 _NOT_AVAILABLE_BYTES = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE, should a binding pass it through
@@ -59,9 +59,9 @@ class ProcessReader:
         self._clock, self._wall_clock = clock, wall_clock
         self._last_pass = -float("inf")
         # Per device row: the newest process-utilization sample timestamp seen (µs).
-        self._last_seen_us: dict[int, int] = {}
+        self._last_seen_us = nvml.per_device()  # UUID -> newest sample time (µs)
         # (row, pid) -> unix time this reader first listed it.
-        self._seen_since: dict[tuple[int, int], float] = {}
+        self._seen_since = nvml.per_device()  # (UUID, PID) -> wall time first listed
         self.latest: tuple[ProcessReading, ...] = ()  # replaced whole, so any thread may read it
         self.passes = 0
 
@@ -77,14 +77,14 @@ class ProcessReader:
     def read_all(self) -> tuple[ProcessReading, ...]:
         """One pass over every shown device (MIG devices included)."""
         nvml = self.nvml
-        with nvml._lock:
-            devices = list(nvml._devices) if nvml.state is NvmlState.OK else []
+        devices = nvml.devices()
         wall = self._wall_clock()
         # The history keeps a reading a second for its whole window: a row that did not
         # change is the previous object, so it costs the history a reference, not a copy.
         previous = {(r.device, r.pid): r for r in self.latest}
         readings: list[ProcessReading] = []
         listed: set[tuple[int, int]] = set()
+        held: set[tuple[str, int]] = set()
         for device in devices:
             if device.lost or device.facts.mig_enabled:
                 continue
@@ -96,36 +96,38 @@ class ProcessReader:
                     if (row, pid) in listed:
                         continue
                     listed.add((row, pid))
+                    held.add((device.facts.uuid, pid))
                     sm_pct, memory_pct = activity.get(pid, (None, None))
+                    since = self._seen_since.setdefault((device.facts.uuid, pid), wall)
                     reading = ProcessReading(
                         row, pid, kind, _memory(getattr(process, "usedGpuMemory", None)),
-                        sm_pct, memory_pct, self._seen_since.setdefault((row, pid), wall))
+                        sm_pct, memory_pct, since)
                     old = previous.get((row, pid))
                     readings.append(old if old == reading else reading)
-        for gone in self._seen_since.keys() - listed:
+        for gone in self._seen_since.keys() - held:
             del self._seen_since[gone]
         if tuple(readings) != self.latest:
             self.latest = tuple(readings)
         self.passes += 1
         return self.latest
 
-    def _list(self, device: _Device, functions: tuple[str, ...]) -> list[Any] | None:
+    def _list(self, device: Device, functions: tuple[str, ...]) -> list[Any] | None:
         """The newest versioned list function that answers; None when none does."""
         for function in functions:
-            if function in device.skip:
+            if device.skips(function):
                 continue
-            processes = self.nvml._query(device, function, metric="processes")
+            processes = self.nvml.query(device, function, metric="processes")
             if processes is not None:
                 return list(processes)
-            if function not in device.skip:  # a real error (or a lost GPU): not this pass
+            if not device.skips(function):  # a real error (or a lost GPU): not this pass
                 return None
             # Missing from the binding, or the driver is too old for it: try the older one.
         return None
 
-    def _activity(self, device: _Device) -> dict[int, tuple[float | None, float | None]]:
+    def _activity(self, device: Device) -> dict[int, tuple[float | None, float | None]]:
         """pid -> (SM %, memory %) from the samples newer than the last seen; {} without."""
-        row = device.facts.index
-        samples = self.nvml._query(device, _UTILIZATION, self._last_seen_us.get(row, 0),
+        uuid = device.facts.uuid
+        samples = self.nvml.query(device, _UTILIZATION, self._last_seen_us.get(uuid, 0),
                                    metric="process_utilization",
                                    normal_errors=("NVML_ERROR_NOT_FOUND",))
         if not samples:  # NotFound (no new samples), NotSupported (MIG), or an old binding
@@ -135,7 +137,7 @@ class ProcessReader:
             pid, stamp = int(sample.pid), int(sample.timeStamp)
             if pid not in newest or stamp >= int(newest[pid].timeStamp):
                 newest[pid] = sample
-            if stamp > self._last_seen_us.get(row, 0):
-                self._last_seen_us[row] = stamp
+            if stamp > self._last_seen_us.get(uuid, 0):
+                self._last_seen_us[uuid] = stamp
         return {pid: (float(sample.smUtil), float(sample.memUtil))
                 for pid, sample in newest.items()}

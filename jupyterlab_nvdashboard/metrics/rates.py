@@ -79,3 +79,8 @@ class CounterRates:
         """Drop every key whose first element is ``key_prefix`` (a GPU that was lost)."""
         for key in [k for k in self._last if isinstance(k, tuple) and k[0] == key_prefix]:
             self._last.pop(key, None)
+
+    def retain(self, key_prefixes: set[Hashable]) -> None:
+        """Keep only keys whose first element is one of ``key_prefixes`` (GPUs still shown)."""
+        for key in [k for k in self._last if isinstance(k, tuple) and k[0] not in key_prefixes]:
+            self._last.pop(key, None)

@@ -63,6 +63,9 @@ class Sample:
     gpu_age_s: float | None = 0.0
     # Room for per-process, MIG and GPM readings, keyed by family name.
     extra: dict[str, object] = field(default_factory=dict)
+    # The monotonic clock at the start of the tick: windows are cut by it, so a wall-clock
+    # step (NTP) neither empties nor stretches them. None for samples made by hand.
+    monotonic_s: float | None = None
 
 
 class History:
@@ -79,9 +82,11 @@ class History:
         self._listeners.append(listener)
 
     def append(self, time_s: float, gpus: tuple[GpuReading, ...], host: HostReading,
-               gpu_age_s: float | None = 0.0, extra: dict[str, object] | None = None) -> Sample:
+               gpu_age_s: float | None = 0.0, extra: dict[str, object] | None = None,
+               monotonic_s: float | None = None) -> Sample:
         with self._lock:
-            sample = Sample(self._next_seq, time_s, gpus, host, gpu_age_s, extra or {})
+            sample = Sample(self._next_seq, time_s, gpus, host, gpu_age_s, extra or {},
+                            time.monotonic() if monotonic_s is None else monotonic_s)
             self._next_seq += 1
             self._samples.append(sample)
         for listener in self._listeners:
@@ -102,12 +107,12 @@ class History:
         return newest_first
 
     def window(self, seconds: float) -> list[Sample]:
-        """Samples from the last ``seconds``, oldest first."""
+        """Samples from the last ``seconds`` of the monotonic clock, oldest first."""
         with self._lock:
             if not self._samples:
                 return []
-            cutoff = self._samples[-1].time_s - seconds
-            newest_first = list(itertools.takewhile(lambda s: s.time_s >= cutoff,
+            cutoff = _clock_of(self._samples[-1]) - seconds
+            newest_first = list(itertools.takewhile(lambda s: _clock_of(s) >= cutoff,
                                                     reversed(self._samples)))
         newest_first.reverse()
         return newest_first
@@ -125,6 +130,10 @@ class History:
         """Sequence number of the newest sample (-1 when empty)."""
         with self._lock:
             return self._next_seq - 1
+
+
+def _clock_of(sample: Sample) -> float:
+    return sample.time_s if sample.monotonic_s is None else sample.monotonic_s
 
 
 def _stale(readings: tuple[GpuReading, ...]) -> tuple[GpuReading, ...]:
@@ -156,6 +165,7 @@ class Sampler:
     ) -> None:
         self.nvml, self.host, self.history = nvml, host, history
         self.families = tuple(families)
+        self._family_names = {family.name for family in self.families}
         self.interval_s = interval_s
         self.idle_interval_s = max(interval_s, idle_interval_s or interval_s)
         self.idle = False
@@ -179,6 +189,9 @@ class Sampler:
         # next sample carries what they returned.
         self.slow_families: list[Callable[[], dict[str, object]]] = []
         self._pending_slow: dict[str, object] = {}
+        # Family readings of GPU passes no tick has taken yet: a family that reads once a
+        # second must not lose its reading when two passes land between two ticks.
+        self._pending_family: dict[str, object] = {}
 
     @property
     def current_interval_s(self) -> float:
@@ -214,6 +227,7 @@ class Sampler:
                 extra[family.name] = reading
         with self._gpu_lock:
             self._gpu_latest = (started, readings, self.current_interval_s, extra)
+            self._pending_family.update(extra)
             self.gpu_reads += 1
         return readings
 
@@ -230,9 +244,11 @@ class Sampler:
             with self._gpu_lock:
                 self._pending_slow.update(extra)
 
-    def _take_slow(self) -> dict[str, object]:
+    def _take_pending(self) -> dict[str, object]:
+        """What the slow thread and the GPU passes since the last tick read, once."""
         with self._gpu_lock:
-            taken, self._pending_slow = self._pending_slow, {}
+            taken = {**self._pending_family, **self._pending_slow}
+            self._pending_family, self._pending_slow = {}, {}
         return taken
 
     def _freshest_gpus(self, now: float
@@ -256,18 +272,22 @@ class Sampler:
         With the threads running, the GPU readings are the GPU reader's newest; driven by
         hand (no threads), the tick reads the GPUs itself.
         """
-        started = time.time()
+        started, started_monotonic = time.time(), time.monotonic()
         if self._gpu_thread is None:
             self.read_slow()
             gpus: tuple[GpuReading, ...] = self.read_gpus()
             age: float | None = 0.0 if gpus else None
             extra = self._gpu_latest[3] if self._gpu_latest and gpus else {}
         else:
-            gpus, age, extra = self._freshest_gpus(time.monotonic())
+            gpus, age, extra = self._freshest_gpus(started_monotonic)
         host = self.host.read()
         self.ticks += 1
-        return self.history.append(started, gpus, host, age,
-                                   extra={**extra, **self._take_slow()})
+        pending = self._take_pending()
+        if not gpus:  # stale or no GPU readings: their families' readings are stale too
+            pending = {name: value for name, value in pending.items()
+                       if name not in self._family_names}
+        return self.history.append(started, gpus, host, age, extra={**extra, **pending},
+                                   monotonic_s=started_monotonic)
 
     def _repeat(self, step: Callable[[], object], late_counter: str | None,
                 interval_s: Callable[[], float], wake: threading.Event) -> None:

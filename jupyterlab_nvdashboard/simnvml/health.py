@@ -46,6 +46,7 @@ from typing import Any
 from . import nvml_h
 from .handles import SimulatedHandle
 from .nvml_h import NVML_SUCCESS, NVMLError
+from .waves import wave_integral
 
 E = nvml_h.ERROR_CODES
 C = nvml_h.CONSTANTS
@@ -142,16 +143,14 @@ class HealthSimulation:
 
     # ----- the truth ----------------------------------------------------------------------
     def _load_integral(self, gpu: Any, instance: int | None, t: float) -> float:
-        from .simulated import _wave_integral
-
         slots = gpu.model.mig
         if instance is not None:
-            return _wave_integral(t, MIG_LOAD_PERIOD_S, instance)
+            return wave_integral(t, MIG_LOAD_PERIOD_S, instance)
         if slots:
             return sum(slot.gpu_slices / MIG_SLICES
-                       * _wave_integral(t, MIG_LOAD_PERIOD_S, slot.gpu_instance_id)
+                       * wave_integral(t, MIG_LOAD_PERIOD_S, slot.gpu_instance_id)
                        for slot in slots)
-        return _wave_integral(t, 17.0, gpu.index)
+        return wave_integral(t, 17.0, gpu.index)
 
     def _throttles(self, gpu: Any) -> bool:
         return gpu.index == self.throttling_gpu()

@@ -144,91 +144,91 @@ class SimulatedLibrary:
 
     # ----- system ---------------------------------------------------------------------
     @_c_function
-    def nvmlInitWithFlags(self, flags: Any) -> None:  # noqa: N802 - nvml.h's names
+    def nvmlInitWithFlags(self, flags: Any) -> None:
         self._machine.nvmlInit()
 
     @_c_function
-    def nvmlInit_v2(self) -> None:  # noqa: N802
+    def nvmlInit_v2(self) -> None:
         self._machine.nvmlInit()
 
     @_c_function
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         self._machine.nvmlShutdown()
 
-    def nvmlErrorString(self, result: Any) -> bytes:  # noqa: N802 - returns char*, not a code
+    def nvmlErrorString(self, result: Any) -> bytes:  # returns char*, not a code
         return error_string(_number(result)).encode()
 
     @_c_function
-    def nvmlSystemGetDriverVersion(self, buffer: Any, size: Any) -> None:  # noqa: N802
+    def nvmlSystemGetDriverVersion(self, buffer: Any, size: Any) -> None:
         self._write_string(buffer, size, self._machine.nvmlSystemGetDriverVersion())
 
     @_c_function
-    def nvmlSystemGetNVMLVersion(self, buffer: Any, size: Any) -> None:  # noqa: N802
+    def nvmlSystemGetNVMLVersion(self, buffer: Any, size: Any) -> None:
         self._write_string(buffer, size, self._machine.nvmlSystemGetNVMLVersion())
 
     @_c_function
-    def nvmlSystemGetCudaDriverVersion(self, out: Any) -> None:  # noqa: N802
+    def nvmlSystemGetCudaDriverVersion(self, out: Any) -> None:
         _target(out).value = self._machine.nvmlSystemGetCudaDriverVersion()
 
     nvmlSystemGetCudaDriverVersion_v2 = nvmlSystemGetCudaDriverVersion
 
     @_c_function
-    def nvmlDeviceGetCount_v2(self, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetCount_v2(self, out: Any) -> None:
         _target(out).value = self._machine.nvmlDeviceGetCount()
 
     @_c_function
-    def nvmlDeviceGetHandleByIndex_v2(self, index: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex_v2(self, index: Any, out: Any) -> None:
         handle = self._machine.nvmlDeviceGetHandleByIndex(_number(index))
         write_pointer(_target(out), handle.token)
 
     # ----- identity and static facts ----------------------------------------------------
     @_c_function
-    def nvmlDeviceGetName(self, device: Any, buffer: Any, size: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetName(self, device: Any, buffer: Any, size: Any) -> None:
         self._write_string(buffer, size, self._machine.nvmlDeviceGetName(self._handle(device)))
 
     @_c_function
-    def nvmlDeviceGetUUID(self, device: Any, buffer: Any, size: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetUUID(self, device: Any, buffer: Any, size: Any) -> None:
         self._write_string(buffer, size, self._machine.nvmlDeviceGetUUID(self._handle(device)))
 
     @_c_function
-    def nvmlDeviceGetPciInfo_v3(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetPciInfo_v3(self, device: Any, out: Any) -> None:
         _copy_fields(self._machine.nvmlDeviceGetPciInfo(self._handle(device)), _target(out))
 
     @_c_function
-    def nvmlDeviceGetCudaComputeCapability(self, device: Any, major: Any, minor: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetCudaComputeCapability(self, device: Any, major: Any, minor: Any) -> None:
         found = self._machine.nvmlDeviceGetCudaComputeCapability(self._handle(device))
         _target(major).value, _target(minor).value = found
 
     @_c_function
-    def nvmlDeviceGetNumGpuCores(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetNumGpuCores(self, device: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetNumGpuCores", device, out)
 
     @_c_function
-    def nvmlDeviceGetMaxClockInfo(self, device: Any, clock: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetMaxClockInfo(self, device: Any, clock: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetMaxClockInfo", device, out, clock)
 
     @_c_function
-    def nvmlDeviceGetClockInfo(self, device: Any, clock: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetClockInfo(self, device: Any, clock: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetClockInfo", device, out, clock)
 
     @_c_function
-    def nvmlDeviceGetVirtualizationMode(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetVirtualizationMode(self, device: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetVirtualizationMode", device, out)
 
     @_c_function
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, device: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetMaxPcieLinkGeneration", device, out)
 
     @_c_function
-    def nvmlDeviceGetMaxPcieLinkWidth(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetMaxPcieLinkWidth(self, device: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetMaxPcieLinkWidth", device, out)
 
     @_c_function
-    def nvmlDeviceGetEnforcedPowerLimit(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetEnforcedPowerLimit(self, device: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetEnforcedPowerLimit", device, out)
 
     @_c_function
-    def nvmlGpmQueryDeviceSupport(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlGpmQueryDeviceSupport(self, device: Any, out: Any) -> None:
         support = _target(out)
         if support.version != GPM_SUPPORT_VERSION:
             raise NVMLError(E["NVML_ERROR_ARGUMENT_VERSION_MISMATCH"])
@@ -237,48 +237,48 @@ class SimulatedLibrary:
 
     # ----- MIG ------------------------------------------------------------------------
     @_c_function
-    def nvmlDeviceGetMigMode(self, device: Any, current: Any, pending: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetMigMode(self, device: Any, current: Any, pending: Any) -> None:
         found = self._machine.nvmlDeviceGetMigMode(self._handle(device))
         _target(current).value, _target(pending).value = found
 
     @_c_function
-    def nvmlDeviceGetMaxMigDeviceCount(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetMaxMigDeviceCount", device, out)
 
     @_c_function
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: Any, out: Any) -> None:
         handle = self._machine.nvmlDeviceGetMigDeviceHandleByIndex(self._handle(device),
                                                                    _number(index))
         write_pointer(_target(out), handle.token)
 
     @_c_function
-    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, device: Any, out: Any) -> None:
         handle = self._machine.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self._handle(device))
         write_pointer(_target(out), handle.token)
 
     @_c_function
-    def nvmlDeviceIsMigDeviceHandle(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceIsMigDeviceHandle(self, device: Any, out: Any) -> None:
         self._scalar("nvmlDeviceIsMigDeviceHandle", device, out)
 
     @_c_function
-    def nvmlDeviceGetGpuInstanceId(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetGpuInstanceId(self, device: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetGpuInstanceId", device, out)
 
     @_c_function
-    def nvmlDeviceGetComputeInstanceId(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetComputeInstanceId(self, device: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetComputeInstanceId", device, out)
 
     @_c_function
-    def nvmlDeviceGetAttributes_v2(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetAttributes_v2(self, device: Any, out: Any) -> None:
         _copy_fields(self._machine.nvmlDeviceGetAttributes(self._handle(device)), _target(out))
 
     # ----- readings -------------------------------------------------------------------
     @_c_function
-    def nvmlDeviceGetMemoryInfo(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, device: Any, out: Any) -> None:
         _copy_fields(self._machine.nvmlDeviceGetMemoryInfo(self._handle(device)), _target(out))
 
     @_c_function
-    def nvmlDeviceGetMemoryInfo_v2(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo_v2(self, device: Any, out: Any) -> None:
         memory = _target(out)
         if memory.version != MEMORY_V2_VERSION:
             raise NVMLError(E["NVML_ERROR_ARGUMENT_VERSION_MISMATCH"])
@@ -286,28 +286,28 @@ class SimulatedLibrary:
                                                            version=MEMORY_V2_VERSION), memory)
 
     @_c_function
-    def nvmlDeviceGetUtilizationRates(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetUtilizationRates(self, device: Any, out: Any) -> None:
         _copy_fields(self._machine.nvmlDeviceGetUtilizationRates(self._handle(device)),
                      _target(out))
 
     @_c_function
-    def nvmlDeviceGetTemperature(self, device: Any, sensor: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetTemperature(self, device: Any, sensor: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetTemperature", device, out, sensor)
 
     @_c_function
-    def nvmlDeviceGetPowerUsage(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetPowerUsage(self, device: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetPowerUsage", device, out)
 
     @_c_function
-    def nvmlDeviceGetPcieThroughput(self, device: Any, counter: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetPcieThroughput(self, device: Any, counter: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetPcieThroughput", device, out, counter)
 
     @_c_function
-    def nvmlDeviceGetNvLinkState(self, device: Any, link: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetNvLinkState(self, device: Any, link: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetNvLinkState", device, out, link)
 
     @_c_function
-    def nvmlDeviceGetFieldValues(self, device: Any, count: Any, values: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetFieldValues(self, device: Any, count: Any, values: Any) -> None:
         array = _target(values)
         requested = [(array[i].fieldId, array[i].scopeId) for i in range(_number(count))]
         answered = self._machine.nvmlDeviceGetFieldValues(self._handle(device), requested)
@@ -320,32 +320,32 @@ class SimulatedLibrary:
 
     # ----- health -----------------------------------------------------------------------
     @_c_function
-    def nvmlDeviceGetPerformanceState(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetPerformanceState(self, device: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetPerformanceState", device, out)
 
     @_c_function
-    def nvmlDeviceGetCurrentClocksEventReasons(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetCurrentClocksEventReasons(self, device: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetCurrentClocksEventReasons", device, out)
 
     @_c_function
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, device: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetCurrentClocksThrottleReasons", device, out)
 
     @_c_function
-    def nvmlDeviceGetTemperatureThreshold(self, device: Any, threshold: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetTemperatureThreshold(self, device: Any, threshold: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetTemperatureThreshold", device, out, threshold)
 
     @_c_function
-    def nvmlDeviceGetFanSpeed(self, device: Any, out: Any) -> None:  # noqa: N802
+    def nvmlDeviceGetFanSpeed(self, device: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetFanSpeed", device, out)
 
     @_c_function
-    def nvmlDeviceGetTotalEccErrors(self, device: Any, error_type: Any, counter_type: Any,  # noqa: N802
+    def nvmlDeviceGetTotalEccErrors(self, device: Any, error_type: Any, counter_type: Any,
                                     out: Any) -> None:
         self._scalar("nvmlDeviceGetTotalEccErrors", device, out, error_type, counter_type)
 
     @_c_function
-    def nvmlDeviceGetRemappedRows(self, device: Any, corrected: Any, uncorrected: Any,  # noqa: N802
+    def nvmlDeviceGetRemappedRows(self, device: Any, corrected: Any, uncorrected: Any,
                                   pending: Any, failure: Any) -> None:
         found = self._machine.nvmlDeviceGetRemappedRows(self._handle(device))
         for out, value in zip((corrected, uncorrected, pending, failure), found, strict=True):
@@ -353,41 +353,41 @@ class SimulatedLibrary:
 
     # ----- GPM --------------------------------------------------------------------------
     @_c_function
-    def nvmlGpmSampleAlloc(self, out: Any) -> None:  # noqa: N802
+    def nvmlGpmSampleAlloc(self, out: Any) -> None:
         write_pointer(_target(out), address_of(self._machine.nvmlGpmSampleAlloc()))
 
     @_c_function
-    def nvmlGpmSampleFree(self, sample: Any) -> None:  # noqa: N802
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
         self._machine.nvmlGpmSampleFree(sample)
 
     @_c_function
-    def nvmlGpmSampleGet(self, device: Any, sample: Any) -> None:  # noqa: N802
+    def nvmlGpmSampleGet(self, device: Any, sample: Any) -> None:
         self._machine.nvmlGpmSampleGet(self._handle(device), sample)
 
     @_c_function
-    def nvmlGpmMigSampleGet(self, device: Any, gpu_instance_id: Any, sample: Any) -> None:  # noqa: N802
+    def nvmlGpmMigSampleGet(self, device: Any, gpu_instance_id: Any, sample: Any) -> None:
         self._machine.nvmlGpmMigSampleGet(self._handle(device), _number(gpu_instance_id), sample)
 
     @_c_function
-    def nvmlGpmMetricsGet(self, request: Any) -> None:  # noqa: N802
+    def nvmlGpmMetricsGet(self, request: Any) -> None:
         self._machine.nvmlGpmMetricsGet(_target(request))
 
     # ----- events -----------------------------------------------------------------------
     @_c_function
-    def nvmlEventSetCreate(self, out: Any) -> None:  # noqa: N802
+    def nvmlEventSetCreate(self, out: Any) -> None:
         write_pointer(_target(out), address_of(self._machine.nvmlEventSetCreate()))
 
     @_c_function
-    def nvmlEventSetFree(self, event_set: Any) -> None:  # noqa: N802
+    def nvmlEventSetFree(self, event_set: Any) -> None:
         self._machine.nvmlEventSetFree(event_set)
 
     @_c_function
-    def nvmlDeviceRegisterEvents(self, device: Any, event_types: Any, event_set: Any) -> None:  # noqa: N802
+    def nvmlDeviceRegisterEvents(self, device: Any, event_types: Any, event_set: Any) -> None:
         self._machine.nvmlDeviceRegisterEvents(self._handle(device), _number(event_types),
                                                event_set)
 
     @_c_function
-    def nvmlEventSetWait_v2(self, event_set: Any, out: Any, timeout_ms: Any) -> None:  # noqa: N802
+    def nvmlEventSetWait_v2(self, event_set: Any, out: Any, timeout_ms: Any) -> None:
         event = self._machine.nvmlEventSetWait_v2(event_set, _number(timeout_ms))
         data = _target(out)
         _copy_fields(event, data)
@@ -409,33 +409,25 @@ class SimulatedLibrary:
                    lambda: getattr(self._machine, function)(handle), fill)
 
     @_c_function
-    def nvmlDeviceGetComputeRunningProcesses_v3(self, device: Any, count: Any, array: Any) -> None:  # noqa: N802
-        self._running("nvmlDeviceGetComputeRunningProcesses_v3", device, count, array)
-
-    @_c_function
-    def nvmlDeviceGetComputeRunningProcesses_v2(self, device: Any, count: Any, array: Any) -> None:  # noqa: N802
-        self._running("nvmlDeviceGetComputeRunningProcesses_v2", device, count, array)
-
-    @_c_function
-    def nvmlDeviceGetGraphicsRunningProcesses_v3(self, device: Any, count: Any, array: Any) -> None:  # noqa: N802
-        self._running("nvmlDeviceGetGraphicsRunningProcesses_v3", device, count, array)
-
-    @_c_function
-    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, device: Any, count: Any, array: Any) -> None:  # noqa: N802
-        self._running("nvmlDeviceGetGraphicsRunningProcesses_v2", device, count, array)
-
-    @_c_function
-    def nvmlDeviceGetMPSComputeRunningProcesses_v3(self, device: Any, count: Any, array: Any) -> None:  # noqa: N802
-        self._running("nvmlDeviceGetMPSComputeRunningProcesses_v3", device, count, array)
-
-    @_c_function
-    def nvmlDeviceGetMPSComputeRunningProcesses_v2(self, device: Any, count: Any, array: Any) -> None:  # noqa: N802
-        self._running("nvmlDeviceGetMPSComputeRunningProcesses_v2", device, count, array)
-
-    @_c_function
-    def nvmlDeviceGetProcessUtilization(self, device: Any, array: Any, count: Any,  # noqa: N802
+    def nvmlDeviceGetProcessUtilization(self, device: Any, array: Any, count: Any,
                                         last_seen_us: Any) -> None:
         handle, since = self._handle(device), _number(last_seen_us)
         self._list("nvmlDeviceGetProcessUtilization", device, count, array,
                    lambda: self._machine.nvmlDeviceGetProcessUtilization(handle, since),
                    _copy_fields)
+
+
+def _running_processes(symbol: str) -> Callable[..., int]:
+    @_c_function
+    def call(self: SimulatedLibrary, device: Any, count: Any, array: Any) -> None:
+        self._running(symbol, device, count, array)
+
+    call.__name__ = symbol
+    return call
+
+
+# nvmlDeviceGet{Compute,Graphics,MPSCompute}RunningProcesses_v2 and _v3: one protocol.
+for _kind in ("Compute", "Graphics", "MPSCompute"):
+    for _version in ("_v2", "_v3"):
+        _symbol = f"nvmlDeviceGet{_kind}RunningProcesses{_version}"
+        setattr(SimulatedLibrary, _symbol, _running_processes(_symbol))

@@ -23,7 +23,6 @@ GPM, health and XID events are simulated in ``health.py``.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 import threading
 import time
@@ -33,12 +32,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import nvml_h
-from .nvml_h import NVML_SUCCESS, FieldValue, NVMLError
-from .health import HealthSimulation
 from .handles import SimulatedHandle
+from .health import HealthSimulation
 from .library import SimulatedLibrary
+from .nvml_h import NVML_SUCCESS, FieldValue, NVMLError
 from .processes import PROCESS_FUNCTIONS, SimulatedProcesses
 from .profiles import DEFAULT_PROFILE, PROFILES, GpuModel, MigSlot, Profile
+from .waves import wave as _wave
+from .waves import wave_integral as _wave_integral
 
 E = nvml_h.ERROR_CODES
 F = nvml_h.FIELD_IDS
@@ -96,17 +97,6 @@ class _Gpu:
     model: GpuModel
     uuid: str
     lost_at: float | None = None  # simulated-clock time the GPU disappears
-
-
-def _wave(t: float, period_s: float, phase: float) -> float:
-    """0..1, smooth, so the charts look alive and stay deterministic."""
-    return 0.5 + 0.5 * math.sin(2 * math.pi * t / period_s + phase)
-
-
-def _wave_integral(t: float, period_s: float, phase: float) -> float:
-    """Integral of _wave from 0 to t, so counters are exact for any read time."""
-    omega = 2 * math.pi / period_s
-    return 0.5 * t - 0.5 * (math.cos(omega * t + phase) - math.cos(phase)) / omega
 
 
 class SimulatedNvml(HealthSimulation, SimulatedProcesses):

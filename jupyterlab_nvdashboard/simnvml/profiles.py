@@ -2,7 +2,8 @@
 
 Each profile states the driver release it models and what NVIDIA's documentation says
 such a machine answers. Which nvidia-ml-py runs over it is not the machine's business: the
-tests run every profile under every binding release they fetched. Choose one with ``--simulate-profile`` or
+tests run every profile under every binding release they fetched. Choose one with
+``--simulate-profile`` or
 ``NVDASHBOARD_SIMULATE_PROFILE``; ``--simulate N`` says how many GPUs it has (GPU *i* is
 ``models[i % len(models)]``).
 

@@ -25,9 +25,11 @@ from typing import TypeVar
 
 from tornado.ioloop import IOLoop
 
+from jupyterlab_nvdashboard.composition import create_metrics
 from jupyterlab_nvdashboard.config import Config, SimulationConfig
-from jupyterlab_nvdashboard.metrics import Metrics, SimulatedNvml, create_metrics
+from jupyterlab_nvdashboard.metrics import Metrics
 from jupyterlab_nvdashboard.server import compose_sources, make_server
+from jupyterlab_nvdashboard.simnvml import SimulatedNvml
 from jupyterlab_nvdashboard.stream.broadcaster import Broadcaster
 from tests.support.bokeh_client import TEST_TOKEN
 
@@ -114,16 +116,18 @@ class RunningServer:
 @contextmanager
 def in_process_server(
     gpus: int = 4, simulator: SimulatedNvml | None = None, retry_interval_s: float | None = None,
-    profile: str = "mixed", **config_fields: object
+    profile: str = "mixed", binding: str = "", **config_fields: object
 ) -> Iterator[RunningServer]:
     """A real Bokeh server on a free port, on its own IOLoop thread, with simulated NVML.
 
-    ``retry_interval_s`` shortens how often NVML init and lost GPUs are retried."""
+    ``retry_interval_s`` shortens how often NVML init and lost GPUs are retried; ``binding``
+    is an nvidia-ml-py wheel to run over the simulated driver ('' for the installed one)."""
     runs_dir = Path(tempfile.mkdtemp(prefix="nvdashboard-runs-"))
     # No idle slowdown unless a test asks for one: tests read the history without pages.
     config = replace(Config(port=free_port(), interval_s=0.1, idle_interval_s=0.1,
                             runs_dir=runs_dir, token=TEST_TOKEN),
-                     simulation=SimulationConfig(gpu_count=gpus, profile=profile),
+                     simulation=SimulationConfig(gpu_count=gpus, profile=profile,
+                                                 binding=binding),
                      **config_fields)
     metrics = create_metrics(config, environ={}, simulator=simulator)
     sources = compose_sources(config, metrics)

@@ -6,8 +6,9 @@ from functools import cache
 
 import pytest
 
+from jupyterlab_nvdashboard.composition import create_metrics
 from jupyterlab_nvdashboard.config import Config, SimulationConfig
-from jupyterlab_nvdashboard.metrics import GpuFacts, GpuReading, HostReading, Sample, create_metrics
+from jupyterlab_nvdashboard.metrics import GpuFacts, GpuReading, HostReading, Sample
 from jupyterlab_nvdashboard.metrics.families import (
     GpmReading,
     ProcessReading,
