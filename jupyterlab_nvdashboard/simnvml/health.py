@@ -268,6 +268,8 @@ class HealthSimulation:
 
     def nvmlDeviceGetClockInfo(self, handle: Any, clock: int) -> int:  # noqa: N802
         gpu = self._enter_gpu("nvmlDeviceGetClockInfo", handle)
+        if not self._supports_argument("nvmlDeviceGetClockInfo", clock):
+            raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
         if clock == C["NVML_CLOCK_MEM"]:
             return gpu.model.max_memory_clock_mhz
         held = THROTTLED_CLOCK if self._throttles(gpu) else 1.0
@@ -302,7 +304,8 @@ class HealthSimulation:
             raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
         thresholds = {C["NVML_TEMPERATURE_THRESHOLD_SHUTDOWN"]: gpu.model.temperature_shutdown_c,
                       C["NVML_TEMPERATURE_THRESHOLD_SLOWDOWN"]: gpu.model.temperature_slowdown_c}
-        if threshold not in thresholds:
+        if threshold not in thresholds or \
+                not self._supports_argument("nvmlDeviceGetTemperatureThreshold", threshold):
             raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
         return thresholds[threshold]
 

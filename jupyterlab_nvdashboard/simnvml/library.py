@@ -414,7 +414,7 @@ class SimulatedLibrary:
         handle, since = self._handle(device), _number(last_seen_us)
         self._list("nvmlDeviceGetProcessUtilization", device, count, array,
                    lambda: self._machine.nvmlDeviceGetProcessUtilization(handle, since),
-                   _copy_fields)
+                   lambda slot, sample: _copy_fields(sample, slot))
 
 
 def _running_processes(symbol: str) -> Callable[..., int]:

@@ -129,6 +129,8 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
             _Gpu(i, models[i % len(models)], self._uuid(i)) for i in range(gpu_count)
         ]
         self._library: Any = None
+        self._nvlink_offsets: dict[tuple[str, int, int], int] = {}
+        self._unsupported_arguments: set[tuple[str, int]] = set()
         self._init_health()
 
     @property
@@ -177,6 +179,27 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
     def lose_gpu(self, index: int, after_s: float = 0.0) -> None:
         """GPU ``index`` falls off the bus ``after_s`` seconds from now."""
         self._gpus[index].lost_at = self._clock() + after_s
+
+    def remove_gpu(self, index: int) -> None:
+        """GPU ``index`` is gone at the next enumeration (unbound, or hidden by the driver):
+        the count drops and the GPUs after it move up one index, as nvidia-smi shows them."""
+        with self._lock:
+            self._gpus.pop(index)
+
+    def reset_nvlink_counter(self, index: int, link: int) -> None:
+        """One link's byte counters start again from 0 (a link retrain or a counter reset)."""
+        gpu = self._gpus[index]
+        for direction in (0, 1):
+            self._nvlink_offsets[gpu.uuid, direction, link] = \
+                self._nvlink_bytes(gpu, direction, link)
+
+    def set_unsupported_argument(self, function: str, argument: int) -> None:
+        """``function`` answers NOT_SUPPORTED for this one argument (a clock domain, a
+        temperature threshold, an ECC counter type), as nvml.h allows per argument."""
+        self._unsupported_arguments.add((function, argument))
+
+    def _supports_argument(self, function: str, argument: int) -> bool:
+        return (function, argument) not in self._unsupported_arguments
 
     def restore_gpu(self, index: int) -> None:
         """The GPU comes back, as after a reset: new handles work again."""
@@ -400,6 +423,8 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
     def nvmlDeviceGetMaxClockInfo(self, handle: SimulatedHandle, clock: int) -> int:  # noqa: N802
         gpu = self._enter("nvmlDeviceGetMaxClockInfo", handle)
         assert gpu is not None
+        if not self._supports_argument("nvmlDeviceGetMaxClockInfo", clock):
+            raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
         if clock == nvml_h.CONSTANTS["NVML_CLOCK_MEM"]:
             return gpu.model.max_memory_clock_mhz
         return gpu.model.max_sm_clock_mhz
@@ -439,7 +464,7 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
             raise NVMLError(E["NVML_ERROR_INVALID_ARGUMENT"])
         if index >= len(gpu.model.mig):
             raise NVMLError(E["NVML_ERROR_NOT_FOUND"])
-        return SimulatedHandle(gpu.index, index)
+        return SimulatedHandle(handle.index, index)
 
     def nvmlDeviceIsMigDeviceHandle(self, handle: SimulatedHandle) -> bool:  # noqa: N802
         self._enter("nvmlDeviceIsMigDeviceHandle", handle)
@@ -556,7 +581,8 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         if link in gpu.model.nvlink_down:
             return 0
         peak = 20e9 / gpu.model.nvlink_link_count
-        return int(peak * _wave_integral(self._elapsed(), 9.0 + direction, gpu.index + link / 7))
+        counted = int(peak * _wave_integral(self._elapsed(), 9.0 + direction, gpu.index + link / 7))
+        return counted - self._nvlink_offsets.get((gpu.uuid, direction, link), 0)
 
     def nvmlDeviceGetFieldValues(self, handle: SimulatedHandle, field_ids: list) -> Any:  # noqa: N802
         gpu = self._enter("nvmlDeviceGetFieldValues", handle)
