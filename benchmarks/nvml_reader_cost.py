@@ -27,6 +27,9 @@ Run it from the project root::
 
     python benchmarks/nvml_reader_cost.py            # about 85 s
     python benchmarks/nvml_reader_cost.py --quick    # about 20 s
+    python benchmarks/nvml_reader_cost.py --only reader --baseline e0ff05b
+        # the reader part of this tree and of commit e0ff05b (its own script, from a
+        # temporary git worktree), alternated in one run: medians and their ratio
         [--passes 300] [--seconds 10] [--rounds 2] [--only reader|loop] [--json FILE]
 
 The results also go to ``$OUT/nvml_reader_cost.json`` when ``$OUT`` is set (or to
@@ -275,7 +278,7 @@ async def _window_with_viewers(url: str, viewers: int,
 def watch_snapshots(simulator: SimulatedNvml) -> list[tuple[float, int, str, int]]:
     """Record (monotonic time, thread id, thread name, GPU) for each PCIe snapshot call.
 
-    Must run before the reader loads the binding, which binds the simulator's methods."""
+    The simulated library asks the machine for each call, so patching it works at any time."""
     calls: list[tuple[float, int, str, int]] = []
     original = simulator.nvmlDeviceGetPcieThroughput
 
@@ -510,6 +513,51 @@ def verdicts(reader: dict[str, dict[str, Any]] | None, loop: dict[str, dict[str,
     return lines
 
 
+def baseline_costs(revision: str, profiles: Sequence[str], passes: int, rounds: int
+                   ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Median read() wall ms per profile, for ``revision`` and this tree, in alternating
+    rounds: each round runs the revision's own script from a temporary worktree, then
+    this tree's reader part, so drift in machine load hits both alike."""
+    import subprocess
+    import tempfile
+
+    then: dict[str, list[float]] = {p: [] for p in profiles}
+    now: dict[str, list[float]] = {p: [] for p in profiles}
+    with tempfile.TemporaryDirectory(prefix="nvml-reader-baseline-") as folder:
+        tree = Path(folder) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree),
+                        revision], check=True)
+        try:
+            for round_number in range(rounds):
+                progress(f"... baseline round {round_number + 1}/{rounds}: {revision}")
+                out = Path(folder) / "baseline.json"
+                subprocess.run([sys.executable, str(tree / "benchmarks" / "nvml_reader_cost.py"),
+                                "--only", "reader", "--passes", str(passes), "--profiles",
+                                ",".join(profiles), "--json", str(out)], check=True,
+                               cwd=tree, stdout=subprocess.DEVNULL)
+                for profile, result in json.loads(out.read_text())["reader"].items():
+                    then[profile].append(result["wall_ms"]["median"])
+                progress(f"... baseline round {round_number + 1}/{rounds}: this tree")
+                for profile, result in reader_costs(profiles, passes, 20).items():
+                    now[profile].append(result["wall_ms"]["median"])
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                           check=False)
+    return then, now
+
+
+def baseline_table(revision: str, then: dict[str, list[float]],
+                   now: dict[str, list[float]]) -> str:
+    lines = [f"| profile | {revision} read() ms (median of round medians, range) "
+             "| this tree | ratio |", "|---|---:|---:|---:|"]
+    for profile in then:
+        a, b = statistics.median(then[profile]), statistics.median(now[profile])
+        lines.append(f"| {profile} | {a:.3f} ({min(then[profile]):.3f}-{max(then[profile]):.3f})"
+                     f" | {b:.3f} ({min(now[profile]):.3f}-{max(now[profile]):.3f})"
+                     f" | {b / a:.2f}x |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -521,6 +569,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=0.2, help="server sampling interval")
     parser.add_argument("--viewers", type=int, default=1, help="raw websocket viewers")
     parser.add_argument("--only", choices=("reader", "loop"), help="run one part only")
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also time the reader at this git revision, alternated with "
+                        "this tree (reader part only)")
     parser.add_argument("--profiles", default=",".join(PROFILES),
                         help="profiles for the reader part, comma-separated")
     parser.add_argument("--json", type=Path, help="write the results here "
@@ -544,6 +595,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "gpus": GPUS,
     }
     reader = loop = None
+    if args.baseline:
+        then, now = baseline_costs(args.baseline, profiles, passes, rounds)
+        report["baseline"] = {"revision": args.baseline, "then_ms": then, "now_ms": now}
+        print(f"\n## read() with {GPUS} simulated GPUs: {args.baseline} against this tree, "
+              f"{rounds} alternating round(s) of {passes} passes\n")
+        print(baseline_table(args.baseline, then, now))
     if args.only != "loop":
         reader = reader_costs(profiles, passes, args.warmup)
         report["reader"] = reader

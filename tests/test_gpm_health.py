@@ -28,7 +28,7 @@ from jupyterlab_nvdashboard.simnvml.profiles import PROFILES
 from tests.support.servers import get, in_process_server
 from tests.support.stream_client import live_frames
 
-# GpmReading field -> the simulator's stated share of the mean load (simulated_health.py).
+# GpmReading field -> the simulator's stated share of the mean load (simnvml/health.py).
 PERCENT_FIELDS = {
     "sm_activity_pct": "NVML_GPM_METRIC_SM_UTIL",
     "sm_occupancy_pct": "NVML_GPM_METRIC_SM_OCCUPANCY",

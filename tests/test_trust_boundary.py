@@ -308,6 +308,7 @@ MALFORMED = {
     "NVDASHBOARD_UNUSED_SESSION_LIFETIME_MS": ["soon", "1", "nan", "99999999999"],
     "NVDASHBOARD_TOKEN": ["short", " " * 20, "x" * 15, "padded-token-value-1234 "],
     "NVDASHBOARD_SIMULATE_HOST": ["two words", "a/b", "h" * 64],
+    "NVDASHBOARD_SIMULATE_BINDING": ["/nonexistent/nvidia_ml_py.whl", "README.md", "."],
     "NVDASHBOARD_METRICS": ["maybe"],
     "NVDASHBOARD_METRICS_ALLOW": ["not-an-ip", ",,", "10.0.0.300"],
     "DASK_SCHEDULER_ADDRESS": ["http://x y", "tcp://host:port:1"],

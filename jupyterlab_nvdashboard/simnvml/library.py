@@ -308,15 +308,8 @@ class SimulatedLibrary:
 
     @_c_function
     def nvmlDeviceGetFieldValues(self, device: Any, count: Any, values: Any) -> None:
-        array = _target(values)
-        requested = [(array[i].fieldId, array[i].scopeId) for i in range(_number(count))]
-        answered = self._machine.nvmlDeviceGetFieldValues(self._handle(device), requested)
-        for slot, answer in zip(array, answered, strict=False):
-            slot.fieldId, slot.scopeId = answer.fieldId, answer.scopeId
-            slot.timestamp, slot.latencyUsec = answer.timestamp, answer.latencyUsec
-            slot.valueType, slot.nvmlReturn = answer.valueType, answer.nvmlReturn
-            ctypes.memmove(ctypes.addressof(slot.value), ctypes.addressof(answer.value),
-                           min(ctypes.sizeof(slot.value), ctypes.sizeof(answer.value)))
+        self._machine.nvmlDeviceGetFieldValues(self._handle(device), _target(values),
+                                               _number(count))
 
     # ----- health -----------------------------------------------------------------------
     @_c_function

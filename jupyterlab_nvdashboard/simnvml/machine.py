@@ -22,6 +22,7 @@ GPM, health and XID events are simulated in ``health.py``.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import re
 import threading
@@ -35,7 +36,7 @@ from . import nvml_h
 from .handles import SimulatedHandle
 from .health import HealthSimulation
 from .library import SimulatedLibrary
-from .nvml_h import NVML_SUCCESS, FieldValue, NVMLError
+from .nvml_h import NVML_SUCCESS, NVMLError
 from .processes import PROCESS_FUNCTIONS, SimulatedProcesses
 from .profiles import DEFAULT_PROFILE, PROFILES, GpuModel, MigSlot, Profile
 from .waves import wave as _wave
@@ -584,26 +585,35 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         counted = int(peak * _wave_integral(self._elapsed(), 9.0 + direction, gpu.index + link / 7))
         return counted - self._nvlink_offsets.get((gpu.uuid, direction, link), 0)
 
-    def nvmlDeviceGetFieldValues(self, handle: SimulatedHandle, field_ids: list) -> Any:  # noqa: N802
+    def nvmlDeviceGetFieldValues(self, handle: SimulatedHandle, values: Any, count: int  # noqa: N802
+                                 ) -> None:
+        """Fill the caller's ``nvmlFieldValue_t`` array: each entry's fieldId and scopeId
+        in, its own return code, value type, value and CPU timestamp (µs) out."""
         gpu = self._enter("nvmlDeviceGetFieldValues", handle)
         assert gpu is not None
-        values = (FieldValue * len(field_ids))()
         timestamp_us = self._wall_us()
-        for slot, requested in zip(values, field_ids, strict=True):
-            field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
-            slot.fieldId, slot.scopeId, slot.timestamp = field_id, scope, timestamp_us
-            slot.valueType = nvml_h.CONSTANTS["NVML_VALUE_TYPE_UNSIGNED_LONG_LONG"]
-            code, value = self._field_value(gpu, field_id, scope)
-            slot.nvmlReturn = code
+        wide = nvml_h.CONSTANTS["NVML_VALUE_TYPE_UNSIGNED_LONG_LONG"]
+        narrow_pcie = self.profile.pcie_counter_bits == 32
+        pcie_fields = (F["NVML_FI_DEV_PCIE_COUNT_TX_BYTES"], F["NVML_FI_DEV_PCIE_COUNT_RX_BYTES"])
+        # The driver writes the structs in C; the binding's Python attribute hooks on its
+        # structs are skipped here so the simulator's cost does not stand in for the driver's.
+        get, put = ctypes.Structure.__getattribute__, ctypes.Structure.__setattr__
+        for position in range(count):
+            slot = values[position]
+            field_id = get(slot, "fieldId")
+            put(slot, "timestamp", timestamp_us)
+            put(slot, "latencyUsec", 0)
+            code, value = self._field_value(gpu, field_id, get(slot, "scopeId"))
+            put(slot, "nvmlReturn", code)
             if code == NVML_SUCCESS:
-                if field_id in (F["NVML_FI_DEV_PCIE_COUNT_TX_BYTES"],
-                                F["NVML_FI_DEV_PCIE_COUNT_RX_BYTES"]) \
-                        and self.profile.pcie_counter_bits == 32:
-                    slot.valueType = nvml_h.CONSTANTS["NVML_VALUE_TYPE_UNSIGNED_INT"]
-                    slot.value.uiVal = value
+                if narrow_pcie and field_id in pcie_fields:
+                    put(slot, "valueType", nvml_h.CONSTANTS["NVML_VALUE_TYPE_UNSIGNED_INT"])
+                    get(slot, "value").uiVal = value
                 else:
-                    slot.value.ullVal = value
-        return values
+                    put(slot, "valueType", wide)
+                    get(slot, "value").ullVal = value
+            else:
+                put(slot, "valueType", wide)
 
     def _field_value(self, gpu: _Gpu, field_id: int, scope: int) -> tuple[int, int]:
         unsupported = (E["NVML_ERROR_NOT_SUPPORTED"], 0)
