@@ -368,12 +368,31 @@ def make_metrics_collector(config: Config, sources: DashboardSources,
     return DcgmCollector(snapshot)
 
 
+# The only request argument a document reads (apps/document.py::requested_theme).
+PAGE_ARGUMENTS = ("theme",)
+
+
+class PageHandler(FunctionHandler):
+    """A dashboard's document factory whose session token carries no credential.
+
+    Bokeh copies every request argument into the signed session token it writes into the
+    page, where page scripts and the ``Sec-WebSocket-Protocol`` header can read it (a JWT is
+    signed, not encrypted): ``?token=``, and Jupyter's token behind the proxy. What this
+    returns replaces those arguments; headers and cookies are left out by the ``Server``.
+    """
+
+    def process_request(self, request: Any) -> dict[str, Any]:
+        arguments = getattr(request, "arguments", None) or {}
+        return {"arguments": {name: arguments[name] for name in PAGE_ARGUMENTS
+                              if name in arguments}}
+
+
 def make_applications(sources: DashboardSources, feeds: RouteFeeds) -> dict[str, Application]:
     def view_maker(route: Any) -> Any:
         return lambda: route.make_view(sources, feeds(route.path))
 
     return {
-        route.path: Application(FunctionHandler(partial(
+        route.path: Application(PageHandler(partial(
             build_document, sources=sources, title=route.title,
             needs_gpu=route.needs_gpu, shows_gpu=route.shows_gpu,
             make_component=view_maker(route),
@@ -394,7 +413,7 @@ def cluster_route(sources: DashboardSources) -> tuple[Broadcaster, Application]:
         assert feed is not None
         return ClusterGpusView(feed, cluster.interval_s)
 
-    return broadcaster, Application(FunctionHandler(partial(
+    return broadcaster, Application(PageHandler(partial(
         build_document, sources=sources, title=CLUSTER_TITLE, needs_gpu=False,
         shows_gpu=False, make_component=view)))
 
@@ -459,9 +478,10 @@ def make_server(config: Config, sources: DashboardSources,
         sign_sessions=True,
         generate_session_ids=True,
         # Bokeh copies request headers and cookies into each session's token, which sits
-        # in the page; credentials stay out of it.
-        exclude_headers=["Authorization", "Cookie"],
-        exclude_cookies=[access.cookie_name],
+        # in the page: behind Jupyter that was Jupyter's HttpOnly login cookie and _xsrf.
+        # No document reads them, so none goes in (arguments: PageHandler).
+        include_headers=[],
+        include_cookies=[],
         unused_session_lifetime_milliseconds=config.unused_session_lifetime_ms,
         check_unused_sessions_milliseconds=config.check_unused_sessions_ms,
         **listen,
