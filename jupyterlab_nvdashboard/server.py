@@ -587,6 +587,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.io_loop.add_callback_from_signal(server.io_loop.stop)
 
     signal.signal(signal.SIGTERM, stop)
+    # Our own disposition, not the inherited one: started by a non-interactive shell's
+    # `cmd &` (many container entry points), SIGINT arrives ignored and Ctrl-C would not stop.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         server.io_loop.start()
     except KeyboardInterrupt:
