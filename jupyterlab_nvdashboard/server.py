@@ -54,7 +54,7 @@ from .apps.cluster import (
     ClusterGpusView,
 )
 from .apps.components import timeline_windows
-from .apps.document import build_document, no_gpu_notice
+from .apps.document import build_document, gpus_being_read, no_gpu_notice
 from .apps.processes import glance, processes_json
 from .apps.registry import ROUTES, RouteFeeds, available_routes
 from .apps.sources import DashboardSources
@@ -162,6 +162,8 @@ def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None,
         "devices": [{**facts._asdict(), "lost": facts.index in lost,
                      "unavailable": unavailable.get(facts.index, {})}
                     for facts in metrics.facts],
+        # True until the first GPU read is done: start-up never waits on NVML.
+        "reading_gpus": gpus_being_read(metrics),
         "interval_s": metrics.interval_s,
         "history_s": metrics.history_s,
         "live_sessions": 0 if live_sessions is None else live_sessions(),
@@ -571,13 +573,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"nvdashboard: error: cannot listen on {_where(config)}: {reason}", file=sys.stderr)
         return 2
 
-    sources.start()
+    def metrics_started() -> None:
+        if metrics.facts:
+            kind = "simulated GPU(s)" if metrics.simulated else "GPU(s)"
+            log.info("reading %d %s every %.0f ms", len(metrics.facts), kind,
+                     config.interval_s * 1e3)
+        else:
+            log.info("%s Serving the machine dashboard only.", no_gpu_notice(metrics))
+
     server.start()
-    if metrics.facts:
-        kind = "simulated GPU(s)" if metrics.simulated else "GPU(s)"
-        log.info("reading %d %s every %.0f ms", len(metrics.facts), kind, config.interval_s * 1e3)
-    else:
-        log.info("%s Serving the machine dashboard only.", no_gpu_notice(metrics))
+    # NVML starts on its own thread: the pages answer at once, whatever NVML does.
+    sources.start_without_waiting(metrics_started)
     log.info("dashboards at %s (Ctrl-C stops)", dashboards_url(config))
     if not config.run_control:
         log.info("%s: anyone who can reach this port can watch; the run panel is disabled",
