@@ -22,7 +22,8 @@ burst of page loads, hostile input or a hostile web page:
 5. Bokeh's static file handlers (BokehJS under ``/static/`` and ``<route>/static/``, and
    extension files) never ask the server's auth provider, so a server that asks for a
    token would still hand BokehJS to anyone. They now ask it first, as Bokeh's page and
-   websocket handlers do, and a refusal is a 403.
+   websocket handlers do, and a refusal is a 403. A NUL byte in their file path is a 400
+   (it was a 500).
 6. Bokeh's pages are cacheable and may be framed by any site; each page, and every
    response that carries a session, is now ``no-store`` with ``frame-ancestors 'self'``
    (``auth.PAGE_HEADERS``).
@@ -124,6 +125,11 @@ async def ask_auth_provider(handler: RequestHandler) -> None:
         return
     if not handler.current_user:
         raise HTTPError(403)
+    # A NUL byte in a file path makes the file lookup raise ValueError: a 500 and a logged
+    # exception for what is only a bad request.
+    if any("\x00" in argument for argument in handler.path_args
+           if isinstance(argument, str)):
+        raise HTTPError(400, reason="a file path cannot contain a NUL byte")
 
 
 class DeferredCollector(ModuleType):

@@ -32,6 +32,7 @@ import os
 import secrets
 import signal
 import socket
+import stat
 import sys
 import time
 from collections.abc import Sequence
@@ -522,6 +523,50 @@ def compose_sources(config: Config, metrics: Metrics) -> DashboardSources:
                             jupyter=jupyter, cluster=cluster)
 
 
+def unix_socket_problem(path: str) -> str | None:
+    """Why this server cannot listen on the unix socket ``path``, or None.
+
+    Tornado would raise a ValueError (a traceback) for a directory or a file there, and it
+    silently replaces a socket another server is still listening on; a stale socket left
+    by a crash (nobody answers on it) is replaced, as before.
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return error.strerror or str(error)
+    if stat.S_ISDIR(info.st_mode):
+        return "it is a directory; name a socket file inside it"
+    if not stat.S_ISSOCK(info.st_mode):
+        return "a file that is not a socket is in the way"
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return None  # stale: nobody listens on it any more
+    except OSError as error:
+        return error.strerror or str(error)
+    else:
+        return "another server is listening on it"
+    finally:
+        probe.close()
+    return None
+
+
+def remove_own_socket(path: str, identity: tuple[int, int] | None) -> None:
+    """At a clean stop, remove the socket file this server made (and only that one)."""
+    if identity is None:
+        return
+    try:
+        info = os.stat(path)
+        if stat.S_ISSOCK(info.st_mode) and (info.st_dev, info.st_ino) == identity:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
 def _where(config: Config) -> str:
     return config.unix_socket or f"{config.address}:{config.port}"
 
@@ -566,12 +611,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as error:
         print(f"nvdashboard: error: {error}", file=sys.stderr)
         return 2
+    problem = unix_socket_problem(config.unix_socket) if config.unix_socket else None
+    if problem:
+        print(f"nvdashboard: error: cannot listen on {_where(config)}: {problem}",
+              file=sys.stderr)
+        return 2
     try:
         server = make_server(config, sources)
-    except OSError as error:
-        reason = "address already in use" if error.errno == errno.EADDRINUSE else error.strerror
+    except (OSError, ValueError) as error:
+        reason = ("address already in use" if getattr(error, "errno", None) == errno.EADDRINUSE
+                  else getattr(error, "strerror", None) or str(error))
         print(f"nvdashboard: error: cannot listen on {_where(config)}: {reason}", file=sys.stderr)
         return 2
+    socket_identity = None
+    if config.unix_socket:
+        info = os.stat(config.unix_socket)
+        socket_identity = (info.st_dev, info.st_ino)
 
     def metrics_started() -> None:
         if metrics.facts:
@@ -603,6 +658,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         server.stop()
         sources.stop()
+        if config.unix_socket:
+            remove_own_socket(config.unix_socket, socket_identity)
         log.info("stopped")
     return 0
 
