@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -152,6 +153,7 @@ def in_process_server(
         server = holder["server"]
         server.io_loop.add_callback(server.io_loop.stop)  # type: ignore[attr-defined]
         thread.join(10)
+        shutil.rmtree(runs_dir, ignore_errors=True)  # every test cleans up what it makes
 
 
 @contextmanager
@@ -186,7 +188,9 @@ def cli_server(
             process.wait(15)
         except subprocess.TimeoutExpired:
             process.kill()
+            process.wait()
         log.close()
+        shutil.rmtree(runs_dir, ignore_errors=True)
 
 
 def _ignore_sigint() -> None:
