@@ -71,6 +71,8 @@ def lab_environment(home: str, settings: str, simulate: int,
             "JUPYTER_DATA_DIR": os.path.join(home, "data"),
             "IPYTHONDIR": os.path.join(home, "ipython"),
             "JUPYTERLAB_WORKSPACES_DIR": os.path.join(home, "workspaces"),
+            # The proxied server's runs folder (default ~/.cache/nvdashboard/runs) too.
+            "NVDASHBOARD_RUNS_DIR": os.path.join(home, "runs"),
             **(extra_env or {})}
 
 
