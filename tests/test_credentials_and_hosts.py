@@ -20,7 +20,7 @@ from tornado.websocket import websocket_connect
 from jupyterlab_nvdashboard.apps.registry import ROUTES
 from jupyterlab_nvdashboard.auth import HostRule, scrub_secrets
 from jupyterlab_nvdashboard.config import load_config
-from tests.support.bokeh_client import _TOKEN, TEST_TOKEN
+from tests.support.bokeh_client import SESSION_TOKEN, TEST_TOKEN
 from tests.support.servers import cli_server, get, in_process_server, server_output
 
 # What a browser behind Jupyter sends along: Jupyter's HttpOnly login cookie and _xsrf.
@@ -33,7 +33,7 @@ SECRETS = (TEST_TOKEN, JUPYTER_COOKIE_VALUE, XSRF_VALUE, JUPYTER_TOKEN, "jupyter
 
 
 def _session_payload(page: str) -> dict:
-    match = _TOKEN.search(page)
+    match = SESSION_TOKEN.search(page)
     assert match, "no session token in the page"
     return get_token_payload(match.group(1))
 

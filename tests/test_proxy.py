@@ -128,7 +128,7 @@ def test_no_page_through_the_proxy_carries_a_jupyter_credential(lab) -> None:
 
     from bokeh.util.token import get_token_payload
 
-    from tests.support.bokeh_client import _TOKEN
+    from tests.support.bokeh_client import SESSION_TOKEN
 
     login_cookie, xsrf = "2|login-cookie-value-0123|99", "2|xsrf-value-4567|99"
     index = json.loads(lab.get("nvdashboard/index.json")[1])
@@ -140,7 +140,7 @@ def test_no_page_through_the_proxy_carries_a_jupyter_credential(lab) -> None:
             page = response.read().decode()
             assert response.headers.get("Cache-Control") == "no-store", route
             assert "frame-ancestors" in response.headers.get("Content-Security-Policy", "")
-        match = _TOKEN.search(page)
+        match = SESSION_TOKEN.search(page)
         assert match, route
         decoded = json.dumps(get_token_payload(match.group(1)), default=repr)
         for secret in (lab.token, login_cookie, xsrf, "login-cookie-value", "xsrf-value"):
