@@ -12,6 +12,19 @@ Three modes, chosen in ``config.py``:
 In every mode Bokeh sessions are signed with a secret made at each launch (``server.py``),
 so a websocket is only accepted for a session id this server issued on an allowed page.
 
+Before the token, standalone (with or without a token) every request's ``Host`` must be a
+name this server is known by (``host_allowed``): a loopback name or address, the bind
+address, or a name given with ``--allow-host``. A web page on another site that re-binds its
+own name to 127.0.0.1 (DNS rebinding) sends its own name as Host, and is refused. Every
+websocket's ``Origin`` is then checked against the allow-list by this module itself, even
+when it equals the Host (tornado accepts those without asking). Behind Jupyter, Jupyter has
+already checked Host and Origin against its own rules, which this server cannot know, so
+the forwarded Origin must only equal the forwarded Host.
+
+No credential is ever placed in a page or a log: the Bokeh session token carries no cookie,
+no header and only the ``theme`` argument (``server.py``), and library log lines have any
+``token=`` value scrubbed (``scrub_secrets``).
+
 Our own tornado handlers subclass ``GuardedHandler`` (or call ``Access.require`` from
 ``prepare``); Bokeh's handlers ask ``BokehAuth``; Bokeh's static files are gated through
 ``bokeh_patches``.
@@ -20,10 +33,14 @@ Our own tornado handlers subclass ``GuardedHandler`` (or call ``Access.require``
 from __future__ import annotations
 
 import hmac
+import ipaddress
+import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from bokeh.server.auth_provider import AuthProvider
+from bokeh.server.util import check_allowlist
 from tornado.web import HTTPError, RequestHandler
 
 from .config import Config
@@ -32,6 +49,90 @@ TOKEN_ARGUMENT = "token"
 COOKIE_PREFIX = "nvdashboard-token-"
 AUTHORIZATION_SCHEMES = ("token", "bearer")
 VIEW_ONLY_REASON = "view-only: started with --no-token"
+# Every page (HTML and JSON) is kept out of caches, and may only be framed by a page of its
+# own origin: standalone that is this server; behind Jupyter the page is served through
+# Jupyter's origin, so 'self' is Jupyter's origin, where JupyterLab frames it.
+PAGE_HEADERS = {"Cache-Control": "no-store",
+                "Content-Security-Policy": "frame-ancestors 'self'"}
+# Names every machine gives its loopback interface (RFC 6761 reserves ``*.localhost``).
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost",
+                            "ip6-loopback"})
+HOST_REFUSED = ("this server is not known by that name (Host header); start it with "
+                "--allow-host NAME to allow one")
+ORIGIN_REFUSED = "websocket Origin not allowed (see --allow-websocket-origin)"
+# ``token=<value>`` in a logged URL (ours, or Jupyter's forwarded through the proxy) and
+# Jupyter's ``_xsrf``: the value is replaced, as Jupyter scrubs its own request logs.
+_SECRET_ARGUMENT = re.compile(r"(?i)\b(token|_xsrf)=[^&\s;\"']*")
+
+
+def scrub_secrets(text: str) -> str:
+    """``text`` with the value of every ``token=`` and ``_xsrf=`` replaced by ``[secret]``."""
+    return _SECRET_ARGUMENT.sub(lambda match: f"{match.group(1)}=[secret]", text)
+
+
+def split_host(host: str) -> str:
+    """The name or address in a ``Host`` header (port and IPv6 brackets removed), lowercased."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    if host.count(":") == 1:
+        host = host.partition(":")[0]
+    return host.rstrip(".")
+
+
+def _is_ip(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(name)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class HostRule:
+    """Which ``Host`` headers and websocket ``Origin`` headers this server answers.
+
+    ``names``: host names (no port) besides the loopback ones; ``any_address``: bound to
+    every interface, so any IP literal is this machine's (an IP literal cannot be
+    re-bound by another site's DNS); ``origins``: ``HOST[:PORT]`` allow-list for
+    websockets. ``forwarded`` (behind Jupyter): Jupyter has checked Host and Origin, and
+    the Origin must equal the Host it forwarded.
+    """
+
+    names: frozenset[str] = frozenset()
+    any_address: bool = False
+    origins: tuple[str, ...] = ()
+    forwarded: bool = False
+
+    @classmethod
+    def for_config(cls, config: Config) -> HostRule:
+        address = split_host(config.address)
+        names = {name.lower() for name in config.allow_hosts}
+        if address not in ("0.0.0.0", "::", ""):
+            names.add(address)
+        return cls(frozenset(names), address in ("0.0.0.0", "::", ""),
+                   tuple(origin.lower() for origin in config.websocket_origins),
+                   config.jupyter_proxy)
+
+    def host_allowed(self, host: str) -> bool:
+        if self.forwarded:
+            return True
+        name = split_host(host)
+        address = _is_ip(name)
+        if address is not None:
+            return address.is_loopback or self.any_address or name in self.names
+        return (name in LOOPBACK_NAMES or name.endswith(".localhost") or name in self.names)
+
+    def origin_allowed(self, origin: str | None, host: str) -> bool:
+        """A websocket's Origin: absent (not a browser: the token still applies) or allowed."""
+        if origin is None:
+            return True
+        netloc = urlsplit(origin).netloc.lower()
+        if not netloc:
+            return False  # "null" (a sandboxed frame, a file: page) or garbage
+        if self.forwarded:
+            return netloc == host.strip().lower()
+        # Bokeh's own comparison, so both checks read the allow-list alike.
+        return check_allowlist(netloc, self.origins)
 
 
 @dataclass(frozen=True)
@@ -46,11 +147,24 @@ class Access:
     token: str | None
     run_control: bool
     cookie_name: str = COOKIE_PREFIX + "default"
+    hosts: HostRule = HostRule(forwarded=True)
 
     @classmethod
     def for_config(cls, config: Config) -> Access:
         where = "unix" if config.unix_socket else str(config.port)
-        return cls(config.token, config.run_control, COOKIE_PREFIX + where)
+        return cls(config.token, config.run_control, COOKIE_PREFIX + where,
+                   HostRule.for_config(config))
+
+    def refusal(self, handler: RequestHandler) -> str | None:
+        """Why the Host or (for a websocket) the Origin of this request is refused, or None."""
+        request = handler.request
+        host = request.headers.get("Host", "")
+        if not self.hosts.host_allowed(host):
+            return HOST_REFUSED
+        if request.headers.get("Upgrade", "").lower() == "websocket" and \
+                not self.hosts.origin_allowed(request.headers.get("Origin"), host):
+            return ORIGIN_REFUSED
+        return None
 
     def presented(self, handler: RequestHandler) -> list[str]:
         """The tokens a request offers besides ``?token=``: Authorization header, cookie."""
@@ -74,6 +188,8 @@ class Access:
         A websocket handler calls this before it upgrades (from ``prepare``), and refuses
         with 403 when it answers False (``require`` does both).
         """
+        if self.refusal(handler) is not None:
+            return False
         if self.token is None:
             return True
         if any(self.matches(value) for value in handler.get_query_arguments(TOKEN_ARGUMENT)):
@@ -93,6 +209,9 @@ class Access:
 
     def require(self, handler: RequestHandler) -> None:
         """Raise a 403 unless ``allows(handler)``."""
+        refusal = self.refusal(handler)
+        if refusal is not None:
+            raise HTTPError(403, reason=refusal)
         if not self.allows(handler):
             raise HTTPError(403, reason="a valid token is required (see the server's log "
                             "for the URL with ?token=)")
@@ -109,6 +228,10 @@ class GuardedHandler(RequestHandler):
 
     def initialize(self, access: Access, **kwargs: Any) -> None:
         self.access = access
+
+    def set_default_headers(self) -> None:
+        for name, value in PAGE_HEADERS.items():
+            self.set_header(name, value)
 
     def prepare(self) -> None:
         self.access.require(self)
@@ -128,20 +251,15 @@ class BokehAuth(AuthProvider):
 
     @property
     def get_user_async(self) -> Any:
-        if self.access.token is None:
-            return None
-
+        # Asked in every mode: Host and Origin are checked even where no token is.
         async def user(handler: RequestHandler) -> str:
             self.access.require(handler)
-            return "token-holder"
+            return "token-holder" if self.access.token else "viewer"
 
         return user
 
     @property
     def get_login_url(self) -> Any:
-        if self.access.token is None:
-            return None
-
         def refuse(handler: RequestHandler) -> str:
             # There is no login page: a request without a valid token is simply refused.
             raise HTTPError(403)

@@ -22,8 +22,12 @@ burst of page loads, hostile input or a hostile web page:
 5. Bokeh's static file handlers (BokehJS under ``/static/`` and ``<route>/static/``, and
    extension files) never ask the server's auth provider, so a server that asks for a
    token would still hand BokehJS to anyone. They now ask it first, as Bokeh's page and
-   websocket handlers do, and a refusal is a 403.
-6. With signed sessions, a page request whose ``bokeh-session-id`` has non-ASCII
+   websocket handlers do, and a refusal is a 403. A NUL byte in their file path is a 400
+   (it was a 500).
+6. Bokeh's pages are cacheable and may be framed by any site; each page, and every
+   response that carries a session, is now ``no-store`` with ``frame-ancestors 'self'``
+   (``auth.PAGE_HEADERS``).
+7. With signed sessions, a page request whose ``bokeh-session-id`` has non-ASCII
    characters, or whose ``bokeh-token`` is not a token at all, makes Bokeh's signature
    check raise (a 500). Such a request is refused with a 403 before Bokeh reads it.
 """
@@ -44,6 +48,8 @@ from bokeh.server.views.session_handler import SessionHandler
 from bokeh.server.views.static_handler import StaticHandler
 from bokeh.util.token import get_session_id
 from tornado.web import HTTPError, RequestHandler
+
+from .auth import PAGE_HEADERS, scrub_secrets
 
 _applied = False
 # Long enough that one sweep's destroys share a collection, short enough that memory
@@ -85,6 +91,8 @@ def apply() -> None:
     get_session = SessionHandler.get_session
 
     async def get_well_formed_session(self: SessionHandler) -> Any:
+        for name, value in PAGE_HEADERS.items():
+            self.set_header(name, value)
         refuse_malformed_session_arguments(self)
         return await get_session(self)
 
@@ -117,6 +125,11 @@ async def ask_auth_provider(handler: RequestHandler) -> None:
         return
     if not handler.current_user:
         raise HTTPError(403)
+    # A NUL byte in a file path makes the file lookup raise ValueError: a 500 and a logged
+    # exception for what is only a bad request.
+    if any("\x00" in argument for argument in handler.path_args
+           if isinstance(argument, str)):
+        raise HTTPError(400, reason="a file path cannot contain a NUL byte")
 
 
 class DeferredCollector(ModuleType):
@@ -160,7 +173,9 @@ class OneLineLibraryLogs(logging.Filter):
     """Bokeh's and Tornado's records as one short line each, without tracebacks.
 
     Their errors are mostly about what a client sent (a 404 for an 8 kB URL, a malformed
-    protocol message); our own loggers keep their tracebacks.
+    protocol message); our own loggers keep their tracebacks. Tornado's access lines
+    carry the URL: any ``token=`` in it (ours, or Jupyter's forwarded through the proxy)
+    is scrubbed, since behind Jupyter these lines land in Jupyter's own log.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -169,10 +184,10 @@ class OneLineLibraryLogs(logging.Filter):
         text = record.getMessage()
         if text == _CLOSED_TAB_WARNING:
             return False
-        text = _shorten(text)
+        text = _shorten(scrub_secrets(text))
         if record.exc_info and record.exc_info[1] is not None:
             error = record.exc_info[1]
-            text += " [" + _shorten(f"{type(error).__name__}: {error}") + "]"
+            text += " [" + _shorten(scrub_secrets(f"{type(error).__name__}: {error}")) + "]"
         record.msg, record.args = text, None
         record.exc_info = record.exc_text = None
         return True

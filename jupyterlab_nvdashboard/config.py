@@ -70,6 +70,9 @@ class Config:
     exit_after_idle_s: float | None = None
     history_s: float = 1800.0
     allow_websocket_origin: tuple[str, ...] = ()
+    # Host names (no port) this server answers besides loopback names and its bind address
+    # (auth.HostRule): the name a remote browser uses to reach it.
+    allow_hosts: tuple[str, ...] = ()
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     # Directory the workload writes run event files to; the /Workload dashboard watches it.
     runs_dir: Path = field(default_factory=lambda: default_runs_dir({}))
@@ -105,10 +108,11 @@ class Config:
         """The explicit allow-list: what was configured, else this server's own host:port."""
         if self.allow_websocket_origin:
             return list(self.allow_websocket_origin)
-        hosts = {self.address, "localhost", "127.0.0.1"}
+        hosts = {self.address, "localhost", "127.0.0.1", *self.allow_hosts}
         if self.address in ("0.0.0.0", "::"):
-            hosts = {"localhost", "127.0.0.1"}
-        return sorted(f"{host}:{self.port}" for host in hosts)
+            hosts = {"localhost", "127.0.0.1", *self.allow_hosts}
+        return sorted(f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+                      for host in hosts)
 
     @property
     def idle_exit_s(self) -> float:
@@ -174,10 +178,16 @@ def _boolean(name: str):
     return parse
 
 
+# RFC 3986's unreserved characters: a token made of them travels unchanged in a URL, a
+# cookie and an Authorization header. Spaces made every ?token= request a 500 (a cookie
+# cannot hold them) and non-ASCII dropped the connection.
+_TOKEN_CHARACTERS = re.compile(r"[A-Za-z0-9._~-]+")
+
+
 def _token(text: str) -> str:
-    if len(text) < MIN_TOKEN_LENGTH or text != text.strip() or not text.isprintable():
-        raise ConfigError(f"the token must be at least {MIN_TOKEN_LENGTH} printable characters "
-                          "without surrounding spaces")
+    if len(text) < MIN_TOKEN_LENGTH or not _TOKEN_CHARACTERS.fullmatch(text):
+        raise ConfigError(f"the token must be at least {MIN_TOKEN_LENGTH} characters, each an "
+                          "ASCII letter, digit, '-', '.', '_' or '~'")
     return text
 
 
@@ -193,6 +203,32 @@ def _origin(text: str) -> str:
     if not _ORIGIN.fullmatch(origin):
         raise ConfigError(f"websocket origin must be HOST or HOST:PORT, got {text!r}")
     return origin
+
+
+# A DNS name (RFC 1123 labels) or an IP address: what a browser sends as Host.
+_ALLOWED_HOST = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                           r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
+
+
+def _allowed_host(text: str) -> str:
+    name = text.strip().lower()
+    if "*" in name:
+        raise ConfigError(f"allowed host {text!r}: '*' is not allowed; name each host")
+    try:
+        return str(ipaddress.ip_address(name.strip("[]")))
+    except ValueError:
+        pass
+    if not _ALLOWED_HOST.fullmatch(name):
+        raise ConfigError(f"allowed host must be a host name or IP address without a port, "
+                          f"got {text!r}")
+    return name.rstrip(".")
+
+
+def _allowed_hosts(text: str) -> list[str]:
+    hosts = [_allowed_host(item) for item in text.split(",") if item.strip()]
+    if not hosts:
+        raise ConfigError(f"no host name in {text!r}; name each host, separated by commas")
+    return hosts
 
 
 def _origins(text: str) -> list[str]:
@@ -276,6 +312,7 @@ _ENVIRONMENT = {
     "idle_interval": ("NVDASHBOARD_IDLE_INTERVAL", _idle_interval),
     "exit_after_idle": ("NVDASHBOARD_EXIT_AFTER_IDLE", _exit_after_idle),
     "allow_websocket_origin": ("NVDASHBOARD_ALLOW_WEBSOCKET_ORIGIN", _origins),
+    "allow_host": ("NVDASHBOARD_ALLOW_HOST", _allowed_hosts),
     "simulate": ("NVDASHBOARD_SIMULATE", _simulate),
     "simulate_nvlink": ("NVDASHBOARD_SIMULATE_NVLINK", _boolean("NVDASHBOARD_SIMULATE_NVLINK")),
     "simulate_faults": ("NVDASHBOARD_SIMULATE_FAULTS", str),
@@ -322,6 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
                         type=_origin,
                         help="allow browser pages from this origin (repeatable; default: this "
                         "server's own host and port)")
+    parser.add_argument("--allow-host", action="append", type=_allowed_hosts, metavar="NAME",
+                        help="answer requests that name this server NAME (the Host header), "
+                        "besides localhost and the bind address (repeatable, or "
+                        "comma-separated)")
     parser.add_argument("--simulate", type=_simulate, metavar="N",
                         help="simulate N GPUs instead of reading NVML (always labelled SIMULATED)")
     parser.add_argument("--simulate-no-nvlink", dest="simulate_nvlink", action="store_const",
@@ -367,9 +408,12 @@ def _from_environment(environ: Mapping[str, str]) -> dict[str, object]:
     bokeh_origins = environ.get(BOKEH_ORIGIN_VARIABLE)
     if bokeh_origins:
         try:
-            _origins(bokeh_origins)
+            origins = _origins(bokeh_origins)
         except ConfigError as error:
             raise ConfigError(f"{BOKEH_ORIGIN_VARIABLE}: {error}") from None
+        # Bokeh's variable replaces the allow-list wholesale (as Bokeh itself does), and the
+        # project's own check (auth.HostRule) must see the same list.
+        values.setdefault("allow_websocket_origin", origins)
     return values
 
 
@@ -417,6 +461,9 @@ def load_config(
         host=str(merged.get("simulate_host", "")),
         binding=str(merged.get("simulate_binding", "")),
     )
+    allow_hosts = merged.get("allow_host", ())
+    if allow_hosts and isinstance(allow_hosts[0], list):  # the repeatable flag: lists
+        allow_hosts = [name for names in allow_hosts for name in names]  # type: ignore[union-attr]
     allow = merged.get("metrics_allow", ())
     if allow and isinstance(allow[0], list):  # the flag is repeatable: a list of lists
         allow = [network for networks in allow for network in networks]  # type: ignore[union-attr]
@@ -433,6 +480,7 @@ def load_config(
                            else float(merged["exit_after_idle"])),  # type: ignore[arg-type]
         history_s=float(merged.get("history", defaults.history_s)),  # type: ignore[arg-type]
         allow_websocket_origin=tuple(merged.get("allow_websocket_origin", ())),  # type: ignore[arg-type]
+        allow_hosts=tuple(dict.fromkeys(allow_hosts)),  # type: ignore[arg-type]
         simulation=simulation,
         runs_dir=Path(merged.get("runs_dir", defaults.runs_dir)),  # type: ignore[arg-type]
         keep_runs=int(merged.get("keep_runs", defaults.keep_runs)),  # type: ignore[arg-type]

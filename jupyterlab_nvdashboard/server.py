@@ -32,6 +32,7 @@ import os
 import secrets
 import signal
 import socket
+import stat
 import sys
 import time
 from collections.abc import Sequence
@@ -54,7 +55,7 @@ from .apps.cluster import (
     ClusterGpusView,
 )
 from .apps.components import timeline_windows
-from .apps.document import build_document, no_gpu_notice
+from .apps.document import build_document, gpus_being_read, no_gpu_notice
 from .apps.processes import glance, processes_json
 from .apps.registry import ROUTES, RouteFeeds, available_routes
 from .apps.sources import DashboardSources
@@ -163,6 +164,8 @@ def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None,
         "devices": [{**facts._asdict(), "lost": facts.index in lost,
                      "unavailable": unavailable.get(facts.index, {})}
                     for facts in metrics.facts],
+        # True until the first GPU read is done: start-up never waits on NVML.
+        "reading_gpus": gpus_being_read(metrics),
         "interval_s": metrics.interval_s,
         "history_s": metrics.history_s,
         "live_sessions": 0 if live_sessions is None else live_sessions(),
@@ -369,12 +372,31 @@ def make_metrics_collector(config: Config, sources: DashboardSources,
     return DcgmCollector(snapshot)
 
 
+# The only request argument a document reads (apps/document.py::requested_theme).
+PAGE_ARGUMENTS = ("theme",)
+
+
+class PageHandler(FunctionHandler):
+    """A dashboard's document factory whose session token carries no credential.
+
+    Bokeh copies every request argument into the signed session token it writes into the
+    page, where page scripts and the ``Sec-WebSocket-Protocol`` header can read it (a JWT is
+    signed, not encrypted): ``?token=``, and Jupyter's token behind the proxy. What this
+    returns replaces those arguments; headers and cookies are left out by the ``Server``.
+    """
+
+    def process_request(self, request: Any) -> dict[str, Any]:
+        arguments = getattr(request, "arguments", None) or {}
+        return {"arguments": {name: arguments[name] for name in PAGE_ARGUMENTS
+                              if name in arguments}}
+
+
 def make_applications(sources: DashboardSources, feeds: RouteFeeds) -> dict[str, Application]:
     def view_maker(route: Any) -> Any:
         return lambda: route.make_view(sources, feeds(route.path))
 
     return {
-        route.path: Application(FunctionHandler(partial(
+        route.path: Application(PageHandler(partial(
             build_document, sources=sources, title=route.title,
             needs_gpu=route.needs_gpu, shows_gpu=route.shows_gpu,
             make_component=view_maker(route),
@@ -395,7 +417,7 @@ def cluster_route(sources: DashboardSources) -> tuple[Broadcaster, Application]:
         assert feed is not None
         return ClusterGpusView(feed, cluster.interval_s)
 
-    return broadcaster, Application(FunctionHandler(partial(
+    return broadcaster, Application(PageHandler(partial(
         build_document, sources=sources, title=CLUSTER_TITLE, needs_gpu=False,
         shows_gpu=False, make_component=view)))
 
@@ -460,9 +482,10 @@ def make_server(config: Config, sources: DashboardSources,
         sign_sessions=True,
         generate_session_ids=True,
         # Bokeh copies request headers and cookies into each session's token, which sits
-        # in the page; credentials stay out of it.
-        exclude_headers=["Authorization", "Cookie"],
-        exclude_cookies=[access.cookie_name],
+        # in the page: behind Jupyter that was Jupyter's HttpOnly login cookie and _xsrf.
+        # No document reads them, so none goes in (arguments: PageHandler).
+        include_headers=[],
+        include_cookies=[],
         unused_session_lifetime_milliseconds=config.unused_session_lifetime_ms,
         check_unused_sessions_milliseconds=config.check_unused_sessions_ms,
         **listen,
@@ -499,6 +522,50 @@ def compose_sources(config: Config, metrics: Metrics) -> DashboardSources:
         cluster = ClusterView.connect_to(config.dask_scheduler)
     return DashboardSources(metrics, workload, run_control=config.run_control,
                             jupyter=jupyter, cluster=cluster)
+
+
+def unix_socket_problem(path: str) -> str | None:
+    """Why this server cannot listen on the unix socket ``path``, or None.
+
+    Tornado would raise a ValueError (a traceback) for a directory or a file there, and it
+    silently replaces a socket another server is still listening on; a stale socket left
+    by a crash (nobody answers on it) is replaced, as before.
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return error.strerror or str(error)
+    if stat.S_ISDIR(info.st_mode):
+        return "it is a directory; name a socket file inside it"
+    if not stat.S_ISSOCK(info.st_mode):
+        return "a file that is not a socket is in the way"
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return None  # stale: nobody listens on it any more
+    except OSError as error:
+        return error.strerror or str(error)
+    else:
+        return "another server is listening on it"
+    finally:
+        probe.close()
+    return None
+
+
+def remove_own_socket(path: str, identity: tuple[int, int] | None) -> None:
+    """At a clean stop, remove the socket file this server made (and only that one)."""
+    if identity is None:
+        return
+    try:
+        info = os.stat(path)
+        if stat.S_ISSOCK(info.st_mode) and (info.st_dev, info.st_ino) == identity:
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 def _where(config: Config) -> str:
@@ -545,20 +612,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as error:
         print(f"nvdashboard: error: {error}", file=sys.stderr)
         return 2
+    problem = unix_socket_problem(config.unix_socket) if config.unix_socket else None
+    if problem:
+        print(f"nvdashboard: error: cannot listen on {_where(config)}: {problem}",
+              file=sys.stderr)
+        return 2
     try:
         server = make_server(config, sources)
-    except OSError as error:
-        reason = "address already in use" if error.errno == errno.EADDRINUSE else error.strerror
+    except (OSError, ValueError) as error:
+        reason = ("address already in use" if getattr(error, "errno", None) == errno.EADDRINUSE
+                  else getattr(error, "strerror", None) or str(error))
         print(f"nvdashboard: error: cannot listen on {_where(config)}: {reason}", file=sys.stderr)
         return 2
+    socket_identity = None
+    if config.unix_socket:
+        info = os.stat(config.unix_socket)
+        socket_identity = (info.st_dev, info.st_ino)
 
-    sources.start()
+    def metrics_started() -> None:
+        if metrics.facts:
+            kind = "simulated GPU(s)" if metrics.simulated else "GPU(s)"
+            log.info("reading %d %s every %.0f ms", len(metrics.facts), kind,
+                     config.interval_s * 1e3)
+        else:
+            log.info("%s Serving the machine dashboard only.", no_gpu_notice(metrics))
+
     server.start()
-    if metrics.facts:
-        kind = "simulated GPU(s)" if metrics.simulated else "GPU(s)"
-        log.info("reading %d %s every %.0f ms", len(metrics.facts), kind, config.interval_s * 1e3)
-    else:
-        log.info("%s Serving the machine dashboard only.", no_gpu_notice(metrics))
+    # NVML starts on its own thread: the pages answer at once, whatever NVML does.
+    sources.start_without_waiting(metrics_started)
     log.info("dashboards at %s (Ctrl-C stops)", dashboards_url(config))
     if not config.run_control:
         log.info("%s: anyone who can reach this port can watch; the run panel is disabled",
@@ -568,6 +649,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.io_loop.add_callback_from_signal(server.io_loop.stop)
 
     signal.signal(signal.SIGTERM, stop)
+    # Our own disposition, not the inherited one: started by a non-interactive shell's
+    # `cmd &` (many container entry points), SIGINT arrives ignored and Ctrl-C would not stop.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         server.io_loop.start()
     except KeyboardInterrupt:
@@ -575,6 +659,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         server.stop()
         sources.stop()
+        if config.unix_socket:
+            remove_own_socket(config.unix_socket, socket_identity)
         log.info("stopped")
     return 0
 

@@ -119,3 +119,29 @@ def _unix_sockets_of_children(parent_pid: int) -> list[str]:
             command = child.cmdline()
             paths.append(command[command.index("--unix-socket") + 1])
     return paths
+
+
+def test_no_page_through_the_proxy_carries_a_jupyter_credential(lab) -> None:
+    """Jupyter's HttpOnly login cookie, _xsrf and token stayed in every page's session token
+    (a JWT is signed, not encrypted): page scripts could read them."""
+    import urllib.request
+
+    from bokeh.util.token import get_token_payload
+
+    from tests.support.bokeh_client import SESSION_TOKEN
+
+    login_cookie, xsrf = "2|login-cookie-value-0123|99", "2|xsrf-value-4567|99"
+    index = json.loads(lab.get("nvdashboard/index.json")[1])
+    for route in index:
+        request = urllib.request.Request(
+            f"{lab.proxy_url}{route}?token={lab.token}",
+            headers={"Cookie": f"username-x={login_cookie}; _xsrf={xsrf}"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            page = response.read().decode()
+            assert response.headers.get("Cache-Control") == "no-store", route
+            assert "frame-ancestors" in response.headers.get("Content-Security-Policy", "")
+        match = SESSION_TOKEN.search(page)
+        assert match, route
+        decoded = json.dumps(get_token_payload(match.group(1)), default=repr)
+        for secret in (lab.token, login_cookie, xsrf, "login-cookie-value", "xsrf-value"):
+            assert secret not in decoded and secret not in page, (route, secret)

@@ -306,7 +306,13 @@ MALFORMED = {
     "NVDASHBOARD_KEEP_RUNS": ["many", "0", "-1", "1.5"],
     "NVDASHBOARD_SIMULATE_PROCESSES": ["/", "/nonexistent-dir/p.json", " "],
     "NVDASHBOARD_UNUSED_SESSION_LIFETIME_MS": ["soon", "1", "nan", "99999999999"],
-    "NVDASHBOARD_TOKEN": ["short", " " * 20, "x" * 15, "padded-token-value-1234 "],
+    # Valid before, and then every ?token= request answered 500 (spaces) or dropped the
+    # connection (Cyrillic): a token must be URL-safe printable ASCII.
+    "NVDASHBOARD_TOKEN": ["short", " " * 20, "x" * 15, "padded-token-value-1234 ",
+                          "has inner spaces in it ok", "токен-из-кириллицы-1234",
+                          "semi;colon=and,comma-token", "percent%20encoded-token"],
+    "NVDASHBOARD_ALLOW_HOST": ["*", "*.example.com", ",,", "host:8000", "a b", "http://x",
+                               "-leading.example"],
     "NVDASHBOARD_SIMULATE_HOST": ["two words", "a/b", "h" * 64],
     "NVDASHBOARD_SIMULATE_BINDING": ["/nonexistent/nvidia_ml_py.whl", "README.md", "."],
     "NVDASHBOARD_METRICS": ["maybe"],

@@ -79,7 +79,17 @@ def title_text(title: str, metrics: Metrics, shows_gpu: bool) -> str:
     return f"{title} (SIMULATED)" if metrics.simulated and shows_gpu else title
 
 
+READING_GPUS = "reading GPUs…"
+
+
+def gpus_being_read(metrics: Metrics) -> bool:
+    """True until the sampler's first GPU read is done (NVML may take minutes to start)."""
+    return metrics.sampler.gpu_reads == 0
+
+
 def no_gpu_notice(metrics: Metrics) -> str:
+    if gpus_being_read(metrics):
+        return READING_GPUS
     return f"No NVIDIA GPU or driver was found. {metrics.nvml.message}"
 
 

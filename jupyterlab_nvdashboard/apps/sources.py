@@ -8,6 +8,9 @@ this object starts and stops both.
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,6 +42,29 @@ class DashboardSources:
     def start(self) -> None:
         for service in self._services():
             service.start()
+
+    def start_without_waiting(self, on_metrics_started: Callable[[], None] | None = None
+                              ) -> threading.Thread:
+        """Start every service, the metrics on a thread of their own: NVML's first init and
+        read can take minutes (a slow or hung driver), and the server must answer ``/``,
+        ``/index.json`` and ``/info.json`` meanwhile (jupyter-server-proxy gives up after
+        60 s). Pages say "reading GPUs…" until the first GPU read is done."""
+        for service in self._services()[1:]:
+            service.start()
+
+        def start_metrics() -> None:
+            try:
+                self.metrics.start()
+                if on_metrics_started is not None:
+                    on_metrics_started()
+            except Exception as error:  # noqa: BLE001 - one line; the pages say so
+                logging.getLogger("nvdashboard").warning(
+                    "the GPU readers did not start: %s: %s", type(error).__name__, error)
+
+        thread = threading.Thread(target=start_metrics, name="nvdashboard-metrics-start",
+                                  daemon=True)
+        thread.start()
+        return thread
 
     def stop(self) -> None:
         for service in self._services():

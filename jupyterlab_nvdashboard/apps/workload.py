@@ -9,6 +9,7 @@ one-line verdict (``runs/verdict.py``) that names the GPU and the samples it use
 from __future__ import annotations
 
 import html
+import logging
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -47,6 +48,10 @@ from .components import (
     timeline_windows,
 )
 from .sources import DashboardSources
+
+log = logging.getLogger(__name__)
+# Event files whose run could not be summarized, each logged once (not once per refresh).
+_UNSUMMARIZED: set[str] = set()
 
 SUMMARY_COLUMNS = {
     "run": "run", "path": "path", "device": "device", "status": "status",
@@ -133,6 +138,34 @@ def summarize(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts], si
         "speedup": "" if speedup is None else f"{speedup:.1f}x",
         "verdict": verdict,
     }
+
+
+def panel_iterations(value: Any) -> int | None:
+    """The iteration count a client sent (a Spinner value: NaN, Infinity, a string, ...)
+    as a whole number in range, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    # Compared first, so NaN, infinities and a 400-digit integer are all just out of range.
+    if not 1 <= value <= MAX_ITERATIONS or value != int(value):
+        return None
+    return int(value)
+
+
+def summary_row(run: Run, runs: Sequence[Run], samples: Sequence[Sample],
+                facts: Sequence[GpuFacts], simulated: bool, now_s: float) -> dict[str, Any]:
+    """``summarize``, or a row that says the run could not be judged: one run the parser let
+    through must never make the whole table (and every page's refresh) fail."""
+    try:
+        return summarize(run, samples, facts, simulated, native_baseline(runs, run), now_s)
+    except Exception as error:  # noqa: BLE001 - logged as one line, the table carries on
+        if run.source not in _UNSUMMARIZED and len(_UNSUMMARIZED) < 1000:
+            _UNSUMMARIZED.add(run.source)
+            log.warning("run %s (%s): cannot summarize: %s: %s", run.run_id[:100],
+                        run.source, type(error).__name__, str(error)[:200])
+        row: dict[str, Any] = dict.fromkeys(SUMMARY_COLUMNS)
+        row.update(run=run.run_id, path=run.path, device=run.device,
+                   status="cannot summarize", verdict=f"{type(error).__name__}")
+        return row
 
 
 def _round(value: float | None, digits: int) -> float | None:
@@ -264,8 +297,13 @@ class WorkloadDashboard:
         if self.device.value not in devices.offered:
             self._say(f"not started: {devices.hint or 'no device this path can use here'}")
             return
+        iterations = panel_iterations(self.count.value)
+        if iterations is None:
+            self._say(f"not started: iterations must be a whole number from 1 to "
+                      f"{MAX_ITERATIONS}")
+            return
         params = {"path": self.path.value, "preset": self.preset.value,
-                  "iterations": int(self.count.value or 0), "device": self.device.value}
+                  "iterations": iterations, "device": self.device.value}
         try:
             self._say(self.service.launch(params, self._pinned_gpu()))
         except (ValueError, OSError) as error:
@@ -295,13 +333,15 @@ class WorkloadDashboard:
     def _stream_iterations(self, runs: list[Run]) -> None:
         new: dict[str, list] = {"time": [], "ms": [], "run": [], "color": []}
         for position, run in enumerate(runs):
-            sent = self._sent.get(run.run_id, 0)
+            sent = self._sent.get(run.source, 0)
+            if sent > len(run.iterations):
+                sent = 0  # its file was replaced or truncated: the run started over
             for event in run.iterations[sent:]:
                 new["time"].append(event["time"] * 1000)
                 new["ms"].append(event["ms"])
                 new["run"].append(run.label)
                 new["color"].append(Category10_10[position % len(Category10_10)])
-            self._sent[run.run_id] = len(run.iterations)
+            self._sent[run.source] = len(run.iterations)
         if new["time"]:
             self.iterations.stream(new, rollover=20_000)
             if self.empty in self.root.children:
@@ -315,8 +355,8 @@ class WorkloadDashboard:
         oldest = min((run.started_s or now for run in runs), default=now)
         history = self.metrics.history.window(now - oldest + 1)
         facts = self.metrics.facts
-        rows = [summarize(run, history, facts, self.metrics.simulated,
-                          native_baseline(runs, run), now) for run in runs]
+        rows = [summary_row(run, runs, history, facts, self.metrics.simulated, now)
+                for run in runs]
         data = {key: ["n/a" if row[key] is None else row[key] for row in rows]
                 for key in SUMMARY_COLUMNS}
         if dict(self.summary.data) != data:

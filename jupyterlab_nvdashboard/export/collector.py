@@ -146,6 +146,9 @@ class MetricsHandler(GuardedHandler):
             raise HTTPError(404, reason="/metrics is off; start the server with --metrics")
         if not allowed_without_token(self.request.remote_ip, self.allow):
             self.access.require(self)
+        elif (refusal := self.access.refusal(self)) is not None:
+            # An allowed scraper address needs no token, but a foreign Host is still refused.
+            raise HTTPError(403, reason=refusal)
 
     def get(self) -> None:
         assert self.collector is not None

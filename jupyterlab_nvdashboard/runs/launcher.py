@@ -10,15 +10,25 @@ Stopping escalates: SIGINT first (the run writes its summary and exits), SIGTERM
 ``SIGTERM_AFTER_S`` seconds (the run still writes an ``end`` event), SIGKILL
 ``SIGKILL_AFTER_S`` seconds later, each to the run's whole process group. When the server
 stops, ``shutdown()`` does the same with shorter delays and waits for it.
+
+A run never outlives its server: it gets ``NVDASHBOARD_PARENT_PID`` and ends itself, with
+its ``end`` event, when that process is gone (``workload/lifetime.py``), even after a
+``kill -9`` of the server. While a run lives, ``RUN_LOCK_NAME`` in the runs folder names it
+(PID and start time): a server started later on the same folder finds it, shows it as
+running, refuses a second run and can stop it. "One run at a time" holds across restarts
+and across servers sharing a folder.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -26,6 +36,7 @@ from typing import Any, NamedTuple
 
 from ..workload.cli import build_command
 from ..workload.config import RUN_GPU_ENV, RUNS_DIR_ENV
+from ..workload.lifetime import PARENT_PID_ENV
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +45,36 @@ SIGKILL_AFTER_S = 5.0  # after SIGTERM, how long before the process group is kil
 SHUTDOWN_SIGTERM_AFTER_S = 3.0  # the same, when the server itself is stopping
 SHUTDOWN_SIGKILL_AFTER_S = 2.0
 STDERR_LINES_KEPT = 20
+RUN_LOCK_NAME = ".nvdashboard-run.lock"
+POLL_S = 0.1  # how often a run this server did not start is checked while it stops
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot, Linux), so a reused PID is not taken
+    for the run; None where unknown (elsewhere, or no such process)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            # The name in parentheses may hold spaces: fields count from after it.
+            return int(stat_file.read().rpartition(b")")[2].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def alive(pid: int, started: int | None) -> bool:
+    """True while the process ``pid`` exists, is the one that started at ``started``, and
+    leads its own process group (as every run does)."""
+    try:
+        os.kill(pid, 0)
+        if os.getpgid(pid) != pid:
+            return False
+    except (ProcessLookupError, PermissionError):
+        return False
+    if started is None or not sys.platform.startswith("linux"):
+        return True
+    now = process_start_ticks(pid)
+    if now is None:
+        return False
+    return now == started
 
 
 class PinnedGpu(NamedTuple):
@@ -54,22 +95,43 @@ class RunLauncher:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self.last_error = ""
+        self.lock_path = self.runs_dir / RUN_LOCK_NAME
 
     @property
     def running(self) -> bool:
+        return self._own_running() or self.adopted() is not None
+
+    def _own_running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        if self._process is not None:
+            return self._process.pid
+        adopted = self.adopted()
+        return adopted[0] if adopted else None
+
+    def adopted(self) -> tuple[int, int | None] | None:
+        """(pid, start ticks) of a live run that another (or an earlier) server started in
+        this runs folder, from its lock file; None when there is none."""
+        if self._process is not None:
+            return None
+        found = read_lock(self.lock_path)
+        if found is None or not alive(*found):
+            return None
+        return found
 
     def start(self, params: dict[str, Any], gpu: PinnedGpu | None = None) -> str:
         """Launch a run; returns a one-line status. Raises ValueError for bad parameters."""
         command = build_command(params)  # the schema check: only known keys and values
         with self._lock:
-            if self.running:
+            if self._own_running():
                 raise ValueError("a run is already in progress; stop it first")
-            environment = {**self._environ, RUNS_DIR_ENV: str(self.runs_dir)}
+            if (other := self.adopted()) is not None:
+                raise ValueError(f"a run is already in progress (pid {other[0]}, started by "
+                                 "another or an earlier server); stop it first")
+            environment = {**self._environ, RUNS_DIR_ENV: str(self.runs_dir),
+                           PARENT_PID_ENV: str(os.getpid())}
             environment.pop(RUN_GPU_ENV, None)
             on_gpu = params.get("device") == "gpu"
             if gpu is not None:
@@ -82,6 +144,12 @@ class RunLauncher:
                 command, env=environment, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
             )
+            try:
+                write_lock(self.lock_path, self._process.pid)
+            except OSError as error:
+                # Without its lock a later server could start a second run beside it.
+                log.warning("cannot write the run lock %s: %s", self.lock_path,
+                            error.strerror or error)
             threading.Thread(target=self._watch_exit, args=(self._process,), daemon=True,
                              name="nvdashboard-run-exit").start()
         where = ""
@@ -97,6 +165,7 @@ class RunLauncher:
             if line:
                 tail.append(line[:500])
         process.wait()
+        remove_lock(self.lock_path, process.pid)
         last = tail[-1] if tail else f"exit status {process.returncode}"
         if process.returncode not in (0, 130, -signal.SIGINT) and not self._stopping.is_set():
             self.last_error = last
@@ -110,6 +179,13 @@ class RunLauncher:
         """Ctrl-C the run; SIGTERM and SIGKILL follow if it does not exit in time."""
         with self._lock:
             process = self._process
+            if process is None and (other := self.adopted()) is not None:
+                os_signal_group(other[0], signal.SIGINT)
+                threading.Thread(target=self._escalate_adopted,
+                                 args=(*other, SIGTERM_AFTER_S, SIGKILL_AFTER_S),
+                                 daemon=True, name="nvdashboard-run-stop").start()
+                return (f"stopping the run of another server (pid {other[0]}; SIGTERM after "
+                        f"{SIGTERM_AFTER_S:.0f} s, SIGKILL {SIGKILL_AFTER_S:.0f} s later)")
             if process is None or process.poll() is not None:
                 return "no run in progress"
             self._stopping.set()
@@ -130,11 +206,75 @@ class RunLauncher:
         _escalate(process, SHUTDOWN_SIGTERM_AFTER_S, SHUTDOWN_SIGKILL_AFTER_S)
 
 
-def _signal_group(process: subprocess.Popen, number: int) -> None:
+    def _escalate_adopted(self, pid: int, started: int | None, term_after_s: float,
+                          kill_after_s: float) -> None:
+        """``_escalate`` for a run this server did not start (it cannot ``wait()`` for it)."""
+        killed = False
+        for number, wait_s in ((signal.SIGTERM, term_after_s), (signal.SIGKILL, kill_after_s)):
+            deadline = time.monotonic() + wait_s
+            while alive(pid, started) and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+            if not alive(pid, started):
+                break
+            log.info("the run did not stop in %.0f s; sending %s", wait_s, number.name)
+            os_signal_group(pid, number)
+            killed = number == signal.SIGKILL
+        remove_lock(self.lock_path, pid)
+        if killed and self._on_exit is not None:
+            self._on_exit(pid, -signal.SIGKILL, "")
+
+
+def read_lock(path: Path) -> tuple[int, int | None] | None:
+    """(pid, start ticks) from a run lock file, or None when absent or unreadable."""
     try:
-        os.killpg(process.pid, number)  # the run's own group (start_new_session=True)
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        record = json.loads(os.read(descriptor, 4096))
+        pid, started = record["pid"], record.get("start_ticks")
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 1:
+            return None
+        return pid, started if isinstance(started, int) else None
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    finally:
+        os.close(descriptor)
+
+
+def write_lock(path: Path, pid: int) -> None:
+    """Name the live run in its folder (replacing a stale lock); never through a symlink."""
+    text = json.dumps({"pid": pid, "start_ticks": process_start_ticks(pid),
+                       "server_pid": os.getpid()})
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                         0o600)
+    try:
+        os.write(descriptor, text.encode())
+    finally:
+        os.close(descriptor)
+    os.replace(temporary, path)  # replaces the name: a symlink there is not followed
+
+
+def remove_lock(path: Path, pid: int) -> None:
+    """Remove the lock if it still names ``pid`` (a newer run's lock stays)."""
+    found = read_lock(path)
+    if found is not None and found[0] == pid:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def os_signal_group(pid: int, number: int) -> None:
+    try:
+        os.killpg(pid, number)  # the run's own group (start_new_session=True)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _signal_group(process: subprocess.Popen, number: int) -> None:
+    os_signal_group(process.pid, number)
 
 
 def _escalate(process: subprocess.Popen, term_after_s: float, kill_after_s: float) -> None:

@@ -3,7 +3,10 @@
 ``server.py`` builds it (``metrics/`` never sees it). A runs directory that cannot be made
 or written does not stop the server: the service records a one-line ``disabled_reason``,
 the run panel shows it and refuses to start runs, and every other dashboard carries on.
-Old run files beyond ``keep_runs`` are deleted at start and before each launch.
+Old run files beyond ``keep_runs`` are deleted at start and before each launch, and only
+files this project wrote: a ``<run_id>.jsonl`` name whose first line is the workload's own
+``start`` event for that run id. Anything else in the folder is never touched. No write
+here follows a symlink.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import stat
 import tempfile
@@ -23,6 +27,35 @@ from .launcher import PinnedGpu, RunLauncher
 from .watcher import RunsWatcher
 
 log = logging.getLogger(__name__)
+
+# workload/events.py::new_run_id: YYYYmmdd-HHMMSS-<8 hex>, and the file is <run_id>.jsonl.
+RUN_FILE_NAME = re.compile(r"\d{8}-\d{6}-[0-9a-f]{8}\.jsonl")
+PRUNE_NAMES_LOGGED = 10
+# Never follow a symlink planted in the runs folder, never block on a FIFO.
+_NO_FOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def is_run_file(path: str | os.PathLike[str]) -> bool:
+    """True for a regular file (not a symlink) this project wrote: a run-id name, and a first
+    line that is the workload's ``start`` event for that run id."""
+    name = os.path.basename(path)
+    if not RUN_FILE_NAME.fullmatch(name):
+        return False
+    try:
+        descriptor = os.open(path, os.O_RDONLY | _NO_FOLLOW)
+    except OSError:
+        return False  # a symlink (ELOOP), gone, or unreadable
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return False
+        first = os.pread(descriptor, MAX_LINE_BYTES + 1, 0).split(b"\n", 1)[0]
+    except OSError:
+        return False
+    finally:
+        os.close(descriptor)
+    event = parse_event(first)
+    return (event is not None and event["event"] == "start"
+            and event["run_id"] == name[: -len(".jsonl")])
 
 
 class WorkloadService:
@@ -69,28 +102,45 @@ class WorkloadService:
             append_missing_end(found[0], found[1], reason)
 
     def prune(self) -> int:
-        """Delete the oldest run files beyond ``keep_runs``; returns how many went."""
+        """Delete the oldest run files beyond ``keep_runs``; returns how many went.
+
+        Only this project's own run files count and go (``is_run_file``): a folder shared
+        with other ``.jsonl`` files loses none of them. The deletions are logged."""
         try:
             files = [(entry.stat(follow_symlinks=False).st_mtime, entry.path)
                      for entry in os.scandir(self.runs_dir)
-                     if entry.name.endswith(".jsonl")
+                     if RUN_FILE_NAME.fullmatch(entry.name)
                      and stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode)]
         except OSError:
             return 0
         files.sort(reverse=True)
-        removed = 0
-        for _, path in files[self.keep_runs:]:
+        removed: list[str] = []
+        kept = 0
+        for _, path in files:
+            if not is_run_file(path):
+                continue
+            kept += 1
+            if kept <= self.keep_runs:
+                continue
             try:
-                os.unlink(path)
-                removed += 1
+                os.unlink(path)  # removes a name, never what a symlink points to
+                removed.append(os.path.basename(path))
             except OSError:
                 pass  # someone else's file, or gone already
-        return removed
+        if removed:
+            shown = ", ".join(removed[:PRUNE_NAMES_LOGGED])
+            more = f" and {len(removed) - PRUNE_NAMES_LOGGED} more" \
+                if len(removed) > PRUNE_NAMES_LOGGED else ""
+            log.info("deleted %d run file%s beyond --keep-runs %d (oldest first) from %s: "
+                     "%s%s", len(removed), "" if len(removed) == 1 else "s", self.keep_runs,
+                     self.runs_dir, shown, more)
+        return len(removed)
 
 
 def append_missing_end(path: Path, run_id: str, error: str) -> bool:
     """Append an ``end`` event with ``error`` unless the file's last event is an ``end``."""
-    descriptor = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NONBLOCK)
+    # O_NOFOLLOW: a symlink put where the event file was must not get our write.
+    descriptor = os.open(path, os.O_RDWR | os.O_APPEND | _NO_FOLLOW)
     try:
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode):

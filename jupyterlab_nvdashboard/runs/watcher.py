@@ -34,6 +34,9 @@ class Run:
     """What one event file has said so far (events already validated by the parser)."""
 
     run_id: str
+    # The event file: what identifies a run here. Two files may carry one run_id (a copy,
+    # a hand-written file); each is its own run, and each run's points are its own.
+    source: str = ""
     start: dict[str, Any] = field(default_factory=dict)
     iterations: list[dict[str, Any]] = field(default_factory=list)
     end: dict[str, Any] | None = None
@@ -81,7 +84,7 @@ class Run:
         return f"{self.path} ({self.device}) {self.run_id[-8:]}"
 
     def copy(self) -> Run:
-        return Run(self.run_id, dict(self.start), list(self.iterations),
+        return Run(self.run_id, self.source, dict(self.start), list(self.iterations),
                    None if self.end is None else dict(self.end), self.warmup_end_s,
                    self.bad_lines)
 
@@ -93,6 +96,10 @@ class _Tail:
         self.path, self.offset = path, 0
         self.partial = b""
         self.skipping = False  # inside an over-long line: drop bytes up to its newline
+        self.identity: tuple[int, int] | None = None  # (device, inode) of what was read
+        # Set when the file was replaced or truncated since the last call: what was read
+        # from it before is no longer its content, and its run starts over.
+        self.restarted = False
 
     def new_lines(self) -> tuple[list[bytes], int]:
         """(complete lines, over-long lines dropped); raises OSError for an unreadable file."""
@@ -101,8 +108,12 @@ class _Tail:
             info = os.fstat(descriptor)
             if not stat.S_ISREG(info.st_mode):
                 raise NotRegularFile(self.path)
-            if info.st_size < self.offset:  # truncated or replaced: read it again
+            identity = (info.st_dev, info.st_ino)
+            self.restarted = self.identity is not None and (
+                identity != self.identity or info.st_size < self.offset)
+            if self.restarted:  # replaced (another inode) or truncated: read it from scratch
                 self.offset, self.partial, self.skipping = 0, b"", False
+            self.identity = identity
             if info.st_size == self.offset:
                 return [], 0
             chunk = os.pread(descriptor, min(MAX_BYTES_PER_POLL, info.st_size - self.offset),
@@ -178,11 +189,14 @@ class RunsWatcher:
                 lines, dropped = tail.new_lines()
             except OSError:
                 continue  # gone, unreadable, or no longer a regular file
+            if tail.restarted:
+                with self._lock:
+                    changed |= self._runs.pop(path, None) is not None
             if not lines and not dropped:
                 continue
             events = [parse_event(line) for line in lines if line.strip()]
             with self._lock:
-                run = self._runs.setdefault(path, Run(path.stem))
+                run = self._runs.setdefault(path, Run(path.stem, str(path)))
                 run.bad_lines += dropped + sum(event is None for event in events)
                 for event in events:
                     if event is not None:
@@ -208,7 +222,8 @@ class RunsWatcher:
         """Snapshot of the followed runs, oldest first."""
         with self._lock:
             return [run.copy() for run in sorted(self._runs.values(),
-                                                 key=lambda r: (r.started_s or 0, r.run_id))]
+                                                 key=lambda r: (r.started_s or 0, r.run_id,
+                                                                r.source))]
 
     def _loop(self) -> None:
         while True:

@@ -119,10 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     from ._lazy import MissingDependencyError
+    from .lifetime import end_with_parent, own_signal_dispositions
     from .runner import one_line, run, sigterm_stops
 
+    own_signal_dispositions()
     try:
         with sigterm_stops():
+            end_with_parent()  # inside: its SIGTERM must reach the run as Terminated
             end = run(
                 args.path,
                 cfg,

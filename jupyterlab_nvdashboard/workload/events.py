@@ -21,7 +21,6 @@ readers skip and count).
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 import uuid
@@ -46,7 +45,11 @@ class EventWriter:
         self.path = Path(path)
         self.run_id = run_id
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        # Never through a symlink: whoever can write the runs folder must not be able to
+        # point a run's events at another file of this user's.
+        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                             | getattr(os, "O_CLOEXEC", 0), 0o666)
+        self._file: IO[str] = open(descriptor, "a", encoding="utf-8")  # noqa: SIM115
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         record = {"event": event, "run_id": self.run_id, "time": time.time(), **fields}
@@ -78,22 +81,62 @@ class _Invalid(Exception):
     pass
 
 
+# Ranges: a value outside them is a bad line, not a number to compute with. A 400-digit
+# integer made ``math.isfinite`` raise (OverflowError) and lost the rest of its chunk.
+MAX_COUNT = 10**12  # iterations, batch sizes, vocabulary sizes
+MAX_MAGNITUDE = 1e300  # any other number (a loss, a rate, bytes)
+MAX_EPOCH_S = 1e11  # event times: Unix seconds, up to the year 5138
+MAX_STEP_MS = 1e9  # one step of eleven days
+MAX_PID = 1 << 22  # Linux's largest pid_max
+MAX_RUN_ID_CHARS = 100
+
+
 def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Invalid
+    if isinstance(value, int) and abs(value) > MAX_MAGNITUDE:
+        raise _Invalid  # compared as integers: a huge int never becomes a float
+    if not -MAX_MAGNITUDE <= value <= MAX_MAGNITUDE:  # also refuses NaN and infinities
         raise _Invalid
     return float(value)
 
 
 def _count(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
         raise _Invalid
     return value
+
+
+def _positive(value: Any) -> int:
+    if _count(value) == 0:
+        raise _Invalid
+    return value
+
+
+def _pid(value: Any) -> int:
+    if _count(value) == 0 or value > MAX_PID:
+        raise _Invalid
+    return value
+
+
+def _epoch(value: Any) -> float:
+    number = _number(value)
+    if not 0 < number <= MAX_EPOCH_S:
+        raise _Invalid
+    return number
 
 
 def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise _Invalid
     return value[:MAX_TEXT_CHARS]
+
+
+def _run_id(value: Any) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_RUN_ID_CHARS \
+            or not value.isprintable():
+        raise _Invalid
+    return value
 
 
 def _flag(value: Any) -> bool:
@@ -109,17 +152,43 @@ def _duration(value: Any) -> float:
     return number
 
 
+def _step_ms(value: Any) -> float:
+    number = _duration(value)
+    if number > MAX_STEP_MS:
+        raise _Invalid
+    return number
+
+
+# The workload settings a start event carries (workload/config.py::WorkloadConfig), each
+# with its type: a table row computes with them (``batch / median``), so a string there
+# made every /Workload load answer 500. A setting of the wrong type makes the line bad.
+_CONFIG_FIELDS: dict[str, Callable[[Any], Any]] = {
+    **dict.fromkeys(("fields", "hotness", "vocabulary", "embedding_size", "hidden_layers",
+                     "hidden_units", "batch", "pool_batches"), _positive),
+    "seed": _count,
+    **dict.fromkeys(("learning_rate", "beta_1", "beta_2", "epsilon", "zipf_exponent"),
+                    _number),
+    **dict.fromkeys(("distribution", "dtype"), _text),
+    "tf32": _flag,
+}
+
+
 def _config(value: Any) -> dict[str, Any]:
-    """The workload settings: only numbers and short strings, as WorkloadConfig has."""
+    """The workload settings: the known ones type-checked, others kept if plain and small."""
     if not isinstance(value, dict) or len(value) > 64:
         raise _Invalid
     kept: dict[str, Any] = {}
     for key, item in value.items():
-        if isinstance(item, bool) or not isinstance(item, int | float | str):
+        name = str(key)[:64]
+        check = _CONFIG_FIELDS.get(name)
+        if check is not None:
+            if item is not None:
+                kept[name] = check(item)
             continue
-        if isinstance(item, float) and not math.isfinite(item):
+        try:  # a setting this release does not know: shown if it is a plain value
+            kept[name] = _text(item) if isinstance(item, str) else _number(item)
+        except _Invalid:
             continue
-        kept[str(key)[:64]] = item[:MAX_TEXT_CHARS] if isinstance(item, str) else item
     return kept
 
 
@@ -132,18 +201,18 @@ def _gpu(value: Any) -> dict[str, Any]:
 
 
 Field = tuple[Callable[[Any], Any], bool]  # (checker, required)
-_COMMON: dict[str, Field] = {"run_id": (_text, True), "time": (_number, True)}
+_COMMON: dict[str, Field] = {"run_id": (_run_id, True), "time": (_epoch, True)}
 _FIELDS: dict[str, dict[str, Field]] = {
     "start": {"path": (_text, False), "device": (_text, False), "preset": (_text, False),
-              "pid": (_count, False), "config": (_config, False), "iterations": (_count, False),
+              "pid": (_pid, False), "config": (_config, False), "iterations": (_count, False),
               "warmup": (_count, False), "gpu": (_gpu, False), "events_file": (_text, False)},
     "warmup_end": {},
-    "iteration": {"iteration": (_count, False), "ms": (_duration, True),
-                  "samples_per_s": (_number, False), "loss": (_number, False)},
-    "end": {"iterations": (_count, False), "median_ms": (_duration, False),
-            "p10_ms": (_duration, False), "p90_ms": (_duration, False),
-            "samples_per_s": (_number, False), "peak_host_memory_bytes": (_number, False),
-            "peak_device_memory_bytes": (_number, False), "interrupted": (_flag, False),
+    "iteration": {"iteration": (_count, False), "ms": (_step_ms, True),
+                  "samples_per_s": (_duration, False), "loss": (_number, False)},
+    "end": {"iterations": (_count, False), "median_ms": (_step_ms, False),
+            "p10_ms": (_step_ms, False), "p90_ms": (_step_ms, False),
+            "samples_per_s": (_duration, False), "peak_host_memory_bytes": (_duration, False),
+            "peak_device_memory_bytes": (_duration, False), "interrupted": (_flag, False),
             "error": (_text, False)},
 }
 
@@ -152,9 +221,17 @@ def parse_event(line: bytes | str) -> dict[str, Any] | None:
     """The event on one line, with only its known fields and their types checked; else None.
 
     Optional fields that are missing or ``null`` come back as ``None``; a required field
-    missing or a field of the wrong type makes the whole line bad.
+    missing, or any field of the wrong type or out of its range, makes the whole line bad.
+    Never raises, whatever the bytes.
     """
-    if len(line) > MAX_LINE_BYTES:
+    try:
+        return _parse(line)
+    except Exception:  # noqa: BLE001 - one bad line must never cost its neighbours
+        return None
+
+
+def _parse(line: bytes | str) -> dict[str, Any] | None:
+    if not isinstance(line, bytes | str) or len(line) > MAX_LINE_BYTES:
         return None
     try:
         record = json.loads(line)

@@ -22,7 +22,8 @@ from urllib.parse import urlsplit
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-_TOKEN = re.compile(r'"token":\s*"([^"]+)"')
+# The Bokeh session token a page carries (what BokehJS sends on the websocket).
+SESSION_TOKEN = re.compile(r'"token":\s*"([^"]+)"')
 # The access token of every server the test helpers start (NVDASHBOARD_TOKEN, Config.token).
 TEST_TOKEN = "nvdashboard-test-token-4f1c9e2a"
 
@@ -91,7 +92,7 @@ class BokehSession:
 async def fetch_token(base_url: str, route: str, headers: dict[str, str] | None = None) -> str:
     response = await AsyncHTTPClient().fetch(base_url.rstrip("/") + route,
                                              headers=auth_headers(headers), request_timeout=60)
-    match = _TOKEN.search(response.body.decode())
+    match = SESSION_TOKEN.search(response.body.decode())
     if match is None:
         raise AssertionError(f"no Bokeh session token in {route}")
     return match.group(1)

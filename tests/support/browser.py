@@ -51,6 +51,25 @@ CANVAS_INK_JS = """() => {
 }"""
 
 
+# JupyterLab's own console errors that say nothing about this extension, each with why. One
+# is ignored only when its source is JupyterLab's own bundle (JUPYTERLAB_CODE), never ours.
+JUPYTERLAB_OWN_CONSOLE_ERRORS = (
+    # A widget or signal torn down while a pending promise still held it, at page unload or
+    # when a tab closes: JupyterLab's own lifecycle, now and then.
+    "Disposed",
+)
+JUPYTERLAB_CODE = "/static/lab/"  # where JupyterLab serves its core bundles
+OUR_CODE = ("jupyterlab-nvdashboard", "jupyterlab_nvdashboard", "/nvdashboard/")
+
+
+def jupyterlab_own_error(text: str, source: str) -> bool:
+    """True for an error named in ``JUPYTERLAB_OWN_CONSOLE_ERRORS`` that comes from
+    JupyterLab's own code (``source``: a URL, or a stack trace of URLs)."""
+    if not any(known in text for known in JUPYTERLAB_OWN_CONSOLE_ERRORS):
+        return False
+    return JUPYTERLAB_CODE in source and not any(ours in source for ours in OUR_CODE)
+
+
 @dataclass
 class PageWatch:
     console_errors: list[str] = field(default_factory=list)
@@ -69,9 +88,20 @@ def watch(page) -> PageWatch:  # noqa: ANN001 - playwright Page
         if request.url.startswith(("http", "ws")) and host not in LOCAL_HOSTS:
             watched.foreign_requests.append(request.url)
 
+    def on_console(message) -> None:  # noqa: ANN001
+        if message.type != "error":
+            return
+        source = (message.location or {}).get("url", "")
+        if not jupyterlab_own_error(message.text, source):
+            watched.console_errors.append(message.text)
+
+    def on_page_error(error) -> None:  # noqa: ANN001
+        if not jupyterlab_own_error(str(error), getattr(error, "stack", "") or ""):
+            watched.console_errors.append(str(error))
+
     page.on("request", on_request)
-    page.on("console", lambda m: m.type == "error" and watched.console_errors.append(m.text))
-    page.on("pageerror", lambda error: watched.console_errors.append(str(error)))
+    page.on("console", on_console)
+    page.on("pageerror", on_page_error)
     return watched
 
 

@@ -5,6 +5,7 @@ loading the nvdashboard plugin with ``--preload``, exactly as a user starts them
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -68,6 +69,8 @@ class DaskCluster:
                 process.wait(10)
             except subprocess.TimeoutExpired:
                 process.kill()
+                process.wait()
+        shutil.rmtree(self.logs, ignore_errors=True)  # nothing left in the temp folder
 
 
 def start_scheduler(port: int) -> DaskCluster:

@@ -10,6 +10,7 @@ exactly the kernel's element type, every scalar a NumPy scalar of exactly its C 
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import re
@@ -29,6 +30,8 @@ C_TO_NUMPY = {
     "unsigned long long": np.uint64, "unsigned": np.uint32,
 }
 _BUILD_DIR = Path(tempfile.mkdtemp(prefix="fake_cupy_"))
+# The compiled kernels live as long as this test process, and not a moment longer.
+atexit.register(shutil.rmtree, _BUILD_DIR, ignore_errors=True)
 _CACHE: dict[str, ctypes.CDLL] = {}
 #: Kernels launched through this module, by name (RawModule and ElementwiseKernel).
 LAUNCHES: Counter = Counter()

@@ -59,6 +59,23 @@ def _never_ask_about_news(settings_dir: str) -> None:
         json.dump({"fetchNews": "false"}, settings)
 
 
+def lab_environment(home: str, settings: str, simulate: int,
+                    extra_env: dict[str, str] | None = None) -> dict[str, str]:
+    """JupyterLab's environment: every Jupyter and IPython folder inside ``home``."""
+    return {**os.environ, "NVDASHBOARD_SIMULATE": str(simulate), "NVDASHBOARD_INTERVAL": "0.2",
+            "JUPYTERLAB_SETTINGS_DIR": settings,
+            "JUPYTER_CONFIG_DIR": os.path.join(home, "config"),
+            "JUPYTER_RUNTIME_DIR": os.path.join(home, "runtime"),
+            # Jupyter's data (the server's secret, kernels' connection files) and IPython's
+            # profile went to ~/.local/share/jupyter and ~/.ipython: everything stays here.
+            "JUPYTER_DATA_DIR": os.path.join(home, "data"),
+            "IPYTHONDIR": os.path.join(home, "ipython"),
+            "JUPYTERLAB_WORKSPACES_DIR": os.path.join(home, "workspaces"),
+            # The proxied server's runs folder (default ~/.cache/nvdashboard/runs) too.
+            "NVDASHBOARD_RUNS_DIR": os.path.join(home, "runs"),
+            **(extra_env or {})}
+
+
 @contextmanager
 def jupyter_lab(
     simulate: int = 2, extra_env: dict[str, str] | None = None, extra_args: Sequence[str] = ()
@@ -67,12 +84,8 @@ def jupyter_lab(
     with tempfile.TemporaryDirectory() as home:
         settings = os.path.join(home, "settings")
         _never_ask_about_news(settings)
-        env = {**os.environ, "NVDASHBOARD_SIMULATE": str(simulate), "NVDASHBOARD_INTERVAL": "0.2",
-               "JUPYTERLAB_SETTINGS_DIR": settings,
-               "JUPYTER_CONFIG_DIR": os.path.join(home, "config"),
-               "JUPYTER_RUNTIME_DIR": os.path.join(home, "runtime"),
-               "JUPYTERLAB_WORKSPACES_DIR": os.path.join(home, "workspaces"),
-               **(extra_env or {})}
+        env = lab_environment(home, settings, simulate, extra_env)
+
         log = open(os.path.join(home, "jupyter.log"), "w+")  # noqa: SIM115
         process = subprocess.Popen(
             [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -155,15 +157,18 @@ def in_process_server(
         server = holder["server"]
         server.io_loop.add_callback(server.io_loop.stop)  # type: ignore[attr-defined]
         thread.join(10)
+        shutil.rmtree(runs_dir, ignore_errors=True)  # every test cleans up what it makes
 
 
 @contextmanager
 def cli_server(
-    args: Sequence[str] = (), env: Mapping[str, str] | None = None, port: int | None = None
+    args: Sequence[str] = (), env: Mapping[str, str] | None = None, port: int | None = None,
+    sigint_ignored: bool = False,
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """``python -m jupyterlab_nvdashboard.server`` as a subprocess, stopped with Ctrl-C.
 
     Its token is ``TEST_TOKEN`` unless ``env`` sets another NVDASHBOARD_TOKEN.
+    ``sigint_ignored`` starts it as a non-interactive shell's ``cmd &`` does: SIGINT ignored.
     """
     port = port or free_port()
     runs_dir = tempfile.mkdtemp(prefix="nvdashboard-runs-")
@@ -174,6 +179,7 @@ def cli_server(
     process = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab_nvdashboard.server", str(port), *args],
         env=environment, stdout=log, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=_ignore_sigint if sigint_ignored else None,  # noqa: PLW1509 - test only
     )
     process.log_path = log.name  # type: ignore[attr-defined]
     url = f"http://127.0.0.1:{port}"
@@ -186,7 +192,13 @@ def cli_server(
             process.wait(15)
         except subprocess.TimeoutExpired:
             process.kill()
+            process.wait()
         log.close()
+        shutil.rmtree(runs_dir, ignore_errors=True)
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def server_output(process: subprocess.Popen) -> str:

@@ -100,16 +100,41 @@ def test_cli_ctrl_c_ends_cleanly(tmp_path):
 
 
 def test_ctrl_c_inside_an_iteration_record_waits_for_the_record():
+    from jupyterlab_nvdashboard.workload.lifetime import own_signal_dispositions
     from jupyterlab_nvdashboard.workload.runner import _ctrl_c_held
 
+    inherited = signal.getsignal(signal.SIGINT)
+    # What the workload's CLI does first: pytest itself may have inherited SIGINT ignored
+    # (started by `cmd &` in a non-interactive shell).
+    own_signal_dispositions()
     recorded = []
-    with pytest.raises(KeyboardInterrupt):
-        with _ctrl_c_held():
-            os.kill(os.getpid(), signal.SIGINT)
-            recorded.append("event")  # still runs: the Ctrl-C is held
-            recorded.append("time")
-    assert recorded == ["event", "time"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with _ctrl_c_held():
+                os.kill(os.getpid(), signal.SIGINT)
+                recorded.append("event")  # still runs: the Ctrl-C is held
+                recorded.append("time")
+        assert recorded == ["event", "time"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, inherited)
+
+
+def test_ctrl_c_stops_a_run_started_with_sigint_ignored(tmp_path):
+    """`cmd &` in a non-interactive shell starts it with SIGINT ignored; Stop sends Ctrl-C."""
+    events_file = tmp_path / "e.jsonl"
+    cmd = [sys.executable, "-m", "jupyterlab_nvdashboard.workload", "--path", "numpy",
+           "--preset", "ci", "--iterations", "100000", "--events", str(events_file)]
+    proc = subprocess.Popen(cmd, env=_env(tmp_path), stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (
+            events_file.exists() and len(read_events(events_file)) >= 5):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=5)
+    assert proc.returncode == 130, err
+    assert read_events(events_file)[-1]["interrupted"] is True
 
 
 def test_a_failure_writes_an_end_event_with_its_one_line_error(tmp_path):

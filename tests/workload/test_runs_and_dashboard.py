@@ -179,8 +179,11 @@ def test_watcher_follows_at_most_the_newest_files(tmp_path: Path) -> None:
 
 
 def test_service_prunes_old_runs_and_disables_on_an_unusable_directory(tmp_path: Path) -> None:
+    # Only this project's run files count (a run-id name and its own start event).
     for i in range(7):
-        write(tmp_path / f"r{i}.jsonl", {"event": "start", "run_id": f"r{i}", "time": 1.0})
+        run_id = f"20260101-00000{i}-0000000{i}"
+        write(tmp_path / f"{run_id}.jsonl", {"event": "start", "run_id": run_id, "time": 1.0})
+        os.utime(tmp_path / f"{run_id}.jsonl", (1000.0 + i, 1000.0 + i))
     service = WorkloadService(tmp_path, keep_runs=4)
     assert service.prune() == 3 and len(list(tmp_path.glob("*.jsonl"))) == 4
     blocker = tmp_path / "file"

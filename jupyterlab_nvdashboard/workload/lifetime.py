@@ -1,0 +1,67 @@
+"""A run started by the dashboard server never outlives that server.
+
+The server names itself in ``NVDASHBOARD_PARENT_PID`` when it starts a run. The run then
+asks Linux for a parent-death signal (``prctl(PR_SET_PDEATHSIG, SIGTERM)``), and on every
+platform watches its parent PID twice a second, which also covers a parent that died before
+the request was made. Either way the run gets SIGTERM, stops like Ctrl-C and writes its
+``end`` event (``runner.sigterm_stops``). A run started by hand sets none of this.
+
+The run also sets its own SIGINT disposition: a process started from a non-interactive
+shell's ``cmd &`` inherits SIGINT as ignored, and Stop (which sends Ctrl-C) would then wait
+10 s for SIGTERM.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+
+PARENT_PID_ENV = "NVDASHBOARD_PARENT_PID"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+WATCH_INTERVAL_S = 0.5
+
+
+def own_signal_dispositions() -> None:
+    """Ctrl-C raises KeyboardInterrupt whatever this process inherited (main thread only)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def parent_death_signal(number: int = signal.SIGTERM) -> bool:
+    """Ask Linux to send ``number`` when the parent dies; False where that is unavailable."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(number), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def end_with_parent(environ: Mapping[str, str] | None = None) -> int | None:
+    """Arrange for SIGTERM when the server named in ``NVDASHBOARD_PARENT_PID`` is gone.
+
+    Returns the parent PID being watched, or None when the run was not started by a server.
+    """
+    text = (os.environ if environ is None else environ).get(PARENT_PID_ENV, "")
+    try:
+        parent = int(text)
+    except ValueError:
+        return None
+    if parent <= 1:
+        return None
+    parent_death_signal()
+
+    def watch() -> None:
+        # Also the fallback where there is no parent-death signal, and the check for a
+        # parent that died before the signal was asked for.
+        while os.getppid() == parent:
+            threading.Event().wait(WATCH_INTERVAL_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="nvdashboard-parent-watch", daemon=True).start()
+    return parent

@@ -1,0 +1,192 @@
+"""A run never outlives its server, and Stop works whatever signals were inherited.
+
+Real servers, real runs (the numpy path on the ``ci`` preset) started from the /Workload
+panel over the Bokeh protocol: ``kill -9`` of the server ends its run within 2 s with an
+``end`` event; a second server on the same runs folder sees the live run, refuses a second
+one and can stop it; a server started with SIGINT ignored (a non-interactive shell's
+``cmd &``) still stops its run within 1 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyterlab_nvdashboard.runs.launcher import RUN_LOCK_NAME, RunLauncher, alive
+from jupyterlab_nvdashboard.workload.lifetime import PARENT_PID_ENV
+from tests.support.bokeh_client import BokehSession, open_session
+from tests.support.servers import cli_server, server_output
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "killpg"), reason="POSIX process groups")
+LONG_RUN = 100_000  # iterations: far longer than any test waits
+
+
+def _models(node: Any) -> list[dict]:
+    found: list[dict] = []
+    if isinstance(node, dict):
+        if node.get("type") == "object":
+            found.append(node)
+        for value in node.values():
+            found += _models(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += _models(value)
+    return found
+
+
+def _model(session: BokehSession, name: str, **attributes: Any) -> dict:
+    return next(model for model in _models(session.document) if model.get("name") == name
+                and all(model.get("attributes", {}).get(k) == v for k, v in attributes.items()))
+
+
+def _set(model: dict, attribute: str, value: Any) -> dict:
+    return {"kind": "ModelChanged", "model": {"id": model["id"]}, "attr": attribute,
+            "new": value}
+
+
+def _click(model: dict) -> dict:
+    return {"kind": "MessageSent", "msg_type": "bokeh_event",
+            "msg_data": {"type": "event", "name": "button_click",
+                         "values": {"type": "map", "entries": [["model", {"id": model["id"]}]]}}}
+
+
+async def _panel(url: str, action: str, iterations: int = LONG_RUN) -> str:
+    """Press Start (numpy path, CPU) or Stop on /Workload; return the status line it shows."""
+    session = await open_session(url, "/Workload")
+    events = []
+    if action == "Start":
+        events = [_set(_model(session, "Select", title="path"), "value", "numpy"),
+                  _set(_model(session, "Spinner", title="iterations"), "value", iterations)]
+    events.append(_click(_model(session, "Button", label=action)))
+    await session.send("PATCH-DOC", {"events": events})
+    try:
+        async with asyncio.timeout(15):
+            while True:
+                message = await session.receive()
+                for event in message.content.get("events", []) \
+                        if message.msgtype == "PATCH-DOC" else []:
+                    text = str(event.get("new"))
+                    if event.get("attr") == "text" and ("start" in text or "stop" in text):
+                        return text
+    finally:
+        await session.aclose()
+
+
+def _events(runs_dir: Path) -> list[dict]:
+    found = []
+    for path in sorted(runs_dir.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                found.append(json.loads(line))
+            except ValueError:
+                pass
+    return found
+
+
+def _wait_for(predicate: Any, timeout_s: float, what: str) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not within {timeout_s} s")
+
+
+def _running_pid(runs_dir: Path) -> int:
+    _wait_for(lambda: any(e["event"] == "iteration" for e in _events(runs_dir)), 60,
+              "the run's first timed iteration")
+    return next(e["pid"] for e in _events(runs_dir) if e["event"] == "start")
+
+
+def _ended(runs_dir: Path, pid: int) -> bool:
+    events = _events(runs_dir)
+    return not _pid_alive(pid) and bool(events) and events[-1]["event"] == "end"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie of ours does not count
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def test_kill_9_of_the_server_ends_its_run_with_an_end_event(tmp_path: Path) -> None:
+    with cli_server(["--simulate", "1", "--runs-dir", str(tmp_path)]) as (url, process):
+        assert "started numpy" in asyncio.run(_panel(url, "Start")), server_output(process)
+        pid = _running_pid(tmp_path)
+        process.kill()  # SIGKILL: no shutdown handler runs
+        process.wait(10)
+        took = _wait_for(lambda: _ended(tmp_path, pid), 2.0, "the orphaned run's end")
+    end = _events(tmp_path)[-1]
+    assert end["interrupted"] is True, end
+    print(f"the run ended {took:.2f} s after the server was killed")
+
+
+def test_a_second_server_sees_the_live_run_refuses_another_and_can_stop_it(
+        tmp_path: Path) -> None:
+    args = ["--simulate", "1", "--runs-dir", str(tmp_path)]
+    with cli_server(args) as (first, first_process):
+        assert "started numpy" in asyncio.run(_panel(first, "Start"))
+        pid = _running_pid(tmp_path)
+        assert (tmp_path / RUN_LOCK_NAME).exists()
+        with cli_server(args) as (second, second_process):
+            refused = asyncio.run(_panel(second, "Start"))
+            assert "not started: a run is already in progress" in refused, refused
+            assert str(pid) in refused
+            stopping = asyncio.run(_panel(second, "Stop"))
+            assert "stopping the run of another server" in stopping, stopping
+            _wait_for(lambda: _ended(tmp_path, pid), 5.0, "the stopped run's end")
+            # Stopped: the next run may start, from either server.
+            started = asyncio.run(_panel(second, "Start", iterations=5))
+            assert "started numpy" in started, started
+            output = server_output(second_process)
+        assert "Traceback" not in output and "Traceback" not in server_output(first_process)
+
+
+def test_stop_works_when_the_server_inherited_sigint_ignored(tmp_path: Path) -> None:
+    with cli_server(["--simulate", "1", "--runs-dir", str(tmp_path)],
+                    sigint_ignored=True) as (url, process):
+        assert "started numpy" in asyncio.run(_panel(url, "Start"))
+        pid = _running_pid(tmp_path)
+        stopped_at = time.monotonic()
+        assert "stopping the run" in asyncio.run(_panel(url, "Stop"))
+        _wait_for(lambda: _ended(tmp_path, pid), 5.0, "the stopped run's end")
+        took = time.monotonic() - stopped_at
+        assert took < 1.0 + 1.0, f"Stop took {took:.1f} s"  # 1 s, plus the page round trip
+        assert _events(tmp_path)[-1]["interrupted"] is True
+    # Ctrl-C still stops the server itself (cli_server sends SIGINT and waits 15 s).
+    assert process.returncode == 0, server_output(process)
+
+
+def test_a_stale_lock_does_not_block_a_run(tmp_path: Path) -> None:
+    # A lock naming a process that is gone (or a PID reused by another process) is ignored.
+    (tmp_path / RUN_LOCK_NAME).write_text(json.dumps({"pid": 2**22 - 1, "start_ticks": 1}))
+    launcher = RunLauncher(tmp_path)
+    assert launcher.adopted() is None and not launcher.running
+    (tmp_path / RUN_LOCK_NAME).write_text(json.dumps({"pid": os.getpid(), "start_ticks": 1}))
+    assert launcher.adopted() is None  # this process does not lead its group with that start
+    assert not alive(2**22 - 1, None)
+
+
+def test_the_run_is_told_its_server(tmp_path: Path) -> None:
+    launcher = RunLauncher(tmp_path, environ={"PATH": os.environ.get("PATH", "")})
+    launcher.start({"path": "numpy", "preset": "ci", "iterations": 3, "device": "cpu"})
+    try:
+        environ = Path(f"/proc/{launcher.pid}/environ")
+        if environ.exists():
+            assert f"{PARENT_PID_ENV}={os.getpid()}".encode() in environ.read_bytes()
+    finally:
+        launcher.shutdown()
+    assert not (tmp_path / RUN_LOCK_NAME).exists() or launcher.adopted() is None
+

@@ -1,0 +1,50 @@
+"""The suite cleans up after itself: the server helpers remove the runs folders they make,
+the JupyterLab helper keeps every Jupyter and IPython folder inside its temporary home, the
+session's temp folder is its own (tests/conftest.py), and a browser test ignores a console
+error only when it is named in one list and comes from JupyterLab's own code."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from tests.conftest import SESSION_TEMP, SYSTEM_TEMP, leftovers
+from tests.support.browser import JUPYTERLAB_OWN_CONSOLE_ERRORS, jupyterlab_own_error
+from tests.support.jupyter import lab_environment
+from tests.support.servers import cli_server, in_process_server
+
+
+def test_the_session_uses_a_temp_folder_of_its_own() -> None:
+    assert tempfile.gettempdir() == SESSION_TEMP != SYSTEM_TEMP
+    assert os.environ["TMPDIR"] == SESSION_TEMP  # and so does every process it starts
+
+
+def test_server_helpers_remove_their_runs_folders() -> None:
+    with in_process_server(gpus=1) as server:
+        in_process = server.config.runs_dir
+        assert in_process.is_dir()
+    with cli_server(["--simulate", "1"]):
+        made = [name for name in leftovers(SESSION_TEMP) if name.startswith("nvdashboard-runs-")]
+    assert not in_process.exists()
+    assert not any((Path(SESSION_TEMP) / name).exists() for name in made)
+
+
+def test_jupyterlab_keeps_its_state_in_its_own_folder(tmp_path: Path) -> None:
+    environment = lab_environment(str(tmp_path), str(tmp_path / "settings"), 2)
+    for variable in ("JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR", "JUPYTER_DATA_DIR",
+                     "IPYTHONDIR", "JUPYTERLAB_SETTINGS_DIR", "JUPYTERLAB_WORKSPACES_DIR",
+                     "NVDASHBOARD_RUNS_DIR"):
+        assert environment[variable].startswith(str(tmp_path)), variable
+
+
+def test_only_jupyterlab_own_errors_are_ignored() -> None:
+    assert "Disposed" in JUPYTERLAB_OWN_CONSOLE_ERRORS
+    lab = "http://127.0.0.1:1/user/alice/static/lab/jlab_core.1234.js"
+    ours = "http://127.0.0.1:1/user/alice/lab/extensions/jupyterlab-nvdashboard/static/x.js"
+    assert jupyterlab_own_error("Uncaught (in promise) Error: Disposed", lab)
+    assert not jupyterlab_own_error("Uncaught (in promise) Error: Disposed", ours)
+    assert not jupyterlab_own_error("Uncaught (in promise) Error: Disposed", "")
+    assert not jupyterlab_own_error("TypeError: x is undefined", lab)
+    # A stack through our code is ours, even when JupyterLab's code is on it too.
+    assert not jupyterlab_own_error("Error: Disposed", f"at f ({ours})\n at g ({lab})")
