@@ -1,0 +1,490 @@
+"""The rules: a window of samples of one GPU or MIG instance in, ordered findings out.
+
+A pure function of its arguments: no NVML, no clock, no I/O, so tests feed it synthetic
+histories and the server calls it on a snapshot of the history. Thresholds live in
+``thresholds.py``, each with its source.
+
+Signals, best first, and what each can tell:
+
+- **GPM** (Hopper and later, per MIG GPU instance too): SM activity, tensor activity, DRAM
+  bandwidth. Only GPM tells launch-bound from compute-bound from memory-bound. A finding from
+  GPM needs ``MIN_SAMPLES`` GPM readings of its own: GPM is derived once a second, so the
+  same reading rides in several samples and is counted once.
+- **Per-process** SM utilization of a run's own PID (``nvmlDeviceGetProcessUtilization``):
+  not someone else's work, but time-based like utilization.
+- **Utilization**: a kernel was resident. It can say idle or starved (gaps), not why busy.
+
+Clock-event reasons (sampled bits) say throttled; the PCIe/NVLink rates against the link's
+own maximum say link-bound; a run's step timings say input-bound; the run's CPU time per
+step (or, for a device window, the machine's CPU) says host-CPU-bound.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from ..metrics import GpuFacts, Sample
+from ..metrics.families import (
+    GPM_FAMILY,
+    HEALTH_FAMILY,
+    PROCESS_FAMILY,
+    GpmReading,
+    HealthReading,
+    ProcessReading,
+)
+from ..metrics.gpm import gpm_unavailable_reason
+from ..metrics.health import CLOCK_EVENT_REASONS
+from . import thresholds as T
+from .findings import Diagnosis, Figure, Finding, mean
+
+GB = 1e9
+NEEDS_PCIE_LINK = ("a PCIe link below its maximum generation or width needs the current link "
+                   "generation and width (nvmlDeviceGetCurrPcieLinkGeneration/Width)")
+NEEDS_HOST_CPU = ("host-CPU-bound needs the run's own CPU time per step, or the machine's CPU")
+
+
+class Step(NamedTuple):
+    """One timed step of a run, from its ``iteration`` event."""
+
+    time_s: float  # unix time the step ended
+    ms: float  # wall time of the step
+    input_ms: float | None = None  # of which, waiting on the input pipeline
+    cpu_ms: float | None = None  # CPU time the run's process used during the step
+
+
+class PcieLink(NamedTuple):
+    """The PCIe link's current state, where the reader has it."""
+
+    generation: int | None
+    width: int | None
+
+
+def window(samples: Sequence[Sample], start_s: float, end_s: float) -> Sequence[Sample]:
+    """The samples (sorted by time, as the history keeps them) inside [start_s, end_s]."""
+    times = [sample.time_s for sample in samples]
+    return samples[bisect_left(times, start_s):bisect_right(times, end_s)]
+
+
+def process_presence(samples: Sequence[Sample], pid: int) -> tuple[int, set[int]]:
+    """(process-list readings seen, device rows where ``pid`` held a context)."""
+    lists, rows, last = 0, set(), None
+    for sample in samples:
+        readings = sample.extra.get(PROCESS_FAMILY)
+        if readings is None or readings is last:
+            continue
+        last = readings
+        lists += 1
+        for reading in readings:  # type: ignore[attr-defined]
+            if isinstance(reading, ProcessReading) and reading.pid == pid:
+                rows.add(reading.device)
+    return lists, rows
+
+
+def _fact(facts: Sequence[GpuFacts], row: int) -> GpuFacts | None:
+    for fact in facts:
+        if fact.index == row:
+            return fact
+    return None
+
+
+def _distinct(samples: Sequence[Sample], family: str, row: int, kind: type) -> list:
+    """The family's readings of ``row``, each pass counted once (a reading that is slower
+    than the tick rides in several samples as the same object)."""
+    out, last = [], None
+    for sample in samples:
+        readings = sample.extra.get(family)
+        if readings is None or readings is last:
+            continue
+        last = readings
+        reading = readings.get(row) if isinstance(readings, dict) else None
+        if isinstance(reading, kind):
+            out.append(reading)
+    return out
+
+
+def _own_process(samples: Sequence[Sample], row: int, pid: int) -> list[float]:
+    own, last = [], None
+    for sample in samples:
+        readings = sample.extra.get(PROCESS_FAMILY)
+        if readings is None or readings is last:
+            continue
+        last = readings
+        for reading in readings:  # type: ignore[attr-defined]
+            if isinstance(reading, ProcessReading) and reading.device == row \
+                    and reading.pid == pid and reading.sm_pct is not None:
+                own.append(reading.sm_pct)
+    return own
+
+
+def _utilization(samples: Sequence[Sample], row: int) -> list[float | None]:
+    out: list[float | None] = []
+    for sample in samples:
+        gpus = sample.gpus
+        reading = gpus[row] if row < len(gpus) and gpus[row].index == row else next(
+            (g for g in gpus if g.index == row), None)
+        out.append(None if reading is None or reading.lost else reading.utilization_pct)
+    return out
+
+
+def _gaps(times: list[float], utilization: list[float | None], interval: float) -> list[float]:
+    """Durations of the spans with activity under IDLE_PCT (an unknown reading ends one)."""
+    gaps: list[float] = []
+    start: float | None = None
+    for time_s, value in zip(times, utilization, strict=True):
+        if value is not None and value < T.IDLE_PCT:
+            if start is None:
+                start = time_s
+        elif start is not None:
+            gaps.append(time_s - start)
+            start = None
+    if start is not None:
+        gaps.append(times[-1] - start + interval)
+    return gaps
+
+
+def _pct_of(values: Sequence[float | None], predicate: object) -> tuple[float | None, int]:
+    known = [value for value in values if value is not None]
+    if not known:
+        return None, 0
+    return 100.0 * sum(1 for value in known if predicate(value)) / len(known), len(known)  # type: ignore[operator]
+
+
+def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
+             pid: int | None = None, steps: Sequence[Step] = (),
+             pcie_link: PcieLink | None = None, simulated: bool = False,
+             skip_first_gpm: bool = False) -> Diagnosis:
+    """The findings for device ``row`` over ``samples`` (already cut to the window).
+
+    ``pid``: a run's own process, for the per-process signal. ``steps``: a run's timed steps
+    (input and CPU time per step, where the run reports them). ``pcie_link``: the link's
+    current generation and width, where known. ``skip_first_gpm``: drop the first GPM
+    reading, which may have been derived across the window's start (a run's warm-up).
+    """
+    fact = _fact(facts, row)
+    prefix = "SIMULATED " if simulated else ""
+    label = f"{prefix}{fact.label if fact else f'GPU row {row}'}"
+    uuid = fact.uuid if fact else ""
+    mine = [s for s in samples if any(g.index == row for g in s.gpus)] \
+        if samples and not _all_have(samples, row) else list(samples)
+    count = len(mine)
+    times = [s.time_s for s in mine]
+    interval = (times[-1] - times[0]) / (count - 1) if count > 1 else 0.0
+    window_s = times[-1] - times[0] + interval if count else 0.0
+
+    def done(findings: list[Finding]) -> Diagnosis:
+        return Diagnosis(row, label, uuid, count, window_s, tuple(findings))
+
+    if count < T.MIN_SAMPLES:
+        return done([Finding("not-enough-samples", "not enough samples",
+                             (Figure("samples", float(count), "", count),), "none",
+                             "wait a few seconds for more samples",
+                             needs=f"at least {T.MIN_SAMPLES} samples of this device",
+                             detail=f" ({T.MIN_SAMPLES} needed)")])
+    parent = _fact(facts, fact.parent) if fact and fact.parent is not None else None
+    physical = parent or fact
+    physical_row = physical.index if physical else row
+    utilization = _utilization(mine, row)
+    util_known = [u for u in utilization if u is not None]
+    gpm = _distinct(mine, GPM_FAMILY, row, GpmReading)
+    if skip_first_gpm and gpm:
+        gpm = gpm[1:]
+    sm_values = [r.sm_activity_pct for r in gpm if r.sm_activity_pct is not None]
+    has_gpm = len(sm_values) >= T.MIN_SAMPLES
+    own = _own_process(mine, row, pid) if pid is not None else []
+    has_own = len(own) >= T.MIN_SAMPLES
+    has_util = len(util_known) >= T.MIN_SAMPLES
+    gpm_count = len(sm_values)
+    gpm_needs = None
+    if not has_gpm and fact is not None:
+        reason = gpm_unavailable_reason(fact, parent, {})
+        gpm_needs = ("SM activity needs GPM: " + reason) if reason else \
+            (f"SM activity needs {T.MIN_SAMPLES} GPM readings ({gpm_count} so far)")
+
+    findings: list[Finding] = []
+    util_mean = mean(util_known)
+    util_fig = Figure("utilization", util_mean, "%", len(util_known))
+
+    # ----- the run's own steps: input-bound, host-CPU-bound ---------------------------------
+    findings += _step_findings(steps, util_known, mine)
+    # ----- activity level ---------------------------------------------------------------
+    if has_gpm:
+        findings += _gpm_findings(gpm, sm_values, util_fig if has_util else None)
+    elif has_own:
+        own_fig = Figure("its own SM utilization", mean(own), "%", len(own), "process readings")
+        findings += _level_findings(mean(own), own_fig, "per-process", gpm_needs)
+    elif has_util:
+        findings += _level_findings(util_mean, util_fig, "utilization", gpm_needs)
+    if has_util and not any(f.cause == "idle" for f in findings):
+        findings += _gap_findings(times, utilization, interval, window_s, count)
+    # ----- links, clocks -----------------------------------------------------------------
+    sm_mean = mean(sm_values) if has_gpm else None
+    findings += _link_findings(mine, physical, physical_row, sm_mean, pcie_link)
+    findings += _throttle_findings(mine, physical_row)
+    if not any(f.cause.startswith("host") for f in findings) and not steps:
+        findings += _machine_cpu_findings(mine, utilization)
+    if not findings:
+        needs = gpm_needs or "utilization (MIG devices have none: their activity needs GPM)"
+        findings.append(Finding("unknown", "no activity signal", (util_fig,), "none",
+                                "watch it on a GPU that reports GPM or utilization",
+                                needs=needs))
+    findings.sort(key=lambda finding: ORDER.get(finding.cause, len(ORDER)))
+    return done(findings)
+
+
+# The order findings are shown in: host-side causes first (they explain a starved GPU), then
+# starvation, a saturated link (it explains SMs that wait), the GPU-side limits, throttling,
+# weaker readings, and good news last.
+ORDER = {cause: rank for rank, cause in enumerate((
+    "not-using-gpu", "input-bound", "host-cpu-bound", "idle", "starved", "pcie-bound",
+    "nvlink-bound", "launch-bound", "memory-bound", "throttled", "pcie-downtrained",
+    "underused", "busy", "compute-bound", "unknown", "not-enough-samples"))}
+
+
+def _all_have(samples: Sequence[Sample], row: int) -> bool:
+    first, last = samples[0].gpus, samples[-1].gpus
+    return (row < len(first) and first[row].index == row and row < len(last)
+            and last[row].index == row)
+
+
+def _step_findings(steps: Sequence[Step], util: list[float], samples: Sequence[Sample]
+                   ) -> list[Finding]:
+    if len(steps) < T.MIN_SAMPLES:
+        return []
+    out: list[Finding] = []
+    wall = sum(step.ms for step in steps)
+    inputs = [step for step in steps if step.input_ms is not None]
+    if len(inputs) >= T.MIN_SAMPLES and wall > 0:
+        share = 100.0 * sum(step.input_ms or 0.0 for step in inputs) / \
+            sum(step.ms for step in inputs)
+        if share >= T.STARVED_MODERATE_PCT:  # XProf: 5% moderately, 20% highly input-bound
+            degree = "highly" if share >= T.STARVED_HIGH_PCT else "moderately"
+            out.append(Finding(
+                "input-bound", f"{degree} input-bound",
+                (Figure("step time waiting on input", share, "%", len(inputs), "steps"),
+                 Figure("median step", _median([s.ms for s in inputs]), "ms", len(inputs),
+                        "steps")),
+                "steps", "more input workers or prefetching (tf.data prefetch and "
+                "num_parallel_calls, DataLoader num_workers), so the next batch is ready"))
+    cpu = [100.0 * step.cpu_ms / step.ms for step in steps
+           if step.cpu_ms is not None and step.ms > 0]
+    if len(cpu) >= T.MIN_SAMPLES:
+        busy_share, _ = _pct_of(cpu, lambda v: v > T.HOST_CPU_HIGH_PCT)
+        gpu_low, _ = _pct_of(util, lambda v: v < T.HOST_GPU_LOW_PCT)
+        # SageMaker CPUBottleneck: GPU < 10% while CPU > 90%, in > 50% of samples. Without a
+        # GPU reading the GPU side is taken as waiting (a CPU run's GPU does nothing for it).
+        gpu_waits = gpu_low is None or gpu_low > T.HOST_SHARE_PCT
+        if busy_share is not None and busy_share > T.HOST_SHARE_PCT and gpu_waits:
+            figures = [Figure("its process's CPU", mean(cpu), "% of a core", len(cpu), "steps"),
+                       Figure("steps over 90% of a core", busy_share, "%", len(cpu), "steps")]
+            out.append(Finding(
+                "host-cpu-bound", "host-CPU-bound: its own process keeps a core busy",
+                tuple(figures), "steps",
+                "move the Python work per step to the GPU or to input workers (fuse the "
+                "step, tf.function / torch.compile), or launch fewer, bigger kernels"))
+    return out
+
+
+def _median(values: Sequence[float]) -> float | None:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else None
+
+
+def _gpm_findings(gpm: list[GpmReading], sm_values: list[float],
+                  util_fig: Figure | None) -> list[Finding]:
+    count = len(sm_values)
+    sm = mean(sm_values)
+    dram_values = [r.dram_bandwidth_pct for r in gpm if r.dram_bandwidth_pct is not None]
+    tensor_values = [r.tensor_activity_pct for r in gpm if r.tensor_activity_pct is not None]
+    dram = mean(dram_values) if len(dram_values) >= T.MIN_SAMPLES else None
+    tensor = mean(tensor_values) if len(tensor_values) >= T.MIN_SAMPLES else None
+    sm_fig = Figure("SM activity", sm, "%", count, "GPM readings")
+    dram_fig = Figure("DRAM bandwidth", dram, "%", len(dram_values), "GPM readings")
+    tensor_fig = Figure("tensor activity", tensor, "%", len(tensor_values), "GPM readings")
+    assert sm is not None
+    util = util_fig.value if util_fig is not None else None
+    figs = tuple(f for f in (util_fig, sm_fig, dram_fig) if f is not None)
+    if sm < T.IDLE_PCT and (dram is None or dram < T.IDLE_PCT) and (util is None or
+                                                                   util < T.IDLE_PCT):
+        return [Finding("idle", "idle", figs, "gpm",
+                        "nothing runs here: check that the job sees this GPU "
+                        "(CUDA_VISIBLE_DEVICES) and is not waiting on something else")]
+    out: list[Finding] = []
+    # DCGM: ~0.8 is DRAM's practical peak; KempnerPulse: DRAM >= 50 with SM < 50.
+    if dram is not None and ((dram >= T.DRAM_PRACTICAL_PEAK_PCT and sm < T.SM_GOOD_PCT) or
+                             (dram >= T.DRAM_HIGH_PCT and sm < T.SM_INEFFECTIVE_PCT)):
+        near = "near its practical peak of about 80%" if dram >= T.DRAM_PRACTICAL_PEAK_PCT \
+            else "high, below the practical peak of about 80%"
+        out.append(Finding("memory-bound", "memory-bandwidth-bound",
+                           (sm_fig, dram_fig), "gpm",
+                           "move fewer bytes per step: fuse ops that reread the same tensors, "
+                           "use a lower precision (BF16/FP8), or keep reused data in shared "
+                           "memory", detail=f"; DRAM {near}"))
+    elif util is not None and util >= T.BUSY_UTILIZATION_PCT and sm < T.SM_INEFFECTIVE_PCT:
+        # DCGM: SM Active < 0.5 "likely ineffective"; utilization says kernels were resident.
+        out.append(Finding("launch-bound", "launch- or latency-bound: kernels are resident "
+                           "but few SMs work", figs, "gpm",
+                           "launch fewer, bigger kernels: CUDA Graphs, fusing ops "
+                           "(XLA / torch.compile), or a bigger batch"))
+    good = sm >= T.SM_GOOD_PCT or (tensor is not None and tensor >= T.TENSOR_HEAVY_PCT
+                                    and sm >= T.TENSOR_HEAVY_SM_PCT)
+    if good and not out:
+        tensor_note = (Figure("tensor activity", tensor, "%", len(tensor_values),
+                              "GPM readings"),) if tensor is not None else ()
+        advice = ("the GPU does the work: to go faster, use the tensor cores (mixed precision "
+                  "or TF32)" if tensor is not None and tensor < T.TENSOR_HEAVY_PCT else
+                  "the GPU does the work: to go faster, a faster GPU or more of them")
+        out.append(Finding("compute-bound", "compute-bound: that is good news",
+                           (sm_fig,) + tensor_note, "gpm", advice, good=True))
+    elif not out:
+        below = sm < T.SM_INEFFECTIVE_PCT
+        out.append(Finding("underused", "underused: SM activity below DCGM's "
+                           + ("50% 'likely ineffective'" if below else "80% for good use"),
+                           figs + ((tensor_fig,) if tensor is not None else ()), "gpm",
+                           "a bigger batch, or more work per kernel"))
+    return out
+
+
+def _level_findings(level: float | None, figure: Figure, signal: str,
+                    needs: str | None) -> list[Finding]:
+    if level is None:
+        return []
+    if level < T.IDLE_PCT:
+        return [Finding("idle", "idle", (figure,), signal,
+                        "nothing runs here: check that the job sees this GPU "
+                        "(CUDA_VISIBLE_DEVICES) and is not waiting on something else")]
+    if level < T.LOW_UTILIZATION_PCT:
+        # Nsight gpu_time_util: < 50% in use; PyTorch profiler: util < 0.5 -> bigger batch.
+        return [Finding("underused", "underused: in use less than half the time", (figure,),
+                        signal, "a bigger batch, or more work per step on the GPU",
+                        needs=needs)]
+    return [Finding("busy", "busy; whether the SMs are full cannot be told", (figure,),
+                    signal, "", needs=needs)]
+
+
+def _gap_findings(times: list[float], utilization: list[float | None], interval: float,
+                  window_s: float, count: int) -> list[Finding]:
+    gaps = [gap for gap in _gaps(times, utilization, interval) if gap >= T.GAP_S]  # Nsight
+    if not gaps or window_s <= 0:
+        return []
+    share = 100.0 * sum(gaps) / window_s
+    if share < T.STARVED_MODERATE_PCT or share >= 100.0 - T.STARVED_MODERATE_PCT:
+        return []  # a few short gaps, or idle throughout (the "idle" finding says so)
+    return [Finding("starved", "starved: idle gaps of 0.5 s or more between bursts of work",
+                    (Figure("time in gaps", share, "%", count),
+                     Figure("longest gap", max(gaps), "s", count)), "utilization",
+                    "find what the GPU waits for between steps (input pipeline, Python, "
+                    "host syncs): more input workers, prefetching, or asynchronous copies",
+                    detail=f"; {len(gaps)} gap{'s' if len(gaps) != 1 else ''}")]
+
+
+def _link_findings(samples: Sequence[Sample], physical: GpuFacts | None, physical_row: int,
+                   sm_mean: float | None, pcie_link: PcieLink | None) -> list[Finding]:
+    if physical is None:
+        return []
+    out: list[Finding] = []
+    readings = _utilization_readings(samples, physical_row)
+    for name, cause, maximum, tx_field, rx_field, advice in (
+        ("PCIe", "pcie-bound", physical.pcie_max_bytes_per_s, "pcie_tx_bytes_per_s",
+         "pcie_rx_bytes_per_s", "pinned (page-locked) host memory and fewer, larger copies; "
+         "keep data on the GPU between steps"),
+        ("NVLink", "nvlink-bound", physical.nvlink_max_bytes_per_s, "nvlink_tx_bytes_per_s",
+         "nvlink_rx_bytes_per_s", "overlap communication with compute, and fewer, larger "
+         "collectives"),
+    ):
+        if not maximum:
+            continue
+        tx = [getattr(r, tx_field) for r in readings]
+        rx = [getattr(r, rx_field) for r in readings]
+        tx_known = [v for v in tx if v is not None]
+        rx_known = [v for v in rx if v is not None]
+        if len(tx_known) < T.MIN_SAMPLES and len(rx_known) < T.MIN_SAMPLES:
+            continue
+        busiest = max(mean(tx_known) or 0.0, mean(rx_known) or 0.0)
+        share = busiest / maximum
+        waiting = sm_mean is None or sm_mean < T.LINK_SM_WAITING_PCT  # KempnerPulse I/O
+        if share >= T.LINK_NEAR_MAX and waiting:
+            n = max(len(tx_known), len(rx_known))
+            out.append(Finding(cause, f"{name}-bound: the link runs near its own maximum",
+                               (Figure(f"{name} busiest direction", busiest / GB, "GB/s", n),
+                                Figure(f"share of its {maximum / GB:.0f} GB/s", 100 * share,
+                                       "%", n)),
+                               "link-counters", advice,
+                               needs=None if sm_mean is not None else
+                               "whether the SMs wait for it needs GPM SM activity"))
+    if pcie_link is not None and physical.pcie_max_generation and physical.pcie_max_width:
+        gen, width = pcie_link
+        low = [part for part, now, top in (("generation", gen, physical.pcie_max_generation),
+                                           ("width", width, physical.pcie_max_width))
+               if now is not None and now < top]
+        if low:
+            out.append(Finding("pcie-downtrained", "PCIe link below its maximum " +
+                               " and ".join(low),
+                               (Figure("link generation", gen, "", 1, "reading"),
+                                Figure("link width", width, "lanes", 1, "reading")),
+                               "link-counters",
+                               "reseat the card or check the slot and BIOS link settings; "
+                               "an idle GPU may downshift to save power, so check under load",
+                               detail=f"; maximum Gen{physical.pcie_max_generation} "
+                                      f"x{physical.pcie_max_width}"))
+    return out
+
+
+def _utilization_readings(samples: Sequence[Sample], row: int) -> list:
+    out = []
+    for sample in samples:
+        for reading in sample.gpus:
+            if reading.index == row:
+                if not reading.lost:
+                    out.append(reading)
+                break
+    return out
+
+
+THROTTLE_WORDS = [(bit, words) for bit, words, throttles in CLOCK_EVENT_REASONS if throttles]
+
+
+def _throttle_findings(samples: Sequence[Sample], physical_row: int) -> list[Finding]:
+    health = _distinct(samples, HEALTH_FAMILY, physical_row, HealthReading)
+    masks = [h.clock_event_reasons for h in health if h.clock_event_reasons is not None]
+    if len(masks) < T.MIN_SAMPLES:
+        return []
+    throttled = [mask for mask in masks if mask & T.THROTTLE_BITS]
+    share = 100.0 * len(throttled) / len(masks)
+    if share < T.THROTTLED_SHARE_PCT:  # our choice: no source sets it
+        return []
+    counts = sorted(((sum(1 for m in throttled if m & bit), bit, words)
+                     for bit, words in THROTTLE_WORDS), reverse=True)
+    named = [f"{words} ({100.0 * n / len(masks):.0f}%)" for n, bit, words in counts if n]
+    top_bit = counts[0][1]
+    if top_bit == 0x4:
+        advice = ("check the power limit (nvidia-smi -q -d POWER); at the cap, more work "
+                  "costs clock speed")
+    elif top_bit in (0x20, 0x40):
+        advice = "check cooling: airflow, fans, inlet temperature"
+    else:
+        advice = "check the power supply and cooling: the hardware asked for slower clocks"
+    return [Finding("throttled", "throttled: " + "; ".join(named),
+                    (Figure("time with clocks held down", share, "%", len(masks)),),
+                    "clock-events", advice,
+                    needs="exact throttle time needs the cumulative clocks-event time fields "
+                          "(FI 74, 269-271), which this reader does not read")]
+
+
+def _machine_cpu_findings(samples: Sequence[Sample],
+                          utilization: list[float | None]) -> list[Finding]:
+    pairs = [(u, s.host.cpu_pct) for u, s in zip(utilization, samples, strict=True)
+             if u is not None and s.host.cpu_pct is not None]
+    if len(pairs) < T.MIN_SAMPLES:
+        return []
+    both = sum(1 for u, cpu in pairs if u < T.HOST_GPU_LOW_PCT and cpu > T.HOST_CPU_HIGH_PCT)
+    share = 100.0 * both / len(pairs)
+    if share <= T.HOST_SHARE_PCT:  # SageMaker CPUBottleneck: > 50% of samples
+        return []
+    return [Finding("host-cpu-bound", "host-CPU-bound: the machine's CPUs are full while "
+                    "the GPU waits",
+                    (Figure("samples with GPU < 10% and CPU > 90%", share, "%", len(pairs)),
+                     Figure("machine CPU", mean(c for _, c in pairs), "%", len(pairs))),
+                    "host", "free CPU for the job that feeds this GPU (fewer competing "
+                    "processes, more cores), or move its preprocessing to the GPU")]
