@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import statistics
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,8 +25,10 @@ SIGNALS: dict[str, str] = {
 def mean(values: Iterable[float | None]) -> float | None:
     """The mean of the values that are known; None when none is. The one helper: "not
     available" is never 0."""
-    known = [value for value in values if value is not None]
-    return statistics.fmean(known) if known else None
+    known = values if isinstance(values, list) else list(values)
+    if None in known:
+        known = [value for value in known if value is not None]
+    return math.fsum(known) / len(known) if known else None  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,11 @@ step (or, for a device window, the machine's CPU) says host-CPU-bound.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from operator import attrgetter, itemgetter, methodcaller
 from typing import NamedTuple
 
-from ..metrics import GpuFacts, Sample
+from ..metrics import GpuFacts, GpuReading, Sample
 from ..metrics.families import (
     GPM_FAMILY,
     HEALTH_FAMILY,
@@ -40,6 +41,8 @@ from . import thresholds as T
 from .findings import Diagnosis, Figure, Finding, mean
 
 GB = 1e9
+MAX_READINGS = 900  # per share or rate: one every 2 s over 30 minutes
+FAMILY_EVERY_S = 1.0  # GPM and the process lists are read once a second (metrics/)
 NEEDS_PCIE_LINK = ("a PCIe link below its maximum generation or width needs the current link "
                    "generation and width (nvmlDeviceGetCurrPcieLinkGeneration/Width)")
 NEEDS_HOST_CPU = ("host-CPU-bound needs the run's own CPU time per step, or the machine's CPU")
@@ -69,17 +72,10 @@ def window(samples: Sequence[Sample], start_s: float, end_s: float) -> Sequence[
 
 def process_presence(samples: Sequence[Sample], pid: int) -> tuple[int, set[int]]:
     """(process-list readings seen, device rows where ``pid`` held a context)."""
-    lists, rows, last = 0, set(), None
-    for sample in samples:
-        readings = sample.extra.get(PROCESS_FAMILY)
-        if readings is None or readings is last:
-            continue
-        last = readings
-        lists += 1
-        for reading in readings:  # type: ignore[attr-defined]
-            if isinstance(reading, ProcessReading) and reading.pid == pid:
-                rows.add(reading.device)
-    return lists, rows
+    passes = _passes(list(map(_EXTRA, samples)), PROCESS_FAMILY)
+    rows = {reading.device for readings in passes for reading in readings  # type: ignore[attr-defined]
+            if isinstance(reading, ProcessReading) and reading.pid == pid}
+    return len(passes), rows
 
 
 def _fact(facts: Sequence[GpuFacts], row: int) -> GpuFacts | None:
@@ -89,58 +85,67 @@ def _fact(facts: Sequence[GpuFacts], row: int) -> GpuFacts | None:
     return None
 
 
-def _distinct(samples: Sequence[Sample], family: str, row: int, kind: type) -> list:
-    """The family's readings of ``row``, each pass counted once (a reading that is slower
-    than the tick rides in several samples as the same object)."""
-    out, last = [], None
-    for sample in samples:
-        readings = sample.extra.get(family)
-        if readings is None or readings is last:
-            continue
-        last = readings
-        reading = readings.get(row) if isinstance(readings, dict) else None
-        if isinstance(reading, kind):
-            out.append(reading)
-    return out
+# A 30-minute window at 0.2 s holds 9,000 samples: the readings are pulled out with map()
+# and attrgetter, in C, and no tuple is made per sample (less work for the garbage collector).
+_EXTRA = attrgetter("extra")
+_GPUS = attrgetter("gpus")
+_INDEX = attrgetter("index")
+_LOST = attrgetter("lost")
 
 
-def _own_process(samples: Sequence[Sample], row: int, pid: int) -> list[float]:
-    own, last = [], None
-    for sample in samples:
-        readings = sample.extra.get(PROCESS_FAMILY)
-        if readings is None or readings is last:
-            continue
-        last = readings
-        for reading in readings:  # type: ignore[attr-defined]
-            if isinstance(reading, ProcessReading) and reading.device == row \
-                    and reading.pid == pid and reading.sm_pct is not None:
-                own.append(reading.sm_pct)
-    return own
+def _passes(extras: Sequence[dict[str, object]], family: str) -> list[object]:
+    """Each reading pass of ``family`` once, oldest first: a reading slower than the tick
+    rides in several samples as the same object, and counts once."""
+    readings = list(map(methodcaller("get", family), extras))
+    seen = dict(zip(map(id, readings), readings, strict=True))
+    seen.pop(id(None), None)
+    return list(seen.values())
 
 
-def _utilization(samples: Sequence[Sample], row: int) -> list[float | None]:
-    out: list[float | None] = []
-    for sample in samples:
-        gpus = sample.gpus
-        reading = gpus[row] if row < len(gpus) and gpus[row].index == row else next(
-            (g for g in gpus if g.index == row), None)
-        out.append(None if reading is None or reading.lost else reading.utilization_pct)
-    return out
+def _distinct(extras: Sequence[dict[str, object]], family: str, row: int, kind: type) -> list:
+    """The family's readings of ``row``, one per reading pass."""
+    return [reading for readings in _passes(extras, family) if type(readings) is dict
+            and type(reading := readings.get(row)) is kind]
+
+
+def _own_process(extras: Sequence[dict[str, object]], row: int, pid: int) -> list[float]:
+    return [reading.sm_pct for readings in _passes(extras, PROCESS_FAMILY)
+            for reading in readings  # type: ignore[attr-defined]
+            if isinstance(reading, ProcessReading) and reading.pid == pid
+            and reading.device == row and reading.sm_pct is not None]
+
+
+def _readings(samples: Sequence[Sample], row: int) -> list[GpuReading | None]:
+    """Device ``row``'s reading in each sample (None where a sample lacks it). Rows are
+    stored in row order, so the reading is looked up by position, and searched otherwise."""
+    try:
+        rows = list(map(itemgetter(row), map(_GPUS, samples)))
+    except IndexError:
+        rows = []
+    if len(rows) == len(samples) and set(map(_INDEX, rows)) <= {row}:
+        return rows  # type: ignore[return-value]
+    return [next((g for g in sample.gpus if g.index == row), None) for sample in samples]
+
+
+def _known(values: Iterable[float | None]) -> list[float]:
+    return [value for value in values if value is not None]
 
 
 def _gaps(times: list[float], utilization: list[float | None], interval: float) -> list[float]:
-    """Durations of the spans with activity under IDLE_PCT (an unknown reading ends one)."""
+    """Durations of the spans with activity under IDLE_PCT, each from its first idle sample
+    to the next sample that is not idle (an unknown reading ends a span too)."""
+    idle = [i for i, value in enumerate(utilization) if value is not None and value < T.IDLE_PCT]
     gaps: list[float] = []
-    start: float | None = None
-    for time_s, value in zip(times, utilization, strict=True):
-        if value is not None and value < T.IDLE_PCT:
-            if start is None:
-                start = time_s
-        elif start is not None:
-            gaps.append(time_s - start)
-            start = None
-    if start is not None:
-        gaps.append(times[-1] - start + interval)
+    if not idle:
+        return gaps
+    start = previous = idle[0]
+    for index in idle[1:] + [-2]:
+        if index != previous + 1:
+            end = previous + 1
+            gaps.append((times[end] if end < len(times) else times[-1] + interval)
+                        - times[start])
+            start = index
+        previous = index
     return gaps
 
 
@@ -166,11 +171,23 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     prefix = "SIMULATED " if simulated else ""
     label = f"{prefix}{fact.label if fact else f'GPU row {row}'}"
     uuid = fact.uuid if fact else ""
-    mine = [s for s in samples if any(g.index == row for g in s.gpus)] \
-        if samples and not _all_have(samples, row) else list(samples)
+    own_rows = _readings(samples, row)
+    if None in own_rows:
+        mine = [s for s, r in zip(samples, own_rows, strict=True) if r is not None]
+        own_rows = [r for r in own_rows if r is not None]
+    else:
+        mine = list(samples)
     count = len(mine)
-    times = [s.time_s for s in mine]
+    times = list(map(attrgetter("time_s"), mine))
     interval = (times[-1] - times[0]) / (count - 1) if count > 1 else 0.0
+    # Shares and rates (clock events, links, host CPU) rest on at most MAX_READINGS samples,
+    # evenly spaced. A family read at its own 1 s rate (GPM, processes) keeps each reading
+    # for at least 1 s of ticks (the reader refreshes it no sooner), so looking at every
+    # sample a little under 1 s apart still sees every reading pass, and counts it once.
+    coarse = max(1, -(-count // MAX_READINGS))
+    fine = max(1, min(coarse, int(FAMILY_EVERY_S / interval) - 1)) if interval > 0 else 1
+    extras = list(map(_EXTRA, mine[::fine]))
+    coarse_extras = extras if coarse == fine else list(map(_EXTRA, mine[::coarse]))
     window_s = times[-1] - times[0] + interval if count else 0.0
 
     def done(findings: list[Finding]) -> Diagnosis:
@@ -185,14 +202,16 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     parent = _fact(facts, fact.parent) if fact and fact.parent is not None else None
     physical = parent or fact
     physical_row = physical.index if physical else row
-    utilization = _utilization(mine, row)
-    util_known = [u for u in utilization if u is not None]
-    gpm = _distinct(mine, GPM_FAMILY, row, GpmReading)
+    utilization: list[float | None] = list(map(attrgetter("utilization_pct"), own_rows))
+    if any(map(_LOST, own_rows)):  # a lost GPU's readings are not available, never 0
+        utilization = [None if r.lost else r.utilization_pct for r in own_rows]  # type: ignore[union-attr]
+    util_known = _known(utilization)
+    gpm = _distinct(extras, GPM_FAMILY, row, GpmReading)
     if skip_first_gpm and gpm:
         gpm = gpm[1:]
     sm_values = [r.sm_activity_pct for r in gpm if r.sm_activity_pct is not None]
     has_gpm = len(sm_values) >= T.MIN_SAMPLES
-    own = _own_process(mine, row, pid) if pid is not None else []
+    own = _own_process(extras, row, pid) if pid is not None else []
     has_own = len(own) >= T.MIN_SAMPLES
     has_util = len(util_known) >= T.MIN_SAMPLES
     gpm_count = len(sm_values)
@@ -216,14 +235,17 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
         findings += _level_findings(mean(own), own_fig, "per-process", gpm_needs)
     elif has_util:
         findings += _level_findings(util_mean, util_fig, "utilization", gpm_needs)
-    if has_util and not any(f.cause == "idle" for f in findings):
+    if has_util and min(util_known) < T.IDLE_PCT and not any(f.cause == "idle"
+                                                                 for f in findings):
         findings += _gap_findings(times, utilization, interval, window_s, count)
     # ----- links, clocks -----------------------------------------------------------------
     sm_mean = mean(sm_values) if has_gpm else None
-    findings += _link_findings(mine, physical, physical_row, sm_mean, pcie_link)
-    findings += _throttle_findings(mine, physical_row)
+    physical_rows = own_rows[::coarse] if physical_row == row else \
+        _readings(mine[::coarse], physical_row)
+    findings += _link_findings(physical_rows, physical, sm_mean, pcie_link)
+    findings += _throttle_findings(coarse_extras, physical_row)
     if not any(f.cause.startswith("host") for f in findings) and not steps:
-        findings += _machine_cpu_findings(mine, utilization)
+        findings += _machine_cpu_findings(mine[::coarse], utilization[::coarse])
     if not findings:
         needs = gpm_needs or "utilization (MIG devices have none: their activity needs GPM)"
         findings.append(Finding("unknown", "no activity signal", (util_fig,), "none",
@@ -240,12 +262,6 @@ ORDER = {cause: rank for rank, cause in enumerate((
     "not-using-gpu", "input-bound", "host-cpu-bound", "idle", "starved", "pcie-bound",
     "nvlink-bound", "launch-bound", "memory-bound", "throttled", "pcie-downtrained",
     "underused", "busy", "compute-bound", "unknown", "not-enough-samples"))}
-
-
-def _all_have(samples: Sequence[Sample], row: int) -> bool:
-    first, last = samples[0].gpus, samples[-1].gpus
-    return (row < len(first) and first[row].index == row and row < len(last)
-            and last[row].index == row)
 
 
 def _step_findings(steps: Sequence[Step], util: list[float], samples: Sequence[Sample]
@@ -379,12 +395,12 @@ def _gap_findings(times: list[float], utilization: list[float | None], interval:
                     detail=f"; {len(gaps)} gap{'s' if len(gaps) != 1 else ''}")]
 
 
-def _link_findings(samples: Sequence[Sample], physical: GpuFacts | None, physical_row: int,
+def _link_findings(physical_rows: Sequence[GpuReading | None], physical: GpuFacts | None,
                    sm_mean: float | None, pcie_link: PcieLink | None) -> list[Finding]:
     if physical is None:
         return []
     out: list[Finding] = []
-    readings = _utilization_readings(samples, physical_row)
+    readings = [r for r in physical_rows if r is not None and not r.lost]
     for name, cause, maximum, tx_field, rx_field, advice in (
         ("PCIe", "pcie-bound", physical.pcie_max_bytes_per_s, "pcie_tx_bytes_per_s",
          "pcie_rx_bytes_per_s", "pinned (page-locked) host memory and fewer, larger copies; "
@@ -395,10 +411,8 @@ def _link_findings(samples: Sequence[Sample], physical: GpuFacts | None, physica
     ):
         if not maximum:
             continue
-        tx = [getattr(r, tx_field) for r in readings]
-        rx = [getattr(r, rx_field) for r in readings]
-        tx_known = [v for v in tx if v is not None]
-        rx_known = [v for v in rx if v is not None]
+        tx_known = _known(map(attrgetter(tx_field), readings))
+        rx_known = _known(map(attrgetter(rx_field), readings))
         if len(tx_known) < T.MIN_SAMPLES and len(rx_known) < T.MIN_SAMPLES:
             continue
         busiest = max(mean(tx_known) or 0.0, mean(rx_known) or 0.0)
@@ -431,23 +445,13 @@ def _link_findings(samples: Sequence[Sample], physical: GpuFacts | None, physica
     return out
 
 
-def _utilization_readings(samples: Sequence[Sample], row: int) -> list:
-    out = []
-    for sample in samples:
-        for reading in sample.gpus:
-            if reading.index == row:
-                if not reading.lost:
-                    out.append(reading)
-                break
-    return out
-
-
 THROTTLE_WORDS = [(bit, words) for bit, words, throttles in CLOCK_EVENT_REASONS if throttles]
 
 
-def _throttle_findings(samples: Sequence[Sample], physical_row: int) -> list[Finding]:
-    health = _distinct(samples, HEALTH_FAMILY, physical_row, HealthReading)
-    masks = [h.clock_event_reasons for h in health if h.clock_event_reasons is not None]
+def _throttle_findings(extras: Sequence[dict[str, object]], physical_row: int
+                       ) -> list[Finding]:
+    health = _distinct(extras, HEALTH_FAMILY, physical_row, HealthReading)
+    masks = _known(map(attrgetter("clock_event_reasons"), health))
     if len(masks) < T.MIN_SAMPLES:
         return []
     throttled = [mask for mask in masks if mask & T.THROTTLE_BITS]
@@ -474,17 +478,21 @@ def _throttle_findings(samples: Sequence[Sample], physical_row: int) -> list[Fin
 
 def _machine_cpu_findings(samples: Sequence[Sample],
                           utilization: list[float | None]) -> list[Finding]:
-    pairs = [(u, s.host.cpu_pct) for u, s in zip(utilization, samples, strict=True)
-             if u is not None and s.host.cpu_pct is not None]
-    if len(pairs) < T.MIN_SAMPLES:
+    # Parallel lists, no tuple per sample: a window holds thousands of samples.
+    cpu = list(map(attrgetter("cpu_pct"), map(attrgetter("host"), samples)))
+    known = sum(1 for u, c in zip(utilization, cpu, strict=True)
+                if u is not None and c is not None)
+    if known < T.MIN_SAMPLES:
         return []
-    both = sum(1 for u, cpu in pairs if u < T.HOST_GPU_LOW_PCT and cpu > T.HOST_CPU_HIGH_PCT)
-    share = 100.0 * both / len(pairs)
+    both = sum(1 for u, c in zip(utilization, cpu, strict=True) if u is not None and
+               c is not None and u < T.HOST_GPU_LOW_PCT and c > T.HOST_CPU_HIGH_PCT)
+    share = 100.0 * both / known
     if share <= T.HOST_SHARE_PCT:  # SageMaker CPUBottleneck: > 50% of samples
         return []
     return [Finding("host-cpu-bound", "host-CPU-bound: the machine's CPUs are full while "
                     "the GPU waits",
-                    (Figure("samples with GPU < 10% and CPU > 90%", share, "%", len(pairs)),
-                     Figure("machine CPU", mean(c for _, c in pairs), "%", len(pairs))),
+                    (Figure("samples with GPU < 10% and CPU > 90%", share, "%", known),
+                     Figure("machine CPU", mean(c for u, c in zip(utilization, cpu, strict=True)
+                                                if u is not None), "%", known)),
                     "host", "free CPU for the job that feeds this GPU (fewer competing "
                     "processes, more cores), or move its preprocessing to the GPU")]
