@@ -9,10 +9,20 @@ Pure rules over the history (``rules.py``), thresholds with their sources
 from __future__ import annotations
 
 from .findings import SIGNALS, Diagnosis, Figure, Finding, mean
-from .rules import ORDER, PcieLink, Step, diagnose, process_presence, window
+from .rules import (
+    ORDER,
+    PcieLink,
+    Step,
+    diagnose,
+    host_findings,
+    not_using_gpu,
+    process_presence,
+    window,
+)
 from .thresholds import MIN_SAMPLES
 
 CAUSES = tuple(ORDER)
 
 __all__ = ["CAUSES", "Diagnosis", "Figure", "Finding", "MIN_SAMPLES", "ORDER", "PcieLink",
-           "SIGNALS", "Step", "diagnose", "mean", "process_presence", "window"]
+           "SIGNALS", "Step", "diagnose", "host_findings", "mean", "not_using_gpu",
+           "process_presence", "window"]

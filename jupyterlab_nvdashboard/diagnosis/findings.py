@@ -69,6 +69,7 @@ class Finding:
     needs: str | None = None  # what it would need to tell more, where the signals can't
     detail: str = ""  # a clause after the figures ("; longest gap 2.1 s")
     good: bool = False  # good news: the GPU is doing real work
+    words: str = ""  # said in words instead of the figures (the figures still travel)
 
     @property
     def confidence(self) -> str:
@@ -81,6 +82,8 @@ class Finding:
     def summary(self) -> str:
         """The cause and its figures: ``launch- or latency-bound: utilization 98%, SM
         activity 12% over 30 GPM readings (GPM counters)``."""
+        if self.words:
+            return f"{self.title}: {self.words} ({self.confidence})"
         figures = ", ".join(figure.value_text() for figure in self.figures)
         counted = _counted(self.figures)
         body = f"{self.title}: {figures}{counted}{self.detail}" if figures else \

@@ -71,11 +71,32 @@ def window(samples: Sequence[Sample], start_s: float, end_s: float) -> Sequence[
 
 
 def process_presence(samples: Sequence[Sample], pid: int) -> tuple[int, set[int]]:
-    """(process-list readings seen, device rows where ``pid`` held a context)."""
-    passes = _passes(list(map(_EXTRA, samples)), PROCESS_FAMILY)
+    """(samples that carry the driver's process lists, device rows where ``pid`` held a
+    context in any of them). Samples are counted, not list readings: an empty list is one
+    shared object from every reading pass, so passes cannot be told apart by identity."""
+    extras = list(map(_EXTRA, samples))
+    carrying = sum(1 for extra in extras if extra.get(PROCESS_FAMILY) is not None)
+    passes = _passes(extras, PROCESS_FAMILY)
     rows = {reading.device for readings in passes for reading in readings  # type: ignore[attr-defined]
             if isinstance(reading, ProcessReading) and reading.pid == pid}
-    return len(passes), rows
+    return carrying, rows
+
+
+def host_findings(steps: Sequence[Step]) -> list[Finding]:
+    """What a run's own step timings say on their own: input-bound, host-CPU-bound."""
+    return _step_findings(steps, [], ())
+
+
+def not_using_gpu(gpu: str, lists: int) -> Finding:
+    """A run whose process held no context on any GPU in ``lists`` samples of the process
+    lists (``process_presence``); ``gpu``: the GPU it was pinned to or judged against."""
+    return Finding("not-using-gpu", f"not using {gpu}",
+                   (Figure("GPU contexts its process held", 0.0, "", lists,
+                           "samples of the process lists"),),
+                   "process-lists", "check that the framework sees a GPU (TensorFlow: "
+                   "tf.config.list_physical_devices('GPU'); a CPU-only build never does) "
+                   "and that the run asked for one",
+                   words=f"its process held no context on any GPU, over {lists} samples")
 
 
 def _fact(facts: Sequence[GpuFacts], row: int) -> GpuFacts | None:
@@ -198,7 +219,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
                              (Figure("samples", float(count), "", count),), "none",
                              "wait a few seconds for more samples",
                              needs=f"at least {T.MIN_SAMPLES} samples of this device",
-                             detail=f" ({T.MIN_SAMPLES} needed)")])
+                             words=f"{count} of {T.MIN_SAMPLES} needed")])
     parent = _fact(facts, fact.parent) if fact and fact.parent is not None else None
     physical = parent or fact
     physical_row = physical.index if physical else row
