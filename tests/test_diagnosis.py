@@ -90,7 +90,6 @@ class History:
         out: list[Sample] = []
         gpm_family: dict[int, GpmReading] | None = None
         readings_made = 0
-        process_family: tuple[ProcessReading, ...] | None = None
         for i in range(self.n):
             gpus = []
             for fact in all_facts:
@@ -116,14 +115,13 @@ class History:
                 physical = all_facts[self.row].parent
                 extra[HEALTH_FAMILY] = {self.row if physical is None else physical:
                                         health(self.value(self.mask, i))}
-            if self.processes or self.own_sm is not None:
-                if i % 5 == 0:
-                    own = () if self.own_sm is None else (
-                        ProcessReading(self.row, PID, "compute", 1e9, self.value(self.own_sm, i),
-                                       None),)
-                    process_family = own + (ProcessReading(self.row, OTHER, "compute", 1e9,
-                                                           90.0, None),)
-                extra[PROCESS_FAMILY] = process_family
+            if (self.processes or self.own_sm is not None) and i % 5 == 0:
+                # As the sampler stores them: only in the samples of their (1 s) pass.
+                own = () if self.own_sm is None else (
+                    ProcessReading(self.row, PID, "compute", 1e9, self.value(self.own_sm, i),
+                                   None),)
+                extra[PROCESS_FAMILY] = own + (ProcessReading(self.row, OTHER, "compute", 1e9,
+                                                              90.0, None),)
             host = HostReading(self.value(self.cpu, i), *([None] * 6))
             out.append(Sample(i, 1000.0 + i * TICK, tuple(gpus), host, extra=extra))
         return out
@@ -331,6 +329,19 @@ def test_simulated_label_and_window_cut() -> None:
     assert result.label == "SIMULATED GPU 0" and result.window_s == pytest.approx(2.2)
 
 
+def test_process_lists_as_the_sampler_stores_them_count_once_per_pass() -> None:
+    # The reader returns None between its 1 s passes and may hand back the same (unchanged)
+    # tuple object at the next pass: each pass still counts once.
+    same = (ProcessReading(0, PID, "compute", 1e9, 40.0, None),)
+    samples = [Sample(i, 1000.0 + i * TICK, History(util=100.0).samples()[0].gpus,
+                      HostReading(*([None] * 7)),
+                      extra={PROCESS_FAMILY: same} if i % 5 == 0 else {}) for i in range(50)]
+    assert process_presence(samples, PID) == (10, {0})
+    result = diagnose(samples, facts("h200"), 0, pid=PID)
+    assert result.cause == "underused" and result.first.signal == "per-process"
+    assert result.first.figures[0].count == 10
+
+
 def test_mean_of_nothing_is_not_available() -> None:
     assert mean([]) is None and mean([None, None]) is None
     assert mean([None, 4.0, 2.0]) == 3.0
@@ -338,6 +349,6 @@ def test_mean_of_nothing_is_not_available() -> None:
 
 def test_process_presence_across_all_gpus() -> None:
     samples = History(profile="a100-535", util=100.0, own_sm=50.0, row=1).samples()
-    assert process_presence(samples, PID) == (100, {1})  # samples carrying the lists
-    assert process_presence(samples, 99) == (100, set())
+    assert process_presence(samples, PID) == (20, {1})
+    assert process_presence(samples, 99) == (20, set())
     assert process_presence(History(util=1.0).samples(), PID) == (0, set())

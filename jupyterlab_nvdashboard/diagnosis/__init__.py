@@ -19,10 +19,10 @@ from .rules import (
     process_presence,
     window,
 )
-from .thresholds import MIN_SAMPLES
+from .thresholds import MIN_LIST_READINGS, MIN_SAMPLES
 
 CAUSES = tuple(ORDER)
 
-__all__ = ["CAUSES", "Diagnosis", "Figure", "Finding", "MIN_SAMPLES", "ORDER", "PcieLink",
-           "SIGNALS", "Step", "diagnose", "host_findings", "mean", "not_using_gpu",
-           "process_presence", "window"]
+__all__ = ["CAUSES", "Diagnosis", "Figure", "Finding", "MIN_LIST_READINGS", "MIN_SAMPLES",
+           "ORDER", "PcieLink", "SIGNALS", "Step", "diagnose", "host_findings", "mean",
+           "not_using_gpu", "process_presence", "window"]

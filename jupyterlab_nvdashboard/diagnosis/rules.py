@@ -71,15 +71,12 @@ def window(samples: Sequence[Sample], start_s: float, end_s: float) -> Sequence[
 
 
 def process_presence(samples: Sequence[Sample], pid: int) -> tuple[int, set[int]]:
-    """(samples that carry the driver's process lists, device rows where ``pid`` held a
-    context in any of them). Samples are counted, not list readings: an empty list is one
-    shared object from every reading pass, so passes cannot be told apart by identity."""
-    extras = list(map(_EXTRA, samples))
-    carrying = sum(1 for extra in extras if extra.get(PROCESS_FAMILY) is not None)
-    passes = _passes(extras, PROCESS_FAMILY)
+    """(reading passes of the driver's process lists, device rows where ``pid`` held a
+    context in any of them)."""
+    passes = _list_passes(samples)
     rows = {reading.device for readings in passes for reading in readings  # type: ignore[attr-defined]
             if isinstance(reading, ProcessReading) and reading.pid == pid}
-    return carrying, rows
+    return len(passes), rows
 
 
 def host_findings(steps: Sequence[Step]) -> list[Finding]:
@@ -92,11 +89,12 @@ def not_using_gpu(gpu: str, lists: int) -> Finding:
     lists (``process_presence``); ``gpu``: the GPU it was pinned to or judged against."""
     return Finding("not-using-gpu", f"not using {gpu}",
                    (Figure("GPU contexts its process held", 0.0, "", lists,
-                           "samples of the process lists"),),
+                           "process-list readings"),),
                    "process-lists", "check that the framework sees a GPU (TensorFlow: "
                    "tf.config.list_physical_devices('GPU'); a CPU-only build never does) "
                    "and that the run asked for one",
-                   words=f"its process held no context on any GPU, over {lists} samples")
+                   words=f"its process held no context on any GPU, over {lists} "
+                         "process-list readings")
 
 
 def _fact(facts: Sequence[GpuFacts], row: int) -> GpuFacts | None:
@@ -115,12 +113,22 @@ _LOST = attrgetter("lost")
 
 
 def _passes(extras: Sequence[dict[str, object]], family: str) -> list[object]:
-    """Each reading pass of ``family`` once, oldest first: a reading slower than the tick
-    rides in several samples as the same object, and counts once."""
+    """Each reading of a family that is cached between its passes (GPM: the reader hands the
+    same object to every tick until it reads again) once, oldest first."""
     readings = list(map(methodcaller("get", family), extras))
-    seen = dict(zip(map(id, readings), readings, strict=True))
-    seen.pop(id(None), None)
-    return list(seen.values())
+    previous = [None, *readings[:-1]]
+    return [reading for reading, before in zip(readings, previous, strict=True)
+            if reading is not None and reading is not before]
+
+
+def _list_passes(samples: Sequence[Sample]) -> list[object]:
+    """Each reading pass of the process lists once. The reader returns them only on its pass
+    (once a second), and every sample built from that NVML pass carries them: a pass is told
+    by its GPU readings, not by the list (an unchanged list may be the same object)."""
+    gpus = list(map(_GPUS, samples))
+    previous = [None, *gpus[:-1]]
+    return [readings for sample, now, before in zip(samples, gpus, previous, strict=True)
+            if (readings := sample.extra.get(PROCESS_FAMILY)) is not None and now is not before]
 
 
 def _distinct(extras: Sequence[dict[str, object]], family: str, row: int, kind: type) -> list:
@@ -129,8 +137,8 @@ def _distinct(extras: Sequence[dict[str, object]], family: str, row: int, kind: 
             and type(reading := readings.get(row)) is kind]
 
 
-def _own_process(extras: Sequence[dict[str, object]], row: int, pid: int) -> list[float]:
-    return [reading.sm_pct for readings in _passes(extras, PROCESS_FAMILY)
+def _own_process(samples: Sequence[Sample], row: int, pid: int) -> list[float]:
+    return [reading.sm_pct for readings in _list_passes(samples)
             for reading in readings  # type: ignore[attr-defined]
             if isinstance(reading, ProcessReading) and reading.pid == pid
             and reading.device == row and reading.sm_pct is not None]
@@ -232,7 +240,8 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
         gpm = gpm[1:]
     sm_values = [r.sm_activity_pct for r in gpm if r.sm_activity_pct is not None]
     has_gpm = len(sm_values) >= T.MIN_SAMPLES
-    own = _own_process(extras, row, pid) if pid is not None else []
+    # The process lists ride only in the samples of their pass: every sample is looked at.
+    own = _own_process(mine, row, pid) if pid is not None else []
     has_own = len(own) >= T.MIN_SAMPLES
     has_util = len(util_known) >= T.MIN_SAMPLES
     gpm_count = len(sm_values)

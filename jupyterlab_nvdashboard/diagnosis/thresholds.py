@@ -23,6 +23,12 @@ from __future__ import annotations
 # judged, and every finding states its own count so the reader can weigh it.
 MIN_SAMPLES = 5
 
+# "Not using the GPU" needs this many readings of the driver's process lists. Our choice: the
+# lists are exact, not sampled counters (a process with a context is in every one of them),
+# and a run's timed part starts after warm-up, when its context exists; three readings (about
+# 3 s, the lists are read once a second) rule out a list read in a gap of the reader.
+MIN_LIST_READINGS = 3
+
 # Idle: activity under 5% (KempnerPulse, class "idle": utilization < 5).
 IDLE_PCT = 5.0
 # A gap in activity counts as starvation from 500 ms (Nsight gpu_gaps: DEFAULT_GAP = 500 ms).

@@ -10,10 +10,10 @@ A pure function of the run's events and the history samples, so tests feed it sa
   else the GPU the run names: the one the launcher pinned it to, or its
   ``CUDA_VISIBLE_DEVICES`` resolved by the one parser of that variable
   (``metrics/cuda_visibility.py``), or CUDA device 0's UUID.
-- **A run whose process holds no context on any GPU** (over ``MIN_SAMPLES`` process-list
-  readings or more) is "not using GPU N", on every GPU at once: someone else's work on the
-  GPU it was pinned to never counts for it. A CPU run says first what limits it (its input,
-  its CPU), then that it held no GPU.
+- **A run whose process holds no context on any GPU** (over ``MIN_LIST_READINGS``
+  process-list readings or more) is "not using GPU N", on every GPU at once: someone
+  else's work on the GPU it was pinned to never counts for it. A CPU run says first a slow
+  input where its steps show one, then that it held no GPU (its busy CPU is its own work).
 - **Which signal, how sure:** the diagnosis says (GPM, the run's own per-process SM
   utilization, or utilization only) and counts the readings each figure rests on. Where other
   processes share the GPU and the signal is device-wide, the verdict names them.
@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..diagnosis import (
+    MIN_LIST_READINGS,
     MIN_SAMPLES,
     Finding,
     Step,
@@ -174,6 +175,13 @@ def _rest(findings: Sequence[Finding]) -> str:
     return "also: " + "; ".join(f.summary() for f in findings[1:]) if len(findings) > 1 else ""
 
 
+def _host(steps: Sequence[Step], device: str) -> list[Finding]:
+    """What the run's own steps say. A CPU run computes on the CPU, so a busy core is its
+    work, not a host starving a GPU: only a slow input counts against it."""
+    findings = host_findings(steps)
+    return [f for f in findings if f.cause != "host-cpu-bound"] if device == "cpu" else findings
+
+
 def _not_judged(text: str, row: int | None, samples: int = 0) -> Verdict:
     return Verdict(text, "not-judged", samples, "none", row, None)
 
@@ -187,12 +195,15 @@ def judge(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts],
     if span is None:
         return _not_judged("no timed iterations yet", row)
     timed = samples_in(samples, span)
+    if len(timed) < MIN_SAMPLES:
+        return _not_judged(f"{_label(row, facts, prefix)}: not enough samples: {len(timed)} of "
+                           f"{MIN_SAMPLES} needed in the timed part", row, len(timed))
     steps = run_steps(run)
     pid = run.pid
     lists, held = process_presence(timed, pid) if pid is not None else (0, set())
-    if pid is not None and lists >= MIN_SAMPLES and not held:
+    if pid is not None and lists >= MIN_LIST_READINGS and not held:
         name = _label(row, facts, prefix) if row is not None else f"{prefix}any GPU"
-        own = host_findings(steps)
+        own = _host(steps, run.device)
         missing = not_using_gpu(name, lists)
         findings = (own + [missing]) if run.device == "cpu" else ([missing] + own)
         return Verdict(findings[0].summary(), findings[0].cause, len(timed),
@@ -202,9 +213,9 @@ def judge(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts],
         row = row if row in held else min(held)
     elif run.device == "cpu":
         # No process lists to tell whether it used a GPU: never credit it with the GPU's work.
-        own = host_findings(steps)
+        own = _host(steps, run.device)
         why = ("CPU run: its GPU use is not judged without the driver's per-GPU process "
-               f"lists ({lists} of {MIN_SAMPLES} readings)")
+               f"lists ({lists} of {MIN_LIST_READINGS} readings)")
         if not own:
             return _not_judged(why, row, len(timed))
         return Verdict(own[0].summary(), own[0].cause, len(timed), own[0].signal, row, None,
