@@ -8,9 +8,10 @@ this object starts and stops both.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..diagnosis.live import DeviceDiagnoses
 from ..jupyter_sessions import JupyterSessions
 from ..metrics import Metrics
 from ..runs.service import WorkloadService
@@ -30,6 +31,12 @@ class DashboardSources:
     jupyter: JupyterSessions | None = None
     # The GPUs of a Dask cluster's workers (--dask-scheduler); None outside cluster mode.
     cluster: ClusterView | None = None
+    # Every device's diagnosis over a window, shared by /diagnosis.json, /GPU-Activity and
+    # the /metrics gauge (made from ``metrics``).
+    diagnoses: DeviceDiagnoses = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.diagnoses = DeviceDiagnoses(self.metrics)
 
     def _services(self) -> list[Metrics | WorkloadService | JupyterSessions | ClusterView]:
         """What runs beside the pages, metrics first; the others only where configured."""

@@ -280,7 +280,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
         needs = gpm_needs or "utilization (MIG devices have none: their activity needs GPM)"
         findings.append(Finding("unknown", "no activity signal", (util_fig,), "none",
                                 "watch it on a GPU that reports GPM or utilization",
-                                needs=needs))
+                                needs=needs, words=needs))
     findings.sort(key=lambda finding: ORDER.get(finding.cause, len(ORDER)))
     return done(findings)
 
