@@ -254,6 +254,22 @@ def history_csv(samples: list[Sample], gpu_indices: list[int]) -> str:
     return out.getvalue()
 
 
+class DiagnosisHandler(_JsonHandler):
+    """``/diagnosis.json?seconds=N``: each GPU's and MIG instance's diagnosis over the last N
+    seconds (default: 120, what /GPU-Activity shows first), findings first to last."""
+
+    def body(self) -> dict[str, Any]:
+        text = self.get_argument("seconds", "120")
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = math.nan
+        if not 1 <= seconds <= self.metrics.history_s:  # also refuses NaN
+            raise HTTPError(400, reason=f"seconds must be a number from 1 to "
+                                        f"{self.metrics.history_s:g}")
+        return self.sources.diagnoses.as_json(seconds)
+
+
 class HistoryCsvHandler(GuardedHandler):
     """``/history.csv?seconds=N``: the last N seconds of samples (default: all of them)."""
 
@@ -360,7 +376,8 @@ def make_metrics_collector(config: Config, sources: DashboardSources,
         return None
     metrics = sources.metrics
     local = LocalScrape(metrics, this_host(config),
-                        lambda: server_health(metrics, live_sessions, broadcaster))
+                        lambda: server_health(metrics, live_sessions, broadcaster),
+                        sources.diagnoses.current)
     cluster = sources.cluster
 
     def snapshot() -> Scrape:
@@ -469,6 +486,7 @@ def make_server(config: Config, sources: DashboardSources,
             (r"/info\.json", InfoHandler, extra),
             (r"/processes\.json", ProcessesHandler, extra),
             (r"/glance\.json", GlanceHandler, {**extra, "watch": watch}),
+            (r"/diagnosis\.json", DiagnosisHandler, extra),
             (r"/history\.csv", HistoryCsvHandler, extra),
             (r"/metrics", MetricsHandler, extra),
             (r"/cluster\.json", ClusterJsonHandler, extra),

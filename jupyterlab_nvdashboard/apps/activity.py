@@ -6,6 +6,11 @@ utilization" drawn beside them so the gap between "a kernel was resident" and "t
 busy" shows. Below, GPM's own PCIe and NVLink rates. GPUs without GPM are named in a notice
 that says why and which metric comes closest, and that metric (utilization) is drawn for
 them instead. Everything streams from ``Sample.extra[GPM_FAMILY]`` like any timeline.
+
+Above the charts, one line per GPU and MIG instance: its diagnosis (``diagnosis/``) over the
+window the page shows. There is one block of lines per window the picker offers, refreshed
+from the server's shared cache every few seconds, and the picker shows the block of its
+window in the browser (the picker is not synced back to the server).
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ import html
 from collections.abc import Callable
 
 from bokeh.layouts import column
-from bokeh.models import Div
+from bokeh.models import CustomJS, Div
 
+from ..diagnosis import Diagnosis
 from ..metrics import GpuFacts, Metrics, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading, device_reading
 from ..metrics.gpm import CLOSEST_METRIC, gpm_unavailable_reason
@@ -31,6 +37,7 @@ from .components import (
     gpu_value,
     scaled,
     timeline_windows,
+    window_label,
 )
 from .sources import DashboardSources
 
@@ -125,13 +132,39 @@ def cannot_report_notice(rows: list[tuple[GpuFacts, str]]) -> str:
             f"<div>{html.escape(CLOSEST_METRIC)}.</div></div>")
 
 
+DIAGNOSIS_REFRESH_MS = 2000
+
+
+def diagnosis_lines(diagnoses: list[Diagnosis], window_label_text: str) -> str:
+    """HTML: one line per device, its first finding and what to try, wrapped, never cut."""
+    items = []
+    for diagnosis in diagnoses:
+        first = diagnosis.first
+        advice = f" <i>Try: {html.escape(first.advice)}.</i>" if first.advice else ""
+        items.append(f"<li data-cause='{html.escape(first.cause)}'><b>"
+                     f"{html.escape(diagnosis.label)}</b> {html.escape(first.summary())}"
+                     f"{advice}</li>")
+    return (f"<div class='nvdashboard-diagnosis' style='margin:0.3em 1em;font-size:13px;"
+            f"white-space:normal;overflow-wrap:anywhere'><b>Why is it slow? Over the last "
+            f"{html.escape(window_label_text)}:</b><ul style='margin:0.2em 0;"
+            f"padding-left:1.2em'>{''.join(items)}</ul></div>")
+
+
 class ActivityDashboard:
-    """The notice (when some GPU lacks GPM) above the shared-axis timelines."""
+    """The diagnosis lines and the notice (when some GPU lacks GPM) above the timelines."""
+
+    refresh_ms = DIAGNOSIS_REFRESH_MS
 
     def __init__(self, sources: DashboardSources, feed: TimelineFeed) -> None:
         metrics = sources.metrics
+        self.diagnoses = sources.diagnoses
         lacking = without_gpm(metrics)
         children = []
+        self.windows_s = timeline_windows(metrics.history_s)
+        self.lines = [Div(text="", sizing_mode="stretch_width", name=f"diagnosis-{w:g}",
+                          visible=position == 0, syncable=False)
+                      for position, w in enumerate(self.windows_s)]
+        children += self.lines
         if lacking:
             self.notice: Div | None = Div(text=cannot_report_notice(lacking),
                                           sizing_mode="stretch_width",
@@ -143,8 +176,21 @@ class ActivityDashboard:
                                  metrics.interval_s) if feed.panels else None
         if self.timeline is not None:
             children.append(self.timeline.root)
+            picker = self.timeline.picker
+            if picker is not None:  # the lines follow the window the charts show
+                picker.js_on_change("active", CustomJS(args={"lines": self.lines}, code=(
+                    "lines.forEach((line, i) => { line.visible = i === cb_obj.active; });")))
+                for position, line in enumerate(self.lines):
+                    line.visible = position == picker.active
         self.live = self.timeline.live if self.timeline else None
         self.root = column(*children, sizing_mode="stretch_width")
+
+    def refresh(self) -> None:
+        """The lines of every window, from the cache every page and /diagnosis.json share."""
+        for window_s, line in zip(self.windows_s, self.lines, strict=True):
+            text = diagnosis_lines(self.diagnoses.current(window_s), window_label(window_s))
+            if line.text != text:
+                line.text = text
 
 
 def activity_dashboard(sources: DashboardSources, feed: Feed | None) -> ActivityDashboard:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..diagnosis.live import DeviceDiagnoses
 from ..jupyter_sessions import JupyterSessions
 from ..metrics import Metrics
 from ..runs.service import WorkloadService
@@ -33,6 +34,12 @@ class DashboardSources:
     jupyter: JupyterSessions | None = None
     # The GPUs of a Dask cluster's workers (--dask-scheduler); None outside cluster mode.
     cluster: ClusterView | None = None
+    # Every device's diagnosis over a window, shared by /diagnosis.json, /GPU-Activity and
+    # the /metrics gauge (made from ``metrics``).
+    diagnoses: DeviceDiagnoses = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.diagnoses = DeviceDiagnoses(self.metrics)
 
     def _services(self) -> list[Metrics | WorkloadService | JupyterSessions | ClusterView]:
         """What runs beside the pages, metrics first; the others only where configured."""

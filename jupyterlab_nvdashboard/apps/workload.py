@@ -3,7 +3,8 @@
 Iteration times of recent runs share one time axis with GPU utilization, memory and PCIe
 from the sampler history, so a user sees the GPU go busy or stay idle as step times
 change. The table summarizes each run over its own timed part, on its own GPU, with a
-one-line verdict (``runs/verdict.py``) that names the GPU and the samples it used.
+verdict (``runs/verdict.py``): the first finding of the diagnosis of its GPU over its timed
+part, naming the GPU and the samples it used, and under it what to try and the other findings.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from bokeh.models import (
     ColumnDataSource,
     DataTable,
     Div,
+    HTMLTemplateFormatter,
     Select,
     Spinner,
     TableColumn,
@@ -28,6 +30,7 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from ..auth import VIEW_ONLY_REASON
+from ..diagnosis import mean
 from ..metrics import GpuFacts, Metrics, Sample
 from ..runs.capabilities import devices_for
 from ..runs.launcher import PinnedGpu
@@ -61,6 +64,13 @@ SUMMARY_COLUMNS = {
     "verdict": "verdict",
 }
 SUMMARY_WIDTHS = (190, 80, 60, 110, 100, 90, 100, 110, 110, 120, 620)
+# The verdict cell: the first finding, and under it what to try and the other findings, all
+# wrapped (never cut off). The HTML copies are escaped here: run files are untrusted text.
+VERDICT_TEMPLATE = ('<div class="nvd-verdict" style="white-space: normal; line-height: 1.3">'
+                    '<%= verdict_html %><br><span style="opacity: 0.75"><%= verdict_more_html %>'
+                    '</span></div>')
+SUMMARY_EXTRA = ("verdict_more", "verdict_html", "verdict_more_html", "cause")
+SUMMARY_ROW_HEIGHT = 84
 WORKLOAD_WINDOW_S = 600.0  # long enough to compare a few runs side by side
 REFRESH_MS = 1000  # how often the run panel and table look for new events
 STALE_AFTER_S = 60.0
@@ -88,10 +98,6 @@ def _pcie_of(row: int) -> Any:
     return read
 
 
-def _mean(values: Sequence[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.fmean(known) if known else None
-
 
 def _status(run: Run, now_s: float) -> str:
     if run.end:
@@ -115,7 +121,7 @@ def summarize(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts], si
     window, row = timed_window(run), gpu_row(run, facts)
     pcie = None  # the device's traffic: a CPU run's would be someone else's
     if window is not None and row is not None and run.device == "gpu":
-        pcie = _mean([_pcie_of(row)(s) for s in samples_in(samples, window)])
+        pcie = mean([_pcie_of(row)(s) for s in samples_in(samples, window)])
     end = run.end or {}
     median = end.get("median_ms")
     if median is None and run.iterations:
@@ -127,8 +133,9 @@ def summarize(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts], si
     peak = end.get("peak_device_memory_bytes")
     speedup = (native_median_ms / median) if native_median_ms and median else None
     verdict = judged.text
+    more = judged.second_line()
     if end.get("error"):
-        verdict = f"failed: {end['error']}"
+        verdict, more = f"failed: {end['error']}", judged.text
     return {
         "run": run.run_id, "path": run.path, "device": run.device,
         "status": _status(run, now_s),
@@ -137,6 +144,9 @@ def summarize(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts], si
         "peak_gpu_memory_gb": NOT_AVAILABLE if peak is None else round(peak / GB, 2),
         "speedup": "" if speedup is None else f"{speedup:.1f}x",
         "verdict": verdict,
+        "verdict_more": more,
+        "verdict_html": html.escape(verdict), "verdict_more_html": html.escape(more),
+        "cause": judged.cause,
     }
 
 
@@ -208,7 +218,7 @@ class WorkloadDashboard:
                                  default_window_s=WORKLOAD_WINDOW_S) if feed.panels else None
         self.live = self.timeline.live if self.timeline else None
         self.iterations = ColumnDataSource({"time": [], "ms": [], "run": [], "color": []})
-        self.summary = ColumnDataSource({key: [] for key in SUMMARY_COLUMNS})
+        self.summary = ColumnDataSource({key: [] for key in (*SUMMARY_COLUMNS, *SUMMARY_EXTRA)})
         self._sent: dict[str, int] = {}
         self._seen_version = -1
 
@@ -250,9 +260,12 @@ class WorkloadDashboard:
             start.disabled = stop.disabled = True
             self._say(VIEW_ONLY_REASON)
         self.table = table = DataTable(
-                          source=self.summary, height=200, sizing_mode="stretch_width",
+                          source=self.summary, height=300, sizing_mode="stretch_width",
                           index_position=None, autosize_mode="none", reorderable=False,
-                          columns=[TableColumn(field=key, title=title, width=width)
+                          row_height=SUMMARY_ROW_HEIGHT,
+                          columns=[TableColumn(field=key, title=title, width=width, **(
+                              {"formatter": HTMLTemplateFormatter(template=VERDICT_TEMPLATE)}
+                              if key == "verdict" else {}))
                                    for (key, title), width in zip(SUMMARY_COLUMNS.items(),
                                                                   SUMMARY_WIDTHS, strict=True)])
         self.root = column(row(self.path, self.preset, self.count, self.device, self.gpu,
@@ -358,7 +371,7 @@ class WorkloadDashboard:
         rows = [summary_row(run, runs, history, facts, self.metrics.simulated, now)
                 for run in runs]
         data = {key: ["n/a" if row[key] is None else row[key] for row in rows]
-                for key in SUMMARY_COLUMNS}
+                for key in (*SUMMARY_COLUMNS, *SUMMARY_EXTRA)}
         if dict(self.summary.data) != data:
             self.summary.data = data
             # BokehJS redraws a table when its row indices change, not when values change in

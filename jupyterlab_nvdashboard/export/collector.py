@@ -40,6 +40,12 @@ HOST_METRICS = (
 )
 
 
+DIAGNOSIS_METRIC = "nvdashboard_gpu_diagnosis"
+DIAGNOSIS_HELP = ("Why this GPU is slow: 1 for the cause of its first finding over the last "
+                  "2 minutes (idle, starved, launch-bound, memory-bound, pcie-bound, "
+                  "throttled, compute-bound, ...), as /diagnosis.json says it.")
+
+
 class HealthValue(NamedTuple):
     name: str  # a counter's name without _total: prometheus_client adds it
     kind: str  # "gauge" or "counter"
@@ -55,6 +61,8 @@ class Scrape:
     gpus: list[ExportedGpu]
     hosts: list[tuple[str, HostReading]] = field(default_factory=list)
     health: list[HealthValue] = field(default_factory=list)
+    # One label set per device for nvdashboard_gpu_diagnosis (``local.diagnosis_labels``).
+    diagnoses: list[dict[str, str]] = field(default_factory=list)
 
 
 def _known(value: float | None) -> bool:
@@ -88,6 +96,12 @@ class DcgmCollector:
                     gauge.add_metric([hostname], value)
             if gauge.samples:
                 yield gauge
+        if scrape.diagnoses:
+            # Info-style: one series per device, its current first finding in ``cause``.
+            family = Metric(DIAGNOSIS_METRIC, DIAGNOSIS_HELP, "gauge")
+            for labels in scrape.diagnoses:
+                family.add_sample(DIAGNOSIS_METRIC, labels, 1.0)
+            yield family
         for item in scrape.health:
             names, values = list(item.labels), list(item.labels.values())
             if item.kind == "counter":

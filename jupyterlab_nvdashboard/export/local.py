@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from ..metrics import Metrics, Sample
+from ..diagnosis import Diagnosis
+from ..metrics import GpuFacts, Metrics, Sample
 from .collector import HealthValue, Scrape
-from .dcgm import ExportedGpu, PcieByteCounters, exported_gpus
+from .dcgm import ExportedGpu, PcieByteCounters, exported_gpus, identities
 
 
 class GpuExport:
@@ -28,14 +29,36 @@ class GpuExport:
         return latest, exported_gpus(self.hostname, self.metrics.facts, latest, self.counters)
 
 
+def diagnosis_labels(diagnoses: Sequence[Diagnosis], facts: Sequence[GpuFacts],
+                     hostname: str) -> list[dict[str, str]]:
+    """The label sets of ``nvdashboard_gpu_diagnosis``: each device's ``gpu`` and ``UUID`` as
+    the DCGM series have them (a MIG device: its GPU's, and its ``GPU_I_ID``), and
+    ``cause``."""
+    ids = identities(facts)
+    out = []
+    for diagnosis in diagnoses:
+        identity = ids.get(diagnosis.row)
+        if identity is None:
+            continue
+        labels = {"gpu": str(identity.gpu), "UUID": identity.uuid, "Hostname": hostname}
+        if identity.gpu_instance_id is not None:
+            labels["GPU_I_ID"] = str(identity.gpu_instance_id)
+        labels["cause"] = diagnosis.cause
+        out.append(labels)
+    return out
+
+
 class LocalScrape:
     """Called once per scrape, on the event loop."""
 
     def __init__(self, metrics: Metrics, hostname: str,
-                 health: Callable[[], list[HealthValue]] = list) -> None:
+                 health: Callable[[], list[HealthValue]] = list,
+                 diagnoses: Callable[[], Sequence[Diagnosis]] = list) -> None:
         self.export, self.hostname, self.health = GpuExport(metrics, hostname), hostname, health
+        self.diagnoses, self.facts = diagnoses, lambda: metrics.facts
 
     def __call__(self) -> Scrape:
         latest, gpus = self.export.newest()
         hosts = [(self.hostname, latest.host)] if latest is not None else []
-        return Scrape(gpus, hosts, self.health())
+        return Scrape(gpus, hosts, self.health(),
+                      diagnosis_labels(self.diagnoses(), self.facts(), self.hostname))

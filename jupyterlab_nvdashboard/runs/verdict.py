@@ -1,53 +1,72 @@
-"""The verdict on a workload run: did it use its GPU, judged on that GPU over its timed part.
+"""The verdict on a workload run: the diagnosis (``diagnosis/``) of its own GPU over its timed
+part. The first finding is the verdict; the others make its second line.
 
 A pure function of the run's events and the history samples, so tests feed it samples.
 
-- **Which GPU:** the one the run's ``start`` event names (by UUID, else by the server's row
-  index), never an average over all GPUs.
 - **Which window:** from the end of warm-up (the ``warmup_end`` event; for an older run, the
-  start of its first timed iteration) to its last timed iteration. Start-up is not judged.
-- **Which signal,** best first: GPM's SM activity plus DRAM bandwidth (an embedding step is
-  memory-bound, so DRAM counts as much as the SMs) when no other process shares the GPU;
-  the run's own per-process SM utilization (NVML process samples, keyed by its PID), so
-  another user's job does not count; GPM even with others present, said so; and last the
-  device's utilization, which only means "a kernel was resident", said so too.
-- **How sure:** it states the samples used and refuses to judge from fewer than
-  ``MIN_SAMPLES``. A CPU run is never called busy by someone else's work: only its own PID
-  counts, and without per-process data it is judged as not using the GPU by construction.
+  start of its first timed iteration) to its last timed iteration. Start-up is not judged,
+  and the first GPM reading of the window (it may straddle warm-up) is dropped.
+- **Which GPU:** where the driver's process lists show the run's own PID holding a context;
+  else the GPU the run names: the one the launcher pinned it to, or its
+  ``CUDA_VISIBLE_DEVICES`` resolved by the one parser of that variable
+  (``metrics/cuda_visibility.py``), or CUDA device 0's UUID.
+- **A run whose process holds no context on any GPU** (over ``MIN_LIST_READINGS``
+  process-list readings or more) is "not using GPU N", on every GPU at once: someone
+  else's work on the GPU it was pinned to never counts for it. A CPU run says first a slow
+  input where its steps show one, then that it held no GPU (its busy CPU is its own work).
+- **Which signal, how sure:** the diagnosis says (GPM, the run's own per-process SM
+  utilization, or utilization only) and counts the readings each figure rests on. Where other
+  processes share the GPU and the signal is device-wide, the verdict names them.
 """
 
 from __future__ import annotations
 
-import statistics
-from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..metrics import GpuFacts, Sample
-from ..metrics.families import (
-    GPM_FAMILY,
-    PROCESS_FAMILY,
-    GpmReading,
-    ProcessReading,
-    device_reading,
+from ..diagnosis import (
+    MIN_LIST_READINGS,
+    MIN_SAMPLES,
+    Finding,
+    Step,
+    diagnose,
+    host_findings,
+    not_using_gpu,
+    process_presence,
+    window,
 )
+from ..metrics import GpuFacts, Sample
+from ..metrics.cuda_visibility import MigEntry, PhysicalGpu, cuda_indices
+from ..metrics.families import PROCESS_FAMILY, ProcessReading
 from .watcher import Run
 
-MIN_SAMPLES = 5
-BUSY_SM_PCT = 50.0  # SM activity (GPM) or SM utilization at or above this: busy
-BUSY_DRAM_PCT = 30.0  # DRAM bandwidth (GPM) at or above this: busy (memory-bound step)
 OTHERS_NAMED = 5  # other PIDs named in a verdict, at most
+LEVEL_FIGURES = ("SM activity", "its own SM utilization", "utilization")
+DEVICE_WIDE = ("gpm", "utilization", "link-counters", "clock-events", "host")
 
 
 @dataclass(frozen=True)
 class Verdict:
-    text: str  # the one line the table shows
-    busy: bool | None  # None: not judged
+    text: str  # the first line: the first finding, naming the GPU
+    cause: str  # the first finding's cause ("not-judged" when there is none)
     samples: int  # samples of the run's GPU inside its timed part
-    signal: str  # "gpm", "process", "gpm-shared", "utilization", "cpu" or "none"
+    signal: str  # the first finding's signal ("none" when not judged)
     gpu_row: int | None
-    level_pct: float | None  # the judged level: max(SM, DRAM) for GPM, SM % otherwise
+    level_pct: float | None  # SM activity (GPM), its own SM %, or utilization; None: unknown
     other_pids: tuple[int, ...] = ()
+    rest: str = ""  # the second line: the other findings
+    advice: str = ""  # the first finding's one thing to try
+    findings: tuple[Finding, ...] = field(default_factory=tuple)
+
+    @property
+    def needs(self) -> str:
+        """What the first finding would need to tell more ("" when nothing)."""
+        return (self.findings[0].needs or "") if self.findings else ""
+
+    def second_line(self) -> str:
+        """What to try, what it would need, and the other findings."""
+        parts = (f"try: {self.advice}" if self.advice else "", self.needs, self.rest)
+        return " · ".join(part for part in parts if part)
 
 
 def timed_window(run: Run) -> tuple[float, float] | None:
@@ -61,129 +80,157 @@ def timed_window(run: Run) -> tuple[float, float] | None:
     return begin, run.iterations[-1]["time"]
 
 
+def physical_gpus(facts: Sequence[GpuFacts]) -> list[PhysicalGpu]:
+    """The server's devices as ``cuda_visibility`` takes them, in the server's CUDA order
+    (an integer entry of a run's ``CUDA_VISIBLE_DEVICES`` is read in that order)."""
+    children: dict[int, list[GpuFacts]] = {}
+    for fact in facts:
+        if fact.kind == "mig" and fact.parent is not None:
+            children.setdefault(fact.parent, []).append(fact)
+    gpus = []
+    for fact in facts:
+        if fact.kind == "mig":
+            continue
+        migs = children.get(fact.index, [])
+        positions = [f.cuda_index for f in [fact, *migs] if f.cuda_index is not None]
+        speed = (0, 0, -min(positions)) if positions else (0, 0, -(1 << 30))
+        gpus.append(PhysicalGpu(fact.nvml_index, fact.uuid, speed, tuple(
+            MigEntry(mig.uuid, (mig.mig or {}).get("gpu_instance_id"),
+                     (mig.mig or {}).get("compute_instance_id")) for mig in migs)))
+    return gpus
+
+
 def gpu_row(run: Run, facts: Sequence[GpuFacts]) -> int | None:
-    """The server's device row of the run's GPU, or None when it cannot be told."""
+    """The server's device row of the GPU the run names, or None when it cannot be told."""
     if run.gpu_uuid:
         for fact in facts:
             if fact.uuid == run.gpu_uuid:
                 return fact.index
     if run.gpu_index is not None and any(f.index == run.gpu_index for f in facts):
         return run.gpu_index
+    visible = run.gpu_visible
+    if visible is None and run.gpu_uuid:  # an older run recorded its first entry as "uuid"
+        visible = run.gpu_uuid
+    if visible:
+        positions = cuda_indices(physical_gpus(facts), visible)
+        first = min(positions, key=positions.__getitem__) if positions else None
+        for fact in facts:
+            if fact.uuid == first:
+                return fact.index
     if run.device == "gpu" and len(facts) == 1:
         return facts[0].index  # only one GPU: it can only be that one
     return None
 
 
-def samples_in(samples: Sequence[Sample], window: tuple[float, float]) -> Sequence[Sample]:
-    """The samples (sorted by time, as the history keeps them) inside ``window``."""
-    times = [sample.time_s for sample in samples]
-    return samples[bisect_left(times, window[0]):bisect_right(times, window[1])]
+def samples_in(samples: Sequence[Sample], span: tuple[float, float]) -> Sequence[Sample]:
+    """The samples (sorted by time, as the history keeps them) inside ``span``."""
+    return window(samples, span[0], span[1])
+
+
+def run_steps(run: Run) -> list[Step]:
+    return [Step(event["time"], event["ms"], event.get("input_ms"), event.get("cpu_ms"))
+            for event in run.iterations]
+
+
+def _label(row: int | None, facts: Sequence[GpuFacts], prefix: str) -> str:
+    for fact in facts:
+        if fact.index == row:
+            return f"{prefix}{fact.label}"
+    return f"{prefix}its GPU" if row is None else f"{prefix}GPU row {row}"
+
+
+def _level(findings: Sequence[Finding]) -> float | None:
+    for name in LEVEL_FIGURES:
+        for finding in findings:
+            for figure in finding.figures:
+                if figure.name == name and figure.value is not None:
+                    return figure.value
+    return None
+
+
+def _others(samples: Sequence[Sample], row: int, pid: int | None) -> list[int]:
+    others: dict[int, None] = {}
+    last = None
+    for sample in samples:
+        readings = sample.extra.get(PROCESS_FAMILY)
+        if readings is None or readings is last:
+            continue
+        last = readings
+        for reading in readings:  # type: ignore[attr-defined]
+            if isinstance(reading, ProcessReading) and reading.device == row \
+                    and reading.pid != pid:
+                others.setdefault(reading.pid)
+    return list(others)
+
+
+def _name_others(others: Sequence[int], name: str) -> str:
+    if not others:
+        return ""
+    shown = ", ".join(str(pid) for pid in others[:OTHERS_NAMED])
+    more = f" and {len(others) - OTHERS_NAMED} more" if len(others) > OTHERS_NAMED else ""
+    return f"; other processes on {name}, whose work these figures include: pid {shown}{more}"
+
+
+def _rest(findings: Sequence[Finding]) -> str:
+    return "also: " + "; ".join(f.summary() for f in findings[1:]) if len(findings) > 1 else ""
+
+
+def _host(steps: Sequence[Step], device: str) -> list[Finding]:
+    """What the run's own steps say. A CPU run computes on the CPU, so a busy core is its
+    work, not a host starving a GPU: only a slow input counts against it."""
+    findings = host_findings(steps)
+    return [f for f in findings if f.cause != "host-cpu-bound"] if device == "cpu" else findings
+
+
+def _not_judged(text: str, row: int | None, samples: int = 0) -> Verdict:
+    return Verdict(text, "not-judged", samples, "none", row, None)
 
 
 def judge(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts],
           simulated: bool = False) -> Verdict:
     """The verdict on ``run`` from ``samples`` (any span; only the timed part is used)."""
     prefix = "SIMULATED " if simulated else ""
-    window = timed_window(run)
+    span = timed_window(run)
     row = gpu_row(run, facts)
-    name = f"{prefix}GPU {row}" if row is not None else f"{prefix}GPU ?"
-    if window is None:
-        return Verdict("no timed iterations yet", None, 0, "none", row, None)
+    if span is None:
+        return _not_judged("no timed iterations yet", row)
+    timed = samples_in(samples, span)
+    if len(timed) < MIN_SAMPLES:
+        return _not_judged(f"{_label(row, facts, prefix)}: not enough samples: {len(timed)} of "
+                           f"{MIN_SAMPLES} needed in the timed part", row, len(timed))
+    steps = run_steps(run)
+    pid = run.pid
+    lists, held = process_presence(timed, pid) if pid is not None else (0, set())
+    if pid is not None and lists >= MIN_LIST_READINGS and not held:
+        name = _label(row, facts, prefix) if row is not None else f"{prefix}any GPU"
+        own = _host(steps, run.device)
+        missing = not_using_gpu(name, lists)
+        findings = (own + [missing]) if run.device == "cpu" else ([missing] + own)
+        return Verdict(findings[0].summary(), findings[0].cause, len(timed),
+                       findings[0].signal, row, None, (), _rest(findings),
+                       findings[0].advice, tuple(findings))
+    if held:
+        row = row if row in held else min(held)
+    elif run.device == "cpu":
+        # No process lists to tell whether it used a GPU: never credit it with the GPU's work.
+        own = _host(steps, run.device)
+        why = ("CPU run: its GPU use is not judged without the driver's per-GPU process "
+               f"lists ({lists} of {MIN_LIST_READINGS} readings)")
+        if not own:
+            return _not_judged(why, row, len(timed))
+        return Verdict(own[0].summary(), own[0].cause, len(timed), own[0].signal, row, None,
+                       (), "; ".join([f.summary() for f in own[1:]] + [why]), own[0].advice,
+                       tuple(own))
     if row is None:
-        where = "it ran on the CPU; " if run.device == "cpu" else ""
-        return Verdict(f"{where}not judged: the run does not say which GPU it used",
-                       None, 0, "none", None, None)
-    timed = [s for s in samples_in(samples, window) if any(g.index == row for g in s.gpus)]
-    count = len(timed)
-    if count < MIN_SAMPLES:
-        return Verdict(f"{name}: not enough samples ({count} of {MIN_SAMPLES} needed) in "
-                       "the timed part", None, count, "none", row, None)
-    own, others = _processes(timed, row, run.pid)
-    gpm = [_gpm(s, row) for s in timed]
-    gpm_known = [g for g in gpm if g is not None]
-    named = _name_others(others, name)
-    if run.device == "cpu":
-        level = _mean(own) if own else None
-        busy = level is not None and level >= BUSY_SM_PCT
-        state = ("uses" if busy else "not using") + f" {name}"
-        measured = f" (its own SM {level:.0f}%)" if level is not None else ""
-        return Verdict(f"CPU run: {state}{measured} over {count} samples{named}", busy, count,
-                       "cpu", row, level, tuple(others))
-    if gpm_known and not others:
-        return _gpm_verdict(name, gpm_known, count, named, row, shared=False)
-    if own:
-        level = _mean(own)
-        return Verdict(f"{name} {_state(level >= BUSY_SM_PCT)}: its own SM utilization "
-                       f"{level:.0f}% (per process) over {count} samples{named}",
-                       level >= BUSY_SM_PCT, count, "process", row, level, tuple(others))
-    if gpm_known:
-        return _gpm_verdict(name, gpm_known, count, named, row, shared=True,
-                            others=tuple(others))
-    utilization = [u for s in timed for g in s.gpus if g.index == row
-                   and (u := g.utilization_pct) is not None]
-    if len(utilization) < MIN_SAMPLES:
-        return Verdict(f"{name}: not enough samples ({len(utilization)} of {MIN_SAMPLES} "
-                       "with a reading) in the timed part", None, len(utilization), "none",
-                       row, None)
-    level = _mean(utilization)
-    shared = ", other processes' work included" if others else ""
-    return Verdict(f"{name} {_state(level >= BUSY_SM_PCT)}: utilization {level:.0f}% over "
-                   f"{len(utilization)} samples (the weaker signal: it only means a kernel was "
-                   f"resident; no GPM{shared}){named}", level >= BUSY_SM_PCT, len(utilization),
-                   "utilization", row, level, tuple(others))
-
-
-def _gpm_verdict(name: str, readings: list[tuple[float | None, float | None]], count: int,
-                 named: str, row: int, shared: bool, others: tuple[int, ...] = ()) -> Verdict:
-    sm = _mean([r[0] for r in readings if r[0] is not None])
-    dram = _mean([r[1] for r in readings if r[1] is not None])
-    busy = (sm or 0.0) >= BUSY_SM_PCT or (dram or 0.0) >= BUSY_DRAM_PCT
-    parts = [f"SM activity {sm:.0f}%" if sm is not None else "SM activity n/a",
-             f"DRAM bandwidth {dram:.0f}%" if dram is not None else "DRAM bandwidth n/a"]
-    note = " (GPM, other processes included)" if shared else " (GPM)"
-    return Verdict(f"{name} {_state(busy)}: {', '.join(parts)}{note} over {count} samples"
-                   f"{named}", busy, count, "gpm-shared" if shared else "gpm", row,
-                   max(v for v in (sm, dram, 0.0) if v is not None), others)
-
-
-def _state(busy: bool) -> str:
-    return "busy" if busy else "idle: this embedding path is not using it"
-
-
-def _mean(values: Sequence[float]) -> float:
-    return statistics.fmean(values) if values else 0.0
-
-
-def _gpm(sample: Sample, row: int) -> tuple[float | None, float | None] | None:
-    reading = device_reading(sample.extra, GPM_FAMILY, row, GpmReading)
-    if reading is None:
-        return None
-    if reading.sm_activity_pct is None and reading.dram_bandwidth_pct is None:
-        return None
-    return reading.sm_activity_pct, reading.dram_bandwidth_pct
-
-
-def _processes(samples: Sequence[Sample], row: int,
-               pid: int | None) -> tuple[list[float], list[int]]:
-    """The run's own per-process SM % samples on ``row``, and the other PIDs seen there."""
-    own: list[float] = []
-    others: dict[int, None] = {}
-    for sample in samples:
-        readings = sample.extra.get(PROCESS_FAMILY) or ()
-        for reading in readings:
-            if not isinstance(reading, ProcessReading) or reading.device != row:
-                continue
-            if pid is not None and reading.pid == pid:
-                if reading.sm_pct is not None:
-                    own.append(reading.sm_pct)
-            else:
-                others.setdefault(reading.pid)
-    return own, list(others)
-
-
-def _name_others(others: list[int], name: str) -> str:
-    if not others:
-        return ""
-    shown = ", ".join(str(pid) for pid in others[:OTHERS_NAMED])
-    more = f" and {len(others) - OTHERS_NAMED} more" if len(others) > OTHERS_NAMED else ""
-    return f"; other processes on {name}: pid {shown}{more}"
+        return _not_judged("not judged: the run does not say which GPU it used", None)
+    result = diagnose(timed, facts, row, pid=pid, steps=steps, simulated=simulated,
+                      skip_first_gpm=True)
+    name = _label(row, facts, prefix)
+    others = _others(timed, row, pid)
+    first = result.first
+    shared = _name_others(others, name) if first.signal in DEVICE_WIDE else ""
+    if others and not shared:
+        shared = f"; {len(others)} other process{'es' if len(others) != 1 else ''} on {name}"
+    return Verdict(f"{result.line()}{shared}", first.cause, result.samples, first.signal, row,
+                   _level(result.findings), tuple(others), _rest(result.findings),
+                   first.advice, result.findings)

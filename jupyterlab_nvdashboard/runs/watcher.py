@@ -68,6 +68,11 @@ class Run:
         return (self.start.get("gpu") or {}).get("uuid")
 
     @property
+    def gpu_visible(self) -> str | None:
+        """The run's ``CUDA_VISIBLE_DEVICES`` as it was set (resolved by the server)."""
+        return (self.start.get("gpu") or {}).get("visible")
+
+    @property
     def gpu_index(self) -> int | None:
         return (self.start.get("gpu") or {}).get("index")
 

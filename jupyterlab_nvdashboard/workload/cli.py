@@ -3,7 +3,8 @@
 Run::
 
     python -m jupyterlab_nvdashboard.workload --path plugin --preset densedemo \
-        --iterations 200 [--device cpu|gpu] [--events FILE] [--runs-dir DIR]
+        --iterations 200 [--device cpu|gpu] [--events FILE] [--runs-dir DIR] \
+        [--input-delay-ms MS]
 
 Without ``--events`` the events go to ``<runs-dir>/<run_id>.jsonl``; ``--runs-dir``
 defaults to ``$NVDASHBOARD_RUNS_DIR`` or ``~/.cache/nvdashboard/runs``. Exit status:
@@ -29,6 +30,7 @@ from .config import (
 
 MODULE = "jupyterlab_nvdashboard.workload"
 MAX_ITERATIONS = 100_000
+MAX_INPUT_DELAY_MS = 10_000
 
 #: The schema ``build_command`` enforces: name -> (required, allowed values or int range).
 COMMAND_SCHEMA: dict[str, tuple[bool, Any]] = {
@@ -36,7 +38,9 @@ COMMAND_SCHEMA: dict[str, tuple[bool, Any]] = {
     "preset": (True, tuple(PRESETS)),
     "iterations": (True, (1, MAX_ITERATIONS)),
     "device": (False, DEVICES),
+    "input_delay_ms": (False, (0, MAX_INPUT_DELAY_MS)),
 }
+_INTEGERS = ("iterations", "input_delay_ms")
 
 
 def build_command(params: dict[str, Any]) -> list[str]:
@@ -57,15 +61,15 @@ def build_command(params: dict[str, Any]) -> list[str]:
                 raise ValueError(f"missing workload parameter: {name}")
             continue
         value = params[name]
-        if name == "iterations":
+        if name in _INTEGERS:
             low, high = allowed
             if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"iterations must be an integer, got {value!r}")
+                raise ValueError(f"{name} must be an integer, got {value!r}")
             if not low <= value <= high:
-                raise ValueError(f"iterations must be in [{low}, {high}], got {value}")
+                raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
         elif not isinstance(value, str) or value not in allowed:
             raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-        argv += [f"--{name}", str(value)]
+        argv += [f"--{name.replace('_', '-')}", str(value)]
     return argv
 
 
@@ -101,6 +105,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--distribution", choices=DISTRIBUTIONS, default=None)
     p.add_argument("--warmup", type=_int_range(0, 10_000), default=3)
     p.add_argument("--seed", type=_int_range(0, 2**32 - 1), default=None)
+    p.add_argument("--input-delay-ms", type=_int_range(0, MAX_INPUT_DELAY_MS), default=None,
+                   help="each timed step first waits this long on a slow input stage, "
+                        "to make the run input-bound on purpose (default: 0)")
     return p
 
 
@@ -115,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             embedding_size=args.embedding_size,
             distribution=args.distribution,
             seed=args.seed,
+            input_delay_ms=args.input_delay_ms,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -51,6 +51,9 @@ class WorkloadConfig:
     # TF32 matmuls for float32 (TensorFlow's default on Ampere and later). The GPU paths
     # set it alike so that their times compare; each reports the state it ran with.
     tf32: bool = True
+    # Milliseconds each timed step waits on a slow input stage before it trains: makes a run
+    # input-bound on purpose, so the diagnosis can be seen to say so. 0: no wait.
+    input_delay_ms: int = 0
 
     @property
     def keys_per_sample(self) -> int:
@@ -97,6 +100,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "zipf_exponent": (1.0001, 10.0),
     "seed": (0, 2**32 - 1),
     "pool_batches": (1, 1024),
+    "input_delay_ms": (0, 10_000),
 }
 
 

@@ -4,11 +4,14 @@ Every event has ``"event"``, ``"run_id"`` and ``"time"`` (Unix epoch seconds, fl
 The kinds, in the order a run writes them:
 
 - ``start``: ``path``, ``device``, ``preset``, ``pid``, ``config``, ``iterations``,
-  ``warmup`` and ``gpu`` (``{"uuid", "index"}`` of the GPU the run is on, or was pinned to;
-  either may be ``null``);
+  ``warmup`` and ``gpu`` (``{"uuid", "index", "visible"}``: the GPU the run is on, or was
+  pinned to, and the run's ``CUDA_VISIBLE_DEVICES`` as it was set, which the server
+  resolves against its own devices; any may be ``null``);
 - ``warmup_end``: start-up (imports, building the table, tracing) and warm-up are over; the
   timed part starts here;
-- ``iteration``: ``iteration``, ``ms``, ``samples_per_s``, ``loss``;
+- ``iteration``: ``iteration``, ``ms``, ``samples_per_s``, ``loss``, and ``input_ms`` (the
+  part of ``ms`` spent waiting on the input stage) and ``cpu_ms`` (CPU time the process
+  used during the step, all its threads), where the run measures them;
 - ``end``: the summary (``iterations``, ``median_ms``, ..., ``peak_device_memory_bytes``,
   ``interrupted``) and ``error``, the one-line message of a failure (``null`` when none).
 
@@ -195,9 +198,10 @@ def _config(value: Any) -> dict[str, Any]:
 def _gpu(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _Invalid
-    uuid_text, index = value.get("uuid"), value.get("index")
+    uuid_text, index, visible = value.get("uuid"), value.get("index"), value.get("visible")
     return {"uuid": None if uuid_text is None else _text(uuid_text),
-            "index": None if index is None else _count(index)}
+            "index": None if index is None else _count(index),
+            "visible": None if visible is None else _text(visible)}
 
 
 Field = tuple[Callable[[Any], Any], bool]  # (checker, required)
@@ -208,7 +212,8 @@ _FIELDS: dict[str, dict[str, Field]] = {
               "warmup": (_count, False), "gpu": (_gpu, False), "events_file": (_text, False)},
     "warmup_end": {},
     "iteration": {"iteration": (_count, False), "ms": (_step_ms, True),
-                  "samples_per_s": (_duration, False), "loss": (_number, False)},
+                  "samples_per_s": (_duration, False), "loss": (_number, False),
+                  "input_ms": (_step_ms, False), "cpu_ms": (_step_ms, False)},
     "end": {"iterations": (_count, False), "median_ms": (_step_ms, False),
             "p10_ms": (_step_ms, False), "p90_ms": (_step_ms, False),
             "samples_per_s": (_duration, False), "peak_host_memory_bytes": (_duration, False),

@@ -1,12 +1,14 @@
 """Which GPU a workload run is on, written into its ``start`` event so the dashboard judges
 that GPU and no other.
 
-In order of trust: the GPU the dashboard's launcher pinned the run to (it sets
-``CUDA_VISIBLE_DEVICES`` to that GPU's UUID and names it in ``NVDASHBOARD_RUN_GPU``); a
-``GPU-<uuid>`` first in ``CUDA_VISIBLE_DEVICES``; for a GPU run, the UUID of CUDA device 0
-as the CUDA driver reports it (``cuDeviceGetUuid``, through ctypes, so no framework is
-needed). The index is the dashboard's row, known only for a pinned run; the server finds
-the row of any other run from its UUID.
+The run does not parse ``CUDA_VISIBLE_DEVICES``: it records the value as it was set
+(``visible``), and the server resolves it against its own devices with the one parser of
+that variable (``metrics/cuda_visibility.py``: integers, ``GPU-`` UUID prefixes, ``MIG-``
+UUIDs and the older ``MIG-GPU-<uuid>/<gi>/<ci>`` form). Beside it, in order of trust: the GPU
+the dashboard's launcher pinned the run to (it sets ``CUDA_VISIBLE_DEVICES`` to that GPU's
+UUID and names it in ``NVDASHBOARD_RUN_GPU``); for a GPU run, the UUID of CUDA device 0 as
+the CUDA driver reports it (``cuDeviceGetUuid``, through ctypes, so no framework is needed).
+The index is the dashboard's row, known only for a pinned run.
 """
 
 from __future__ import annotations
@@ -19,14 +21,13 @@ from .config import cuda_visible_devices, pinned_gpu
 
 
 def run_gpu(device: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``{"uuid": str | None, "index": int | None}`` of the run's GPU."""
+    """``{"uuid": str | None, "index": int | None, "visible": str | None}`` of the run."""
+    visible = cuda_visible_devices(environ)
     pinned = pinned_gpu(environ)
     if pinned is not None:
-        return pinned
-    first = (cuda_visible_devices(environ) or "").split(",")[0].strip()
-    if first.startswith(("GPU-", "MIG-")):
-        return {"uuid": first, "index": None}
-    return {"uuid": cuda_device0_uuid() if device == "gpu" else None, "index": None}
+        return {**pinned, "visible": visible}
+    uuid = cuda_device0_uuid() if device == "gpu" else None
+    return {"uuid": uuid, "index": None, "visible": visible}
 
 
 def cuda_device0_uuid() -> str | None:

@@ -69,6 +69,14 @@ def make_trainer(
     return TFTrainer(path, cfg, pool, device=device, mode=mode, **kwargs)
 
 
+def wait_for_input(delay_ms: int) -> None:
+    """The input stage of a step: the batch pool is in memory, so this waits only when the
+    run asks for a slow input (``input_delay_ms``), as a reader stalled on disk or network
+    would. The GPU has nothing to do meanwhile."""
+    if delay_ms > 0:
+        time.sleep(delay_ms / 1000.0)
+
+
 def peak_host_memory_bytes() -> int:
     """Peak resident set size of this process (Linux reports KiB)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -193,9 +201,12 @@ def run(
             # The dashboard judges the GPU from here on: start-up and warm-up are over.
             events.emit("warmup_end")
             for i in range(iterations):
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), time.process_time()
+                wait_for_input(cfg.input_delay_ms)
+                input_ms = (time.perf_counter() - start) * 1000.0
                 loss = trainer.step(warmup + i)  # returns after a device sync
                 ms = (time.perf_counter() - start) * 1000.0
+                cpu_ms = (time.process_time() - cpu_start) * 1000.0
                 with _ctrl_c_held():
                     record = events.emit(
                         "iteration",
@@ -203,6 +214,8 @@ def run(
                         ms=ms,
                         samples_per_s=cfg.batch / (ms / 1000.0) if ms > 0 else None,
                         loss=loss,
+                        input_ms=input_ms,
+                        cpu_ms=cpu_ms,
                     )
                     times.append(ms)
                 if on_iteration:

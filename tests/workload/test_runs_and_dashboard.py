@@ -106,13 +106,17 @@ def test_summary_judges_the_runs_own_gpu_and_its_own_memory_peak() -> None:
     assert row["gpu_util_pct"] == 96 and row["pcie_gb_s"] == 2.0  # GPU 1 only, timed part
     assert row["peak_gpu_memory_gb"] == "not available"  # its own peak, not the device
     assert row["speedup"] == "8.0x" and row["status"] == "done · 3 bad lines"
-    assert row["verdict"].startswith("GPU 1 busy: utilization 96% over 10 samples")
+    assert row["verdict"].startswith("GPU 1 busy; whether the SMs are full cannot be told: "
+                                     "utilization 96% over 10 samples")
+    assert row["cause"] == "busy"
+    assert row["verdict_more"].startswith("SM activity needs 5 GPM readings (0 so far)")
 
 
 def test_a_failed_run_shows_its_error() -> None:
     run = Run("r6", start={"time": 100.0}, end={"time": 101.0, "error": "RuntimeError: boom"})
     row = summarize(run, [], facts(), False, None, now_s=102.0)
     assert row["status"] == "failed" and row["verdict"] == "failed: RuntimeError: boom"
+    assert row["verdict_html"] == "failed: RuntimeError: boom"
 
 
 def test_a_run_that_died_silently_is_not_running_forever() -> None:
@@ -148,7 +152,7 @@ def test_parser_validates_types_and_required_fields() -> None:
     assert parse_event(json.dumps({**good, "pad": "x" * MAX_LINE_BYTES})) is None
     start = parse_event(json.dumps({"event": "start", "run_id": "r", "time": 1.0,
                                     "gpu": {"uuid": "GPU-1", "index": 2}, "extra": [1]}))
-    assert start["gpu"] == {"uuid": "GPU-1", "index": 2} and "extra" not in start
+    assert start["gpu"] == {"uuid": "GPU-1", "index": 2, "visible": None} and "extra" not in start
 
 
 def test_watcher_counts_bad_lines_and_drops_huge_ones_unkept(tmp_path: Path) -> None:
@@ -280,12 +284,14 @@ def test_the_run_names_its_gpu_pinned_first_then_cuda_visible_devices() -> None:
     from jupyterlab_nvdashboard.workload.gpu_identity import run_gpu
 
     pinned = {"NVDASHBOARD_RUN_GPU": "3:GPU-abc", "CUDA_VISIBLE_DEVICES": "GPU-abc"}
-    assert run_gpu("gpu", pinned) == {"uuid": "GPU-abc", "index": 3}
+    assert run_gpu("gpu", pinned) == {"uuid": "GPU-abc", "index": 3, "visible": "GPU-abc"}
     assert run_gpu("cpu", {**pinned, "CUDA_VISIBLE_DEVICES": ""}) == {"uuid": "GPU-abc",
-                                                                      "index": 3}
-    assert run_gpu("gpu", {"CUDA_VISIBLE_DEVICES": "GPU-def,1"}) == {"uuid": "GPU-def",
-                                                                     "index": None}
-    assert run_gpu("cpu", {"NVDASHBOARD_RUN_GPU": "x:"}) == {"uuid": None, "index": None}
+                                                                      "index": 3, "visible": ""}
+    # The entry is recorded as it was set; the server resolves it (metrics/cuda_visibility).
+    assert run_gpu("cpu", {"CUDA_VISIBLE_DEVICES": "GPU-def,1"}) == {
+        "uuid": None, "index": None, "visible": "GPU-def,1"}
+    assert run_gpu("cpu", {"NVDASHBOARD_RUN_GPU": "x:"}) == {"uuid": None, "index": None,
+                                                             "visible": None}
 
 
 def test_a_panel_launched_run_is_pinned_and_says_so(tmp_path: Path) -> None:

@@ -1,0 +1,83 @@
+"""The diagnosis where a user sees it, on a real server over the simulated driver:
+``/diagnosis.json``, the lines on ``/GPU-Activity`` and the ``/metrics`` gauge."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from jupyterlab_nvdashboard.diagnosis import CAUSES
+from tests.support.bokeh_client import open_session
+from tests.support.servers import get, in_process_server
+
+
+def wait_for_gpm(url: str, seconds: float = 20.0) -> dict:
+    """/diagnosis.json once every device rests on enough GPM readings to be judged."""
+    deadline = time.monotonic() + seconds
+    while True:
+        status, body = get(url + "/diagnosis.json?seconds=120")
+        assert status == 200
+        data = json.loads(body)
+        if all(d["cause"] not in ("unknown", "not-enough-samples") for d in data["devices"]) \
+                or time.monotonic() > deadline:
+            return data
+        time.sleep(0.5)
+
+
+def test_diagnosis_json_names_each_device_its_cause_and_evidence() -> None:
+    with in_process_server(gpus=2, profile="h100-mig") as server:
+        data = wait_for_gpm(server.url)
+        assert data["window_s"] == 120 and data["simulated"] is True
+        labels = [d["label"] for d in data["devices"]]
+        assert labels == ["SIMULATED GPU 0", "SIMULATED GPU 0 · MIG 1",
+                          "SIMULATED GPU 0 · MIG 5", "SIMULATED GPU 1"]
+        for device in data["devices"]:
+            assert device["cause"] in CAUSES and device["line"].startswith(device["label"])
+            assert device["samples"] > 0 and device["findings"]
+            for finding in device["findings"]:
+                assert finding["confidence"] and finding["signal"]
+                for figure in finding["figures"]:
+                    assert figure["unit"] is not None and figure["count"] >= 0
+        # A MIG instance has GPM of its own: judged on it, not "no signal".
+        assert data["devices"][1]["findings"][0]["signal"] in ("gpm", "clock-events")
+
+
+def test_diagnosis_json_refuses_a_bad_window_in_one_line() -> None:
+    with in_process_server(gpus=1, profile="h200") as server:
+        for bad in ("abc", "0", "-5", "nan", "1e12"):
+            status, body = get(server.url + f"/diagnosis.json?seconds={bad}")
+            assert status == 400, bad
+            assert b"Traceback" not in body and b"seconds must be a number" in body
+        assert get(server.url + "/diagnosis.json", token=None)[0] == 403
+
+
+def test_gpu_activity_page_shows_a_diagnosis_line_per_device_and_window() -> None:
+    with in_process_server(gpus=2, profile="h200") as server:
+        wait_for_gpm(server.url)
+
+        async def document() -> str:
+            session = await open_session(server.url, "/GPU-Activity")
+            await session.aclose()
+            return json.dumps(session.document)
+
+        doc = asyncio.run(document())
+        for window in ("120", "600", "1800"):
+            assert f"diagnosis-{window}" in doc
+        assert doc.count("nvdashboard-diagnosis") >= 3  # one block per window
+        assert "SIMULATED GPU 0</b>" in doc and "SIMULATED GPU 1</b>" in doc
+
+
+def test_metrics_exports_the_diagnosis_as_an_info_gauge() -> None:
+    with in_process_server(gpus=2, profile="h200", metrics_enabled=True) as server:
+        data = wait_for_gpm(server.url)
+        status, body = get(server.url + "/metrics")
+        assert status == 200
+        lines = [line for line in body.decode().splitlines()
+                 if line.startswith("nvdashboard_gpu_diagnosis{")]
+        assert len(lines) == 2
+        uuids = {d["uuid"] for d in data["devices"]}
+        for line in lines:
+            assert line.endswith(" 1.0") and 'gpu="' in line
+            assert line.split('UUID="')[1].split('"')[0] in uuids
+            assert line.split('cause="')[1].split('"')[0] in CAUSES

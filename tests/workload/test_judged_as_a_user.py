@@ -1,0 +1,71 @@
+"""The bundled workload judged as a user would: launched from the run panel's service,
+sampled by the real sampler over the simulated driver, judged by the verdict.
+
+- On the CPU, a native-path run with a GPU pinned reads "not using GPU N": its process holds
+  no context on any GPU, whatever that GPU shows.
+- A run whose input is made slow on purpose (``input_delay_ms``) reads input-bound, with its
+  figures.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyterlab_nvdashboard.composition import create_metrics
+from jupyterlab_nvdashboard.config import Config, SimulationConfig
+from jupyterlab_nvdashboard.runs.launcher import PinnedGpu
+from jupyterlab_nvdashboard.runs.service import WorkloadService
+from jupyterlab_nvdashboard.runs.verdict import judge
+
+
+def launch_and_judge(tmp_path: Path, params: dict, row: int = 1, timeout_s: float = 240.0):  # noqa: ANN201
+    metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=2, profile="h200")),
+                             environ={})
+    metrics.start()
+    service = WorkloadService(tmp_path, poll_s=0.1)
+    service.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not metrics.facts:
+            time.sleep(0.05)
+        facts = metrics.facts
+        service.launch(params, PinnedGpu(row, facts[row].uuid))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not any(r.end for r in service.watcher.runs()):
+            time.sleep(0.2)
+        time.sleep(0.5)  # the samples of the last step
+        [run] = service.watcher.runs()
+        assert run.end is not None and run.end["error"] is None, run.end
+        return judge(run, metrics.history.window(metrics.history_s), facts, simulated=True), run
+    finally:
+        service.stop()
+        metrics.stop()
+
+
+def test_a_native_cpu_run_pinned_to_a_gpu_reads_not_using_that_gpu(tmp_path: Path) -> None:
+    pytest.importorskip("tensorflow")
+    verdict, run = launch_and_judge(tmp_path, {"path": "native", "preset": "ci",
+                                               "iterations": 8000, "device": "cpu"})
+    assert verdict.cause == "not-using-gpu", verdict
+    assert verdict.text.startswith("not using SIMULATED GPU 1: its process held no context "
+                                   "on any GPU, over ")
+    assert verdict.findings[0].figures[0].count >= 5  # the samples it rests on
+    assert verdict.samples >= 5
+    assert all(event.get("cpu_ms") is not None for event in run.iterations)
+
+
+def test_a_run_with_a_slow_input_reads_input_bound(tmp_path: Path) -> None:
+    verdict, run = launch_and_judge(tmp_path, {"path": "numpy", "preset": "ci",
+                                               "iterations": 30, "device": "cpu",
+                                               "input_delay_ms": 200})
+    assert verdict.cause == "input-bound", verdict
+    assert verdict.text.startswith("highly input-bound: step time waiting on input ")
+    figures = {figure.name: figure for figure in verdict.findings[0].figures}
+    share = figures["step time waiting on input"]
+    assert share.unit == "%" and share.count == 30 and share.value is not None
+    assert share.value >= 20  # 200 ms of sleep in steps of a few ms of numpy
+    assert all(event["input_ms"] >= 200 for event in run.iterations)
+    assert "not using SIMULATED GPU 1" in verdict.rest
