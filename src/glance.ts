@@ -31,9 +31,21 @@ export interface IGpuKernel {
   devices: string[];
 }
 
+/** Why a GPU that holds one of the user's kernels is slow: its first finding. */
+export interface IGlanceDiagnosis {
+  index: number;
+  label: string;
+  cause: string;
+  /** The finding in words, with its figures and how sure it is. */
+  line: string;
+  /** One thing to try ('' when there is nothing to change). */
+  advice: string;
+}
+
 export interface IGlance {
   devices: IGlanceDevice[];
   kernels: IGpuKernel[];
+  diagnoses: IGlanceDiagnosis[];
 }
 
 /** How often the glance is polled while JupyterLab is visible (ms). */
@@ -43,6 +55,7 @@ export const GLANCE_INTERVAL_MS = 2000;
 export const GLANCE_CLASS = 'nvdashboard-glance';
 export const KERNEL_ROW_CLASS = 'nvdashboard-kernel';
 export const STATUS_ITEM_CLASS = 'nvdashboard-statusbar-item';
+export const DIAGNOSIS_CLASS = 'nvdashboard-diagnoses';
 
 function numberOrNull(value: unknown): number | null {
   return typeof value === 'number' && Number.isFinite(value) ? value : null;
@@ -82,7 +95,33 @@ export function parseGlance(body: unknown): IGlance {
         : []
     });
   }
-  return { devices, kernels };
+  const diagnoses: IGlanceDiagnosis[] = [];
+  for (const item of Array.isArray(data.diagnoses) ? data.diagnoses : []) {
+    const g = (item ?? {}) as Record<string, unknown>;
+    if (typeof g.index !== 'number' || typeof g.line !== 'string') {
+      continue;
+    }
+    diagnoses.push({
+      index: g.index,
+      label: typeof g.label === 'string' ? g.label : `GPU ${g.index}`,
+      cause: typeof g.cause === 'string' ? g.cause : 'unknown',
+      line: g.line,
+      advice: typeof g.advice === 'string' ? g.advice : ''
+    });
+  }
+  return { devices, kernels, diagnoses };
+}
+
+/** The status bar's tooltip: what it shows, and why the GPUs of your kernels are slow. */
+export function statusTooltip(glance: IGlance | null): string {
+  const base = 'GPU utilization and memory (click for GPU dashboards)';
+  if (!glance || glance.diagnoses.length === 0) {
+    return base;
+  }
+  const lines = glance.diagnoses.map(
+    d => `${d.line}${d.advice ? ` Try: ${d.advice}.` : ''}`
+  );
+  return [base, 'The GPUs of your kernels:', ...lines].join('\n');
 }
 
 /** Bytes as decimal GB, the unit the dashboards use. */
@@ -192,11 +231,12 @@ export class GlanceStatusItem extends Widget {
   constructor(model: GlanceModel, onClick: () => void) {
     super();
     this.addClass(STATUS_ITEM_CLASS);
-    this.node.title = 'GPU utilization and memory (click for GPU dashboards)';
+    this.node.title = statusTooltip(model.glance);
     this.node.textContent = statusText(model.glance);
     this.node.addEventListener('click', onClick);
     model.changed.connect((_, glance) => {
       this.node.textContent = statusText(glance);
+      this.node.title = statusTooltip(glance);
     }, this);
   }
 }
@@ -291,6 +331,21 @@ export class GlancePanel {
       list.append(this._kernelRow(kernel));
     }
     this.node.append(devices, header, list);
+    if (glance.diagnoses.length) {
+      const why = el('ul', DIAGNOSIS_CLASS);
+      for (const d of glance.diagnoses) {
+        const item = el('li', 'nvdashboard-diagnosis-line', d.line);
+        item.dataset.cause = d.cause;
+        if (d.advice) {
+          item.append(el('div', 'nvdashboard-diagnosis-advice', `Try: ${d.advice}.`));
+        }
+        why.append(item);
+      }
+      this.node.append(
+        el('header', 'nvdashboard-sidebar-header', 'Why your GPUs are slow'),
+        why
+      );
+    }
   }
 
   dispose(): void {

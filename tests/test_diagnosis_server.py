@@ -81,3 +81,37 @@ def test_metrics_exports_the_diagnosis_as_an_info_gauge() -> None:
             assert line.endswith(" 1.0") and 'gpu="' in line
             assert line.split('UUID="')[1].split('"')[0] in uuids
             assert line.split('cause="')[1].split('"')[0] in CAUSES
+
+
+def test_glance_gives_the_diagnosis_of_the_gpus_holding_your_kernels(tmp_path) -> None:  # noqa: ANN001
+    import os
+
+    from jupyterlab_nvdashboard.apps.processes import glance
+    from jupyterlab_nvdashboard.apps.sources import DashboardSources
+    from jupyterlab_nvdashboard.config import Config, SimulationConfig
+    from jupyterlab_nvdashboard.jupyter_sessions import JupyterSessions, Session
+    from jupyterlab_nvdashboard.metrics import OWNER_FAMILY, create_metrics
+    from jupyterlab_nvdashboard.metrics.simulated_processes import SimulatedProcess
+
+    config = Config(interval_s=0.1, token=None, runs_dir=tmp_path,
+                    simulation=SimulationConfig(gpu_count=2, profile="h200"))
+    metrics = create_metrics(config, environ={})
+    metrics.nvml.ensure_initialized()
+    assert metrics.simulator is not None and metrics.owners is not None
+    metrics.simulator.set_processes([SimulatedProcess(1, os.getpid(), 1e9)])
+    for _ in range(8):
+        metrics.sampler.tick()
+        time.sleep(0.05)
+    metrics.sampler.read_slow()
+    owners = dict(metrics.owners.latest)
+    owners[os.getpid()] = owners[os.getpid()]._replace(kernel_id="k1", kernel_pid=os.getpid())
+    metrics.history.append(time.time(), metrics.history.latest().gpus,
+                           metrics.sampler.host.read(), extra={OWNER_FAMILY: owners})
+    jupyter = JupyterSessions(None)
+    jupyter.sessions = {"k1": Session("work/a.ipynb", "notebook", "x")}
+    body = glance(DashboardSources(metrics, jupyter=jupyter))
+    assert [k["kernel_id"] for k in body["kernels"]] == ["k1"]
+    [why] = body["diagnoses"]  # GPU 1 holds the kernel; GPU 0 is not the user's business
+    assert why["index"] == 1 and why["label"] == "SIMULATED GPU 1"
+    assert why["line"].startswith("SIMULATED GPU 1 ") and why["cause"] in CAUSES
+    assert glance(DashboardSources(metrics))["diagnoses"] == []  # no kernels: none

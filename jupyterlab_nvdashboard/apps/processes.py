@@ -323,9 +323,11 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
             or facts.memory_total_bytes,
         })
     kernels: dict[str, dict[str, Any]] = {}
+    kernel_rows: set[int] = set()
     for row in process_rows(sources):
         if not row.mine or not row.kernel_id or row.notebook is None:
             continue
+        kernel_rows.add(row.device)
         kernel = kernels.setdefault(row.kernel_id, {
             "kernel_id": row.kernel_id, "path": row.notebook, "memory_bytes": 0.0,
             "memory_known": True, "devices": []})
@@ -335,9 +337,14 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
             kernel["memory_bytes"] += row.memory_bytes
         if row.gpu not in kernel["devices"]:
             kernel["devices"].append(row.gpu)
+    # Why the GPUs that hold the user's own kernels are slow (the shared cache: cheap).
+    diagnoses = [{"index": d.row, "label": d.label, "cause": d.cause, "line": d.line(),
+                  "advice": d.first.advice}
+                 for d in sources.diagnoses.current() if d.row in kernel_rows] \
+        if kernel_rows else []
     return {"time": latest.time_s if latest else None, "devices": devices,
             "kernels": sorted(kernels.values(), key=lambda k: -k["memory_bytes"]),
-            "user": current_user()}
+            "diagnoses": diagnoses, "user": current_user()}
 
 
 def processes_json(sources: DashboardSources) -> dict[str, Any]:

@@ -2,9 +2,11 @@ import {
   GlanceModel,
   GlancePanel,
   GlanceStatusItem,
+  DIAGNOSIS_CLASS,
   KERNEL_ROW_CLASS,
   parseGlance,
-  statusText
+  statusText,
+  statusTooltip
 } from '../glance';
 import { waitFor } from './fakes';
 
@@ -56,7 +58,7 @@ describe('parseGlance', () => {
     });
     expect(parsed.devices.map(d => d.label)).toEqual(['GPU 0']);
     expect(parsed.kernels.map(k => k.kernel_id)).toEqual(['k1']);
-    expect(parseGlance('junk')).toEqual({ devices: [], kernels: [] });
+    expect(parseGlance('junk')).toEqual({ devices: [], kernels: [], diagnoses: [] });
   });
 
   it('turns non-numbers into not available', () => {
@@ -78,6 +80,50 @@ describe('statusText', () => {
       devices: [{ index: 0, label: 'GPU 0', kind: 'gpu' }]
     });
     expect(statusText(glance)).toBe('GPU n/a · n/a');
+  });
+});
+
+const WHY = {
+  ...GLANCE,
+  diagnoses: [
+    {
+      index: 0,
+      label: 'GPU 0',
+      cause: 'launch-bound',
+      line: 'GPU 0 launch- or latency-bound: utilization 98%, SM activity 12% over 60 samples and 12 GPM readings (GPM counters)',
+      advice: 'launch fewer, bigger kernels: CUDA Graphs'
+    },
+    { index: 'x', line: 3 }
+  ]
+};
+
+describe('diagnoses of the GPUs holding your kernels', () => {
+  it('keeps well-formed diagnoses and puts them in the status tooltip', () => {
+    const glance = parseGlance(WHY);
+    expect(glance.diagnoses.map(d => d.cause)).toEqual(['launch-bound']);
+    const tooltip = statusTooltip(glance);
+    expect(tooltip).toContain('The GPUs of your kernels:');
+    expect(tooltip).toContain('GPU 0 launch- or latency-bound: utilization 98%');
+    expect(tooltip).toContain('Try: launch fewer, bigger kernels: CUDA Graphs.');
+    expect(statusTooltip(parseGlance(GLANCE))).not.toContain('your kernels');
+  });
+
+  it('shows them in the sidebar under the kernels, and the status item says them', async () => {
+    const m = model([WHY]);
+    const panel = new GlancePanel({
+      model: m,
+      confirm: () => Promise.resolve(false),
+      shutdownKernel: () => Promise.resolve()
+    });
+    const item = new GlanceStatusItem(m, () => undefined);
+    await m.refresh();
+    const lines = panel.node.querySelectorAll(`.${DIAGNOSIS_CLASS} li`);
+    expect(lines.length).toBe(1);
+    expect((lines[0] as HTMLElement).dataset.cause).toBe('launch-bound');
+    expect(lines[0].textContent).toContain('SM activity 12%');
+    expect(lines[0].textContent).toContain('Try: launch fewer');
+    expect(item.node.title).toContain('launch- or latency-bound');
+    m.dispose();
   });
 });
 
