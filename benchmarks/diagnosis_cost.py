@@ -22,9 +22,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's package
 
+from jupyterlab_nvdashboard.composition import create_metrics
 from jupyterlab_nvdashboard.config import Config, SimulationConfig
 from jupyterlab_nvdashboard.diagnosis import diagnose
-from jupyterlab_nvdashboard.metrics import GpuReading, HostReading, Sample, create_metrics
+from jupyterlab_nvdashboard.metrics import GpuReading, HostReading, Sample
 from jupyterlab_nvdashboard.metrics.families import (
     GPM_FAMILY,
     HEALTH_FAMILY,
