@@ -86,13 +86,13 @@ def test_metrics_exports_the_diagnosis_as_an_info_gauge() -> None:
 def test_glance_gives_the_diagnosis_of_the_gpus_holding_your_kernels(tmp_path) -> None:  # noqa: ANN001
     import os
 
-    from jupyterlab_nvdashboard.metrics.simulated_processes import SimulatedProcess
-
     from jupyterlab_nvdashboard.apps.processes import glance
     from jupyterlab_nvdashboard.apps.sources import DashboardSources
+    from jupyterlab_nvdashboard.composition import create_metrics
     from jupyterlab_nvdashboard.config import Config, SimulationConfig
     from jupyterlab_nvdashboard.jupyter_sessions import JupyterSessions, Session
-    from jupyterlab_nvdashboard.metrics import OWNER_FAMILY, create_metrics
+    from jupyterlab_nvdashboard.metrics import OWNER_FAMILY
+    from jupyterlab_nvdashboard.simnvml.processes import SimulatedProcess
 
     config = Config(interval_s=0.1, token=None, runs_dir=tmp_path,
                     simulation=SimulationConfig(gpu_count=2, profile="h200"))

@@ -394,7 +394,7 @@ class SimulatedLibrary:
         def fill(slot: Any, process: Any) -> None:
             slot.pid = process.pid
             slot.usedGpuMemory = NOT_AVAILABLE_ULL if process.usedGpuMemory is None \
-                else process.usedGpuMemory
+                else int(process.usedGpuMemory)
             slot.gpuInstanceId = process.gpuInstanceId
             slot.computeInstanceId = process.computeInstanceId
 
