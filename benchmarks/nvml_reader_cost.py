@@ -164,7 +164,7 @@ def reader_costs(profiles: Sequence[str], passes: int, warmup: int,
                 cpu[profile].append(cpu_end - cpu_start)
         for profile in profiles:
             simulator, reader = readers[profile]
-            error = reader.library.NVMLError
+            error = reader.session.library.NVMLError
             calls = replays[profile]
             for _ in range(block):
                 start = time.perf_counter()

@@ -109,7 +109,7 @@ def test_old_binding_and_old_driver_fall_back_to_v2_once() -> None:
     # The driver exports no _v3 symbol: the binding answers FunctionNotFound without
     # reaching it, and the reader stops asking after the first time.
     assert simulator.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 0
-    assert reader.nvml.devices()[0].skips("nvmlDeviceGetComputeRunningProcesses_v3")
+    assert reader.session.devices()[0].skips("nvmlDeviceGetComputeRunningProcesses_v3")
     assert simulator.calls["nvmlDeviceGetComputeRunningProcesses_v2"] == 3
 
 
@@ -135,7 +135,7 @@ def test_no_new_utilization_sample_is_not_a_fault(caplog: pytest.LogCaptureFixtu
     with caplog.at_level(logging.INFO):
         for _ in range(3):
             assert reader.read_all() == ()
-    assert "process_utilization" not in reader.nvml.unavailable()[0]
+    assert "process_utilization" not in reader.session.devices()[0].unavailable
     assert not [r for r in caplog.records if "nvmlDeviceGetProcessUtilization" in r.getMessage()]
 
 
@@ -145,7 +145,7 @@ def test_mig_processes_are_listed_on_their_mig_device() -> None:
                              SimulatedProcess(0, 602, 7 * GB, mig=1),
                              SimulatedProcess(1, 603, GB)])
     reader = reader_for(simulator)
-    labels = {facts.index: facts.label for facts in reader.nvml.facts}
+    labels = {device.facts.index: device.facts.label for device in reader.session.devices()}
     readings = {r.pid: r for r in reader.read_all()}
     assert labels[readings[601].device] == "GPU 0 · MIG 1"
     assert labels[readings[602].device] == "GPU 0 · MIG 2"

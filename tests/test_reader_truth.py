@@ -9,7 +9,6 @@ between ticks, partial NVLink sums.
 from __future__ import annotations
 
 import ast
-import threading
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from jupyterlab_nvdashboard.metrics import nvml as nvml_module
 from jupyterlab_nvdashboard.metrics import sampler as sampler_module
 from jupyterlab_nvdashboard.metrics.binding import binding_loader, load_binding
 from jupyterlab_nvdashboard.metrics.health import HealthReader
-from jupyterlab_nvdashboard.metrics.host import HostReader, HostReading
+from jupyterlab_nvdashboard.metrics.host import HostReader
 from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
 from jupyterlab_nvdashboard.metrics.sampler import History, Sampler
 from jupyterlab_nvdashboard.simnvml import SimulatedNvml, nvml_h
@@ -93,15 +92,15 @@ def test_a_rescan_that_drops_a_gpu_keeps_each_rate_on_its_own_counter() -> None:
 def test_process_timestamps_follow_the_gpu_not_the_row() -> None:
     simulator = SimulatedNvml(2, profile="h200")
     reader = started(simulator)
-    states = reader.per_device()
+    states = reader.session.per_device()
     states[reader.facts[0].uuid] = "gpu0"
     states[(reader.facts[1].uuid, 42)] = "gpu1"
     first = reader.facts[0].uuid
-    epoch = reader.epoch
+    epoch = reader.session.epoch
     simulator.remove_gpu(0)
     reader.rescan_interval_s = 0.0
     reader.retry_if_due()
-    assert reader.epoch != epoch
+    assert reader.session.epoch != epoch
     assert first not in states and (reader.facts[0].uuid, 42) in states
 
 
@@ -121,45 +120,35 @@ def test_a_forward_ntp_step_keeps_the_window_full(monkeypatch: pytest.MonkeyPatc
 
 
 # ----- family readings between ticks ----------------------------------------------------------
-class EveryOtherPass:
-    """A family whose reading comes every fourth pass (at its own, slower rate, as GPM)."""
+class OnRequest:
+    """A family that has a reading only on the passes a test asks for (as GPM's own rate)."""
 
-    name = "every-other"
+    name = "on-request"
 
     def __init__(self) -> None:
-        self.passes = 0
-        self.produced: list[int] = []
+        self.emit: object | None = None
 
     def read(self, gpus: tuple) -> object | None:
-        self.passes += 1
-        if self.passes % 4:
-            return None
-        self.produced.append(self.passes)
-        return self.passes
-
-
-class SlowHost(HostReader):
-    """A tick that takes longer than two GPU passes."""
-
-    def read(self) -> HostReading:
-        time.sleep(0.13)
-        return super().read()
+        reading, self.emit = self.emit, None
+        return reading
 
 
 def test_two_gpu_passes_between_ticks_lose_no_family_reading() -> None:
-    family = EveryOtherPass()
+    family = OnRequest()
     history = History(1000)
-    sampler = Sampler(started(SimulatedNvml(1)), SlowHost(), history, 0.05, families=[family])
-    sampler.start()
-    time.sleep(1.5)
-    sampler.stop()
-    seen = {sample.extra.get("every-other") for sample in history.window(60)}
-    # Every reading the family produced before the last tick is in some sample.
-    last_tick = history.latest()
-    assert last_tick is not None
-    missing = [number for number in family.produced[:-2] if number not in seen]
-    assert family.produced and not missing, (missing, family.produced)
-    assert threading.active_count() >= 1
+    sampler = Sampler(started(SimulatedNvml(1)), HostReader(), history, 60.0,
+                      families=[family])
+    sampler.start()  # the threads take their first step, then wait a minute
+    try:
+        time.sleep(0.3)
+        family.emit = "GPM pass"
+        sampler.read_gpus()  # a pass with the family's reading
+        sampler.read_gpus()  # and one without, before any tick
+        sample = sampler.tick()
+        assert sample.extra.get("on-request") == "GPM pass"
+        assert "on-request" not in sampler.tick().extra  # taken once, not repeated
+    finally:
+        sampler.stop()
 
 
 # ----- a total with a missing part is not available -----------------------------------------

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .families import GPM_FAMILY, GpmReading
-from .nvml import MISSING, Device, GpuFacts, GpuReading, NvmlReader, NvmlState
+from .nvml import GpuFacts, GpuReading, NvmlReader
+from .session import MISSING, Device
 
 GPM_EVERY_S = 1.0
 MIB = 2**20
@@ -79,7 +80,7 @@ class GpmReader:
     name = GPM_FAMILY
 
     def __init__(self, nvml: NvmlReader, every_s: float = GPM_EVERY_S) -> None:
-        self.nvml = nvml
+        self.session = nvml.session  # the choke point (session.py)
         self.every_s = every_s
         self._devices: list[Device] | None = None
         self._lib: Any = None
@@ -92,9 +93,9 @@ class GpmReader:
 
     def read(self, gpus: tuple[GpuReading, ...] = ()) -> dict[int, GpmReading] | None:
         """The newest readings, refreshed every ``every_s``; None before NVML is up."""
-        nvml = self.nvml
+        nvml = self.session
         devices = nvml.devices()
-        if nvml.state is not NvmlState.OK or not devices:
+        if not devices:
             self._forget()
             return None
         if devices is not self._devices or nvml.library is not self._lib:
@@ -108,7 +109,7 @@ class GpmReader:
 
     def _forget(self) -> None:
         """Free the buffers of devices that are gone (not after a fork: not ours to free)."""
-        if self._lib is not None and self._lib is self.nvml.library:
+        if self._lib is not None and self._lib is self.session.library:
             for index in list(self._pairs):
                 self._drop(index)
         self._pairs, self._devices, self._lib, self._latest = {}, None, None, None
@@ -118,7 +119,7 @@ class GpmReader:
     def _drop(self, index: int) -> None:
         pair = self._pairs.pop(index, None)
         for buffer in pair.buffers if pair else ():
-            self.nvml.invoke("nvmlGpmSampleFree", buffer)
+            self.session.invoke("nvmlGpmSampleFree", buffer)
 
     def _supported(self, device: Device) -> bool:
         parent = device.parent.facts if device.parent is not None else None
@@ -128,7 +129,7 @@ class GpmReader:
         index = device.facts.index
         if index in self._pairs:
             return self._pairs[index]
-        nvml = self.nvml
+        nvml = self.session
         request_type = nvml.constant("c_nvmlGpmMetricsGet_t")
         version = nvml.constant("NVML_GPM_METRICS_GET_VERSION")
         ids = {field: nvml.constant(name) for field, (name, _) in GPM_METRICS.items()}
@@ -151,10 +152,10 @@ class GpmReader:
         """Fill ``buffer`` for this device; None, or the error."""
         parent = device.parent
         if parent is None:
-            _, error = self.nvml.invoke("nvmlGpmSampleGet", device.handle, buffer)
+            _, error = self.session.invoke("nvmlGpmSampleGet", device.handle, buffer)
         else:
             instance = (device.facts.mig or {}).get("gpu_instance_id")
-            _, error = self.nvml.invoke("nvmlGpmMigSampleGet", parent.handle, instance, buffer)
+            _, error = self.session.invoke("nvmlGpmMigSampleGet", parent.handle, instance, buffer)
         return error
 
     def _read_device(self, device: Device) -> GpmReading:
@@ -176,7 +177,7 @@ class GpmReader:
             return NOT_AVAILABLE  # one sample so far: the next pass derives the metrics
         request = pair.request
         request.sample1, request.sample2 = pair.buffers[previous], pair.buffers[target]
-        _, error = self.nvml.invoke("nvmlGpmMetricsGet", request)
+        _, error = self.session.invoke("nvmlGpmMetricsGet", request)
         if error is not None:
             self._failed(device, error)
             return NOT_AVAILABLE
@@ -185,12 +186,12 @@ class GpmReader:
         for position, field in enumerate(pair.fields):
             metric = request.metrics[position]
             value = float(metric.value)
-            if metric.nvmlReturn == self.nvml.success_code and math.isfinite(value):
+            if metric.nvmlReturn == self.session.success_code and math.isfinite(value):
                 values[field] = max(0.0, value) * GPM_METRICS[field][1]
         return GpmReading(**values)
 
     def _failed(self, device: Device, error: Any) -> None:
-        nvml = self.nvml
+        nvml = self.session
         if isinstance(error, getattr(nvml.library, "NVMLError_GpuIsLost", ())):
             nvml.mark_lost(device.parent or device)
         code = getattr(error, "value", None)

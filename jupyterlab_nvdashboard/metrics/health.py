@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .families import HEALTH_FAMILY, HealthReading, XidEvent
-from .nvml import Device, GpuReading, NvmlReader, NvmlState
+from .nvml import GpuReading, NvmlReader
+from .session import Device
 
 HEALTH_SLOW_EVERY_S = 5.0
 MAX_XID_EVENTS = 50
@@ -161,7 +162,7 @@ class HealthReader:
 
     def __init__(self, nvml: NvmlReader, slow_every_s: float = HEALTH_SLOW_EVERY_S,
                  wall_clock: Callable[[], float] = time.time) -> None:
-        self.nvml = nvml
+        self.session = nvml.session  # the choke point (session.py)
         self.slow_every_s = slow_every_s
         self._wall_clock = wall_clock
         self._devices: list[Device] | None = None
@@ -174,9 +175,9 @@ class HealthReader:
         self.xid_supported: dict[int, bool] = {}  # row -> whether its events can be read
 
     def read(self, gpus: tuple[GpuReading, ...] = ()) -> dict[int, HealthReading] | None:
-        nvml = self.nvml
+        nvml = self.session
         devices = nvml.devices()
-        if nvml.state is not NvmlState.OK or not devices:
+        if not devices:
             return None
         if devices is not self._devices or nvml.library is not self._lib:
             self._reset(devices)
@@ -190,7 +191,7 @@ class HealthReader:
 
     # ----- devices ------------------------------------------------------------------------
     def _reset(self, devices: list[Device]) -> None:
-        nvml = self.nvml
+        nvml = self.session
         if self._events.event_set is not None and self._lib is nvml.library:
             nvml.invoke("nvmlEventSetFree", self._events.event_set)
         self._devices, self._lib = devices, nvml.library
@@ -201,7 +202,7 @@ class HealthReader:
     def _static_facts(self, device: Device) -> _Static:
         static = self._static.get(device.facts.index)
         if static is None:
-            nvml, const = self.nvml, self.nvml.constant
+            nvml, const = self.session, self.session.constant
             sm, memory = const("NVML_CLOCK_SM"), const("NVML_CLOCK_MEM")
             slowdown = const("NVML_TEMPERATURE_THRESHOLD_SLOWDOWN")
             shutdown = const("NVML_TEMPERATURE_THRESHOLD_SHUTDOWN")
@@ -221,7 +222,7 @@ class HealthReader:
         slow = self._slow.get(device.facts.index)
         if slow is not None and now - slow.read_at < self.slow_every_s:
             return slow
-        nvml, const = self.nvml, self.nvml.constant
+        nvml, const = self.session, self.session.constant
         corrected, uncorrected = (const("NVML_MEMORY_ERROR_TYPE_CORRECTED"),
                                   const("NVML_MEMORY_ERROR_TYPE_UNCORRECTED"))
         volatile, aggregate = const("NVML_VOLATILE_ECC"), const("NVML_AGGREGATE_ECC")
@@ -242,7 +243,7 @@ class HealthReader:
 
     def _clock_event_reasons(self, device: Device) -> int | None:
         """The R535 name where the binding and driver have it, else the older one."""
-        nvml = self.nvml
+        nvml = self.session
         mask = nvml.query(device, "nvmlDeviceGetCurrentClocksEventReasons")
         if mask is None and device.skips("nvmlDeviceGetCurrentClocksEventReasons"):
             mask = nvml.query(device, "nvmlDeviceGetCurrentClocksThrottleReasons")
@@ -251,7 +252,7 @@ class HealthReader:
     def _read_device(self, device: Device, gpu: GpuReading | None, now: float
                      ) -> HealthReading:
         static = self._static_facts(device)
-        nvml = self.nvml
+        nvml = self.session
         sm_clock = memory_clock = pstate = reasons = fan = None
         if not device.lost:
             sm, memory = nvml.constant("NVML_CLOCK_SM"), nvml.constant("NVML_CLOCK_MEM")
@@ -285,7 +286,7 @@ class HealthReader:
 
     # ----- XID events -----------------------------------------------------------------------
     def _open_event_set(self, devices: list[Device]) -> None:
-        nvml = self.nvml
+        nvml = self.session
         xid = nvml.constant("nvmlEventTypeXidCriticalError")
         event_set, error = (None, None) if xid is None else nvml.invoke("nvmlEventSetCreate")
         if event_set is None:
@@ -302,7 +303,7 @@ class HealthReader:
 
     def _poll_events(self) -> None:
         """Take every pending event off the set without waiting (timeout 0 ms)."""
-        events, nvml = self._events, self.nvml
+        events, nvml = self._events, self.session
         if events.event_set is None or not events.registered:
             return
         xid = nvml.constant("nvmlEventTypeXidCriticalError") or 0

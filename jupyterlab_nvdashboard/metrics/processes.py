@@ -29,7 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .families import PROCESS_FAMILY, ProcessReading
-from .nvml import Device, GpuReading, NvmlReader
+from .nvml import GpuReading, NvmlReader
+from .session import Device
 
 PROCESS_EVERY_S = 1.0
 _NOT_AVAILABLE_BYTES = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE, should a binding pass it through
@@ -54,14 +55,14 @@ class ProcessReader:
     def __init__(self, nvml: NvmlReader, every_s: float = PROCESS_EVERY_S,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time) -> None:
-        self.nvml = nvml
+        self.session = nvml.session  # the choke point (session.py)
         self.every_s = every_s
         self._clock, self._wall_clock = clock, wall_clock
         self._last_pass = -float("inf")
         # Per device row: the newest process-utilization sample timestamp seen (µs).
-        self._last_seen_us = nvml.per_device()  # UUID -> newest sample time (µs)
+        self._last_seen_us = nvml.session.per_device()  # UUID -> newest sample time (µs)
         # (row, pid) -> unix time this reader first listed it.
-        self._seen_since = nvml.per_device()  # (UUID, PID) -> wall time first listed
+        self._seen_since = nvml.session.per_device()  # (UUID, PID) -> wall time first listed
         self.latest: tuple[ProcessReading, ...] = ()  # replaced whole, so any thread may read it
         self.passes = 0
 
@@ -76,7 +77,7 @@ class ProcessReader:
 
     def read_all(self) -> tuple[ProcessReading, ...]:
         """One pass over every shown device (MIG devices included)."""
-        nvml = self.nvml
+        nvml = self.session
         devices = nvml.devices()
         wall = self._wall_clock()
         # The history keeps a reading a second for its whole window: a row that did not
@@ -116,7 +117,7 @@ class ProcessReader:
         for function in functions:
             if device.skips(function):
                 continue
-            processes = self.nvml.query(device, function, metric="processes")
+            processes = self.session.query(device, function, metric="processes")
             if processes is not None:
                 return list(processes)
             if not device.skips(function):  # a real error (or a lost GPU): not this pass
@@ -127,7 +128,7 @@ class ProcessReader:
     def _activity(self, device: Device) -> dict[int, tuple[float | None, float | None]]:
         """pid -> (SM %, memory %) from the samples newer than the last seen; {} without."""
         uuid = device.facts.uuid
-        samples = self.nvml.query(device, _UTILIZATION, self._last_seen_us.get(uuid, 0),
+        samples = self.session.query(device, _UTILIZATION, self._last_seen_us.get(uuid, 0),
                                    metric="process_utilization",
                                    normal_errors=("NVML_ERROR_NOT_FOUND",))
         if not samples:  # NotFound (no new samples), NotSupported (MIG), or an old binding
