@@ -147,7 +147,9 @@ class Access:
     token: str | None
     run_control: bool
     cookie_name: str = COOKIE_PREFIX + "default"
-    hosts: HostRule = HostRule(forwarded=True)
+    # Strict unless told otherwise (loopback names only, no websocket origin): make_server
+    # builds it from the config.
+    hosts: HostRule = HostRule()
 
     @classmethod
     def for_config(cls, config: Config) -> Access:
