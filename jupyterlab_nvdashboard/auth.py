@@ -18,8 +18,9 @@ address, or a name given with ``--allow-host``. A web page on another site that 
 own name to 127.0.0.1 (DNS rebinding) sends its own name as Host, and is refused. Every
 websocket's ``Origin`` is then checked against the allow-list by this module itself, even
 when it equals the Host (tornado accepts those without asking). Behind Jupyter, Jupyter has
-already checked Host and Origin against its own rules, which this server cannot know, so
-the forwarded Origin must only equal the forwarded Host.
+already checked the Host against its own rules, which this server cannot know, so any Host
+is answered; jupyter-server-proxy checks the browser's Origin and stamps its own on what it
+forwards (``PROXY_ORIGIN_HOST`` in ``__init__.py``), and the allow-list holds exactly that.
 
 No credential is ever placed in a page or a log: the Bokeh session token carries no cookie,
 no header and only the ``theme`` argument (``server.py``), and library log lines have any
@@ -94,8 +95,8 @@ class HostRule:
     ``names``: host names (no port) besides the loopback ones; ``any_address``: bound to
     every interface, so any IP literal is this machine's (an IP literal cannot be
     re-bound by another site's DNS); ``origins``: ``HOST[:PORT]`` allow-list for
-    websockets. ``forwarded`` (behind Jupyter): Jupyter has checked Host and Origin, and
-    the Origin must equal the Host it forwarded.
+    websockets, in every mode. ``forwarded`` (behind Jupyter): Jupyter has checked the
+    Host, so any is answered.
     """
 
     names: frozenset[str] = frozenset()
@@ -122,15 +123,13 @@ class HostRule:
             return address.is_loopback or self.any_address or name in self.names
         return (name in LOOPBACK_NAMES or name.endswith(".localhost") or name in self.names)
 
-    def origin_allowed(self, origin: str | None, host: str) -> bool:
+    def origin_allowed(self, origin: str | None) -> bool:
         """A websocket's Origin: absent (not a browser: the token still applies) or allowed."""
         if origin is None:
             return True
         netloc = urlsplit(origin).netloc.lower()
         if not netloc:
             return False  # "null" (a sandboxed frame, a file: page) or garbage
-        if self.forwarded:
-            return netloc == host.strip().lower()
         # Bokeh's own comparison, so both checks read the allow-list alike.
         return check_allowlist(netloc, self.origins)
 
@@ -147,7 +146,9 @@ class Access:
     token: str | None
     run_control: bool
     cookie_name: str = COOKIE_PREFIX + "default"
-    hosts: HostRule = HostRule(forwarded=True)
+    # Strict unless told otherwise (loopback names only, no websocket origin): make_server
+    # builds it from the config.
+    hosts: HostRule = HostRule()
 
     @classmethod
     def for_config(cls, config: Config) -> Access:
@@ -162,7 +163,7 @@ class Access:
         if not self.hosts.host_allowed(host):
             return HOST_REFUSED
         if request.headers.get("Upgrade", "").lower() == "websocket" and \
-                not self.hosts.origin_allowed(request.headers.get("Origin"), host):
+                not self.hosts.origin_allowed(request.headers.get("Origin")):
             return ORIGIN_REFUSED
         return None
 

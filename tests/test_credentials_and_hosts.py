@@ -204,3 +204,21 @@ def test_scrub_secrets_replaces_every_token_value() -> None:
     scrubbed = scrub_secrets(line)
     assert "abc" not in scrubbed and "eyJ" not in scrubbed and "2|y" not in scrubbed
     assert scrubbed.startswith("403 GET /x?a=1&token=[secret]&")
+
+
+def test_behind_jupyter_any_host_but_only_the_proxy_origin() -> None:
+    # Jupyter checked the Host (its own rules); jupyter-server-proxy stamps its Origin.
+    from jupyterlab_nvdashboard import PROXY_ORIGIN_HOST
+
+    with in_process_server(gpus=1, token=None, jupyter_proxy=True,
+                           allow_websocket_origin=(PROXY_ORIGIN_HOST,)) as server:
+        assert get(server.url + "/info.json", headers={"Host": "hub.example"})[0] == 200
+
+        async def check() -> None:
+            path = "/GPU-Utilization/stream"
+            forged = {"Host": "hub.example", "Origin": "http://hub.example"}
+            assert await _ws(server.url, path, forged, []) == 403
+            stamped = {"Host": "hub.example", "Origin": f"http://{PROXY_ORIGIN_HOST}"}
+            assert await _ws(server.url, path, stamped, []) == 101
+
+        asyncio.run(check())

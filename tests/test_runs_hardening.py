@@ -256,3 +256,16 @@ def test_hostile_run_files_keep_every_route_up_with_no_traceback(tmp_path: Path)
     assert "iterations must be a whole number" in status, status
     assert "Traceback" not in output, output[-3000:]
     assert points >= 3 + 4 + 3 + 2, points
+
+
+def test_every_preset_start_event_parses() -> None:
+    # The workload's own settings must always pass the parser's typed check.
+    from jupyterlab_nvdashboard.workload.config import PRESETS, make_config
+
+    for name, preset in PRESETS.items():
+        for config in (preset, make_config(name, batch=1, seed=0)):
+            line = _start("r").replace('{"batch": 64}', json.dumps(config.to_dict()))
+            event = parse_event(line)
+            assert event is not None and event["config"] == config.to_dict(), name
+    zero_layers = _start("r").replace('"batch": 64', '"batch": 64, "hidden_layers": 0')
+    assert parse_event(zero_layers)["config"]["hidden_layers"] == 0

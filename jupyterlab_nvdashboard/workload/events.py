@@ -166,9 +166,9 @@ def _step_ms(value: Any) -> float:
 # with its type: a table row computes with them (``batch / median``), so a string there
 # made every /Workload load answer 500. A setting of the wrong type makes the line bad.
 _CONFIG_FIELDS: dict[str, Callable[[Any], Any]] = {
-    **dict.fromkeys(("fields", "hotness", "vocabulary", "embedding_size", "hidden_layers",
-                     "hidden_units", "batch", "pool_batches"), _positive),
-    "seed": _count,
+    **dict.fromkeys(("fields", "hotness", "vocabulary", "embedding_size", "hidden_units",
+                     "batch", "pool_batches"), _positive),
+    **dict.fromkeys(("hidden_layers", "seed"), _count),  # 0 is a valid setting for both
     **dict.fromkeys(("learning_rate", "beta_1", "beta_2", "epsilon", "zipf_exponent"),
                     _number),
     **dict.fromkeys(("distribution", "dtype"), _text),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import os
 import shutil
 import signal
@@ -60,6 +61,17 @@ def wait_until_serving(
         except OSError:
             time.sleep(0.2)
     raise TimeoutError(f"{url} did not answer within {timeout_s} s")
+
+
+def wait_until_gpus_read(url: str, token: str | None, process: subprocess.Popen,
+                         timeout_s: float = 60.0) -> None:
+    """Until ``/info.json`` stops saying ``reading_gpus`` (or cannot be read with ``token``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
+        status, body = get(url + "/info.json", token=token)
+        if status != 200 or not json.loads(body).get("reading_gpus"):
+            return
+        time.sleep(0.05)
 
 
 def get(url: str, headers: Mapping[str, str] | None = None,
@@ -185,6 +197,9 @@ def cli_server(
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_serving(url + "/", process=process)
+        # The server answers before NVML has started (it never waits on it); tests read the
+        # steady state, so wait for the first GPU read too.
+        wait_until_gpus_read(url, environment["NVDASHBOARD_TOKEN"] or None, process)
         yield url, process
     finally:
         process.send_signal(2)
