@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .session import MISSING, REASONS, Device, NvlinkFields, NvmlSession, field_number
+from .session import (
+    MISSING,
+    REASONS,
+    Device,
+    NvlinkFields,
+    NvmlSession,
+    field_number,
+    field_reading,
+)
 
 # Bytes per second per lane, per direction, after line encoding.
 PCIE_LANE_BYTES_PER_S = {1: 250e6, 2: 500e6, 3: 984.6e6, 4: 1969e6, 5: 3938e6, 6: 7877e6}
@@ -150,12 +158,14 @@ class LinkReader:
         if fields is not None:
             requested += [(fields.tx, link) for link in links] + \
                 [(fields.rx, link) for link in links]
-        values = s.fields(device, requested) if requested else None
+        answered = s.fields(device, requested) if requested else None
+        values = None if answered is None else [field_reading(value) for value in answered]
+        success = s.success_code
         pcie: tuple[float | None, float | None, bool]
         if counters is not None:
             if values is None:
                 pcie = (None, None, False)
-            elif not (s.succeeded(values[0]) and s.succeeded(values[1])):
+            elif not (values[0][0] == success and values[1][0] == success):
                 self.probe_pcie(device, now)  # the counters stopped answering: fall back
                 pcie = (None, None, False)
             else:
@@ -180,14 +190,15 @@ class LinkReader:
             nvlink = (totals[0], totals[1])
         return pcie, nvlink
 
-    def _rate(self, device: Device, name: str, value: Any, now: float, scale: float,
-              limit: float | None) -> float | None:
+    def _rate(self, device: Device, name: str, value: tuple[int, int, float, int, float],
+              now: float, scale: float, limit: float | None) -> float | None:
+        """The rate of one field reading (``field_reading``'s tuple) since the last."""
         s = self.session
-        key = (device.facts.uuid, name, value.scopeId)
-        if not s.succeeded(value):
+        code, scope, number, bits, timestamp_s = value
+        key = (device.facts.uuid, name, scope)
+        if code != s.success_code:
             return s.rates.update(key, None, now)
-        number, bits = field_number(value)
         ceiling = None if not limit else limit * _PLAUSIBLE_OVER_MAX / scale
-        rate = s.rates.update(key, number, now, source_time_s=value.timestamp / 1e6,
-                                  width_bits=bits, max_rate=ceiling)
+        rate = s.rates.update(key, number, now, source_time_s=timestamp_s, width_bits=bits,
+                              max_rate=ceiling)
         return None if rate is None else rate * scale

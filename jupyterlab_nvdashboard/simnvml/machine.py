@@ -45,6 +45,13 @@ from .waves import wave_integral as _wave_integral
 E = nvml_h.ERROR_CODES
 F = nvml_h.FIELD_IDS
 _UINT_MAX = 0xFFFFFFFF
+_KNOWN_FIELDS = frozenset(F.values())
+# Field IDs and the driver branch that first answers them (the release notes): older
+# drivers do not know the ID (an invalid argument).
+_FIELD_SINCE = {F["NVML_FI_DEV_PCIE_COUNT_TX_BYTES"]: 555,
+                F["NVML_FI_DEV_PCIE_COUNT_RX_BYTES"]: 555,
+                F["NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES"]: 560,
+                F["NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES"]: 560}
 PCIE_THROUGHPUT_SAMPLE_S = 0.02  # nvml.h: a byte counter read over a 20 ms interval
 
 # The keys of a fault spec, each with an example value for error messages.
@@ -348,11 +355,7 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
 
     def _driver_has_field(self, field_id: int) -> bool:
         """Field IDs newer than the driver are unknown to it (an invalid argument)."""
-        needs = {F["NVML_FI_DEV_PCIE_COUNT_TX_BYTES"]: 555,
-                 F["NVML_FI_DEV_PCIE_COUNT_RX_BYTES"]: 555,
-                 F["NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES"]: 560,
-                 F["NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES"]: 560}
-        return self.profile.driver_major >= needs.get(field_id, 0)
+        return self.profile.driver_major >= _FIELD_SINCE.get(field_id, 0)
 
     # ----- system -----------------------------------------------------------------------
     def nvmlInit(self) -> None:  # noqa: N802 - the binding's names
@@ -617,7 +620,7 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
 
     def _field_value(self, gpu: _Gpu, field_id: int, scope: int) -> tuple[int, int]:
         unsupported = (E["NVML_ERROR_NOT_SUPPORTED"], 0)
-        if field_id not in F.values() or not self._driver_has_field(field_id):
+        if field_id not in _KNOWN_FIELDS or not self._driver_has_field(field_id):
             return E["NVML_ERROR_INVALID_ARGUMENT"], 0
         model = gpu.model
         if field_id in (F["NVML_FI_DEV_PCIE_COUNT_TX_BYTES"], F["NVML_FI_DEV_PCIE_COUNT_RX_BYTES"]):

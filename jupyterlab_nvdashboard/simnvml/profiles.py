@@ -25,6 +25,7 @@ Where each behaviour comes from:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -76,7 +77,7 @@ class Profile:
     pcie_counter_start: int = 0  # counters start here, so a 32-bit one wraps early
     nvlink_throughput_fields: bool = True  # the older NVLINK_THROUGHPUT_DATA_* fields answer
 
-    @property
+    @functools.cached_property
     def driver_major(self) -> int:
         return int(self.driver_version.split(".")[0])
 
