@@ -16,7 +16,12 @@
   Where a GPU has no PCIe counter fields (drivers before R555), ``read_slow`` takes a 20 ms
   ``nvmlDeviceGetPcieThroughput`` snapshot at most once a second per GPU, on the sampler's
   slow thread, and ``read`` reports it marked as a snapshot; the counters are tried again
-  every ``PCIE_REPROBE_S``.
+  every ``PCIE_REPROBE_S``. Where the counters answer, their raw totals ride along
+  (``GpuReading.pcie_*_bytes_total``, ``nvlink_bytes_total``): NVML's own, the same for
+  every process that reads the GPU.
+- **Only these devices.** ``only`` (or ``read_only`` later) limits the rows to some device
+  UUIDs, so several processes on one host can share its GPUs with one reader each (the
+  Dask worker plugin); ``cuda_positions`` still names every device CUDA shows this process.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
@@ -135,6 +140,11 @@ class GpuReading(NamedTuple):
     nvlink_rx_bytes_per_s: float | None
     temperature_c: float | None
     power_w: float | None
+    # NVML's own cumulative counters (bytes since the driver started counting; they wrap at
+    # the field's width): None where the driver has no such counter (the 20 ms snapshot).
+    pcie_tx_bytes_total: float | None = None
+    pcie_rx_bytes_total: float | None = None
+    nvlink_bytes_total: float | None = None  # transmitted and received, all active links
 
     @classmethod
     def unavailable(cls, index: int, lost: bool) -> GpuReading:
@@ -218,8 +228,13 @@ class NvmlReader:
         cuda_visible_devices: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         cuda_device_order: str | None = None,
+        only: Collection[str] | None = None,
     ) -> None:
         self._load_library = load_library
+        # Read only devices with these UUIDs (a MIG device: its own or its GPU's); None: all.
+        self._only: frozenset[str] | None = None if only is None else frozenset(only)
+        # Every device CUDA shows this process (UUID -> CUDA position), read or not.
+        self.cuda_positions: dict[str, int] = {}
         self._cuda_visible_devices = cuda_visible_devices
         self._cuda_device_order = cuda_device_order or "FASTEST_FIRST"
         self._clock = clock
@@ -280,6 +295,17 @@ class NvmlReader:
         self._devices = []
         self._rates = CounterRates()
         self._set_state(NvmlState.UNINITIALIZED)
+
+    def read_only(self, uuids: Collection[str] | None) -> None:
+        """Read only the devices with these UUIDs from now on (None: every visible one);
+        a change enumerates the devices again (a new ``epoch``)."""
+        chosen = None if uuids is None else frozenset(uuids)
+        with self._lock:
+            if chosen == self._only:
+                return
+            self._only = chosen
+            if self.state in (NvmlState.OK, NvmlState.NO_DEVICES):
+                self._enumerate()
 
     def _set_state(self, state: NvmlState, detail: str = "") -> None:
         self.state = state
@@ -453,10 +479,14 @@ class NvmlReader:
             for gpu, migs in opened
         ]
         visible = cuda_indices(physical, self._cuda_visible_devices, self._cuda_device_order)
+        self.cuda_positions = dict(visible)
+        only = self._only
         rows: list[Device] = []
         for gpu, migs in opened:
-            shown_migs = [mig for mig in migs if mig.facts.uuid in visible]
-            if gpu.facts.uuid not in visible and not shown_migs:
+            whole = only is None or gpu.facts.uuid in only
+            shown_migs = [mig for mig in migs if mig.facts.uuid in visible and
+                          (whole or mig.facts.uuid in only)]  # type: ignore[operator]
+            if (gpu.facts.uuid not in visible or not whole) and not shown_migs:
                 continue
             parent_row = len(rows)
             rows.append(self._finish(gpu, parent_row, None, visible.get(gpu.facts.uuid)))
@@ -466,6 +496,8 @@ class NvmlReader:
         self._device_list_changed(rows)
         if rows:
             self._set_state(NvmlState.OK)
+        elif only is not None and visible:
+            self._set_state(NvmlState.NO_DEVICES, "another process reads this one's GPUs")
         elif self._cuda_visible_devices is not None and count:
             self._set_state(NvmlState.NO_DEVICES,
                             f"CUDA_VISIBLE_DEVICES={self._cuda_visible_devices!r} hides them")
@@ -739,8 +771,8 @@ class NvmlReader:
         else:
             memory = self.query(device, "nvmlDeviceGetMemoryInfo", metric="memory")
         temperature = power = None
-        pcie: tuple[float | None, float | None, bool] = (None, None, False)
-        nvlink: tuple[float | None, float | None] = (None, None)
+        pcie: _Pcie = (None, None, False, None, None)
+        nvlink: _Nvlink = (None, None, None)
         if device.parent is None:
             sensor = self.constant("NVML_TEMPERATURE_GPU")
             temperature = self.query(device, "nvmlDeviceGetTemperature", sensor,
@@ -765,6 +797,9 @@ class NvmlReader:
             nvlink_rx_bytes_per_s=nvlink[1],
             temperature_c=None if temperature is None else float(temperature),
             power_w=None if power is None else power / 1000,
+            pcie_tx_bytes_total=pcie[3],
+            pcie_rx_bytes_total=pcie[4],
+            nvlink_bytes_total=nvlink[2],
         )
 
     def _try_recover(self, device: Device) -> None:
@@ -785,9 +820,7 @@ class NvmlReader:
             log.warning("%s (%s) is back", device.facts.label, device.facts.uuid)
             device.handle, device.lost = handle, False
 
-    def _read_links(self, device: Device, now: float
-                    ) -> tuple[tuple[float | None, float | None, bool],
-                               tuple[float | None, float | None]]:
+    def _read_links(self, device: Device, now: float) -> tuple[_Pcie, _Nvlink]:
         """PCIe and NVLink rates from one field-values call (plus the PCIe snapshot)."""
         requested: list[Any] = []
         counters = device.pcie_counters
@@ -802,23 +835,24 @@ class NvmlReader:
             requested += [(fields.tx, link) for link in links] + \
                 [(fields.rx, link) for link in links]
         values = self.fields(device, requested) if requested else None
-        pcie: tuple[float | None, float | None, bool]
+        pcie: _Pcie = (None, None, False, None, None)
         if counters is not None:
             if values is None:
-                pcie = (None, None, False)
+                pass
             elif not (self.succeeded(values[0]) and self.succeeded(values[1])):
                 self._probe_pcie(device, now)  # the counters stopped answering: fall back
-                pcie = (None, None, False)
             else:
                 limit = device.facts.pcie_max_bytes_per_s
                 pcie = (self._rate(device, "pcie_tx", values[0], now, 1.0, limit),
-                        self._rate(device, "pcie_rx", values[1], now, 1.0, limit), False)
+                        self._rate(device, "pcie_rx", values[1], now, 1.0, limit), False,
+                        _field_number(values[0])[0], _field_number(values[1])[0])
             values = None if values is None else values[2:]
         else:
             snapshot = device.pcie_snapshot
             fresh = snapshot is not None and now - snapshot[0] <= PCIE_SNAPSHOT_STALE_S
-            pcie = (snapshot[1], snapshot[2], True) if fresh and snapshot else (None, None, False)
-        nvlink: tuple[float | None, float | None] = (None, None)
+            if fresh and snapshot:
+                pcie = (snapshot[1], snapshot[2], True, None, None)
+        nvlink: _Nvlink = (None, None, None)
         if fields is not None and values is not None:
             per_link = (device.facts.nvlink_max_bytes_per_s or 0) / max(1, len(links)) or None
             totals: list[float | None] = []
@@ -828,7 +862,10 @@ class NvmlReader:
                 # A link without a rate (its counter reset, or it failed) makes the total
                 # unknown: a partial sum would draw a dip that never happened.
                 totals.append(None if None in rates else sum(rates))  # type: ignore[arg-type]
-            nvlink = (totals[0], totals[1])
+            counted = values[:2 * len(links)]
+            total = sum(_field_number(value)[0] for value in counted) * fields.scale \
+                if counted and all(self.succeeded(value) for value in counted) else None
+            nvlink = (totals[0], totals[1], total)
         return pcie, nvlink
 
     def _rate(self, device: Device, name: str, value: Any, now: float, scale: float,
@@ -842,6 +879,10 @@ class NvmlReader:
                                   width_bits=bits, max_rate=ceiling)
         return None if rate is None else rate * scale
 
+
+# (tx, rx bytes/s, 20 ms snapshot?, tx, rx bytes total) and (tx, rx bytes/s, bytes total).
+_Pcie = tuple[float | None, float | None, bool, float | None, float | None]
+_Nvlink = tuple[float | None, float | None, float | None]
 
 _READERS: weakref.WeakSet[NvmlReader] = weakref.WeakSet()
 
