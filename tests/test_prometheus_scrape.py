@@ -84,8 +84,8 @@ def test_prometheus_scrapes_dcgm_names_from_a_simulated_server(tmp_path: Path) -
             # The counters keep their DCGM names: no _total series exists.
             assert api(base, "query", query="DCGM_FI_DEV_PCIE_TX_THROUGHPUT")["result"]
             assert not api(base, "query", query='{__name__=~"DCGM_.*_total"}')["result"]
-            # The stock "NVIDIA DCGM Exporter Dashboard" (grafana.com 12239): its variables
-            # and its framebuffer panel's query, as the board has them.
+            # A query by dcgm-exporter's current host label (NVIDIA's own board, with its
+            # instance and gpu variables, is run in test_cluster_dask_cuda.py).
             hostnames = api(base, "label/hostname/values", **{"match[]": "DCGM_FI_DEV_FB_FREE"})
             assert len(hostnames) == 1
             panel = api(base, "query", query=(
