@@ -4,11 +4,14 @@ Starts a real Dask scheduler (``python -m distributed.cli.dask_scheduler``), the
 process that runs 64 **in-process simulated workers**: 64 real ``distributed.Worker``
 objects on one event loop, each connected to the scheduler over TCP and heartbeating as
 usual. Each worker publishes through the plugin's own path (``worker.metrics``, the
-version-1 snapshot) the snapshot of one real simulated 8-GPU reader (``WorkerGpus``), with
-its host name and UUIDs re-labelled per worker, so 64 x 8 = 512 distinct GPUs reach the
-scheduler while the machine runs one GPU reader instead of 64. Then it measures:
+version-2 snapshot, its identity in the scheduler's metadata) the snapshot of one real
+simulated 8-GPU reader (``WorkerGpus``), with its host name and UUIDs re-labelled per
+worker, so 64 x 8 = 512 distinct GPUs reach the scheduler while the machine runs one GPU
+reader instead of 64. Then it measures:
 
-* heartbeat payload: msgpack bytes of one worker's snapshot, and per GPU (target <= 300);
+* heartbeat payload: msgpack bytes of one worker's snapshot, and per GPU per heartbeat,
+  before (version 1: identity in every row) and after (version 2: live values only; the
+  identity sent once);
 * scheduler CPU added: the scheduler's CPU (% of one core) with the workers up but
   publishing nothing, then publishing and polled by a dashboard server once a second;
 * dashboard server CPU with 4 viewers of /Cluster-GPUs (stream sockets, as the pages'
@@ -20,6 +23,7 @@ Each CPU figure is measured over ``--repeats`` windows of ``--window`` seconds a
 as the median and the range. Run from the project root::
 
     python benchmarks/cluster_scale.py [--workers 64] [--gpus 8] [--window 5] [--repeats 3]
+    python benchmarks/cluster_scale.py --payload-only     # just the payload figures
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -44,31 +49,63 @@ sys.path.insert(0, str(ROOT))
 
 
 # ----- the worker process -----------------------------------------------------------------
+def relabel_identity(identity: dict, index: int) -> dict:
+    """One node's identity from the shared reader's: its own host name, UUIDs and epoch."""
+    rows = []
+    for key, gpu, uuid, *rest in identity["gpus"]:
+        new = f"GPU-{index:04x}{uuid[8:]}"
+        rows.append([new if key == uuid else key, gpu, new, *rest])
+    return {**identity, "host": f"node-{index:02d}", "e": f"{identity['e']}-{index}",
+            "gpus": rows}
+
+
 def relabel(snapshot: dict, index: int) -> dict:
-    """One node's snapshot from the shared reader's: its own host name and UUIDs."""
-    gpus = {}
-    for key, row in snapshot["gpus"].items():
-        uuid = f"GPU-{index:04x}{key[8:]}"
-        gpus[uuid] = [row[0], uuid, *row[2:]]
-    return {**snapshot, "host": f"node-{index:02d}", "gpus": gpus}
+    """One node's live snapshot from the shared reader's (its identity too, if it has it)."""
+    out = {**snapshot, "e": f"{snapshot['e']}-{index}"}
+    if "id" in snapshot:
+        out["id"] = relabel_identity(snapshot["id"], index)
+    return out
+
+
+def version_1(identity: dict, live: dict) -> dict:
+    """What the same heartbeat weighed before (issue 21): version 1 sent every GPU's
+    identity in every heartbeat, ``{UUID: [gpu, uuid, model, bus, gi, profile, lost,
+    *values]}``, with the host name and time."""
+    return {"v": 1, "host": identity["host"], "t": live["t"],
+            "gpus": {key: [*rest, *row] for (key, *rest), row in
+                     zip(identity["gpus"], live["gpus"], strict=True)}}
+
+
+def ready_reader(gpus: int, claims_dir: str) -> Any:
+    """A simulated 8-GPU worker reader (H200s: GPM fills every field) once it reads them."""
+    from jupyterlab_nvdashboard.cluster.plugin import WorkerGpus
+
+    reader = WorkerGpus({"NVDASHBOARD_SIMULATE": str(gpus), "NVDASHBOARD_SIMULATE_HOST": "bench",
+                         "NVDASHBOARD_SIMULATE_PROFILE": "h200",
+                         "NVDASHBOARD_GPU_CLAIMS_DIR": claims_dir})
+    reader.start()
+    reader.check_claims(adopt=True)
+    time.sleep(3)  # GPM needs two samples a second apart
+    return reader
 
 
 async def serve_workers(address: str, workers: int, gpus: int) -> None:
     from distributed import Worker
 
     from jupyterlab_nvdashboard.cluster import METRIC_KEY
-    from jupyterlab_nvdashboard.cluster.plugin import WorkerGpus
 
-    reader = WorkerGpus({"NVDASHBOARD_SIMULATE": str(gpus),
-                         "NVDASHBOARD_SIMULATE_HOST": "bench"})
-    reader.start()
+    claims = tempfile.TemporaryDirectory(prefix="cluster-scale-claims-")
+    reader = ready_reader(gpus, claims.name)
     started = [await Worker(address, nthreads=1, dashboard=False, name=f"w{i}")
                for i in range(workers)]
     loop = asyncio.get_running_loop()
 
     def publish() -> None:
+        identity = reader.identity()
         for i, worker in enumerate(started):
             worker.metrics[METRIC_KEY] = lambda _, i=i: relabel(reader.snapshot(), i)
+            loop.create_task(worker.scheduler.set_metadata(
+                keys=[METRIC_KEY, worker.address], value=relabel_identity(identity, i)))
 
     loop.add_signal_handler(signal.SIGUSR1, publish)
     print("workers ready", flush=True)
@@ -78,6 +115,7 @@ async def serve_workers(address: str, workers: int, gpus: int) -> None:
     for worker in started:
         await worker.close()
     reader.stop()
+    claims.cleanup()
 
 
 # ----- the driver --------------------------------------------------------------------------
@@ -149,6 +187,8 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--window", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--payload-only", action="store_true",
+                        help="print the heartbeat payload figures and stop")
     parser.add_argument("--serve-workers", metavar="ADDRESS", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_workers:
@@ -157,7 +197,6 @@ def main() -> int:
 
     import msgpack
 
-    from jupyterlab_nvdashboard.cluster.plugin import WorkerGpus
     from tests.support.dask_cluster import start_scheduler
     from tests.support.servers import cli_server, free_port, get
 
@@ -165,14 +204,23 @@ def main() -> int:
           f"{platform.python_version()}; {args.workers} in-process simulated workers x "
           f"{args.gpus} GPUs")
     # The largest snapshot: H200s, whose GPM fills every activity field.
-    reader = WorkerGpus({"NVDASHBOARD_SIMULATE": str(args.gpus),
-                         "NVDASHBOARD_SIMULATE_PROFILE": "h200"})
-    reader.start()
-    time.sleep(3)  # GPM needs two samples a second apart
-    payload = len(msgpack.packb(relabel(reader.snapshot(), 1)))
-    reader.stop()
-    print(f"heartbeat payload: {payload} bytes per worker, {payload / args.gpus:.0f} bytes "
-          f"per GPU (target <= 300)")
+    with tempfile.TemporaryDirectory(prefix="cluster-scale-claims-") as claims:
+        reader = ready_reader(args.gpus, claims)
+        first = relabel(reader.snapshot(), 1)  # the identity rides on the first one
+        time.sleep(1.1)
+        live = relabel(reader.snapshot(), 1)
+        reader.stop()
+    before = len(msgpack.packb(version_1(first["id"], live)))
+    after = len(msgpack.packb(live))
+    identity = len(msgpack.packb(first["id"]))
+    per_round = args.workers * after
+    print(f"heartbeat payload per GPU per heartbeat: before (version 1) {before / args.gpus:.0f}"
+          f" B, after (version 2) {after / args.gpus:.0f} B ({before} -> {after} B per "
+          f"{args.gpus}-GPU worker; {args.workers} workers: {args.workers * before} -> "
+          f"{per_round} B a heartbeat round); identity once: {identity / args.gpus:.0f} B per "
+          f"GPU")
+    if args.payload_only:
+        return 0
 
     dask = start_scheduler(free_port())
     log = tempfile.NamedTemporaryFile("w+", prefix="cluster-scale-workers-", suffix=".log")  # noqa: SIM115

@@ -8,7 +8,7 @@ Dask worker plugin build their metrics here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from .config import Config, ConfigError, SimulationConfig
@@ -35,10 +35,12 @@ def create_simulator(simulation: SimulationConfig) -> SimulatedNvml:
 
 
 def create_metrics(config: Config, environ: Mapping[str, str] | None = None,
-                   simulator: Any = None) -> Metrics:
+                   simulator: Any = None, only: Collection[str] | None = None) -> Metrics:
     """Build (but do not start) the sampler for ``config``: over the simulated driver in
-    simulate mode (or over ``simulator``, a test's own), else over the real one."""
+    simulate mode (or over ``simulator``, a test's own), else over the real one; ``only``
+    limits it to some device UUIDs (a Dask worker reads the GPUs it owns)."""
     if simulator is None and config.simulation.enabled:
         simulator = create_simulator(config.simulation)
     library = None if simulator is None else simulator.library
-    return create_metrics_over(config, environ, library=library, simulator=simulator)
+    return create_metrics_over(config, environ, library=library, simulator=simulator,
+                               only=only)

@@ -95,6 +95,9 @@ class Config:
     metrics_enabled: bool = False
     # Addresses (or networks) whose /metrics scrapes need no token, e.g. a Prometheus host.
     metrics_allow: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    # The host label of /metrics: dcgm-exporter's current "hostname", or the "Hostname" it
+    # used before its change #655 (May 2026), for boards that still select on that.
+    metrics_hostname_label: str = "hostname"
     # A Dask scheduler whose workers publish their GPUs (cluster/): /Cluster-GPUs.
     dask_scheduler: str | None = None
 
@@ -290,6 +293,13 @@ def _host_name(text: str) -> str:
     return text
 
 
+def _hostname_label(text: str) -> str:
+    if text.strip() not in ("hostname", "Hostname"):
+        raise ConfigError(f"metrics hostname label must be hostname (dcgm-exporter's current "
+                          f"name) or Hostname (its name before May 2026), got {text!r}")
+    return text.strip()
+
+
 def _scheduler(text: str) -> str:
     address = text.strip()
     if not _SCHEDULER.fullmatch(address):
@@ -322,6 +332,7 @@ _ENVIRONMENT = {
     "simulate_binding": ("NVDASHBOARD_SIMULATE_BINDING", _binding_file),
     "metrics": ("NVDASHBOARD_METRICS", _boolean("NVDASHBOARD_METRICS")),
     "metrics_allow": ("NVDASHBOARD_METRICS_ALLOW", _networks),
+    "metrics_hostname_label": ("NVDASHBOARD_METRICS_HOSTNAME_LABEL", _hostname_label),
     # Dask's own variable (dask-labextension and dask-jobqueue set it): cluster mode.
     "dask_scheduler": ("DASK_SCHEDULER_ADDRESS", _scheduler),
     "runs_dir": ("NVDASHBOARD_RUNS_DIR", _runs_dir),
@@ -378,6 +389,10 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="ADDRESS[/BITS]",
                         help="let scrapes of /metrics from this address or network in "
                         "without the token (repeatable, or comma-separated)")
+    parser.add_argument("--metrics-hostname-label", type=_hostname_label,
+                        metavar="hostname|Hostname",
+                        help="the host label of /metrics: hostname (dcgm-exporter's current "
+                        "name, the default) or Hostname (its name before May 2026)")
     parser.add_argument("--dask-scheduler", type=_scheduler, metavar="tcp://HOST:PORT",
                         help="show the GPUs of this Dask cluster's workers on /Cluster-GPUs "
                         "(default: $DASK_SCHEDULER_ADDRESS)")
@@ -490,6 +505,7 @@ def load_config(
         jupyter_proxy=jupyter_proxy,
         metrics_enabled=bool(merged.get("metrics", False)),
         metrics_allow=tuple(allow),  # type: ignore[arg-type]
+        metrics_hostname_label=str(merged.get("metrics_hostname_label", "hostname")),
         dask_scheduler=merged.get("dask_scheduler"),  # type: ignore[arg-type]
     )
 

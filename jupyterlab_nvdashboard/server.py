@@ -364,7 +364,7 @@ def server_health(metrics: Metrics, live_sessions: LiveSessions,
 
 
 def this_host(config: Config) -> str:
-    """The Hostname label of this server's own GPUs (a simulated host's name if set)."""
+    """The hostname label of this server's own GPUs (a simulated host's name if set)."""
     return config.simulation.host or socket.gethostname()
 
 
@@ -386,7 +386,7 @@ def make_metrics_collector(config: Config, sources: DashboardSources,
             scrape.gpus = cluster.exported(scrape.gpus)
         return scrape
 
-    return DcgmCollector(snapshot)
+    return DcgmCollector(snapshot, config.metrics_hostname_label)
 
 
 # The only request argument a document reads (apps/document.py::requested_theme).

@@ -1,12 +1,16 @@
-"""Cluster mode's parts without worker processes: the heartbeat snapshot (format, size),
-the state folding (dedupe, stale, lost, back, bad snapshots) and the plugin inside a real
-in-process ``distributed`` scheduler and worker (setup, heartbeat, errors, teardown)."""
+"""Cluster mode's parts without worker processes: the identity and heartbeat snapshot
+(format, size), which GPUs a worker reads (dask-cuda's layout, plain workers, hand-over),
+the state folding (one reporter chosen the same way every time, stale, lost, back, bad
+snapshots) and the plugin inside a real in-process ``distributed`` scheduler and worker
+(setup, identity in the scheduler's metadata, heartbeat, errors, teardown)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -14,39 +18,81 @@ pytest.importorskip("distributed")
 import msgpack  # noqa: E402  (a dependency of distributed: its heartbeat encoding)
 
 from jupyterlab_nvdashboard.cluster import METRIC_KEY  # noqa: E402
+from jupyterlab_nvdashboard.cluster.ownership import GpuClaims  # noqa: E402
 from jupyterlab_nvdashboard.cluster.plugin import GpuMetricsPlugin, WorkerGpus  # noqa: E402
-from jupyterlab_nvdashboard.cluster.snapshot import VERSION, decode  # noqa: E402
+from jupyterlab_nvdashboard.cluster.snapshot import (  # noqa: E402
+    VERSION,
+    decode,
+    decode_identity,
+)
 from jupyterlab_nvdashboard.cluster.view import LOST, OK, STALE, ClusterState  # noqa: E402
 
-MAX_BYTES_PER_GPU = 300
+# Live values only: 22 gauges and 3 counters, each GPU's a list in the identity's order.
+MAX_LIVE_BYTES_PER_GPU = 120
+MAX_IDENTITY_BYTES_PER_GPU = 160
 
 
-def node_snapshot(host: str, gpus: int) -> dict:
-    reader = WorkerGpus({"NVDASHBOARD_SIMULATE": str(gpus), "NVDASHBOARD_SIMULATE_HOST": host})
-    reader.metrics.nvml.ensure_initialized()
+@pytest.fixture(autouse=True)
+def claims_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's workers claim GPUs in a folder of its own, removed with it."""
+    monkeypatch.setenv("NVDASHBOARD_GPU_CLAIMS_DIR", str(tmp_path / "claims"))
+    return tmp_path / "claims"
+
+
+def node_reader(host: str, gpus: int, **environ: str) -> WorkerGpus:
+    reader = WorkerGpus({"NVDASHBOARD_SIMULATE": str(gpus), "NVDASHBOARD_SIMULATE_HOST": host,
+                         "NVDASHBOARD_GPU_CLAIMS_DIR": os.environ["NVDASHBOARD_GPU_CLAIMS_DIR"],
+                         **environ})
+    reader.check_claims(adopt=True)
     reader.metrics.sampler.tick()  # hand-driven samples: the rates need two
     reader.metrics.sampler.tick()
-    return reader.snapshot()
+    return reader
 
 
-def test_snapshot_is_small_versioned_and_round_trips() -> None:
-    payload = node_snapshot("node-x", 8)
-    assert payload["v"] == VERSION and payload["host"] == "node-x"
-    assert len(payload["gpus"]) == 8 and all(key.startswith("GPU-") for key in payload["gpus"])
-    size = len(msgpack.packb(payload))
-    assert size / 8 <= MAX_BYTES_PER_GPU, size
-    node = decode(msgpack.unpackb(msgpack.packb(payload)))
-    assert set(node.gpus) == set(payload["gpus"])
+def node_snapshots(host: str, gpus: int) -> tuple[dict, dict]:
+    """A worker's first snapshot (with its identity) and a later one (live values only)."""
+    reader = node_reader(host, gpus)
+    first = reader.snapshot()
+    reader.metrics.sampler.tick()
+    return first, reader.snapshot()
+
+
+def test_static_facts_once_then_live_values_only() -> None:
+    first, later = node_snapshots("node-x", 8)
+    assert first["v"] == later["v"] == VERSION and "id" in first and "id" not in later
+    identity = decode_identity(msgpack.unpackb(msgpack.packb(first["id"])))
+    assert identity.hostname == "node-x" and len(identity.gpus) == 8
+    assert all(gpu.uuid.startswith("GPU-") for gpu in identity.gpus)
+    live = len(msgpack.packb(later))
+    assert live / 8 <= MAX_LIVE_BYTES_PER_GPU, live
+    assert len(msgpack.packb(first["id"])) / 8 <= MAX_IDENTITY_BYTES_PER_GPU
+    # No UUID, model or bus ID travels with the live values.
+    assert b"GPU-" not in msgpack.packb(later) and b"NVIDIA" not in msgpack.packb(later)
+    node = decode(msgpack.unpackb(msgpack.packb(later)), identity)
+    assert set(node.gpus) == {gpu.key for gpu in identity.gpus}
     gpu = next(iter(node.gpus.values()))
     assert gpu.hostname == "node-x" and gpu.identity.pci_bus_id.startswith("00000000:")
 
 
-@pytest.mark.parametrize("payload", [None, {"v": 2, "host": "h", "t": 0, "gpus": {}},
-                                     {"v": 1, "host": "h"}, {"v": 1, "host": "h", "t": 0,
-                                                             "gpus": {"GPU-1": [0]}}])
+IDENTITY = {"v": 2, "host": "h", "e": "a.1", "gpus": [["GPU-1", 0, "GPU-1", "m", None, None,
+                                                        None]]}
+
+
+@pytest.mark.parametrize("payload", [None, {"v": 1, "host": "h", "t": 0, "gpus": {}},
+                                     {"v": 2, "e": "a.1"}, {"v": 2, "e": "a.1", "t": 0,
+                                                            "gpus": [[False, 1], [False]]},
+                                     {"v": 2, "e": "b.7", "t": 0, "gpus": []}])
 def test_a_foreign_or_broken_snapshot_is_refused_in_one_line(payload: object) -> None:
     with pytest.raises(ValueError) as error:
-        decode(payload)  # type: ignore[arg-type]
+        decode(payload, decode_identity(IDENTITY))
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("payload", [None, {"v": 2}, {"v": 2, "host": "h", "e": 1,
+                                                      "gpus": [[1, 2]]}])
+def test_a_broken_identity_is_refused_in_one_line(payload: object) -> None:
+    with pytest.raises(ValueError) as error:
+        decode_identity(payload)
     assert "\n" not in str(error.value)
 
 
@@ -56,30 +102,132 @@ def view(now: float, workers: dict[str, tuple[float, dict | None]]) -> dict:
                         for address, (seen, snap) in workers.items()}}
 
 
-def test_state_dedupes_marks_stale_and_lost_and_brings_back() -> None:
-    a, b = node_snapshot("node-a", 2), node_snapshot("node-b", 4)
+def test_state_marks_stale_and_lost_and_brings_back() -> None:
+    (a, a2), (b, b2) = node_snapshots("node-a", 2), node_snapshots("node-b", 4)
     state = ClusterState()
-    tick = state.update(view(100.0, {"w1": (99.9, a), "w2": (99.8, a), "w3": (99.9, b)}))
+    tick = state.update(view(100.0, {"w1": (99.9, a), "w3": (99.9, b)}))
     assert [gpu.gpu.hostname for gpu in tick.gpus] == ["node-a"] * 2 + ["node-b"] * 4
-    assert {gpu.workers for gpu in tick.gpus if gpu.gpu.hostname == "node-a"} == {("w1", "w2")}
     assert {gpu.state for gpu in tick.gpus} == {OK}
+    # Later heartbeats carry live values only: the identity is remembered per worker.
+    tick = state.update(view(100.5, {"w1": (100.4, a2), "w3": (100.4, b2)}))
+    assert len(tick.gpus) == 6 and {gpu.state for gpu in tick.gpus} == {OK}
     # w3 misses 3 heartbeats (1.5 s): stale, not yet lost.
-    tick = state.update(view(101.6, {"w1": (101.5, a), "w2": (101.5, a), "w3": (100.0, b)}))
+    tick = state.update(view(102.0, {"w1": (101.9, a2), "w3": (100.4, b2)}))
     assert {g.state for g in tick.gpus if g.gpu.hostname == "node-b"} == {STALE}
-    # w3 leaves: lost, still listed; w2 leaves too, but w1 still reports node-a.
-    tick = state.update(view(102.0, {"w1": (101.9, a)}))
+    tick = state.update(view(102.5, {"w1": (102.4, a2)}))  # w3 leaves: lost, still listed
     assert {g.state for g in tick.gpus if g.gpu.hostname == "node-b"} == {LOST}
     assert {g.state for g in tick.gpus if g.gpu.hostname == "node-a"} == {OK}
     assert len(tick.gpus) == 6
-    tick = state.update(view(103.0, {"w1": (102.9, a), "w4": (102.9, b)}))
+    tick = state.update(view(103.0, {"w1": (102.9, a2), "w4": (102.9, b)}))
     assert {g.state for g in tick.gpus} == {OK}
+
+
+def test_a_live_snapshot_waits_for_its_identity_from_the_scheduler() -> None:
+    first, later = node_snapshots("node-a", 2)
+    state = ClusterState()
+    tick = state.update(view(10.0, {"w1": (10.0, later)}))  # the first heartbeat was missed
+    assert tick.gpus == () and not state.rejected
+    workers = view(11.0, {"w1": (11.0, later)})
+    workers["workers"]["w1"]["identity"] = first["id"]  # the scheduler's metadata has it
+    assert len(state.update(workers).gpus) == 2
+
+
+def test_two_reporters_of_one_gpu_one_is_chosen_the_same_way_every_time(
+        tmp_path: Path) -> None:
+    # Two readers of one host's GPUs (claims in two folders: nothing stops them), their
+    # snapshots taken apart, so their values differ.
+    readers = [node_reader("node-a", 2, NVDASHBOARD_GPU_CLAIMS_DIR=str(tmp_path / name))
+               for name in ("one", "two")]
+    first = [reader.snapshot() for reader in readers]
+    for reader in readers:
+        reader.metrics.sampler.tick()
+    later = [reader.snapshot() for reader in readers]
+    w1 = decode(later[0], decode_identity(first[0]["id"]))
+    state = ClusterState()
+    state.update(view(100.0, {"w2": (99.9, first[1]), "w1": (99.8, first[0])}))
+    for now, (w1_seen, w2_seen) in [(101.0, (100.7, 100.9)), (102.0, (101.9, 101.5)),
+                                    (103.0, (102.2, 102.9))]:
+        tick = state.update(view(now, {"w2": (w2_seen, later[1]), "w1": (w1_seen, later[0])}))
+        assert len(tick.gpus) == 2 and {g.workers for g in tick.gpus} == {("w1", "w2")}
+        # Whichever heartbeat was freshest, w1's values are shown.
+        assert [g.gpu.values for g in tick.gpus] == [w1.gpus[g.gpu.identity.key].values
+                                                    for g in tick.gpus]
+    assert later[0]["gpus"] != later[1]["gpus"]
+    for reader in readers:
+        reader.claims.release()
 
 
 def test_one_bad_worker_does_not_hide_the_others() -> None:
     state = ClusterState()
-    tick = state.update(view(10.0, {"good": (10.0, node_snapshot("node-a", 2)),
-                                    "bad": (10.0, {"v": 99}), "none": (10.0, None)}))
+    good, _ = node_snapshots("node-a", 2)
+    tick = state.update(view(10.0, {"good": (10.0, good), "bad": (10.0, {"v": 99}),
+                                    "none": (10.0, None)}))
     assert len(tick.gpus) == 2 and "bad" in state.rejected
+
+
+def uuids(count: int) -> list[str]:
+    return [f"GPU-{i:08d}-0000-4000-8000-000000000000" for i in range(count)]
+
+
+def rotation(gpus: list[str], first: int) -> dict[str, int]:
+    """dask-cuda's CUDA_VISIBLE_DEVICES for its worker ``first``: the GPUs from there on."""
+    order = gpus[first:] + gpus[:first]
+    return {uuid: position for position, uuid in enumerate(order)}
+
+
+def test_dask_cuda_workers_each_read_their_own_gpu_whoever_starts_first(
+        claims_dir: Path) -> None:
+    gpus = uuids(4)
+    workers = [GpuClaims("node-a", claims_dir) for _ in gpus]
+    # Worker 0 starts alone and, past its grace time, adopts the GPUs nobody owns yet.
+    assert workers[0].update(rotation(gpus, 0), own_first=True) == set(gpus)
+    for step in range(3):  # the others start: each check hands a GPU over, never shares it
+        readers = [w.update(rotation(gpus, i), own_first=True) if i <= step + 1 else set()
+                   for i, w in enumerate(workers)]
+        assert sum(len(r) for r in readers) <= 4 and \
+            all(not (r & q) for i, r in enumerate(readers) for q in readers[i + 1:])
+    for _ in range(2):
+        readers = [w.update(rotation(gpus, i), own_first=True) for i, w in enumerate(workers)]
+    assert readers == [{gpu} for gpu in gpus]
+    workers[2].release()  # worker 2 dies: the kernel drops its locks
+    readers = [w.update(rotation(gpus, i), own_first=True) for i, w in enumerate(workers)
+               if i != 2]
+    assert set().union(*readers) == set(gpus) and sum(len(r) for r in readers) == 4
+    for worker in workers:
+        worker.release()
+
+
+def test_one_worker_reads_all_and_two_plain_workers_share_without_overlap(
+        claims_dir: Path) -> None:
+    gpus = uuids(4)
+    # LocalCUDACluster(n_workers=1): CUDA_VISIBLE_DEVICES=0,1,2,3 and nobody else.
+    alone = GpuClaims("node-b", claims_dir)
+    assert alone.update(rotation(gpus, 0), own_first=True, adopt=False) == {gpus[0]}
+    assert alone.update(rotation(gpus, 0), own_first=True) == set(gpus)
+    alone.release()
+    # Two `dask worker` processes without CUDA_VISIBLE_DEVICES: one reads, then the other.
+    first, second = GpuClaims("node-c", claims_dir), GpuClaims("node-c", claims_dir)
+    assert first.update(rotation(gpus, 0), own_first=False) == set(gpus)
+    assert second.update(rotation(gpus, 0), own_first=False) == set()
+    first.release()
+    assert second.update(rotation(gpus, 0), own_first=False) == set(gpus)
+    second.release()
+
+
+def test_worker_gpus_read_only_what_they_claim(claims_dir: Path) -> None:
+    readers = [node_reader("node-d", 4, CUDA_VISIBLE_DEVICES=",".join(
+        str((first + i) % 4) for i in range(4))) for first in range(4)]
+    for reader in readers:  # a second check: every hand-over is done
+        reader.check_claims(adopt=True)
+    read = [reader.reading for reader in readers]
+    assert all(len(uuids) == 1 for uuids in read), read
+    assert len({uuid for uuids in read for uuid in uuids}) == 4
+    for reader in readers:
+        calls = reader.metrics.simulator.calls["nvmlDeviceGetUtilizationRates"]
+        reader.metrics.sampler.tick()
+        # One NVML pass a tick over one GPU, whichever GPUs the host has.
+        assert reader.metrics.simulator.calls["nvmlDeviceGetUtilizationRates"] - calls == 1
+        reader.claims.release()
 
 
 def _reader_threads() -> int:
@@ -99,16 +247,21 @@ def test_plugin_publishes_on_the_heartbeat_and_tears_down(monkeypatch: pytest.Mo
                 Worker(scheduler.address, nthreads=1, dashboard=False) as worker:
             await worker.plugin_add(GpuMetricsPlugin())
             assert METRIC_KEY in worker.metrics
-            assert _reader_threads() == threads_before + 3  # the sampler's own threads
+            # The sampler's own threads and the claims' one.
+            assert _reader_threads() == threads_before + 4
             deadline = time.monotonic() + 30
             seen = None
             while time.monotonic() < deadline:
                 await worker.heartbeat()
                 seen = scheduler.workers[worker.address].metrics.get(METRIC_KEY)
-                if seen and seen["gpus"]:
+                if seen and seen["gpus"] and worker.address in \
+                        scheduler.task_metadata.get(METRIC_KEY, {}):
                     break
                 await asyncio.sleep(0.2)
-            assert seen and decode(seen).hostname == "node-p" and len(seen["gpus"]) == 2
+            assert seen and len(seen["gpus"]) == 2
+            # The static facts are in the scheduler's metadata, once.
+            identity = scheduler.task_metadata[METRIC_KEY][worker.address]
+            assert decode(seen, decode_identity(identity)).hostname == "node-p"
             await worker.plugin_remove(GpuMetricsPlugin.name)
             assert METRIC_KEY not in worker.metrics
             assert _reader_threads() == threads_before
@@ -135,7 +288,7 @@ def test_plugin_setup_errors_leave_the_worker_running(monkeypatch: pytest.Monkey
 
 
 def test_scaled_fields_round_trip_to_their_units() -> None:
-    from jupyterlab_nvdashboard.cluster.snapshot import encode
+    from jupyterlab_nvdashboard.cluster.snapshot import encode, encode_identity
     from jupyterlab_nvdashboard.export.dcgm import FIELDS, ExportedGpu, GpuIdentity
 
     values = tuple(float(i) + 0.25 for i in range(len(FIELDS)))
@@ -144,7 +297,9 @@ def test_scaled_fields_round_trip_to_their_units() -> None:
     values[position["DCGM_FI_PROF_SM_ACTIVE"]] = 0.4567
     values[position["DCGM_FI_PROF_PCIE_TX_BYTES"]] = 12.5e9
     gpu = ExportedGpu("h", GpuIdentity(3, "GPU-x", "NVIDIA H200", None), False, tuple(values))
-    (back,) = decode(msgpack.unpackb(msgpack.packb(encode("h", 1.0, [gpu])))).gpus.values()
+    identity = decode_identity(encode_identity("h", "e.1", [gpu.identity]))
+    (back,) = decode(msgpack.unpackb(msgpack.packb(encode("e.1", 1.0, [gpu]))),
+                     identity).gpus.values()
     assert back.identity == gpu.identity
     assert back.values[position["DCGM_FI_PROF_SM_ACTIVE"]] == pytest.approx(0.457)
     assert back.values[position["DCGM_FI_PROF_PCIE_TX_BYTES"]] == pytest.approx(12.5e9, rel=1e-6)

@@ -20,8 +20,8 @@ from jupyterlab_nvdashboard.export.collector import (  # noqa: E402
 from jupyterlab_nvdashboard.export.dcgm import (  # noqa: E402
     FIELDS,
     MIB,
-    PcieByteCounters,
     exported_gpus,
+    mig_profile,
 )
 from jupyterlab_nvdashboard.metrics import GpuFacts, GpuReading, HostReading, Sample  # noqa: E402
 from jupyterlab_nvdashboard.metrics.families import (  # noqa: E402
@@ -55,11 +55,11 @@ HEALTH = HealthReading(1980.0, 1980.0, 2619.0, 2619.0, 0, 0, 55.0, 90.0, 95.0, 3
                        None, 0, 0, 0, 0, False, False)
 
 
-def scrape_text(samples: list[Sample], gpu_facts: list[GpuFacts]) -> str:
-    counters = PcieByteCounters()
-    counters.add(samples)
-    gpus = exported_gpus("node-a", gpu_facts, samples[-1], counters)
-    body, content_type = render(DcgmCollector(lambda: Scrape(gpus, [("node-a", HOST)])))
+def scrape_text(samples: list[Sample], gpu_facts: list[GpuFacts],
+                hostname_label: str = "hostname") -> str:
+    gpus = exported_gpus("node-a", gpu_facts, samples[-1])
+    body, content_type = render(DcgmCollector(lambda: Scrape(gpus, [("node-a", HOST)]),
+                                              hostname_label))
     assert content_type.startswith("application/openmetrics-text")
     return body.decode()
 
@@ -97,7 +97,7 @@ def test_families_are_exported_when_present_with_dcgm_units_and_labels() -> None
     labels = families["DCGM_FI_DEV_GPU_UTIL"].samples[0].labels
     assert set(labels) == DCGM_LABELS
     assert labels == {"gpu": "0", "UUID": "GPU-00000000", "pci_bus_id": "00000000:18:00.0",
-                      "device": "nvidia0", "modelName": "NVIDIA H200", "Hostname": "node-a"}
+                      "device": "nvidia0", "modelName": "NVIDIA H200", "hostname": "node-a"}
     assert families["nvdashboard_host_cpu_percent"].samples[0].value == 10.0
     assert "nvdashboard_host_disk_read_bytes_per_second" not in families
 
@@ -110,14 +110,32 @@ def test_without_families_only_the_core_readings_are_exported() -> None:
                 "DCGM_FI_DEV_XID_ERRORS"} & names
 
 
-def test_counters_keep_their_dcgm_names_and_integrate_the_rates() -> None:
-    samples = [Sample(i, 100.0 + i, (reading(0),), HOST) for i in range(4)]
+def test_counters_are_nvmls_own_totals_never_an_integral_of_the_rates() -> None:
+    samples = [Sample(i, 100.0 + i, (reading(0, pcie_tx_bytes_total=5e12 + i * 2e9,
+                                             pcie_rx_bytes_total=7e12,
+                                             nvlink_bytes_total=9e12),), HOST)
+               for i in range(4)]
     text = scrape_text(samples, [facts(0)])
     assert "# TYPE DCGM_FI_DEV_PCIE_TX_THROUGHPUT counter\n" in text
     assert not re.search(r"DCGM_FI_DEV_PCIE_TX_THROUGHPUT_total", text)
     values = {name: family.samples[0].value for name, family in families_of(text).items()}
-    # 3 intervals of 1 s at 2e9 B/s, in KiB (the first sample starts the count)
-    assert values["DCGM_FI_DEV_PCIE_TX_THROUGHPUT"] == pytest.approx(3 * 2e9 / 1024)
+    # The driver's count (in KiB), whatever this reader saw before: the same for any reader.
+    assert values["DCGM_FI_DEV_PCIE_TX_THROUGHPUT"] == pytest.approx((5e12 + 3 * 2e9) / 1024)
+    assert values["DCGM_FI_DEV_PCIE_RX_THROUGHPUT"] == pytest.approx(7e12 / 1024)
+    assert values["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == pytest.approx(9e12)
+    # Without the driver's counters (the 20 ms snapshot): the rates as gauges, no counter.
+    snapshot = Sample(1, 100.0, (reading(0, pcie_is_snapshot=True),), HOST)
+    families = families_of(scrape_text([snapshot], [facts(0)]))
+    assert "DCGM_FI_DEV_PCIE_TX_THROUGHPUT" not in families
+    assert families["DCGM_FI_PROF_PCIE_TX_BYTES"].samples[0].value == 2e9
+
+
+def test_the_old_hostname_spelling_is_an_option() -> None:
+    text = scrape_text([Sample(1, 100.0, (reading(0),), HOST)], [facts(0)], "Hostname")
+    families = families_of(text)
+    assert families["DCGM_FI_DEV_GPU_UTIL"].samples[0].labels["Hostname"] == "node-a"
+    assert "hostname" not in families["DCGM_FI_DEV_GPU_UTIL"].samples[0].labels
+    assert families["nvdashboard_host_cpu_percent"].samples[0].labels == {"Hostname": "node-a"}
 
 
 def test_unsupported_and_lost_are_left_out_never_zero() -> None:
@@ -144,6 +162,40 @@ def test_mig_devices_carry_their_gpu_labels_and_instance_labels() -> None:
     assert series.labels["pci_bus_id"] == "00000000:18:00.0"
 
 
+@pytest.mark.parametrize(("name", "slices", "memory_slices", "gpu_mib", "profile"), [
+    # Names as NVIDIA's MIG user guide lists them, from the slices and the GPU's memory.
+    ("NVIDIA H200 MIG 3g.71gb", 3, 4, 143_771, "3g.71gb"),
+    ("NVIDIA H200", 1, 1, 143_771, "1g.18gb"),  # a name without " MIG "
+    ("NVIDIA H200", 2, 2, 143_771, "2g.35gb"),
+    ("NVIDIA H100 80GB HBM3", 3, 4, 81_559, "3g.40gb"),
+    ("NVIDIA A100-SXM4-40GB", 7, 8, 40_960, "7g.40gb"),
+    ("NVIDIA A100-SXM4-40GB", 1, 1, 40_960, "1g.5gb"),
+    ("NVIDIA A30", 2, 4, 24_576, "2g.12gb"),
+])
+def test_the_mig_profile_comes_from_the_mig_attributes(
+        name: str, slices: int, memory_slices: int, gpu_mib: int, profile: str) -> None:
+    parent = facts(0, mig_enabled=True, memory_total_bytes=gpu_mib * MIB)
+    mig = facts(1, kind="mig", parent=0, nvml_index=0, name=name, uuid="MIG-1",
+                mig={"gpu_instance_id": 2, "gpu_slices": slices, "memory_slices": memory_slices})
+    assert mig_profile(mig, parent) == profile
+    sample = Sample(1, 100.0, (reading(0, utilization_pct=None), reading(1)), HOST)
+    (series,) = families_of(scrape_text([sample], [parent, mig]))["DCGM_FI_DEV_GPU_UTIL"].samples
+    assert series.labels["GPU_I_PROFILE"] == profile
+
+
+def test_without_mig_attributes_a_name_lacking_mig_gives_no_profile_not_the_model() -> None:
+    parent = facts(0, mig_enabled=True)
+    mig = facts(1, kind="mig", parent=0, nvml_index=0, name="NVIDIA H200", uuid="MIG-1",
+                mig={"gpu_instance_id": 2})
+    assert mig_profile(mig, parent) is None
+    assert mig_profile(mig._replace(name="NVIDIA H200 MIG 1g.18gb"), parent) == "1g.18gb"
+    from jupyterlab_nvdashboard.apps.components import gpu_label
+
+    assert gpu_label(mig, gpu=parent).endswith(": NVIDIA H200")  # never a wrong profile
+    attributes = mig._replace(mig={"gpu_instance_id": 2, "gpu_slices": 1, "memory_slices": 1})
+    assert gpu_label(attributes, gpu=parent).endswith(": 1g.18gb")
+
+
 def test_allowed_addresses() -> None:
     import ipaddress
 
@@ -164,7 +216,8 @@ def test_route_is_off_by_default_and_asks_for_the_token() -> None:
         status, body = get(server.url + "/metrics")
         assert status == 200
         text = body.decode()
-        assert 'DCGM_FI_DEV_GPU_UTIL{Hostname="' in text
+        assert re.search(r'^DCGM_FI_DEV_GPU_UTIL\{.*hostname="', text, re.M)
+        assert 'Hostname="' not in text  # dcgm-exporter's name since its change #655
         assert 'pci_bus_id="00000000:18:00.0"' in text
         assert "nvdashboard_samples_total" in text and "nvdashboard_viewers" in text
 

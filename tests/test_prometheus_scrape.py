@@ -84,13 +84,13 @@ def test_prometheus_scrapes_dcgm_names_from_a_simulated_server(tmp_path: Path) -
             # The counters keep their DCGM names: no _total series exists.
             assert api(base, "query", query="DCGM_FI_DEV_PCIE_TX_THROUGHPUT")["result"]
             assert not api(base, "query", query='{__name__=~"DCGM_.*_total"}')["result"]
-            # The stock "NVIDIA DCGM Exporter Dashboard" (grafana.com 12239): its variables
-            # and its framebuffer panel's query, as the board has them.
-            hostnames = api(base, "label/Hostname/values", **{"match[]": "DCGM_FI_DEV_FB_FREE"})
+            # A query by dcgm-exporter's current host label (NVIDIA's own board, with its
+            # instance and gpu variables, is run in test_cluster_dask_cuda.py).
+            hostnames = api(base, "label/hostname/values", **{"match[]": "DCGM_FI_DEV_FB_FREE"})
             assert len(hostnames) == 1
             panel = api(base, "query", query=(
-                f'max(DCGM_FI_DEV_FB_USED{{Hostname=~"{hostnames[0]}", gpu=~"0|1|2|3"}}) '
-                "by (Hostname, gpu, GPU_I_ID, GPU_I_PROFILE)"))["result"]
+                f'max(DCGM_FI_DEV_FB_USED{{hostname=~"{hostnames[0]}", gpu=~"0|1|2|3"}}) '
+                "by (hostname, gpu, GPU_I_ID, GPU_I_PROFILE)"))["result"]
             assert len(panel) == 4
             # Power is unsupported on these GPUs: no series at all, not zeros.
             assert "DCGM_FI_DEV_POWER_USAGE" not in metadata

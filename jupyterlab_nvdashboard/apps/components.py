@@ -37,6 +37,7 @@ from bokeh.models import (
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
+from ..export.dcgm import mig_profile
 from ..metrics import GpuFacts, GpuReading, Sample
 from ..stream.broadcaster import TIME_KEY
 from ..stream.downsample import bucket_seconds
@@ -52,10 +53,11 @@ def gpu_color(index: int) -> str:
     return Category10_10[index % len(Category10_10)]
 
 
-def gpu_label(facts: GpuFacts, short: bool = False) -> str:
+def gpu_label(facts: GpuFacts, short: bool = False, gpu: GpuFacts | None = None) -> str:
     """nvidia-smi's index, CUDA's position and the name; a MIG device under its GPU.
 
-    ``short`` leaves the name out, for the rotated group labels of grouped bars.
+    ``short`` leaves the name out, for the rotated group labels of grouped bars; ``gpu`` is
+    a MIG device's GPU, whose memory its profile name needs (``export.dcgm.mig_profile``).
     """
     cuda = "" if facts.cuda_index is None else f" (CUDA {facts.cuda_index})"
     prefix = "  ↳ " if facts.kind == "mig" else ""
@@ -63,7 +65,7 @@ def gpu_label(facts: GpuFacts, short: bool = False) -> str:
         return f"{prefix}{facts.label}{cuda}"
     name = facts.name
     if facts.kind == "mig":  # just the MIG profile, e.g. "3g.40gb", under its GPU's row
-        name = facts.name.rpartition(" MIG ")[2] or facts.name
+        name = mig_profile(facts, gpu) or facts.name
     return f"{prefix}{facts.label}{cuda}: {name}"
 
 
@@ -106,7 +108,9 @@ class BarsFeed:
     @property
     def factors(self) -> list[str | tuple[str, str]]:
         nested = len(self.metrics) > 1
-        return [(gpu_label(f, short=True), m.label) if nested else gpu_label(f)
+        by_row = {f.index: f for f in self.facts}
+        return [(gpu_label(f, short=True), m.label) if nested else
+                gpu_label(f, gpu=by_row.get(f.parent) if f.parent is not None else None)
                 for f in self.facts for m in self.metrics]
 
     def rows(self, samples: Sequence[Sample]) -> Rows:

@@ -1,15 +1,22 @@
-"""The snapshot a worker sends with each heartbeat: small, versioned, keyed by GPU UUID.
+"""What a worker tells the scheduler about its GPUs: static facts once, live values per
+heartbeat. Small, versioned, keyed by GPU UUID.
 
-Version 1 is a dict ``{"v": 1, "host": HOSTNAME, "t": UNIX_S, "gpus": {KEY: ROW}}`` where
-KEY is the GPU's UUID (a MIG device's own UUID) and ROW is::
+Version 2 has two messages:
 
-    [gpu, uuid, model, pci_bus_id, gpu_instance_id, gpu_instance_profile, lost, *values]
+* the **identity** (the worker's start-up report, sent again only when the GPUs it reads
+  change): ``{"v": 2, "host": HOSTNAME, "e": EPOCH, "gpus": [ID_ROW, ...]}`` with
+  ``ID_ROW = [key, gpu, uuid, model, pci_bus_id, gpu_instance_id, gpu_instance_profile]``
+  (KEY: the GPU's UUID, a MIG device's own UUID);
+* the **live snapshot** of each heartbeat: ``{"v": 2, "e": EPOCH, "t": UNIX_S,
+  "gpus": [[lost, *values], ...]}``, the rows in the identity's order and the values in
+  ``export.dcgm.FIELDS`` order (None: not available). The first snapshot after a change
+  also carries the identity under ``"id"``.
 
-with the values in ``export.dcgm.FIELDS`` order (None: not available). Values are rounded to
-what their units need, so msgpack (the heartbeat's encoding) sends small integers where it
-can: the ``DCGM_FI_PROF_*`` ratios travel as whole thousandths and the byte rates as whole
-KiB/s. About 200 bytes per GPU, 250 with every GPM field. A reader refuses a version it
-does not know.
+EPOCH names one identity of one worker: a live snapshot is read only with the identity of
+the same epoch. Values are rounded to what their units need, so msgpack (the heartbeat's
+encoding) sends small integers where it can: the ``DCGM_FI_PROF_*`` ratios travel as whole
+thousandths and the byte rates as whole KiB/s. A reader refuses a version it does not know,
+in one line.
 """
 
 from __future__ import annotations
@@ -19,8 +26,7 @@ from typing import Any, NamedTuple
 
 from ..export.dcgm import FIELDS, ExportedGpu, GpuIdentity
 
-VERSION = 1
-_IDENTITY_FIELDS = 6
+VERSION = 2
 
 
 def _wire_scale(name: str) -> float:
@@ -44,16 +50,10 @@ def _compact(value: float | None, scale: float) -> float | int | None:
     return round(value, 3)  # ratios and small readings
 
 
-def encode(hostname: str, time_s: float, gpus: Sequence[ExportedGpu]) -> dict[str, Any]:
-    rows = {}
-    for gpu in gpus:
-        identity = gpu.identity
-        rows[identity.key] = [identity.gpu, identity.uuid, identity.model_name,
-                              identity.pci_bus_id, identity.gpu_instance_id,
-                              identity.gpu_instance_profile, gpu.lost,
-                              *(_compact(value, scale)
-                                for value, scale in zip(gpu.values, SCALES, strict=True))]
-    return {"v": VERSION, "host": hostname, "t": round(time_s, 3), "gpus": rows}
+class NodeIdentity(NamedTuple):
+    hostname: str
+    epoch: str
+    gpus: tuple[GpuIdentity, ...]
 
 
 class NodeSnapshot(NamedTuple):
@@ -62,23 +62,64 @@ class NodeSnapshot(NamedTuple):
     gpus: dict[str, ExportedGpu]  # by key (UUID)
 
 
-def decode(payload: Mapping[str, Any]) -> NodeSnapshot:
-    """Raises ValueError (one line) for anything that is not a version-1 snapshot."""
+def encode_identity(hostname: str, epoch: str, gpus: Sequence[GpuIdentity]) -> dict[str, Any]:
+    return {"v": VERSION, "host": hostname, "e": epoch,
+            "gpus": [[g.key, g.gpu, g.uuid, g.model_name, g.pci_bus_id, g.gpu_instance_id,
+                      g.gpu_instance_profile] for g in gpus]}
+
+
+def encode(epoch: str, time_s: float, gpus: Sequence[ExportedGpu],
+           identity: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The live snapshot of ``gpus``, in the identity's order; ``identity`` rides along
+    on the first one after a change."""
+    payload: dict[str, Any] = {
+        "v": VERSION, "e": epoch, "t": round(time_s, 3),
+        "gpus": [[gpu.lost, *(_compact(value, scale)
+                              for value, scale in zip(gpu.values, SCALES, strict=True))]
+                 for gpu in gpus]}
+    if identity is not None:
+        payload["id"] = identity
+    return payload
+
+
+def _check_version(payload: Any, what: str) -> None:
     if not isinstance(payload, Mapping) or payload.get("v") != VERSION:
-        raise ValueError(f"not a version-{VERSION} nvdashboard snapshot")
+        raise ValueError(f"not a version-{VERSION} nvdashboard {what}")
+
+
+def decode_identity(payload: Any) -> NodeIdentity:
+    """Raises ValueError (one line) for anything that is not a version-2 identity."""
+    _check_version(payload, "identity")
     try:
-        hostname, time_s = str(payload["host"]), float(payload["t"])
-        gpus = {}
-        for key, row in dict(payload["gpus"]).items():
-            gpu, uuid, model, bus, instance, profile, lost = row[:_IDENTITY_FIELDS + 1]
-            values = tuple(None if v is None else float(v) / scale for v, scale in
-                           zip(row[_IDENTITY_FIELDS + 1:_IDENTITY_FIELDS + 1 + len(FIELDS)],
-                               SCALES, strict=False))
-            values += (None,) * (len(FIELDS) - len(values))
-            identity = GpuIdentity(int(gpu), str(uuid), str(model), bus,
-                                   None if instance is None else int(instance), profile,
-                                   None if key == uuid else str(key))
-            gpus[str(key)] = ExportedGpu(hostname, identity, bool(lost), values)
+        gpus = []
+        for key, gpu, uuid, model, bus, instance, profile in payload["gpus"]:
+            gpus.append(GpuIdentity(int(gpu), str(uuid), str(model),
+                                    None if bus is None else str(bus),
+                                    None if instance is None else int(instance),
+                                    None if profile is None else str(profile),
+                                    None if key == uuid else str(key)))
+        return NodeIdentity(str(payload["host"]), str(payload["e"]), tuple(gpus))
     except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"malformed nvdashboard identity: {error}") from None
+
+
+def decode(payload: Any, identity: NodeIdentity) -> NodeSnapshot:
+    """The live snapshot read with its identity. Raises ValueError (one line) for anything
+    that is not a version-2 snapshot of that identity."""
+    _check_version(payload, "snapshot")
+    if str(payload.get("e")) != identity.epoch:
+        raise ValueError(f"snapshot of identity {payload.get('e')!r}, not {identity.epoch!r}")
+    try:
+        rows = list(payload["gpus"])
+        if len(rows) != len(identity.gpus):
+            raise ValueError(f"{len(rows)} rows for {len(identity.gpus)} GPUs")
+        time_s = float(payload["t"])
+        gpus = {}
+        for labels, row in zip(identity.gpus, rows, strict=True):
+            values = tuple(None if v is None else float(v) / scale
+                           for v, scale in zip(row[1:1 + len(FIELDS)], SCALES, strict=False))
+            values += (None,) * (len(FIELDS) - len(values))
+            gpus[labels.key] = ExportedGpu(identity.hostname, labels, bool(row[0]), values)
+    except (KeyError, TypeError, ValueError, IndexError) as error:
         raise ValueError(f"malformed nvdashboard snapshot: {error}") from None
-    return NodeSnapshot(hostname, time_s, gpus)
+    return NodeSnapshot(identity.hostname, time_s, gpus)

@@ -4,8 +4,13 @@ A thread of its own connects to the scheduler as a Dask client and, once a secon
 for every worker's GPU snapshot in one call (``scheduler_side.gpu_view``). ``ClusterState``
 turns the answers into one entry per GPU:
 
-* **deduplicated:** GPUs are keyed by host and UUID, so several workers on one host that
-  all see its GPUs show each GPU once (the freshest report wins);
+* **one reporter per GPU:** each worker reads only the GPUs it owns (``ownership.py``);
+  should two workers still report one GPU (keyed by host and UUID), one of them is chosen
+  the same way every time: a fresh one before a stale one, then the lowest address. Never
+  "the freshest heartbeat", which would alternate between them;
+* **static facts once:** a worker's identity (its GPUs' labels) comes once, from the
+  scheduler's metadata or the first snapshot after a change, and is kept per worker; each
+  heartbeat's snapshot carries live values only;
 * **stale** when none of the workers that report it has had a heartbeat for
   ``STALE_HEARTBEATS`` heartbeat intervals;
 * **lost** when every worker that reported it has left the cluster; it stays on the page,
@@ -26,7 +31,7 @@ from typing import Any, NamedTuple
 
 from ..export.dcgm import ExportedGpu
 from ..metrics import History, HostReading, Sample
-from .snapshot import decode
+from .snapshot import NodeIdentity, decode, decode_identity
 
 log = logging.getLogger(__name__)
 
@@ -74,34 +79,70 @@ class ClusterState:
 
     def __init__(self) -> None:
         self._known: dict[tuple[str, str], ClusterGpu] = {}
+        self._identities: dict[str, NodeIdentity] = {}  # worker -> its current identity
         self.rejected: dict[str, str] = {}  # worker -> why its snapshot was refused
+
+    def _reject(self, address: str, error: ValueError) -> None:
+        if self.rejected.get(address) != str(error):
+            log.warning("worker %s: %s", address, error)
+        self.rejected[address] = str(error)
+
+    def _identity(self, address: str, worker: dict[str, Any],
+                  payload: Any) -> NodeIdentity | None:
+        """The identity a snapshot is read with: the one of its epoch, from the snapshot
+        itself, the scheduler's metadata or what this worker reported before."""
+        epoch = str(payload.get("e")) if isinstance(payload, dict) else None
+        known = self._identities.get(address)
+        if known is not None and known.epoch == epoch:
+            return known
+        for candidate in (payload.get("id") if isinstance(payload, dict) else None,
+                          worker.get("identity")):
+            if candidate is None:
+                continue
+            try:
+                identity = decode_identity(candidate)
+            except ValueError as error:
+                self._reject(address, error)
+                continue
+            if identity.epoch == epoch:
+                self._identities[address] = identity
+                return identity
+        return known  # decode() says why it does not fit
 
     def update(self, view: dict[str, Any]) -> ClusterTick:
         now = float(view.get("now") or time.time())
         stale_after = STALE_HEARTBEATS * float(view.get("heartbeat_s") or 1.0)
-        reports: dict[tuple[str, str], list[tuple[float, str, ExportedGpu]]] = {}
-        for address, worker in (view.get("workers") or {}).items():
+        reports: dict[tuple[str, str], list[tuple[bool, str, ExportedGpu]]] = {}
+        workers = view.get("workers") or {}
+        for address in [address for address in self._identities if address not in workers]:
+            del self._identities[address]
+        for address, worker in workers.items():
             payload = worker.get("snapshot")
             if payload is None:
                 continue  # no plugin (yet) on this worker
+            identity = self._identity(address, worker, payload)
             try:
-                node = decode(payload)
+                if identity is None:
+                    if isinstance(payload, dict) and payload.get("v") == 2 and "e" in payload:
+                        continue  # its identity has not arrived yet: next poll
+                    raise ValueError("not a version-2 nvdashboard snapshot")
+                node = decode(payload, identity)
             except ValueError as error:
-                if self.rejected.get(address) != str(error):
-                    log.warning("worker %s: %s", address, error)
-                self.rejected[address] = str(error)
+                self._reject(address, error)
                 continue
-            last_seen = float(worker.get("last_seen") or 0.0)
+            self.rejected.pop(address, None)
+            stale = now - float(worker.get("last_seen") or 0.0) > stale_after
             for gpu in node.gpus.values():
                 key = (gpu.hostname, gpu.identity.key)
-                reports.setdefault(key, []).append((last_seen, address, gpu))
+                reports.setdefault(key, []).append((stale, address, gpu))
         current: dict[tuple[str, str], ClusterGpu] = {}
         for key, seen in reports.items():
-            last_seen, _, freshest = max(seen, key=lambda report: report[0])
-            state = STALE if now - last_seen > stale_after else OK
-            if freshest.lost:
+            # One reporter, chosen the same way every time: fresh first, then by address.
+            stale, _, chosen = min(seen, key=lambda report: report[:2])
+            state = STALE if stale else OK
+            if chosen.lost:
                 state = LOST  # the worker is there, the GPU fell off its bus
-            current[key] = ClusterGpu(freshest, state,
+            current[key] = ClusterGpu(chosen, state,
                                       tuple(sorted(address for _, address, _ in seen)))
         for key, before in self._known.items():
             if key not in current:  # every worker that saw it has left
@@ -203,13 +244,15 @@ class ClusterView:
         return tick
 
     def _ask(self) -> dict[str, Any]:
+        from . import METRIC_KEY
         from .scheduler_side import from_scheduler_info, gpu_view
 
         try:
             return self._client.run_on_scheduler(gpu_view)
         except (ImportError, AttributeError, ModuleNotFoundError):
             # A scheduler without this package: the full identity has the same metrics.
-            return from_scheduler_info(self._client.scheduler_info(n_workers=-1))
+            return from_scheduler_info(self._client.scheduler_info(n_workers=-1),
+                                       self._client.get_metadata([METRIC_KEY], default={}))
 
     def _connect(self) -> None:
         from distributed import Client

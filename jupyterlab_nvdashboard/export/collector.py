@@ -22,7 +22,7 @@ from tornado.web import HTTPError
 
 from ..auth import Access, GuardedHandler
 from ..metrics import HostReading
-from .dcgm import FIELDS, ExportedGpu
+from .dcgm import FIELDS, HOSTNAME_LABEL, ExportedGpu
 
 # Host readings under nvdashboard_ names: (reading field, metric name, help).
 HOST_METRICS = (
@@ -70,10 +70,12 @@ def _known(value: float | None) -> bool:
 
 
 class DcgmCollector:
-    """Turns a ``Scrape`` into metric families; ``snapshot`` is called once per scrape."""
+    """Turns a ``Scrape`` into metric families; ``snapshot`` is called once per scrape.
+    ``hostname_label`` names the host label (``hostname``, or the old ``Hostname``)."""
 
-    def __init__(self, snapshot: Callable[[], Scrape]) -> None:
-        self.snapshot = snapshot
+    def __init__(self, snapshot: Callable[[], Scrape],
+                 hostname_label: str = HOSTNAME_LABEL) -> None:
+        self.snapshot, self.hostname_label = snapshot, hostname_label
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -85,11 +87,12 @@ class DcgmCollector:
             for gpu in scrape.gpus:
                 value = gpu.values[position] if position < len(gpu.values) else None
                 if _known(value):  # not available: left out, never 0
-                    family.add_sample(dcgm.name, gpu.identity.labels(gpu.hostname), value)
+                    family.add_sample(dcgm.name, gpu.identity.labels(
+                        gpu.hostname, self.hostname_label), value)
             if family.samples:
                 yield family
         for attribute, name, text in HOST_METRICS:
-            gauge = GaugeMetricFamily(name, text, labels=["Hostname"])
+            gauge = GaugeMetricFamily(name, text, labels=[self.hostname_label])
             for hostname, reading in scrape.hosts:
                 value = getattr(reading, attribute)
                 if _known(value):
@@ -100,7 +103,9 @@ class DcgmCollector:
             # Info-style: one series per device, its current first finding in ``cause``.
             family = Metric(DIAGNOSIS_METRIC, DIAGNOSIS_HELP, "gauge")
             for labels in scrape.diagnoses:
-                family.add_sample(DIAGNOSIS_METRIC, labels, 1.0)
+                family.add_sample(DIAGNOSIS_METRIC, {
+                    self.hostname_label if name == HOSTNAME_LABEL else name: value
+                    for name, value in labels.items()}, 1.0)
             yield family
         for item in scrape.health:
             names, values = list(item.labels), list(item.labels.values())

@@ -6,6 +6,18 @@ memory in MiB, power in W, clocks in MHz, the ``DCGM_FI_PROF_*`` activities as r
 interconnect rates in bytes per second, and the PCIe byte counters in KiB. A value we cannot
 read (``None``) is left out of the export; it is never sent as 0.
 
+**Counters are NVML's own.** ``DCGM_FI_DEV_PCIE_{TX,RX}_THROUGHPUT`` and
+``DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`` are the driver's cumulative byte counters as the reader
+last read them: every process reading a GPU exports the same value, and a server restart
+does not reset them, so Prometheus' ``rate()`` is right whoever reported. Where the driver
+has no such counter (before R555: the 20 ms snapshot) they are left out and the rates stay
+what they are, the ``DCGM_FI_PROF_*_BYTES`` gauges: a reader's private integral of sampled
+rates would restart with each reader and is never exported as a counter.
+
+**Labels** are dcgm-exporter's: ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``
+and ``hostname`` (spelled ``Hostname`` before dcgm-exporter's change #655, May 2026; boards
+that still select on it get it with ``--metrics-hostname-label Hostname``).
+
 This module knows no ``prometheus_client``: it turns readings into plain lists, which the
 collector exports and which the Dask worker plugin sends on its heartbeat (``cluster/``).
 """
@@ -27,10 +39,11 @@ from ..metrics.families import (
 )
 
 MIB = 2**20
+GIB = 2**30
 KIB = 1024.0
-# Rates are integrated into the PCIe byte counters only across gaps shorter than this;
-# a longer gap (the server was idle or the GPU lost) adds nothing rather than a guess.
-MAX_INTEGRATION_GAP_S = 5.0
+# dcgm-exporter's host label: "hostname" since its change #655; "Hostname" before.
+HOSTNAME_LABEL = "hostname"
+OLD_HOSTNAME_LABEL = "Hostname"
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,9 @@ COUNTERS: tuple[DcgmField, ...] = (
               "Total number of bytes transmitted through PCIe TX (in KB) via NVML."),
     DcgmField("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "counter",
               "Total number of bytes received through PCIe RX (in KB) via NVML."),
+    DcgmField("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter",
+              "Total number of NVLink bandwidth counters for all lanes (bytes transmitted "
+              "and received, all active links)."),
 )
 FIELDS = GAUGES + COUNTERS
 
@@ -101,10 +117,10 @@ class GpuIdentity(NamedTuple):
         """One GPU or MIG device, across the cluster."""
         return self.mig_uuid or self.uuid
 
-    def labels(self, hostname: str) -> dict[str, str]:
+    def labels(self, hostname: str, hostname_label: str = HOSTNAME_LABEL) -> dict[str, str]:
         labels = {"gpu": str(self.gpu), "UUID": self.uuid, "pci_bus_id": self.pci_bus_id or "",
                   "device": f"nvidia{self.gpu}", "modelName": self.model_name,
-                  "Hostname": hostname}
+                  hostname_label: hostname}
         if self.gpu_instance_id is not None:
             labels["GPU_I_ID"] = str(self.gpu_instance_id)
             labels["GPU_I_PROFILE"] = self.gpu_instance_profile or ""
@@ -120,6 +136,21 @@ class ExportedGpu(NamedTuple):
     values: tuple[float | None, ...]
 
 
+def mig_profile(device: GpuFacts, gpu: GpuFacts | None) -> str | None:
+    """A MIG device's profile as NVIDIA names it ("3g.40gb"), from the MIG attributes the
+    reader holds: its GPU slices, and its memory slices (eighths of the GPU) times the GPU's
+    memory in whole GiB, rounded up as NVIDIA's names are (141 for an H200's 140.4 GiB).
+    Without those attributes, what follows " MIG " in the device's name; else None."""
+    mig = device.mig or {}
+    slices, memory_slices = mig.get("gpu_slices"), mig.get("memory_slices")
+    total = gpu.memory_total_bytes if gpu is not None else None
+    if slices and memory_slices and total:
+        gib = math.floor(memory_slices * math.ceil(total / GIB) / 8 + 0.5)
+        return f"{slices}g.{gib}gb"
+    before, found, profile = device.name.rpartition(" MIG ")
+    return profile.strip() or None if found and before else None
+
+
 def identities(facts: Sequence[GpuFacts]) -> dict[int, GpuIdentity]:
     """Row -> labels; a MIG device takes its GPU's name, UUID and bus ID."""
     by_row = {f.index: f for f in facts}
@@ -127,7 +158,7 @@ def identities(facts: Sequence[GpuFacts]) -> dict[int, GpuIdentity]:
     for f in facts:
         parent = by_row.get(f.parent) if f.parent is not None else None
         if f.kind == "mig" and parent is not None:
-            profile = f.name.rpartition(" MIG ")[2] or None
+            profile = mig_profile(f, parent)
             out[f.index] = GpuIdentity(
                 f.nvml_index, parent.uuid, parent.name, parent.pci_bus_id,
                 (f.mig or {}).get("gpu_instance_id"), profile, f.uuid)
@@ -186,42 +217,17 @@ def _last_xid(health: HealthReading | None) -> float | None:
     return float(events[-1].xid) if events else 0.0
 
 
-class PcieByteCounters:
-    """The PCIe byte counters dcgm-exporter exports, integrated from the counter rates.
-
-    NVML's own counters are read as rates (metrics/rates.py); summing rate x elapsed time
-    over every sample gives back the bytes moved since this server started, in KiB. A
-    20 ms snapshot (drivers without counters) is not a rate over the interval, so it adds
-    nothing. Counters start at 0 with each server, which Prometheus reads as a reset.
-    """
-
-    def __init__(self) -> None:
-        self.totals_kib: dict[tuple[int, str], float] = {}
-        self._last: dict[int, float] = {}
-
-    def add(self, samples: Sequence[Sample]) -> None:
-        for sample in samples:
-            for reading in sample.gpus:
-                last = self._last.get(reading.index)
-                self._last[reading.index] = sample.time_s
-                if last is None or reading.lost or reading.pcie_is_snapshot:
-                    continue
-                elapsed = sample.time_s - last
-                if not 0 < elapsed <= MAX_INTEGRATION_GAP_S:
-                    continue
-                for direction in ("tx", "rx"):
-                    rate = getattr(reading, f"pcie_{direction}_bytes_per_s")
-                    if rate is None or not math.isfinite(rate):
-                        continue
-                    key = (reading.index, direction)
-                    self.totals_kib[key] = self.totals_kib.get(key, 0.0) + rate * elapsed / KIB
-
-    def values(self, row: int) -> list[float | None]:
-        return [self.totals_kib.get((row, "tx")), self.totals_kib.get((row, "rx"))]
+def counter_values(reading: GpuReading) -> list[float | None]:
+    """The ``COUNTERS`` of one device row: NVML's own totals, None where it has none."""
+    if reading.lost:
+        return [None] * len(COUNTERS)
+    tx, rx = reading.pcie_tx_bytes_total, reading.pcie_rx_bytes_total
+    return [None if tx is None else tx / KIB, None if rx is None else rx / KIB,
+            reading.nvlink_bytes_total]
 
 
-def exported_gpus(hostname: str, facts: Sequence[GpuFacts], sample: Sample | None,
-                  counters: PcieByteCounters) -> list[ExportedGpu]:
+def exported_gpus(hostname: str, facts: Sequence[GpuFacts],
+                  sample: Sample | None) -> list[ExportedGpu]:
     """Every device row of this machine, from its newest sample."""
     if sample is None:
         return []
@@ -234,6 +240,6 @@ def exported_gpus(hostname: str, facts: Sequence[GpuFacts], sample: Sample | Non
         values = gauge_values(
             reading, device_reading(sample.extra, GPM_FAMILY, reading.index, GpmReading),
             device_reading(sample.extra, HEALTH_FAMILY, reading.index, HealthReading))
-        values += counters.values(reading.index)
+        values += counter_values(reading)
         out.append(ExportedGpu(hostname, identity, reading.lost, tuple(values)))
     return out

@@ -7,30 +7,25 @@ from collections.abc import Callable, Sequence
 from ..diagnosis import Diagnosis
 from ..metrics import GpuFacts, Metrics, Sample
 from .collector import HealthValue, Scrape
-from .dcgm import ExportedGpu, PcieByteCounters, exported_gpus, identities
+from .dcgm import HOSTNAME_LABEL, ExportedGpu, exported_gpus, identities
 
 
 class GpuExport:
-    """This machine's GPUs in DCGM's terms, from the samples since the last call: takes
-    them in one ``History.since`` call, integrates them into the byte counters and exports
-    the newest. Shared by the scrape and a Dask worker's heartbeat snapshot."""
+    """This machine's GPUs in DCGM's terms, from the newest sample (its counters are
+    NVML's own, so nothing accumulates here). Shared by the scrape and a Dask worker's
+    heartbeat snapshot."""
 
     def __init__(self, metrics: Metrics, hostname: str) -> None:
         self.metrics, self.hostname = metrics, hostname
-        self.counters = PcieByteCounters()
-        self._seq = -1
 
     def newest(self) -> tuple[Sample | None, list[ExportedGpu]]:
-        samples = self.metrics.history.since(self._seq)
-        if samples:
-            self._seq = samples[-1].seq
-            self.counters.add(samples)
-        latest = samples[-1] if samples else self.metrics.history.latest()
-        return latest, exported_gpus(self.hostname, self.metrics.facts, latest, self.counters)
+        latest = self.metrics.history.latest()
+        return latest, exported_gpus(self.hostname, self.metrics.facts, latest)
 
 
 def diagnosis_labels(diagnoses: Sequence[Diagnosis], facts: Sequence[GpuFacts],
-                     hostname: str) -> list[dict[str, str]]:
+                     hostname: str, hostname_label: str = HOSTNAME_LABEL
+                     ) -> list[dict[str, str]]:
     """The label sets of ``nvdashboard_gpu_diagnosis``: each device's ``gpu`` and ``UUID`` as
     the DCGM series have them (a MIG device: its GPU's, and its ``GPU_I_ID``), and
     ``cause``."""
@@ -40,7 +35,7 @@ def diagnosis_labels(diagnoses: Sequence[Diagnosis], facts: Sequence[GpuFacts],
         identity = ids.get(diagnosis.row)
         if identity is None:
             continue
-        labels = {"gpu": str(identity.gpu), "UUID": identity.uuid, "Hostname": hostname}
+        labels = {"gpu": str(identity.gpu), "UUID": identity.uuid, hostname_label: hostname}
         if identity.gpu_instance_id is not None:
             labels["GPU_I_ID"] = str(identity.gpu_instance_id)
         labels["cause"] = diagnosis.cause

@@ -7,7 +7,7 @@ else (dashboards, JSON endpoints) reads ``Metrics.history`` and ``Metrics.nvml.f
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,9 +77,12 @@ class Metrics:
 
 def create_metrics(
     config: Config, environ: Mapping[str, str] | None = None, library: Any = None,
-    simulator: Any = None,
+    simulator: Any = None, only: Collection[str] | None = None,
 ) -> Metrics:
     """Build (but do not start) the sampler for ``config``.
+
+    ``only``: read only the devices with these UUIDs (``NvmlReader.read_only``); None reads
+    every device CUDA shows this process.
 
     ``library`` is the NVML library the binding runs over: None for the real driver, or an
     object that plays ``libnvidia-ml.so.1`` (the composition root passes the simulated
@@ -90,7 +93,7 @@ def create_metrics(
     cuda = {"cuda_visible_devices": environ.get("CUDA_VISIBLE_DEVICES"),
             "cuda_device_order": environ.get("CUDA_DEVICE_ORDER")}
     release = config.simulation.binding or None if library is not None else None
-    nvml = NvmlReader(binding_loader(library, release), **cuda)
+    nvml = NvmlReader(binding_loader(library, release), only=only, **cuda)
     history = History(config.history_length)
     processes = ProcessReader(nvml)
     sampler = Sampler(nvml, HostReader(), history, config.interval_s, config.idle_interval_s,

@@ -32,6 +32,11 @@ _PLAUSIBLE_OVER_MAX = 1.5
 _DEFAULT_MAX_LINKS = 18
 
 
+# (tx, rx bytes/s, 20 ms snapshot?, tx, rx bytes total) and (tx, rx bytes/s, bytes total).
+PcieReading = tuple[float | None, float | None, bool, float | None, float | None]
+NvlinkReading = tuple[float | None, float | None, float | None]
+
+
 def pcie_max_bytes_per_s(generation: Any, width: Any) -> float | None:
     """One direction's maximum for a link of this generation and width."""
     if generation in PCIE_LANE_BYTES_PER_S and width:
@@ -141,10 +146,9 @@ class LinkReader:
             device.pcie_snapshot = (started, None if tx is None else tx * 1024.0,
                                     None if rx is None else rx * 1024.0)  # NVML gives KB/s
 
-    def read(self, device: Device, now: float
-                    ) -> tuple[tuple[float | None, float | None, bool],
-                               tuple[float | None, float | None]]:
-        """PCIe and NVLink rates from one field-values call (plus the PCIe snapshot)."""
+    def read(self, device: Device, now: float) -> tuple[PcieReading, NvlinkReading]:
+        """PCIe and NVLink rates, and NVML's own totals, from one field-values call (plus
+        the PCIe snapshot)."""
         s = self.session
         requested: list[Any] = []
         counters = device.pcie_counters
@@ -161,23 +165,24 @@ class LinkReader:
         answered = s.fields(device, requested) if requested else None
         values = None if answered is None else [field_reading(value) for value in answered]
         success = s.success_code
-        pcie: tuple[float | None, float | None, bool]
+        pcie: PcieReading = (None, None, False, None, None)
         if counters is not None:
             if values is None:
-                pcie = (None, None, False)
+                pass
             elif not (values[0][0] == success and values[1][0] == success):
                 self.probe_pcie(device, now)  # the counters stopped answering: fall back
-                pcie = (None, None, False)
             else:
                 limit = device.facts.pcie_max_bytes_per_s
                 pcie = (self._rate(device, "pcie_tx", values[0], now, 1.0, limit),
-                        self._rate(device, "pcie_rx", values[1], now, 1.0, limit), False)
+                        self._rate(device, "pcie_rx", values[1], now, 1.0, limit), False,
+                        values[0][2], values[1][2])
             values = None if values is None else values[2:]
         else:
             snapshot = device.pcie_snapshot
             fresh = snapshot is not None and now - snapshot[0] <= PCIE_SNAPSHOT_STALE_S
-            pcie = (snapshot[1], snapshot[2], True) if fresh and snapshot else (None, None, False)
-        nvlink: tuple[float | None, float | None] = (None, None)
+            if fresh and snapshot:
+                pcie = (snapshot[1], snapshot[2], True, None, None)
+        nvlink: NvlinkReading = (None, None, None)
         if fields is not None and values is not None:
             per_link = (device.facts.nvlink_max_bytes_per_s or 0) / max(1, len(links)) or None
             totals: list[float | None] = []
@@ -187,7 +192,10 @@ class LinkReader:
                 # A link without a rate (its counter reset, or it failed) makes the total
                 # unknown: a partial sum would draw a dip that never happened.
                 totals.append(None if None in rates else sum(rates))  # type: ignore[arg-type]
-            nvlink = (totals[0], totals[1])
+            counted = values[:2 * len(links)]
+            total = sum(value[2] for value in counted) * fields.scale \
+                if counted and all(value[0] == success for value in counted) else None
+            nvlink = (totals[0], totals[1], total)
         return pcie, nvlink
 
     def _rate(self, device: Device, name: str, value: tuple[int, int, float, int, float],

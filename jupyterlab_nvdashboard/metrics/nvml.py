@@ -13,7 +13,12 @@
   Which ones show, and their CUDA positions, follow ``CUDA_VISIBLE_DEVICES`` and
   ``CUDA_DEVICE_ORDER`` (``cuda_visibility.py``). Static facts are read once.
 - **Rates.** PCIe and NVLink byte rates, and the 20 ms PCIe fallback that ``read_slow``
-  takes on drivers without counters, are ``links.py``'s.
+  takes on drivers without counters, are ``links.py``'s. Where the counters answer, their
+  raw totals ride along (``GpuReading.pcie_*_bytes_total``, ``nvlink_bytes_total``): NVML's
+  own, the same for every process that reads the GPU.
+- **Only these devices.** ``only`` (or ``read_only`` later) limits the rows to some device
+  UUIDs, so several processes on one host can share its GPUs with one reader each (the
+  Dask worker plugin); ``cuda_positions`` still names every device CUDA shows this process.
 """
 
 from __future__ import annotations
@@ -22,13 +27,19 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from enum import Enum
 from typing import Any, NamedTuple
 
 from .binding import load_binding
 from .cuda_visibility import MigEntry, PhysicalGpu, cuda_indices
-from .links import PCIE_SNAPSHOT_EVERY_S, LinkReader, pcie_max_bytes_per_s
+from .links import (
+    PCIE_SNAPSHOT_EVERY_S,
+    LinkReader,
+    NvlinkReading,
+    PcieReading,
+    pcie_max_bytes_per_s,
+)
 from .session import Device, GpuFacts, NvmlSession, decode, skip_key
 
 log = logging.getLogger(__name__)
@@ -89,6 +100,11 @@ class GpuReading(NamedTuple):
     nvlink_rx_bytes_per_s: float | None
     temperature_c: float | None
     power_w: float | None
+    # NVML's own cumulative counters (bytes since the driver started counting; they wrap at
+    # the field's width): None where the driver has no such counter (the 20 ms snapshot).
+    pcie_tx_bytes_total: float | None = None
+    pcie_rx_bytes_total: float | None = None
+    nvlink_bytes_total: float | None = None  # transmitted and received, all active links
 
     @classmethod
     def unavailable(cls, index: int, lost: bool) -> GpuReading:
@@ -111,8 +127,13 @@ class NvmlReader:
         cuda_visible_devices: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         cuda_device_order: str | None = None,
+        only: Collection[str] | None = None,
     ) -> None:
         self._load_library = load_library
+        # Read only devices with these UUIDs (a MIG device: its own or its GPU's); None: all.
+        self._only: frozenset[str] | None = None if only is None else frozenset(only)
+        # Every device CUDA shows this process (UUID -> CUDA position), read or not.
+        self.cuda_positions: dict[str, int] = {}
         self._cuda_visible_devices = cuda_visible_devices
         self._cuda_device_order = cuda_device_order or "FASTEST_FIRST"
         self._clock = clock
@@ -166,6 +187,17 @@ class NvmlReader:
         """A forked child must not reuse the parent's NVML handles."""
         self.session.reset()
         self._set_state(NvmlState.UNINITIALIZED)
+
+    def read_only(self, uuids: Collection[str] | None) -> None:
+        """Read only the devices with these UUIDs from now on (None: every visible one);
+        a change enumerates the devices again (a new ``epoch``)."""
+        chosen = None if uuids is None else frozenset(uuids)
+        with self.session.lock:
+            if chosen == self._only:
+                return
+            self._only = chosen
+            if self.state in (NvmlState.OK, NvmlState.NO_DEVICES):
+                self._enumerate()
 
     def _set_state(self, state: NvmlState, detail: str = "") -> None:
         self.state = state
@@ -232,10 +264,14 @@ class NvmlReader:
             for gpu, migs in opened
         ]
         visible = cuda_indices(physical, self._cuda_visible_devices, self._cuda_device_order)
+        self.cuda_positions = dict(visible)
+        only = self._only
         rows: list[Device] = []
         for gpu, migs in opened:
-            shown_migs = [mig for mig in migs if mig.facts.uuid in visible]
-            if gpu.facts.uuid not in visible and not shown_migs:
+            whole = only is None or gpu.facts.uuid in only
+            shown_migs = [mig for mig in migs if mig.facts.uuid in visible and
+                          (whole or mig.facts.uuid in only)]  # type: ignore[operator]
+            if (gpu.facts.uuid not in visible or not whole) and not shown_migs:
                 continue
             parent_row = len(rows)
             rows.append(self._finish(gpu, parent_row, None, visible.get(gpu.facts.uuid)))
@@ -244,6 +280,8 @@ class NvmlReader:
         self.session.set_devices(rows)
         if rows:
             self._set_state(NvmlState.OK)
+        elif only is not None and visible:
+            self._set_state(NvmlState.NO_DEVICES, "another process reads this one's GPUs")
         elif self._cuda_visible_devices is not None and count:
             self._set_state(NvmlState.NO_DEVICES,
                             f"CUDA_VISIBLE_DEVICES={self._cuda_visible_devices!r} hides them")
@@ -393,8 +431,8 @@ class NvmlReader:
         else:
             memory = self.session.query(device, "nvmlDeviceGetMemoryInfo", metric="memory")
         temperature = power = None
-        pcie: tuple[float | None, float | None, bool] = (None, None, False)
-        nvlink: tuple[float | None, float | None] = (None, None)
+        pcie: PcieReading = (None, None, False, None, None)
+        nvlink: NvlinkReading = (None, None, None)
         if device.parent is None:
             sensor = self.session.constant("NVML_TEMPERATURE_GPU")
             temperature = self.session.query(device, "nvmlDeviceGetTemperature", sensor,
@@ -419,6 +457,9 @@ class NvmlReader:
             nvlink_rx_bytes_per_s=nvlink[1],
             temperature_c=None if temperature is None else float(temperature),
             power_w=None if power is None else power / 1000,
+            pcie_tx_bytes_total=pcie[3],
+            pcie_rx_bytes_total=pcie[4],
+            nvlink_bytes_total=nvlink[2],
         )
 
     def _try_recover(self, device: Device) -> None:

@@ -43,10 +43,19 @@ class DaskCluster:
     def address(self) -> str:
         return f"tcp://127.0.0.1:{self.port}"
 
-    def start_worker(self, name: str, gpus: int, host: str) -> subprocess.Popen:
+    def start_worker(self, name: str, gpus: int, host: str,
+                     cuda_visible_devices: str | None = None,
+                     extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+        """A worker process; ``cuda_visible_devices`` as dask-cuda sets it (a rotation)."""
         env = {**os.environ, "NVDASHBOARD_SIMULATE": str(gpus),
                "NVDASHBOARD_SIMULATE_HOST": host,
-               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+               # The workers' GPU claims live with the logs, removed with them.
+               "NVDASHBOARD_GPU_CLAIMS_DIR": str(self.logs / "claims"),
+               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               **(extra_env or {})}
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        if cuda_visible_devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
         log = (self.logs / f"{name}.log").open("a")
         process = subprocess.Popen(
             [sys.executable, "-m", "distributed.cli.dask_worker", self.address, "--no-nanny",
@@ -54,6 +63,14 @@ class DaskCluster:
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.workers[name] = process
         return process
+
+    def worker_names(self) -> dict[str, str]:
+        """Worker address -> the name it was started with, as the scheduler knows them."""
+        from distributed import Client
+
+        with Client(self.address, timeout="10s", set_as_default=False) as client:
+            return {address: str(worker["name"]) for address, worker in
+                    client.scheduler_info(n_workers=-1)["workers"].items()}
 
     def kill_worker(self, name: str) -> None:
         process = self.workers.pop(name)

@@ -45,4 +45,4 @@ DCGM_REFERENCE = {
     "DCGM_FI_PROF_NVLINK_RX_BYTES": "gauge",
 }
 # The labels dcgm-exporter puts on every GPU series (its Grafana board selects on them).
-DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
+DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname"}

@@ -1,0 +1,127 @@
+"""Which of its host's GPUs a Dask worker reads: one reader per GPU.
+
+* **Its own GPU.** Under dask-cuda every worker's ``CUDA_VISIBLE_DEVICES`` is a rotation of
+  the host's GPUs (``0,1`` and ``1,0``); the first entry is the worker's own, the one Dask's
+  NVML diagnostics (``distributed/diagnostics/nvml.py``) monitor. The worker reads it.
+* **GPUs nobody owns.** A GPU that is no worker's own (no ``CUDA_VISIBLE_DEVICES``, or fewer
+  workers than GPUs) is read by one of the workers that see it: the first to adopt it. So a
+  single-worker node shows all its GPUs, and two plain workers on one node don't both read
+  them. An adopter hands a GPU over as soon as its owner appears.
+
+The claims are ``flock`` locks on files in a folder of this user's (one file per host, GPU
+and kind of claim): the kernel drops a dead worker's locks, so its GPUs find a reader again
+at the next check, and nothing has to talk to the scheduler. The files themselves stay (a
+few bytes each): removing a lock file another process may be about to lock would let two
+processes hold "the same" lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CLAIMS_DIR_VARIABLE = "NVDASHBOARD_GPU_CLAIMS_DIR"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def default_claims_dir() -> Path:
+    """One folder per user in the temporary folder (workers of one user share it)."""
+    return Path(tempfile.gettempdir()) / f"nvdashboard-gpu-claims-{os.getuid()}"
+
+
+class _Lock:
+    """One exclusive, non-blocking ``flock`` on one file; held until ``release``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self._fd = path, -1
+
+    @property
+    def held(self) -> bool:
+        return self._fd >= 0
+
+    def acquire(self) -> bool:
+        if self._fd >= 0:
+            return True
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # closing the only descriptor drops the flock
+            self._fd = -1
+
+    def free(self) -> bool:
+        """Whether nobody holds it now (taken and given back at once)."""
+        if self._fd >= 0:
+            return False
+        taken = self.acquire()
+        self.release()
+        return taken
+
+
+class GpuClaims:
+    """The claims of one worker on ``host``'s GPUs; ``update`` says which it reads now."""
+
+    def __init__(self, host: str, directory: Path | None = None) -> None:
+        self.directory = directory or default_claims_dir()
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.host = _UNSAFE.sub("_", host)
+        self._locks: dict[tuple[str, str], _Lock] = {}
+        self.own: str | None = None  # the UUID of this worker's own GPU, if it has one
+
+    def _lock(self, kind: str, uuid: str) -> _Lock:
+        key = (kind, uuid)
+        if key not in self._locks:
+            name = f"{self.host}--{_UNSAFE.sub('_', uuid)}.{kind}"
+            self._locks[key] = _Lock(self.directory / name)
+        return self._locks[key]
+
+    def update(self, positions: Mapping[str, int], own_first: bool,
+               adopt: bool = True) -> frozenset[str]:
+        """One check. ``positions``: every device CUDA shows this worker (UUID -> CUDA
+        position); ``own_first``: whether position 0 is this worker's own (a
+        ``CUDA_VISIBLE_DEVICES`` is set, as dask-cuda sets it); ``adopt``: whether to take
+        up GPUs nobody owns or reads (adopted ones are kept either way). Returns the UUIDs
+        to read."""
+        own = next((uuid for uuid, at in positions.items() if at == 0), None) \
+            if own_first else None
+        if own != self.own and self.own is not None:
+            self._lock("own", self.own).release()
+            self._lock("read", self.own).release()
+        self.own = own
+        reading: set[str] = set()
+        # The owner waits for an adopter to hand its GPU over: never two readers at once.
+        if own is not None and self._lock("own", own).acquire() and \
+                self._lock("read", own).acquire():
+            reading.add(own)
+        for uuid in positions:
+            if uuid == own:
+                continue
+            read = self._lock("read", uuid)
+            if not self._lock("own", uuid).free():  # it has an owner: hand it over
+                read.release()
+            elif (read.held or adopt) and read.acquire():
+                reading.add(uuid)
+        for (_, uuid), lock in self._locks.items():
+            if uuid not in positions:  # no longer visible here
+                lock.release()
+        return frozenset(reading)
+
+    def release(self) -> None:
+        for lock in self._locks.values():
+            lock.release()
+        self._locks.clear()
+        self.own = None

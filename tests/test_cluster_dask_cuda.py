@@ -1,0 +1,205 @@
+"""Cluster mode in dask-cuda's layout, scraped by a real Prometheus, read as NVIDIA's
+Grafana board reads it.
+
+Two simulated hosts of 4 GPUs each (``NVDASHBOARD_SIMULATE_HOST``: UUIDs of their own), one
+worker process per GPU with ``CUDA_VISIBLE_DEVICES`` rotated as dask-cuda rotates it
+(``0,1,2,3``, ``1,2,3,0``, ...). Then:
+
+* each GPU is read by exactly one worker (the NVML passes of each worker, counted by its
+  simulated driver, are one GPU's), and all 8 appear once;
+* ``DCGM_FI_DEV_PCIE_TX_THROUGHPUT`` never decreases over the window Prometheus scraped,
+  and ``rate()`` over it matches the simulated traffic within 10 %;
+* every panel of NVIDIA's board (``tests/support/dcgm_exporter_board.json``), with its own
+  template variables, gets one series per GPU (one in all for its sum and average panels),
+  from the cluster's dashboard and from a single server.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("distributed")
+pytest.importorskip("prometheus_client")
+
+from tests.support.bokeh_client import TEST_TOKEN  # noqa: E402
+from tests.support.dask_cluster import DaskCluster, start_scheduler  # noqa: E402
+from tests.support.servers import cli_server, free_port, get  # noqa: E402
+
+PROMETHEUS = shutil.which("prometheus")
+pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus package")
+BOARD = json.loads((Path(__file__).parent / "support" / "dcgm_exporter_board.json").read_text())
+HOSTS, GPUS_PER_HOST = ("dgx-a", "dgx-b"), 4
+PROFILE = {"NVDASHBOARD_SIMULATE_PROFILE": "h200"}  # GPM, power and clocks on every GPU
+# simnvml/machine.py: PCIe TX runs at 8e9 B/s x wave(t, period 11 s), whose mean over whole
+# periods is 0.5. Prometheus' window below is three periods.
+TRAFFIC_KIB_PER_S = 8e9 * 0.5 / 1024
+WINDOW_S = 33
+
+
+def api(base: str, path: str, **params: str) -> Any:
+    url = f"{base}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        body = json.load(response)
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[DaskCluster]:
+    dask = start_scheduler(free_port())
+    try:
+        for host in HOSTS:
+            for first in range(GPUS_PER_HOST):
+                rotation = ",".join(str((first + i) % GPUS_PER_HOST)
+                                    for i in range(GPUS_PER_HOST))
+                dask.start_worker(f"{host}-{first}", GPUS_PER_HOST, host, rotation, PROFILE)
+        yield dask
+    finally:
+        dask.stop()
+
+
+def probe(dask_worker: Any) -> dict[str, Any]:
+    """On each worker: what it reads, its NVML passes and its ticks."""
+    gpus = dask_worker.plugins["nvdashboard-gpus"].gpus
+    latest = gpus.metrics.history.latest()
+    return {"host": gpus.hostname, "reading": gpus.reading,
+            "passes": gpus.metrics.simulator.calls["nvmlDeviceGetUtilizationRates"],
+            "ticks": latest.seq if latest else 0,
+            "visible": sorted(gpus.metrics.nvml.cuda_positions)}
+
+
+def start_prometheus(tmp_path: Path, targets: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    jobs = "".join(
+        f"  - job_name: {job}\n"
+        f"    authorization: {{type: Bearer, credentials: {TEST_TOKEN}}}\n"
+        f"    static_configs: [{{targets: ['{target}']}}]\n" for job, target in targets.items())
+    config = tmp_path / "prometheus.yml"
+    config.write_text("global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
+                      f"scrape_configs:\n{jobs}")
+    port = free_port()
+    log = (tmp_path / "prometheus.log").open("w")
+    process = subprocess.Popen(
+        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def grafana_regex(values: list[str]) -> str:
+    """A multi-value variable set to "All", as Grafana writes it into a Prometheus query."""
+    escaped = [re.sub(r"([\\^$*+?.()|{}\[\]])", r"\\\\\1", value) for value in values]
+    return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
+
+
+def board_series(base: str, instance: str) -> dict[str, list[dict[str, str]]]:
+    """Each panel's series with the board's variables: ``instance`` chosen, every GPU."""
+    variables: dict[str, str] = {}
+    for variable in BOARD["templating"]:
+        metric, label = re.fullmatch(r"label_values\((\w+), (\w+)\)",
+                                     variable["query"]).groups()  # type: ignore[union-attr]
+        values = api(base, f"label/{label}/values", **{"match[]": metric})
+        variables[variable["name"]] = grafana_regex([instance] if label == "instance"
+                                                    else values)
+    out = {}
+    for panel in BOARD["panels"]:
+        expr = panel["expr"]
+        for name, value in variables.items():
+            expr = expr.replace(f"${name}", value)
+        out[panel["title"]] = [s["metric"] for s in api(base, "query", query=expr)["result"]]
+    return out
+
+
+def check_board(base: str, instance: str, gpus: int) -> None:
+    for title, series in board_series(base, instance).items():
+        aggregate = re.match(r"\s*(sum|avg)\(", next(
+            p["expr"] for p in BOARD["panels"] if p["title"] == title))
+        if aggregate:
+            assert len(series) == 1, (title, series)
+            continue
+        keys = [(s["hostname"], s["UUID"]) for s in series]
+        assert len(keys) == gpus and len(set(keys)) == gpus, (title, instance, series)
+
+
+def test_dask_cuda_layout_one_reader_per_gpu_counters_prometheus_can_rate_and_the_board(
+        cluster: DaskCluster, tmp_path: Path) -> None:
+    from distributed import Client
+
+    with cli_server(["--dask-scheduler", cluster.address, "--metrics"]) as (dashboard, _), \
+            cli_server(["--simulate", "4", "--metrics", "--interval", "0.5"],
+                       env=PROFILE) as (single, _):
+        deadline, view = time.monotonic() + 120, {}
+        while time.monotonic() < deadline:
+            view = json.loads(get(dashboard + "/cluster.json")[1])
+            if view["workers"] == 8 and len(view["gpus"]) == 8 and \
+                    all(g["state"] == "ok" and len(g["workers"]) == 1 for g in view["gpus"]):
+                break
+            time.sleep(0.5)
+        # All 8 once, each reported by one worker, the 4 of each host by 4 different ones.
+        assert len({(g["host"], g["uuid"]) for g in view["gpus"]}) == 8, view
+        assert all(g["state"] == "ok" and len(g["workers"]) == 1 for g in view["gpus"]), view
+        assert len({g["workers"][0] for g in view["gpus"]}) == 8
+
+        targets = {"cluster": urllib.parse.urlsplit(dashboard).netloc,
+                   "single": urllib.parse.urlsplit(single).netloc}
+        prometheus, base = start_prometheus(tmp_path, targets)
+        try:
+            with Client(cluster.address, timeout="10s", set_as_default=False) as client:
+                before = client.run(probe)
+                scrape_started = time.monotonic()
+                while time.monotonic() - scrape_started < WINDOW_S + 3:
+                    time.sleep(1)
+                after = client.run(probe)
+            # Each worker read exactly one GPU, its own, on each of its ticks.
+            read = {}
+            for address, now in after.items():
+                assert len(now["visible"]) == GPUS_PER_HOST, now
+                assert len(now["reading"]) == 1, now
+                ticks = now["ticks"] - before[address]["ticks"]
+                passes = now["passes"] - before[address]["passes"]
+                assert ticks >= 10 and passes <= ticks + 2, (now, before[address])
+                read[(now["host"], now["reading"][0])] = address
+            assert len(read) == 8  # every GPU by one worker
+
+            assert api(base, "query", query="count_over_time(up[1m])")["result"], \
+                (tmp_path / "prometheus.log").read_text()[-2000:]
+            selector = 'job="cluster"'
+            series = api(base, "query", query=f"DCGM_FI_DEV_GPU_UTIL{{{selector}}}")["result"]
+            assert sorted((s["metric"]["hostname"], s["metric"]["UUID"]) for s in series) == \
+                sorted(read)
+            # The counter, sample by sample, over the window: never down.
+            window = api(base, "query",
+                         query=f"DCGM_FI_DEV_PCIE_TX_THROUGHPUT{{{selector}}}[{WINDOW_S}s]")
+            assert len(window["result"]) == 8
+            for each in window["result"]:
+                values = [float(v) for _, v in each["values"]]
+                assert len(values) >= WINDOW_S - 5, each["metric"]
+                assert all(b >= a for a, b in zip(values, values[1:], strict=False)), values
+            rates = api(base, "query", query=f"rate(DCGM_FI_DEV_PCIE_TX_THROUGHPUT"
+                                             f"{{{selector}}}[{WINDOW_S}s])")["result"]
+            assert len(rates) == 8
+            for each in rates:
+                assert float(each["value"][1]) == pytest.approx(TRAFFIC_KIB_PER_S, rel=0.10), \
+                    each
+
+            # NVIDIA's board, with its own variables, on both.
+            instances = api(base, "label/instance/values", **{"match[]": "DCGM_FI_DEV_GPU_TEMP"})
+            assert sorted(instances) == sorted(targets.values())
+            check_board(base, targets["cluster"], 8)
+            check_board(base, targets["single"], 4)
+        finally:
+            prometheus.terminate()
+            try:
+                prometheus.wait(15)
+            except subprocess.TimeoutExpired:
+                prometheus.kill()
+                prometheus.wait()
