@@ -513,11 +513,13 @@ def verdicts(reader: dict[str, dict[str, Any]] | None, loop: dict[str, dict[str,
     return lines
 
 
-def baseline_costs(revision: str, profiles: Sequence[str], passes: int, rounds: int
+def baseline_costs(revision: str, profiles: Sequence[str], passes: int, rounds: int,
+                   figure: str = "wall_ms"
                    ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Median read() wall ms per profile, for ``revision`` and this tree, in alternating
-    rounds: each round runs the revision's own script from a temporary worktree, then
-    this tree's reader part, so drift in machine load hits both alike."""
+    """Median read() ms per profile (``figure``: wall_ms or thread_cpu_ms), for
+    ``revision`` and this tree, in alternating rounds: each round runs the revision's own
+    script from a temporary worktree, then this tree's reader part, so drift in machine
+    load hits both alike."""
     import subprocess
     import tempfile
 
@@ -536,10 +538,10 @@ def baseline_costs(revision: str, profiles: Sequence[str], passes: int, rounds: 
                                 ",".join(profiles), "--json", str(out)], check=True,
                                cwd=tree, stdout=subprocess.DEVNULL)
                 for profile, result in json.loads(out.read_text())["reader"].items():
-                    then[profile].append(result["wall_ms"]["median"])
+                    then[profile].append(result[figure]["median"])
                 progress(f"... baseline round {round_number + 1}/{rounds}: this tree")
                 for profile, result in reader_costs(profiles, passes, 20).items():
-                    now[profile].append(result["wall_ms"]["median"])
+                    now[profile].append(result[figure]["median"])
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
                            check=False)
@@ -547,8 +549,8 @@ def baseline_costs(revision: str, profiles: Sequence[str], passes: int, rounds: 
 
 
 def baseline_table(revision: str, then: dict[str, list[float]],
-                   now: dict[str, list[float]]) -> str:
-    lines = [f"| profile | {revision} read() ms (median of round medians, range) "
+                   now: dict[str, list[float]], figure: str = "wall_ms") -> str:
+    lines = [f"| profile | {revision} read() {figure} (median of round medians, range) "
              "| this tree | ratio |", "|---|---:|---:|---:|"]
     for profile in then:
         a, b = statistics.median(then[profile]), statistics.median(now[profile])
@@ -569,6 +571,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=0.2, help="server sampling interval")
     parser.add_argument("--viewers", type=int, default=1, help="raw websocket viewers")
     parser.add_argument("--only", choices=("reader", "loop"), help="run one part only")
+    parser.add_argument("--figure", choices=("wall_ms", "thread_cpu_ms"), default="wall_ms",
+                        help="what --baseline compares (thread CPU time is steadier on a "
+                        "busy machine)")
     parser.add_argument("--baseline", metavar="REV",
                         help="also time the reader at this git revision, alternated with "
                         "this tree (reader part only)")
@@ -596,11 +601,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     reader = loop = None
     if args.baseline:
-        then, now = baseline_costs(args.baseline, profiles, passes, rounds)
+        then, now = baseline_costs(args.baseline, profiles, passes, rounds, args.figure)
         report["baseline"] = {"revision": args.baseline, "then_ms": then, "now_ms": now}
         print(f"\n## read() with {GPUS} simulated GPUs: {args.baseline} against this tree, "
               f"{rounds} alternating round(s) of {passes} passes\n")
-        print(baseline_table(args.baseline, then, now))
+        print(baseline_table(args.baseline, then, now, args.figure))
     if args.only != "loop":
         reader = reader_costs(profiles, passes, args.warmup)
         report["reader"] = reader

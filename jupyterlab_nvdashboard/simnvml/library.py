@@ -119,7 +119,7 @@ class SimulatedLibrary:
 
     def _scalar(self, function: str, device: Any, out: Any, *inputs: Any) -> None:
         value = getattr(self._machine, function)(self._handle(device),
-                                                 *(_number(i) for i in inputs))
+                                                 *[_number(i) for i in inputs])
         _target(out).value = int(value)
 
     def _list(self, key: str, device: Any, count: Any, array: Any,
