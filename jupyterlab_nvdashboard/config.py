@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .paths import default_runs_dir, expand_path
+from .simnvml.scenarios import check_scenario, scenario_names
 
 MIN_INTERVAL_S = 0.05
 DEFAULT_PORT = 8000
@@ -48,6 +49,9 @@ class SimulationConfig:
     # A simulated host's name: seeds its GPUs' UUIDs and is reported as their Hostname, so
     # processes that simulate one host agree and simulated hosts of a cluster differ.
     host: str = ""
+    # The load every simulated GPU plays (simnvml/scenarios.py), e.g. "launch-bound"; "" for
+    # the profile's own. Checked here; the simulator plays it.
+    scenario: str = ""
 
     @property
     def enabled(self) -> bool:
@@ -254,6 +258,13 @@ _keep_runs = _positive_int("keep-runs", 1, 1_000_000)
 _simulate = _positive_int("simulate", 0, 64)
 _milliseconds = _positive_int("milliseconds", 100, 3_600_000)
 
+def _scenario(text: str) -> str:
+    try:
+        return check_scenario(text.strip())
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 # flag -> (environment variable, parser); one table so flags and env vars cannot drift.
 _ENVIRONMENT = {
     "address": ("NVDASHBOARD_ADDRESS", str),
@@ -270,6 +281,7 @@ _ENVIRONMENT = {
     "simulate_profile": ("NVDASHBOARD_SIMULATE_PROFILE", str),
     "simulate_processes": ("NVDASHBOARD_SIMULATE_PROCESSES", _processes_file),
     "simulate_host": ("NVDASHBOARD_SIMULATE_HOST", _host_name),
+    "simulate_scenario": ("NVDASHBOARD_SIMULATE_SCENARIO", _scenario),
     "metrics": ("NVDASHBOARD_METRICS", _boolean("NVDASHBOARD_METRICS")),
     "metrics_allow": ("NVDASHBOARD_METRICS_ALLOW", _networks),
     # Dask's own variable (dask-labextension and dask-jobqueue set it): cluster mode.
@@ -317,6 +329,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="which machine to simulate: mixed (default), h200, a100-535, "
                         "a100-mig, h100-mig, consumer, vgpu, wrap32 or link-gap; implies "
                         "--simulate 2 unless --simulate is given")
+    parser.add_argument("--simulate-scenario", metavar="NAME", type=_scenario,
+                        help="the load every simulated GPU plays: " +
+                        ", ".join(scenario_names()) + "; implies --simulate 2 unless "
+                        "--simulate is given")
     parser.add_argument("--metrics", action="store_const", const=True,
                         help="serve /metrics for Prometheus, with the DCGM exporter's metric "
                         "names (off by default; same token rules as every route)")
@@ -388,7 +404,8 @@ def load_config(
         raise ConfigError("--jupyter-proxy and --no-token cannot be combined")
     token = None if no_token or jupyter_proxy else str(merged.get("token") or new_token())
     profile = merged.get("simulate_profile")
-    gpu_count = int(merged.get("simulate", 2 if profile else 0))  # type: ignore[arg-type]
+    scenario = str(merged.get("simulate_scenario", ""))
+    gpu_count = int(merged.get("simulate", 2 if profile or scenario else 0))  # type: ignore[arg-type]
     if merged.get("simulate_processes") and not gpu_count:
         raise ConfigError("NVDASHBOARD_SIMULATE_PROCESSES: simulated processes need simulated "
                           "GPUs (--simulate N or NVDASHBOARD_SIMULATE)")
@@ -402,6 +419,7 @@ def load_config(
         profile=str(profile or SimulationConfig.profile),
         processes_file=str(merged.get("simulate_processes", "")),
         host=str(merged.get("simulate_host", "")),
+        scenario=scenario,
     )
     allow = merged.get("metrics_allow", ())
     if allow and isinstance(allow[0], list):  # the flag is repeatable: a list of lists

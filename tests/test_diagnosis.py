@@ -222,6 +222,8 @@ CASES = [
          "underused", "gpm", absent=("launch-bound",)),
     Case("dram-at-80-is-memory-bound", History(util=100.0, sm=70.0, dram=80.0),
          "memory-bound", "gpm"),
+    Case("streaming-kernel-sms-full-dram-at-peak", History(util=100.0, sm=96.0, dram=88.0),
+         "memory-bound", "gpm", absent=("compute-bound",)),
     Case("dram-79-with-sm-70-is-not", History(util=100.0, sm=70.0, dram=79.0), "underused",
          "gpm", absent=("memory-bound",)),
     Case("throttled-at-10-pct", History(util=100.0, sm=90.0,

@@ -357,8 +357,10 @@ def _gpm_findings(gpm: list[GpmReading], sm_values: list[float],
                         "nothing runs here: check that the job sees this GPU "
                         "(CUDA_VISIBLE_DEVICES) and is not waiting on something else")]
     out: list[Finding] = []
-    # DCGM: ~0.8 is DRAM's practical peak; KempnerPulse: DRAM >= 50 with SM < 50.
-    if dram is not None and ((dram >= T.DRAM_PRACTICAL_PEAK_PCT and sm < T.SM_GOOD_PCT) or
+    # DCGM: ~0.8 is DRAM's practical peak, whatever SM activity says (a streaming kernel
+    # keeps every SM "active": its warps are resident, waiting on memory); KempnerPulse:
+    # DRAM >= 50 with SM < 50.
+    if dram is not None and (dram >= T.DRAM_PRACTICAL_PEAK_PCT or
                              (dram >= T.DRAM_HIGH_PCT and sm < T.SM_INEFFECTIVE_PCT)):
         near = "near its practical peak of about 80%" if dram >= T.DRAM_PRACTICAL_PEAK_PCT \
             else "high, below the practical peak of about 80%"
