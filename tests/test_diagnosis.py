@@ -315,12 +315,21 @@ def test_too_few_samples(count: int) -> None:
 
 def test_lost_gpu_readings_are_not_zero() -> None:
     samples = History(profile="a100-535", util=95.0).samples()
+    # A lost GPU's readings are all "not available", as the reader makes them.
     lost = [s if i % 2 else Sample(s.seq, s.time_s, tuple(
-        g._replace(lost=True, utilization_pct=0.0) if g.index == 0 else g for g in s.gpus),
+        GpuReading.unavailable(0, lost=True) if g.index == 0 else g for g in s.gpus),
         s.host) for i, s in enumerate(samples)]
     result = diagnose(lost, facts("a100-535"), 0)
     assert result.cause == "busy"
     assert result.first.figures[0].count == 50
+
+
+def test_a_device_missing_from_some_samples_is_judged_on_the_others() -> None:
+    samples = History(profile="a100-535", util=95.0).samples()
+    gone = [s if i % 4 else Sample(s.seq, s.time_s, s.gpus[1:], s.host)
+            for i, s in enumerate(samples)]
+    result = diagnose(gone, facts("a100-535"), 0)
+    assert result.samples == 75 and result.first.figures[0].count == 75
 
 
 def test_simulated_label_and_window_cut() -> None:

@@ -109,7 +109,6 @@ def _fact(facts: Sequence[GpuFacts], row: int) -> GpuFacts | None:
 _EXTRA = attrgetter("extra")
 _GPUS = attrgetter("gpus")
 _INDEX = attrgetter("index")
-_LOST = attrgetter("lost")
 
 
 def _passes(extras: Sequence[dict[str, object]], family: str) -> list[object]:
@@ -144,16 +143,18 @@ def _own_process(samples: Sequence[Sample], row: int, pid: int) -> list[float]:
             and reading.device == row and reading.sm_pct is not None]
 
 
-def _readings(samples: Sequence[Sample], row: int) -> list[GpuReading | None]:
-    """Device ``row``'s reading in each sample (None where a sample lacks it). Rows are
-    stored in row order, so the reading is looked up by position, and searched otherwise."""
+def _readings(samples: Sequence[Sample], row: int) -> tuple[list[GpuReading | None], bool]:
+    """Device ``row``'s reading in each sample (None where a sample lacks it), and whether
+    every sample had it. Rows are stored in row order, so the reading is looked up by
+    position, and searched otherwise."""
     try:
         rows = list(map(itemgetter(row), map(_GPUS, samples)))
     except IndexError:
         rows = []
     if len(rows) == len(samples) and set(map(_INDEX, rows)) <= {row}:
-        return rows  # type: ignore[return-value]
-    return [next((g for g in sample.gpus if g.index == row), None) for sample in samples]
+        return rows, True  # type: ignore[return-value]
+    found = [next((g for g in sample.gpus if g.index == row), None) for sample in samples]
+    return found, None not in found
 
 
 def _known(values: Iterable[float | None]) -> list[float]:
@@ -200,8 +201,8 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     prefix = "SIMULATED " if simulated else ""
     label = f"{prefix}{fact.label if fact else f'GPU row {row}'}"
     uuid = fact.uuid if fact else ""
-    own_rows = _readings(samples, row)
-    if None in own_rows:
+    own_rows, complete = _readings(samples, row)
+    if not complete:
         mine = [s for s, r in zip(samples, own_rows, strict=True) if r is not None]
         own_rows = [r for r in own_rows if r is not None]
     else:
@@ -232,8 +233,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     physical = parent or fact
     physical_row = physical.index if physical else row
     utilization: list[float | None] = list(map(attrgetter("utilization_pct"), own_rows))
-    if any(map(_LOST, own_rows)):  # a lost GPU's readings are not available, never 0
-        utilization = [None if r.lost else r.utilization_pct for r in own_rows]  # type: ignore[union-attr]
+    # A lost GPU's readings are all "not available" (GpuReading.unavailable), never 0.
     util_known = _known(utilization)
     gpm = _distinct(extras, GPM_FAMILY, row, GpmReading)
     if skip_first_gpm and gpm:
@@ -271,7 +271,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     # ----- links, clocks -----------------------------------------------------------------
     sm_mean = mean(sm_values) if has_gpm else None
     physical_rows = own_rows[::coarse] if physical_row == row else \
-        _readings(mine[::coarse], physical_row)
+        _readings(mine[::coarse], physical_row)[0]
     findings += _link_findings(physical_rows, physical, sm_mean, pcie_link)
     findings += _throttle_findings(coarse_extras, physical_row)
     if not any(f.cause.startswith("host") for f in findings) and not steps:
