@@ -21,6 +21,7 @@ step (or, for a device window, the machine's CPU) says host-CPU-bound.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from operator import attrgetter, itemgetter, methodcaller
@@ -208,8 +209,8 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     else:
         mine = list(samples)
     count = len(mine)
-    times = list(map(attrgetter("time_s"), mine))
-    interval = (times[-1] - times[0]) / (count - 1) if count > 1 else 0.0
+    span_s = mine[-1].time_s - mine[0].time_s if count else 0.0
+    interval = span_s / (count - 1) if count > 1 else 0.0
     # Shares and rates (clock events, links, host CPU) rest on at most MAX_READINGS samples,
     # evenly spaced. A family read at its own 1 s rate (GPM, processes) keeps each reading
     # for at least 1 s of ticks (the reader refreshes it no sooner), so looking at every
@@ -218,7 +219,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     fine = max(1, min(coarse, int(FAMILY_EVERY_S / interval) - 1)) if interval > 0 else 1
     extras = list(map(_EXTRA, mine[::fine]))
     coarse_extras = extras if coarse == fine else list(map(_EXTRA, mine[::coarse]))
-    window_s = times[-1] - times[0] + interval if count else 0.0
+    window_s = span_s + interval if count else 0.0
 
     def done(findings: list[Finding]) -> Diagnosis:
         return Diagnosis(row, label, uuid, count, window_s, tuple(findings))
@@ -252,7 +253,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
             (f"SM activity needs {T.MIN_SAMPLES} GPM readings ({gpm_count} so far)")
 
     findings: list[Finding] = []
-    util_mean = mean(util_known)
+    util_mean = math.fsum(util_known) / len(util_known) if util_known else None
     util_fig = Figure("utilization", util_mean, "%", len(util_known))
 
     # ----- the run's own steps: input-bound, host-CPU-bound ---------------------------------
@@ -267,6 +268,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
         findings += _level_findings(util_mean, util_fig, "utilization", gpm_needs)
     if has_util and min(util_known) < T.IDLE_PCT and not any(f.cause == "idle"
                                                                  for f in findings):
+        times = list(map(attrgetter("time_s"), mine))  # only where a gap may be
         findings += _gap_findings(times, utilization, interval, window_s, count)
     # ----- links, clocks -----------------------------------------------------------------
     sm_mean = mean(sm_values) if has_gpm else None
