@@ -363,3 +363,20 @@ def test_process_presence_across_all_gpus() -> None:
     assert process_presence(samples, PID) == (20, {1})
     assert process_presence(samples, 99) == (20, set())
     assert process_presence(History(util=1.0).samples(), PID) == (0, set())
+
+
+def test_the_cost_benchmark_prints_its_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "diagnosis_cost.py"
+    spec = importlib.util.spec_from_file_location("diagnosis_cost", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--minutes", "1", "--repeats", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "diagnosis of one GPU over 1 min (300 samples" in out and "CPU time median" in out
+    with pytest.raises(SystemExit) as stop:
+        module.main(["--repeats", "0"])
+    assert stop.value.code == 2
