@@ -21,6 +21,7 @@ from bokeh.models import (
     DataTable,
     Div,
     HTMLTemplateFormatter,
+    InlineStyleSheet,
     Select,
     Spinner,
     TableColumn,
@@ -41,6 +42,7 @@ from ..workload.config import PATHS, PRESETS, estimated_memory_bytes
 from .components import (
     GB,
     NOT_AVAILABLE,
+    THEMED_TABLE_CSS,
     Panel,
     Series,
     Timeline,
@@ -243,6 +245,7 @@ class WorkloadDashboard:
                           source=self.summary, height=300, sizing_mode="stretch_width",
                           index_position=None, autosize_mode="none", reorderable=False,
                           row_height=MIN_ROW_PX,
+                          stylesheets=[InlineStyleSheet(css=THEMED_TABLE_CSS)],
                           columns=[TableColumn(field=key, title=title, width=width, **(
                               {"formatter": HTMLTemplateFormatter(template=VERDICT_TEMPLATE)}
                               if key == "verdict" else {}))
