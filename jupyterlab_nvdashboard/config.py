@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .paths import default_runs_dir, expand_path
-from .simnvml.scenarios import check_scenario, scenario_names
 
 MIN_INTERVAL_S = 0.05
 DEFAULT_PORT = 8000
@@ -259,6 +258,10 @@ _simulate = _positive_int("simulate", 0, 64)
 _milliseconds = _positive_int("milliseconds", 100, 3_600_000)
 
 def _scenario(text: str) -> str:
+    # Imported here, not at the top: metrics/ imports this module and must not pull in the
+    # simulated driver's package.
+    from .simnvml.scenarios import check_scenario
+
     try:
         return check_scenario(text.strip())
     except ValueError as error:
@@ -298,6 +301,8 @@ BOKEH_ORIGIN_VARIABLE = "BOKEH_ALLOW_WS_ORIGIN"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .simnvml.scenarios import scenario_names
+
     parser = _OneLineParser(
         prog="python -m jupyterlab_nvdashboard.server",
         description="Serve live GPU and machine dashboards with Bokeh.",

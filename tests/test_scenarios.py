@@ -123,3 +123,16 @@ def test_the_scenarios_import_nothing_from_the_project() -> None:
                     "jupyterlab_nvdashboard"), (module.name, node.module)
             elif isinstance(node, ast.Import):
                 assert not any(a.name.startswith("jupyterlab_nvdashboard") for a in node.names)
+
+
+def test_metrics_pulls_in_neither_the_simulated_driver_nor_the_diagnosis() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, jupyterlab_nvdashboard.metrics, jupyterlab_nvdashboard.config; "
+            "print(sorted(m for m in sys.modules if m.startswith(("
+            "'jupyterlab_nvdashboard.simnvml', 'jupyterlab_nvdashboard.diagnosis'))))")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=root, check=True).stdout.strip()
+    assert out == "[]"

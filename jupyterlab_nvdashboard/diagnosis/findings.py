@@ -53,7 +53,8 @@ class Figure:
         return f"{self.value_text()} ({self.count} {self.of})"
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "value": self.value, "unit": self.unit,
+        value = self.value if self.value is not None and math.isfinite(self.value) else None
+        return {"name": self.name, "value": value, "unit": self.unit,
                 "count": self.count, "of": self.of}
 
 
