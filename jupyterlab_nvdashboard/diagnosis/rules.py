@@ -125,10 +125,10 @@ def _list_passes(samples: Sequence[Sample]) -> list[object]:
     """Each reading pass of the process lists once. The reader returns them only on its pass
     (once a second), and every sample built from that NVML pass carries them: a pass is told
     by its GPU readings, not by the list (an unchanged list may be the same object)."""
-    gpus = list(map(_GPUS, samples))
-    previous = [None, *gpus[:-1]]
-    return [readings for sample, now, before in zip(samples, gpus, previous, strict=True)
-            if (readings := sample.extra.get(PROCESS_FAMILY)) is not None and now is not before]
+    lists = list(map(methodcaller("get", PROCESS_FAMILY), map(_EXTRA, samples)))
+    carrying = [i for i, readings in enumerate(lists) if readings is not None]
+    return [lists[i] for i in carrying
+            if i == 0 or samples[i].gpus is not samples[i - 1].gpus]
 
 
 def _distinct(extras: Sequence[dict[str, object]], family: str, row: int, kind: type) -> list:
