@@ -82,7 +82,7 @@ def process_presence(samples: Sequence[Sample], pid: int) -> tuple[int, set[int]
 
 def host_findings(steps: Sequence[Step]) -> list[Finding]:
     """What a run's own step timings say on their own: input-bound, host-CPU-bound."""
-    return _step_findings(steps, [], ())
+    return _step_findings(steps, [])
 
 
 def not_using_gpu(gpu: str, lists: int) -> Finding:
@@ -257,7 +257,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     util_fig = Figure("utilization", util_mean, "%", len(util_known))
 
     # ----- the run's own steps: input-bound, host-CPU-bound ---------------------------------
-    findings += _step_findings(steps, util_known, mine)
+    findings += _step_findings(steps, util_known)
     # ----- activity level ---------------------------------------------------------------
     if has_gpm:
         findings += _gpm_findings(gpm, sm_values, util_fig if has_util else None)
@@ -296,8 +296,7 @@ ORDER = {cause: rank for rank, cause in enumerate((
     "underused", "busy", "compute-bound", "unknown", "not-enough-samples"))}
 
 
-def _step_findings(steps: Sequence[Step], util: list[float], samples: Sequence[Sample]
-                   ) -> list[Finding]:
+def _step_findings(steps: Sequence[Step], util: list[float]) -> list[Finding]:
     if len(steps) < T.MIN_SAMPLES:
         return []
     out: list[Finding] = []
