@@ -380,3 +380,30 @@ def test_the_cost_benchmark_prints_its_figures(capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit) as stop:
         module.main(["--repeats", "0"])
     assert stop.value.code == 2
+
+
+def test_live_diagnoses_are_shared_and_redone_at_most_once_per_refresh() -> None:
+    from jupyterlab_nvdashboard.config import Config, SimulationConfig
+    from jupyterlab_nvdashboard.diagnosis.live import DeviceDiagnoses
+    from jupyterlab_nvdashboard.metrics import create_metrics
+
+    metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=2, profile="h200")),
+                             environ={})
+    metrics.nvml.ensure_initialized()
+    now = [0.0]
+    live = DeviceDiagnoses(metrics, clock=lambda: now[0])
+    for _ in range(6):
+        metrics.sampler.tick()
+    first = live.current(120)
+    assert [d.label for d in first] == ["SIMULATED GPU 0", "SIMULATED GPU 1"]
+    metrics.sampler.tick()
+    assert live.current(120) is first and live.computed == 1  # within 2 s: shared
+    now[0] = 2.5
+    assert live.current(120) is not first and live.computed == 2
+    live.current(1800)
+    metrics.sampler.tick()
+    now[0] = 20.0  # a 30-minute window is redone every 30 s
+    live.current(1800)
+    assert live.computed == 3
+    data = live.as_json(120)
+    assert data["window_s"] == 120 and len(data["devices"]) == 2
