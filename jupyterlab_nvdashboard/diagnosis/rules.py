@@ -21,7 +21,6 @@ step (or, for a device window, the machine's CPU) says host-CPU-bound.
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from operator import attrgetter, itemgetter, methodcaller
@@ -253,7 +252,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
             (f"SM activity needs {T.MIN_SAMPLES} GPM readings ({gpm_count} so far)")
 
     findings: list[Finding] = []
-    util_mean = math.fsum(util_known) / len(util_known) if util_known else None
+    util_mean = mean(util_known)
     util_fig = Figure("utilization", util_mean, "%", len(util_known))
 
     # ----- the run's own steps: input-bound, host-CPU-bound ---------------------------------
