@@ -136,3 +136,18 @@ def test_metrics_pulls_in_neither_the_simulated_driver_nor_the_diagnosis() -> No
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=root, check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_readings_put_a_scenario_in_nvmls_units() -> None:
+    from jupyterlab_nvdashboard.simnvml.scenarios import Limits, readings
+
+    limits = Limits(memory_total_bytes=141e9, power_limit_w=700.0, sm_clock_max_mhz=1980.0,
+                    pcie_max_bytes_per_s=63e9, nvlink_max_bytes_per_s=None)
+    values = readings(load("pcie-bound", 3.0, 0), limits)
+    assert 80 <= values["pcie_rx_bytes_per_s"] / 63e9 * 100 <= 90  # type: ignore[operator]
+    assert values["nvlink_tx_bytes_per_s"] is None  # no NVLink: not available, never 0
+    assert values["utilization_pct"] == pytest.approx(100 * load("pcie-bound", 3.0, 0)
+                                                      .utilization)
+    capped = readings(load("throttled-power", 1.0, 0), limits)
+    assert capped["power_w"] == 700.0 and capped["clock_event_reasons"] == 0x4
+    assert readings(load("pcie-downtrained", 0.0, 0), limits)["pcie_link_generation"] == 3

@@ -31,7 +31,8 @@ What the counters mean (the sources every model below leans on):
   statistics"); kernels shorter than that leave the SMs mostly empty between them.
 
 The figures are shares (0-1) of each GPU's own maxima, so one model fits any simulated GPU;
-the simulator multiplies them by that GPU's limits. Wiring: see ``load``'s docstring.
+the simulator multiplies them by that GPU's limits (``readings`` does it, in NVML's units).
+Wiring: see ``load``'s docstring.
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ def load(name: str, elapsed_s: float, gpu: int) -> Load:
     """What GPU ``gpu`` does ``elapsed_s`` seconds into scenario ``name``.
 
     Wiring into the simulator (a few lines where it computes a device's readings each
-    call): ``figures = load(scenario, now - started, index)``; then utilization
+    call): ``values = readings(load(scenario, now - started, index), limits)`` gives every
+    figure in NVML's units; by hand, with ``figures = load(...)``: utilization
     = ``100 * figures.utilization``, each GPM metric = ``100 * figures.<field>`` (PCIe and
     NVLink GPM rates: share x the link's maximum), the PCIe and NVLink byte counters advance
     by share x maximum x elapsed time, used memory = share x total, power = share x limit,
@@ -218,3 +220,49 @@ def load(name: str, elapsed_s: float, gpu: int) -> Load:
         return _busy(elapsed_s, gpu)._replace(power=1.0, sm_clock=_clamp(0.8 + w),
                                               clock_event_reasons=SW_POWER_CAP)
     return _busy(elapsed_s, gpu)  # compute-bound
+
+
+class Limits(NamedTuple):
+    """One simulated GPU's own maxima, which a scenario's shares are of (None: it has none)."""
+
+    memory_total_bytes: float
+    power_limit_w: float | None
+    sm_clock_max_mhz: float | None
+    pcie_max_bytes_per_s: float | None  # one direction
+    nvlink_max_bytes_per_s: float | None  # one direction, all active links
+
+
+def readings(figures: Load, limits: Limits) -> dict[str, float | int | None]:
+    """A scenario's figures in the units NVML answers in, for one GPU: what the simulated
+    driver returns from the matching calls (``None``: the GPU has no such reading).
+
+    Keys: ``utilization_pct`` (nvmlDeviceGetUtilizationRates ``gpu``), the GPM metrics in
+    percent (``sm_util_pct``, ``sm_occupancy_pct``, ``any_tensor_util_pct``,
+    ``dram_bw_util_pct``, ``fp32_util_pct``, ``fp16_util_pct``), byte rates
+    (``pcie_tx_bytes_per_s``, ... ``nvlink_rx_bytes_per_s``: advance the byte counters by rate
+    x elapsed time), ``memory_used_bytes``, ``power_w``, ``temperature_c``, ``sm_clock_mhz``,
+    ``clock_event_reasons`` and the current ``pcie_link_generation``/``pcie_link_width``.
+    """
+    def times(share: float, maximum: float | None) -> float | None:
+        return None if maximum is None else share * maximum
+
+    return {
+        "utilization_pct": 100.0 * figures.utilization,
+        "sm_util_pct": 100.0 * figures.sm_activity,
+        "sm_occupancy_pct": 100.0 * figures.sm_occupancy,
+        "any_tensor_util_pct": 100.0 * figures.tensor_activity,
+        "dram_bw_util_pct": 100.0 * figures.dram_bandwidth,
+        "fp32_util_pct": 100.0 * figures.fp32_activity,
+        "fp16_util_pct": 100.0 * figures.fp16_activity,
+        "pcie_tx_bytes_per_s": times(figures.pcie_tx, limits.pcie_max_bytes_per_s),
+        "pcie_rx_bytes_per_s": times(figures.pcie_rx, limits.pcie_max_bytes_per_s),
+        "nvlink_tx_bytes_per_s": times(figures.nvlink_tx, limits.nvlink_max_bytes_per_s),
+        "nvlink_rx_bytes_per_s": times(figures.nvlink_rx, limits.nvlink_max_bytes_per_s),
+        "memory_used_bytes": figures.memory_used * limits.memory_total_bytes,
+        "power_w": times(figures.power, limits.power_limit_w),
+        "temperature_c": figures.temperature_c,
+        "sm_clock_mhz": times(figures.sm_clock, limits.sm_clock_max_mhz),
+        "clock_event_reasons": figures.clock_event_reasons,
+        "pcie_link_generation": figures.pcie_link_generation,
+        "pcie_link_width": figures.pcie_link_width,
+    }
