@@ -48,7 +48,7 @@ def launch_and_judge(tmp_path: Path, params: dict, row: int = 1, timeout_s: floa
 def test_a_native_cpu_run_pinned_to_a_gpu_reads_not_using_that_gpu(tmp_path: Path) -> None:
     pytest.importorskip("tensorflow")
     verdict, run = launch_and_judge(tmp_path, {"path": "native", "preset": "ci",
-                                               "iterations": 8000, "device": "cpu"})
+                                               "iterations": 20000, "device": "cpu"})
     assert verdict.cause == "not-using-gpu", verdict
     assert verdict.text.startswith("not using SIMULATED GPU 1: its process held no context "
                                    "on any GPU, over ")
