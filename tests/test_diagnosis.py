@@ -188,7 +188,7 @@ CASES = [
     Case("input-bound-moderate", History(util=30.0), "input-bound", "steps",
          ("moderately input-bound",), kwargs={"steps": steps(20, 50.0, 5.0, 10.0)}),
     Case("starved", History(util=lambda i: 100.0 if (i // 10) % 2 else 0.0),
-         "starved", "utilization", ("idle gaps", "time in gaps", "longest gap 2.0 s")),
+         "starved", "utilization-gaps", ("idle gaps", "time in gaps", "longest gap 2.0 s")),
     # ----- per-process and utilization-only levels -----
     Case("per-process-underused", History(profile="a100-535", util=100.0, own_sm=20.0),
          "underused", "per-process", ("its own SM utilization 20%", "per-process"),

@@ -13,6 +13,7 @@ SIGNALS: dict[str, str] = {
     "per-process": "the run's own per-process SM utilization (time-based, not SM activity)",
     "utilization": "utilization only: it says a kernel was resident, not how much of the GPU "
                    "it used",
+    "utilization-gaps": "NVML utilization tick by tick: whether any kernel ran at all",
     "clock-events": "the sampled clocks-event reasons",
     "link-counters": "the PCIe/NVLink byte counters",
     "steps": "the run's own step timings",

@@ -421,7 +421,7 @@ def _gap_findings(times: list[float], utilization: list[float | None], interval:
         return []  # a few short gaps, or idle throughout (the "idle" finding says so)
     return [Finding("starved", "starved: idle gaps of 0.5 s or more between bursts of work",
                     (Figure("time in gaps", share, "%", count),
-                     Figure("longest gap", max(gaps), "s", count)), "utilization",
+                     Figure("longest gap", max(gaps), "s", count)), "utilization-gaps",
                     "find what the GPU waits for between steps (input pipeline, Python, "
                     "host syncs): more input workers, prefetching, or asynchronous copies",
                     detail=f"; {len(gaps)} gap{'s' if len(gaps) != 1 else ''}")]
