@@ -51,6 +51,9 @@ class SimulationConfig:
     # Test-only: the nvidia-ml-py release to run over the simulated driver, as a wheel or a
     # pynvml.py file ('' is the installed one; metrics/binding.py).
     binding: str = ""
+    # The load every simulated GPU plays (simnvml/scenarios.py), e.g. "launch-bound"; "" for
+    # the profile's own. Checked here; the simulator plays it.
+    scenario: str = ""
 
     @property
     def enabled(self) -> bool:
@@ -312,6 +315,17 @@ _keep_runs = _positive_int("keep-runs", 1, 1_000_000)
 _simulate = _positive_int("simulate", 0, 64)
 _milliseconds = _positive_int("milliseconds", 100, 3_600_000)
 
+def _scenario(text: str) -> str:
+    # Imported here, not at the top: metrics/ imports this module and must not pull in the
+    # simulated driver's package.
+    from .simnvml.scenarios import check_scenario
+
+    try:
+        return check_scenario(text.strip())
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 # flag -> (environment variable, parser); one table so flags and env vars cannot drift.
 _ENVIRONMENT = {
     "address": ("NVDASHBOARD_ADDRESS", str),
@@ -330,6 +344,7 @@ _ENVIRONMENT = {
     "simulate_processes": ("NVDASHBOARD_SIMULATE_PROCESSES", _processes_file),
     "simulate_host": ("NVDASHBOARD_SIMULATE_HOST", _host_name),
     "simulate_binding": ("NVDASHBOARD_SIMULATE_BINDING", _binding_file),
+    "simulate_scenario": ("NVDASHBOARD_SIMULATE_SCENARIO", _scenario),
     "metrics": ("NVDASHBOARD_METRICS", _boolean("NVDASHBOARD_METRICS")),
     "metrics_allow": ("NVDASHBOARD_METRICS_ALLOW", _networks),
     "metrics_hostname_label": ("NVDASHBOARD_METRICS_HOSTNAME_LABEL", _hostname_label),
@@ -347,6 +362,8 @@ BOKEH_ORIGIN_VARIABLE = "BOKEH_ALLOW_WS_ORIGIN"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .simnvml.scenarios import scenario_names
+
     parser = _OneLineParser(
         prog="python -m jupyterlab_nvdashboard.server",
         description="Serve live GPU and machine dashboards with Bokeh.",
@@ -382,6 +399,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="which machine to simulate: mixed (default), h200, a100-535, "
                         "a100-mig, h100-mig, consumer, vgpu, wrap32 or link-gap; implies "
                         "--simulate 2 unless --simulate is given")
+    parser.add_argument("--simulate-scenario", metavar="NAME", type=_scenario,
+                        help="the load every simulated GPU plays: " +
+                        ", ".join(scenario_names()) + "; implies --simulate 2 unless "
+                        "--simulate is given")
     parser.add_argument("--metrics", action="store_const", const=True,
                         help="serve /metrics for Prometheus, with the DCGM exporter's metric "
                         "names (off by default; same token rules as every route)")
@@ -460,7 +481,8 @@ def load_config(
         raise ConfigError("--jupyter-proxy and --no-token cannot be combined")
     token = None if no_token or jupyter_proxy else str(merged.get("token") or new_token())
     profile = merged.get("simulate_profile")
-    gpu_count = int(merged.get("simulate", 2 if profile else 0))  # type: ignore[arg-type]
+    scenario = str(merged.get("simulate_scenario", ""))
+    gpu_count = int(merged.get("simulate", 2 if profile or scenario else 0))  # type: ignore[arg-type]
     if merged.get("simulate_processes") and not gpu_count:
         raise ConfigError("NVDASHBOARD_SIMULATE_PROCESSES: simulated processes need simulated "
                           "GPUs (--simulate N or NVDASHBOARD_SIMULATE)")
@@ -475,6 +497,7 @@ def load_config(
         processes_file=str(merged.get("simulate_processes", "")),
         host=str(merged.get("simulate_host", "")),
         binding=str(merged.get("simulate_binding", "")),
+        scenario=scenario,
     )
     allow_hosts = merged.get("allow_host", ())
     if allow_hosts and isinstance(allow_hosts[0], list):  # the repeatable flag: lists

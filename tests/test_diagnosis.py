@@ -189,7 +189,7 @@ CASES = [
     Case("input-bound-moderate", History(util=30.0), "input-bound", "steps",
          ("moderately input-bound",), kwargs={"steps": steps(20, 50.0, 5.0, 10.0)}),
     Case("starved", History(util=lambda i: 100.0 if (i // 10) % 2 else 0.0),
-         "starved", "utilization", ("idle gaps", "time in gaps", "longest gap 2.0 s")),
+         "starved", "utilization-gaps", ("idle gaps", "time in gaps", "longest gap 2.0 s")),
     # ----- per-process and utilization-only levels -----
     Case("per-process-underused", History(profile="a100-535", util=100.0, own_sm=20.0),
          "underused", "per-process", ("its own SM utilization 20%", "per-process"),
@@ -223,6 +223,8 @@ CASES = [
          "underused", "gpm", absent=("launch-bound",)),
     Case("dram-at-80-is-memory-bound", History(util=100.0, sm=70.0, dram=80.0),
          "memory-bound", "gpm"),
+    Case("streaming-kernel-sms-full-dram-at-peak", History(util=100.0, sm=96.0, dram=88.0),
+         "memory-bound", "gpm", absent=("compute-bound",)),
     Case("dram-79-with-sm-70-is-not", History(util=100.0, sm=70.0, dram=79.0), "underused",
          "gpm", absent=("memory-bound",)),
     Case("throttled-at-10-pct", History(util=100.0, sm=90.0,
@@ -314,12 +316,21 @@ def test_too_few_samples(count: int) -> None:
 
 def test_lost_gpu_readings_are_not_zero() -> None:
     samples = History(profile="a100-535", util=95.0).samples()
+    # A lost GPU's readings are all "not available", as the reader makes them.
     lost = [s if i % 2 else Sample(s.seq, s.time_s, tuple(
-        g._replace(lost=True, utilization_pct=0.0) if g.index == 0 else g for g in s.gpus),
+        GpuReading.unavailable(0, lost=True) if g.index == 0 else g for g in s.gpus),
         s.host) for i, s in enumerate(samples)]
     result = diagnose(lost, facts("a100-535"), 0)
     assert result.cause == "busy"
     assert result.first.figures[0].count == 50
+
+
+def test_a_device_missing_from_some_samples_is_judged_on_the_others() -> None:
+    samples = History(profile="a100-535", util=95.0).samples()
+    gone = [s if i % 4 else Sample(s.seq, s.time_s, s.gpus[1:], s.host)
+            for i, s in enumerate(samples)]
+    result = diagnose(gone, facts("a100-535"), 0)
+    assert result.samples == 75 and result.first.figures[0].count == 75
 
 
 def test_simulated_label_and_window_cut() -> None:
@@ -353,3 +364,47 @@ def test_process_presence_across_all_gpus() -> None:
     assert process_presence(samples, PID) == (20, {1})
     assert process_presence(samples, 99) == (20, set())
     assert process_presence(History(util=1.0).samples(), PID) == (0, set())
+
+
+def test_the_cost_benchmark_prints_its_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "diagnosis_cost.py"
+    spec = importlib.util.spec_from_file_location("diagnosis_cost", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--minutes", "1", "--repeats", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "diagnosis of one GPU over 1 min (300 samples" in out and "CPU time median" in out
+    with pytest.raises(SystemExit) as stop:
+        module.main(["--repeats", "0"])
+    assert stop.value.code == 2
+
+
+def test_live_diagnoses_are_shared_and_redone_at_most_once_per_refresh() -> None:
+    from jupyterlab_nvdashboard.config import Config, SimulationConfig
+    from jupyterlab_nvdashboard.diagnosis.live import DeviceDiagnoses
+    from jupyterlab_nvdashboard.metrics import create_metrics
+
+    metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=2, profile="h200")),
+                             environ={})
+    metrics.nvml.ensure_initialized()
+    now = [0.0]
+    live = DeviceDiagnoses(metrics, clock=lambda: now[0])
+    for _ in range(6):
+        metrics.sampler.tick()
+    first = live.current(120)
+    assert [d.label for d in first] == ["SIMULATED GPU 0", "SIMULATED GPU 1"]
+    metrics.sampler.tick()
+    assert live.current(120) is first and live.computed == 1  # within 2 s: shared
+    now[0] = 2.5
+    assert live.current(120) is not first and live.computed == 2
+    live.current(1800)
+    metrics.sampler.tick()
+    now[0] = 20.0  # a 30-minute window is redone every 30 s
+    live.current(1800)
+    assert live.computed == 3
+    data = live.as_json(120)
+    assert data["window_s"] == 120 and len(data["devices"]) == 2

@@ -36,7 +36,7 @@ WRONG = "not-the-token-0123456789"
 
 def _http_routes() -> list[str]:
     routes = ["/", "/index.json", "/info.json", "/static/js/bokeh.min.js", "/processes.json",
-              "/glance.json"]
+              "/glance.json", "/diagnosis.json"]
     for route in ROUTES:
         routes += [route.path, route.path + "/metadata", route.path + "/static/js/bokeh.min.js",
                    route.path + "/autoload.js?bokeh-autoload-element=x"]
@@ -303,6 +303,7 @@ MALFORMED = {
         "slow=1e400", "binding=", "binding=x", "binding=12", "binding=12.x", "binding=1.2.3.4",
     ],
     "NVDASHBOARD_SIMULATE_PROFILE": ["nope", "H200"],
+    "NVDASHBOARD_SIMULATE_SCENARIO": ["nope", "Launch-Bound", "idle,starved"],
     "NVDASHBOARD_KEEP_RUNS": ["many", "0", "-1", "1.5"],
     "NVDASHBOARD_SIMULATE_PROCESSES": ["/", "/nonexistent-dir/p.json", " "],
     "NVDASHBOARD_UNUSED_SESSION_LIFETIME_MS": ["soon", "1", "nan", "99999999999"],

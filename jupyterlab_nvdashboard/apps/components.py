@@ -338,3 +338,16 @@ def scaled(read: Callable[[Sample], float | None], unit: float) -> Callable[[Sam
         return None if raw is None else raw / unit
 
     return value
+
+
+# Tables with transparent cells and inherited text colour: the page's light or dark theme
+# shows through (Bokeh's own table stylesheet is white, with the theme's light text on it).
+THEMED_TABLE_CSS = """
+.slick-header-column, .slick-cell, .slick-row, .grid-canvas, .slick-viewport,
+.slick-header, .slick-pane, .bk-data-table {
+  background: transparent !important; color: inherit !important;
+  border-color: rgba(128, 128, 128, 0.3) !important;
+}
+.slick-row.odd .slick-cell { background: rgba(128, 128, 128, 0.08) !important; }
+.slick-cell a { color: #3b82f6; }
+"""

@@ -32,7 +32,7 @@ from bokeh.models import (
 
 from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
 from ..stream.frames import Rows
-from .components import format_gb, gpu_label
+from .components import THEMED_TABLE_CSS, format_gb, gpu_label
 from .live import LiveView
 
 if TYPE_CHECKING:
@@ -229,15 +229,7 @@ def process_feed(sources: DashboardSources) -> ProcessTableFeed:
     return ProcessTableFeed(sources)
 
 
-# Transparent cells with inherited text colour: the page's light or dark theme shows through.
-_TABLE_CSS = """
-.slick-header-column, .slick-cell, .slick-row, .grid-canvas, .slick-viewport,
-.slick-header, .slick-pane, .bk-data-table {
-  background: transparent !important; color: inherit !important;
-  border-color: rgba(128, 128, 128, 0.3) !important;
-}
-.slick-row.odd .slick-cell { background: rgba(128, 128, 128, 0.08) !important; }
-.slick-cell a { color: #3b82f6; }
+_TABLE_CSS = THEMED_TABLE_CSS + """
 .nvd-bar { position: relative; height: 100%; min-width: 8em; }
 .nvd-bar div { position: absolute; left: 0; top: 15%; bottom: 15%; background: #76b900;
                opacity: 0.5; }

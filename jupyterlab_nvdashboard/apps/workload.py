@@ -22,6 +22,7 @@ from bokeh.models import (
     DataTable,
     Div,
     HTMLTemplateFormatter,
+    InlineStyleSheet,
     Select,
     Spinner,
     TableColumn,
@@ -42,6 +43,7 @@ from ..workload.config import PATHS, PRESETS, estimated_memory_bytes
 from .components import (
     GB,
     NOT_AVAILABLE,
+    THEMED_TABLE_CSS,
     Panel,
     Series,
     Timeline,
@@ -58,19 +60,32 @@ _UNSUMMARIZED: set[str] = set()
 
 SUMMARY_COLUMNS = {
     "run": "run", "path": "path", "device": "device", "status": "status",
-    "median_ms": "median ms/iter", "samples_per_s": "samples/s",
-    "gpu_util_pct": "GPU % (judged)", "pcie_gb_s": "PCIe GB/s (run)",
-    "peak_gpu_memory_gb": "peak GPU mem GB", "speedup": "speed-up vs native",
-    "verdict": "verdict",
+    "median_ms": "ms/iter", "samples_per_s": "samples/s",
+    "gpu_util_pct": "GPU % judged", "pcie_gb_s": "PCIe GB/s",
+    "peak_gpu_memory_gb": "peak GPU GB", "speedup": "vs native",
+    "verdict": "verdict (first finding; then what to try and the rest)",
 }
-SUMMARY_WIDTHS = (190, 80, 60, 110, 100, 90, 100, 110, 110, 120, 620)
+# Every column fits a 1280-pixel-wide window, the verdict included (it wraps in its cell).
+SUMMARY_WIDTHS = (175, 65, 55, 100, 60, 75, 85, 75, 85, 70, 395)
 # The verdict cell: the first finding, and under it what to try and the other findings, all
 # wrapped (never cut off). The HTML copies are escaped here: run files are untrusted text.
 VERDICT_TEMPLATE = ('<div class="nvd-verdict" style="white-space: normal; line-height: 1.3">'
                     '<%= verdict_html %><br><span style="opacity: 0.75"><%= verdict_more_html %>'
                     '</span></div>')
 SUMMARY_EXTRA = ("verdict_more", "verdict_html", "verdict_more_html", "cause")
-SUMMARY_ROW_HEIGHT = 84
+# Rows are as tall as the longest verdict needs (a table's rows share one height): its lines
+# at about 6.2 pixels a character of 13-pixel text, 16 pixels a line, and one line spare.
+VERDICT_CHARS_PER_LINE = int(SUMMARY_WIDTHS[-1] / 6.2)
+LINE_PX, MIN_ROW_PX, MAX_ROW_PX = 16, 48, 480
+HEADER_PX, MAX_TABLE_PX = 30, 640
+
+
+def verdict_row_height(rows: Sequence[dict[str, Any]]) -> int:
+    """Pixels a row needs to show the longest verdict and its second line whole."""
+    def lines(text: str) -> int:
+        return -(-len(text) // VERDICT_CHARS_PER_LINE) if text else 0
+    needed = max((lines(r["verdict"]) + lines(r["verdict_more"]) for r in rows), default=1)
+    return max(MIN_ROW_PX, min(MAX_ROW_PX, 8 + LINE_PX * (needed + 1)))
 WORKLOAD_WINDOW_S = 600.0  # long enough to compare a few runs side by side
 REFRESH_MS = 1000  # how often the run panel and table look for new events
 STALE_AFTER_S = 60.0
@@ -262,7 +277,8 @@ class WorkloadDashboard:
         self.table = table = DataTable(
                           source=self.summary, height=300, sizing_mode="stretch_width",
                           index_position=None, autosize_mode="none", reorderable=False,
-                          row_height=SUMMARY_ROW_HEIGHT,
+                          row_height=MIN_ROW_PX,
+                          stylesheets=[InlineStyleSheet(css=THEMED_TABLE_CSS)],
                           columns=[TableColumn(field=key, title=title, width=width, **(
                               {"formatter": HTMLTemplateFormatter(template=VERDICT_TEMPLATE)}
                               if key == "verdict" else {}))
@@ -374,6 +390,10 @@ class WorkloadDashboard:
                 for key in (*SUMMARY_COLUMNS, *SUMMARY_EXTRA)}
         if dict(self.summary.data) != data:
             self.summary.data = data
+            height = verdict_row_height(rows)
+            if self.table.row_height != height:
+                self.table.row_height = height
+                self.table.height = min(MAX_TABLE_PX, HEADER_PX + height * max(1, len(rows)))
             # BokehJS redraws a table when its row indices change, not when values change in
             # place (a run going from "running" to "done"); any change to the table model
             # makes it redraw, so bump a revision tag.

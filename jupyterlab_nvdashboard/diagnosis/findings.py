@@ -13,6 +13,7 @@ SIGNALS: dict[str, str] = {
     "per-process": "the run's own per-process SM utilization (time-based, not SM activity)",
     "utilization": "utilization only: it says a kernel was resident, not how much of the GPU "
                    "it used",
+    "utilization-gaps": "NVML utilization tick by tick: whether any kernel ran at all",
     "clock-events": "the sampled clocks-event reasons",
     "link-counters": "the PCIe/NVLink byte counters",
     "steps": "the run's own step timings",
@@ -53,7 +54,8 @@ class Figure:
         return f"{self.value_text()} ({self.count} {self.of})"
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "value": self.value, "unit": self.unit,
+        value = self.value if self.value is not None and math.isfinite(self.value) else None
+        return {"name": self.name, "value": value, "unit": self.unit,
                 "count": self.count, "of": self.of}
 
 

@@ -2,7 +2,8 @@
 
 The one part of ``diagnosis/`` that holds state: a cache, so that ``/diagnosis.json``, each
 open ``/GPU-Activity`` page and each ``/metrics`` scrape do not each diagnose every GPU.
-Each window is diagnosed at most once every ``every_s``; the rules stay pure (``rules.py``),
+Each window is diagnosed at most once every ``every_s`` (or a sixtieth of the window, if
+longer); the rules stay pure (``rules.py``),
 and nothing here reads hardware: it reads the history the sampler already filled.
 """
 
@@ -17,6 +18,7 @@ from .findings import Diagnosis
 from .rules import diagnose
 
 REFRESH_S = 2.0
+WINDOWS_PER_REFRESH = 60  # a window is redone after 1/60 of it has passed (2 s at least)
 DEFAULT_WINDOW_S = 120.0  # what /GPU-Activity shows first: its 2-minute window
 
 
@@ -38,7 +40,9 @@ class DeviceDiagnoses:
         key = float(window_s)
         with self._lock:
             cached = self._cache.get(key)
-            if cached is not None and (cached[1] == seq or now - cached[0] < self.every_s):
+            # A longer window changes more slowly: a 30-minute one is redone every 30 s.
+            every_s = max(self.every_s, key / WINDOWS_PER_REFRESH)
+            if cached is not None and (cached[1] == seq or now - cached[0] < every_s):
                 return cached[2]
         samples = metrics.history.window(window_s)
         facts = metrics.facts

@@ -81,7 +81,7 @@ def process_presence(samples: Sequence[Sample], pid: int) -> tuple[int, set[int]
 
 def host_findings(steps: Sequence[Step]) -> list[Finding]:
     """What a run's own step timings say on their own: input-bound, host-CPU-bound."""
-    return _step_findings(steps, [], ())
+    return _step_findings(steps, [])
 
 
 def not_using_gpu(gpu: str, lists: int) -> Finding:
@@ -109,7 +109,6 @@ def _fact(facts: Sequence[GpuFacts], row: int) -> GpuFacts | None:
 _EXTRA = attrgetter("extra")
 _GPUS = attrgetter("gpus")
 _INDEX = attrgetter("index")
-_LOST = attrgetter("lost")
 
 
 def _passes(extras: Sequence[dict[str, object]], family: str) -> list[object]:
@@ -125,10 +124,10 @@ def _list_passes(samples: Sequence[Sample]) -> list[object]:
     """Each reading pass of the process lists once. The reader returns them only on its pass
     (once a second), and every sample built from that NVML pass carries them: a pass is told
     by its GPU readings, not by the list (an unchanged list may be the same object)."""
-    gpus = list(map(_GPUS, samples))
-    previous = [None, *gpus[:-1]]
-    return [readings for sample, now, before in zip(samples, gpus, previous, strict=True)
-            if (readings := sample.extra.get(PROCESS_FAMILY)) is not None and now is not before]
+    lists = list(map(methodcaller("get", PROCESS_FAMILY), map(_EXTRA, samples)))
+    carrying = [i for i, readings in enumerate(lists) if readings is not None]
+    return [lists[i] for i in carrying
+            if i == 0 or samples[i].gpus is not samples[i - 1].gpus]
 
 
 def _distinct(extras: Sequence[dict[str, object]], family: str, row: int, kind: type) -> list:
@@ -144,16 +143,18 @@ def _own_process(samples: Sequence[Sample], row: int, pid: int) -> list[float]:
             and reading.device == row and reading.sm_pct is not None]
 
 
-def _readings(samples: Sequence[Sample], row: int) -> list[GpuReading | None]:
-    """Device ``row``'s reading in each sample (None where a sample lacks it). Rows are
-    stored in row order, so the reading is looked up by position, and searched otherwise."""
+def _readings(samples: Sequence[Sample], row: int) -> tuple[list[GpuReading | None], bool]:
+    """Device ``row``'s reading in each sample (None where a sample lacks it), and whether
+    every sample had it. Rows are stored in row order, so the reading is looked up by
+    position, and searched otherwise."""
     try:
         rows = list(map(itemgetter(row), map(_GPUS, samples)))
     except IndexError:
         rows = []
     if len(rows) == len(samples) and set(map(_INDEX, rows)) <= {row}:
-        return rows  # type: ignore[return-value]
-    return [next((g for g in sample.gpus if g.index == row), None) for sample in samples]
+        return rows, True  # type: ignore[return-value]
+    found = [next((g for g in sample.gpus if g.index == row), None) for sample in samples]
+    return found, None not in found
 
 
 def _known(values: Iterable[float | None]) -> list[float]:
@@ -200,15 +201,15 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     prefix = "SIMULATED " if simulated else ""
     label = f"{prefix}{fact.label if fact else f'GPU row {row}'}"
     uuid = fact.uuid if fact else ""
-    own_rows = _readings(samples, row)
-    if None in own_rows:
+    own_rows, complete = _readings(samples, row)
+    if not complete:
         mine = [s for s, r in zip(samples, own_rows, strict=True) if r is not None]
         own_rows = [r for r in own_rows if r is not None]
     else:
         mine = list(samples)
     count = len(mine)
-    times = list(map(attrgetter("time_s"), mine))
-    interval = (times[-1] - times[0]) / (count - 1) if count > 1 else 0.0
+    span_s = mine[-1].time_s - mine[0].time_s if count else 0.0
+    interval = span_s / (count - 1) if count > 1 else 0.0
     # Shares and rates (clock events, links, host CPU) rest on at most MAX_READINGS samples,
     # evenly spaced. A family read at its own 1 s rate (GPM, processes) keeps each reading
     # for at least 1 s of ticks (the reader refreshes it no sooner), so looking at every
@@ -217,7 +218,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     fine = max(1, min(coarse, int(FAMILY_EVERY_S / interval) - 1)) if interval > 0 else 1
     extras = list(map(_EXTRA, mine[::fine]))
     coarse_extras = extras if coarse == fine else list(map(_EXTRA, mine[::coarse]))
-    window_s = times[-1] - times[0] + interval if count else 0.0
+    window_s = span_s + interval if count else 0.0
 
     def done(findings: list[Finding]) -> Diagnosis:
         return Diagnosis(row, label, uuid, count, window_s, tuple(findings))
@@ -232,8 +233,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     physical = parent or fact
     physical_row = physical.index if physical else row
     utilization: list[float | None] = list(map(attrgetter("utilization_pct"), own_rows))
-    if any(map(_LOST, own_rows)):  # a lost GPU's readings are not available, never 0
-        utilization = [None if r.lost else r.utilization_pct for r in own_rows]  # type: ignore[union-attr]
+    # A lost GPU's readings are all "not available" (GpuReading.unavailable), never 0.
     util_known = _known(utilization)
     gpm = _distinct(extras, GPM_FAMILY, row, GpmReading)
     if skip_first_gpm and gpm:
@@ -256,7 +256,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     util_fig = Figure("utilization", util_mean, "%", len(util_known))
 
     # ----- the run's own steps: input-bound, host-CPU-bound ---------------------------------
-    findings += _step_findings(steps, util_known, mine)
+    findings += _step_findings(steps, util_known)
     # ----- activity level ---------------------------------------------------------------
     if has_gpm:
         findings += _gpm_findings(gpm, sm_values, util_fig if has_util else None)
@@ -267,11 +267,12 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
         findings += _level_findings(util_mean, util_fig, "utilization", gpm_needs)
     if has_util and min(util_known) < T.IDLE_PCT and not any(f.cause == "idle"
                                                                  for f in findings):
+        times = list(map(attrgetter("time_s"), mine))  # only where a gap may be
         findings += _gap_findings(times, utilization, interval, window_s, count)
     # ----- links, clocks -----------------------------------------------------------------
     sm_mean = mean(sm_values) if has_gpm else None
     physical_rows = own_rows[::coarse] if physical_row == row else \
-        _readings(mine[::coarse], physical_row)
+        _readings(mine[::coarse], physical_row)[0]
     findings += _link_findings(physical_rows, physical, sm_mean, pcie_link)
     findings += _throttle_findings(coarse_extras, physical_row)
     if not any(f.cause.startswith("host") for f in findings) and not steps:
@@ -294,8 +295,7 @@ ORDER = {cause: rank for rank, cause in enumerate((
     "underused", "busy", "compute-bound", "unknown", "not-enough-samples"))}
 
 
-def _step_findings(steps: Sequence[Step], util: list[float], samples: Sequence[Sample]
-                   ) -> list[Finding]:
+def _step_findings(steps: Sequence[Step], util: list[float]) -> list[Finding]:
     if len(steps) < T.MIN_SAMPLES:
         return []
     out: list[Finding] = []
@@ -357,8 +357,10 @@ def _gpm_findings(gpm: list[GpmReading], sm_values: list[float],
                         "nothing runs here: check that the job sees this GPU "
                         "(CUDA_VISIBLE_DEVICES) and is not waiting on something else")]
     out: list[Finding] = []
-    # DCGM: ~0.8 is DRAM's practical peak; KempnerPulse: DRAM >= 50 with SM < 50.
-    if dram is not None and ((dram >= T.DRAM_PRACTICAL_PEAK_PCT and sm < T.SM_GOOD_PCT) or
+    # DCGM: ~0.8 is DRAM's practical peak, whatever SM activity says (a streaming kernel
+    # keeps every SM "active": its warps are resident, waiting on memory); KempnerPulse:
+    # DRAM >= 50 with SM < 50.
+    if dram is not None and (dram >= T.DRAM_PRACTICAL_PEAK_PCT or
                              (dram >= T.DRAM_HIGH_PCT and sm < T.SM_INEFFECTIVE_PCT)):
         near = "near its practical peak of about 80%" if dram >= T.DRAM_PRACTICAL_PEAK_PCT \
             else "high, below the practical peak of about 80%"
@@ -419,7 +421,7 @@ def _gap_findings(times: list[float], utilization: list[float | None], interval:
         return []  # a few short gaps, or idle throughout (the "idle" finding says so)
     return [Finding("starved", "starved: idle gaps of 0.5 s or more between bursts of work",
                     (Figure("time in gaps", share, "%", count),
-                     Figure("longest gap", max(gaps), "s", count)), "utilization",
+                     Figure("longest gap", max(gaps), "s", count)), "utilization-gaps",
                     "find what the GPU waits for between steps (input pipeline, Python, "
                     "host syncs): more input workers, prefetching, or asynchronous copies",
                     detail=f"; {len(gaps)} gap{'s' if len(gaps) != 1 else ''}")]

@@ -45,7 +45,8 @@ BUSY_UTILIZATION_PCT = 80.0  # DCGM's 0.8, applied to time-based utilization
 SM_INEFFECTIVE_PCT = 50.0  # DCGM: SM Active < 0.5
 SM_GOOD_PCT = 80.0  # DCGM: SM Active >= 0.8 "necessary, but not sufficient"
 
-# DRAM: ~0.8 is the practical peak (DCGM, DRAM Active); DRAM >= 50 with SM < 50 is
+# DRAM: ~0.8 is the practical peak (DCGM, DRAM Active): at it, memory is the limit whatever
+# SM activity says (resident warps waiting on memory count as active); DRAM >= 50 with SM < 50 is
 # memory-bound (KempnerPulse "memory-bound" class). Under 50 it is not the limit.
 DRAM_PRACTICAL_PEAK_PCT = 80.0  # DCGM
 DRAM_HIGH_PCT = 50.0  # KempnerPulse

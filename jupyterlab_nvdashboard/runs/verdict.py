@@ -42,7 +42,8 @@ from .watcher import Run
 
 OTHERS_NAMED = 5  # other PIDs named in a verdict, at most
 LEVEL_FIGURES = ("SM activity", "its own SM utilization", "utilization")
-DEVICE_WIDE = ("gpm", "utilization", "link-counters", "clock-events", "host")
+DEVICE_WIDE = ("gpm", "utilization", "utilization-gaps", "link-counters", "clock-events",
+               "host")
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 It stands where ``libnvidia-ml.so.1`` stands: ``SimulatedNvml(...).library`` is an object
 with the C symbols of ``nvml.h`` (``library.py``) for the real nvidia-ml-py to call. Its
 machines, loads and faults are written from NVIDIA's documentation (``profiles.py``,
-``machine.py``, ``health.py``, ``processes.py``). This package imports nothing from the rest
-of the project, and the metrics layer never imports it.
+``machine.py``, ``health.py``, ``processes.py``), and so are the load models a simulated GPU
+can play (``scenarios.py``). This package imports nothing from the rest of the project, and
+the metrics layer never imports it.
 """
 
 from .machine import SimulatedNvml

@@ -48,7 +48,7 @@ def launch_and_judge(tmp_path: Path, params: dict, row: int = 1, timeout_s: floa
 def test_a_native_cpu_run_pinned_to_a_gpu_reads_not_using_that_gpu(tmp_path: Path) -> None:
     pytest.importorskip("tensorflow")
     verdict, run = launch_and_judge(tmp_path, {"path": "native", "preset": "ci",
-                                               "iterations": 8000, "device": "cpu"})
+                                               "iterations": 20000, "device": "cpu"})
     assert verdict.cause == "not-using-gpu", verdict
     assert verdict.text.startswith("not using SIMULATED GPU 1: its process held no context "
                                    "on any GPU, over ")
@@ -69,3 +69,26 @@ def test_a_run_with_a_slow_input_reads_input_bound(tmp_path: Path) -> None:
     assert share.value >= 20  # 200 ms of sleep in steps of a few ms of numpy
     assert all(event["input_ms"] >= 200 for event in run.iterations)
     assert "not using SIMULATED GPU 1" in verdict.rest
+
+
+def test_the_input_delay_is_checked_in_one_line() -> None:
+    import subprocess
+    import sys
+
+    from jupyterlab_nvdashboard.workload import build_command
+    from jupyterlab_nvdashboard.workload.config import make_config
+
+    argv = build_command({"path": "numpy", "preset": "ci", "iterations": 2,
+                          "input_delay_ms": 50})
+    assert argv[-2:] == ["--input-delay-ms", "50"]
+    for bad in (-1, 10_001, True, "50", 1.5):
+        with pytest.raises(ValueError, match="input_delay_ms must be"):
+            build_command({"path": "numpy", "preset": "ci", "iterations": 2,
+                           "input_delay_ms": bad})
+    with pytest.raises(ValueError, match=r"input_delay_ms=-5 is out of range"):
+        make_config("ci", input_delay_ms=-5)
+    done = subprocess.run([sys.executable, "-m", "jupyterlab_nvdashboard.workload",
+                           "--input-delay-ms", "-1"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "out of range" in done.stderr and "Traceback" not in done.stderr
