@@ -12,8 +12,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from .config import Config, ConfigError, SimulationConfig
-from .metrics import Metrics
-from .metrics import create_metrics as create_metrics_over
+from .metrics import Metrics, build_metrics
 from .simnvml import SimulatedNvml
 
 
@@ -31,6 +30,10 @@ def create_simulator(simulation: SimulationConfig) -> SimulatedNvml:
     except ValueError as error:
         raise ConfigError(f"NVDASHBOARD_SIMULATE_FAULTS: {error}") from None
     simulator.set_processes_file(simulation.processes_file)
+    try:
+        simulator.set_scenario(simulation.scenario)
+    except ValueError as error:
+        raise ConfigError(f"NVDASHBOARD_SIMULATE_SCENARIO: {error}") from None
     return simulator
 
 
@@ -42,5 +45,5 @@ def create_metrics(config: Config, environ: Mapping[str, str] | None = None,
     if simulator is None and config.simulation.enabled:
         simulator = create_simulator(config.simulation)
     library = None if simulator is None else simulator.library
-    return create_metrics_over(config, environ, library=library, simulator=simulator,
+    return build_metrics(config, environ, library=library, simulator=simulator,
                                only=only)

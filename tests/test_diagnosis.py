@@ -54,7 +54,7 @@ def gpm(sm: float | None = None, dram: float | None = None,
 def health(mask: int | None) -> HealthReading:
     values: list[Any] = [None] * len(HealthReading._fields)
     values[HealthReading._fields.index("clock_event_reasons")] = mask
-    values[-1] = ()
+    values[HealthReading._fields.index("xid_events")] = ()
     return HealthReading(*values)
 
 
@@ -384,9 +384,9 @@ def test_the_cost_benchmark_prints_its_figures(capsys: pytest.CaptureFixture[str
 
 
 def test_live_diagnoses_are_shared_and_redone_at_most_once_per_refresh() -> None:
+    from jupyterlab_nvdashboard.composition import create_metrics
     from jupyterlab_nvdashboard.config import Config, SimulationConfig
     from jupyterlab_nvdashboard.diagnosis.live import DeviceDiagnoses
-    from jupyterlab_nvdashboard.metrics import create_metrics
 
     metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=2, profile="h200")),
                              environ={})

@@ -130,6 +130,15 @@ def _list_passes(samples: Sequence[Sample]) -> list[object]:
             if i == 0 or samples[i].gpus is not samples[i - 1].gpus]
 
 
+def _held(samples: Sequence[Sample], row: int) -> bool:
+    """Whether the process lists show any process with a context on ``row`` (a GPU with no
+    process waits for nobody, however busy the machine's CPUs are). True where the lists are
+    not read at all, so a machine without them keeps the machine-wide rule."""
+    passes = _list_passes(samples)
+    return not passes or any(isinstance(reading, ProcessReading) and reading.device == row
+                             for readings in passes for reading in readings)  # type: ignore[attr-defined]
+
+
 def _distinct(extras: Sequence[dict[str, object]], family: str, row: int, kind: type) -> list:
     """The family's readings of ``row``, one per reading pass."""
     return [reading for readings in _passes(extras, family) if type(readings) is dict
@@ -273,9 +282,12 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     sm_mean = mean(sm_values) if has_gpm else None
     physical_rows = own_rows[::coarse] if physical_row == row else \
         _readings(mine[::coarse], physical_row)[0]
+    if pcie_link is None:
+        pcie_link = _current_pcie_link(coarse_extras, physical_row)
     findings += _link_findings(physical_rows, physical, sm_mean, pcie_link)
     findings += _throttle_findings(coarse_extras, physical_row)
-    if not any(f.cause.startswith("host") for f in findings) and not steps:
+    if not any(f.cause.startswith("host") for f in findings) and not steps and \
+            _held(mine, row):
         findings += _machine_cpu_findings(mine[::coarse], utilization[::coarse])
     if not findings:
         needs = gpm_needs or "utilization (MIG devices have none: their activity needs GPM)"
@@ -475,6 +487,15 @@ def _link_findings(physical_rows: Sequence[GpuReading | None], physical: GpuFact
                                detail=f"; maximum Gen{physical.pcie_max_generation} "
                                       f"x{physical.pcie_max_width}"))
     return out
+
+
+def _current_pcie_link(extras: Sequence[dict[str, object]], physical_row: int
+                       ) -> PcieLink | None:
+    """The newest current link generation and width the health readings have, if any."""
+    for reading in reversed(_distinct(extras, HEALTH_FAMILY, physical_row, HealthReading)):
+        if reading.pcie_link_generation is not None or reading.pcie_link_width is not None:
+            return PcieLink(reading.pcie_link_generation, reading.pcie_link_width)
+    return None
 
 
 THROTTLE_WORDS = [(bit, words) for bit, words, throttles in CLOCK_EVENT_REASONS if throttles]

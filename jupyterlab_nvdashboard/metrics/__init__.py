@@ -1,6 +1,6 @@
 """The metrics layer: the only code that talks to NVML and psutil.
 
-``create_metrics(config)`` builds the process's one sampler and its history; everything
+``build_metrics(config, ...)`` builds the process's one sampler and its history; everything
 else (dashboards, JSON endpoints) reads ``Metrics.history`` and ``Metrics.nvml.facts``.
 """
 
@@ -24,7 +24,7 @@ from .sampler import History, Sample, Sampler
 
 __all__ = [
     "GpuFacts", "GpuReading", "History", "HostReading", "Metrics", "NvmlState", "OWNER_FAMILY",
-    "PROCESS_FAMILY", "ProcessOwner", "ProcessReading", "Sample", "create_metrics",
+    "PROCESS_FAMILY", "ProcessOwner", "ProcessReading", "Sample", "build_metrics",
 ]
 
 
@@ -75,7 +75,7 @@ class Metrics:
         return any(facts.nvlink_link_ids for facts in self.facts)
 
 
-def create_metrics(
+def build_metrics(
     config: Config, environ: Mapping[str, str] | None = None, library: Any = None,
     simulator: Any = None, only: Collection[str] | None = None,
 ) -> Metrics:

@@ -57,6 +57,10 @@ class HealthReading(NamedTuple):
     # Every XID event seen on this GPU since the server started (the newest 50), oldest
     # first: they stay listed after the history has moved on.
     xid_events: tuple[XidEvent, ...] = ()
+    # The PCIe link as trained now (nvmlDeviceGetCurrPcieLinkGeneration/Width): below the
+    # maximum in the static facts when a card sits in a slower slot or trained down.
+    pcie_link_generation: int | None = None
+    pcie_link_width: int | None = None
 
 
 class XidEvent(NamedTuple):

@@ -127,6 +127,10 @@ class _Static:
     temperature_shutdown_c: float | None
 
 
+def _integer(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 @dataclass
 class _Slow:
     read_at: float
@@ -134,6 +138,7 @@ class _Slow:
     rows_pending: bool | None
     rows_failed: bool | None
     power_limit_w: float | None
+    pcie_link: tuple[int | None, int | None] = (None, None)  # current generation, width
 
 
 @dataclass
@@ -235,10 +240,12 @@ class HealthReader:
                 counts.append(None if value is None else int(value))
         rows = nvml.query(device, "nvmlDeviceGetRemappedRows")
         limit = nvml.query(device, "nvmlDeviceGetEnforcedPowerLimit")
+        generation = nvml.query(device, "nvmlDeviceGetCurrPcieLinkGeneration")
+        width = nvml.query(device, "nvmlDeviceGetCurrPcieLinkWidth")
         slow = self._slow[device.facts.index] = _Slow(
             now, (counts[0], counts[1], counts[2], counts[3]),
             None if rows is None else bool(rows[2]), None if rows is None else bool(rows[3]),
-            None if limit is None else limit / 1000)
+            None if limit is None else limit / 1000, (_integer(generation), _integer(width)))
         return slow
 
     def _clock_event_reasons(self, device: Device) -> int | None:
@@ -282,6 +289,8 @@ class HealthReader:
             remapped_rows_pending=slow.rows_pending if slow else None,
             remapped_rows_failed=slow.rows_failed if slow else None,
             xid_events=tuple(self._xids.get(device.facts.uuid, ())),
+            pcie_link_generation=slow.pcie_link[0] if slow else None,
+            pcie_link_width=slow.pcie_link[1] if slow else None,
         )
 
     # ----- XID events -----------------------------------------------------------------------

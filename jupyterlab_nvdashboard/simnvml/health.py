@@ -80,6 +80,16 @@ _RATE_IDS = {C[name]: name for name in (
     "NVML_GPM_METRIC_PCIE_TX_PER_SEC", "NVML_GPM_METRIC_PCIE_RX_PER_SEC",
     "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC")}
 XID = C["nvmlEventTypeXidCriticalError"]
+# The GPM metrics a scenario states, and its figure for each (scenarios.readings); the
+# others (integer, FP64) keep the profile's load model.
+SCENARIO_GPM_FIGURES = {
+    "NVML_GPM_METRIC_GRAPHICS_UTIL": "utilization_pct", "NVML_GPM_METRIC_SM_UTIL": "sm_util_pct",
+    "NVML_GPM_METRIC_SM_OCCUPANCY": "sm_occupancy_pct",
+    "NVML_GPM_METRIC_ANY_TENSOR_UTIL": "any_tensor_util_pct",
+    "NVML_GPM_METRIC_DRAM_BW_UTIL": "dram_bw_util_pct",
+    "NVML_GPM_METRIC_FP32_UTIL": "fp32_util_pct",
+    "NVML_GPM_METRIC_FP16_UTIL": "fp16_util_pct",
+}
 NO_INSTANCE = 0xFFFFFFFF
 
 
@@ -90,6 +100,8 @@ class _GpmSample:
     time_s: float  # simulated elapsed seconds
     load_integral: float
     counters: dict[str, float]  # cumulative bytes per rate metric
+    # Under a scenario: metric ID -> the integral of its percent since the start.
+    played: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -156,10 +168,16 @@ class HealthSimulation:
         return gpu.index == self.throttling_gpu()
 
     def _temperature(self, gpu: Any) -> int:
+        playing = self._playing(gpu)
+        if playing is not None:
+            return int(playing["temperature_c"])
         load = self._load(gpu)
         return (60 if self._throttles(gpu) else 35) + int(33 * load)
 
     def _power_mw(self, gpu: Any) -> int:
+        playing = self._playing(gpu)
+        if playing is not None:
+            return int(1000 * (playing["power_w"] or 0.0))
         load = self._load(gpu)
         share = 0.97 + 0.03 * load if self._throttles(gpu) else 0.15 + 0.8 * load
         return int(gpu.model.power_limit_mw * share)
@@ -209,8 +227,13 @@ class HealthSimulation:
             if self.profile.pcie_counter_bits < 64:  # GPM keeps its own wide counters
                 counters.pop("NVML_GPM_METRIC_PCIE_TX_PER_SEC")
                 counters.pop("NVML_GPM_METRIC_PCIE_RX_PER_SEC")
+        played = {}
+        if self.scenario is not None and instance is None:
+            played = {C[metric]: self.scenario.integral(gpu.index, gpu.model, figure, now)
+                      for metric, figure in SCENARIO_GPM_FIGURES.items()}
         self._gpm_samples[address] = (self._gpm_samples[address][0], _GpmSample(
-            gpu.index, instance, now, self._load_integral(gpu, instance, now), counters))
+            gpu.index, instance, now, self._load_integral(gpu, instance, now), counters,
+            played))
         return sample
 
     def nvmlGpmSampleGet(self, handle: Any, sample: Any) -> Any:  # noqa: N802
@@ -249,7 +272,10 @@ class HealthSimulation:
         for position in range(request.numMetrics):
             metric = request.metrics[position]
             metric.nvmlReturn, metric.value = NVML_SUCCESS, 0.0
-            if metric.metricId in _PERCENT_IDS:
+            if metric.metricId in first.played:
+                metric.value = (second.played[metric.metricId]
+                                - first.played[metric.metricId]) / seconds
+            elif metric.metricId in _PERCENT_IDS:
                 metric.value = 100.0 * _PERCENT_IDS[metric.metricId] * mean
             elif _RATE_IDS.get(metric.metricId) in first.counters:
                 name = _RATE_IDS[metric.metricId]
@@ -272,14 +298,22 @@ class HealthSimulation:
             raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
         if clock == C["NVML_CLOCK_MEM"]:
             return gpu.model.max_memory_clock_mhz
+        playing = self._playing(gpu)
+        if playing is not None:
+            return int(playing["sm_clock_mhz"])
         held = THROTTLED_CLOCK if self._throttles(gpu) else 1.0
         return int(gpu.model.max_sm_clock_mhz * (0.55 + 0.45 * self._load(gpu)) * held)
 
     def nvmlDeviceGetPerformanceState(self, handle: Any) -> int:  # noqa: N802
         gpu = self._enter_gpu("nvmlDeviceGetPerformanceState", handle)
-        return C["NVML_PSTATE_0"] if self._load(gpu) >= IDLE_LOAD else C["NVML_PSTATE_8"]
+        playing = self._playing(gpu)
+        busy = self._load(gpu) if playing is None else playing["utilization_pct"] / 100
+        return C["NVML_PSTATE_0"] if busy >= IDLE_LOAD else C["NVML_PSTATE_8"]
 
     def _reasons(self, gpu: Any) -> int:
+        playing = self._playing(gpu)
+        if playing is not None:
+            return int(playing["clock_event_reasons"])
         if self._throttles(gpu):
             reasons = C["nvmlClocksEventReasonSwPowerCap"]
             if self._temperature(gpu) >= gpu.model.temperature_slowdown_c:

@@ -224,6 +224,14 @@ class SimulatedLibrary:
         self._scalar("nvmlDeviceGetMaxPcieLinkWidth", device, out)
 
     @_c_function
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, device: Any, out: Any) -> None:
+        self._scalar("nvmlDeviceGetCurrPcieLinkGeneration", device, out)
+
+    @_c_function
+    def nvmlDeviceGetCurrPcieLinkWidth(self, device: Any, out: Any) -> None:
+        self._scalar("nvmlDeviceGetCurrPcieLinkWidth", device, out)
+
+    @_c_function
     def nvmlDeviceGetEnforcedPowerLimit(self, device: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetEnforcedPowerLimit", device, out)
 

@@ -37,6 +37,7 @@ from .handles import SimulatedHandle
 from .health import HealthSimulation
 from .library import SimulatedLibrary
 from .nvml_h import NVML_SUCCESS, NVMLError
+from .playing import ScenarioPlayer
 from .processes import PROCESS_FUNCTIONS, SimulatedProcesses
 from .profiles import DEFAULT_PROFILE, PROFILES, GpuModel, MigSlot, Profile
 from .waves import wave as _wave
@@ -46,6 +47,9 @@ E = nvml_h.ERROR_CODES
 F = nvml_h.FIELD_IDS
 _UINT_MAX = 0xFFFFFFFF
 _KNOWN_FIELDS = frozenset(F.values())
+# A scenario's byte rates by direction (0: TX, GPU to host; 1: RX), as playing.py names them.
+_PCIE_FIGURES = ("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s")
+_NVLINK_FIGURES = ("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s")
 # Field IDs and the driver branch that first answers them (the release notes): older
 # drivers do not know the ID (an invalid argument).
 _FIELD_SINCE = {F["NVML_FI_DEV_PCIE_COUNT_TX_BYTES"]: 555,
@@ -87,7 +91,8 @@ _FULLY_SUPPORTED_ONLY = {
 _VGPU_GUEST_UNSUPPORTED = {
     "nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetTemperature",
     "nvmlDeviceGetPcieThroughput", "pcie_counters", "nvmlDeviceGetMaxPcieLinkGeneration",
-    "nvmlDeviceGetMaxPcieLinkWidth", "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMaxPcieLinkWidth", "nvmlDeviceGetMigMode", "nvmlDeviceGetCurrPcieLinkGeneration",
+    "nvmlDeviceGetCurrPcieLinkWidth",
 }
 # Functions that answer on a MIG device handle; the rest are per physical GPU.
 _MIG_HANDLE_FUNCTIONS = {
@@ -138,6 +143,8 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         ]
         self._library: Any = None
         self._nvlink_offsets: dict[tuple[str, int, int], int] = {}
+        # The load every GPU plays instead of the profile's waves (playing.py), if any.
+        self.scenario: ScenarioPlayer | None = None
         self._unsupported_arguments: set[tuple[str, int]] = set()
         self._init_health()
 
@@ -187,6 +194,22 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
     def lose_gpu(self, index: int, after_s: float = 0.0) -> None:
         """GPU ``index`` falls off the bus ``after_s`` seconds from now."""
         self._gpus[index].lost_at = self._clock() + after_s
+
+    def set_scenario(self, name: str) -> None:
+        """Every GPU plays scenario ``name`` (scenarios.py; '' for the profile's own load).
+
+        Raises ValueError (one line) for an unknown scenario."""
+        self.scenario = ScenarioPlayer(name) if name else None
+
+    def _playing(self, gpu: _Gpu) -> dict[str, Any] | None:
+        """The scenario's figures for ``gpu`` now, in NVML's units; None without one."""
+        if self.scenario is None:
+            return None
+        return self.scenario.now(gpu.index, gpu.model, self._elapsed())
+
+    def _played_total(self, gpu: _Gpu, figure: str) -> float:
+        assert self.scenario is not None
+        return self.scenario.integral(gpu.index, gpu.model, figure, self._elapsed())
 
     def remove_gpu(self, index: int) -> None:
         """GPU ``index`` is gone at the next enumeration (unbound, or hidden by the driver):
@@ -515,7 +538,9 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
             used = int(total * (0.1 + 0.6 * _wave(self._elapsed(), 19.0, handle.mig or 0)))
         else:
             total, reserved = gpu.model.memory_mib * mib, gpu.model.reserved_mib * mib
-            used = int((total - reserved) * (0.1 + 0.8 * _wave(self._elapsed(), 23.0, gpu.index)))
+            playing = self._playing(gpu)
+            used = int((total - reserved) * (0.1 + 0.8 * _wave(self._elapsed(), 23.0, gpu.index))
+                       if playing is None else playing["memory_used_bytes"])
         free = total - reserved - used
         if version:
             return nvml_h.MemoryV2(version=version, total=total, reserved=reserved, free=free,
@@ -527,7 +552,8 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         assert gpu is not None
         if gpu.model.mig:
             raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
-        busy = int(round(100 * self._load(gpu)))
+        playing = self._playing(gpu)
+        busy = int(round(100 * self._load(gpu) if playing is None else playing["utilization_pct"]))
         return nvml_h.Utilization(gpu=busy, memory=busy // 2)
 
     def nvmlDeviceGetTemperature(self, handle: SimulatedHandle, sensor: int) -> int:  # noqa: N802
@@ -556,14 +582,37 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         return gpu.model.pcie_width
 
     def _pcie_rate(self, gpu: _Gpu, direction: int) -> float:
+        playing = self._playing(gpu)
+        if playing is not None:
+            return float(playing[_PCIE_FIGURES[direction]] or 0.0)
         peak = 8e9 if direction == 0 else 12e9
         return peak * _wave(self._elapsed(), 11.0 + direction, gpu.index)
 
     def _pcie_bytes(self, gpu: _Gpu, direction: int) -> int:
-        peak = 8e9 if direction == 0 else 12e9
-        counted = self.profile.pcie_counter_start + int(
-            peak * _wave_integral(self._elapsed(), 11.0 + direction, gpu.index))
+        if self.scenario is not None:
+            moved = int(self._played_total(gpu, _PCIE_FIGURES[direction]))
+        else:
+            peak = 8e9 if direction == 0 else 12e9
+            moved = int(peak * _wave_integral(self._elapsed(), 11.0 + direction, gpu.index))
+        counted = self.profile.pcie_counter_start + moved
         return counted % (1 << self.profile.pcie_counter_bits)
+
+    def _pcie_link_now(self, gpu: _Gpu) -> tuple[int, int]:
+        """The link as trained now: the model's maximum unless the scenario trains it down."""
+        playing = self._playing(gpu)
+        generation = playing and playing["pcie_link_generation"]
+        width = playing and playing["pcie_link_width"]
+        return (generation or gpu.model.pcie_generation, width or gpu.model.pcie_width)
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: SimulatedHandle) -> int:  # noqa: N802
+        gpu = self._enter("nvmlDeviceGetCurrPcieLinkGeneration", handle)
+        assert gpu is not None
+        return self._pcie_link_now(gpu)[0]
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: SimulatedHandle) -> int:  # noqa: N802
+        gpu = self._enter("nvmlDeviceGetCurrPcieLinkWidth", handle)
+        assert gpu is not None
+        return self._pcie_link_now(gpu)[1]
 
     def nvmlDeviceGetPcieThroughput(self, handle: SimulatedHandle, counter: int) -> int:  # noqa: N802
         gpu = self._enter("nvmlDeviceGetPcieThroughput", handle)
@@ -584,6 +633,10 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
     def _nvlink_bytes(self, gpu: _Gpu, direction: int, link: int) -> int:
         if link in gpu.model.nvlink_down:
             return 0
+        if self.scenario is not None:  # the scenario's total, spread evenly over active links
+            active = gpu.model.nvlink_link_count - len(gpu.model.nvlink_down)
+            counted = int(self._played_total(gpu, _NVLINK_FIGURES[direction]) / max(1, active))
+            return counted - self._nvlink_offsets.get((gpu.uuid, direction, link), 0)
         peak = 20e9 / gpu.model.nvlink_link_count
         counted = int(peak * _wave_integral(self._elapsed(), 9.0 + direction, gpu.index + link / 7))
         return counted - self._nvlink_offsets.get((gpu.uuid, direction, link), 0)

@@ -130,7 +130,7 @@ class RunningServer:
 @contextmanager
 def in_process_server(
     gpus: int = 4, simulator: SimulatedNvml | None = None, retry_interval_s: float | None = None,
-    profile: str = "mixed", binding: str = "", **config_fields: object
+    profile: str = "mixed", binding: str = "", scenario: str = "", **config_fields: object
 ) -> Iterator[RunningServer]:
     """A real Bokeh server on a free port, on its own IOLoop thread, with simulated NVML.
 
@@ -141,7 +141,7 @@ def in_process_server(
     config = replace(Config(port=free_port(), interval_s=0.1, idle_interval_s=0.1,
                             runs_dir=runs_dir, token=TEST_TOKEN),
                      simulation=SimulationConfig(gpu_count=gpus, profile=profile,
-                                                 binding=binding),
+                                                 binding=binding, scenario=scenario),
                      **config_fields)
     metrics = create_metrics(config, environ={}, simulator=simulator)
     sources = compose_sources(config, metrics)
