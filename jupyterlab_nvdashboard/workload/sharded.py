@@ -44,13 +44,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from .adam import adam_coefficients
-from .config import WorkloadConfig
+from .config import BACKENDS, MAX_SHARDS, PLACEMENTS, WorkloadConfig
 from .data import BatchPool, check_keys, initial_mlp, initial_rows
 from .xp_path import FlatParameters, NumpyOps, index_dtype, mlp_forward_backward, step_losses
 
-PLACEMENTS: tuple[str, ...] = ("key", "field")
-BACKENDS: tuple[str, ...] = ("auto", "loopback", "gloo", "nccl")
-MAX_SHARDS = 64
+__all__ = ["BACKENDS", "BYTE_KINDS", "MAX_SHARDS", "PLACEMENTS", "Exchange", "LoopbackTrainer",
+           "Placement", "ShardWorker", "TorchExchange", "assemble_table", "check_shards",
+           "expected_step_bytes", "placement_for", "ring_all_reduce_bytes"]
 #: The categories of exchanged bytes, in the order they are reported.
 BYTE_KINDS: tuple[str, ...] = ("counts", "keys", "vectors", "gradients", "all_reduce")
 COUNT_ITEMSIZE = 8  # the counts travel as int64
