@@ -16,7 +16,8 @@ The kinds, in the order a run writes them:
 - ``iteration``: ``iteration``, ``ms``, ``samples_per_s``, ``loss``, and ``input_ms`` (the
   part of ``ms`` spent waiting on the input stage) and ``cpu_ms`` (CPU time the process
   used during the step, all its threads), where the run measures them; a sharded run's
-  ``exchange_bytes``: what all its ranks sent each other in that step;
+  ``exchange_bytes``: what all its ranks sent each other in that step, and ``exchange_ms``:
+  the wall time of the step's collectives (waits for the other ranks included);
 - ``end``: the summary (``iterations``, ``median_ms``, ..., ``peak_device_memory_bytes``,
   ``interrupted``) and ``error``, the one-line message of a failure (``null`` when none);
   a sharded run's ``exchange``: median bytes per step by kind (``counts``, ``keys``,
@@ -262,7 +263,7 @@ _FIELDS: dict[str, dict[str, Field]] = {
     "iteration": {"iteration": (_count, False), "ms": (_step_ms, True),
                   "samples_per_s": (_duration, False), "loss": (_number, False),
                   "input_ms": (_step_ms, False), "cpu_ms": (_step_ms, False),
-                  "exchange_bytes": (_duration, False)},
+                  "exchange_bytes": (_duration, False), "exchange_ms": (_step_ms, False)},
     "end": {"iterations": (_count, False), "median_ms": (_step_ms, False),
             "p10_ms": (_step_ms, False), "p90_ms": (_step_ms, False),
             "samples_per_s": (_duration, False), "peak_host_memory_bytes": (_duration, False),

@@ -321,7 +321,9 @@ def run(
                         loss=loss,
                         input_ms=input_ms,
                         cpu_ms=cpu_ms,
-                        **({} if moved is None else {"exchange_bytes": sum(moved.values())}),
+                        **({} if moved is None else {
+                            "exchange_bytes": sum(moved.values()),
+                            "exchange_ms": trainer.step_exchange_ms()}),
                     )
                     times.append(ms)
                     if moved is not None:

@@ -20,8 +20,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -152,10 +156,13 @@ class DistributedTrainer:
                     stdin=subprocess.DEVNULL))
             self._rank = _Rank(spec, 0, store)
         except BaseException:
+            for child in self.children:
+                child.kill()
             self._stop_children()
             raise
         self.tf32 = self._rank.worker.tf32
         self.store = store
+        self._broken = False
 
     @property
     def worker(self) -> ShardWorker:
@@ -163,12 +170,23 @@ class DistributedTrainer:
         return self._rank.worker
 
     def step(self, i: int) -> float:
+        """One step on every rank. A Ctrl-C that lands inside it is held until all ranks
+        have finished the step, so they stop between steps, never halfway through one."""
         assert self._rank is not None
-        self._rank.control(i)
-        return self._rank.step(i)
+        with _interrupt_held():
+            try:
+                self._rank.control(i)
+                return self._rank.step(i)
+            except BaseException:
+                self._broken = True  # the other ranks may wait inside this step's exchange
+                raise
 
     def step_bytes(self) -> dict[str, int]:
         return dict(self.worker.last_bytes.job)
+
+    def step_exchange_ms(self) -> float:
+        """Rank 0's time in collectives in the last step (the others' waits end with it)."""
+        return self.worker.last_exchange_ms
 
     def ranks(self) -> list[dict[str, Any]]:
         pids = [os.getpid()] + [child.pid for child in self.children]
@@ -182,15 +200,19 @@ class DistributedTrainer:
     def close(self) -> None:
         """Stop every rank (a broadcast of -1), then reap the children."""
         rank, self._rank = self._rank, None
+        if rank is not None and self._broken:
+            for child in self.children:  # they wait in a collective rank 0 left: end them
+                child.kill()
         if rank is not None:
             try:
-                rank.control(STOP)
-                rank.save()
+                if not self._broken:
+                    rank.control(STOP)
+                    rank.save()
             finally:
                 rank.close()
-        self._stop_children()
+        self._stop_children(quiet=self._broken)
 
-    def _stop_children(self) -> None:
+    def _stop_children(self, quiet: bool = True) -> None:
         for child in self.children:
             try:
                 child.wait(CHILD_EXIT_WAIT_S)
@@ -199,14 +221,34 @@ class DistributedTrainer:
                 child.wait()
         failed = [c.returncode for c in self.children if c.returncode]
         self.children = []
-        if failed:
+        if failed and not quiet:
             raise RuntimeError(f"a shard process ended with status {failed[0]}")
 
 
+@contextmanager
+def _interrupt_held() -> Iterator[None]:
+    """Hold a SIGINT that lands inside the block, then raise it (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, _frame: held.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
+
+
 def child_main(spec: dict[str, Any]) -> int:
-    """Ranks 1..N-1: follow rank 0's steps until it says stop."""
+    """Ranks 1..N-1: follow rank 0's steps until it says stop.
+
+    A Ctrl-C reaches the whole process group (a terminal, or the dashboard's Stop): only
+    rank 0 acts on it, and tells the others to stop between two steps."""
     from .lifetime import PARENT_PID_ENV, end_with_parent
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     end_with_parent({PARENT_PID_ENV: str(spec["parent"])})
     torch = import_torch()
     rank = spec["rank"]

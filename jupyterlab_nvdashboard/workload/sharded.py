@@ -36,6 +36,7 @@ sends it (``2 (N - 1) / N`` of the buffer per rank), as NCCL does.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -273,6 +274,33 @@ class TorchExchange:
             buffer[...] = t.numpy()
 
 
+class TimedExchange:
+    """An exchange that adds up the wall time its collectives take (waiting for the other
+    ranks included: time a rank cannot compute)."""
+
+    def __init__(self, inner: Exchange) -> None:
+        self.inner = inner
+        self.rank, self.size, self.name = inner.rank, inner.size, inner.name
+        self.seconds = 0.0
+
+    def _timed(self, call: Callable[..., Any], *args: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return call(*args)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def all_gather_counts(self, counts: np.ndarray) -> np.ndarray:
+        return self._timed(self.inner.all_gather_counts, counts)
+
+    def all_to_all(self, send: Any, send_counts: Sequence[int],
+                   recv_counts: Sequence[int]) -> Any:
+        return self._timed(self.inner.all_to_all, send, send_counts, recv_counts)
+
+    def all_reduce_sum(self, buffer: Any) -> None:
+        self._timed(self.inner.all_reduce_sum, buffer)
+
+
 # -- one rank -----------------------------------------------------------------------------
 class _GlobalMeanOps:
     """The single-device ops, except that the loss is the mean over the *global* batch:
@@ -312,7 +340,8 @@ class ShardWorker:
     def __init__(self, cfg: WorkloadConfig, pool: BatchPool, placement: Placement,
                  exchange: Exchange, ops: Any = None, mode: str = "full",
                  record: bool = False) -> None:
-        self.cfg, self.placement, self.exchange, self.mode = cfg, placement, exchange, mode
+        self.cfg, self.placement, self.mode = cfg, placement, mode
+        self.exchange = TimedExchange(exchange)
         n, rank = exchange.size, exchange.rank
         if n != placement.shards:
             raise ValueError(f"the exchange has {n} ranks but the placement {placement.shards}")
@@ -349,6 +378,7 @@ class ShardWorker:
         self.record = record
         self.records: list[StepRecord] = []
         self.last_bytes = StepBytes()
+        self.last_exchange_ms = 0.0  # wall time of the last step's collectives
 
     # -- forward --------------------------------------------------------------------------
     def lookup(self, keys: Any) -> tuple[Any, dict[str, Any]]:
@@ -398,6 +428,7 @@ class ShardWorker:
     def step(self, i: int) -> float:
         """One training step on this rank's slice of pool batch ``i``; the global loss."""
         xp, cfg, ex = self.xp, self.cfg, self.exchange
+        ex.seconds = 0.0
         keys = self.keys[i % len(self.keys)]
         labels = self.labels[i % len(self.labels)]
         x, ctx = self.lookup(keys)
@@ -422,6 +453,7 @@ class ShardWorker:
                                   self.index_dtype.itemsize, self.dtype.itemsize,
                                   self.all_reduce_nbytes)
         self.last_bytes = StepBytes({k: sent[k] for k in BYTE_KINDS}, job)
+        self.last_exchange_ms = ex.seconds * 1000.0
         if record is not None:
             rows = self.base_ops.to_numpy(ctx["rows"]).astype(np.int64)
             got = self.base_ops.to_numpy(received)
@@ -487,6 +519,10 @@ class LoopbackTrainer:
     def step_bytes(self) -> dict[str, int]:
         """What the whole job moved in the last step (the formula, from rank 0's matrix)."""
         return dict(self.workers[0].last_bytes.job)
+
+    def step_exchange_ms(self) -> float:
+        """The slowest rank's time in collectives in the last step."""
+        return max(w.last_exchange_ms for w in self.workers)
 
     def sent_bytes(self) -> list[dict[str, int]]:
         """What each rank sent in the last step, counted from its buffers."""
