@@ -101,10 +101,10 @@ def exchange_view(run: Run, samples: Sequence[Sample],
     rows = _rows(run, facts)
     why = ""
     nvlink = pcie = None
-    if run.device != "gpu":
-        why, nvlink, pcie = CPU_WHY, 0.0, 0.0
-    elif shards.get("emulated"):
+    if shards.get("emulated"):
         why, nvlink, pcie = EMULATED_WHY.format(n=count), 0.0, 0.0
+    elif run.device != "gpu":
+        why, nvlink, pcie = CPU_WHY, 0.0, 0.0
     else:
         span = timed_window(run)
         timed = samples_in(samples, span) if span else []

@@ -25,6 +25,7 @@ BENCHMARK_PATHS: tuple[str, ...] = ("native-dense",)
 DISTRIBUTIONS: tuple[str, ...] = ("densedemo", "uniform", "zipf")
 DEVICES: tuple[str, ...] = ("cpu", "gpu")
 #: The sharded path (``sharded.py``): where rows live, and the shards' exchange.
+SHARDED_PATHS: tuple[str, ...] = ("numpy", "cupy-plugin")
 PLACEMENTS: tuple[str, ...] = ("key", "field")
 BACKENDS: tuple[str, ...] = ("auto", "loopback", "gloo", "nccl")
 MAX_SHARDS = 64

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from .config import BENCHMARK_PATHS, PATHS, WorkloadConfig
+from .config import BENCHMARK_PATHS, PATHS, SHARDED_PATHS, WorkloadConfig
 from .data import make_pool
 from .events import EventWriter, new_run_id
 from .extras import GPU_EXTRA, tensorflow_cpu_only
@@ -46,9 +46,6 @@ def resolve_device(path: str, device: str | None) -> str:
     from ._lazy import import_tensorflow
 
     return "gpu" if import_tensorflow().config.list_physical_devices("GPU") else "cpu"
-
-
-SHARDED_PATHS = ("numpy", "cupy-plugin")
 
 
 def resolve_backend(path: str, shards: int, backend: str = "auto") -> str:

@@ -57,7 +57,7 @@ def _reference(cfg, pool):
             "losses": np.array(losses), "table": table}
 
 
-def _expected_bytes(cfg, pool, step, placement, mlp_bytes):
+def expected_bytes(cfg, pool, step, placement, mlp_bytes):
     """What the job must move in pool batch ``step``, worked out from the keys alone."""
     n = placement.shards
     remote = 0
@@ -66,15 +66,16 @@ def _expected_bytes(cfg, pool, step, placement, mlp_bytes):
                                                 (rank + 1) * cfg.batch // n]
         owners = placement.owner(np.unique(part))
         remote += int(np.sum(owners != rank))
-    vector = cfg.embedding_size * 8
+    vector = cfg.embedding_size * np.dtype(cfg.dtype).itemsize
     return {"counts": n * (n - 1) * n * 8, "keys": remote * 4, "vectors": remote * vector,
             "gradients": remote * vector,
             "all_reduce": n * (2 * (n - 1) * (mlp_bytes + 8) // n)}
 
 
-def _mlp_bytes(cfg):
+def mlp_bytes(cfg):
     widths = [cfg.mlp_input_size] + [cfg.hidden_units] * cfg.hidden_layers + [1]
-    return sum(a * b + b for a, b in zip(widths, widths[1:], strict=False)) * 8
+    params = sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
+    return params * np.dtype(cfg.dtype).itemsize
 
 
 def _check_against(ref, got, cfg):
@@ -157,8 +158,8 @@ def test_loopback_equals_the_single_device(reference, shards, placement):
     pool = make_pool(CFG)
     got, sent, job = _loopback(CFG, pool, shards, placement)
     _check_against(reference, got, CFG)
-    expected = _expected_bytes(CFG, pool, STEPS - 1, placement_for(CFG, shards, placement),
-                               _mlp_bytes(CFG))
+    expected = expected_bytes(CFG, pool, STEPS - 1, placement_for(CFG, shards, placement),
+                               mlp_bytes(CFG))
     assert job == expected
     assert {k: sum(s[k] for s in sent) for k in BYTE_KINDS} == expected
     if shards > 1:
@@ -191,7 +192,7 @@ def test_loopback_edge_cases(kind, vocabulary, shards):
     pool = _edge_pool(cfg, kind)
     got, sent, job = _loopback(cfg, pool, shards)
     _check_against(_reference(cfg, pool), got, cfg)
-    expected = _expected_bytes(cfg, pool, 0, placement_for(cfg, shards), _mlp_bytes(cfg))
+    expected = expected_bytes(cfg, pool, 0, placement_for(cfg, shards), mlp_bytes(cfg))
     assert job == expected
     if kind == "one-shard":
         assert [len(g["rows"]) for g in got] == [2048] * 4
@@ -265,8 +266,8 @@ def test_gloo_processes_equal_the_single_device(gloo_runs, reference, shards):
     _check_against(reference, got, CFG)
     pool = make_pool(CFG)
     for step in range(STEPS):
-        expected = _expected_bytes(CFG, pool, step, placement_for(CFG, shards),
-                                   _mlp_bytes(CFG))
+        expected = expected_bytes(CFG, pool, step, placement_for(CFG, shards),
+                                   mlp_bytes(CFG))
         sent = {k: int(sum(g["sent"][step][j] for g in got)) for j, k in enumerate(BYTE_KINDS)}
         assert sent == expected  # what the ranks' buffers held
         assert dict(zip(BYTE_KINDS, got[0]["job"][step].tolist(), strict=True)) == expected
