@@ -73,6 +73,15 @@ def _ops(backend: str, rank: int, dtype: str) -> Any:
     return CupyOps(dtype)
 
 
+def _child_environment() -> dict[str, str]:
+    """This environment, with the directory this package was imported from first on the
+    path: every rank runs the same code as rank 0 (a checkout, not another install)."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return env
+
+
 class _Rank:
     """One process's rank: the process group, its worker, and what it records."""
 
@@ -153,7 +162,7 @@ class DistributedTrainer:
             for rank in range(1, shards):
                 self.children.append(subprocess.Popen(
                     [sys.executable, "-m", MODULE, json.dumps({**spec, "rank": rank})],
-                    stdin=subprocess.DEVNULL))
+                    stdin=subprocess.DEVNULL, env=_child_environment()))
             self._rank = _Rank(spec, 0, store)
         except BaseException:
             for child in self.children:
@@ -161,6 +170,7 @@ class DistributedTrainer:
             self._stop_children()
             raise
         self.tf32 = self._rank.worker.tf32
+        self._ops = self._rank.worker.base_ops
         self.store = store
         self._broken = False
 
@@ -195,7 +205,7 @@ class DistributedTrainer:
                 for r, pid in enumerate(pids)]
 
     def peak_device_memory_bytes(self) -> int | None:
-        return self.worker.base_ops.peak_device_memory_bytes()
+        return self._ops.peak_device_memory_bytes()  # also after close()
 
     def close(self) -> None:
         """Stop every rank (a broadcast of -1), then reap the children."""
