@@ -50,7 +50,7 @@ from .data import BatchPool, check_keys, initial_mlp, initial_rows
 from .xp_path import FlatParameters, NumpyOps, index_dtype, mlp_forward_backward, step_losses
 
 __all__ = ["BACKENDS", "BYTE_KINDS", "MAX_SHARDS", "PLACEMENTS", "Exchange", "LoopbackTrainer",
-           "Placement", "ShardWorker", "TorchExchange", "assemble_table", "check_shards",
+           "Placement", "ShardWorker", "TorchExchange", "assemble_table", "check_shards", "dedupe",
            "expected_step_bytes", "placement_for", "ring_all_reduce_bytes"]
 #: The categories of exchanged bytes, in the order they are reported.
 BYTE_KINDS: tuple[str, ...] = ("counts", "keys", "vectors", "gradients", "all_reduce")
@@ -150,6 +150,17 @@ def _sent_elsewhere(buffer: Any, counts: Sequence[int], rank: int) -> int:
     rows = int(sum(counts)) - int(counts[rank])
     per_row = buffer.nbytes // buffer.shape[0] if buffer.shape[0] else 0
     return rows * per_row
+
+
+def dedupe(xp: Any, keys: Any, vocabulary: int) -> tuple[Any, Any]:
+    """The distinct keys (ascending) and each lookup's position among them, as
+    ``unique(keys, return_inverse=True)`` gives them, without a comparison sort: the keys
+    are a dense ``[0, V)``, so a presence count over the vocabulary does it in O(L + V),
+    as the single-device path groups its lookups."""
+    present = xp.bincount(keys, minlength=vocabulary) > 0
+    uniq = xp.flatnonzero(present).astype(keys.dtype)
+    position = xp.cumsum(present, dtype=keys.dtype) - 1
+    return uniq, position[keys]
 
 
 # -- the exchange -------------------------------------------------------------------------
@@ -384,7 +395,7 @@ class ShardWorker:
     def lookup(self, keys: Any) -> tuple[Any, dict[str, Any]]:
         """The rows of ``keys`` (flat) gathered from their shards, in lookup order."""
         xp, ex, cfg = self.xp, self.exchange, self.cfg
-        uniq, inverse = xp.unique(keys, return_inverse=True)
+        uniq, inverse = dedupe(xp, keys, cfg.vocabulary)
         owner = self.placement.owner(uniq, xp)
         perm = xp.argsort(owner, kind="stable")
         send_keys = xp.ascontiguousarray(uniq[perm])
@@ -405,7 +416,7 @@ class ShardWorker:
         ctx = {"inverse": inverse, "perm": perm, "uniques": int(uniq.size), "rows": rows,
                "send_counts": send_counts, "recv_counts": recv_counts, "matrix": matrix,
                "sent": sent}
-        return uniq_rows[inverse], ctx
+        return xp.take(uniq_rows, inverse, axis=0), ctx
 
     # -- backward -------------------------------------------------------------------------
     def push_gradients(self, ctx: dict[str, Any], grads: Any, c: Any) -> Any:
