@@ -389,15 +389,21 @@ def main(argv: list[str] | None = None) -> int:
         pool_batches=args.pool_batches,
     )
     if args.shards:
+        def refuse(message: str) -> int:
+            print(f"embedding_speedup.py: error: {message}", file=sys.stderr)
+            return 2
+
         try:
             counts = sorted({int(x) for x in args.shards.split(",") if x})
         except ValueError:
-            p.error(f"--shards takes whole numbers separated by commas, got {args.shards!r}")
+            return refuse(f"--shards takes whole numbers separated by commas, got "
+                          f"{args.shards!r}")
         if not counts or counts[0] != 1:
-            p.error("--shards must include 1 (the baseline every efficiency is against)")
+            return refuse("--shards must include 1 (the baseline every efficiency is against)")
         for n in counts:
             if cfg.batch % n:
-                p.error(f"--batch {cfg.batch} must be a multiple of every shard count ({n})")
+                return refuse(f"--batch {cfg.batch} must be a multiple of every shard count "
+                              f"({n})")
         print(f"sharded numpy path: mode={args.mode} preset={args.preset} batch={cfg.batch} "
               f"vocabulary={cfg.vocabulary} dtype={cfg.dtype} iterations={args.iterations} x "
               f"{args.repeats} interleaved runs, cpus={os.cpu_count()}", file=sys.stderr)

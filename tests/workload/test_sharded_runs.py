@@ -173,3 +173,14 @@ def test_an_emulated_run_says_no_byte_crosses_a_link():
     row = summarize(_sharded_run("gpu", ranks, 1.0, backend="loopback", emulated=True),
                     _samples(5e9), gpus, simulated=False, native_median_ms=None, now_s=110.0)
     assert "measured 0 GB/s: 4 shards emulated in one process" in row["exchange"]
+
+
+@pytest.mark.parametrize("shards,message", [("2,4", "must include 1"), ("1,x", "whole numbers"),
+                                            ("1,3", "multiple of every shard count (3)")])
+def test_the_benchmark_refuses_bad_shard_lists_in_one_line(tmp_path, shards, message):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "embedding_speedup.py"),
+                           "--shards", shards, "--batch", "1024"], env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr
