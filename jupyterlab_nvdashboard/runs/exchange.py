@@ -142,13 +142,32 @@ def ranks_named(run: Run, facts: Sequence[GpuFacts]) -> str:
     return f"shards 0-{count - 1} {where}".rstrip()
 
 
+def rank_runs(run: Run) -> list[Run]:
+    """One view of ``run`` per GPU its ranks hold (NCCL: one rank per GPU): the rank's own
+    PID and GPU, so each GPU is judged on its own process. Empty when they share one GPU."""
+    ranks = [r for r in (run.shards or {}).get("ranks") or [] if r.get("gpu_uuid")]
+    if len({r["gpu_uuid"] for r in ranks}) < 2:
+        return []
+    views = []
+    for rank in ranks:
+        start = {**run.start, "pid": rank.get("pid") or run.pid,
+                 "gpu": {"uuid": rank["gpu_uuid"], "index": None, "visible": None}}
+        views.append(replace(run.copy(), start=start))
+    return views
+
+
 def judge_run(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts],
               simulated: bool = False) -> Verdict:
-    """``verdict.judge``; for a sharded run, "communication-bound" first when it is, and the
-    verdict names its shards and GPUs."""
+    """``verdict.judge``; for a sharded run, "communication-bound" first when it is, the
+    verdict names its shards and GPUs, and each GPU of a multi-GPU run is judged on its own
+    (in the second line)."""
     verdict = judge(run, samples, facts, simulated)
     if not run.shards:
         return verdict
+    each = [judge(view, samples, facts, simulated).text for view in rank_runs(run)]
+    if each:
+        verdict = replace(verdict, rest="; ".join(
+            part for part in ("each GPU: " + "; ".join(each), verdict.rest) if part))
     named = ranks_named(run, facts)
     finding = communication_finding(run)
     if finding is None:

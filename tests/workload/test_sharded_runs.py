@@ -153,6 +153,9 @@ def test_workload_row_shows_expected_and_measured_and_names_every_gpu():
     assert "measured NVLink 10.000 GB/s, PCIe 2.000 GB/s" in row["exchange"]
     assert f"on {gpus[0].label}, {gpus[1].label}" in row["verdict"]
     assert row["cause"] != "communication-bound"
+    # Each GPU judged on its own: both named in the second line.
+    each = row["verdict_more"].split("each GPU: ", 1)[1]
+    assert gpus[0].label in each and gpus[1].label in each
 
 
 def test_a_cpu_run_measures_zero_and_says_why_and_a_slow_exchange_is_communication_bound():
