@@ -172,7 +172,8 @@ def judge_run(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts],
     finding = communication_finding(run)
     if finding is None:
         return replace(verdict, text=f"{verdict.text} · {named}")
-    rest = "; ".join(part for part in (f"also: {verdict.text}", verdict.rest) if part)
+    also = "" if each else f"also: {verdict.text}"  # each GPU's line already says it
+    rest = "; ".join(part for part in (also, verdict.rest) if part)
     return replace(verdict, text=f"{finding.summary()} · {named}", cause=finding.cause,
                    signal=finding.signal, advice=finding.advice, rest=rest,
                    findings=(finding, *verdict.findings))
