@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -187,3 +188,23 @@ def test_the_benchmark_refuses_bad_shard_lists_in_one_line(tmp_path, shards, mes
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
+
+
+def test_the_launcher_pins_one_gpu_per_shard(tmp_path):
+    from jupyterlab_nvdashboard.runs.launcher import PinnedGpu, RunLauncher
+
+    launcher = RunLauncher(tmp_path, environ=_env(tmp_path))
+    gpus = [PinnedGpu(2, "GPU-aaaa"), PinnedGpu(3, "GPU-bbbb")]
+    # numpy cannot run on a GPU: the run ends at once, but its start event records what
+    # the launcher set.
+    status = launcher.start({"path": "numpy", "preset": "ci", "iterations": 1,
+                             "device": "gpu", "shards": 2}, gpus)
+    assert status == "started numpy on preset ci on GPUs 2, 3 over 2 shards"
+    deadline = time.monotonic() + 60
+    while launcher.running and time.monotonic() < deadline:
+        time.sleep(0.1)
+    [events_file] = list(tmp_path.glob("*.jsonl"))
+    start = read_events(events_file)[0]
+    assert start["gpu"]["visible"] == "GPU-aaaa,GPU-bbbb"
+    assert start["gpu"]["uuid"] == "GPU-aaaa" and start["gpu"]["index"] == 2
+    assert start["shards"]["count"] == 2
