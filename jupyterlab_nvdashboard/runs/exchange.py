@@ -21,7 +21,7 @@ judges a run from its own events), and a pure function of the run and the histor
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ..diagnosis import Figure, Finding, mean
@@ -79,7 +79,7 @@ def _rows(run: Run, facts: Sequence[GpuFacts]) -> tuple[int, ...]:
     return tuple(rows)
 
 
-def _sum_of(rows: Sequence[int], tx: str):  # noqa: ANN202 - a small reader
+def _sum_of(rows: Sequence[int], tx: str) -> Callable[[Sample], float | None]:
     def read(sample: Sample) -> float | None:
         parts = [getattr(r, tx) for r in sample.gpus if r.index in rows]
         known = [p for p in parts if p is not None]
