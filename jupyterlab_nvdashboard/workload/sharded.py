@@ -8,7 +8,8 @@ moments, and a full replica of the MLP; the batch is split evenly over the shard
 
 One step on each rank (:class:`ShardWorker`):
 
-1. deduplicate the rank's keys (``unique``), bucket them by owner;
+1. deduplicate the rank's keys (:func:`dedupe`: a presence count over the dense
+   vocabulary, no sort), bucket them by owner;
 2. exchange the counts (an all-gather of each rank's N counts, so every rank knows the
    whole N x N matrix and hence every rank's traffic);
 3. all-to-all the keys; each owner gathers its rows (the same ``gather_count`` the
