@@ -208,3 +208,21 @@ def test_the_launcher_pins_one_gpu_per_shard(tmp_path):
     assert start["gpu"]["visible"] == "GPU-aaaa,GPU-bbbb"
     assert start["gpu"]["uuid"] == "GPU-aaaa" and start["gpu"]["index"] == 2
     assert start["shards"]["count"] == 2
+
+
+def test_without_torch_gloo_is_a_one_line_hint_and_auto_falls_back_to_loopback(tmp_path):
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from jupyterlab_nvdashboard.workload.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))")
+    common = ["--path", "numpy", "--preset", "ci", "--iterations", "1", "--warmup", "0",
+              "--shards", "2", "--events", str(tmp_path / "run.jsonl")]
+    done = subprocess.run([sys.executable, "-c", code, *common, "--backend", "gloo"],
+                          env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert "torch is not installed" in lines[0] and "pip install torch" in lines[0]
+    (tmp_path / "run.jsonl").unlink()
+    done = subprocess.run([sys.executable, "-c", code, *common], env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert read_events(tmp_path / "run.jsonl")[1]["shards"]["backend"] == "loopback"
