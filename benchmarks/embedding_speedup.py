@@ -9,6 +9,7 @@ the part above the framework's own runtime.
     python benchmarks/embedding_speedup.py --mode embedding --preset densedemo --batch 1024
     python benchmarks/embedding_speedup.py --mode full --preset densedemo --batch 1024
     python benchmarks/embedding_speedup.py --crossover   # sparse vs dense update crossover
+    python benchmarks/embedding_speedup.py --shards 1,2,4  # the sharded table's scaling
 
 ``--mode embedding`` times the embedding lookup, its gradient and the sparse update only
 (a fixed linear probe replaces the MLP). ``torch`` (when importable) is a comparator:
@@ -104,6 +105,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     kwargs = {}
     if spec.get("dense_update_fraction") is not None:
         kwargs["dense_update_fraction"] = spec["dense_update_fraction"]
+    if spec.get("shards") is not None:
+        kwargs.update(shards=spec["shards"], backend=spec.get("backend", "auto"))
     runtime_rss = _started_runtime_rss(spec["path"])
     if spec["path"] == "torch":
         import torch
@@ -116,12 +119,21 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         )
     for i in range(spec["warmup"]):
         trainer.step(i)
-    times = []
+    times, exchange_ms, moved = [], [], []
     for i in range(spec["iterations"]):
         start = time.perf_counter()
         trainer.step(spec["warmup"] + i)
         times.append((time.perf_counter() - start) * 1000.0)
+        if spec.get("shards") is not None:
+            exchange_ms.append(trainer.step_exchange_ms())
+            moved.append(trainer.step_bytes())
+    sharding = None
+    if spec.get("shards") is not None:
+        sharding = {"backend": getattr(trainer, "backend", "loopback"),
+                    "exchange_ms": exchange_ms, "bytes": moved}
+        trainer.close()
     return {
+        "sharding": sharding,
         "times_ms": times,
         "peak_host_memory_bytes": peak_host_memory_bytes(),
         "runtime_host_memory_bytes": runtime_rss,
@@ -272,6 +284,75 @@ def crossover(device: str, iterations: int, warmup: int, repeats: int) -> str:
     return "\n".join(lines)
 
 
+# SOK's DenseDemo (documents/source/performance/dense_demo.md): 25.90 ms/step on 1 A100 at
+# batch 8192, 45.36 ms on 8 at 65536: 4.57x the throughput, 57% weak-scaling efficiency.
+# NVIDIA's blog: 7.9x on 1 A100, 23.6x on 4: 2.99x from 1 to 4, about 75%.
+SOK_WEAK_1_TO_8 = 25.90 / 45.36
+BLOG_1_TO_4 = 23.6 / 7.9 / 4
+
+
+def shard_scaling(counts: list[int], cfg: WorkloadConfig, mode: str, iterations: int,
+                  warmup: int, repeats: int, backend: str) -> tuple[str, dict[str, Any]]:
+    """Weak scaling (each shard keeps ``cfg.batch`` samples) and strong scaling (the global
+    batch stays ``cfg.batch``) of the sharded numpy path, runs interleaved over N."""
+    import dataclasses
+
+    results: dict[str, Any] = {}
+    cases = [("weak", n, cfg.batch * n) for n in counts] + \
+            [("strong", n, cfg.batch) for n in counts if n > 1]
+    for r in range(repeats):
+        for scaling, n, batch in cases:
+            key = f"{scaling} {n}"
+            spec = dict(path="numpy", config=dataclasses.replace(cfg, batch=batch).to_dict(),
+                        mode=mode, device="cpu", iterations=iterations, warmup=warmup,
+                        shards=n, backend=backend)
+            out = run_one(spec)
+            res = results.setdefault(key, {"scaling": scaling, "shards": n, "batch": batch,
+                                           "runs": []})
+            res["runs"].append(out)
+            print(f"  run {r + 1}/{repeats} {key:9s} batch {batch:6d} "
+                  f"{statistics.median(out['times_ms']):9.2f} ms/step", file=sys.stderr)
+    for res in results.values():
+        medians = [statistics.median(run["times_ms"]) for run in res["runs"]]
+        res["median_ms"] = statistics.median(medians)
+        res["min_ms"], res["max_ms"] = min(medians), max(medians)
+        last = res["runs"][-1]["sharding"]
+        res["backend"] = last["backend"]
+        res["bytes"] = {k: statistics.median(step[k] for run in res["runs"]
+                                             for step in run["sharding"]["bytes"])
+                        for k in last["bytes"][0]}
+        shares = [ms / t for run in res["runs"]
+                  for ms, t in zip(run["sharding"]["exchange_ms"], run["times_ms"], strict=True)]
+        res["exchange_share"] = statistics.median(shares)
+    base = results.get("weak 1")
+    for res in results.values():
+        if base is None:
+            res["efficiency"] = None
+        elif res["scaling"] == "weak":  # throughput(N) / (N x throughput(1))
+            res["efficiency"] = base["median_ms"] / res["median_ms"]
+        else:  # the same batch on N shards: time(1) / (N x time(N))
+            res["efficiency"] = base["median_ms"] / (res["shards"] * res["median_ms"])
+    lines = [
+        "| scaling | shards | global batch | backend | ms/step median | range (min-max) "
+        "| samples/s | exchange MB/step (keys / vectors / grads / all-reduce) "
+        "| time in collectives | efficiency vs 1 shard |",
+        "|---|---:|---:|---|---:|---:|---:|---|---:|---:|",
+    ]
+    for res in results.values():
+        b = res["bytes"]
+        eff = "-" if res["efficiency"] is None else f"{res['efficiency']:.0%}"
+        lines.append(
+            f"| {res['scaling']} | {res['shards']} | {res['batch']} | {res['backend']} "
+            f"| {res['median_ms']:.2f} | {res['min_ms']:.2f}-{res['max_ms']:.2f} "
+            f"| {res['batch'] / res['median_ms'] * 1000:.0f} "
+            f"| {sum(b.values()) / 1e6:.3f} ({b['keys'] / 1e6:.3f} / {b['vectors'] / 1e6:.3f}"
+            f" / {b['gradients'] / 1e6:.3f} / {b['all_reduce'] / 1e6:.3f}) "
+            f"| {res['exchange_share']:.0%} | {eff} |")
+    lines.append(f"\nReference: SOK DenseDemo 1->8 A100 weak scaling {SOK_WEAK_1_TO_8:.0%}; "
+                 f"NVIDIA's blog 1->4 A100 {BLOG_1_TO_4:.0%}.")
+    return "\n".join(lines), results
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -287,6 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--pool-batches", type=int, default=2)
     p.add_argument("--crossover", action="store_true")
+    p.add_argument("--shards", metavar="N,N,...", default=None,
+                   help="the sharded numpy path at these shard counts: weak and strong "
+                        "scaling, with --batch samples per shard (weak) or in all (strong)")
+    p.add_argument("--backend", default="gloo",
+                   help="the shards' exchange (with --shards; default gloo, for N = 1 too)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = p.parse_args(argv)
     if args.worker:
@@ -302,6 +388,31 @@ def main(argv: list[str] | None = None) -> int:
         embedding_size=args.embedding_size,
         pool_batches=args.pool_batches,
     )
+    if args.shards:
+        def refuse(message: str) -> int:
+            print(f"embedding_speedup.py: error: {message}", file=sys.stderr)
+            return 2
+
+        try:
+            counts = sorted({int(x) for x in args.shards.split(",") if x})
+        except ValueError:
+            return refuse(f"--shards takes whole numbers separated by commas, got "
+                          f"{args.shards!r}")
+        if not counts or counts[0] != 1:
+            return refuse("--shards must include 1 (the baseline every efficiency is against)")
+        for n in counts:
+            if cfg.batch % n:
+                return refuse(f"--batch {cfg.batch} must be a multiple of every shard count "
+                              f"({n})")
+        print(f"sharded numpy path: mode={args.mode} preset={args.preset} batch={cfg.batch} "
+              f"vocabulary={cfg.vocabulary} dtype={cfg.dtype} iterations={args.iterations} x "
+              f"{args.repeats} interleaved runs, cpus={os.cpu_count()}", file=sys.stderr)
+        table, results = shard_scaling(counts, cfg, args.mode, args.iterations, args.warmup,
+                                       args.repeats, args.backend)
+        print(table)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+        return 0
     paths = [x for x in args.paths.split(",") if x]
     if "torch" in paths and not torch_available():
         print("torch not importable: skipping the torch comparator", file=sys.stderr)

@@ -34,12 +34,13 @@ from ..auth import VIEW_ONLY_REASON
 from ..diagnosis import mean
 from ..metrics import GpuFacts, Metrics, Sample
 from ..runs.capabilities import devices_for
+from ..runs.exchange import exchange_view, judge_run
 from ..runs.launcher import PinnedGpu
-from ..runs.verdict import gpu_row, judge, samples_in, timed_window
+from ..runs.verdict import gpu_row, samples_in, timed_window
 from ..runs.watcher import Run
 from ..stream.broadcaster import Feed
 from ..workload.cli import MAX_ITERATIONS
-from ..workload.config import PATHS, PRESETS, estimated_memory_bytes
+from ..workload.config import PATHS, PRESETS, SHARDED_PATHS, estimated_memory_bytes
 from .components import (
     GB,
     NOT_AVAILABLE,
@@ -63,28 +64,38 @@ SUMMARY_COLUMNS = {
     "median_ms": "ms/iter", "samples_per_s": "samples/s",
     "gpu_util_pct": "GPU % judged", "pcie_gb_s": "PCIe GB/s",
     "peak_gpu_memory_gb": "peak GPU GB", "speedup": "vs native",
+    "exchange": "shards: bytes expected vs measured",
     "verdict": "verdict (first finding; then what to try and the rest)",
 }
 # Every column fits a 1280-pixel-wide window, the verdict included (it wraps in its cell).
-SUMMARY_WIDTHS = (175, 65, 55, 100, 60, 75, 85, 75, 85, 70, 395)
+SUMMARY_WIDTHS = (175, 65, 55, 100, 60, 75, 85, 75, 85, 70, 130, 265)
+# The exchange cell wraps like the verdict (a sharded run's figures and why measured is 0).
+EXCHANGE_TEMPLATE = ('<div class="nvd-exchange" style="white-space: normal; line-height: 1.3">'
+                     '<%= exchange_html %></div>')
 # The verdict cell: the first finding, and under it what to try and the other findings, all
 # wrapped (never cut off). The HTML copies are escaped here: run files are untrusted text.
 VERDICT_TEMPLATE = ('<div class="nvd-verdict" style="white-space: normal; line-height: 1.3">'
                     '<%= verdict_html %><br><span style="opacity: 0.75"><%= verdict_more_html %>'
                     '</span></div>')
-SUMMARY_EXTRA = ("verdict_more", "verdict_html", "verdict_more_html", "cause")
-# Rows are as tall as the longest verdict needs (a table's rows share one height): its lines
-# at about 6.2 pixels a character of 13-pixel text, 16 pixels a line, and one line spare.
+SUMMARY_EXTRA = ("verdict_more", "verdict_html", "verdict_more_html", "cause", "exchange_html")
+TEMPLATES = {"verdict": VERDICT_TEMPLATE, "exchange": EXCHANGE_TEMPLATE}
+MAX_PANEL_SHARDS = 8
+# Rows are as tall as the longest verdict (or exchange cell) needs (a table's rows share one
+# height): its lines at about 6.2 pixels a character of 13-pixel text, 16 pixels a line, and
+# one line spare.
 VERDICT_CHARS_PER_LINE = int(SUMMARY_WIDTHS[-1] / 6.2)
+EXCHANGE_CHARS_PER_LINE = int(SUMMARY_WIDTHS[-2] / 6.2)
 LINE_PX, MIN_ROW_PX, MAX_ROW_PX = 16, 48, 480
 HEADER_PX, MAX_TABLE_PX = 30, 640
 
 
 def verdict_row_height(rows: Sequence[dict[str, Any]]) -> int:
     """Pixels a row needs to show the longest verdict and its second line whole."""
-    def lines(text: str) -> int:
-        return -(-len(text) // VERDICT_CHARS_PER_LINE) if text else 0
-    needed = max((lines(r["verdict"]) + lines(r["verdict_more"]) for r in rows), default=1)
+    def lines(text: str, per_line: int = VERDICT_CHARS_PER_LINE) -> int:
+        return -(-len(text) // per_line) if text else 0
+    needed = max((max(lines(r["verdict"]) + lines(r["verdict_more"]),
+                      lines(str(r.get("exchange") or ""), EXCHANGE_CHARS_PER_LINE))
+                  for r in rows), default=1)
     return max(MIN_ROW_PX, min(MAX_ROW_PX, 8 + LINE_PX * (needed + 1)))
 WORKLOAD_WINDOW_S = 600.0  # long enough to compare a few runs side by side
 REFRESH_MS = 1000  # how often the run panel and table look for new events
@@ -132,7 +143,9 @@ def _status(run: Run, now_s: float) -> str:
 def summarize(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts], simulated: bool,
               native_median_ms: float | None, now_s: float) -> dict[str, Any]:
     """One table row: the run's own numbers and the verdict on its GPU over its timed part."""
-    judged = judge(run, samples, facts, simulated)
+    judged = judge_run(run, samples, facts, simulated)
+    view = exchange_view(run, samples, facts)
+    exchange = "" if view is None else view.text()
     window, row = timed_window(run), gpu_row(run, facts)
     pcie = None  # the device's traffic: a CPU run's would be someone else's
     if window is not None and row is not None and run.device == "gpu":
@@ -158,6 +171,7 @@ def summarize(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts], si
         "gpu_util_pct": _round(judged.level_pct, 0), "pcie_gb_s": _round(pcie and pcie / GB, 2),
         "peak_gpu_memory_gb": NOT_AVAILABLE if peak is None else round(peak / GB, 2),
         "speedup": "" if speedup is None else f"{speedup:.1f}x",
+        "exchange": exchange, "exchange_html": html.escape(exchange),
         "verdict": verdict,
         "verdict_more": more,
         "verdict_html": html.escape(verdict), "verdict_more_html": html.escape(more),
@@ -172,6 +186,15 @@ def panel_iterations(value: Any) -> int | None:
         return None
     # Compared first, so NaN, infinities and a 400-digit integer are all just out of range.
     if not 1 <= value <= MAX_ITERATIONS or value != int(value):
+        return None
+    return int(value)
+
+
+def panel_shards(value: Any) -> int | None:
+    """The shard count a client sent, as a whole number from 1 to MAX_PANEL_SHARDS."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not 1 <= value <= MAX_PANEL_SHARDS or value != int(value):
         return None
     return int(value)
 
@@ -257,6 +280,10 @@ class WorkloadDashboard:
         self.count = Spinner(title="iterations", low=1, high=MAX_ITERATIONS, step=10,
                              value=200, width=110)
         self.device = Select(title="device", value="cpu", options=["cpu"], width=90)
+        # The embedding table over N shards (numpy and cupy-plugin): N GPUs where the
+        # machine has them, else N processes (CPU) or N shards emulated on one GPU.
+        self.shards = Spinner(title="shards", low=1, high=MAX_PANEL_SHARDS, step=1, value=1,
+                              width=80)
         gpus = [(str(f.index), f"{f.label}: {f.name}") for f in metrics.facts]
         # The GPU a run is pinned to (a GPU run) or judged against (a CPU run).
         self.gpu = Select(title="GPU", value=gpus[0][0] if gpus else "", options=gpus,
@@ -280,12 +307,12 @@ class WorkloadDashboard:
                           row_height=MIN_ROW_PX,
                           stylesheets=[InlineStyleSheet(css=THEMED_TABLE_CSS)],
                           columns=[TableColumn(field=key, title=title, width=width, **(
-                              {"formatter": HTMLTemplateFormatter(template=VERDICT_TEMPLATE)}
-                              if key == "verdict" else {}))
+                              {"formatter": HTMLTemplateFormatter(template=TEMPLATES[key])}
+                              if key in TEMPLATES else {}))
                                    for (key, title), width in zip(SUMMARY_COLUMNS.items(),
                                                                   SUMMARY_WIDTHS, strict=True)])
-        self.root = column(row(self.path, self.preset, self.count, self.device, self.gpu,
-                               start, stop),
+        self.root = column(row(self.path, self.preset, self.count, self.device, self.shards,
+                               self.gpu, start, stop),
                            self.status, self.hint, self.empty,
                            *([self.timeline.root] if self.timeline else []), table,
                            sizing_mode="stretch_width")
@@ -317,6 +344,16 @@ class WorkloadDashboard:
                 return PinnedGpu(facts.index, facts.uuid)
         return None
 
+    def _pinned_gpus(self, shards: int) -> list[PinnedGpu]:
+        """The picked GPU and the next ones after it, one per shard where there are enough
+        (else the picked GPU alone: N shards emulated on it)."""
+        first = self._pinned_gpu()
+        if first is None:
+            return []
+        whole = [f for f in self.metrics.facts if f.kind != "mig"]
+        after = [PinnedGpu(f.index, f.uuid) for f in whole if f.index >= first.index]
+        return after[:shards] if len(after) >= shards else [first]
+
     def _start(self) -> None:
         # A disabled button can still be clicked by a crafted message: refuse here too.
         if not self.run_control:
@@ -331,10 +368,24 @@ class WorkloadDashboard:
             self._say(f"not started: iterations must be a whole number from 1 to "
                       f"{MAX_ITERATIONS}")
             return
-        params = {"path": self.path.value, "preset": self.preset.value,
-                  "iterations": iterations, "device": self.device.value}
+        params: dict[str, Any] = {"path": self.path.value, "preset": self.preset.value,
+                                  "iterations": iterations, "device": self.device.value}
+        shards = panel_shards(self.shards.value)
+        if shards is None:
+            self._say(f"not started: shards must be a whole number from 1 to "
+                      f"{MAX_PANEL_SHARDS}")
+            return
+        pinned: PinnedGpu | list[PinnedGpu] | None = self._pinned_gpu()
+        if shards > 1:
+            if self.path.value not in SHARDED_PATHS:
+                self._say(f"not started: shards run on the {' and '.join(SHARDED_PATHS)} "
+                          "paths")
+                return
+            params["shards"] = shards
+            if self.device.value == "gpu":
+                pinned = self._pinned_gpus(shards)
         try:
-            self._say(self.service.launch(params, self._pinned_gpu()))
+            self._say(self.service.launch(params, pinned))
         except (ValueError, OSError) as error:
             self._say(f"not started: {error}")
         self._show_hints()

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -121,8 +121,12 @@ class RunLauncher:
             return None
         return found
 
-    def start(self, params: dict[str, Any], gpu: PinnedGpu | None = None) -> str:
-        """Launch a run; returns a one-line status. Raises ValueError for bad parameters."""
+    def start(self, params: dict[str, Any],
+              gpu: PinnedGpu | Sequence[PinnedGpu] | None = None) -> str:
+        """Launch a run; returns a one-line status. Raises ValueError for bad parameters.
+
+        ``gpu`` may be several GPUs (a sharded run, one per shard): a GPU run then sees
+        exactly those, in that order, and is named by the first."""
         command = build_command(params)  # the schema check: only known keys and values
         with self._lock:
             if self._own_running():
@@ -134,9 +138,12 @@ class RunLauncher:
                            PARENT_PID_ENV: str(os.getpid())}
             environment.pop(RUN_GPU_ENV, None)
             on_gpu = params.get("device") == "gpu"
+            gpus = [] if gpu is None else [gpu] if isinstance(gpu, PinnedGpu) else list(gpu)
+            gpu = gpus[0] if gpus else None
             if gpu is not None:
-                # A GPU run sees only its GPU; a CPU run sees none, and is judged against it.
-                environment["CUDA_VISIBLE_DEVICES"] = gpu.uuid if on_gpu else ""
+                # A GPU run sees only its GPUs; a CPU run sees none, and is judged against it.
+                environment["CUDA_VISIBLE_DEVICES"] = \
+                    ",".join(g.uuid for g in gpus) if on_gpu else ""
                 environment[RUN_GPU_ENV] = f"{gpu.index}:{gpu.uuid}"
             self.last_error = ""
             self._stopping.clear()
@@ -155,6 +162,10 @@ class RunLauncher:
         where = ""
         if gpu is not None:
             where = f" on GPU {gpu.index}" if on_gpu else f" on the CPU, watching GPU {gpu.index}"
+            if on_gpu and len(gpus) > 1:
+                where = " on GPUs " + ", ".join(str(g.index) for g in gpus)
+        if params.get("shards", 1) > 1:
+            where += f" over {params['shards']} shards"
         return f"started {params['path']} on preset {params['preset']}{where}"
 
     def _watch_exit(self, process: subprocess.Popen) -> None:

@@ -19,6 +19,7 @@ import signal
 import stat
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,8 @@ class WorkloadService:
         self.watcher.stop()
         self.launcher.shutdown()
 
-    def launch(self, params: dict[str, Any], gpu: PinnedGpu | None = None) -> str:
+    def launch(self, params: dict[str, Any],
+               gpu: PinnedGpu | Sequence[PinnedGpu] | None = None) -> str:
         """Start a run (a one-line status); ValueError or OSError with a one-line message."""
         reason = usable_runs_dir(self.runs_dir)
         if reason:

@@ -77,6 +77,11 @@ class Run:
         return (self.start.get("gpu") or {}).get("index")
 
     @property
+    def shards(self) -> dict[str, Any] | None:
+        """A sharded run's shards (count, placement, backend, emulated, ranks); else None."""
+        return self.start.get("shards")
+
+    @property
     def started_s(self) -> float | None:
         return self.start.get("time")
 
@@ -268,6 +273,8 @@ def _apply(run: Run, event: dict[str, Any]) -> None:
         run.start, run.run_id = event, event["run_id"]
     elif kind == "warmup_end":
         run.warmup_end_s = event["time"]
+        if event.get("shards") is not None:  # the shards as they run: backend, ranks
+            run.start = {**run.start, "shards": event["shards"]}
     elif kind == "iteration" and len(run.iterations) < MAX_ITERATIONS_KEPT:
         run.iterations.append(event)
     elif kind == "end":

@@ -29,3 +29,16 @@ def import_cupy() -> ModuleType:
             'CuPy is not installed: pip install "jupyterlab-nvdashboard[cupy]"'
         ) from exc
     return cupy
+
+
+def import_torch() -> ModuleType:
+    """torch, for the sharded path's gloo and NCCL exchanges (the CPU build is enough)."""
+    try:
+        import torch
+        import torch.distributed  # noqa: F401
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "torch is not installed (the gloo and nccl shard backends need it): "
+            "pip install torch  (the CPU build is enough for gloo)"
+        ) from exc
+    return torch

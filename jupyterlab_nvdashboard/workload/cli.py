@@ -4,7 +4,11 @@ Run::
 
     python -m jupyterlab_nvdashboard.workload --path plugin --preset densedemo \
         --iterations 200 [--device cpu|gpu] [--events FILE] [--runs-dir DIR] \
-        [--input-delay-ms MS]
+        [--input-delay-ms MS] [--shards N [--placement key|field] [--backend B]]
+
+``--shards N`` spreads the embedding table over N shards (numpy and cupy-plugin paths):
+``--backend auto`` picks gloo across N processes (numpy, with torch installed), NCCL across
+N GPUs (cupy-plugin, with N GPUs), else N shards in this process over a loopback exchange.
 
 Without ``--events`` the events go to ``<runs-dir>/<run_id>.jsonl``; ``--runs-dir``
 defaults to ``$NVDASHBOARD_RUNS_DIR`` or ``~/.cache/nvdashboard/runs``. Exit status:
@@ -19,9 +23,12 @@ import sys
 from typing import Any, NoReturn
 
 from .config import (
+    BACKENDS,
     DEVICES,
     DISTRIBUTIONS,
+    MAX_SHARDS,
     PATHS,
+    PLACEMENTS,
     PRESETS,
     default_runs_dir,
     expand_path,
@@ -39,8 +46,10 @@ COMMAND_SCHEMA: dict[str, tuple[bool, Any]] = {
     "iterations": (True, (1, MAX_ITERATIONS)),
     "device": (False, DEVICES),
     "input_delay_ms": (False, (0, MAX_INPUT_DELAY_MS)),
+    "shards": (False, (1, MAX_SHARDS)),
+    "placement": (False, PLACEMENTS),
 }
-_INTEGERS = ("iterations", "input_delay_ms")
+_INTEGERS = ("iterations", "input_delay_ms", "shards")
 
 
 def build_command(params: dict[str, Any]) -> list[str]:
@@ -108,6 +117,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-delay-ms", type=_int_range(0, MAX_INPUT_DELAY_MS), default=None,
                    help="each timed step first waits this long on a slow input stage, "
                         "to make the run input-bound on purpose (default: 0)")
+    p.add_argument("--shards", type=_int_range(1, MAX_SHARDS), default=None,
+                   help="spread the embedding table over N shards (numpy, cupy-plugin)")
+    p.add_argument("--placement", choices=PLACEMENTS, default="key",
+                   help="row k on shard k %% N (key), or whole fields per shard (field)")
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="the shards' exchange (default: what this machine has)")
     return p
 
 
@@ -126,6 +141,18 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
+    if args.shards is None and (args.placement != "key" or args.backend != "auto"):
+        parser.error("--placement and --backend need --shards")
+    if args.shards is not None:
+        from .runner import resolve_backend
+        from .sharded import check_shards
+
+        try:
+            check_shards(cfg, args.shards)
+            if args.backend != "auto" or args.path not in ("numpy", "cupy-plugin"):
+                resolve_backend(args.path, args.shards, args.backend)
+        except ValueError as exc:
+            parser.error(str(exc))
     from ._lazy import MissingDependencyError
     from .lifetime import end_with_parent, own_signal_dispositions
     from .runner import one_line, run, sigterm_stops
@@ -143,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
                 events_path=args.events,
                 runs_dir=expand_path(args.runs_dir) if args.runs_dir else default_runs_dir(),
                 preset=args.preset,
+                shards=args.shards,
+                placement=args.placement,
+                backend=args.backend,
             )
     except (MissingDependencyError, RuntimeError, ValueError) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)

@@ -24,6 +24,11 @@ PATHS: tuple[str, ...] = ("native", "hashtable", "plugin", "numpy", "cupy-plugin
 BENCHMARK_PATHS: tuple[str, ...] = ("native-dense",)
 DISTRIBUTIONS: tuple[str, ...] = ("densedemo", "uniform", "zipf")
 DEVICES: tuple[str, ...] = ("cpu", "gpu")
+#: The sharded path (``sharded.py``): where rows live, and the shards' exchange.
+SHARDED_PATHS: tuple[str, ...] = ("numpy", "cupy-plugin")
+PLACEMENTS: tuple[str, ...] = ("key", "field")
+BACKENDS: tuple[str, ...] = ("auto", "loopback", "gloo", "nccl")
+MAX_SHARDS = 64
 #: Set by the dashboard's launcher: the GPU (``<row index>:<uuid>``) it pinned a run to.
 RUN_GPU_ENV = "NVDASHBOARD_RUN_GPU"
 

@@ -7,13 +7,21 @@ The kinds, in the order a run writes them:
   ``warmup`` and ``gpu`` (``{"uuid", "index", "visible"}``: the GPU the run is on, or was
   pinned to, and the run's ``CUDA_VISIBLE_DEVICES`` as it was set, which the server
   resolves against its own devices; any may be ``null``);
+  A sharded run (``--shards``) adds ``shards``: ``{"count", "placement", "backend"}`` as
+  asked for;
 - ``warmup_end``: start-up (imports, building the table, tracing) and warm-up are over; the
-  timed part starts here;
+  timed part starts here. A sharded run's carries ``shards`` as it runs: the backend chosen,
+  ``emulated`` (N shards in one process), and ``ranks`` (``rank``, ``pid``, ``device``,
+  ``gpu_uuid``, ``rows``);
 - ``iteration``: ``iteration``, ``ms``, ``samples_per_s``, ``loss``, and ``input_ms`` (the
   part of ``ms`` spent waiting on the input stage) and ``cpu_ms`` (CPU time the process
-  used during the step, all its threads), where the run measures them;
+  used during the step, all its threads), where the run measures them; a sharded run's
+  ``exchange_bytes``: what all its ranks sent each other in that step, and ``exchange_ms``:
+  the wall time of the step's collectives (waits for the other ranks included);
 - ``end``: the summary (``iterations``, ``median_ms``, ..., ``peak_device_memory_bytes``,
-  ``interrupted``) and ``error``, the one-line message of a failure (``null`` when none).
+  ``interrupted``) and ``error``, the one-line message of a failure (``null`` when none);
+  a sharded run's ``exchange``: median bytes per step by kind (``counts``, ``keys``,
+  ``vectors``, ``gradients``, ``all_reduce``) and their ``total``.
 
 :func:`parse_event` is the one parser: the workload's own reader and the dashboard server
 both use it, so a line means the same to both. It validates a line once and returns only
@@ -204,21 +212,63 @@ def _gpu(value: Any) -> dict[str, Any]:
             "visible": None if visible is None else _text(visible)}
 
 
+MAX_RANKS = 64  # ranks of a sharded run named in its events (workload/config.py MAX_SHARDS)
+_EXCHANGE_KINDS = ("counts", "keys", "vectors", "gradients", "all_reduce", "total")
+
+
+def _rank(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Invalid
+    pid, device, uuid_text = value.get("pid"), value.get("device"), value.get("gpu_uuid")
+    rows = value.get("rows")
+    return {"rank": _count(value.get("rank")), "pid": None if pid is None else _pid(pid),
+            "device": None if device is None else _text(device),
+            "gpu_uuid": None if uuid_text is None else _text(uuid_text),
+            "rows": None if rows is None else _count(rows)}
+
+
+def _shards(value: Any) -> dict[str, Any]:
+    """A sharded run's shards: count, placement, backend, emulated, and (after warm-up)
+    each rank's process and device."""
+    if not isinstance(value, dict):
+        raise _Invalid
+    count = _positive(value.get("count"))
+    if count > MAX_RANKS:
+        raise _Invalid
+    ranks = value.get("ranks")
+    if ranks is not None and (not isinstance(ranks, list) or len(ranks) > MAX_RANKS):
+        raise _Invalid
+    emulated = value.get("emulated")
+    return {"count": count, "placement": _text(value.get("placement", "key")),
+            "backend": _text(value.get("backend", "auto")),
+            "emulated": None if emulated is None else _flag(emulated),
+            "ranks": None if ranks is None else [_rank(r) for r in ranks]}
+
+
+def _exchange(value: Any) -> dict[str, float]:
+    """Bytes the whole job moves between shards per step, by kind (medians)."""
+    if not isinstance(value, dict):
+        raise _Invalid
+    return {kind: _duration(value[kind]) for kind in _EXCHANGE_KINDS if kind in value}
+
+
 Field = tuple[Callable[[Any], Any], bool]  # (checker, required)
 _COMMON: dict[str, Field] = {"run_id": (_run_id, True), "time": (_epoch, True)}
 _FIELDS: dict[str, dict[str, Field]] = {
     "start": {"path": (_text, False), "device": (_text, False), "preset": (_text, False),
               "pid": (_pid, False), "config": (_config, False), "iterations": (_count, False),
-              "warmup": (_count, False), "gpu": (_gpu, False), "events_file": (_text, False)},
-    "warmup_end": {},
+              "warmup": (_count, False), "gpu": (_gpu, False), "events_file": (_text, False),
+              "shards": (_shards, False)},
+    "warmup_end": {"shards": (_shards, False)},
     "iteration": {"iteration": (_count, False), "ms": (_step_ms, True),
                   "samples_per_s": (_duration, False), "loss": (_number, False),
-                  "input_ms": (_step_ms, False), "cpu_ms": (_step_ms, False)},
+                  "input_ms": (_step_ms, False), "cpu_ms": (_step_ms, False),
+                  "exchange_bytes": (_duration, False), "exchange_ms": (_step_ms, False)},
     "end": {"iterations": (_count, False), "median_ms": (_step_ms, False),
             "p10_ms": (_step_ms, False), "p90_ms": (_step_ms, False),
             "samples_per_s": (_duration, False), "peak_host_memory_bytes": (_duration, False),
             "peak_device_memory_bytes": (_duration, False), "interrupted": (_flag, False),
-            "error": (_text, False)},
+            "error": (_text, False), "exchange": (_exchange, False)},
 }
 
 

@@ -32,11 +32,16 @@ def run_gpu(device: str, environ: Mapping[str, str] | None = None) -> dict[str, 
 
 def cuda_device0_uuid() -> str | None:
     """``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`` of CUDA device 0, or None without one."""
+    return cuda_device_uuid(0)
+
+
+def cuda_device_uuid(ordinal: int) -> str | None:
+    """The UUID of CUDA device ``ordinal`` (what a sharded run's rank ``ordinal`` uses)."""
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
         device = ctypes.c_int()
         raw = (ctypes.c_ubyte * 16)()
-        if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(device), 0) != 0:
+        if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
             return None
         if cuda.cuDeviceGetUuid(raw, device) != 0:
             return None

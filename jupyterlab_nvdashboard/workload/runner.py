@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from .config import BENCHMARK_PATHS, PATHS, WorkloadConfig
+from .config import BENCHMARK_PATHS, PATHS, SHARDED_PATHS, WorkloadConfig
 from .data import make_pool
 from .events import EventWriter, new_run_id
 from .extras import GPU_EXTRA, tensorflow_cpu_only
@@ -48,12 +48,52 @@ def resolve_device(path: str, device: str | None) -> str:
     return "gpu" if import_tensorflow().config.list_physical_devices("GPU") else "cpu"
 
 
+def resolve_backend(path: str, shards: int, backend: str = "auto") -> str:
+    """The exchange a sharded run uses: what the machine has, unless one is asked for.
+
+    numpy: gloo across N processes where torch is installed, else the in-process loopback.
+    cupy-plugin: NCCL across N GPUs where torch sees N of them, else N shards emulated on
+    one GPU (loopback: the exchange is a permutation in that GPU's memory).
+    """
+    from .sharded import BACKENDS
+
+    if path not in SHARDED_PATHS:
+        raise ValueError(f"--shards runs on the {' and '.join(SHARDED_PATHS)} paths, "
+                         f"not {path}")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "gloo" and path != "numpy":
+        raise ValueError("--backend gloo exchanges host memory: use it with --path numpy")
+    if backend == "nccl" and path != "cupy-plugin":
+        raise ValueError("--backend nccl exchanges GPU memory: use it with --path cupy-plugin")
+    if backend != "auto":
+        return backend
+    if shards == 1:
+        return "loopback"
+    try:
+        from ._lazy import import_torch
+
+        torch = import_torch()
+    except ImportError:
+        return "loopback"
+    if path == "numpy":
+        return "gloo"
+    return "nccl" if torch.cuda.device_count() >= shards else "loopback"
+
+
 def make_trainer(
-    path: str, cfg: WorkloadConfig, device: str = "cpu", mode: str = "full", **kwargs: Any
+    path: str, cfg: WorkloadConfig, device: str = "cpu", mode: str = "full",
+    shards: int | None = None, placement: str = "key", backend: str = "auto", **kwargs: Any
 ) -> Any:
-    """Build the trainer of ``path``; it has ``step(i) -> float`` and memory accessors."""
+    """Build the trainer of ``path``; it has ``step(i) -> float`` and memory accessors.
+
+    With ``shards`` the table is spread over that many shards (``sharded.py``); the trainer
+    then also has ``step_bytes()`` and ``ranks()``, and ``close()`` ends its processes.
+    """
     if path not in PATHS + BENCHMARK_PATHS:
         raise ValueError(f"unknown path {path!r}; choose one of {', '.join(PATHS)}")
+    if shards is not None:
+        return make_sharded_trainer(path, cfg, shards, placement, backend, mode)
     pool = make_pool(cfg)
     if path == "numpy":
         from .xp_path import ArrayTrainer
@@ -67,6 +107,59 @@ def make_trainer(
     from .tf_paths import TFTrainer
 
     return TFTrainer(path, cfg, pool, device=device, mode=mode, **kwargs)
+
+
+def make_sharded_trainer(path: str, cfg: WorkloadConfig, shards: int, placement: str = "key",
+                         backend: str = "auto", mode: str = "full") -> Any:
+    from .sharded import LoopbackTrainer, check_shards, placement_for
+
+    check_shards(cfg, shards)
+    placement_for(cfg, shards, placement)
+    chosen = resolve_backend(path, shards, backend)
+    if chosen in ("gloo", "nccl"):
+        from .shard_rank import DistributedTrainer
+
+        return DistributedTrainer(cfg, shards, placement, chosen, mode)
+    factory = None
+    if path == "cupy-plugin":
+        from .cupy_ops import CupyOps
+
+        def factory() -> Any:
+            return CupyOps(cfg.dtype)
+
+    return LoopbackTrainer(cfg, make_pool(cfg), shards, placement, factory, mode)
+
+
+def sharding_of(trainer: Any, path: str) -> dict[str, Any] | None:
+    """What a run's events say of its shards: count, placement, backend, whether the shards
+    are emulated on one device, and each rank's process and device."""
+    placement = getattr(trainer, "placement", None)
+    worker = getattr(trainer, "worker", None)
+    if placement is None and worker is not None:
+        placement = worker.placement
+    if placement is None:
+        return None
+    backend = getattr(trainer, "backend", "loopback")
+    ranks = trainer.ranks()
+    if path == "cupy-plugin":
+        from .gpu_identity import cuda_device_uuid
+
+        for rank in ranks:  # NCCL: rank r on CUDA device r; emulated: all on device 0
+            rank["gpu_uuid"] = cuda_device_uuid(rank["rank"] if backend == "nccl" else 0)
+    return {"count": placement.shards, "placement": placement.kind, "backend": backend,
+            "emulated": backend == "loopback" and placement.shards > 1, "ranks": ranks}
+
+
+def exchange_summary(per_step: list[dict[str, int]]) -> dict[str, float] | None:
+    """The median bytes per step of each kind, and their total, over the timed steps."""
+    if not per_step:
+        return None
+    from .sharded import BYTE_KINDS
+
+    out = {kind: float(statistics.median(step[kind] for step in per_step))
+           for kind in BYTE_KINDS}
+    out["total"] = float(statistics.median(sum(step.values()) for step in per_step))
+    return out
 
 
 def wait_for_input(delay_ms: int) -> None:
@@ -154,6 +247,9 @@ def run(
     runs_dir: str | Path | None = None,
     preset: str | None = None,
     on_iteration: Callable[[dict[str, Any]], None] | None = None,
+    shards: int | None = None,
+    placement: str = "key",
+    backend: str = "auto",
 ) -> dict[str, Any]:
     """Train ``iterations`` timed steps after ``warmup`` untimed ones; return the end event.
 
@@ -174,6 +270,7 @@ def run(
 
         events_path = Path(runs_dir or default_runs_dir()) / f"{run_id}.jsonl"
     times: list[float] = []
+    exchanged: list[dict[str, int]] = []  # a sharded run's bytes, per timed step
     interrupted = False
     with EventWriter(events_path, run_id) as events:
         events.emit(
@@ -187,6 +284,8 @@ def run(
             warmup=warmup,
             events_file=str(events_path),
             gpu=run_gpu(device),
+            **({} if shards is None else {"shards": {"count": shards, "placement": placement,
+                                                     "backend": backend}}),
         )
         progress = Progress(warmup + iterations)
         trainer = None
@@ -194,12 +293,14 @@ def run(
         try:
             if setup_error is not None:
                 raise setup_error
-            trainer = make_trainer(path, cfg, device=device)
+            trainer = make_trainer(path, cfg, device=device, shards=shards,
+                                   placement=placement, backend=backend)
             for i in range(warmup):
                 trainer.step(i)  # compiles and fills caches; not timed
                 progress.update(i + 1, "warm-up")
             # The dashboard judges the GPU from here on: start-up and warm-up are over.
-            events.emit("warmup_end")
+            sharding = sharding_of(trainer, path) if shards is not None else None
+            events.emit("warmup_end", **({} if sharding is None else {"shards": sharding}))
             for i in range(iterations):
                 start, cpu_start = time.perf_counter(), time.process_time()
                 wait_for_input(cfg.input_delay_ms)
@@ -207,6 +308,7 @@ def run(
                 loss = trainer.step(warmup + i)  # returns after a device sync
                 ms = (time.perf_counter() - start) * 1000.0
                 cpu_ms = (time.process_time() - cpu_start) * 1000.0
+                moved = trainer.step_bytes() if sharding is not None else None
                 with _ctrl_c_held():
                     record = events.emit(
                         "iteration",
@@ -216,8 +318,13 @@ def run(
                         loss=loss,
                         input_ms=input_ms,
                         cpu_ms=cpu_ms,
+                        **({} if moved is None else {
+                            "exchange_bytes": sum(moved.values()),
+                            "exchange_ms": trainer.step_exchange_ms()}),
                     )
                     times.append(ms)
+                    if moved is not None:
+                        exchanged.append(moved)
                 if on_iteration:
                     on_iteration(record)
                 progress.update(warmup + i + 1, f"{ms:7.1f} ms/step loss {loss:.4f}")
@@ -233,6 +340,13 @@ def run(
                 device_peak = trainer.peak_device_memory_bytes()
             except Exception:  # a broken device must not hide the run's own error
                 device_peak = None
+            try:
+                close = getattr(trainer, "close", None)
+                if close is not None:
+                    close()  # a sharded run's other processes end here
+            except Exception as failure:
+                error = error or failure
+        summary = exchange_summary(exchanged)
         end = events.emit(
             "end",
             iterations=len(times),
@@ -241,6 +355,7 @@ def run(
             peak_device_memory_bytes=device_peak,
             interrupted=interrupted,
             error=None if error is None else one_line(error),
+            **({} if summary is None else {"exchange": summary}),
         )
     if error is not None:
         raise error

@@ -154,6 +154,42 @@ class NumpyOps:
         return None
 
 
+def mlp_forward_backward(
+    xp: Any, ops: Any, mlp: FlatParameters, x: Any, labels: Any
+) -> tuple[Any, Any]:
+    """Logits and d(loss)/dx for ``x [B, D]``; the MLP gradients go to ``mlp.grads``.
+
+    The loss is ``ops.bce_grad``'s: the mean over the rows of ``x``.
+    """
+    layers = mlp.layers
+    acts = [x]
+    for w, b in layers[:-1]:
+        h = acts[-1] @ w
+        ops.bias_relu(h, b)
+        acts.append(h)
+    w_out, b_out = layers[-1]
+    z = acts[-1] @ w_out
+    ops.bias(z, b_out)
+    dz = xp.empty_like(z)
+    ops.bce_grad(z, labels, dz)
+    for i in range(len(layers) - 1, -1, -1):
+        (w, _), (gw, gb) = layers[i], mlp.grad_layers[i]
+        ops.matmul_into(acts[i].T, dz, gw)
+        xp.sum(dz, axis=0, out=gb)
+        dz = dz @ w.T
+        if i > 0:
+            ops.relu_grad(acts[i], dz)
+    return z, dz
+
+
+def step_losses(xp: Any, a: Any, labels: Any, probe: Any) -> Any:
+    """Per-sample losses of a step: binary cross-entropy from the logits ``a`` (stable
+    form), or, with ``labels`` None (embedding mode), the fixed linear probe of ``a``."""
+    if labels is None:
+        return a @ probe
+    return xp.maximum(a, 0) - a * labels + xp.log1p(xp.exp(-xp.abs(a)))
+
+
 class ArrayTrainer:
     """The full training step on NumPy or CuPy; ``step(i)`` uses pool batch ``i mod n``."""
 
@@ -193,27 +229,7 @@ class ArrayTrainer:
 
     # -- the step ---------------------------------------------------------------------
     def _mlp_forward_backward(self, x: Any, labels: Any) -> tuple[Any, Any]:
-        """Logits and d(loss)/dx for ``x [B, D]``; the MLP gradients go to ``mlp.grads``."""
-        xp, ops, mlp = self.xp, self.ops, self.mlp
-        layers = mlp.layers
-        acts = [x]
-        for w, b in layers[:-1]:
-            h = acts[-1] @ w
-            ops.bias_relu(h, b)
-            acts.append(h)
-        w_out, b_out = layers[-1]
-        z = acts[-1] @ w_out
-        ops.bias(z, b_out)
-        dz = xp.empty_like(z)
-        ops.bce_grad(z, labels, dz)
-        for i in range(len(layers) - 1, -1, -1):
-            (w, _), (gw, gb) = layers[i], mlp.grad_layers[i]
-            ops.matmul_into(acts[i].T, dz, gw)
-            xp.sum(dz, axis=0, out=gb)
-            dz = dz @ w.T
-            if i > 0:
-                ops.relu_grad(acts[i], dz)
-        return z, dz
+        return mlp_forward_backward(self.xp, self.ops, self.mlp, x, labels)
 
     def launch(self, i: int) -> None:
         """Queue one training step on pool batch ``i``; nothing waits for the device."""
@@ -242,11 +258,7 @@ class ArrayTrainer:
         if self._last is None:
             raise RuntimeError("no step has been launched")
         a, labels = self._last
-        if labels is None:
-            loss = (a @ self.probe).mean()
-        else:  # binary cross-entropy from logits, stable form
-            loss = (xp.maximum(a, 0) - a * labels + xp.log1p(xp.exp(-xp.abs(a)))).mean()
-        return float(loss)
+        return float(step_losses(xp, a, labels, self.probe).mean())
 
     def step(self, i: int) -> float:
         """One training step on pool batch ``i``; returns its loss (a device sync)."""
