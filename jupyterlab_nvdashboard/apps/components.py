@@ -6,8 +6,9 @@ because the broadcaster encodes its rows once per tick for all of them. The *vie
 (``PerGpuBars``, ``Timeline``) is the Bokeh layout one page draws those rows with: a
 ``source`` that only the page's own script fills (``apps/live.py``), and a ``root`` to show.
 
-Units: bytes use decimal SI prefixes everywhere (1 GB = 10^9 bytes, 1 MB = 10^6 bytes),
-and every axis label says which.
+Units: GPU and host memory in binary units as nvidia-smi shows them (1 GiB = 2^30 bytes,
+1 MiB = 2^20 bytes); throughput in decimal units (1 GB/s = 10^9 bytes per second), as
+NVIDIA quotes link speeds. Every axis label says which.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ from .live import LiveView
 
 GB = 1e9
 MB = 1e6
+GIB = float(2**30)
+MIB = float(2**20)
 NOT_AVAILABLE = "not available"
 
 
@@ -72,8 +75,13 @@ def number_or_nan(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
-def format_gb(value: float | None) -> str:
-    return NOT_AVAILABLE if value is None else f"{value / GB:.1f} GB"
+def format_memory(value: float | None) -> str:
+    """Memory as nvidia-smi counts it: GiB with one decimal, MiB below 1 GiB."""
+    if value is None:
+        return NOT_AVAILABLE
+    if abs(value) < GIB:
+        return f"{value / MIB:.0f} MiB"
+    return f"{value / GIB:.1f} GiB"
 
 
 def format_gb_per_s(value: float | None) -> str:

@@ -5,13 +5,14 @@ from __future__ import annotations
 from ..metrics import GpuFacts, GpuReading, Metrics
 from .components import (
     GB,
+    GIB,
     BarMetric,
     BarsFeed,
     Panel,
     Series,
     TimelineFeed,
-    format_gb,
     format_gb_per_s,
+    format_memory,
     format_pct,
     gpu_color,
     gpu_total,
@@ -35,7 +36,8 @@ def gpu_utilization(metrics: Metrics) -> BarsFeed:
 
 def gpu_memory(metrics: Metrics) -> BarsFeed:
     def describe(reading: GpuReading, facts: GpuFacts) -> str:
-        return f"{format_gb(reading.memory_used_bytes)} of {format_gb(facts.memory_total_bytes)}"
+        used, total = reading.memory_used_bytes, facts.memory_total_bytes
+        return f"{format_memory(used)} of {format_memory(total)}"
 
     metric = BarMetric("memory", lambda r: r.memory_used_bytes,
                        lambda facts: facts.memory_total_bytes, describe)
@@ -94,8 +96,8 @@ def gpu_resources(metrics: Metrics) -> TimelineFeed:
     panels = [
         Panel("GPU utilization", "Utilization (%)",
               _per_gpu_series(metrics, "utilization", "utilization_pct"), y_max=100, unit="%"),
-        Panel("GPU memory used", "Memory (GB)",
-              _per_gpu_series(metrics, "memory", "memory_used_bytes", GB), unit="GB"),
+        Panel("GPU memory used", "Memory (GiB)",
+              _per_gpu_series(metrics, "memory", "memory_used_bytes", GIB), unit="GiB"),
         Panel("PCIe throughput", "Throughput (GB/s)", _total_series("pcie"), unit="GB/s"),
     ]
     if metrics.has_nvlink:

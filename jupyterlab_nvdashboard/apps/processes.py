@@ -32,7 +32,7 @@ from bokeh.models import (
 
 from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
 from ..stream.frames import Rows
-from .components import format_gb, gpu_label
+from .components import format_memory, gpu_label
 from .live import LiveView
 
 if TYPE_CHECKING:
@@ -186,7 +186,7 @@ def _what_html(row: ProcessRow) -> str:
 def _memory_html(row: ProcessRow) -> str:
     width = 0.0 if row.memory_fraction is None else min(100.0, 100 * row.memory_fraction)
     return (f'<div class="nvd-bar"><div style="width:{width:.1f}%"></div>'
-            f'<span>{html.escape(format_gb(row.memory_bytes))}</span></div>')
+            f'<span>{html.escape(format_memory(row.memory_bytes))}</span></div>')
 
 
 @dataclass

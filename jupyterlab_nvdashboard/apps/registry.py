@@ -9,7 +9,7 @@ from typing import Any
 
 from ..metrics import Metrics
 from ..stream.broadcaster import Feed
-from . import activity, gpu, health, machine, processes, workload
+from . import activity, gpu, health, machine, overview, processes, workload
 from .components import BarsFeed, PerGpuBars, Timeline, TimelineFeed, timeline_windows
 from .document import Component
 from .sources import DashboardSources
@@ -42,7 +42,18 @@ def _has_nvlink(sources: DashboardSources) -> bool:
     return sources.metrics.has_nvlink
 
 
+def _overview_feed(sources: DashboardSources) -> overview.OverviewFeed:
+    return overview.OverviewFeed(sources, available_routes(sources))
+
+
+def _overview_view(sources: DashboardSources, feed: Feed | None) -> Component:
+    assert isinstance(feed, overview.OverviewFeed), "the overview streams its own table"
+    return overview.OverviewView(sources, feed)
+
+
 ROUTES: tuple[Route, ...] = (
+    Route(overview.OVERVIEW_PATH, overview.OVERVIEW_TITLE, _overview_feed, _overview_view,
+          feed_from_sources=True),
     Route("/GPU-Utilization", "GPU Utilization", gpu.gpu_utilization),
     Route("/GPU-Memory", "GPU Memory", gpu.gpu_memory),
     Route("/GPU-Resources", "GPU Resources", gpu.gpu_resources),
