@@ -24,7 +24,7 @@ from bokeh.models import CustomJS, Div
 from ..diagnosis import Diagnosis
 from ..metrics import GpuFacts, Metrics, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading, device_reading
-from ..metrics.gpm import CLOSEST_METRIC, gpm_unavailable_reason
+from ..metrics.gpm import CLOSEST_METRIC, NO_GPM_HARDWARE, gpm_unavailable_reason
 from ..stream.broadcaster import Feed
 from .components import (
     GB,
@@ -64,16 +64,37 @@ def gpm_value(index: int, field: str) -> Callable[[Sample], float | None]:
     return value
 
 
+# Product lines that have no GPM at all, whatever the driver or binding (NVIDIA's GPM
+# documentation: Hopper and later data-centre GPUs only).
+NO_GPM_PRODUCTS = ("GeForce", "TITAN", "Quadro", "RTX A", "RTX ")
+
+
+def gpm_reason_in_words(fact: GpuFacts, parent: GpuFacts | None, reason: str,
+                        driver: str | None) -> str:
+    """The reason a user can act on. When NVML could not even be asked (an old driver, or a
+    binding without the call), a GeForce or workstation card still has no GPM: no newer
+    nvidia-ml-py would change that, so the page says what the hardware lacks."""
+    physical = parent or fact
+    if physical.gpm_supported is not None:
+        return reason
+    if any(product in physical.name for product in NO_GPM_PRODUCTS):
+        return f"{NO_GPM_HARDWARE}; {physical.name} has none"
+    if driver and driver.split(".")[0].isdigit() and int(driver.split(".")[0]) < 520:
+        return f"{NO_GPM_HARDWARE}; this driver is {driver}"
+    return reason
+
+
 def without_gpm(metrics: Metrics) -> list[tuple[GpuFacts, str]]:
     """The device rows that cannot report GPM, each with the reason in words."""
     facts = metrics.facts
     unavailable = metrics.nvml.unavailable()
+    driver = metrics.nvml.versions.get("driver")
     rows = []
     for fact in facts:
         parent = facts[fact.parent] if fact.parent is not None else None
         reason = gpm_unavailable_reason(fact, parent, unavailable.get(fact.index, {}))
         if reason is not None:
-            rows.append((fact, reason))
+            rows.append((fact, gpm_reason_in_words(fact, parent, reason, driver)))
     return rows
 
 

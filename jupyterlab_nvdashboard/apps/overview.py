@@ -28,7 +28,9 @@ from ..diagnosis import Diagnosis
 from ..metrics import GpuFacts, GpuReading, Sample
 from ..metrics.families import GPM_FAMILY, HEALTH_FAMILY, GpmReading, HealthReading
 from ..metrics.health import clock_event_words
+from ..metrics.nvml import MIG_PHYSICAL
 from ..stream.frames import Rows
+from .activity import without_gpm
 from .components import NOT_AVAILABLE, format_memory, gpu_color
 from .live import LiveView
 from .processes import ProcessRow, newest_family, process_rows
@@ -38,6 +40,7 @@ OVERVIEW_PATH = "/GPU-Overview"
 OVERVIEW_TITLE = "GPU Overview"
 REFRESH_S = 1.0  # the table changes at most once a second on screen
 NO_PROCESSES = "No process holds a GPU context on these GPUs"
+MIG_UTILIZATION = "NVML reports no utilization for a MIG device (GPM on Hopper and later does)"
 LOST = "GPU lost: it stopped answering (fallen off the bus, reset or removed)"
 # Dashboards that show one GPU among others: (route, short name) for the links in a row.
 GPU_LINKS = (("/GPU-Utilization", "util"), ("/GPU-Memory", "mem"),
@@ -91,6 +94,7 @@ class DeviceRow:
     processes: tuple[ProcessRow, ...]
     diagnosis: Diagnosis | None
     busiest: bool = False
+    no_gpm: str = ""  # why this device cannot report SM activity (GPM), or ""
 
     @property
     def lost(self) -> bool:
@@ -135,6 +139,7 @@ def build_overview(sources: DashboardSources) -> Overview:
     unavailable = metrics.nvml.unavailable()
     processes = process_rows(sources)
     diagnoses = {diagnosis.row: diagnosis for diagnosis in sources.diagnoses.current()}
+    no_gpm = {fact.index: reason for fact, reason in without_gpm(metrics)}
     rows = []
     for facts in metrics.facts:
         held = tuple(p for p in processes if p.device == facts.index
@@ -147,7 +152,8 @@ def build_overview(sources: DashboardSources) -> Overview:
             facts, reading,
             health_reading if isinstance(health_reading, HealthReading) else None,
             gpm_reading if isinstance(gpm_reading, GpmReading) else None,
-            unavailable.get(facts.index, {}), held, diagnoses.get(facts.index)))
+            unavailable.get(facts.index, {}), held, diagnoses.get(facts.index),
+            no_gpm=no_gpm.get(facts.index, "")))
     busy = [(row.busy_pct, position) for position, row in enumerate(rows)
             if row.busy_pct is not None and not row.lost]
     if busy:
@@ -175,6 +181,10 @@ def _missing(row: DeviceRow, metric: str) -> str:
     if row.lost:
         return "<span class='why'>lost</span>"
     reason = row.unavailable.get(metric)
+    if reason == MIG_PHYSICAL and row.facts.parent is not None:
+        reason = f"whole-GPU reading: see GPU {row.facts.nvml_index}"
+    elif metric == "utilization" and row.facts.kind == "mig":
+        reason = MIG_UTILIZATION
     return f"<span class='why'>{_esc(reason or NOT_AVAILABLE)}</span>"
 
 
@@ -204,8 +214,9 @@ def _util_cell(row: DeviceRow) -> str:
         parts.append(f"util: {_missing(row, 'utilization')}")
     if sm is not None:
         parts.append(_bar(sm, "#d62728", f"SM {sm:.0f}%"))
-    elif row.facts.kind == "gpu" and row.gpm is None and util is not None:
-        parts.append("<div class='why'>SM activity needs GPM (Hopper and later)</div>")
+    elif row.no_gpm and util is not None:
+        parts.append(f"<div class='why' title='{_esc(row.no_gpm)}'>no SM activity: "
+                     "no GPM on this GPU</div>")
     return "".join(parts)
 
 
