@@ -99,12 +99,13 @@ def without_gpm(metrics: Metrics) -> list[tuple[GpuFacts, str]]:
 
 
 def _activity_panel(fact: GpuFacts) -> Panel:
-    series = [Series(f"gpm{fact.index}_{field}", label, color, gpm_value(fact.index, field))
-              for field, (label, color) in ACTIVITY_SERIES.items()]
+    series = [Series(f"gpm{fact.index}_{field}", label, color, gpm_value(fact.index, field),
+                     gpu=fact.index) for field, (label, color) in ACTIVITY_SERIES.items()]
     if fact.kind == "gpu" and not fact.mig_enabled:  # NVML has no utilization under MIG
         series.append(Series(f"gpm{fact.index}_utilization", "utilization (NVML)",
                              UTILIZATION_COLOR, gpu_value(fact.index,
-                                                          lambda r: r.utilization_pct)))
+                                                          lambda r: r.utilization_pct),
+                             gpu=fact.index))
     return Panel(f"{gpu_label(fact)}: activity (GPM)", "Activity (%)", series, y_max=100,
                  unit="%")
 
@@ -115,10 +116,12 @@ def _link_panel(facts: list[GpuFacts], kind: str) -> Panel:
         for direction in ("tx", "rx"):
             series.append(Series(
                 f"gpm{fact.index}_{kind}_{direction}", f"{fact.label} {direction.upper()}",
-                gpu_color(fact.index) if direction == "tx" else gpu_color(fact.index + 5),
-                scaled(gpm_value(fact.index, f"{kind}_{direction}_bytes_per_s"), GB)))
+                gpu_color(fact.index),
+                scaled(gpm_value(fact.index, f"{kind}_{direction}_bytes_per_s"), GB),
+                gpu=fact.index, dash="solid" if direction == "tx" else "dashed"))
     name = "PCIe" if kind == "pcie" else "NVLink"
-    return Panel(f"{name} throughput, as GPM counts it", "Throughput (GB/s)", series,
+    return Panel(f"{name} throughput, as GPM counts it (TX solid, RX dashed)",
+                 "Throughput (GB/s)", series,
                  unit="GB/s")
 
 
@@ -138,7 +141,8 @@ def gpu_activity(metrics: Metrics) -> TimelineFeed:
             "GPUs without GPM: GPU utilization, the closest metric (not SM activity)",
             "Utilization (%)",
             [Series(f"closest{fact.index}", fact.label, gpu_color(fact.index),
-                    gpu_value(fact.index, lambda r: r.utilization_pct)) for fact in closest],
+                    gpu_value(fact.index, lambda r: r.utilization_pct), gpu=fact.index)
+             for fact in closest],
             y_max=100, unit="%"))
     return TimelineFeed(tuple(panels))
 
@@ -194,7 +198,9 @@ class ActivityDashboard:
         else:
             self.notice = None
         self.timeline = Timeline(feed, timeline_windows(metrics.history_s),
-                                 metrics.interval_s) if feed.panels else None
+                                 metrics.interval_s,
+                                 gpu_names={f.index: f.label for f in metrics.facts}) \
+            if feed.panels else None
         if self.timeline is not None:
             children.append(self.timeline.root)
             picker = self.timeline.picker

@@ -21,7 +21,8 @@ def standard_view(sources: DashboardSources, feed: Feed | None) -> Component:
     if isinstance(feed, BarsFeed):
         return PerGpuBars(feed)
     assert isinstance(feed, TimelineFeed), "a standard view draws a feed"
-    return Timeline(feed, timeline_windows(metrics.history_s), metrics.interval_s)
+    return Timeline(feed, timeline_windows(metrics.history_s), metrics.interval_s,
+                    gpu_names={facts.index: facts.label for facts in metrics.facts})
 
 
 @dataclass(frozen=True)
