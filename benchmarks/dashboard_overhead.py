@@ -309,6 +309,18 @@ def _chromium_cpu_s() -> float:
     return total
 
 
+def served_routes(url: str, timeout_s: float = 30.0) -> dict:
+    """``/index.json`` once the GPUs have been read (GPU routes are listed only then)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        request = urllib.request.Request(url + "/index.json", headers=auth_headers())
+        with urllib.request.urlopen(request, timeout=10) as response:
+            routes = json.loads(response.read())
+        if "/GPU-Utilization" in routes or time.monotonic() > deadline:
+            return routes
+        time.sleep(0.5)
+
+
 def run_hidden_browser(source: Path, viewers: int, window_s: float,
                        interval_s: float, route: str = ROUTE) -> Result | None:
     return run_browser(source, viewers, window_s, interval_s, hidden=True, route=route)
@@ -321,12 +333,9 @@ def run_browser(source: Path, viewers: int, window_s: float, interval_s: float,
     result = Result("chromium-hidden" if hidden else "chromium", viewers, source.name,
                     route=route)
     server = ServerUnderTest(source, interval_s)
-    if route != "/":
-        request = urllib.request.Request(server.url + "/index.json", headers=auth_headers())
-        with urllib.request.urlopen(request, timeout=10) as response:
-            if route not in json.loads(response.read()):
-                server.stop()
-                return None
+    if route != "/" and route not in served_routes(server.url):
+        server.stop()
+        return None
     counters = {"down": 0, "up": 0, "up_messages": 0}
 
     def on_websocket(ws) -> None:  # noqa: ANN001 - playwright WebSocket
