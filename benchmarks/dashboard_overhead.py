@@ -19,6 +19,10 @@ Run it from the project root::
     python benchmarks/dashboard_overhead.py [--window 20] [--raw 0,1,4,16,64] [--browser 1,4,16]
         [--baseline REF]  # also measure git REF (e.g. the per-session path), side by side
         [--source DIR]    # import the server from DIR instead of this checkout
+        [--routes /GPU-Resources,/GPU-Health,/]  # the Chromium runs, one route after another
+
+Chromium pages are 1280x800. A route the baseline does not serve (``/index.json`` lacks it)
+is skipped for the baseline; ``/`` is measured as a plain page (it has no Bokeh document).
 
 With ``--baseline``, each K is measured for the baseline and then for this checkout, one
 after the other, so both see the same machine. A raw viewer does what a page does: a
@@ -73,6 +77,7 @@ class Result:
     up_messages_per_s: float | None = None
     latencies_ms: list[float] = field(default_factory=list)
     client_cpu_pct: float | None = None  # this process (raw) or per page (browser)
+    route: str = ROUTE
 
     def percentile(self, q: float) -> str:
         if not self.latencies_ms:
@@ -304,17 +309,33 @@ def _chromium_cpu_s() -> float:
     return total
 
 
+def served_routes(url: str, timeout_s: float = 30.0) -> dict:
+    """``/index.json`` once the GPUs have been read (GPU routes are listed only then)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        request = urllib.request.Request(url + "/index.json", headers=auth_headers())
+        with urllib.request.urlopen(request, timeout=10) as response:
+            routes = json.loads(response.read())
+        if "/GPU-Utilization" in routes or time.monotonic() > deadline:
+            return routes
+        time.sleep(0.5)
+
+
 def run_hidden_browser(source: Path, viewers: int, window_s: float,
-                       interval_s: float) -> Result:
-    return run_browser(source, viewers, window_s, interval_s, hidden=True)
+                       interval_s: float, route: str = ROUTE) -> Result | None:
+    return run_browser(source, viewers, window_s, interval_s, hidden=True, route=route)
 
 
 def run_browser(source: Path, viewers: int, window_s: float, interval_s: float,
-                hidden: bool = False) -> Result:
+                hidden: bool = False, route: str = ROUTE) -> Result | None:
     from playwright.sync_api import sync_playwright
 
-    result = Result("chromium-hidden" if hidden else "chromium", viewers, source.name)
+    result = Result("chromium-hidden" if hidden else "chromium", viewers, source.name,
+                    route=route)
     server = ServerUnderTest(source, interval_s)
+    if route != "/" and route not in served_routes(server.url):
+        server.stop()
+        return None
     counters = {"down": 0, "up": 0, "up_messages": 0}
 
     def on_websocket(ws) -> None:  # noqa: ANN001 - playwright WebSocket
@@ -338,14 +359,15 @@ def run_browser(source: Path, viewers: int, window_s: float, interval_s: float,
                       "--disable-renderer-backgrounding",
                       "--disable-background-timer-throttling"],
             )
-            context = browser.new_context(viewport={"width": 1000, "height": 800})
+            context = browser.new_context(viewport={"width": 1280, "height": 800})
             pages = []
             for _ in range(viewers):
                 page = context.new_page()
                 page.on("websocket", on_websocket)
-                page.goto(with_token(server.url + ROUTE))
-                page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
-                                       timeout=60_000)
+                page.goto(with_token(server.url + route))
+                if route != "/":
+                    page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
+                                           timeout=60_000)
                 pages.append(page)
                 if hidden:  # what the extension posts to a background tab's page
                     page.evaluate("window.postMessage({type: 'nvdashboard:visibility', "
@@ -369,10 +391,10 @@ def run_browser(source: Path, viewers: int, window_s: float, interval_s: float,
 
 
 def table(results: list[Result]) -> str:
-    head = ("| source | client | K | server CPU % | encodes/tick | NVML calls/s "
+    head = ("| source | route | client | K | server CPU % | encodes/tick | NVML calls/s "
             "| RSS start→end MB | down B/s/client | up B/s/client | up msgs/s/client "
             "| latency p50/p99 ms | client CPU % |")
-    lines = [head, "|" + "---|" * 12]
+    lines = [head, "|" + "---|" * 13]
     for r in results:
         calls = "-" if r.nvml_calls_per_s is None else f"{r.nvml_calls_per_s:.1f}"
         down = "-" if r.down_bytes_per_s is None else f"{r.down_bytes_per_s:,.0f}"
@@ -382,7 +404,8 @@ def table(results: list[Result]) -> str:
             f"{r.client_cpu_pct:.1f}" + (" per page" if r.kind == "chromium" else " (all)"))
         encodes = "-" if r.encodes_per_tick is None else f"{r.encodes_per_tick:.2f}"
         lines.append(
-            f"| {r.source} | {r.kind} | {r.viewers} | {r.server_cpu_pct:.1f} | {encodes} | "
+            f"| {r.source} | {r.route} | {r.kind} | {r.viewers} | "
+            f"{r.server_cpu_pct:.1f} | {encodes} | "
             f"{calls} | "
             f"{r.rss_start_mb:.0f}→{r.rss_end_mb:.0f} | {down} | {up} | {up_messages} | "
             f"{r.percentile(0.5)}/{r.percentile(0.99)} | {client} |"
@@ -401,7 +424,10 @@ def main() -> int:
                         help="directory whose jupyterlab_nvdashboard the server imports")
     parser.add_argument("--baseline", metavar="REF",
                         help="git ref to measure side by side (extracted to a temp dir)")
+    parser.add_argument("--routes", default=ROUTE,
+                        help="routes the Chromium runs open, comma-separated")
     args = parser.parse_args()
+    routes = [route for route in args.routes.split(",") if route]
     counts = {"raw": [int(k) for k in args.raw.split(",") if k],
               "chromium": [int(k) for k in args.browser.split(",") if k],
               "chromium-hidden": [int(k) for k in args.hidden.split(",") if k]}
@@ -420,18 +446,25 @@ def main() -> int:
         sources.insert(0, baseline)
     print(f"# {platform.node()} {os.cpu_count()} cores, python {platform.python_version()}, "
           f"window {args.window:.0f} s, interval {args.interval * 1000:.0f} ms, "
-          f"4 simulated GPUs, route {ROUTE}, sources {[str(s) for s in sources]}", flush=True)
+          f"4 simulated GPUs, routes {routes}, sources {[str(s) for s in sources]}", flush=True)
     results = []
     runs = (("raw", run_raw), ("chromium", run_browser), ("chromium-hidden", run_hidden_browser))
     for kind, run in runs:
-        for viewers in counts[kind]:
-            for source in sources:
-                print(f"... {source.name} {kind} K={viewers}", file=sys.stderr, flush=True)
-                results.append(run(source, viewers, args.window, args.interval))
-                latencies = results[-1].latencies_ms
-                if latencies:
-                    print(f"    latency mean {statistics.mean(latencies):.0f} ms over "
-                          f"{len(latencies)} updates", file=sys.stderr, flush=True)
+        for route in routes if kind != "raw" else [ROUTE]:
+            for viewers in counts[kind]:
+                for source in sources:
+                    print(f"... {source.name} {kind} {route} K={viewers}", file=sys.stderr,
+                          flush=True)
+                    extra = {} if kind == "raw" else {"route": route}
+                    measured = run(source, viewers, args.window, args.interval, **extra)
+                    if measured is None:
+                        print("    (not served there: skipped)", file=sys.stderr, flush=True)
+                        continue
+                    results.append(measured)
+                    latencies = results[-1].latencies_ms
+                    if latencies:
+                        print(f"    latency mean {statistics.mean(latencies):.0f} ms over "
+                              f"{len(latencies)} updates", file=sys.stderr, flush=True)
     print(table(results))
     rss = {(r.source, r.viewers): r.rss_end_mb for r in results if r.kind == "raw"}
     for source in sources:

@@ -12,7 +12,7 @@ and open the URL it prints: it carries this launch's random access token
 It serves one route per dashboard (from ``apps/registry.py``) with its live-data socket
 ``<route>/stream`` (``stream/broadcaster.py``), ``/index.json`` (the dashboards this machine
 can fill), ``/info.json`` (NVML state and devices), ``/history.csv?seconds=N`` (the history
-as CSV) and ``/`` (a small page linking every dashboard, which is also
+as CSV) and ``/`` (the GPU overview and a link to every dashboard, which is also
 jupyter-server-proxy's readiness check). With no page open the sampler slows down, and a
 server started by jupyter-server-proxy exits after ``--exit-after-idle`` seconds.
 BokehJS is served by this server itself, with page-relative URLs, so pages render with no
@@ -55,7 +55,8 @@ from .apps.cluster import (
     ClusterGpusView,
 )
 from .apps.components import timeline_windows
-from .apps.document import build_document, gpus_being_read, no_gpu_notice
+from .apps.document import THEMES, build_document, gpus_being_read, no_gpu_notice
+from .apps.overview import root_page
 from .apps.processes import glance, processes_json
 from .apps.registry import ROUTES, RouteFeeds, available_routes
 from .apps.sources import DashboardSources
@@ -306,7 +307,7 @@ class ClusterJsonHandler(_JsonHandler):
 
 
 class RootHandler(GuardedHandler):
-    """A small page linking every dashboard; it must answer fast (proxy readiness).
+    """The GPU overview and a link to every dashboard; it must answer fast (proxy readiness).
 
     Without the token it answers 403 at once, which is still an answer for readiness.
     """
@@ -317,19 +318,15 @@ class RootHandler(GuardedHandler):
 
     def get(self) -> None:
         routes = available_routes(self.sources)
-        links = "".join(
-            f'<li><a href="{html.escape(path.lstrip("/"))}">{html.escape(title)}</a></li>'
-            for path, title in routes.items()
-        )
         notice = ""
         if not self.metrics.facts:
-            notice = f"<p>{html.escape(no_gpu_notice(self.metrics))}</p>"
+            notice = html.escape(no_gpu_notice(self.metrics))
         elif self.metrics.simulated:
-            notice = "<p><strong>SIMULATED GPUs:</strong> no real hardware is being read.</p>"
-        self.write(
-            "<!DOCTYPE html><html><head><meta charset='utf-8'><title>NVDashboard</title></head>"
-            f"<body><h1>NVDashboard</h1>{notice}<ul>{links}</ul></body></html>"
-        )
+            notice = "<strong>SIMULATED GPUs:</strong> no real hardware is being read."
+        theme = self.get_argument("theme", "light")
+        theme = theme if theme in THEMES else "light"
+        colors = (THEMES[theme]["page_background"], THEMES[theme]["page_foreground"])
+        self.write(root_page(self.sources, routes, theme, colors, notice))
 
 
 def server_health(metrics: Metrics, live_sessions: LiveSessions,

@@ -28,7 +28,7 @@ def test_every_dashboard_renders_offline_and_updates() -> None:
             page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
                                    timeout=20_000)
             page.wait_for_timeout(800)
-            if route == "/GPU-Processes":  # a table: the live script applies frames
+            if route in ("/GPU-Processes", "/GPU-Overview"):  # tables: frames are applied
                 page.wait_for_function("() => window.nvdashboardLive && "
                                        "nvdashboardLive.frames > 2", timeout=20_000)
                 screenshot(page, "standalone" + route.replace("/", "-").lower())

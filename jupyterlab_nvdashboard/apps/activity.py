@@ -24,7 +24,7 @@ from bokeh.models import CustomJS, Div
 from ..diagnosis import Diagnosis
 from ..metrics import GpuFacts, Metrics, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading, device_reading
-from ..metrics.gpm import CLOSEST_METRIC, gpm_unavailable_reason
+from ..metrics.gpm import CLOSEST_METRIC, NO_GPM_HARDWARE, gpm_unavailable_reason
 from ..stream.broadcaster import Feed
 from .components import (
     GB,
@@ -64,26 +64,48 @@ def gpm_value(index: int, field: str) -> Callable[[Sample], float | None]:
     return value
 
 
+# Product lines that have no GPM at all, whatever the driver or binding (NVIDIA's GPM
+# documentation: Hopper and later data-centre GPUs only).
+NO_GPM_PRODUCTS = ("GeForce", "TITAN", "Quadro", "RTX A", "RTX ")
+
+
+def gpm_reason_in_words(fact: GpuFacts, parent: GpuFacts | None, reason: str,
+                        driver: str | None) -> str:
+    """The reason a user can act on. When NVML could not even be asked (an old driver, or a
+    binding without the call), a GeForce or workstation card still has no GPM: no newer
+    nvidia-ml-py would change that, so the page says what the hardware lacks."""
+    physical = parent or fact
+    if physical.gpm_supported is not None:
+        return reason
+    if any(product in physical.name for product in NO_GPM_PRODUCTS):
+        return f"{NO_GPM_HARDWARE}; {physical.name} has none"
+    if driver and driver.split(".")[0].isdigit() and int(driver.split(".")[0]) < 520:
+        return f"{NO_GPM_HARDWARE}; this driver is {driver}"
+    return reason
+
+
 def without_gpm(metrics: Metrics) -> list[tuple[GpuFacts, str]]:
     """The device rows that cannot report GPM, each with the reason in words."""
     facts = metrics.facts
     unavailable = metrics.nvml.unavailable()
+    driver = metrics.nvml.versions.get("driver")
     rows = []
     for fact in facts:
         parent = facts[fact.parent] if fact.parent is not None else None
         reason = gpm_unavailable_reason(fact, parent, unavailable.get(fact.index, {}))
         if reason is not None:
-            rows.append((fact, reason))
+            rows.append((fact, gpm_reason_in_words(fact, parent, reason, driver)))
     return rows
 
 
 def _activity_panel(fact: GpuFacts) -> Panel:
-    series = [Series(f"gpm{fact.index}_{field}", label, color, gpm_value(fact.index, field))
-              for field, (label, color) in ACTIVITY_SERIES.items()]
+    series = [Series(f"gpm{fact.index}_{field}", label, color, gpm_value(fact.index, field),
+                     gpu=fact.index) for field, (label, color) in ACTIVITY_SERIES.items()]
     if fact.kind == "gpu" and not fact.mig_enabled:  # NVML has no utilization under MIG
         series.append(Series(f"gpm{fact.index}_utilization", "utilization (NVML)",
                              UTILIZATION_COLOR, gpu_value(fact.index,
-                                                          lambda r: r.utilization_pct)))
+                                                          lambda r: r.utilization_pct),
+                             gpu=fact.index))
     return Panel(f"{gpu_label(fact)}: activity (GPM)", "Activity (%)", series, y_max=100,
                  unit="%")
 
@@ -94,10 +116,12 @@ def _link_panel(facts: list[GpuFacts], kind: str) -> Panel:
         for direction in ("tx", "rx"):
             series.append(Series(
                 f"gpm{fact.index}_{kind}_{direction}", f"{fact.label} {direction.upper()}",
-                gpu_color(fact.index) if direction == "tx" else gpu_color(fact.index + 5),
-                scaled(gpm_value(fact.index, f"{kind}_{direction}_bytes_per_s"), GB)))
+                gpu_color(fact.index),
+                scaled(gpm_value(fact.index, f"{kind}_{direction}_bytes_per_s"), GB),
+                gpu=fact.index, dash="solid" if direction == "tx" else "dashed"))
     name = "PCIe" if kind == "pcie" else "NVLink"
-    return Panel(f"{name} throughput, as GPM counts it", "Throughput (GB/s)", series,
+    return Panel(f"{name} throughput, as GPM counts it (TX solid, RX dashed)",
+                 "Throughput (GB/s)", series,
                  unit="GB/s")
 
 
@@ -117,7 +141,8 @@ def gpu_activity(metrics: Metrics) -> TimelineFeed:
             "GPUs without GPM: GPU utilization, the closest metric (not SM activity)",
             "Utilization (%)",
             [Series(f"closest{fact.index}", fact.label, gpu_color(fact.index),
-                    gpu_value(fact.index, lambda r: r.utilization_pct)) for fact in closest],
+                    gpu_value(fact.index, lambda r: r.utilization_pct), gpu=fact.index)
+             for fact in closest],
             y_max=100, unit="%"))
     return TimelineFeed(tuple(panels))
 
@@ -173,7 +198,9 @@ class ActivityDashboard:
         else:
             self.notice = None
         self.timeline = Timeline(feed, timeline_windows(metrics.history_s),
-                                 metrics.interval_s) if feed.panels else None
+                                 metrics.interval_s,
+                                 gpu_names={f.index: f.label for f in metrics.facts}) \
+            if feed.panels else None
         if self.timeline is not None:
             children.append(self.timeline.root)
             picker = self.timeline.picker

@@ -6,8 +6,9 @@ because the broadcaster encodes its rows once per tick for all of them. The *vie
 (``PerGpuBars``, ``Timeline``) is the Bokeh layout one page draws those rows with: a
 ``source`` that only the page's own script fills (``apps/live.py``), and a ``root`` to show.
 
-Units: bytes use decimal SI prefixes everywhere (1 GB = 10^9 bytes, 1 MB = 10^6 bytes),
-and every axis label says which.
+Units: GPU and host memory in binary units as nvidia-smi shows them (1 GiB = 2^30 bytes,
+1 MiB = 2^20 bytes); throughput in decimal units (1 GB/s = 10^9 bytes per second), as
+NVIDIA quotes link speeds. Every axis label says which.
 """
 
 from __future__ import annotations
@@ -18,14 +19,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from bokeh.layouts import column
+from bokeh.events import Reset
+from bokeh.layouts import column, row
 from bokeh.models import (
     CDSView,
+    CheckboxButtonGroup,
     ColumnDataSource,
+    CustomJS,
     DatetimeAxis,
     DatetimeTicker,
     Div,
     FactorRange,
+    GlyphRenderer,
     Grid,
     HoverTool,
     LabelSet,
@@ -46,6 +51,8 @@ from .live import LiveView
 
 GB = 1e9
 MB = 1e6
+GIB = float(2**30)
+MIB = float(2**20)
 NOT_AVAILABLE = "not available"
 
 
@@ -74,8 +81,13 @@ def number_or_nan(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
-def format_gb(value: float | None) -> str:
-    return NOT_AVAILABLE if value is None else f"{value / GB:.1f} GB"
+def format_memory(value: float | None) -> str:
+    """Memory as nvidia-smi counts it: GiB with one decimal, MiB below 1 GiB."""
+    if value is None:
+        return NOT_AVAILABLE
+    if abs(value) < GIB:
+        return f"{value / MIB:.0f} MiB"
+    return f"{value / GIB:.1f} GiB"
 
 
 def format_gb_per_s(value: float | None) -> str:
@@ -161,6 +173,9 @@ class Series:
     label: str
     color: str
     read: Callable[[Sample], float | None]
+    gpu: int | None = None  # the device row it belongs to: the page's GPU filter hides it
+    dash: str = "solid"  # e.g. "dashed" for RX beside TX in the same GPU colour
+    visible: bool = True  # shown at first (a click on its legend entry toggles it)
 
 
 @dataclass(frozen=True)
@@ -192,8 +207,9 @@ class TimelineFeed:
         return Rows(columns)
 
 
-PANEL_HEIGHT = 150
+PANEL_HEIGHT = 120
 TIME_AXIS_HEIGHT = 30
+TOOLS = "xpan,xwheel_zoom,reset"  # x only: every panel shares the time range
 # Timelines show 2 minutes by default; a picker offers the longer ones the history holds.
 TIMELINE_WINDOWS_S = (120.0, 600.0, 1800.0)
 
@@ -207,6 +223,9 @@ def window_label(seconds: float) -> str:
     return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
 
 
+HIDDEN_STYLE = "opacity:.4;text-decoration:line-through"
+
+
 def panel_heading(panel: Panel) -> tuple[str, str]:
     """The panel's title and legend as HTML above its canvas: (first text, live template).
 
@@ -215,21 +234,31 @@ def panel_heading(panel: Panel) -> tuple[str, str]:
     (benchmarks/README.md). This text is laid out once, and the page's script fills each
     series' current value into the template's ``{value:KEY}`` about once a second.
     """
-    def heading(value: Callable[[Series], str]) -> str:
+    def heading(value: Callable[[Series], str], hidden: Callable[[Series], str]) -> str:
         items = "".join(
-            f"<span style='margin-right:1em;white-space:nowrap'><span style='display:"
-            f"inline-block;width:1.4em;vertical-align:middle;border-top:2px solid "
-            f"{series.color}'></span> {html.escape(series.label)} <b>{value(series)}</b></span>"
+            f"<span data-series='{series.key}' style='margin-right:1em;white-space:nowrap;"
+            f"cursor:pointer;{hidden(series)}' title='click to hide or show"
+            f"{' this GPU on every chart' if series.gpu is not None else ''}'>"
+            f"<span style='display:inline-block;width:1.4em;vertical-align:middle;"
+            f"border-top:2px {series.dash} {series.color}'></span> "
+            f"{html.escape(series.label)} <b>{value(series)}</b></span>"
             for series in panel.series
         )
         return (f"<div style='font-size:12px;margin:0.4em 0 0 3.5em'>"
                 f"<b style='margin-right:1.2em'>{html.escape(panel.title)}</b>{items}</div>")
 
-    return heading(lambda series: ""), heading(lambda series: f"{{value:{series.key}}}")
+    return (heading(lambda series: "", lambda series: "" if series.visible else HIDDEN_STYLE),
+            heading(lambda series: f"{{value:{series.key}}}",
+                    lambda series: f"{{hidden:{series.key}}}"))
 
 
 class Timeline:
     """Stacked line charts that share one x-range following the newest sample.
+
+    The tools a reader needs on a shared machine: a click on a legend entry hides that line
+    (a GPU's entry hides that GPU on every chart of the page, through the GPU filter above
+    the charts); drag pans and the wheel zooms time on every chart at once, and the reset
+    tool follows the newest sample again. One time axis sits above the first chart.
 
     Nothing here changes after the page is built: the page's script streams rows into
     ``source`` and moves the ranges itself. The ranges are ``Range1d`` and, like the plots
@@ -239,7 +268,9 @@ class Timeline:
     """
 
     def __init__(self, feed: TimelineFeed, windows_s: Sequence[float],
-                 interval_s: float, default_window_s: float | None = None) -> None:
+                 interval_s: float, default_window_s: float | None = None,
+                 gpu_names: dict[int, str] | None = None) -> None:
+        gpu_names = gpu_names or {}
         self.feed = feed
         self.windows_s = tuple(windows_s)
         window_s = default_window_s if default_window_s in self.windows_s else self.windows_s[0]
@@ -254,29 +285,38 @@ class Timeline:
         # pulls from 27.6 kB to 13.8 kB.
         time_ticker, shared_view = DatetimeTicker(), CDSView()
         children: list[LayoutDOM] = []
+        lines: dict[str, GlyphRenderer] = {}
+        panel_gpus: list[int | None] = []
+        plots: list[LayoutDOM] = []
         for position, panel in enumerate(feed.panels):
             y_range = Range1d(0, panel.y_max or 1, syncable=False)
             if not panel.y_max:
                 following.append((y_range, [s.key for s in panel.series]))
-            # One time axis, under the last panel: the panels share it, and each axis
-            # costs text measuring on every repaint.
-            last = position == len(feed.panels) - 1
+            # One time axis, above the first panel, so it is on screen however tall the
+            # page: the panels share it, and each axis costs text measuring on every repaint.
+            first = position == 0
             plot = figure(x_axis_type=None, x_range=self.x_range, y_range=y_range,
                           y_axis_label=panel.y_label, title=None,
-                          height=PANEL_HEIGHT + (TIME_AXIS_HEIGHT if last else 0),
-                          sizing_mode="stretch_width", toolbar_location=None, tools="",
+                          height=PANEL_HEIGHT + (TIME_AXIS_HEIGHT if first else 0),
+                          sizing_mode="stretch_width", toolbar_location="right",
+                          tools=TOOLS, active_drag="xpan", active_scroll="xwheel_zoom",
                           syncable=False)
+            plot.toolbar.autohide = True
+            plot.toolbar.logo = None
             plot.add_layout(Grid(dimension=0, ticker=time_ticker))
-            if last:
-                plot.add_layout(DatetimeAxis(ticker=time_ticker), "below")
-            renderers = [
+            if first:
+                plot.add_layout(DatetimeAxis(ticker=time_ticker), "above")
+            # The page's script follows the newest sample again after a reset.
+            plot.js_on_event(Reset, CustomJS(code=FOLLOW_AGAIN_JS))
+            renderers = []
+            for series in panel.series:
                 # add_glyph leaves the selection and muted looks to BokehJS ("auto")
                 # instead of adding two more Line models per series, as plot.line does.
-                plot.add_glyph(self.source, Line(x=TIME_KEY, y=series.key,
-                                                 line_color=series.color, line_width=2),
-                               view=shared_view)
-                for series in panel.series
-            ]
+                renderer = plot.add_glyph(self.source, Line(
+                    x=TIME_KEY, y=series.key, line_color=series.color, line_width=2,
+                    line_dash=series.dash), view=shared_view, visible=series.visible)
+                lines[series.key] = renderer
+                renderers.append(renderer)
             # Hovering shows every series of the panel at that time; one renderer answers,
             # since all the series share the source's rows.
             plot.add_tools(HoverTool(
@@ -288,18 +328,39 @@ class Timeline:
             heading = Div(text=first_text, sizing_mode="stretch_width", syncable=False)
             headings.append((heading, template))
             units.update({series.key: panel.unit for series in panel.series})
+            gpus = {series.gpu for series in panel.series}
+            panel_gpus.append(gpus.pop() if len(gpus) == 1 else None)
+            plots += [heading, plot]
             children += [heading, plot]
         self.picker: RadioButtonGroup | None = None
+        controls: list[LayoutDOM] = []
         if len(self.windows_s) > 1:
             self.picker = RadioButtonGroup(
                 labels=[window_label(w) for w in self.windows_s],
                 active=self.windows_s.index(window_s), syncable=False)
-            children.insert(0, self.picker)
+            controls.append(self.picker)
+        # The GPU filter: every chart of the page follows it (a legend click toggles it too).
+        gpu_rows = sorted({s.gpu for s in feed.series if s.gpu is not None})
+        self.gpu_filter: CheckboxButtonGroup | None = None
+        if len(gpu_rows) > 1:
+            self.gpu_filter = CheckboxButtonGroup(
+                labels=[gpu_names.get(index, f"GPU {index}") for index in gpu_rows],
+                active=list(range(len(gpu_rows))), syncable=False, name="gpu-filter")
+            controls.append(self.gpu_filter)
+        if controls:
+            children.insert(0, row(*controls, sizing_mode="stretch_width"))
         self.root = column(*children, sizing_mode="stretch_width")
         self.live = LiveView(
             self.source, x_range=self.x_range, following=following, headings=headings,
             picker=self.picker, windows_s=self.windows_s, window_s=window_s, units=units,
-            rollover={f"{w:g}": rollover(w, interval_s) for w in self.windows_s})
+            rollover={f"{w:g}": rollover(w, interval_s) for w in self.windows_s},
+            lines=lines, series_gpu={s.key: s.gpu for s in feed.series},
+            gpu_filter=self.gpu_filter, filter_gpus=gpu_rows, panels=plots,
+            panel_gpus=panel_gpus)
+
+
+# Run by a plot's reset tool: the page's script (live_client.js) follows the newest again.
+FOLLOW_AGAIN_JS = "if (window.nvdashboardLive) setTimeout(window.nvdashboardLive.follow, 0);"
 
 
 def rollover(window_s: float, interval_s: float) -> int:

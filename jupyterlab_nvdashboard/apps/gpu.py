@@ -5,13 +5,14 @@ from __future__ import annotations
 from ..metrics import GpuFacts, GpuReading, Metrics
 from .components import (
     GB,
+    GIB,
     BarMetric,
     BarsFeed,
     Panel,
     Series,
     TimelineFeed,
-    format_gb,
     format_gb_per_s,
+    format_memory,
     format_pct,
     gpu_color,
     gpu_total,
@@ -35,7 +36,8 @@ def gpu_utilization(metrics: Metrics) -> BarsFeed:
 
 def gpu_memory(metrics: Metrics) -> BarsFeed:
     def describe(reading: GpuReading, facts: GpuFacts) -> str:
-        return f"{format_gb(reading.memory_used_bytes)} of {format_gb(facts.memory_total_bytes)}"
+        used, total = reading.memory_used_bytes, facts.memory_total_bytes
+        return f"{format_memory(used)} of {format_memory(total)}"
 
     metric = BarMetric("memory", lambda r: r.memory_used_bytes,
                        lambda facts: facts.memory_total_bytes, describe)
@@ -74,33 +76,49 @@ def nvlink_throughput(metrics: Metrics) -> BarsFeed:
 
 
 def _per_gpu_series(metrics: Metrics, prefix: str, attribute: str, unit: float = 1.0,
-                    suffix: str = "") -> list[Series]:
+                    suffix: str = "", dash: str = "solid") -> list[Series]:
     return [
         Series(f"{prefix}{facts.index}", f"{facts.label}{suffix}", gpu_color(facts.index),
-               scaled(gpu_value(facts.index, lambda r, a=attribute: getattr(r, a)), unit))
+               scaled(gpu_value(facts.index, lambda r, a=attribute: getattr(r, a)), unit),
+               gpu=facts.index, dash=dash)
         for facts in metrics.facts
     ]
 
 
-def _total_series(kind: str) -> list[Series]:
-    return [
-        Series(f"{kind}_{direction}", f"{direction.upper()} (all GPUs)", color,
-               scaled(gpu_total(lambda r, a=f"{kind}_{direction}_bytes_per_s": getattr(r, a)), GB))
-        for direction, color in (("tx", "#1f77b4"), ("rx", "#ff7f0e"))
+def _link_series(metrics: Metrics, kind: str) -> list[Series]:
+    """Each GPU's TX (solid) and RX (dashed) in its own colour, then the all-GPU sums,
+    hidden until their legend entries are clicked."""
+    facts = [f for f in metrics.facts if f.kind == "gpu"
+             and (kind == "pcie" or f.nvlink_link_ids)]
+    series = []
+    for fact in facts:
+        for direction, dash in (("tx", "solid"), ("rx", "dashed")):
+            series.append(Series(
+                f"{kind}_{direction}{fact.index}", f"{fact.label} {direction.upper()}",
+                gpu_color(fact.index),
+                scaled(gpu_value(fact.index, lambda r, a=f"{kind}_{direction}_bytes_per_s":
+                                 getattr(r, a)), GB), gpu=fact.index, dash=dash))
+    series += [
+        Series(f"{kind}_{direction}", f"{direction.upper()} (all GPUs)", "#7f7f7f",
+               scaled(gpu_total(lambda r, a=f"{kind}_{direction}_bytes_per_s": getattr(r, a)), GB),
+               dash=dash, visible=False)
+        for direction, dash in (("tx", "solid"), ("rx", "dashed"))
     ]
+    return series
 
 
 def gpu_resources(metrics: Metrics) -> TimelineFeed:
     panels = [
         Panel("GPU utilization", "Utilization (%)",
               _per_gpu_series(metrics, "utilization", "utilization_pct"), y_max=100, unit="%"),
-        Panel("GPU memory used", "Memory (GB)",
-              _per_gpu_series(metrics, "memory", "memory_used_bytes", GB), unit="GB"),
-        Panel("PCIe throughput", "Throughput (GB/s)", _total_series("pcie"), unit="GB/s"),
+        Panel("GPU memory used", "Memory (GiB)",
+              _per_gpu_series(metrics, "memory", "memory_used_bytes", GIB), unit="GiB"),
+        Panel("PCIe throughput (TX solid, RX dashed)", "GB/s",
+              _link_series(metrics, "pcie"), unit="GB/s"),
     ]
     if metrics.has_nvlink:
-        panels.append(Panel("NVLink throughput", "Throughput (GB/s)", _total_series("nvlink"),
-                            unit="GB/s"))
+        panels.append(Panel("NVLink throughput (TX solid, RX dashed)", "GB/s",
+                            _link_series(metrics, "nvlink"), unit="GB/s"))
     return TimelineFeed(tuple(panels))
 
 
@@ -110,7 +128,8 @@ def nvlink_timeline(metrics: Metrics) -> TimelineFeed:
               _per_gpu_series(metrics, "nvlink_tx", "nvlink_tx_bytes_per_s", GB, suffix=" TX"),
               unit="GB/s"),
         Panel("NVLink RX", "Throughput (GB/s)",
-              _per_gpu_series(metrics, "nvlink_rx", "nvlink_rx_bytes_per_s", GB, suffix=" RX"),
+              _per_gpu_series(metrics, "nvlink_rx", "nvlink_rx_bytes_per_s", GB, suffix=" RX",
+                              dash="dashed"),
               unit="GB/s"),
     )
     return TimelineFeed(panels)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,7 +96,11 @@ def _temperature(reading: HealthReading) -> str:
     return f"{_number(reading.temperature_c, '°C')}\n{limits}"
 
 
-def _power(reading: HealthReading) -> str:
+def _power(reading: HealthReading, why: str = "") -> str:
+    if reading.power_w is None and reading.power_limit_w is None:
+        return f"power: {why or NOT_AVAILABLE}"
+    if reading.power_limit_w is None:
+        return f"{_number(reading.power_w, 'W')} (no limit reported)"
     return f"{_number(reading.power_w, 'W')} of {_number(reading.power_limit_w, 'W')}"
 
 
@@ -128,13 +132,35 @@ def _xids(reading: HealthReading) -> str:
                      f"{xid_words(event)}" for event in reading.xid_events)
 
 
-def health_cells(reading: HealthReading | None) -> dict[str, str]:
+LOST = ("GPU lost: it stopped answering (fallen off the bus, reset or removed); it is "
+        "retried, and the other GPUs carry on")
+CANNOT_READ = "cannot be read while the GPU is lost"
+
+
+def lost_cells(reading: HealthReading | None) -> dict[str, str]:
+    """A lost GPU's cells: said once, where the clocks would be, and no "none" anywhere."""
+    cells = {**dict.fromkeys(HEALTH_COLUMNS, CANNOT_READ),
+             **{f"{key}_mark": "" for key in HEALTH_COLUMNS}}
+    cells["clocks"] = "GPU lost"
+    cells["clocks_mark"] = LOST
+    events = reading.xid_events if reading is not None else ()
+    cells["xid"] = _xids(reading) if events else "none recorded before it was lost"
+    if events:
+        cells["xid_mark"] = f"the newest: {xid_words(events[-1])}"
+    return cells
+
+
+def health_cells(reading: HealthReading | None, lost: bool = False,
+                 unavailable: dict[str, str] | None = None) -> dict[str, str]:
     """One GPU's table cells (without the GPU column) and the reason each is marked."""
+    if lost:
+        return lost_cells(reading)
     if reading is None:
         return {**dict.fromkeys(HEALTH_COLUMNS, WAITING),
                 **{f"{key}_mark": "" for key in HEALTH_COLUMNS}}
+    why = (unavailable or {}).get("power", "")
     cells = {"clocks": _clocks(reading), "reasons": _reasons(reading),
-             "temperature": _temperature(reading), "power": _power(reading),
+             "temperature": _temperature(reading), "power": _power(reading, why),
              "fan": _number(reading.fan_pct, "%") if reading.fan_pct is not None
              else "no fan reported", "ecc": _ecc(reading), "rows": _rows(reading),
              "xid": _xids(reading)}
@@ -149,7 +175,10 @@ class HealthFeed:
     """One row per physical GPU from the newest sample's health readings."""
 
     facts: tuple[GpuFacts, ...]
+    # Row -> {metric: why it is not available} (the NVML reader's), for cells with no value.
+    unavailable: Callable[[], dict[int, dict[str, str]]] = dict
     mode = "replace"
+    refresh_s = 1.0  # a table people read: at most one frame a second
 
     @property
     def gpus(self) -> list[GpuFacts]:
@@ -162,12 +191,15 @@ class HealthFeed:
     def rows(self, samples: Sequence[Sample]) -> Rows:
         family = samples[-1].extra.get(HEALTH_FAMILY) if samples else None
         readings = family if isinstance(family, dict) else {}
+        lost = {r.index for r in samples[-1].gpus if r.lost} if samples else set()
+        unavailable = self.unavailable()
         text: dict[str, list[str]] = {key: [] for key in HEALTH_COLUMNS}
         text.update({f"{key}_mark": [] for key in HEALTH_COLUMNS})
         numeric: dict[str, list[float]] = {key: [] for key in LIMIT_BARS}
         for fact, label in zip(self.gpus, self.labels, strict=True):
             reading = readings.get(fact.index)
-            cells = health_cells(reading if isinstance(reading, HealthReading) else None)
+            cells = health_cells(reading if isinstance(reading, HealthReading) else None,
+                                 fact.index in lost, unavailable.get(fact.index, {}))
             cells["gpu"] = gpu_label(fact)
             for key, value in cells.items():
                 text[key].append(value)
@@ -253,7 +285,7 @@ class HealthDashboard:
 
 
 def gpu_health(metrics: Metrics) -> HealthFeed:
-    return HealthFeed(tuple(metrics.facts))
+    return HealthFeed(tuple(metrics.facts), metrics.nvml.unavailable)
 
 
 def health_dashboard(sources: DashboardSources, feed: Feed | None) -> HealthDashboard:

@@ -3,8 +3,10 @@
 ``attach(doc, view)`` adds one ``CustomJS`` (``live_client.js``) that runs when the page's
 document is ready. It opens ``<page>/stream`` (``stream/broadcaster.py``), decodes each
 binary frame and streams its rows into the view's source with ``{sync: false}``, so nothing
-goes back to the server; it moves the axes, fills in the legends' current values, follows
-the window picker, closes the socket while the page is hidden and catches up from
+goes back to the server; it moves the axes (unless the reader panned or zoomed: the reset
+tool follows again), fills in the legends' current values, hides what the legend and the
+GPU filter hide, follows the window picker, redraws at most once per animation frame,
+closes the socket while the page is hidden and catches up from
 ``since`` when it is shown again.
 """
 
@@ -16,7 +18,16 @@ from pathlib import Path
 
 from bokeh.document import Document
 from bokeh.events import DocumentReady
-from bokeh.models import ColumnDataSource, CustomJS, Div, RadioButtonGroup, Range1d
+from bokeh.models import (
+    CheckboxButtonGroup,
+    ColumnDataSource,
+    CustomJS,
+    Div,
+    GlyphRenderer,
+    LayoutDOM,
+    RadioButtonGroup,
+    Range1d,
+)
 
 CLIENT_JS = (Path(__file__).with_name("live_client.js")).read_text()
 
@@ -34,6 +45,12 @@ class LiveView:
     window_s: float | None = None
     units: dict[str, str] = field(default_factory=dict)
     rollover: dict[str, int] = field(default_factory=dict)  # rows kept, per window
+    lines: dict[str, GlyphRenderer] = field(default_factory=dict)  # series key -> its line
+    series_gpu: dict[str, int | None] = field(default_factory=dict)  # series key -> GPU row
+    gpu_filter: CheckboxButtonGroup | None = None  # its buttons are ``filter_gpus``, in order
+    filter_gpus: Sequence[int] = ()
+    panels: Sequence[LayoutDOM] = ()  # heading, plot, heading, plot, ... of each panel
+    panel_gpus: Sequence[int | None] = ()  # the one GPU a panel shows, if it shows one
 
 
 def attach(doc: Document, view: LiveView) -> None:
@@ -46,11 +63,15 @@ def attach(doc: Document, view: LiveView) -> None:
         "rollover": view.rollover,
         "templates": [template for _, template in view.headings],
         "following_keys": [keys for _, keys in view.following],
+        "series_gpu": view.series_gpu,
+        "filter_gpus": list(view.filter_gpus),
+        "panel_gpus": list(view.panel_gpus),
     }
     args = {
         "source": view.source, "x_range": view.x_range,
         "following": [y_range for y_range, _ in view.following],
         "headings": [div for div, _ in view.headings],
-        "picker": view.picker, "spec": spec,
+        "picker": view.picker, "spec": spec, "lines": view.lines,
+        "gpu_filter": view.gpu_filter, "panels": list(view.panels),
     }
     doc.js_on_event(DocumentReady, CustomJS(args=args, code=CLIENT_JS))

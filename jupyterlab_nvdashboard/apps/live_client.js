@@ -1,10 +1,17 @@
 // The page's live-data client (see apps/live.py). Runs once, as a CustomJS, when the
-// document is ready. In scope: source, x_range, following, headings, picker, spec.
+// document is ready. In scope: source, x_range, following, headings, picker, spec, lines,
+// gpu_filter, panels.
 // Frames: see stream/frames.py. Columns are little-endian float64, as in every browser.
 const live = (window.nvdashboardLive = {
   seq: -1, frames: 0, resets: 0, rows: 0, connects: 0, hidden: false, parentHidden: false,
   window: spec.window, socket: null, retryMs: 500, lastHeading: 0, xEnd: null,
+  draws: 0, following: true, moving: false, lastDraw: 0,
 });
+// What the legend and the GPU filter hide: series keys, and GPU rows.
+const hiddenKeys = new Set(Object.keys(lines || {}).filter((key) => !lines[key].visible));
+const hiddenGpus = new Set();
+// Frames received but not yet drawn: drawn together at the next animation frame.
+let pending = null, drawScheduled = false, redrawTimer = null;
 const decoder = new TextDecoder();
 
 function streamUrl() {
@@ -61,14 +68,20 @@ function moveAxes() {
   const newest = times[n - 1];
   // Headroom ahead of the newest point scales with what is shown.
   const headroom = Math.max(2000, Math.min(windowMs, newest - times[0]) * 0.05);
-  const end = newest + headroom;
-  const start = Math.max(times[0], end - windowMs);
-  x_range.setv({start, end});
-  live.xEnd = end;
+  let start = x_range.start;
+  if (live.following) {
+    const end = newest + headroom;
+    start = Math.max(times[0], end - windowMs);
+    live.moving = true;  // our own move, not the reader's pan or zoom
+    x_range.setv({start, end});
+    live.moving = false;
+    live.xEnd = end;
+  }
   const first = firstAtOrAfter(times, start);
   following.forEach((range, i) => {
     let top = 0;
     for (const key of spec.following_keys[i]) {
+      if (isHidden(key)) continue;
       const column = source.data[key];
       for (let j = first; j < n; j++) if (column[j] > top) top = column[j];
     }
@@ -89,12 +102,73 @@ function fillHeadings(force) {
   if (!headings.length || (!force && now - live.lastHeading < 1000)) return;
   live.lastHeading = now;
   headings.forEach((div, i) => {
-    div.text = spec.templates[i].replace(/\{value:([^}]+)\}/g, (_, key) => {
+    div.text = spec.templates[i].replace(/\{hidden:([^}]+)\}/g, (_, key) =>
+      isHidden(key) ? "opacity:.4;text-decoration:line-through" : ""
+    ).replace(/\{value:([^}]+)\}/g, (_, key) => {
       const column = source.data[key];
       return formatValue(column && column.length ? column[column.length - 1] : NaN,
                          spec.units[key] || "");
     });
   });
+}
+
+function isHidden(key) {
+  const gpu = (spec.series_gpu || {})[key];
+  return hiddenKeys.has(key) || (gpu !== undefined && gpu !== null && hiddenGpus.has(gpu));
+}
+
+function applyVisibility() {
+  for (const key of Object.keys(lines || {})) {
+    const visible = !isHidden(key);
+    if (lines[key].visible !== visible) lines[key].visible = visible;
+  }
+  (spec.panel_gpus || []).forEach((gpu, i) => {
+    if (gpu === null || gpu === undefined) return;
+    const visible = !hiddenGpus.has(gpu);
+    for (const model of [panels[2 * i], panels[2 * i + 1]]) {
+      if (model && model.visible !== visible) model.visible = visible;
+    }
+  });
+  if (x_range) moveAxes();
+  fillHeadings(true);
+}
+
+function concat(a, b) {
+  if (Array.isArray(a)) return a.concat(Array.from(b));
+  const out = new Float64Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
+}
+
+function draw() {
+  // One draw per animation frame for everything that arrived since the last one; a long
+  // window (its frames are min/max buckets) redraws at most every window/600 seconds.
+  drawScheduled = false;
+  if (!pending) return;
+  const minGapMs = live.window >= 600 ? live.window * 1000 / 600 : 0;
+  const wait = live.lastDraw + minGapMs - Date.now();
+  if (wait > 0 && !pending.reset) {
+    if (!redrawTimer) redrawTimer = setTimeout(() => { redrawTimer = null; schedule(); }, wait);
+    return;
+  }
+  const {data, reset} = pending;
+  pending = null;
+  if (spec.mode === "replace" || reset) {
+    source.data = data;  // the source is not synced: nothing goes back to the server
+  } else if (data[Object.keys(data)[0]].length) {
+    source.stream(data, spec.rollover[String(live.window)], {sync: false});
+  }
+  live.draws++;
+  live.lastDraw = Date.now();
+  if (x_range) moveAxes();
+  fillHeadings(reset);
+}
+
+function schedule() {
+  if (drawScheduled) return;
+  drawScheduled = true;
+  window.requestAnimationFrame(draw);
 }
 
 function apply(buffer) {
@@ -105,18 +179,17 @@ function apply(buffer) {
     reconnect();
     return;
   }
-  if (spec.mode === "replace" || header.reset) {
-    source.data = data;  // the source is not synced: nothing goes back to the server
+  if (spec.mode === "replace" || header.reset || !pending) {
+    pending = {data, reset: header.reset || (pending ? pending.reset : false)};
     if (header.reset) live.resets++;
   } else if (header.rows) {
-    source.stream(data, spec.rollover[String(live.window)], {sync: false});
+    for (const key of Object.keys(data)) pending.data[key] = concat(pending.data[key], data[key]);
   }
   live.seq = header.seq;
   live.frames++;
   live.rows += header.rows;
   live.retryMs = 500;
-  if (x_range) moveAxes();
-  fillHeadings(header.reset);
+  schedule();
 }
 
 function connect() {
@@ -170,7 +243,49 @@ if (picker) {
   picker.properties.active.change.connect(() => {
     live.window = spec.windows[picker.active];
     live.seq = -1;
+    live.following = true;
+    pending = null;
     reconnect();
+  });
+}
+
+// Panning or zooming time stops following the newest sample; the reset tool follows again.
+live.follow = () => { live.following = true; if (x_range) moveAxes(); };
+if (x_range) {
+  const moved = () => { if (!live.moving) live.following = false; };
+  x_range.properties.start.change.connect(moved);
+  x_range.properties.end.change.connect(moved);
+}
+
+if (gpu_filter) {
+  gpu_filter.properties.active.change.connect(() => {
+    hiddenGpus.clear();
+    spec.filter_gpus.forEach((gpu, i) => {
+      if (!gpu_filter.active.includes(i)) hiddenGpus.add(gpu);
+    });
+    applyVisibility();
+  });
+}
+
+// A click on a legend entry (in a Div's shadow root) hides or shows its line; a GPU's entry
+// hides or shows that GPU on every chart, through the GPU filter.
+if (lines && Object.keys(lines).length) {
+  document.addEventListener("click", (event) => {
+    const item = event.composedPath().find((el) => el instanceof Element && el.dataset &&
+                                            el.dataset.series !== undefined);
+    if (!item) return;
+    const key = item.dataset.series;
+    const gpu = (spec.series_gpu || {})[key];
+    const position = gpu === null || gpu === undefined ? -1 : spec.filter_gpus.indexOf(gpu);
+    if (gpu_filter && position >= 0) {
+      const active = gpu_filter.active.includes(position)
+        ? gpu_filter.active.filter((i) => i !== position)
+        : gpu_filter.active.concat([position]).sort((a, b) => a - b);
+      gpu_filter.active = active;  // its change handler applies it
+      return;
+    }
+    if (hiddenKeys.has(key)) hiddenKeys.delete(key); else hiddenKeys.add(key);
+    applyVisibility();
   });
 }
 

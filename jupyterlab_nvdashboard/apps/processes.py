@@ -32,7 +32,7 @@ from bokeh.models import (
 
 from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
 from ..stream.frames import Rows
-from .components import THEMED_TABLE_CSS, format_gb, gpu_label
+from .components import THEMED_TABLE_CSS, format_memory, gpu_label
 from .live import LiveView
 
 if TYPE_CHECKING:
@@ -51,6 +51,9 @@ STATUS_TEXT = {
     "ended": "process ended, or /proc hides it from this server (hidepid)",
     "no_access": "no access to this process's /proc entry (hidepid)",
 }
+NO_PROCESSES_TEXT = ("<b>No process holds a GPU context on these GPUs.</b> Memory the GPUs "
+                     "show in use is held by the driver, or by processes this server cannot "
+                     "list (another container, or a MIG device's peers).")
 _TEXT_COLUMNS = ("gpu", "pid", "user", "what", "memory", "sm", "memory_activity", "held")
 
 
@@ -186,7 +189,7 @@ def _what_html(row: ProcessRow) -> str:
 def _memory_html(row: ProcessRow) -> str:
     width = 0.0 if row.memory_fraction is None else min(100.0, 100 * row.memory_fraction)
     return (f'<div class="nvd-bar"><div style="width:{width:.1f}%"></div>'
-            f'<span>{html.escape(format_gb(row.memory_bytes))}</span></div>')
+            f'<span>{html.escape(format_memory(row.memory_bytes))}</span></div>')
 
 
 @dataclass
@@ -197,6 +200,7 @@ class ProcessTableFeed:
 
     sources: DashboardSources
     mode = "replace"
+    refresh_s = 1.0  # "held for" changes once a second; nothing else faster
     _cache: tuple[tuple[int, ...], Rows] | None = None
 
     def rows(self, samples: Sequence[Sample]) -> Rows:  # noqa: ARG002 - reads the history
@@ -275,8 +279,16 @@ class ProcessTable:
                                sizing_mode="stretch_both", stylesheets=sheets)
         note = Div(text=html.escape(attribution_note(sources)),
                    styles={"padding": "0 0.5em", "font-size": "90%"})
-        self.root = column(note, self.table, sizing_mode="stretch_both")
+        # Said in words when the table is empty, beside each GPU's memory in use (which
+        # drivers, other containers and MIG peers can hold without a listed process).
+        self.empty = Div(text="", visible=False, name="no-processes", syncable=False,
+                         styles={"padding": "0.5em", "font-size": "110%"})
+        self.root = column(note, self.empty, self.table, sizing_mode="stretch_both")
         self.live = LiveView(self.source)
+        self.source.js_on_change("data", CustomJS(
+            args={"source": self.source, "empty": self.empty, "text": NO_PROCESSES_TEXT},
+            code="const none = (source.data.pid || []).length === 0;"
+                 "if (empty.visible !== none) { empty.text = text; empty.visible = none; }"))
         # Installed when the first rows arrive (a model has no document-ready event).
         self.source.js_on_change("data", CustomJS(code=_OPEN_NOTEBOOK_JS))
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..metrics import Metrics
 from ..stream.broadcaster import Feed
-from . import activity, gpu, health, machine, processes, workload
+from . import activity, gpu, health, machine, overview, processes, workload
 from .components import BarsFeed, PerGpuBars, Timeline, TimelineFeed, timeline_windows
 from .document import Component
 from .sources import DashboardSources
@@ -21,7 +21,8 @@ def standard_view(sources: DashboardSources, feed: Feed | None) -> Component:
     if isinstance(feed, BarsFeed):
         return PerGpuBars(feed)
     assert isinstance(feed, TimelineFeed), "a standard view draws a feed"
-    return Timeline(feed, timeline_windows(metrics.history_s), metrics.interval_s)
+    return Timeline(feed, timeline_windows(metrics.history_s), metrics.interval_s,
+                    gpu_names={facts.index: facts.label for facts in metrics.facts})
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,18 @@ def _has_nvlink(sources: DashboardSources) -> bool:
     return sources.metrics.has_nvlink
 
 
+def _overview_feed(sources: DashboardSources) -> overview.OverviewFeed:
+    return overview.OverviewFeed(sources, available_routes(sources))
+
+
+def _overview_view(sources: DashboardSources, feed: Feed | None) -> Component:
+    assert isinstance(feed, overview.OverviewFeed), "the overview streams its own table"
+    return overview.OverviewView(sources, feed)
+
+
 ROUTES: tuple[Route, ...] = (
+    Route(overview.OVERVIEW_PATH, overview.OVERVIEW_TITLE, _overview_feed, _overview_view,
+          feed_from_sources=True),
     Route("/GPU-Utilization", "GPU Utilization", gpu.gpu_utilization),
     Route("/GPU-Memory", "GPU Memory", gpu.gpu_memory),
     Route("/GPU-Resources", "GPU Resources", gpu.gpu_resources),

@@ -535,17 +535,32 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         mib = 1024 * 1024
         if slot is not None:
             total, reserved = slot.memory_mib * mib, 0
-            used = int(total * (0.1 + 0.6 * _wave(self._elapsed(), 19.0, handle.mig or 0)))
+            used = self._mig_used(gpu, handle.mig or 0)
+        elif gpu.model.mig:  # a MIG-enabled GPU's memory in use is its instances' together
+            total, reserved = gpu.model.memory_mib * mib, gpu.model.reserved_mib * mib
+            used = min(total - reserved,
+                       sum(self._mig_used(gpu, position) for position in range(len(gpu.model.mig))))
         else:
             total, reserved = gpu.model.memory_mib * mib, gpu.model.reserved_mib * mib
             playing = self._playing(gpu)
             used = int((total - reserved) * (0.1 + 0.8 * _wave(self._elapsed(), 23.0, gpu.index))
                        if playing is None else playing["memory_used_bytes"])
+            used = min(total - reserved, max(used, self._held_by_processes(gpu.index, None)))
         free = total - reserved - used
         if version:
             return nvml_h.MemoryV2(version=version, total=total, reserved=reserved, free=free,
                                     used=used)
         return nvml_h.Memory(total=total, free=free, used=used + reserved)
+
+    def _held_by_processes(self, gpu: int, mig: int | None) -> int:
+        """What the listed processes hold on this GPU (or MIG device): used is never less."""
+        return sum(p.used_memory_bytes or 0 for p in self._current_processes()
+                   if p.gpu == gpu and p.mig == mig)
+
+    def _mig_used(self, gpu: _Gpu, position: int) -> int:
+        total = gpu.model.mig[position].memory_mib * 1024 * 1024
+        used = int(total * (0.1 + 0.6 * _wave(self._elapsed(), 19.0, position)))
+        return min(total, max(used, self._held_by_processes(gpu.index, position)))
 
     def nvmlDeviceGetUtilizationRates(self, handle: SimulatedHandle) -> Any:  # noqa: N802
         gpu = self._enter("nvmlDeviceGetUtilizationRates", handle)

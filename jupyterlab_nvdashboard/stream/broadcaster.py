@@ -6,7 +6,9 @@ When the sampler appends a sample, ``publish()`` runs on the event loop; each fa
 subscribers reads the new samples from the history, encodes one frame
 (``stream/frames.py``) and writes it to each of its sockets. A family with nobody watching
 costs nothing. Families over long windows publish min/max buckets
-(``stream/downsample.py``) as each bucket closes instead of every sample.
+(``stream/downsample.py``) as each bucket closes instead of every sample. A "replace" family
+(bars, tables) sends nothing when its picture did not change, and no more often than its
+feed's ``refresh_s`` (tables that people read, not watch, say 1 s).
 
 A page subscribes through ``<route>/stream?since=SEQ&window=SECONDS``. Its first frame is a
 catch-up, encoded for it alone, that takes it from ``since`` to where its family is, so a
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -75,6 +78,10 @@ class Family:
     bucket_s: float  # 0: every sample
     seq: int = -1  # the last sequence number published to this family's pages
     subscribers: set[Subscriber] = field(default_factory=set)
+    # Replace mode: what the last frame carried (rows, not seq) and when it went out, so an
+    # unchanged picture is not resent, and a feed's ``refresh_s`` spaces the frames out.
+    last_rows: bytes | None = None
+    last_sent_s: float = -math.inf
 
     def _publishable(self, samples: list[Sample]) -> list[Sample]:
         """The samples whose rows can go out now (oldest first)."""
@@ -91,6 +98,7 @@ class Family:
     def start(self, history: History) -> None:
         """Position a family that had no pages at the newest sample it can publish."""
         window = history.window(self.window_s)
+        self.last_rows = None  # its first page's catch-up is the picture from here on
         publishable = self._publishable(window)
         if publishable:
             self.seq = publishable[-1].seq
@@ -121,8 +129,27 @@ class Family:
         publishable = self._publishable(new)
         if not publishable:
             return None
+        if self.feed.mode == "replace" and not reset:
+            return self._replacement(publishable)
         frame = encode(self._rows(publishable), -1 if reset else self.seq,
                        publishable[-1].seq, reset)
+        self.seq = publishable[-1].seq
+        return frame
+
+
+    def _replacement(self, publishable: list[Sample]) -> bytes | None:
+        """A replace family's next frame: None when too soon after the last one, or when
+        the picture is the same (the family then stays at the sample it last sent, so its
+        pages' next frame still continues theirs)."""
+        now = time.monotonic()
+        if now - self.last_sent_s < getattr(self.feed, "refresh_s", 0.0):
+            return None
+        rows = self._rows(publishable)
+        content = encode(rows, 0, 0, False)
+        if content == self.last_rows:
+            return None
+        self.last_rows, self.last_sent_s = content, now
+        frame = encode(rows, self.seq, publishable[-1].seq, False)
         self.seq = publishable[-1].seq
         return frame
 

@@ -1,0 +1,445 @@
+"""The GPU overview (``/`` and ``/GPU-Overview``): one dense row per GPU and MIG device.
+
+What a user of a shared machine asks first: which GPU is free, and who is on GPU 3? Each row
+has the name and indices, utilization and SM activity, memory used of total (GiB, as
+nvidia-smi counts them), temperature, power of its limit, the SM clock with the reasons it
+is held down in words, whether the device is lost or cannot report a reading (and why), how
+many processes hold it and whose (user, notebook), a link to each dashboard for that GPU,
+and the device's diagnosis line (``diagnosis/``). The busiest device is marked.
+
+The table is built here once per refresh, from what the sampler already stored, as one HTML
+string (``overview_html``); the stream sends it to every page (``OverviewFeed``, mode
+"replace") at most once a second and only when it changed, and the page sets it in place.
+``/`` (``server.py``) writes the same HTML into a small page of its own that follows the
+same stream, so it answers at once and costs no Bokeh session.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bokeh.models import ColumnDataSource, Div
+
+from ..diagnosis import Diagnosis
+from ..metrics import GpuFacts, GpuReading, Sample
+from ..metrics.families import GPM_FAMILY, HEALTH_FAMILY, GpmReading, HealthReading
+from ..metrics.health import clock_event_words
+from ..metrics.nvml import MIG_PHYSICAL
+from ..stream.frames import Rows
+from .activity import without_gpm
+from .components import NOT_AVAILABLE, format_memory, gpu_color
+from .live import LiveView
+from .processes import ProcessRow, newest_family, process_rows
+from .sources import DashboardSources
+
+OVERVIEW_PATH = "/GPU-Overview"
+OVERVIEW_TITLE = "GPU Overview"
+REFRESH_S = 1.0  # the table changes at most once a second on screen
+NO_PROCESSES = "No process holds a GPU context on these GPUs"
+MIG_UTILIZATION = "NVML reports no utilization for a MIG device (GPM on Hopper and later does)"
+LOST = "GPU lost: it stopped answering (fallen off the bus, reset or removed)"
+# Dashboards that show one GPU among others: (route, short name) for the links in a row.
+GPU_LINKS = (("/GPU-Utilization", "util"), ("/GPU-Memory", "mem"),
+             ("/GPU-Resources", "timeline"), ("/GPU-Activity", "activity"),
+             ("/GPU-Health", "health"), ("/GPU-Processes", "processes"))
+# Short words for the throttle badge (nvml.h clocks-event bits that hold clocks down).
+THROTTLE_BADGES = {0x4: "power cap", 0x8: "HW slowdown", 0x20: "thermal (SW)",
+                   0x40: "thermal (HW)", 0x80: "power brake"}
+
+STYLE = """<style>
+.nvo { font: 13px/1.3 system-ui, sans-serif; color: inherit; }
+.nvo table { border-collapse: collapse; width: 100%; table-layout: fixed; }
+.nvo th { text-align: left; font-weight: 600; padding: 3px 6px; font-size: 12px;
+          border-bottom: 2px solid rgba(128,128,128,.6); vertical-align: bottom; }
+.nvo td { padding: 3px 6px; vertical-align: top; overflow: hidden; text-overflow: ellipsis; }
+.nvo tr.main td { border-top: 1px solid rgba(128,128,128,.35); }
+.nvo tr.diag td { padding-top: 0; font-size: 12px; opacity: .85; white-space: normal; }
+.nvo tr.mig td.gpu { padding-left: 1.4em; }
+.nvo .name { font-size: 12px; opacity: .8; white-space: nowrap; }
+.nvo .bar { position: relative; height: 14px; background: rgba(128,128,128,.18);
+            border-radius: 2px; margin-top: 2px; }
+.nvo .bar i { position: absolute; left: 0; top: 0; bottom: 0; border-radius: 2px; }
+.nvo .bar b { position: relative; padding-left: 4px; font-size: 11px; font-weight: 600; }
+.nvo .why { font-size: 11px; opacity: .8; white-space: normal; }
+.nvo .badge { display: inline-block; padding: 0 5px; border-radius: 3px; font-size: 11px;
+              font-weight: 600; color: #fff; background: #d62728; margin-right: 3px; }
+.nvo .busiest { background: #76b900; color: #000; }
+.nvo .ok { background: rgba(128,128,128,.35); color: inherit; }
+.nvo tr.lost td { background: rgba(214,39,40,.14); }
+.nvo a { color: #3b82f6; text-decoration: none; margin-right: 6px; white-space: nowrap; }
+.nvo td.links { font-size: 12px; line-height: 1.4; }
+.nvo .empty { margin: .4em 0; font-style: italic; }
+</style>"""
+COLUMNS = (("gpu", "GPU · its dashboards", "16%"),
+           ("util", "Utilization · SM activity (bars: 0–100%)", "16%"),
+           ("memory", "Memory used of total (bar: 0–total)", "16%"), ("temp", "Temp", "6%"),
+           ("power", "Power of limit (bar: 0–limit)", "13%"),
+           ("clock", "SM clock of max · held down by", "13%"),
+           ("procs", "Processes · whose (notebook)", "20%"))
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    """What one overview row shows, before it is written as HTML (tests read it)."""
+
+    facts: GpuFacts
+    reading: GpuReading | None
+    health: HealthReading | None
+    gpm: GpmReading | None
+    unavailable: dict[str, str]
+    processes: tuple[ProcessRow, ...]
+    diagnosis: Diagnosis | None
+    busiest: bool = False
+    no_gpm: str = ""  # why this device cannot report SM activity (GPM), or ""
+
+    @property
+    def lost(self) -> bool:
+        return bool(self.reading and self.reading.lost)
+
+    @property
+    def busy_pct(self) -> float | None:
+        """How busy: NVML's utilization (what nvidia-smi shows), else SM activity (a MIG
+        device has only GPM's)."""
+        if self.reading is not None and self.reading.utilization_pct is not None:
+            return self.reading.utilization_pct
+        return None if self.gpm is None else self.gpm.sm_activity_pct
+
+    def throttles(self) -> list[str]:
+        mask = self.health.clock_event_reasons if self.health else None
+        return [word for bit, word in THROTTLE_BADGES.items() if mask and mask & bit]
+
+
+@dataclass
+class Overview:
+    """Every device's row, the busiest marked, and whether any process holds a GPU."""
+
+    rows: list[DeviceRow] = field(default_factory=list)
+    any_process: bool = False
+
+    @property
+    def busiest(self) -> DeviceRow | None:
+        return next((row for row in self.rows if row.busiest), None)
+
+
+def _by_row(family: Any) -> dict[int, Any]:
+    return family if isinstance(family, dict) else {}
+
+
+def build_overview(sources: DashboardSources) -> Overview:
+    """The overview of the newest readings (reads the history only, never the hardware)."""
+    metrics = sources.metrics
+    latest = metrics.history.latest()
+    readings = {reading.index: reading for reading in latest.gpus} if latest else {}
+    health = _by_row(newest_family(metrics.history, HEALTH_FAMILY))
+    gpm = _by_row(newest_family(metrics.history, GPM_FAMILY))
+    unavailable = metrics.nvml.unavailable()
+    processes = process_rows(sources)
+    diagnoses = {diagnosis.row: diagnosis for diagnosis in sources.diagnoses.current()}
+    no_gpm = {fact.index: reason for fact, reason in without_gpm(metrics)}
+    rows = []
+    for facts in metrics.facts:
+        held = tuple(p for p in processes if p.device == facts.index
+                     or (facts.kind == "gpu" and _parent_of(metrics.facts, p.device)
+                         == facts.index))
+        reading = readings.get(facts.index)
+        health_reading = health.get(facts.index)
+        gpm_reading = gpm.get(facts.index)
+        rows.append(DeviceRow(
+            facts, reading,
+            health_reading if isinstance(health_reading, HealthReading) else None,
+            gpm_reading if isinstance(gpm_reading, GpmReading) else None,
+            unavailable.get(facts.index, {}), held, diagnoses.get(facts.index),
+            no_gpm=no_gpm.get(facts.index, "")))
+    busy = [(row.busy_pct, position) for position, row in enumerate(rows)
+            if row.busy_pct is not None and not row.lost]
+    if busy:
+        _, position = max(busy)
+        rows[position] = DeviceRow(**{**rows[position].__dict__, "busiest": True})
+    return Overview(rows, bool(processes))
+
+
+def _parent_of(facts: Sequence[GpuFacts], row: int) -> int | None:
+    return next((f.parent for f in facts if f.index == row), None)
+
+
+def _esc(text: object) -> str:
+    return html.escape(str(text))
+
+
+def _bar(value: float | None, color: str, text: str) -> str:
+    width = 0.0 if value is None else max(0.0, min(100.0, value))
+    return (f"<div class='bar' title='{_esc(text)} (bar to 100%)'><i style='width:{width:.0f}%;"
+            f"background:{color};opacity:.55'></i><b>{_esc(text)}</b></div>")
+
+
+def _missing(row: DeviceRow, metric: str) -> str:
+    """Why a reading is not there, in words: lost, the driver's reason, or just n/a."""
+    if row.lost:
+        return "<span class='why'>lost</span>"
+    reason = row.unavailable.get(metric)
+    if reason == MIG_PHYSICAL and row.facts.parent is not None:
+        reason = f"whole-GPU reading: see GPU {row.facts.nvml_index}"
+    elif metric == "utilization" and row.facts.kind == "mig":
+        reason = MIG_UTILIZATION
+    return f"<span class='why'>{_esc(reason or NOT_AVAILABLE)}</span>"
+
+
+def _gpu_cell(row: DeviceRow) -> str:
+    facts = row.facts
+    cuda = "" if facts.cuda_index is None else f" · CUDA {facts.cuda_index}"
+    name = facts.name.rpartition(" MIG ")[2] if facts.kind == "mig" else facts.name
+    badges = "<span class='badge busiest'>busiest</span>" if row.busiest else ""
+    swatch = (f"<span style='display:inline-block;width:.7em;height:.7em;border-radius:2px;"
+              f"background:{gpu_color(facts.index)};margin-right:4px'></span>")
+    prefix = "↳ " if facts.kind == "mig" else ""
+    return (f"{swatch}<b>{prefix}{_esc(facts.label)}</b>{_esc(cuda)} {badges}"
+            f"<div class='name' title='{_esc(facts.name)} · {_esc(facts.uuid)}'>"
+            f"{_esc(name)}</div>")
+
+
+def _util_cell(row: DeviceRow) -> str:
+    if row.lost:
+        return f"<span class='why'>{_esc(LOST)}</span>"
+    reading = row.reading
+    util = reading.utilization_pct if reading else None
+    sm = row.gpm.sm_activity_pct if row.gpm else None
+    parts = []
+    if util is not None:
+        parts.append(_bar(util, gpu_color(row.facts.index), f"util {util:.0f}%"))
+    else:
+        parts.append(f"util: {_missing(row, 'utilization')}")
+    if sm is not None:
+        parts.append(_bar(sm, "#d62728", f"SM {sm:.0f}%"))
+    elif row.no_gpm and util is not None:
+        parts.append(f"<div class='why' title='{_esc(row.no_gpm)}'>no SM activity: "
+                     "no GPM on this GPU</div>")
+    return "".join(parts)
+
+
+def _memory_cell(row: DeviceRow) -> str:
+    reading = row.reading
+    used = reading.memory_used_bytes if reading else None
+    total = (reading.memory_total_bytes if reading else None) or row.facts.memory_total_bytes
+    if used is None:
+        return _missing(row, "memory")
+    percent = 100 * used / total if total else None
+    text = f"{format_memory(used)} of {format_memory(total)}" if total \
+        else format_memory(used)
+    return _bar(percent, "#76b900", text)
+
+
+def _temp_cell(row: DeviceRow) -> str:
+    value = row.health.temperature_c if row.health and row.health.temperature_c is not None \
+        else (row.reading.temperature_c if row.reading else None)
+    if value is None:
+        return _missing(row, "temperature")
+    slowdown = row.health.temperature_slowdown_c if row.health else None
+    hot = slowdown is not None and value >= slowdown
+    return (f"<span class='badge'>{value:.0f} °C</span>" if hot else f"{value:.0f} °C")
+
+
+def _power_cell(row: DeviceRow) -> str:
+    power = row.reading.power_w if row.reading else None
+    if power is None:
+        return _missing(row, "power")
+    limit = (row.health.power_limit_w if row.health else None) or row.facts.power_limit_w
+    if not limit:
+        return f"{power:.0f} W <span class='why'>(no limit reported)</span>"
+    return _bar(100 * power / limit, "#ff7f0e", f"{power:.0f} of {limit:.0f} W")
+
+
+def _clock_cell(row: DeviceRow) -> str:
+    if row.lost:
+        return _missing(row, "clocks")
+    health = row.health
+    if health is None or health.sm_clock_mhz is None:
+        if row.facts.kind == "mig":
+            return "<span class='why'>see the parent GPU</span>"
+        return "<span class='why'>waiting for a clock reading</span>" if health is None \
+            else _missing(row, "clocks")
+    top = f" / {health.sm_clock_max_mhz:.0f}" if health.sm_clock_max_mhz else ""
+    badges = "".join(f"<span class='badge' title='{_esc(w)}'>{_esc(short)}</span>"
+                     for short, w in zip(row.throttles(),
+                                         clock_event_words(health.clock_event_reasons, True),
+                                         strict=False))
+    if not badges:
+        badges = ("<span class='badge ok'>idle</span>" if health.clock_event_reasons == 1
+                  else "<span class='badge ok'>full speed</span>"
+                  if health.clock_event_reasons is not None else "")
+    return f"{health.sm_clock_mhz:.0f}{top} MHz<br>{badges}"
+
+
+def _procs_cell(row: DeviceRow) -> str:
+    if not row.processes:
+        return "<span class='why'>none</span>"
+    people: dict[str, list[str]] = {}
+    for process in row.processes:
+        who = (process.user or "?") + (" (you)" if process.mine else "")
+        if process.notebook:
+            people.setdefault(who, []).append(process.notebook.rsplit("/", 1)[-1])
+        else:
+            people.setdefault(who, [])
+    whose = "; ".join(f"<b>{_esc(user)}</b>" + (f" {_esc(', '.join(sorted(set(books))))}"
+                                                 if books else "")
+                      for user, books in people.items())
+    count = len(row.processes)
+    return f"{count} process{'es' if count != 1 else ''}: {whose}"
+
+
+def _links_cell(row: DeviceRow, routes: dict[str, str], prefix: str) -> str:
+    return " ".join(f"<a href='{_esc(prefix + path.lstrip('/'))}' title='{_esc(routes[path])}'>"
+                   f"{_esc(short)}</a>" for path, short in GPU_LINKS if path in routes)
+
+
+def overview_html(sources: DashboardSources, routes: dict[str, str],
+                  link_prefix: str = "", overview: Overview | None = None) -> str:
+    """The overview table as HTML. Its dashboard links are relative to the page (``/`` and
+    ``/GPU-Overview`` sit side by side, behind a proxy prefix too), after ``link_prefix``."""
+    overview = overview or build_overview(sources)
+    if not overview.rows:
+        return f"{STYLE}<div class='nvo'><p class='empty'>No GPU to show.</p></div>"
+    head = "".join(f"<th style='width:{width}'>{_esc(title)}</th>"
+                   for _, title, width in COLUMNS)
+    body = []
+    for row in overview.rows:
+        kind = "mig" if row.facts.kind == "mig" else "gpu"
+        lost = " lost" if row.lost else ""
+        cells = (_gpu_cell(row), _util_cell(row), _memory_cell(row), _temp_cell(row),
+                 _power_cell(row), _clock_cell(row), _procs_cell(row))
+        body.append(f"<tr class='main {kind}{lost}' data-row='{row.facts.index}'"
+                    f"{' data-busiest' if row.busiest else ''}>"
+                    + "".join(f"<td class='{key}'>{cell}</td>"
+                              for (key, _, _), cell in zip(COLUMNS, cells, strict=True))
+                    + "</tr>")
+        line = row.diagnosis.line() if row.diagnosis is not None else ""
+        if row.lost:
+            line = f"{row.facts.label}: {LOST}. The other GPUs carry on; it is retried."
+        links = _links_cell(row, routes, link_prefix)
+        body.append(f"<tr class='diag {kind}{lost}'><td class='links'>{links}</td>"
+                    f"<td colspan='{len(COLUMNS) - 1}'>{_esc(line)}</td></tr>")
+    empty = "" if overview.any_process else f"<p class='empty'>{_esc(NO_PROCESSES)}.</p>"
+    stamp = time.strftime("%H:%M:%S")
+    return (f"{STYLE}<div class='nvo'><table><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table>{empty}"
+            f"<div class='why' style='margin-top:4px'>Memory in GiB (2<sup>30</sup> bytes), "
+            f"as nvidia-smi counts it. Updated {stamp}; the busiest device is marked by its "
+            f"utilization (by SM activity for a MIG device).</div></div>")
+
+
+@dataclass
+class OverviewFeed:
+    """The overview as one text row (replace mode), rebuilt at most once a second."""
+
+    sources: DashboardSources
+    routes: dict[str, str]
+    mode = "replace"
+    refresh_s = REFRESH_S  # the broadcaster sends a replace feed at most this often
+    _cache: tuple[int, Rows] | None = None
+
+    def rows(self, samples: Sequence[Sample]) -> Rows:  # noqa: ARG002 - reads the history
+        second = int(time.time() / REFRESH_S)
+        if self._cache is None or self._cache[0] != second:
+            table = overview_html(self.sources, self.routes, link_prefix="")
+            self._cache = (second, Rows({}, {"html": [table]}))
+        return self._cache[1]
+
+
+SET_HTML_JS = """
+const text = (source.data.html || [])[0];
+if (text !== undefined && div.text !== text) div.text = text;
+"""
+
+
+class OverviewView:
+    """The page: the table, set in place whenever the stream replaces it."""
+
+    def __init__(self, sources: DashboardSources, feed: OverviewFeed) -> None:
+        from bokeh.models import CustomJS
+
+        self.source = ColumnDataSource({"html": []}, syncable=False)
+        self.table = Div(text=overview_html(sources, feed.routes, link_prefix=""),
+                         sizing_mode="stretch_width", syncable=False, name="overview")
+        self.source.js_on_change("data", CustomJS(args={"source": self.source,
+                                                        "div": self.table}, code=SET_HTML_JS))
+        self.root = self.table
+        self.live = LiveView(self.source)
+
+
+# The overview at ``/``: the same stream, without BokehJS. A frame is the header of
+# ``stream/frames.py`` (the table is its one text cell); the socket closes while the page is
+# hidden and opens again, from the whole picture, when it is shown.
+ROOT_SCRIPT = """
+(() => {
+  const box = document.getElementById("overview");
+  const loc = window.location;
+  const theme = new URLSearchParams(loc.search).get("theme");
+  let socket = null, retry = 500;
+  function url() {
+    const params = new URLSearchParams({since: "-1"});
+    const token = new URLSearchParams(loc.search).get("token");
+    if (token) params.set("token", token);
+    const scheme = loc.protocol === "https:" ? "wss:" : "ws:";
+    const base = loc.pathname.replace(/\\/+$/, "");
+    return `${scheme}//${loc.host}${base}/GPU-Overview/stream?${params}`;
+  }
+  function connect() {
+    if (socket || document.hidden) return;
+    const ws = socket = new WebSocket(url());
+    ws.binaryType = "arraybuffer";
+    ws.onmessage = (event) => {
+      const view = new DataView(event.data);
+      const length = view.getUint32(4, true);
+      const header = JSON.parse(new TextDecoder().decode(new Uint8Array(event.data, 8, length)));
+      const text = ((header.text || {}).html || [])[0];
+      if (text !== undefined && text !== box.dataset.shown) {
+        box.innerHTML = text;
+        box.dataset.shown = text;
+      }
+      retry = 500;
+    };
+    ws.onclose = () => {
+      if (socket !== ws) return;
+      socket = null;
+      setTimeout(connect, retry);
+      retry = Math.min(10000, retry * 2);
+    };
+  }
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden && socket) { const ws = socket; socket = null; ws.close(); }
+    else connect();
+  });
+  if (theme) document.addEventListener("click", (event) => {
+    const link = event.target.closest && event.target.closest("a[href]");
+    if (link && !link.href.includes("?")) link.href += `?theme=${encodeURIComponent(theme)}`;
+  }, true);
+  connect();
+})();
+"""
+
+
+def root_page(sources: DashboardSources, routes: dict[str, str], theme: str,
+              colors: tuple[str, str], notice: str) -> str:
+    """The whole ``/`` page: the overview (when there are GPUs), then every dashboard."""
+    background, foreground = colors
+    query = f"?theme={html.escape(theme)}" if theme != "light" else ""
+    links = " · ".join(f'<a href="{_esc(path.lstrip("/"))}{query}">{_esc(title)}</a>'
+                       for path, title in routes.items())
+    table = ""
+    script = ""
+    if sources.metrics.facts:
+        table = f"<div id='overview'>{overview_html(sources, routes)}</div>"
+        script = f"<script>{ROOT_SCRIPT}</script>"
+    notice_html = (f"<span style='font-size:13px;font-weight:normal;margin-left:1em'>{notice}"
+                   "</span>") if notice else ""
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>NVDashboard</title>"
+        f"<style>html,body{{background:{background};color:{foreground};margin:0;"
+        "font-family:system-ui,sans-serif}} body{padding:6px 10px}"
+        "h1{font-size:18px;margin:2px 0 6px} nav{font-size:13px;margin:8px 0}"
+        "nav a,#overview a{color:#3b82f6;text-decoration:none}</style></head>"
+        f"<body><h1>NVDashboard: GPU overview{notice_html}</h1>{table}"
+        f"<nav><b>Dashboards:</b> {links}</nav>{script}</body></html>")

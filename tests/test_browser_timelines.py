@@ -1,0 +1,84 @@
+"""Timelines a reader can use, in Chromium at 1280x800 with 4 GPUs, light and dark: a time
+axis on screen, a legend click that hides a GPU on every chart (the GPU filter follows),
+x-zoom that stops following the newest sample and a reset that follows again, one colour per
+GPU, and PCIe per GPU with the all-GPU sum as an option."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.browser import chromium, screenshot, watch
+from tests.support.servers import cli_server, with_token
+
+pytestmark = pytest.mark.browser
+
+# Every line renderer of the page: its y column, visibility and colour.
+LINES_JS = """() => {
+  const doc = Bokeh.documents[0];
+  const out = {};
+  for (const model of doc.all_models) {
+    if (model.type === 'GlyphRenderer' && model.glyph.y && model.glyph.y.field)
+      out[model.glyph.y.field] = {visible: model.visible, color: model.glyph.line_color,
+                                  dash: model.glyph.line_dash};
+  }
+  return out;
+}"""
+# Where the time axis is drawn: the plot that has a DatetimeAxis above it, on screen.
+AXIS_JS = """() => {
+  const views = [];
+  const walk = (view) => { views.push(view);
+    for (const child of (view.child_views || [])) walk(child); };
+  for (const view of Object.values(Bokeh.index)) walk(view);
+  const plot = views.find((v) => v.model.type === 'Figure' &&
+                          v.model.above.some((a) => a.type === 'DatetimeAxis'));
+  const box = plot.el.getBoundingClientRect();
+  return {top: box.top, bottom: box.bottom};
+}"""
+
+
+def test_resources_timeline_tools_at_1280x800() -> None:
+    with cli_server(["--simulate", "4", "--interval", "0.2"]) as (url, _), \
+            chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        watched = watch(page)
+        page.goto(with_token(url + "/"))
+        for theme in ("light", "dark"):
+            page.goto(f"{url}/GPU-Resources?theme={theme}")
+            page.wait_for_function("() => window.nvdashboardLive && nvdashboardLive.draws > 3",
+                                   timeout=20_000)
+            axis = page.evaluate(AXIS_JS)
+            assert 0 <= axis["top"] and axis["top"] + 40 <= 800, axis
+            lines = page.evaluate(LINES_JS)
+            # One colour per GPU across the page; PCIe per GPU, the sum hidden at first.
+            assert lines["utilization1"]["color"] == lines["memory1"]["color"] \
+                == lines["pcie_tx1"]["color"] == lines["pcie_rx1"]["color"]
+            assert lines["pcie_rx1"]["dash"] != lines["pcie_tx1"]["dash"]
+            assert lines["pcie_tx"]["visible"] is False and lines["pcie_tx1"]["visible"]
+            # A click on GPU 1's utilization entry hides GPU 1 on every chart.
+            page.locator("[data-series='utilization1']").first.click()
+            page.wait_for_function(f"() => !({LINES_JS})().memory1.visible", timeout=5_000)
+            lines = page.evaluate(LINES_JS)
+            assert not lines["utilization1"]["visible"] and not lines["pcie_rx1"]["visible"]
+            assert lines["utilization0"]["visible"] and lines["memory2"]["visible"]
+            active = page.evaluate("() => Bokeh.documents[0].get_model_by_name("
+                                   "'gpu-filter').active")
+            assert active == [0, 2, 3]
+            screenshot(page, f"timeline-gpu-resources-gpu1-hidden-{theme}")
+            # The sum is one click away.
+            page.locator("[data-series='pcie_tx']").first.click()
+            page.wait_for_function(f"() => ({LINES_JS})().pcie_tx.visible", timeout=5_000)
+            # Zoom time with the wheel: the charts stop following; reset follows again.
+            box = page.locator("[data-series='utilization0']").first.bounding_box()
+            page.mouse.move(box["x"] + 600, box["y"] + 60)
+            page.mouse.wheel(0, -400)
+            page.wait_for_function("() => !nvdashboardLive.following", timeout=5_000)
+            end = page.evaluate("() => nvdashboardLive.xEnd")
+            page.wait_for_timeout(1000)
+            assert page.evaluate("() => nvdashboardLive.xEnd") == end
+            page.locator(".bk-tool-icon-reset").first.click(force=True)
+            page.wait_for_function("() => nvdashboardLive.following", timeout=5_000)
+            page.wait_for_function(f"() => nvdashboardLive.xEnd > {end}", timeout=5_000)
+            page.locator("[data-series='utilization1']").first.click()  # GPU 1 again
+            page.wait_for_function(f"() => ({LINES_JS})().memory1.visible", timeout=5_000)
+            screenshot(page, f"timeline-gpu-resources-{theme}")
+        watched.assert_clean()
