@@ -5,6 +5,11 @@
  *   when that route is already open. The sidebar, the palette and layout
  *   restoration all go through this one command.
  * - The "GPU Dashboards" sidebar lists the dashboards the server offers.
+ * - Above the list, the live section: "Your GPU kernels", each GPU's
+ *   meters, and why the GPUs of your kernels are slow; the status-bar item
+ *   shows the busiest GPU (or each GPU). Both read one poll of glance.json.
+ * - Settings (schema/plugin.json): refresh rates, whether the status item
+ *   shows and which figure; changes apply at once.
  * - Dashboard pages follow JupyterLab's light/dark theme.
  */
 import {
@@ -17,15 +22,26 @@ import {
   ICommandPalette,
   IThemeManager,
   showDialog,
+  showErrorMessage,
   WidgetTracker
 } from '@jupyterlab/apputils';
+import { IDocumentManager } from '@jupyterlab/docmanager';
 import { ServerConnection } from '@jupyterlab/services';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
+import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { IDisposable } from '@lumino/disposable';
 
 import { createServerFetcher, fetchGlance } from './fetcher';
-import { GlanceModel, GlancePanel, GlanceStatusItem } from './glance';
+import {
+  GLANCE_INTERVAL_MS,
+  GlanceModel,
+  GlancePanel,
+  GlanceStatusItem,
+  StatusFigure
+} from './glance';
 import { gpuIcon } from './icon';
+import { TRANSLATION_DOMAIN } from './model';
 import { openOrActivate, toOpenArgs } from './opener';
 import { DashboardSidebar } from './sidebar';
 import {
@@ -37,43 +53,91 @@ import {
   TRACKER_NAMESPACE
 } from './tokens';
 import { dashboardTheme } from './urls';
-import { DashboardWidget } from './widget';
+import { DashboardWidget, isNotebookPath } from './widget';
 
-const plugin: JupyterFrontEndPlugin<void> = {
-  id: 'jupyterlab-nvdashboard:plugin',
-  description: 'Live GPU dashboards served by a Bokeh server.',
-  autoStart: true,
-  optional: [ILayoutRestorer, ICommandPalette, IThemeManager, IStatusBar],
-  activate: (
-    app: JupyterFrontEnd,
-    restorer: ILayoutRestorer | null,
-    palette: ICommandPalette | null,
-    themes: IThemeManager | null,
-    statusBar: IStatusBar | null
-  ): void => {
+/** The plugin's id; also the key of its settings (schema/plugin.json). */
+export const PLUGIN_ID = 'jupyterlab-nvdashboard:plugin';
+
+/** The id the status-bar item is registered under. */
+export const STATUS_ITEM_ID = 'nvdashboard:glance';
+
+/** The settings, as schema/plugin.json declares them. */
+export interface INvdashboardSettings {
+  refreshRate: number;
+  dashboardListRefreshRate: number;
+  showStatusItem: boolean;
+  statusFigure: StatusFigure;
+}
+
+export const DEFAULT_SETTINGS: INvdashboardSettings = {
+  refreshRate: GLANCE_INTERVAL_MS / 1000,
+  dashboardListRefreshRate: 15,
+  showStatusItem: true,
+  statusFigure: 'busiest'
+};
+
+/** Read the composite settings, falling back to the defaults for anything odd. */
+export function readSettings(composite: unknown): INvdashboardSettings {
+  const c = (composite ?? {}) as Record<string, unknown>;
+  const seconds = (value: unknown, fallback: number, min: number): number =>
+    typeof value === 'number' && Number.isFinite(value) && value >= min ? value : fallback;
+  return {
+    refreshRate: seconds(c.refreshRate, DEFAULT_SETTINGS.refreshRate, 0.5),
+    dashboardListRefreshRate: seconds(
+      c.dashboardListRefreshRate,
+      DEFAULT_SETTINGS.dashboardListRefreshRate,
+      1
+    ),
+    showStatusItem: c.showStatusItem !== false,
+    statusFigure: c.statusFigure === 'each' ? 'each' : 'busiest'
+  };
+}
+
+function activate(
+  app: JupyterFrontEnd,
+  restorer: ILayoutRestorer | null,
+  palette: ICommandPalette | null,
+  themes: IThemeManager | null,
+  statusBar: IStatusBar | null,
+  settingRegistry: ISettingRegistry | null,
+  translator: ITranslator | null,
+  docManager: IDocumentManager | null
+): void {
     const { commands, shell } = app;
+    const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
     const settings = ServerConnection.makeSettings();
     const tracker = new WidgetTracker<DashboardWidget>({
       namespace: TRACKER_NAMESPACE
     });
+    // Paths come from the server's glance.json or a dashboard page: checked
+    // for shape, then opened by the document manager (never as a URL).
     const openPath = (path: string): void => {
-      void commands.execute('docmanager:open', { path });
+      if (!isNotebookPath(path)) {
+        return;
+      }
+      if (docManager) {
+        void docManager.openOrReveal(path);
+      } else {
+        void commands.execute('docmanager:open', { path });
+      }
     };
 
     commands.addCommand(COMMAND_OPEN, {
       label: args =>
         typeof args.label === 'string' && args.label
           ? args.label
-          : 'Open GPU Dashboard',
+          : trans.__('Open GPU Dashboard'),
       caption: args =>
         typeof args.label === 'string' && args.label
-          ? `Open the ${args.label} GPU dashboard`
-          : 'Open a GPU dashboard',
+          ? trans.__('Open the %1 GPU dashboard', args.label)
+          : trans.__('Open a GPU dashboard'),
       icon: gpuIcon,
       execute: args => {
         const openArgs = toOpenArgs(args);
         if (!openArgs) {
-          throw new Error(`${COMMAND_OPEN} needs a route, got ${JSON.stringify(args)}`);
+          throw new Error(
+            `${COMMAND_OPEN} needs a route, got ${JSON.stringify(args)}`
+          );
         }
         return openOrActivate(openArgs, {
           find: id => tracker.find(widget => widget.id === id),
@@ -109,40 +173,82 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     const sidebar = new DashboardSidebar({
       fetcher: createServerFetcher(settings),
-      commands
+      commands,
+      trans
     });
     sidebar.id = SIDEBAR_ID;
     sidebar.title.icon = gpuIcon;
-    sidebar.title.caption = SIDEBAR_TITLE;
+    sidebar.title.caption = trans.__(SIDEBAR_TITLE);
     shell.add(sidebar, 'left', { rank: 200 });
     restorer?.add(sidebar, SIDEBAR_ID);
 
     // One poll of glance.json (only while JupyterLab is visible) feeds the
-    // status-bar item and the sidebar's bars and kernel list.
+    // status-bar item and the sidebar's meters and kernel list.
     const glance = new GlanceModel({ fetch: () => fetchGlance(settings) });
+    const kernels = app.serviceManager.kernels;
     const panel = new GlancePanel({
       model: glance,
       openPath,
+      trans,
       confirm: async (title, body) =>
         (
           await showDialog({
             title,
             body,
             buttons: [
-              Dialog.cancelButton(),
-              Dialog.warnButton({ label: 'Shut Down' })
+              Dialog.cancelButton({ label: trans.__('Cancel') }),
+              Dialog.warnButton({ label: trans.__('Shut Down') })
             ]
           })
         ).button.accept,
-      shutdownKernel: id => app.serviceManager.kernels.shutdown(id)
+      shutdownKernel: id => kernels.shutdown(id),
+      showError: (title, error) => showErrorMessage(title, error as Error),
+      // Only a kernel this Jupyter server runs can be shut down from here;
+      // the server would answer 404 for any other, which reads as success.
+      isLocalKernel: id => {
+        for (const model of kernels.running()) {
+          if (model.id === id) {
+            return true;
+          }
+        }
+        return false;
+      },
+      localKernelsChanged: kernels.runningChanged
     });
-    sidebar.node.append(panel.node);
+    // "Your GPU kernels" sits right under the sidebar's title.
+    sidebar.insertWidget(1, panel);
+
+    const item = new GlanceStatusItem({
+      model: glance,
+      onActivate: () => shell.activateById(SIDEBAR_ID),
+      trans
+    });
     if (statusBar) {
-      statusBar.registerStatusItem('nvdashboard:glance', {
-        item: new GlanceStatusItem(glance, () => shell.activateById(SIDEBAR_ID)),
+      statusBar.registerStatusItem(STATUS_ITEM_ID, {
+        item,
         align: 'left',
-        rank: 100
+        rank: 100,
+        isActive: () => item.isActive(),
+        activeStateChanged: item.activeStateChanged
       });
+    }
+
+    const apply = (values: INvdashboardSettings): void => {
+      glance.interval = values.refreshRate * 1000;
+      sidebar.interval = values.dashboardListRefreshRate * 1000;
+      item.enabled = values.showStatusItem;
+      item.figure = values.statusFigure;
+    };
+    if (settingRegistry) {
+      settingRegistry
+        .load(PLUGIN_ID)
+        .then(loaded => {
+          apply(readSettings(loaded.composite));
+          loaded.changed.connect(() => apply(readSettings(loaded.composite)));
+        })
+        .catch(reason => {
+          console.warn('nvdashboard: settings not loaded, using the defaults', reason);
+        });
     }
 
     if (palette) {
@@ -171,7 +277,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
         }
       });
     }
-  }
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'Live GPU dashboards served by a Bokeh server.',
+  autoStart: true,
+  optional: [
+    ILayoutRestorer,
+    ICommandPalette,
+    IThemeManager,
+    IStatusBar,
+    ISettingRegistry,
+    ITranslator,
+    IDocumentManager
+  ],
+  activate
 };
 
 export default plugin;
