@@ -103,13 +103,16 @@ export abstract class RenderOnShow extends Widget {
  * that are out of place (a moved node loses focus; one left alone keeps it).
  */
 export function placeInOrder(parent: HTMLElement, wanted: HTMLElement[]): void {
+  const keep = new Set<Element>(wanted);
+  for (const child of Array.from(parent.children)) {
+    if (!keep.has(child)) {
+      child.remove();
+    }
+  }
   wanted.forEach((node, i) => {
     const current = parent.children[i];
     if (current !== node) {
       parent.insertBefore(node, current ?? null);
     }
   });
-  while (parent.children.length > wanted.length) {
-    parent.lastElementChild?.remove();
-  }
 }

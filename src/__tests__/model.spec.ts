@@ -1,7 +1,11 @@
+import { TranslationBundle } from '@jupyterlab/translation';
+
 import {
   describeStatus,
   errorMessage,
   FetchError,
+  formatAge,
+  formatBytes,
   isStartingError,
   IStatusLine,
   parseIndex,
@@ -473,5 +477,59 @@ describe('errors', () => {
   it('formats messages', () => {
     expect(errorMessage(new Error('boom'))).toBe('boom');
     expect(errorMessage('plain')).toBe('plain');
+  });
+});
+
+describe('translations', () => {
+  it('builds plurals with _n and sentences with __', () => {
+    const calls: string[] = [];
+    const bundle = {
+      __: (msgid: string, ...args: unknown[]) => {
+        calls.push(msgid);
+        return `T(${args.reduce<string>((s, a, i) => s.replace(`%${i + 1}`, String(a)), msgid)})`;
+      },
+      _n: (one: string, many: string, n: number) => {
+        calls.push(`${one}|${many}`);
+        return `N(${(n === 1 ? one : many).replace('%1', String(n))})`;
+      }
+    } as unknown as TranslationBundle;
+    const summary = describeStatus(
+      parseInfo({ nvml_state: 'ok', gpu_count: 2, devices: [{ index: 0 }, { index: 1 }] }),
+      bundle
+    );
+    expect(summary.headline).toBe('N(2 GPUs)');
+    expect(calls).toContain('%1 GPU|%1 GPUs');
+    const none = describeStatus(parseInfo({ nvml_state: 'driver_not_loaded' }), bundle);
+    expect(none.headline).toBe('T(No GPU)');
+    expect(none.details[0].text).toBe('T(No GPU: T(the NVIDIA driver is not loaded).)');
+  });
+});
+
+describe('formatBytes and formatAge', () => {
+  it('is the one byte formatter: decimal units, n/a for not available', () => {
+    expect(formatBytes(3e9)).toBe('3 GB');
+    expect(formatBytes(2.5e9)).toBe('2.5 GB');
+    expect(formatBytes(43e9)).toBe('43 GB');
+    expect(formatBytes(null)).toBe('n/a');
+  });
+
+  it('says how old a reading is', () => {
+    expect(formatAge(7400)).toBe('7 s');
+    expect(formatAge(5 * 60_000)).toBe('5 min');
+    expect(formatAge(3 * 3_600_000)).toBe('3 h');
+  });
+});
+
+describe('isStartingError and parseIndex edges', () => {
+  it('does not read a bug (any TypeError) as "server starting"', () => {
+    expect(isStartingError(new TypeError("Cannot read properties of undefined (reading 'x')"))).toBe(false);
+    const network = new Error('offline');
+    network.name = 'NetworkError';
+    expect(isStartingError(network)).toBe(true);
+  });
+
+  it('rejects routes that the URL builder rejects', () => {
+    expect(() => parseIndex({ '/../etc': 'Up' })).toThrow(/invalid route/);
+    expect(() => parseIndex({ '/a//b': 'Gap' })).toThrow(/invalid route/);
   });
 });

@@ -321,4 +321,90 @@ describe('DashboardSidebar', () => {
     expect(fetcher.indexCalls).toBeLessThanOrEqual(calls + 1);
     expect(widget.poll.isDisposed).toBe(true);
   });
+
+  it('keeps the list after a failed poll and says it is stale, with its age', async () => {
+    let now = 5_000_000;
+    const fetcher = new FakeFetcher([INDEX]);
+    const widget = make(fetcher, { now: () => now });
+    await widget.refresh();
+    const first = buttons(widget)[0];
+    now += 30_000;
+    fetcher.indexAnswers = [new FetchError(502, 'Bad Gateway')];
+    expect(await widget.refresh()).toBe(false);
+    expect(widget.state.kind).toBe('ready');
+    expect(buttons(widget)[0]).toBe(first);
+    const stale = widget.node.querySelector<HTMLElement>('.nvdashboard-stale')!;
+    expect(stale.hidden).toBe(false);
+    expect(stale.textContent).toContain('Stale: the dashboard server did not answer (Bad Gateway)');
+    expect(stale.textContent).toContain('read 30 s ago');
+    fetcher.indexAnswers = [INDEX];
+    await widget.refresh();
+    expect(stale.hidden).toBe(true);
+    expect(buttons(widget)[0]).toBe(first);
+  });
+
+  it('finds a returning server within the retry maximum, after a success', async () => {
+    const random = jest.spyOn(Math, 'random').mockReturnValue(0.999);
+    try {
+      const fetcher = new FakeFetcher([INDEX, new FetchError(502, 'Bad Gateway'), INDEX]);
+      const widget = make(fetcher, {
+        autoStart: true,
+        retryInterval: 5,
+        retryMax: 20,
+        frequency: { interval: 100, max: 1000, backoff: true }
+      });
+      const ticks: Array<[string, number]> = [];
+      widget.poll.ticked.connect((_, state) => {
+        ticks.push([state.phase, state.interval]);
+      });
+      await waitFor(() => ticks.some(([phase]) => phase === 'reconnected'));
+      const rejected = ticks.filter(([phase]) => phase === 'rejected');
+      // Lumino alone would draw up to 3 × 100 ms here.
+      expect(rejected.map(([, interval]) => interval)).toEqual([20]);
+    } finally {
+      random.mockRestore();
+    }
+  });
+
+  it('draws nothing while hidden and catches up when shown', async () => {
+    const fetcher = new FakeFetcher([INDEX]);
+    const widget = make(fetcher);
+    await widget.refresh();
+    widget.hide();
+    const renders = widget.renderCount;
+    fetcher.indexAnswers = [{ '/GPU-Memory': 'GPU Memory' }];
+    await widget.refresh();
+    expect(widget.renderCount).toBe(renders);
+    expect(buttons(widget)).toHaveLength(3);
+    widget.show();
+    expect(widget.renderCount).toBe(renders + 1);
+    expect(buttons(widget)).toHaveLength(1);
+  });
+
+  it('keeps focus on a dashboard button when the GPU status changes', async () => {
+    const fetcher = new FakeFetcher([INDEX]);
+    const widget = make(fetcher);
+    await widget.refresh();
+    const button = buttons(widget)[1];
+    button.focus();
+    fetcher.infoAnswers = [{ ...DEFAULT_INFO, gpu_count: 2 }];
+    await widget.refresh();
+    expect(document.activeElement).toBe(button);
+  });
+
+  it('has its title and sections as headings', async () => {
+    const widget = make(new FakeFetcher([INDEX]));
+    await widget.refresh();
+    expect(widget.node.querySelector('h2')!.textContent).toBe('GPU Dashboards');
+    expect(widget.node.querySelector('h3')!.textContent).toBe('Dashboards');
+  });
+
+  it('applies a new list refresh rate live', () => {
+    const widget = make(new FakeFetcher([INDEX]));
+    widget.interval = 1234;
+    return widget.refresh().then(() => {
+      widget.interval = 4321;
+      expect(widget.poll.frequency.interval).toBe(4321);
+    });
+  });
 });
