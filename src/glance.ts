@@ -716,6 +716,11 @@ export class GlancePanel extends RenderOnShow {
     options.localKernelsChanged?.connect(this.invalidate, this);
   }
 
+  /** The model this section shows. */
+  get model(): GlanceModel {
+    return this._options.model;
+  }
+
   /** Kernel ids being shut down now (their buttons are disabled). */
   get stopping(): ReadonlySet<string> {
     return this._stopping;
