@@ -32,7 +32,11 @@ export function setText(node: Node, text: string): void {
 }
 
 /** Set (or with null, remove) an attribute only when it differs. */
-export function setAttr(node: Element, name: string, value: string | null): void {
+export function setAttr(
+  node: Element,
+  name: string,
+  value: string | null
+): void {
   if (value === null) {
     if (node.hasAttribute(name)) {
       node.removeAttribute(name);

@@ -219,7 +219,9 @@ export function statusText(
   }
   let text: string;
   if (figure === 'each') {
-    const figures = shownDevices(glance).map(d => percent(d.utilization_pct, trans));
+    const figures = shownDevices(glance).map(d =>
+      percent(d.utilization_pct, trans)
+    );
     text = `GPU ${figures.join(' ')}`;
   } else {
     const d = busiestDevice(glance) as IGlanceDevice;
@@ -233,7 +235,10 @@ export function statusText(
 }
 
 /** One line per device for the status bar's tooltip. */
-export function deviceLine(d: IGlanceDevice, trans: TranslationBundle = NULL_BUNDLE): string {
+export function deviceLine(
+  d: IGlanceDevice,
+  trans: TranslationBundle = NULL_BUNDLE
+): string {
   const memory =
     d.memory_total_bytes !== null
       ? trans.__(
@@ -259,7 +264,9 @@ export function statusTooltip(
   now: number = Date.now(),
   trans: TranslationBundle = NULL_BUNDLE
 ): string {
-  const lines = [trans.__('GPU utilization and memory (click for GPU dashboards)')];
+  const lines = [
+    trans.__('GPU utilization and memory (click for GPU dashboards)')
+  ];
   const glance = state?.glance ?? null;
   if (glance) {
     lines.push(...glance.devices.map(d => deviceLine(d, trans)));
@@ -319,7 +326,11 @@ export class GlanceModel {
    * delay from the previous tick's interval, so a server that comes back
    * could wait many intervals. Here it is found by the next poll.
    */
-  static frequency(interval: number): { interval: number; backoff: false; max: number } {
+  static frequency(interval: number): {
+    interval: number;
+    backoff: false;
+    max: number;
+  } {
     return { interval, backoff: false, max: interval };
   }
 
@@ -416,7 +427,11 @@ export class GlanceModel {
     return run;
   }
 
-  private _apply(sequence: number, glance: IGlance | null, error: string | null): void {
+  private _apply(
+    sequence: number,
+    glance: IGlance | null,
+    error: string | null
+  ): void {
     if (sequence < this._applied) {
       return; // an older answer never overwrites a newer one
     }
@@ -447,7 +462,12 @@ export class GlanceModel {
   private _now: () => number;
   private _interval: number;
   private _poll: Poll;
-  private _state: IGlanceState = { glance: null, readAt: null, error: null, failedAt: null };
+  private _state: IGlanceState = {
+    glance: null,
+    readAt: null,
+    error: null,
+    failedAt: null
+  };
   private _changed = new Signal<this, IGlanceState>(this);
   private _inFlight: Promise<void> | null = null;
   private _queued: Promise<void> | null = null;
@@ -581,11 +601,16 @@ export namespace GlancePanel {
 /** A meter: `role="meter"` with its value, a fill and a label on it. */
 class Meter {
   constructor(kind: string) {
-    this.node = element('div', `nvdashboard-bar nvdashboard-bar-${kind}`, undefined, {
-      role: 'meter',
-      'aria-valuemin': '0',
-      'aria-valuemax': '100'
-    });
+    this.node = element(
+      'div',
+      `nvdashboard-bar nvdashboard-bar-${kind}`,
+      undefined,
+      {
+        role: 'meter',
+        'aria-valuemin': '0',
+        'aria-valuemax': '100'
+      }
+    );
     this._fill = element('div', 'nvdashboard-bar-fill');
     this._text = element('span', 'nvdashboard-bar-text', undefined, {
       'aria-hidden': 'true'
@@ -597,7 +622,8 @@ class Meter {
 
   /** `fraction` in [0, 1] or null (not available). */
   set(name: string, fraction: number | null, text: string): void {
-    const pct = fraction === null ? null : Math.max(0, Math.min(1, fraction)) * 100;
+    const pct =
+      fraction === null ? null : Math.max(0, Math.min(1, fraction)) * 100;
     const width = `${(pct ?? 0).toFixed(1)}%`;
     if (this._fill.style.width !== width) {
       this._fill.style.width = width;
@@ -630,13 +656,20 @@ class DeviceRow {
     this._util.set(
       trans.__('%1 utilization', d.label),
       d.utilization_pct === null ? null : d.utilization_pct / 100,
-      d.utilization_pct === null ? trans.__('util n/a') : `${Math.round(d.utilization_pct)}%`
+      d.utilization_pct === null
+        ? trans.__('util n/a')
+        : `${Math.round(d.utilization_pct)}%`
     );
-    const total = d.memory_total_bytes !== null ? ` / ${formatBytes(d.memory_total_bytes)}` : '';
+    const total =
+      d.memory_total_bytes !== null
+        ? ` / ${formatBytes(d.memory_total_bytes)}`
+        : '';
     this._memory.set(
       trans.__('%1 memory used', d.label),
       memoryFraction(d),
-      d.memory_used_bytes === null ? trans.__('n/a') : formatBytes(d.memory_used_bytes) + total
+      d.memory_used_bytes === null
+        ? trans.__('n/a')
+        : formatBytes(d.memory_used_bytes) + total
     );
   }
 
@@ -647,7 +680,11 @@ class DeviceRow {
 
 /** One kernel's row, kept across refreshes so its buttons keep focus. */
 class KernelRow {
-  constructor(id: string, onOpen: (row: KernelRow) => void, onStop: (row: KernelRow) => void) {
+  constructor(
+    id: string,
+    onOpen: (row: KernelRow) => void,
+    onStop: (row: KernelRow) => void
+  ) {
     this.node = element('li', KERNEL_ROW_CLASS);
     this.node.dataset.kernelId = id;
     this._name.type = 'button';
@@ -660,7 +697,12 @@ class KernelRow {
   readonly node: HTMLElement;
   kernel: IGpuKernel | null = null;
 
-  update(kernel: IGpuKernel, local: boolean, stopping: boolean, trans: TranslationBundle): void {
+  update(
+    kernel: IGpuKernel,
+    local: boolean,
+    stopping: boolean,
+    trans: TranslationBundle
+  ): void {
     this.kernel = kernel;
     setText(this._name, kernel.path);
     setAttr(this._name, 'title', trans.__('Open %1', kernel.path));
@@ -668,18 +710,31 @@ class KernelRow {
     const memory = kernel.memory_known
       ? formatBytes(kernel.memory_bytes)
       : `${formatBytes(kernel.memory_bytes)}+`;
-    setText(this._detail, trans.__('%1 on %2', memory, kernel.devices.join(', ')));
+    setText(
+      this._detail,
+      trans.__('%1 on %2', memory, kernel.devices.join(', '))
+    );
     this._stop.hidden = !local;
     this._elsewhere.hidden = local;
     setText(this._elsewhere, trans.__('runs under another Jupyter server'));
-    setText(this._stop, stopping ? trans.__('Shutting down…') : trans.__('Shut down'));
-    setAttr(this._stop, 'aria-label', trans.__('Shut down the kernel of %1', kernel.path));
+    setText(
+      this._stop,
+      stopping ? trans.__('Shutting down…') : trans.__('Shut down')
+    );
+    setAttr(
+      this._stop,
+      'aria-label',
+      trans.__('Shut down the kernel of %1', kernel.path)
+    );
     this._stop.disabled = stopping;
   }
 
   private _name = element('button', 'nvdashboard-kernel-path jp-mod-styled');
   private _detail = element('span', 'nvdashboard-kernel-memory');
-  private _stop = element('button', 'nvdashboard-kernel-shutdown jp-mod-styled');
+  private _stop = element(
+    'button',
+    'nvdashboard-kernel-shutdown jp-mod-styled'
+  );
   private _elsewhere = element('span', 'nvdashboard-kernel-elsewhere');
 }
 
@@ -696,12 +751,28 @@ export class GlancePanel extends RenderOnShow {
     const trans = this._trans;
     this.addClass(GLANCE_CLASS);
     this._stale = element('div', STALE_CLASS, undefined, { role: 'status' });
-    this._kernelsHeading = element('h3', 'nvdashboard-sidebar-header', trans.__('Your GPU kernels'));
+    this._kernelsHeading = element(
+      'h3',
+      'nvdashboard-sidebar-header',
+      trans.__('Your GPU kernels')
+    );
     this._kernelList = element('ul', 'nvdashboard-kernels');
-    this._empty = element('li', 'nvdashboard-empty', trans.__('None of your kernels holds GPU memory.'));
-    this._devicesHeading = element('h3', 'nvdashboard-sidebar-header', trans.__('GPUs now'));
+    this._empty = element(
+      'li',
+      'nvdashboard-empty',
+      trans.__('None of your kernels holds GPU memory.')
+    );
+    this._devicesHeading = element(
+      'h3',
+      'nvdashboard-sidebar-header',
+      trans.__('GPUs now')
+    );
     this._devices = element('div', 'nvdashboard-glance-devices');
-    this._whyHeading = element('h3', 'nvdashboard-sidebar-header', trans.__('Why your GPUs are slow'));
+    this._whyHeading = element(
+      'h3',
+      'nvdashboard-sidebar-header',
+      trans.__('Why your GPUs are slow')
+    );
     this._why = element('ul', DIAGNOSIS_CLASS);
     this.node.append(
       this._stale,
@@ -746,10 +817,19 @@ export class GlancePanel extends RenderOnShow {
       this._stale,
       stale === null
         ? ''
-        : trans.__('GPU readings %1: the dashboard server did not answer (%2).', stale, state.error ?? '')
+        : trans.__(
+            'GPU readings %1: the dashboard server did not answer (%2).',
+            stale,
+            state.error ?? ''
+          )
     );
     const known = glance !== null;
-    for (const node of [this._kernelsHeading, this._kernelList, this._devicesHeading, this._devices]) {
+    for (const node of [
+      this._kernelsHeading,
+      this._kernelList,
+      this._devicesHeading,
+      this._devices
+    ]) {
       node.hidden = !known;
     }
     this._renderKernels(glance?.kernels ?? []);
@@ -772,7 +852,12 @@ export class GlancePanel extends RenderOnShow {
         );
         this._rows.set(kernel.kernel_id, row);
       }
-      row.update(kernel, isLocal(kernel.kernel_id), this._stopping.has(kernel.kernel_id), this._trans);
+      row.update(
+        kernel,
+        isLocal(kernel.kernel_id),
+        this._stopping.has(kernel.kernel_id),
+        this._trans
+      );
       wanted.push(row.node);
     }
     for (const [id, row] of this._rows) {
@@ -824,7 +909,11 @@ export class GlancePanel extends RenderOnShow {
         item.dataset.cause = d.cause;
         if (d.advice) {
           item.append(
-            element('div', 'nvdashboard-diagnosis-advice', this._trans.__('Try: %1.', d.advice))
+            element(
+              'div',
+              'nvdashboard-diagnosis-advice',
+              this._trans.__('Try: %1.', d.advice)
+            )
           );
         }
         return item;
@@ -870,7 +959,10 @@ export class GlancePanel extends RenderOnShow {
       this.invalidate();
     } catch (error) {
       this._stopping.delete(id);
-      await this._options.showError?.(trans.__('Could not shut down the kernel of %1', kernel.path), error);
+      await this._options.showError?.(
+        trans.__('Could not shut down the kernel of %1', kernel.path),
+        error
+      );
     }
   }
 

@@ -80,7 +80,9 @@ export const DEFAULT_SETTINGS: INvdashboardSettings = {
 export function readSettings(composite: unknown): INvdashboardSettings {
   const c = (composite ?? {}) as Record<string, unknown>;
   const seconds = (value: unknown, fallback: number, min: number): number =>
-    typeof value === 'number' && Number.isFinite(value) && value >= min ? value : fallback;
+    typeof value === 'number' && Number.isFinite(value) && value >= min
+      ? value
+      : fallback;
   return {
     refreshRate: seconds(c.refreshRate, DEFAULT_SETTINGS.refreshRate, 0.5),
     dashboardListRefreshRate: seconds(
@@ -103,180 +105,183 @@ function activate(
   translator: ITranslator | null,
   docManager: IDocumentManager | null
 ): void {
-    const { commands, shell } = app;
-    const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
-    const settings = ServerConnection.makeSettings();
-    const tracker = new WidgetTracker<DashboardWidget>({
-      namespace: TRACKER_NAMESPACE
-    });
-    // Paths come from the server's glance.json or a dashboard page: checked
-    // for shape, then opened by the document manager (never as a URL).
-    const openPath = (path: string): void => {
-      if (!isNotebookPath(path)) {
-        return;
-      }
-      if (docManager) {
-        void docManager.openOrReveal(path);
-      } else {
-        void commands.execute('docmanager:open', { path });
-      }
-    };
+  const { commands, shell } = app;
+  const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
+  const settings = ServerConnection.makeSettings();
+  const tracker = new WidgetTracker<DashboardWidget>({
+    namespace: TRACKER_NAMESPACE
+  });
+  // Paths come from the server's glance.json or a dashboard page: checked
+  // for shape, then opened by the document manager (never as a URL).
+  const openPath = (path: string): void => {
+    if (!isNotebookPath(path)) {
+      return;
+    }
+    if (docManager) {
+      void docManager.openOrReveal(path);
+    } else {
+      void commands.execute('docmanager:open', { path });
+    }
+  };
 
-    commands.addCommand(COMMAND_OPEN, {
-      label: args =>
-        typeof args.label === 'string' && args.label
-          ? args.label
-          : trans.__('Open GPU Dashboard'),
-      caption: args =>
-        typeof args.label === 'string' && args.label
-          ? trans.__('Open the %1 GPU dashboard', args.label)
-          : trans.__('Open a GPU dashboard'),
-      icon: gpuIcon,
-      execute: args => {
-        const openArgs = toOpenArgs(args);
-        if (!openArgs) {
-          throw new Error(
-            `${COMMAND_OPEN} needs a route, got ${JSON.stringify(args)}`
+  commands.addCommand(COMMAND_OPEN, {
+    label: args =>
+      typeof args.label === 'string' && args.label
+        ? args.label
+        : trans.__('Open GPU Dashboard'),
+    caption: args =>
+      typeof args.label === 'string' && args.label
+        ? trans.__('Open the %1 GPU dashboard', args.label)
+        : trans.__('Open a GPU dashboard'),
+    icon: gpuIcon,
+    execute: args => {
+      const openArgs = toOpenArgs(args);
+      if (!openArgs) {
+        throw new Error(
+          `${COMMAND_OPEN} needs a route, got ${JSON.stringify(args)}`
+        );
+      }
+      return openOrActivate(openArgs, {
+        find: id => tracker.find(widget => widget.id === id),
+        create: options =>
+          new DashboardWidget({
+            ...options,
+            baseUrl: settings.baseUrl,
+            theme: dashboardTheme(themes),
+            openPath
+          }),
+        attach: widget => {
+          widget.title.icon = gpuIcon;
+          shell.add(widget, 'main');
+          void tracker.add(widget);
+        },
+        activate: widget => shell.activateById(widget.id)
+      }).widget;
+    }
+  });
+
+  if (restorer) {
+    void restorer.restore(tracker, {
+      command: COMMAND_OPEN,
+      args: widget => ({ route: widget.route, label: widget.label }),
+      name: widget => widget.route
+    });
+  }
+
+  themes?.themeChanged.connect(() => {
+    const theme = dashboardTheme(themes);
+    tracker.forEach(widget => widget.setTheme(theme));
+  });
+
+  const sidebar = new DashboardSidebar({
+    fetcher: createServerFetcher(settings),
+    commands,
+    trans
+  });
+  sidebar.id = SIDEBAR_ID;
+  sidebar.title.icon = gpuIcon;
+  sidebar.title.caption = trans.__(SIDEBAR_TITLE);
+  shell.add(sidebar, 'left', { rank: 200 });
+  restorer?.add(sidebar, SIDEBAR_ID);
+
+  // One poll of glance.json (only while JupyterLab is visible) feeds the
+  // status-bar item and the sidebar's meters and kernel list.
+  const glance = new GlanceModel({ fetch: () => fetchGlance(settings) });
+  const kernels = app.serviceManager.kernels;
+  const panel = new GlancePanel({
+    model: glance,
+    openPath,
+    trans,
+    confirm: async (title, body) =>
+      (
+        await showDialog({
+          title,
+          body,
+          buttons: [
+            Dialog.cancelButton({ label: trans.__('Cancel') }),
+            Dialog.warnButton({ label: trans.__('Shut Down') })
+          ]
+        })
+      ).button.accept,
+    shutdownKernel: id => kernels.shutdown(id),
+    showError: (title, error) => showErrorMessage(title, error as Error),
+    // Only a kernel this Jupyter server runs can be shut down from here;
+    // the server would answer 404 for any other, which reads as success.
+    isLocalKernel: id => {
+      for (const model of kernels.running()) {
+        if (model.id === id) {
+          return true;
+        }
+      }
+      return false;
+    },
+    localKernelsChanged: kernels.runningChanged
+  });
+  // "Your GPU kernels" sits right under the sidebar's title.
+  sidebar.insertWidget(1, panel);
+
+  const item = new GlanceStatusItem({
+    model: glance,
+    onActivate: () => shell.activateById(SIDEBAR_ID),
+    trans
+  });
+  if (statusBar) {
+    statusBar.registerStatusItem(STATUS_ITEM_ID, {
+      item,
+      align: 'left',
+      rank: 100,
+      isActive: () => item.isActive(),
+      activeStateChanged: item.activeStateChanged
+    });
+  }
+
+  const apply = (values: INvdashboardSettings): void => {
+    glance.interval = values.refreshRate * 1000;
+    sidebar.interval = values.dashboardListRefreshRate * 1000;
+    item.enabled = values.showStatusItem;
+    item.figure = values.statusFigure;
+  };
+  if (settingRegistry) {
+    settingRegistry
+      .load(PLUGIN_ID)
+      .then(loaded => {
+        apply(readSettings(loaded.composite));
+        loaded.changed.connect(() => apply(readSettings(loaded.composite)));
+      })
+      .catch(reason => {
+        console.warn(
+          'nvdashboard: settings not loaded, using the defaults',
+          reason
+        );
+      });
+  }
+
+  if (palette) {
+    // One palette entry per dashboard, kept in step with the index.
+    const entries = new Map<string, IDisposable>();
+    sidebar.indexChanged.connect((_, index: DashboardIndex) => {
+      for (const [key, entry] of entries) {
+        const [route, label] = JSON.parse(key) as [string, string];
+        if (index[route] !== label) {
+          entry.dispose();
+          entries.delete(key);
+        }
+      }
+      for (const [route, label] of Object.entries(index)) {
+        const key = JSON.stringify([route, label]);
+        if (!entries.has(key)) {
+          entries.set(
+            key,
+            palette.addItem({
+              command: COMMAND_OPEN,
+              args: { route, label },
+              category: PALETTE_CATEGORY
+            })
           );
         }
-        return openOrActivate(openArgs, {
-          find: id => tracker.find(widget => widget.id === id),
-          create: options =>
-            new DashboardWidget({
-              ...options,
-              baseUrl: settings.baseUrl,
-              theme: dashboardTheme(themes),
-              openPath
-            }),
-          attach: widget => {
-            widget.title.icon = gpuIcon;
-            shell.add(widget, 'main');
-            void tracker.add(widget);
-          },
-          activate: widget => shell.activateById(widget.id)
-        }).widget;
       }
     });
-
-    if (restorer) {
-      void restorer.restore(tracker, {
-        command: COMMAND_OPEN,
-        args: widget => ({ route: widget.route, label: widget.label }),
-        name: widget => widget.route
-      });
-    }
-
-    themes?.themeChanged.connect(() => {
-      const theme = dashboardTheme(themes);
-      tracker.forEach(widget => widget.setTheme(theme));
-    });
-
-    const sidebar = new DashboardSidebar({
-      fetcher: createServerFetcher(settings),
-      commands,
-      trans
-    });
-    sidebar.id = SIDEBAR_ID;
-    sidebar.title.icon = gpuIcon;
-    sidebar.title.caption = trans.__(SIDEBAR_TITLE);
-    shell.add(sidebar, 'left', { rank: 200 });
-    restorer?.add(sidebar, SIDEBAR_ID);
-
-    // One poll of glance.json (only while JupyterLab is visible) feeds the
-    // status-bar item and the sidebar's meters and kernel list.
-    const glance = new GlanceModel({ fetch: () => fetchGlance(settings) });
-    const kernels = app.serviceManager.kernels;
-    const panel = new GlancePanel({
-      model: glance,
-      openPath,
-      trans,
-      confirm: async (title, body) =>
-        (
-          await showDialog({
-            title,
-            body,
-            buttons: [
-              Dialog.cancelButton({ label: trans.__('Cancel') }),
-              Dialog.warnButton({ label: trans.__('Shut Down') })
-            ]
-          })
-        ).button.accept,
-      shutdownKernel: id => kernels.shutdown(id),
-      showError: (title, error) => showErrorMessage(title, error as Error),
-      // Only a kernel this Jupyter server runs can be shut down from here;
-      // the server would answer 404 for any other, which reads as success.
-      isLocalKernel: id => {
-        for (const model of kernels.running()) {
-          if (model.id === id) {
-            return true;
-          }
-        }
-        return false;
-      },
-      localKernelsChanged: kernels.runningChanged
-    });
-    // "Your GPU kernels" sits right under the sidebar's title.
-    sidebar.insertWidget(1, panel);
-
-    const item = new GlanceStatusItem({
-      model: glance,
-      onActivate: () => shell.activateById(SIDEBAR_ID),
-      trans
-    });
-    if (statusBar) {
-      statusBar.registerStatusItem(STATUS_ITEM_ID, {
-        item,
-        align: 'left',
-        rank: 100,
-        isActive: () => item.isActive(),
-        activeStateChanged: item.activeStateChanged
-      });
-    }
-
-    const apply = (values: INvdashboardSettings): void => {
-      glance.interval = values.refreshRate * 1000;
-      sidebar.interval = values.dashboardListRefreshRate * 1000;
-      item.enabled = values.showStatusItem;
-      item.figure = values.statusFigure;
-    };
-    if (settingRegistry) {
-      settingRegistry
-        .load(PLUGIN_ID)
-        .then(loaded => {
-          apply(readSettings(loaded.composite));
-          loaded.changed.connect(() => apply(readSettings(loaded.composite)));
-        })
-        .catch(reason => {
-          console.warn('nvdashboard: settings not loaded, using the defaults', reason);
-        });
-    }
-
-    if (palette) {
-      // One palette entry per dashboard, kept in step with the index.
-      const entries = new Map<string, IDisposable>();
-      sidebar.indexChanged.connect((_, index: DashboardIndex) => {
-        for (const [key, entry] of entries) {
-          const [route, label] = JSON.parse(key) as [string, string];
-          if (index[route] !== label) {
-            entry.dispose();
-            entries.delete(key);
-          }
-        }
-        for (const [route, label] of Object.entries(index)) {
-          const key = JSON.stringify([route, label]);
-          if (!entries.has(key)) {
-            entries.set(
-              key,
-              palette.addItem({
-                command: COMMAND_OPEN,
-                args: { route, label },
-                category: PALETTE_CATEGORY
-              })
-            );
-          }
-        }
-      });
-    }
+  }
 }
 
 const plugin: JupyterFrontEndPlugin<void> = {

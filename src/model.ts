@@ -95,7 +95,9 @@ export function parseIndex(data: unknown): DashboardIndex {
       // The same rule the URL builder applies: no '.', '..' or empty segment.
       routePath(route);
     } catch {
-      throw new Error(`Dashboard index has an invalid route: ${JSON.stringify(route)}`);
+      throw new Error(
+        `Dashboard index has an invalid route: ${JSON.stringify(route)}`
+      );
     }
     index[route] = title;
   }
@@ -264,7 +266,10 @@ export function formatBytes(bytes: number | null): string {
 }
 
 /** `5 s`, `3 min`, `2 h`: how old the last reading is. */
-export function formatAge(ms: number, trans: TranslationBundle = NULL_BUNDLE): string {
+export function formatAge(
+  ms: number,
+  trans: TranslationBundle = NULL_BUNDLE
+): string {
   const seconds = Math.max(0, Math.round(ms / 1000));
   if (seconds < 120) {
     return trans.__('%1 s', seconds);
@@ -277,7 +282,10 @@ export function formatAge(ms: number, trans: TranslationBundle = NULL_BUNDLE): s
 }
 
 /** `CUDA 1`, `not visible to CUDA`, or nothing when the server did not say. */
-function cudaWords(device: IDeviceInfo, trans: TranslationBundle): string | null {
+function cudaWords(
+  device: IDeviceInfo,
+  trans: TranslationBundle
+): string | null {
   if (!device.cuda_index_known) {
     return null;
   }
@@ -385,7 +393,9 @@ function countDevices(info: IServerInfo): { gpus: number; migs: number } {
 }
 
 function migWords(migs: number, trans: TranslationBundle): string {
-  return migs ? trans._n(' with %1 MIG device', ' with %1 MIG devices', migs) : '';
+  return migs
+    ? trans._n(' with %1 MIG device', ' with %1 MIG devices', migs)
+    : '';
 }
 
 /** Plain-words reason for each NVML state. */
@@ -423,7 +433,8 @@ export function describeStatus(
     return {
       kind: 'simulated',
       headline:
-        trans.__('Simulated GPUs (%1)', counts.gpus) + migWords(counts.migs, trans),
+        trans.__('Simulated GPUs (%1)', counts.gpus) +
+        migWords(counts.migs, trans),
       details: [...profile, ...devices]
     };
   }
@@ -455,7 +466,8 @@ export function describeStatus(
     return {
       kind: 'gpus',
       headline: counts.gpus
-        ? trans._n('%1 GPU', '%1 GPUs', counts.gpus) + migWords(counts.migs, trans)
+        ? trans._n('%1 GPU', '%1 GPUs', counts.gpus) +
+          migWords(counts.migs, trans)
         : trans._n('%1 MIG device', '%1 MIG devices', counts.migs),
       details: devices
     };

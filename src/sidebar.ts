@@ -108,15 +108,25 @@ export class DashboardSidebar extends Panel {
 
     this._fetcher = options.fetcher;
     this._frequency = { ...DEFAULT_FREQUENCY, ...options.frequency };
-    const max = Math.min(options.retryMax ?? DEFAULT_RETRY_MAX, this._frequency.max);
-    const retry = Math.min(options.retryInterval ?? DEFAULT_RETRY_INTERVAL, max);
+    const max = Math.min(
+      options.retryMax ?? DEFAULT_RETRY_MAX,
+      this._frequency.max
+    );
+    const retry = Math.min(
+      options.retryInterval ?? DEFAULT_RETRY_INTERVAL,
+      max
+    );
     // Lumino draws a retry's delay between `interval` and the previous
     // tick's interval grown by the backoff; after a 15 s success that is up
     // to 45 s. The cap is what bounds how long a returning server waits.
     this._retryFrequency = { ...this._frequency, interval: retry, max };
 
     const header = new Widget({
-      node: element('h2', 'nvdashboard-sidebar-header', this._trans.__(SIDEBAR_TITLE))
+      node: element(
+        'h2',
+        'nvdashboard-sidebar-header',
+        this._trans.__(SIDEBAR_TITLE)
+      )
     });
     header.addClass('nvdashboard-sidebar-title');
     this.addWidget(header);
@@ -310,8 +320,14 @@ class IndexSection extends RenderOnShow {
     super();
     this._options = options;
     this.addClass('nvdashboard-sidebar-body');
-    this._heading = element('h3', 'nvdashboard-sidebar-header', options.trans.__('Dashboards'));
-    this._stale = element('div', 'nvdashboard-stale', undefined, { role: 'status' });
+    this._heading = element(
+      'h3',
+      'nvdashboard-sidebar-header',
+      options.trans.__('Dashboards')
+    );
+    this._stale = element('div', 'nvdashboard-stale', undefined, {
+      role: 'status'
+    });
     this._content = element('div', 'nvdashboard-sidebar-content');
     this._list = element('ul', 'nvdashboard-list');
     this.node.append(this._heading, this._stale, this._content);
@@ -336,7 +352,9 @@ class IndexSection extends RenderOnShow {
       case 'loading':
         this._listKey = '';
         this._content.replaceChildren(
-          element('div', 'nvdashboard-loading', trans.__(LOADING_TEXT), { role: 'status' })
+          element('div', 'nvdashboard-loading', trans.__(LOADING_TEXT), {
+            role: 'status'
+          })
         );
         break;
       case 'error':
@@ -360,7 +378,10 @@ class IndexSection extends RenderOnShow {
     }
   }
 
-  private _renderStatus(info: IServerInfo | null, infoError: string | null): HTMLElement {
+  private _renderStatus(
+    info: IServerInfo | null,
+    infoError: string | null
+  ): HTMLElement {
     const trans = this._options.trans;
     const key = JSON.stringify([info, infoError]);
     if (key === this._statusKey && this._status) {
@@ -375,14 +396,19 @@ class IndexSection extends RenderOnShow {
         element(
           'div',
           'nvdashboard-status-headline',
-          trans.__('GPU status unavailable: %1', infoError ?? trans.__('no answer'))
+          trans.__(
+            'GPU status unavailable: %1',
+            infoError ?? trans.__('no answer')
+          )
         )
       );
       return status;
     }
     const summary = describeStatus(info, trans);
     status.dataset.kind = summary.kind;
-    status.append(element('div', 'nvdashboard-status-headline', summary.headline));
+    status.append(
+      element('div', 'nvdashboard-status-headline', summary.headline)
+    );
     for (const line of summary.details) {
       const classes = [STATUS_DETAIL_CLASS, LINE_CLASSES[line.kind]];
       if (line.lost) {

@@ -94,7 +94,10 @@ export class DashboardWidget extends MainAreaWidget<IFrame> {
     }
     if (data.type === VISIBILITY_REQUEST_MESSAGE) {
       this._tellPage(this._pageVisible);
-    } else if (data.type === OPEN_NOTEBOOK_MESSAGE && isNotebookPath(data.path)) {
+    } else if (
+      data.type === OPEN_NOTEBOOK_MESSAGE &&
+      isNotebookPath(data.path)
+    ) {
       this._openPath?.(data.path);
     }
   };
@@ -160,8 +163,12 @@ export function isNotebookPath(path: unknown): path is string {
   if (typeof path !== 'string' || !path || path.length > 4096) {
     return false;
   }
-  // eslint-disable-next-line no-control-regex
-  if (/[\\\u0000-\u001f\u007f]/.test(path) || /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(path)) {
+  const control = Array.from(path).some(c => c < ' ' || c === '\u007f');
+  if (
+    control ||
+    path.includes('\\') ||
+    /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(path)
+  ) {
     return false;
   }
   return path

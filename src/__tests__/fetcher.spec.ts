@@ -37,7 +37,11 @@ function settingsAnswering(status: number, body: unknown, urls: string[]) {
 describe('the server fetcher', () => {
   it('asks the proxy under the base URL and returns the JSON', async () => {
     const urls: string[] = [];
-    const settings = settingsAnswering(200, { '/GPU-Memory': 'GPU Memory' }, urls);
+    const settings = settingsAnswering(
+      200,
+      { '/GPU-Memory': 'GPU Memory' },
+      urls
+    );
     const fetcher = createServerFetcher(settings);
     expect(await fetcher.fetchIndex()).toEqual({ '/GPU-Memory': 'GPU Memory' });
     await fetcher.fetchInfo();

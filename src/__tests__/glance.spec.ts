@@ -61,7 +61,12 @@ const TWO_KERNELS = {
 };
 
 function ok(glance: unknown): IGlanceState {
-  return { glance: parseGlance(glance), readAt: 0, error: null, failedAt: null };
+  return {
+    glance: parseGlance(glance),
+    readAt: 0,
+    error: null,
+    failedAt: null
+  };
 }
 
 /** A model whose answers come from a queue (the last one repeats); Errors reject. */
@@ -73,7 +78,9 @@ function model(
   const m = new GlanceModel({
     fetch: () => {
       const answer = answers[Math.min(calls++, answers.length - 1)];
-      return answer instanceof Error ? Promise.reject(answer) : Promise.resolve(answer);
+      return answer instanceof Error
+        ? Promise.reject(answer)
+        : Promise.resolve(answer);
     },
     autoStart: false,
     ...options
@@ -82,7 +89,10 @@ function model(
   return m;
 }
 
-function panelFor(m: GlanceModel, options: Partial<GlancePanel.IOptions> = {}): GlancePanel {
+function panelFor(
+  m: GlanceModel,
+  options: Partial<GlancePanel.IOptions> = {}
+): GlancePanel {
   const panel = new GlancePanel({
     model: m,
     confirm: () => Promise.resolve(true),
@@ -107,7 +117,11 @@ describe('parseGlance', () => {
     });
     expect(parsed.devices.map(d => d.label)).toEqual(['GPU 0']);
     expect(parsed.kernels.map(k => k.kernel_id)).toEqual(['k1']);
-    expect(parseGlance('junk')).toEqual({ devices: [], kernels: [], diagnoses: [] });
+    expect(parseGlance('junk')).toEqual({
+      devices: [],
+      kernels: [],
+      diagnoses: []
+    });
   });
 
   it('turns non-numbers into not available', () => {
@@ -141,7 +155,13 @@ describe('statusText', () => {
     const glance = parseGlance({
       devices: [
         { index: 0, label: 'GPU 0', kind: 'gpu' },
-        { index: 1, label: 'GPU 1', kind: 'gpu', memory_used_bytes: 1e9, memory_total_bytes: 2e9 }
+        {
+          index: 1,
+          label: 'GPU 1',
+          kind: 'gpu',
+          memory_used_bytes: 1e9,
+          memory_total_bytes: 2e9
+        }
       ]
     });
     expect(busiestDevice(glance)?.label).toBe('GPU 1');
@@ -176,15 +196,22 @@ describe('diagnoses of the GPUs holding your kernels', () => {
     expect(glance.diagnoses.map(d => d.cause)).toEqual(['launch-bound']);
     const tooltip = statusTooltip(ok(WHY));
     expect(tooltip).toContain('The GPUs of your kernels:');
-    expect(tooltip).toContain('GPU 0 launch- or latency-bound: utilization 98%');
-    expect(tooltip).toContain('Try: launch fewer, bigger kernels: CUDA Graphs.');
+    expect(tooltip).toContain(
+      'GPU 0 launch- or latency-bound: utilization 98%'
+    );
+    expect(tooltip).toContain(
+      'Try: launch fewer, bigger kernels: CUDA Graphs.'
+    );
     expect(statusTooltip(ok(GLANCE))).not.toContain('your kernels');
   });
 
   it('shows them in the sidebar under the kernels, and the status item says them', async () => {
     const m = model([WHY]);
     const panel = panelFor(m);
-    const item = new GlanceStatusItem({ model: m, onActivate: () => undefined });
+    const item = new GlanceStatusItem({
+      model: m,
+      onActivate: () => undefined
+    });
     await m.refresh();
     const lines = panel.node.querySelectorAll(`.${DIAGNOSIS_CLASS} li`);
     expect(lines.length).toBe(1);
@@ -207,23 +234,33 @@ describe('GlanceStatusItem', () => {
     expect(item.node.textContent).toBe('GPU 1 80% · memory n/a');
     item.node.click();
     for (const key of ['Enter', ' ', 'a']) {
-      item.node.dispatchEvent(new KeyboardEvent('keydown', { key, bubbles: true }));
+      item.node.dispatchEvent(
+        new KeyboardEvent('keydown', { key, bubbles: true })
+      );
     }
     expect(opened).toBe(3);
     m.dispose();
   });
 
   it('is a focusable button with a name, highlighted like JupyterLab items', () => {
-    const item = new GlanceStatusItem({ model: model([GLANCE]), onActivate: () => undefined });
+    const item = new GlanceStatusItem({
+      model: model([GLANCE]),
+      onActivate: () => undefined
+    });
     expect(item.node.tabIndex).toBe(0);
     expect(item.node.getAttribute('role')).toBe('button');
-    expect(item.node.getAttribute('aria-label')).toContain('Open the GPU dashboards');
+    expect(item.node.getAttribute('aria-label')).toContain(
+      'Open the GPU dashboards'
+    );
     expect(item.hasClass('jp-mod-highlighted')).toBe(true);
   });
 
   it('is active only with a GPU and when the setting allows, and says when that changes', async () => {
     const m = model([{ devices: [] }, GLANCE]);
-    const item = new GlanceStatusItem({ model: m, onActivate: () => undefined });
+    const item = new GlanceStatusItem({
+      model: m,
+      onActivate: () => undefined
+    });
     let changes = 0;
     item.activeStateChanged.connect(() => changes++);
     expect(item.isActive()).toBe(false);
@@ -239,7 +276,10 @@ describe('GlanceStatusItem', () => {
 
   it('switches between the busiest and each GPU live', async () => {
     const m = model([GLANCE]);
-    const item = new GlanceStatusItem({ model: m, onActivate: () => undefined });
+    const item = new GlanceStatusItem({
+      model: m,
+      onActivate: () => undefined
+    });
     await m.refresh();
     item.figure = 'each';
     expect(item.node.textContent).toBe('GPU 40% 80%');
@@ -250,18 +290,29 @@ describe('GlanceStatusItem', () => {
 describe('stale and unreachable', () => {
   it('says "stale" with the age of the last reading after a failed poll', async () => {
     let now = 1_000_000;
-    const m = model([GLANCE, new TypeError('Failed to fetch')], { now: () => now });
+    const m = model([GLANCE, new TypeError('Failed to fetch')], {
+      now: () => now
+    });
     const panel = panelFor(m);
-    const item = new GlanceStatusItem({ model: m, onActivate: () => undefined });
+    const item = new GlanceStatusItem({
+      model: m,
+      onActivate: () => undefined
+    });
     await m.refresh();
     expect(item.node.textContent).not.toContain('stale');
     now += 7000;
     await expect(m.refresh()).rejects.toThrow('Failed to fetch');
     expect(m.stale).toBe(true);
-    expect(item.node.textContent).toBe('GPU 1 80% · memory n/a · stale, read 7 s ago');
-    expect(item.node.title).toContain('The dashboard server did not answer (Failed to fetch)');
+    expect(item.node.textContent).toBe(
+      'GPU 1 80% · memory n/a · stale, read 7 s ago'
+    );
+    expect(item.node.title).toContain(
+      'The dashboard server did not answer (Failed to fetch)'
+    );
     expect(item.hasClass('nvdashboard-mod-stale')).toBe(true);
-    const banner = panel.node.querySelector('.nvdashboard-stale') as HTMLElement;
+    const banner = panel.node.querySelector(
+      '.nvdashboard-stale'
+    ) as HTMLElement;
     expect(banner.hidden).toBe(false);
     expect(banner.getAttribute('role')).toBe('status');
     expect(banner.textContent).toContain('stale, read 7 s ago');
@@ -277,7 +328,10 @@ describe('stale and unreachable', () => {
   it('says "server unreachable" when there never was a reading', async () => {
     const m = model([new TypeError('Failed to fetch')]);
     const panel = panelFor(m);
-    const item = new GlanceStatusItem({ model: m, onActivate: () => undefined });
+    const item = new GlanceStatusItem({
+      model: m,
+      onActivate: () => undefined
+    });
     await expect(m.refresh()).rejects.toThrow();
     expect(item.node.textContent).toBe('GPU: server unreachable');
     expect(panel.node.textContent).toContain('server unreachable');
@@ -289,8 +343,17 @@ describe('stale and unreachable', () => {
     // Pin Poll's random draw to the top of its range, as a bad day would.
     const random = jest.spyOn(Math, 'random').mockReturnValue(0.999);
     try {
-      const answers: unknown[] = [GLANCE, GLANCE, new TypeError('Failed to fetch'), GLANCE];
-      const m = model(answers, { interval: 20, standby: 'never', autoStart: true });
+      const answers: unknown[] = [
+        GLANCE,
+        GLANCE,
+        new TypeError('Failed to fetch'),
+        GLANCE
+      ];
+      const m = model(answers, {
+        interval: 20,
+        standby: 'never',
+        autoStart: true
+      });
       const ticks: Array<[string, number]> = [];
       m.poll.ticked.connect((_, state) => {
         ticks.push([state.phase, state.interval]);
@@ -323,7 +386,10 @@ describe('render discipline', () => {
   it('keeps focus on "Shut down" across an identical update and a changed one', async () => {
     const changed = {
       ...TWO_KERNELS,
-      kernels: [{ ...TWO_KERNELS.kernels[0], memory_bytes: 4e9 }, TWO_KERNELS.kernels[1]]
+      kernels: [
+        { ...TWO_KERNELS.kernels[0], memory_bytes: 4e9 },
+        TWO_KERNELS.kernels[1]
+      ]
     };
     const m = model([TWO_KERNELS, TWO_KERNELS, changed]);
     const panel = panelFor(m);
@@ -381,7 +447,11 @@ describe('render discipline', () => {
   });
 
   it('applies a new interval live', async () => {
-    const m = model([GLANCE], { interval: 60_000, standby: 'never', autoStart: true });
+    const m = model([GLANCE], {
+      interval: 60_000,
+      standby: 'never',
+      autoStart: true
+    });
     await waitFor(() => m.calls === 1);
     m.interval = 10;
     expect(m.poll.frequency.interval).toBe(10);
@@ -395,12 +465,18 @@ describe('GlancePanel', () => {
     const m = model([GLANCE]);
     const panel = panelFor(m);
     await m.refresh();
-    const headings = Array.from(panel.node.querySelectorAll('h3')).filter(h => !h.hidden);
-    expect(headings.map(h => h.textContent)).toEqual(['Your GPU kernels', 'GPUs now']);
+    const headings = Array.from(panel.node.querySelectorAll('h3')).filter(
+      h => !h.hidden
+    );
+    expect(headings.map(h => h.textContent)).toEqual([
+      'Your GPU kernels',
+      'GPUs now'
+    ]);
     const kernelList = panel.node.querySelector('.nvdashboard-kernels')!;
     const devices = panel.node.querySelector('.nvdashboard-glance-devices')!;
     expect(
-      kernelList.compareDocumentPosition(devices) & Node.DOCUMENT_POSITION_FOLLOWING
+      kernelList.compareDocumentPosition(devices) &
+        Node.DOCUMENT_POSITION_FOLLOWING
     ).toBeTruthy();
     const meters = panel.node.querySelectorAll('[role=meter]');
     expect(meters.length).toBe(4);
@@ -458,7 +534,9 @@ describe('GlancePanel', () => {
     stopButton(panel).click();
     await waitFor(() => stopped.length === 1 && m.calls === 3);
     expect(stopped).toEqual(['k1']);
-    await waitFor(() => panel.node.querySelectorAll(`.${KERNEL_ROW_CLASS}`).length === 0);
+    await waitFor(
+      () => panel.node.querySelectorAll(`.${KERNEL_ROW_CLASS}`).length === 0
+    );
     panel.dispose();
     m.dispose();
   });
@@ -476,7 +554,10 @@ describe('GlancePanel', () => {
     await m.refresh();
     stopButton(panel).click();
     await waitFor(() => errors.length === 1);
-    expect(errors[0]).toEqual(['Could not shut down the kernel of work/a.ipynb', refused]);
+    expect(errors[0]).toEqual([
+      'Could not shut down the kernel of work/a.ipynb',
+      refused
+    ]);
     expect(stopButton(panel).disabled).toBe(false);
     expect(stopButton(panel).textContent).toBe('Shut down');
     panel.dispose();
@@ -493,9 +574,9 @@ describe('GlancePanel', () => {
     });
     await m.refresh();
     expect(stopButton(panel, 'k1').hidden).toBe(true);
-    expect(panel.node.querySelector('[data-kernel-id="k1"]')!.textContent).toContain(
-      'runs under another Jupyter server'
-    );
+    expect(
+      panel.node.querySelector('[data-kernel-id="k1"]')!.textContent
+    ).toContain('runs under another Jupyter server');
     expect(stopButton(panel, 'k2').hidden).toBe(false);
     local.add('k1');
     changed.emit();
@@ -508,7 +589,8 @@ describe('GlancePanel', () => {
     const bundle = {
       __: (msgid: string, ...args: unknown[]) =>
         `«${args.reduce<string>((s, a, i) => s.replace(`%${i + 1}`, String(a)), msgid)}»`,
-      _n: (one: string, many: string, n: number) => `«${(n === 1 ? one : many).replace('%1', String(n))}»`
+      _n: (one: string, many: string, n: number) =>
+        `«${(n === 1 ? one : many).replace('%1', String(n))}»`
     } as unknown as TranslationBundle;
     const m = model([GLANCE]);
     const panel = panelFor(m, { trans: bundle });

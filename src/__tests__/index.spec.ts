@@ -43,7 +43,10 @@ describe('the plugin', () => {
       },
       serviceManager: { kernels }
     } as unknown as JupyterFrontEnd;
-    const restorer = { restore: jest.fn(() => Promise.resolve()), add: jest.fn() };
+    const restorer = {
+      restore: jest.fn(() => Promise.resolve()),
+      add: jest.fn()
+    };
     const palette = { addItem: jest.fn(() => ({ dispose: jest.fn() })) };
     const statusBar = { registerStatusItem: jest.fn() };
     const settings = { composite, changed: new Signal<object, void>({}) };
@@ -59,7 +62,17 @@ describe('the plugin', () => {
       null,
       docManager
     );
-    return { commands, added, activated, restorer, palette, statusBar, settings, registry, docManager };
+    return {
+      commands,
+      added,
+      activated,
+      restorer,
+      palette,
+      statusBar,
+      settings,
+      registry,
+      docManager
+    };
   }
 
   it('is the documented plugin, with every service optional', () => {
@@ -80,8 +93,12 @@ describe('the plugin', () => {
       expect.anything(),
       expect.objectContaining({ command: COMMAND_OPEN })
     );
-    expect(restorer.add).toHaveBeenCalledWith(expect.any(DashboardSidebar), SIDEBAR_ID);
-    const sidebar = added.find(a => a.area === 'left')!.widget as DashboardSidebar;
+    expect(restorer.add).toHaveBeenCalledWith(
+      expect.any(DashboardSidebar),
+      SIDEBAR_ID
+    );
+    const sidebar = added.find(a => a.area === 'left')!
+      .widget as DashboardSidebar;
     expect(sidebar.id).toBe(SIDEBAR_ID);
     expect(sidebar.widgets[1]).toBeInstanceOf(GlancePanel);
     sidebar.dispose();
@@ -89,8 +106,11 @@ describe('the plugin', () => {
 
   it('adds a palette entry per dashboard, kept in step with the index', async () => {
     const { palette, added } = activate();
-    const sidebar = added.find(a => a.area === 'left')!.widget as DashboardSidebar;
-    (sidebar.indexChanged as Signal<DashboardSidebar, Record<string, string>>).emit({
+    const sidebar = added.find(a => a.area === 'left')!
+      .widget as DashboardSidebar;
+    (
+      sidebar.indexChanged as Signal<DashboardSidebar, Record<string, string>>
+    ).emit({
       '/GPU-Memory': 'GPU Memory'
     });
     expect(palette.addItem).toHaveBeenCalledWith({
@@ -104,15 +124,22 @@ describe('the plugin', () => {
   it('registers a status item that is inactive without a GPU and opens the sidebar', () => {
     const { statusBar, activated, added } = activate();
     expect(statusBar.registerStatusItem).toHaveBeenCalledTimes(1);
-    const [id, options] = (statusBar.registerStatusItem.mock.calls[0] as unknown) as [
+    const [id, options] = statusBar.registerStatusItem.mock
+      .calls[0] as unknown as [
       string,
-      { item: GlanceStatusItem; isActive: () => boolean; activeStateChanged: unknown }
+      {
+        item: GlanceStatusItem;
+        isActive: () => boolean;
+        activeStateChanged: unknown;
+      }
     ];
     expect(id).toBe(STATUS_ITEM_ID);
     expect(options.item).toBeInstanceOf(GlanceStatusItem);
     expect(options.isActive()).toBe(false);
     expect(options.activeStateChanged).toBe(options.item.activeStateChanged);
-    options.item.node.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter' }));
+    options.item.node.dispatchEvent(
+      new KeyboardEvent('keydown', { key: 'Enter' })
+    );
     expect(activated).toEqual([SIDEBAR_ID]);
     (added.find(a => a.area === 'left')!.widget as DashboardSidebar).dispose();
   });
@@ -125,17 +152,24 @@ describe('the plugin', () => {
     });
     await settle();
     expect(registry.load).toHaveBeenCalledWith(PLUGIN_ID);
-    const sidebar = added.find(a => a.area === 'left')!.widget as DashboardSidebar;
+    const sidebar = added.find(a => a.area === 'left')!
+      .widget as DashboardSidebar;
     const panel = sidebar.widgets[1] as GlancePanel;
-    const item = (statusBar.registerStatusItem.mock.calls[0] as unknown as [
-      string,
-      { item: GlanceStatusItem }
-    ])[1].item;
+    const item = (
+      statusBar.registerStatusItem.mock.calls[0] as unknown as [
+        string,
+        { item: GlanceStatusItem }
+      ]
+    )[1].item;
     expect(panel.model.interval).toBe(5000);
     expect(panel.model.poll.frequency.interval).toBe(5000);
     expect(item.enabled).toBe(false);
     expect(item.figure).toBe('each');
-    settings.composite = { refreshRate: 1, showStatusItem: true, statusFigure: 'busiest' };
+    settings.composite = {
+      refreshRate: 1,
+      showStatusItem: true,
+      statusFigure: 'busiest'
+    };
     settings.changed.emit();
     expect(panel.model.poll.frequency.interval).toBe(1000);
     expect(item.enabled).toBe(true);
@@ -145,7 +179,13 @@ describe('the plugin', () => {
   });
 
   it('reads odd settings as the defaults', () => {
-    expect(readSettings({ refreshRate: -1, statusFigure: 'mean', showStatusItem: 'no' })).toEqual({
+    expect(
+      readSettings({
+        refreshRate: -1,
+        statusFigure: 'mean',
+        showStatusItem: 'no'
+      })
+    ).toEqual({
       refreshRate: 2,
       dashboardListRefreshRate: 15,
       showStatusItem: true,

@@ -40,7 +40,9 @@ describe('DashboardSidebar', () => {
 
   function buttons(widget: DashboardSidebar): HTMLButtonElement[] {
     return Array.from(
-      widget.node.querySelectorAll<HTMLButtonElement>('button.nvdashboard-button')
+      widget.node.querySelectorAll<HTMLButtonElement>(
+        'button.nvdashboard-button'
+      )
     );
   }
 
@@ -74,7 +76,10 @@ describe('DashboardSidebar', () => {
 
   it('stays loading while the proxied server is starting', async () => {
     const widget = make(
-      new FakeFetcher([new FetchError(502, 'Bad Gateway'), new TypeError('Failed to fetch')])
+      new FakeFetcher([
+        new FetchError(502, 'Bad Gateway'),
+        new TypeError('Failed to fetch')
+      ])
     );
     expect(await widget.refresh()).toBe(false);
     expect(widget.state.kind).toBe('loading');
@@ -118,20 +123,36 @@ describe('DashboardSidebar', () => {
       )
     );
     await widget.refresh();
-    const status = widget.node.querySelector<HTMLElement>('.nvdashboard-status')!;
+    const status = widget.node.querySelector<HTMLElement>(
+      '.nvdashboard-status'
+    )!;
     expect(status.dataset.kind).toBe('no-gpu');
-    expect(status.textContent).toContain('No GPU: the NVIDIA driver is not loaded.');
-    expect(status.textContent).toContain('The NVIDIA kernel module is not loaded.');
-    expect(buttons(widget).map(b => b.dataset.route)).toEqual(['/Machine-Resources']);
+    expect(status.textContent).toContain(
+      'No GPU: the NVIDIA driver is not loaded.'
+    );
+    expect(status.textContent).toContain(
+      'The NVIDIA kernel module is not loaded.'
+    );
+    expect(buttons(widget).map(b => b.dataset.route)).toEqual([
+      '/Machine-Resources'
+    ]);
   });
 
   it('says "Simulated GPUs (N)"', async () => {
-    const devices = [0, 1, 2, 3].map(index => ({ index, name: 'Simulated H200' }));
+    const devices = [0, 1, 2, 3].map(index => ({
+      index,
+      name: 'Simulated H200'
+    }));
     const widget = make(
-      new FakeFetcher([INDEX], [{ ...DEFAULT_INFO, simulated: true, gpu_count: 4, devices }])
+      new FakeFetcher(
+        [INDEX],
+        [{ ...DEFAULT_INFO, simulated: true, gpu_count: 4, devices }]
+      )
     );
     await widget.refresh();
-    const status = widget.node.querySelector<HTMLElement>('.nvdashboard-status')!;
+    const status = widget.node.querySelector<HTMLElement>(
+      '.nvdashboard-status'
+    )!;
     expect(status.dataset.kind).toBe('simulated');
     expect(status.textContent).toContain('Simulated GPUs (4)');
     expect(status.textContent).toContain('GPU 3: Simulated H200');
@@ -173,21 +194,24 @@ describe('DashboardSidebar', () => {
       lost: true
     };
     const widget = make(
-      new FakeFetcher([INDEX], [{ ...DEFAULT_INFO, gpu_count: 3, devices: [gpu, mig, lost] }])
+      new FakeFetcher(
+        [INDEX],
+        [{ ...DEFAULT_INFO, gpu_count: 3, devices: [gpu, mig, lost] }]
+      )
     );
     await widget.refresh();
     const lines = Array.from(
       widget.node.querySelectorAll<HTMLElement>(`.${STATUS_DETAIL_CLASS}`)
     );
-    expect(lines.map(line => line.classList.contains(STATUS_MIG_CLASS))).toEqual([
-      false,
-      true,
-      false
-    ]);
+    expect(
+      lines.map(line => line.classList.contains(STATUS_MIG_CLASS))
+    ).toEqual([false, true, false]);
     expect(lines[0].textContent).toBe(
       'GPU 0 (not visible to CUDA, MIG enabled): NVIDIA A100-SXM4-80GB'
     );
-    expect(lines[1].textContent).toMatch(/^↳ GPU 0 · MIG 1 \(CUDA 0\): 3g\.40gb, 43 GB/);
+    expect(lines[1].textContent).toMatch(
+      /^↳ GPU 0 · MIG 1 \(CUDA 0\): 3g\.40gb, 43 GB/
+    );
     expect(lines[2].classList.contains('nvdashboard-mod-lost')).toBe(true);
     expect(lines[2].textContent).toContain('lost');
     expect(lines[0].classList.contains('nvdashboard-mod-lost')).toBe(false);
@@ -197,11 +221,20 @@ describe('DashboardSidebar', () => {
     const widget = make(
       new FakeFetcher(
         [INDEX],
-        [{ ...DEFAULT_INFO, nvml_state: 'hibernating', nvml_message: 'Zzz.', devices: [] }]
+        [
+          {
+            ...DEFAULT_INFO,
+            nvml_state: 'hibernating',
+            nvml_message: 'Zzz.',
+            devices: []
+          }
+        ]
       )
     );
     await widget.refresh();
-    const status = widget.node.querySelector<HTMLElement>('.nvdashboard-status')!;
+    const status = widget.node.querySelector<HTMLElement>(
+      '.nvdashboard-status'
+    )!;
     expect(status.dataset.kind).toBe('unknown');
     expect(status.textContent).toContain('"hibernating"');
     expect(status.textContent).toContain('Zzz.');
@@ -209,7 +242,9 @@ describe('DashboardSidebar', () => {
   });
 
   it('still lists dashboards when info.json fails', async () => {
-    const widget = make(new FakeFetcher([INDEX], [new FetchError(500, 'boom')]));
+    const widget = make(
+      new FakeFetcher([INDEX], [new FetchError(500, 'boom')])
+    );
     await widget.refresh();
     expect(buttons(widget)).toHaveLength(3);
     expect(text(widget)).toContain('GPU status unavailable: boom');
@@ -286,7 +321,9 @@ describe('DashboardSidebar', () => {
     // previous delay; pin the top of that range to make growth certain.
     const random = jest.spyOn(Math, 'random').mockReturnValue(0.999);
     try {
-      const fetcher = new FakeFetcher([new FetchError(503, 'Service Unavailable')]);
+      const fetcher = new FakeFetcher([
+        new FetchError(503, 'Service Unavailable')
+      ]);
       const widget = make(fetcher, {
         autoStart: true,
         retryInterval: 4,
@@ -335,7 +372,9 @@ describe('DashboardSidebar', () => {
     expect(buttons(widget)[0]).toBe(first);
     const stale = widget.node.querySelector<HTMLElement>('.nvdashboard-stale')!;
     expect(stale.hidden).toBe(false);
-    expect(stale.textContent).toContain('Stale: the dashboard server did not answer (Bad Gateway)');
+    expect(stale.textContent).toContain(
+      'Stale: the dashboard server did not answer (Bad Gateway)'
+    );
     expect(stale.textContent).toContain('read 30 s ago');
     fetcher.indexAnswers = [INDEX];
     await widget.refresh();
@@ -346,7 +385,11 @@ describe('DashboardSidebar', () => {
   it('finds a returning server within the retry maximum, after a success', async () => {
     const random = jest.spyOn(Math, 'random').mockReturnValue(0.999);
     try {
-      const fetcher = new FakeFetcher([INDEX, new FetchError(502, 'Bad Gateway'), INDEX]);
+      const fetcher = new FakeFetcher([
+        INDEX,
+        new FetchError(502, 'Bad Gateway'),
+        INDEX
+      ]);
       const widget = make(fetcher, {
         autoStart: true,
         retryInterval: 5,

@@ -18,7 +18,9 @@ describe('DashboardWidget', () => {
     expect(widget.id).toBe('nvdashboard-GPU-Utilization');
     expect(widget.hasClass('nvdashboard-widget')).toBe(true);
     expect(widget.title.label).toBe('GPU Utilization');
-    expect(widget.content.url).toBe('/user/alice/nvdashboard/GPU-Utilization?theme=dark');
+    expect(widget.content.url).toBe(
+      '/user/alice/nvdashboard/GPU-Utilization?theme=dark'
+    );
     const iframe = widget.content.node.querySelector('iframe')!;
     expect(iframe.hasAttribute('sandbox')).toBe(false);
     widget.dispose();
@@ -54,8 +56,14 @@ describe('DashboardWidget', () => {
     MessageLoop.flush();
     expect(widget.pageVisible).toBe(true);
     expect(posted).toEqual([
-      [{ type: 'nvdashboard:visibility', visible: false }, window.location.origin],
-      [{ type: 'nvdashboard:visibility', visible: true }, window.location.origin]
+      [
+        { type: 'nvdashboard:visibility', visible: false },
+        window.location.origin
+      ],
+      [
+        { type: 'nvdashboard:visibility', visible: true },
+        window.location.origin
+      ]
     ]);
     // Showing restarts the toolbar's resize throttler in a promise; let that settle, or it
     // fires after dispose() and fails the run.
@@ -75,12 +83,18 @@ describe('DashboardWidget', () => {
     Widget.attach(widget, document.body);
     const page = widget.content.node.querySelector('iframe')!.contentWindow!;
     const send = (data: unknown, source: Window | null, origin: string) =>
-      window.dispatchEvent(new MessageEvent('message', { data, source, origin }));
+      window.dispatchEvent(
+        new MessageEvent('message', { data, source, origin })
+      );
     const ask = { type: 'nvdashboard:open-notebook', path: 'work/a.ipynb' };
     send(ask, page, window.location.origin);
     send(ask, window, window.location.origin); // not this tab's page
     send(ask, page, 'http://evil.example'); // another origin
-    send({ type: 'nvdashboard:open-notebook', path: 42 }, page, window.location.origin);
+    send(
+      { type: 'nvdashboard:open-notebook', path: 42 },
+      page,
+      window.location.origin
+    );
     expect(opened).toEqual(['work/a.ipynb']);
     await new Promise(resolve => setTimeout(resolve, 0));
     widget.dispose();
@@ -124,7 +138,9 @@ describe('DashboardWidget', () => {
       openPath: path => opened.push(path)
     });
     // Not attached: the iframe has no window, so contentWindow is null.
-    expect(widget.content.node.querySelector('iframe')!.contentWindow).toBeNull();
+    expect(
+      widget.content.node.querySelector('iframe')!.contentWindow
+    ).toBeNull();
     window.dispatchEvent(
       new MessageEvent('message', {
         data: { type: 'nvdashboard:open-notebook', path: 'work/a.ipynb' },
@@ -147,7 +163,14 @@ describe('DashboardWidget', () => {
     });
     Widget.attach(widget, document.body);
     const page = widget.content.node.querySelector('iframe')!.contentWindow!;
-    for (const path of ['../../etc/passwd', '/etc/passwd', 'a//b.ipynb', 'a/./b', 'https://x/y', 'ok/b.ipynb']) {
+    for (const path of [
+      '../../etc/passwd',
+      '/etc/passwd',
+      'a//b.ipynb',
+      'a/./b',
+      'https://x/y',
+      'ok/b.ipynb'
+    ]) {
       window.dispatchEvent(
         new MessageEvent('message', {
           data: { type: 'nvdashboard:open-notebook', path },
