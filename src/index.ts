@@ -188,6 +188,7 @@ function activate(
   // status-bar item and the sidebar's meters and kernel list.
   const glance = new GlanceModel({ fetch: () => fetchGlance(settings) });
   const kernels = app.serviceManager.kernels;
+  const askedAbout = new Set<string>();
   const panel = new GlancePanel({
     model: glance,
     openPath,
@@ -212,6 +213,12 @@ function activate(
         if (model.id === id) {
           return true;
         }
+      }
+      // A kernel started since the kernel list was last read: ask once now
+      // rather than wait for the next refresh of that list.
+      if (!askedAbout.has(id)) {
+        askedAbout.add(id);
+        void kernels.refreshRunning().catch(() => undefined);
       }
       return false;
     },

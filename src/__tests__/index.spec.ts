@@ -33,7 +33,8 @@ describe('the plugin', () => {
     const kernels = {
       running: () => [{ id: 'k1' }][Symbol.iterator](),
       runningChanged: new Signal<object, unknown>({}),
-      shutdown: jest.fn(() => Promise.resolve())
+      shutdown: jest.fn(() => Promise.resolve()),
+      refreshRunning: jest.fn(() => Promise.resolve())
     };
     const app = {
       commands,
