@@ -186,7 +186,10 @@ function activate(
 
   // One poll of glance.json (only while JupyterLab is visible) feeds the
   // status-bar item and the sidebar's meters and kernel list.
-  const glance = new GlanceModel({ fetch: () => fetchGlance(settings) });
+  // A poll that gets no answer within its interval (at least 1 s) has failed.
+  const glance: GlanceModel = new GlanceModel({
+    fetch: () => fetchGlance(settings, Math.max(1000, glance.interval))
+  });
   const kernels = app.serviceManager.kernels;
   const askedAbout = new Set<string>();
   const panel = new GlancePanel({

@@ -13,6 +13,7 @@
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
+import { Message } from '@lumino/messaging';
 import { JSONExt, JSONObject } from '@lumino/coreutils';
 import { IPoll, Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
@@ -104,6 +105,7 @@ export class DashboardSidebar extends Panel {
     this._trans = options.trans ?? NULL_BUNDLE;
     this.title.caption = this._trans.__(SIDEBAR_TITLE);
     this.addClass('nvdashboard-sidebar');
+    this.node.tabIndex = -1; // focusable when activated, not a tab stop
     this._now = options.now ?? Date.now;
 
     this._fetcher = options.fetcher;
@@ -209,6 +211,18 @@ export class DashboardSidebar extends Panel {
       });
     }
     return this._inFlight;
+  }
+
+  /** Activated (from the status bar, say): the keyboard lands in the panel. */
+  protected onActivateRequest(msg: Message): void {
+    super.onActivateRequest(msg);
+    if (!this.isAttached || this.node.contains(document.activeElement)) {
+      return;
+    }
+    const first = Array.from(
+      this.node.querySelectorAll<HTMLButtonElement>('button')
+    ).find(button => !button.disabled && !button.closest('[hidden]'));
+    (first ?? this.node).focus();
   }
 
   dispose(): void {

@@ -1,7 +1,7 @@
 import { ServerConnection } from '@jupyterlab/services';
 
 import { createServerFetcher, fetchGlance } from '../fetcher';
-import { FetchError } from '../model';
+import { FetchError, isStartingError } from '../model';
 
 class FakeHeaders extends Map<string, string> {
   append(name: string, value: string): void {
@@ -59,5 +59,21 @@ describe('the server fetcher', () => {
     expect(error).toBeInstanceOf(FetchError);
     expect((error as FetchError).status).toBe(502);
     expect((error as FetchError).message).toContain('answered 502 Bad Gateway');
+  });
+
+  it('gives up on a request that gets no answer, as a gateway timeout', async () => {
+    const settings = ServerConnection.makeSettings({
+      baseUrl: 'http://localhost/user/alice/',
+      Request: FakeRequest as unknown as typeof Request,
+      fetch: ((request: FakeRequest) =>
+        new Promise((_, reject) => {
+          const signal = request.init.signal as AbortSignal;
+          signal.addEventListener('abort', () => reject(new Error('aborted')));
+        })) as unknown as typeof fetch
+    });
+    const error = await fetchGlance(settings, 20).catch(e => e);
+    expect(error).toBeInstanceOf(FetchError);
+    expect((error as FetchError).status).toBe(599);
+    expect(isStartingError(error)).toBe(true);
   });
 });

@@ -1,4 +1,5 @@
 import { CommandRegistry } from '@lumino/commands';
+import { MessageLoop } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { FetchError } from '../model';
@@ -449,5 +450,12 @@ describe('DashboardSidebar', () => {
       widget.interval = 4321;
       expect(widget.poll.frequency.interval).toBe(4321);
     });
+  });
+
+  it('puts the keyboard in the panel when activated', async () => {
+    const widget = make(new FakeFetcher([INDEX]));
+    await widget.refresh();
+    MessageLoop.sendMessage(widget, Widget.Msg.ActivateRequest);
+    expect(document.activeElement).toBe(buttons(widget)[0]);
   });
 });
