@@ -41,7 +41,7 @@ async function getJson(
     if (controller.signal.aborted) {
       throw new FetchError(
         599,
-        `GET ${url} got no answer within ${Math.round(timeoutMs / 1000)} s`
+        `no answer within ${Math.round(timeoutMs / 1000)} s`
       );
     }
     throw error;

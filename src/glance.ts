@@ -621,7 +621,12 @@ class Meter {
   readonly node: HTMLElement;
 
   /** `fraction` in [0, 1] or null (not available). */
-  set(name: string, fraction: number | null, text: string): void {
+  set(
+    name: string,
+    fraction: number | null,
+    text: string,
+    full: string = text
+  ): void {
     const pct =
       fraction === null ? null : Math.max(0, Math.min(1, fraction)) * 100;
     const width = `${(pct ?? 0).toFixed(1)}%`;
@@ -631,8 +636,8 @@ class Meter {
     this.node.dataset.value = pct === null ? '' : pct.toFixed(1);
     setAttr(this.node, 'aria-label', name);
     setAttr(this.node, 'aria-valuenow', pct === null ? null : pct.toFixed(0));
-    setAttr(this.node, 'aria-valuetext', text);
-    setAttr(this.node, 'title', `${name}: ${text}`);
+    setAttr(this.node, 'aria-valuetext', full);
+    setAttr(this.node, 'title', `${name}: ${full}`);
     setText(this._text, text);
   }
 
@@ -664,12 +669,16 @@ class DeviceRow {
       d.memory_total_bytes !== null
         ? ` / ${formatBytes(d.memory_total_bytes)}`
         : '';
+    const used =
+      d.memory_used_bytes === null
+        ? trans.__('n/a')
+        : formatBytes(d.memory_used_bytes);
+    // The bar shows what fits (used); its name and tooltip say "of total".
     this._memory.set(
       trans.__('%1 memory used', d.label),
       memoryFraction(d),
-      d.memory_used_bytes === null
-        ? trans.__('n/a')
-        : formatBytes(d.memory_used_bytes) + total
+      used,
+      used + total
     );
   }
 

@@ -487,7 +487,9 @@ describe('GlancePanel', () => {
     expect(meters[0].getAttribute('aria-label')).toBe('GPU 0 utilization');
     expect(meters[1].getAttribute('aria-valuetext')).toBe('20 GB / 80 GB');
     expect(meters[3].hasAttribute('aria-valuenow')).toBe(false); // not available
-    expect(meters[3].getAttribute('aria-valuetext')).toBe('n/a');
+    expect(meters[3].getAttribute('aria-valuetext')).toBe('n/a / 80 GB');
+    // What fits on the bar: the used memory; the total is in its name and tooltip.
+    expect(meters[1].textContent).toBe('20 GB');
     const rows = panel.node.querySelectorAll(`.${KERNEL_ROW_CLASS}`);
     expect(rows.length).toBe(1);
     expect(rows[0].textContent).toContain('work/a.ipynb');
