@@ -95,6 +95,27 @@ export function readSettings(composite: unknown): INvdashboardSettings {
   };
 }
 
+/**
+ * How a notebook path from the server or a dashboard page is opened: checked
+ * for shape, then by the document manager (never as a URL); without one,
+ * through the `docmanager:open` command.
+ */
+export function pathOpener(
+  docManager: Pick<IDocumentManager, 'openOrReveal'> | null,
+  commands: Pick<JupyterFrontEnd['commands'], 'execute'>
+): (path: string) => void {
+  return (path: string): void => {
+    if (!isNotebookPath(path)) {
+      return;
+    }
+    if (docManager) {
+      void docManager.openOrReveal(path);
+    } else {
+      void commands.execute('docmanager:open', { path });
+    }
+  };
+}
+
 function activate(
   app: JupyterFrontEnd,
   restorer: ILayoutRestorer | null,
@@ -113,16 +134,7 @@ function activate(
   });
   // Paths come from the server's glance.json or a dashboard page: checked
   // for shape, then opened by the document manager (never as a URL).
-  const openPath = (path: string): void => {
-    if (!isNotebookPath(path)) {
-      return;
-    }
-    if (docManager) {
-      void docManager.openOrReveal(path);
-    } else {
-      void commands.execute('docmanager:open', { path });
-    }
-  };
+  const openPath = pathOpener(docManager, commands);
 
   commands.addCommand(COMMAND_OPEN, {
     label: args =>

@@ -4,7 +4,12 @@ import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
 import { GlancePanel, GlanceStatusItem } from '../glance';
-import plugin, { PLUGIN_ID, readSettings, STATUS_ITEM_ID } from '../index';
+import plugin, {
+  pathOpener,
+  PLUGIN_ID,
+  readSettings,
+  STATUS_ITEM_ID
+} from '../index';
 import { DashboardSidebar } from '../sidebar';
 import { COMMAND_OPEN, SIDEBAR_ID } from '../tokens';
 
@@ -192,5 +197,23 @@ describe('the plugin', () => {
       showStatusItem: true,
       statusFigure: 'busiest'
     });
+  });
+
+  it('opens paths through the document manager, and only well-formed ones', () => {
+    const opened: string[] = [];
+    const executed: unknown[] = [];
+    const commands = {
+      execute: (id: string, args: unknown) => executed.push([id, args])
+    };
+    const open = pathOpener(
+      { openOrReveal: (path: string) => (opened.push(path), undefined) },
+      commands as never
+    );
+    open('work/a.ipynb');
+    open('../../etc/passwd');
+    expect(opened).toEqual(['work/a.ipynb']);
+    expect(executed).toEqual([]);
+    pathOpener(null, commands as never)('b.ipynb');
+    expect(executed).toEqual([['docmanager:open', { path: 'b.ipynb' }]]);
   });
 });
