@@ -297,7 +297,7 @@ function activate(
             palette.addItem({
               command: COMMAND_OPEN,
               args: { route, label },
-              category: PALETTE_CATEGORY
+              category: trans.__(PALETTE_CATEGORY)
             })
           );
         }
