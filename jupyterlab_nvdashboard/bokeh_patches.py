@@ -30,6 +30,9 @@ burst of page loads, hostile input or a hostile web page:
 7. With signed sessions, a page request whose ``bokeh-session-id`` has non-ASCII
    characters, or whose ``bokeh-token`` is not a token at all, makes Bokeh's signature
    check raise (a 500). Such a request is refused with a 403 before Bokeh reads it.
+8. A websocket handshake without Bokeh's subprotocol or a valid session token makes
+   ``WSHandler.open`` close the socket and then raise, which Tornado logs as "Uncaught
+   exception" with a traceback. It is one plain line instead; the socket is still closed.
 """
 
 from __future__ import annotations
@@ -41,17 +44,20 @@ from types import ModuleType
 from typing import Any
 
 import bokeh.document.document as bokeh_document
+from bokeh.protocol.exceptions import ProtocolError
 from bokeh.protocol.messages.error import error as ErrorMessage
 from bokeh.server.views.autoload_js_handler import AutoloadJsHandler
 from bokeh.server.views.multi_root_static_handler import MultiRootStaticHandler
 from bokeh.server.views.session_handler import SessionHandler
 from bokeh.server.views.static_handler import StaticHandler
+from bokeh.server.views.ws import WSHandler
 from bokeh.util.token import get_session_id
 from tornado.web import HTTPError, RequestHandler
 
 from .auth import PAGE_HEADERS, scrub_secrets
 
 _applied = False
+log = logging.getLogger(__name__)
 # Long enough that one sweep's destroys share a collection, short enough that memory
 # comes back promptly.
 COLLECT_DELAY_S = 1.0
@@ -97,6 +103,21 @@ def apply() -> None:
         return await get_session(self)
 
     SessionHandler.get_session = get_well_formed_session  # type: ignore[method-assign]
+
+    WSHandler.open = refuse_bad_handshake_in_one_line(WSHandler.open)  # type: ignore[method-assign]
+
+
+def refuse_bad_handshake_in_one_line(open_socket: Any) -> Any:
+    """Wrap ``WSHandler.open``: a refused handshake is one log line, not a traceback."""
+
+    def open_or_refuse(self: WSHandler) -> None:
+        try:
+            open_socket(self)
+        except ProtocolError as error:
+            self.close()  # Bokeh closed it already; closing again is a no-op
+            log.warning("websocket refused: %s", _shorten(str(error)))
+
+    return open_or_refuse
 
 
 def refuse_malformed_session_arguments(handler: RequestHandler) -> None:

@@ -583,6 +583,21 @@ def remove_own_socket(path: str, identity: tuple[int, int] | None) -> None:
         pass
 
 
+#: The folder jupyter-server-proxy makes for a ``unix_socket: True`` server (``mkdtemp``)
+#: and never removes: ours goes with the socket, so a stopped server leaves nothing.
+PROXY_SOCKET_FOLDER_PREFIX = "jupyter-server-proxy-"
+
+
+def remove_proxy_socket_folder(path: str) -> None:
+    """Remove jupyter-server-proxy's folder around our socket, if it is now empty."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(folder).startswith(PROXY_SOCKET_FOLDER_PREFIX):
+        try:
+            os.rmdir(folder)  # only an empty folder: anything else in it stays
+        except OSError:
+            pass
+
+
 def _where(config: Config) -> str:
     return config.unix_socket or f"{config.address}:{config.port}"
 
@@ -676,6 +691,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sources.stop()
         if config.unix_socket:
             remove_own_socket(config.unix_socket, socket_identity)
+            if config.jupyter_proxy:
+                remove_proxy_socket_folder(config.unix_socket)
         log.info("stopped")
     return 0
 

@@ -9,29 +9,56 @@ import { FetchError } from './model';
 import { IDashboardFetcher } from './tokens';
 import { glanceUrl, indexUrl, infoUrl } from './urls';
 
+/** How long the dashboard list waits for an answer before it counts as none. */
+export const INDEX_TIMEOUT_MS = 10_000;
+
+/**
+ * GET a JSON document. A request that gets no answer within `timeoutMs` is
+ * aborted and rejects like a gateway timeout (599): a hung backend behind
+ * the proxy then reads as "stale", not as a poll that never returns.
+ */
 async function getJson(
   url: string,
-  settings: ServerConnection.ISettings
+  settings: ServerConnection.ISettings,
+  timeoutMs: number
 ): Promise<unknown> {
-  const response = await ServerConnection.makeRequest(
-    url,
-    { method: 'GET', cache: 'no-store' },
-    settings
-  );
-  if (!response.ok) {
-    throw new FetchError(
-      response.status,
-      `GET ${url} answered ${response.status} ${response.statusText}`.trim()
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), timeoutMs);
+  try {
+    const response = await ServerConnection.makeRequest(
+      url,
+      { method: 'GET', cache: 'no-store', signal: controller.signal },
+      settings
     );
+    if (!response.ok) {
+      throw new FetchError(
+        response.status,
+        `GET ${url} answered ${response.status} ${response.statusText}`.trim()
+      );
+    }
+    return await response.json();
+  } catch (error) {
+    if (controller.signal.aborted) {
+      throw new FetchError(
+        599,
+        `no answer within ${Math.round(timeoutMs / 1000)} s`
+      );
+    }
+    throw error;
+  } finally {
+    clearTimeout(timer);
   }
-  return response.json();
 }
 
-/** `glance.json` (GPU utilization and memory, the user's GPU kernels). */
+/**
+ * `glance.json` (GPU utilization and memory, the user's GPU kernels); no
+ * answer within `timeoutMs` (the poll interval) is a failed poll.
+ */
 export function fetchGlance(
-  settings: ServerConnection.ISettings
+  settings: ServerConnection.ISettings,
+  timeoutMs = 2000
 ): Promise<unknown> {
-  return getJson(glanceUrl(settings.baseUrl), settings);
+  return getJson(glanceUrl(settings.baseUrl), settings, timeoutMs);
 }
 
 /** A fetcher bound to one set of server settings. */
@@ -39,7 +66,9 @@ export function createServerFetcher(
   settings: ServerConnection.ISettings = ServerConnection.makeSettings()
 ): IDashboardFetcher {
   return {
-    fetchIndex: () => getJson(indexUrl(settings.baseUrl), settings),
-    fetchInfo: () => getJson(infoUrl(settings.baseUrl), settings)
+    fetchIndex: () =>
+      getJson(indexUrl(settings.baseUrl), settings, INDEX_TIMEOUT_MS),
+    fetchInfo: () =>
+      getJson(infoUrl(settings.baseUrl), settings, INDEX_TIMEOUT_MS)
   };
 }

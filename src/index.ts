@@ -5,6 +5,11 @@
  *   when that route is already open. The sidebar, the palette and layout
  *   restoration all go through this one command.
  * - The "GPU Dashboards" sidebar lists the dashboards the server offers.
+ * - Above the list, the live section: "Your GPU kernels", each GPU's
+ *   meters, and why the GPUs of your kernels are slow; the status-bar item
+ *   shows the busiest GPU (or each GPU). Both read one poll of glance.json.
+ * - Settings (schema/plugin.json): refresh rates, whether the status item
+ *   shows and which figure; changes apply at once.
  * - Dashboard pages follow JupyterLab's light/dark theme.
  */
 import {
@@ -17,15 +22,26 @@ import {
   ICommandPalette,
   IThemeManager,
   showDialog,
+  showErrorMessage,
   WidgetTracker
 } from '@jupyterlab/apputils';
+import { IDocumentManager } from '@jupyterlab/docmanager';
 import { ServerConnection } from '@jupyterlab/services';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
+import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { IDisposable } from '@lumino/disposable';
 
 import { createServerFetcher, fetchGlance } from './fetcher';
-import { GlanceModel, GlancePanel, GlanceStatusItem } from './glance';
+import {
+  GLANCE_INTERVAL_MS,
+  GlanceModel,
+  GlancePanel,
+  GlanceStatusItem,
+  StatusFigure
+} from './glance';
 import { gpuIcon } from './icon';
+import { TRANSLATION_DOMAIN } from './model';
 import { openOrActivate, toOpenArgs } from './opener';
 import { DashboardSidebar } from './sidebar';
 import {
@@ -37,141 +53,273 @@ import {
   TRACKER_NAMESPACE
 } from './tokens';
 import { dashboardTheme } from './urls';
-import { DashboardWidget } from './widget';
+import { DashboardWidget, isNotebookPath } from './widget';
 
-const plugin: JupyterFrontEndPlugin<void> = {
-  id: 'jupyterlab-nvdashboard:plugin',
-  description: 'Live GPU dashboards served by a Bokeh server.',
-  autoStart: true,
-  optional: [ILayoutRestorer, ICommandPalette, IThemeManager, IStatusBar],
-  activate: (
-    app: JupyterFrontEnd,
-    restorer: ILayoutRestorer | null,
-    palette: ICommandPalette | null,
-    themes: IThemeManager | null,
-    statusBar: IStatusBar | null
-  ): void => {
-    const { commands, shell } = app;
-    const settings = ServerConnection.makeSettings();
-    const tracker = new WidgetTracker<DashboardWidget>({
-      namespace: TRACKER_NAMESPACE
-    });
-    const openPath = (path: string): void => {
+/** The plugin's id; also the key of its settings (schema/plugin.json). */
+export const PLUGIN_ID = 'jupyterlab-nvdashboard:plugin';
+
+/** The id the status-bar item is registered under. */
+export const STATUS_ITEM_ID = 'nvdashboard:glance';
+
+/** The settings, as schema/plugin.json declares them. */
+export interface INvdashboardSettings {
+  refreshRate: number;
+  dashboardListRefreshRate: number;
+  showStatusItem: boolean;
+  statusFigure: StatusFigure;
+}
+
+export const DEFAULT_SETTINGS: INvdashboardSettings = {
+  refreshRate: GLANCE_INTERVAL_MS / 1000,
+  dashboardListRefreshRate: 15,
+  showStatusItem: true,
+  statusFigure: 'busiest'
+};
+
+/** Read the composite settings, falling back to the defaults for anything odd. */
+export function readSettings(composite: unknown): INvdashboardSettings {
+  const c = (composite ?? {}) as Record<string, unknown>;
+  const seconds = (value: unknown, fallback: number, min: number): number =>
+    typeof value === 'number' && Number.isFinite(value) && value >= min
+      ? value
+      : fallback;
+  return {
+    refreshRate: seconds(c.refreshRate, DEFAULT_SETTINGS.refreshRate, 0.5),
+    dashboardListRefreshRate: seconds(
+      c.dashboardListRefreshRate,
+      DEFAULT_SETTINGS.dashboardListRefreshRate,
+      1
+    ),
+    showStatusItem: c.showStatusItem !== false,
+    statusFigure: c.statusFigure === 'each' ? 'each' : 'busiest'
+  };
+}
+
+/**
+ * How a notebook path from the server or a dashboard page is opened: checked
+ * for shape, then by the document manager (never as a URL); without one,
+ * through the `docmanager:open` command.
+ */
+export function pathOpener(
+  docManager: Pick<IDocumentManager, 'openOrReveal'> | null,
+  commands: Pick<JupyterFrontEnd['commands'], 'execute'>
+): (path: string) => void {
+  return (path: string): void => {
+    if (!isNotebookPath(path)) {
+      return;
+    }
+    if (docManager) {
+      void docManager.openOrReveal(path);
+    } else {
       void commands.execute('docmanager:open', { path });
-    };
+    }
+  };
+}
 
-    commands.addCommand(COMMAND_OPEN, {
-      label: args =>
-        typeof args.label === 'string' && args.label
-          ? args.label
-          : 'Open GPU Dashboard',
-      caption: args =>
-        typeof args.label === 'string' && args.label
-          ? `Open the ${args.label} GPU dashboard`
-          : 'Open a GPU dashboard',
-      icon: gpuIcon,
-      execute: args => {
-        const openArgs = toOpenArgs(args);
-        if (!openArgs) {
-          throw new Error(`${COMMAND_OPEN} needs a route, got ${JSON.stringify(args)}`);
+function activate(
+  app: JupyterFrontEnd,
+  restorer: ILayoutRestorer | null,
+  palette: ICommandPalette | null,
+  themes: IThemeManager | null,
+  statusBar: IStatusBar | null,
+  settingRegistry: ISettingRegistry | null,
+  translator: ITranslator | null,
+  docManager: IDocumentManager | null
+): void {
+  const { commands, shell } = app;
+  const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
+  const settings = ServerConnection.makeSettings();
+  const tracker = new WidgetTracker<DashboardWidget>({
+    namespace: TRACKER_NAMESPACE
+  });
+  // Paths come from the server's glance.json or a dashboard page: checked
+  // for shape, then opened by the document manager (never as a URL).
+  const openPath = pathOpener(docManager, commands);
+
+  commands.addCommand(COMMAND_OPEN, {
+    label: args =>
+      typeof args.label === 'string' && args.label
+        ? args.label
+        : trans.__('Open GPU Dashboard'),
+    caption: args =>
+      typeof args.label === 'string' && args.label
+        ? trans.__('Open the %1 GPU dashboard', args.label)
+        : trans.__('Open a GPU dashboard'),
+    icon: gpuIcon,
+    execute: args => {
+      const openArgs = toOpenArgs(args);
+      if (!openArgs) {
+        throw new Error(
+          `${COMMAND_OPEN} needs a route, got ${JSON.stringify(args)}`
+        );
+      }
+      return openOrActivate(openArgs, {
+        find: id => tracker.find(widget => widget.id === id),
+        create: options =>
+          new DashboardWidget({
+            ...options,
+            baseUrl: settings.baseUrl,
+            theme: dashboardTheme(themes),
+            openPath
+          }),
+        attach: widget => {
+          widget.title.icon = gpuIcon;
+          shell.add(widget, 'main');
+          void tracker.add(widget);
+        },
+        activate: widget => shell.activateById(widget.id)
+      }).widget;
+    }
+  });
+
+  if (restorer) {
+    void restorer.restore(tracker, {
+      command: COMMAND_OPEN,
+      args: widget => ({ route: widget.route, label: widget.label }),
+      name: widget => widget.route
+    });
+  }
+
+  themes?.themeChanged.connect(() => {
+    const theme = dashboardTheme(themes);
+    tracker.forEach(widget => widget.setTheme(theme));
+  });
+
+  const sidebar = new DashboardSidebar({
+    fetcher: createServerFetcher(settings),
+    commands,
+    trans
+  });
+  sidebar.id = SIDEBAR_ID;
+  sidebar.title.icon = gpuIcon;
+  sidebar.title.caption = trans.__(SIDEBAR_TITLE);
+  shell.add(sidebar, 'left', { rank: 200 });
+  restorer?.add(sidebar, SIDEBAR_ID);
+
+  // One poll of glance.json (only while JupyterLab is visible) feeds the
+  // status-bar item and the sidebar's meters and kernel list.
+  // A poll that gets no answer within its interval (at least 1 s) has failed.
+  const glance: GlanceModel = new GlanceModel({
+    fetch: () => fetchGlance(settings, Math.max(1000, glance.interval))
+  });
+  const kernels = app.serviceManager.kernels;
+  const askedAbout = new Set<string>();
+  const panel = new GlancePanel({
+    model: glance,
+    openPath,
+    trans,
+    confirm: async (title, body) =>
+      (
+        await showDialog({
+          title,
+          body,
+          buttons: [
+            Dialog.cancelButton({ label: trans.__('Cancel') }),
+            Dialog.warnButton({ label: trans.__('Shut Down') })
+          ]
+        })
+      ).button.accept,
+    shutdownKernel: id => kernels.shutdown(id),
+    showError: (title, error) => showErrorMessage(title, error as Error),
+    // Only a kernel this Jupyter server runs can be shut down from here;
+    // the server would answer 404 for any other, which reads as success.
+    isLocalKernel: id => {
+      for (const model of kernels.running()) {
+        if (model.id === id) {
+          return true;
         }
-        return openOrActivate(openArgs, {
-          find: id => tracker.find(widget => widget.id === id),
-          create: options =>
-            new DashboardWidget({
-              ...options,
-              baseUrl: settings.baseUrl,
-              theme: dashboardTheme(themes),
-              openPath
-            }),
-          attach: widget => {
-            widget.title.icon = gpuIcon;
-            shell.add(widget, 'main');
-            void tracker.add(widget);
-          },
-          activate: widget => shell.activateById(widget.id)
-        }).widget;
+      }
+      // A kernel started since the kernel list was last read: ask once now
+      // rather than wait for the next refresh of that list.
+      if (!askedAbout.has(id)) {
+        askedAbout.add(id);
+        void kernels.refreshRunning().catch(() => undefined);
+      }
+      return false;
+    },
+    localKernelsChanged: kernels.runningChanged
+  });
+  // "Your GPU kernels" sits right under the sidebar's title.
+  sidebar.insertWidget(1, panel);
+
+  const item = new GlanceStatusItem({
+    model: glance,
+    onActivate: () => shell.activateById(SIDEBAR_ID),
+    trans
+  });
+  if (statusBar) {
+    statusBar.registerStatusItem(STATUS_ITEM_ID, {
+      item,
+      align: 'left',
+      rank: 100,
+      isActive: () => item.isActive(),
+      activeStateChanged: item.activeStateChanged
+    });
+  }
+
+  const apply = (values: INvdashboardSettings): void => {
+    glance.interval = values.refreshRate * 1000;
+    sidebar.interval = values.dashboardListRefreshRate * 1000;
+    item.enabled = values.showStatusItem;
+    item.figure = values.statusFigure;
+  };
+  if (settingRegistry) {
+    settingRegistry
+      .load(PLUGIN_ID)
+      .then(loaded => {
+        apply(readSettings(loaded.composite));
+        loaded.changed.connect(() => apply(readSettings(loaded.composite)));
+      })
+      .catch(reason => {
+        console.warn(
+          'nvdashboard: settings not loaded, using the defaults',
+          reason
+        );
+      });
+  }
+
+  if (palette) {
+    // One palette entry per dashboard, kept in step with the index.
+    const entries = new Map<string, IDisposable>();
+    sidebar.indexChanged.connect((_, index: DashboardIndex) => {
+      for (const [key, entry] of entries) {
+        const [route, label] = JSON.parse(key) as [string, string];
+        if (index[route] !== label) {
+          entry.dispose();
+          entries.delete(key);
+        }
+      }
+      for (const [route, label] of Object.entries(index)) {
+        const key = JSON.stringify([route, label]);
+        if (!entries.has(key)) {
+          entries.set(
+            key,
+            palette.addItem({
+              command: COMMAND_OPEN,
+              args: { route, label },
+              category: trans.__(PALETTE_CATEGORY)
+            })
+          );
+        }
       }
     });
-
-    if (restorer) {
-      void restorer.restore(tracker, {
-        command: COMMAND_OPEN,
-        args: widget => ({ route: widget.route, label: widget.label }),
-        name: widget => widget.route
-      });
-    }
-
-    themes?.themeChanged.connect(() => {
-      const theme = dashboardTheme(themes);
-      tracker.forEach(widget => widget.setTheme(theme));
-    });
-
-    const sidebar = new DashboardSidebar({
-      fetcher: createServerFetcher(settings),
-      commands
-    });
-    sidebar.id = SIDEBAR_ID;
-    sidebar.title.icon = gpuIcon;
-    sidebar.title.caption = SIDEBAR_TITLE;
-    shell.add(sidebar, 'left', { rank: 200 });
-    restorer?.add(sidebar, SIDEBAR_ID);
-
-    // One poll of glance.json (only while JupyterLab is visible) feeds the
-    // status-bar item and the sidebar's bars and kernel list.
-    const glance = new GlanceModel({ fetch: () => fetchGlance(settings) });
-    const panel = new GlancePanel({
-      model: glance,
-      openPath,
-      confirm: async (title, body) =>
-        (
-          await showDialog({
-            title,
-            body,
-            buttons: [
-              Dialog.cancelButton(),
-              Dialog.warnButton({ label: 'Shut Down' })
-            ]
-          })
-        ).button.accept,
-      shutdownKernel: id => app.serviceManager.kernels.shutdown(id)
-    });
-    sidebar.node.append(panel.node);
-    if (statusBar) {
-      statusBar.registerStatusItem('nvdashboard:glance', {
-        item: new GlanceStatusItem(glance, () => shell.activateById(SIDEBAR_ID)),
-        align: 'left',
-        rank: 100
-      });
-    }
-
-    if (palette) {
-      // One palette entry per dashboard, kept in step with the index.
-      const entries = new Map<string, IDisposable>();
-      sidebar.indexChanged.connect((_, index: DashboardIndex) => {
-        for (const [key, entry] of entries) {
-          const [route, label] = JSON.parse(key) as [string, string];
-          if (index[route] !== label) {
-            entry.dispose();
-            entries.delete(key);
-          }
-        }
-        for (const [route, label] of Object.entries(index)) {
-          const key = JSON.stringify([route, label]);
-          if (!entries.has(key)) {
-            entries.set(
-              key,
-              palette.addItem({
-                command: COMMAND_OPEN,
-                args: { route, label },
-                category: PALETTE_CATEGORY
-              })
-            );
-          }
-        }
-      });
-    }
   }
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'Live GPU dashboards served by a Bokeh server.',
+  autoStart: true,
+  optional: [
+    ILayoutRestorer,
+    ICommandPalette,
+    IThemeManager,
+    IStatusBar,
+    ISettingRegistry,
+    ITranslator,
+    IDocumentManager
+  ],
+  activate
 };
 
 export default plugin;

@@ -2,6 +2,8 @@
  * Validation of the server's JSON documents and their description in plain
  * words. No DOM, no JupyterLab runtime: safe to use anywhere and in tests.
  */
+import { nullTranslator, TranslationBundle } from '@jupyterlab/translation';
+
 import {
   DashboardIndex,
   IDeviceInfo,
@@ -9,6 +11,14 @@ import {
   IServerInfo,
   NvmlState
 } from './tokens';
+import { routePath } from './urls';
+
+/** The translation domain of this extension's strings. */
+export const TRANSLATION_DOMAIN = 'jupyterlab_nvdashboard';
+
+/** The untranslated bundle, used where no translator is given (tests). */
+export const NULL_BUNDLE: TranslationBundle =
+  nullTranslator.load(TRANSLATION_DOMAIN);
 
 /** A non-2xx answer from the server, keeping its HTTP status. */
 export class FetchError extends Error {
@@ -27,6 +37,10 @@ export class FetchError extends Error {
  */
 const STARTING_STATUSES = new Set([502, 503, 504, 599]);
 
+/** How Chromium, Firefox, Safari and Node word a fetch() that got no answer. */
+const FETCH_FAILURE =
+  /failed to fetch|networkerror|load failed|fetch failed|network request failed/i;
+
 /**
  * Whether an error means "the backend is not up yet" rather than "something
  * is wrong": a network failure or a gateway-type status.
@@ -36,8 +50,13 @@ export function isStartingError(error: unknown): boolean {
     return STARTING_STATUSES.has(error.status);
   }
   if (error instanceof Error) {
-    // fetch() and ServerConnection.NetworkError both surface as TypeError.
-    return error instanceof TypeError || error.name === 'NetworkError';
+    // ServerConnection wraps a failed fetch() in a NetworkError; a bare
+    // fetch() rejects with a TypeError that says so. Any other TypeError is a
+    // bug, not a server on its way up.
+    return (
+      error.name === 'NetworkError' ||
+      (error instanceof TypeError && FETCH_FAILURE.test(error.message))
+    );
   }
   return false;
 }
@@ -72,31 +91,40 @@ export function parseIndex(data: unknown): DashboardIndex {
     if (!route.replace(/\//g, '')) {
       throw new Error('Dashboard index has an empty route');
     }
+    try {
+      // The same rule the URL builder applies: no '.', '..' or empty segment.
+      routePath(route);
+    } catch {
+      throw new Error(
+        `Dashboard index has an invalid route: ${JSON.stringify(route)}`
+      );
+    }
     index[route] = title;
   }
   return index;
 }
 
-/** Plain-words reason for each NVML state; also the list of known states. */
-const STATE_WORDS: Record<NvmlState, string> = {
-  uninitialized: 'GPU monitoring is still starting',
-  ok: 'GPU monitoring is available',
-  library_not_found: 'the NVIDIA management library (NVML) was not found',
-  driver_not_loaded: 'the NVIDIA driver is not loaded',
-  no_permission: 'no permission to query the GPUs',
-  no_devices: 'no GPU is visible to this process',
-  error: 'the NVIDIA management library reported an error'
-};
+/** The NVML states this frontend knows. */
+const NVML_STATES: ReadonlySet<string> = new Set<NvmlState>([
+  'uninitialized',
+  'ok',
+  'library_not_found',
+  'driver_not_loaded',
+  'no_permission',
+  'no_devices',
+  'error'
+]);
 
 function isNvmlState(value: string): value is NvmlState {
-  return Object.prototype.hasOwnProperty.call(STATE_WORDS, value);
+  return NVML_STATES.has(value);
 }
 
 function numberOr(value: unknown, fallback: number): number {
   return typeof value === 'number' && Number.isFinite(value) ? value : fallback;
 }
 
-function numberOrNull(value: unknown): number | null {
+/** A finite number, or null ("not available", never 0). */
+export function numberOrNull(value: unknown): number | null {
   return typeof value === 'number' && Number.isFinite(value) ? value : null;
 }
 
@@ -213,16 +241,18 @@ export interface IStatusSummary {
   details: IStatusLine[];
 }
 
-function plural(count: number, word: string): string {
-  return `${count} ${word}${count === 1 ? '' : 's'}`;
-}
-
 function note(text: string): IStatusLine {
   return { text, kind: 'note', lost: false };
 }
 
-/** Bytes in decimal SI units, as every dashboard labels them, e.g. `43 GB`. */
-function formatBytes(bytes: number): string {
+/**
+ * Bytes in decimal SI units, as every dashboard labels them: `43 GB`,
+ * `2.5 GB`, `3 GB`; `n/a` for not available. The one byte formatter.
+ */
+export function formatBytes(bytes: number | null): string {
+  if (bytes === null || !Number.isFinite(bytes)) {
+    return 'n/a';
+  }
   const units = ['B', 'kB', 'MB', 'GB', 'TB'];
   let value = bytes;
   let unit = 0;
@@ -235,14 +265,33 @@ function formatBytes(bytes: number): string {
   return `${String(rounded).replace(/\.0$/, '')} ${units[unit]}`;
 }
 
+/** `5 s`, `3 min`, `2 h`: how old the last reading is. */
+export function formatAge(
+  ms: number,
+  trans: TranslationBundle = NULL_BUNDLE
+): string {
+  const seconds = Math.max(0, Math.round(ms / 1000));
+  if (seconds < 120) {
+    return trans.__('%1 s', seconds);
+  }
+  const minutes = Math.round(seconds / 60);
+  if (minutes < 120) {
+    return trans.__('%1 min', minutes);
+  }
+  return trans.__('%1 h', Math.round(minutes / 60));
+}
+
 /** `CUDA 1`, `not visible to CUDA`, or nothing when the server did not say. */
-function cudaWords(device: IDeviceInfo): string | null {
+function cudaWords(
+  device: IDeviceInfo,
+  trans: TranslationBundle
+): string | null {
   if (!device.cuda_index_known) {
     return null;
   }
   return device.cuda_index === null
-    ? 'not visible to CUDA'
-    : `CUDA ${device.cuda_index}`;
+    ? trans.__('not visible to CUDA')
+    : trans.__('CUDA %1', device.cuda_index);
 }
 
 /** The MIG profile from a name like `NVIDIA A100-SXM4-80GB MIG 3g.40gb`. */
@@ -251,19 +300,22 @@ function migProfile(name: string): string {
   return match ? match[1] : name;
 }
 
-function describeDevice(device: IDeviceInfo): IStatusLine {
+function describeDevice(
+  device: IDeviceInfo,
+  trans: TranslationBundle
+): IStatusLine {
   const notes: string[] = [];
-  const cuda = cudaWords(device);
+  const cuda = cudaWords(device, trans);
   if (cuda) {
     notes.push(cuda);
   }
   if (device.kind === 'gpu' && device.mig_enabled) {
-    notes.push('MIG enabled');
+    notes.push(trans.__('MIG enabled'));
   }
   const identity = notes.length
     ? `${device.label} (${notes.join(', ')})`
     : device.label;
-  const lost = device.lost ? ' (lost: no longer answering)' : '';
+  const lost = device.lost ? trans.__(' (lost: no longer answering)') : '';
   if (device.kind === 'gpu') {
     return {
       text: `${identity}: ${device.name}${lost}`,
@@ -278,16 +330,18 @@ function describeDevice(device: IDeviceInfo): IStatusLine {
   const mig = device.mig;
   if (mig && mig.gpu_slices !== null) {
     const parts = [
-      mig.compute_slices !== null ? `${mig.compute_slices} compute` : '',
-      mig.memory_slices !== null ? `${mig.memory_slices} memory` : ''
+      mig.compute_slices !== null
+        ? trans.__('%1 compute', mig.compute_slices)
+        : '',
+      mig.memory_slices !== null ? trans.__('%1 memory', mig.memory_slices) : ''
     ].filter(Boolean);
     facts.push(
-      plural(mig.gpu_slices, 'GPU slice') +
+      trans._n('%1 GPU slice', '%1 GPU slices', mig.gpu_slices) +
         (parts.length ? ` (${parts.join(', ')})` : '')
     );
   }
   if (mig && mig.multiprocessors !== null) {
-    facts.push(`${mig.multiprocessors} SMs`);
+    facts.push(trans.__('%1 SMs', mig.multiprocessors));
   }
   return {
     text: `↳ ${identity}: ${facts.join(', ')}${lost}`,
@@ -297,18 +351,21 @@ function describeDevice(device: IDeviceInfo): IStatusLine {
 }
 
 /** One line per device, each MIG device right under its parent GPU. */
-function describeDevices(devices: IDeviceInfo[]): IStatusLine[] {
+function describeDevices(
+  devices: IDeviceInfo[],
+  trans: TranslationBundle
+): IStatusLine[] {
   const lines: IStatusLine[] = [];
   const placed = new Set<IDeviceInfo>();
   for (const gpu of devices) {
     if (gpu.kind !== 'gpu') {
       continue;
     }
-    lines.push(describeDevice(gpu));
+    lines.push(describeDevice(gpu, trans));
     placed.add(gpu);
     for (const child of devices) {
       if (child.kind === 'mig' && child.parent === gpu.index) {
-        lines.push(describeDevice(child));
+        lines.push(describeDevice(child, trans));
         placed.add(child);
       }
     }
@@ -316,7 +373,7 @@ function describeDevices(devices: IDeviceInfo[]): IStatusLine[] {
   // MIG devices whose parent is not listed still show, with their full label.
   for (const device of devices) {
     if (!placed.has(device)) {
-      lines.push(describeDevice(device));
+      lines.push(describeDevice(device, trans));
     }
   }
   return lines;
@@ -335,22 +392,49 @@ function countDevices(info: IServerInfo): { gpus: number; migs: number } {
   return { gpus, migs: info.devices.length - gpus };
 }
 
-function migWords(migs: number): string {
-  return migs ? ` with ${plural(migs, 'MIG device')}` : '';
+function migWords(migs: number, trans: TranslationBundle): string {
+  return migs
+    ? trans._n(' with %1 MIG device', ' with %1 MIG devices', migs)
+    : '';
 }
 
-/** Describe `info.json` for people. */
-export function describeStatus(info: IServerInfo): IStatusSummary {
-  const devices = describeDevices(info.devices);
+/** Plain-words reason for each NVML state. */
+function stateWords(state: NvmlState, trans: TranslationBundle): string {
+  switch (state) {
+    case 'uninitialized':
+      return trans.__('GPU monitoring is still starting');
+    case 'ok':
+      return trans.__('GPU monitoring is available');
+    case 'library_not_found':
+      return trans.__('the NVIDIA management library (NVML) was not found');
+    case 'driver_not_loaded':
+      return trans.__('the NVIDIA driver is not loaded');
+    case 'no_permission':
+      return trans.__('no permission to query the GPUs');
+    case 'no_devices':
+      return trans.__('no GPU is visible to this process');
+    case 'error':
+      return trans.__('the NVIDIA management library reported an error');
+  }
+}
+
+/** Describe `info.json` for people, in the user's language. */
+export function describeStatus(
+  info: IServerInfo,
+  trans: TranslationBundle = NULL_BUNDLE
+): IStatusSummary {
+  const devices = describeDevices(info.devices, trans);
   const counts = countDevices(info);
   const message = info.nvml_message ? [note(info.nvml_message)] : [];
   if (info.simulated) {
     const profile = info.simulated_profile
-      ? [note(`Simulated hardware: ${info.simulated_profile}.`)]
+      ? [note(trans.__('Simulated hardware: %1.', info.simulated_profile))]
       : [];
     return {
       kind: 'simulated',
-      headline: `Simulated GPUs (${counts.gpus})${migWords(counts.migs)}`,
+      headline:
+        trans.__('Simulated GPUs (%1)', counts.gpus) +
+        migWords(counts.migs, trans),
       details: [...profile, ...devices]
     };
   }
@@ -358,11 +442,13 @@ export function describeStatus(info: IServerInfo): IStatusSummary {
   if (state === 'unknown') {
     return {
       kind: 'unknown',
-      headline: 'GPU status unknown',
+      headline: trans.__('GPU status unknown'),
       details: [
         note(
-          `The server reported a GPU state this page does not know: ` +
-            `${JSON.stringify(info.nvml_state_reported)}.`
+          trans.__(
+            'The server reported a GPU state this page does not know: %1.',
+            JSON.stringify(info.nvml_state_reported)
+          )
         ),
         ...message,
         ...devices
@@ -372,25 +458,28 @@ export function describeStatus(info: IServerInfo): IStatusSummary {
   if (state === 'uninitialized') {
     return {
       kind: 'pending',
-      headline: 'Looking for GPUs…',
-      details: [note(`${capitalize(STATE_WORDS[state])}.`), ...message]
+      headline: trans.__('Looking for GPUs…'),
+      details: [note(`${capitalize(stateWords(state, trans))}.`), ...message]
     };
   }
   if (state === 'ok' && counts.gpus + counts.migs > 0) {
     return {
       kind: 'gpus',
       headline: counts.gpus
-        ? plural(counts.gpus, 'GPU') + migWords(counts.migs)
-        : plural(counts.migs, 'MIG device'),
+        ? trans._n('%1 GPU', '%1 GPUs', counts.gpus) +
+          migWords(counts.migs, trans)
+        : trans._n('%1 MIG device', '%1 MIG devices', counts.migs),
       details: devices
     };
   }
   const reason =
-    state === 'ok' ? 'no GPU was found on this machine' : STATE_WORDS[state];
+    state === 'ok'
+      ? trans.__('no GPU was found on this machine')
+      : stateWords(state, trans);
   return {
     kind: 'no-gpu',
-    headline: 'No GPU',
-    details: [note(`No GPU: ${reason}.`), ...message]
+    headline: trans.__('No GPU'),
+    details: [note(trans.__('No GPU: %1.', reason)), ...message]
   };
 }
 

@@ -49,9 +49,7 @@ export function openOrActivate<T extends Widget>(
 }
 
 /** Validate untyped command arguments into `IOpenArgs`. */
-export function toOpenArgs(args: {
-  [key: string]: unknown;
-}): IOpenArgs | null {
+export function toOpenArgs(args: { [key: string]: unknown }): IOpenArgs | null {
   const route = args.route;
   if (typeof route !== 'string' || !route.replace(/\//g, '')) {
     return null;

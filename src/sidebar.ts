@@ -1,23 +1,32 @@
 /**
- * The "GPU Dashboards" sidebar: one button per dashboard the server offers,
- * plus the server's GPU status in plain words.
+ * The "GPU Dashboards" sidebar: a panel of widgets. Its own section lists one
+ * button per dashboard the server offers, with the server's GPU status in
+ * plain words; the plugin puts the live GPU section (`GlancePanel`, with
+ * "Your GPU kernels") above it.
  *
  * It polls `index.json` and `info.json` through an injected fetcher. While
  * the proxied Bokeh server is starting it shows a loading line and retries
- * with backoff; on other failures it shows the error and keeps retrying. The
- * DOM is rebuilt only when what it shows actually changes.
+ * with backoff up to `retryMax`; once the list is shown, a failed poll keeps
+ * the list and says it is stale, and the server is found again within
+ * `retryMax` of its return. Nothing is drawn while the sidebar is hidden, and
+ * the buttons are kept (with their focus) unless the list itself changes.
  */
+import { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
+import { Message } from '@lumino/messaging';
 import { JSONExt, JSONObject } from '@lumino/coreutils';
 import { IPoll, Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
-import { Widget } from '@lumino/widgets';
+import { Panel, Widget } from '@lumino/widgets';
 
+import { element, placeInOrder, RenderOnShow, setText } from './dom';
 import {
   describeStatus,
   errorMessage,
+  formatAge,
   IStatusLine,
   isStartingError,
+  NULL_BUNDLE,
   parseIndex,
   parseInfo
 } from './model';
@@ -50,6 +59,8 @@ export type SidebarState =
       index: DashboardIndex;
       info: IServerInfo | null;
       infoError: string | null;
+      /** Set while the last poll failed: why, and when the list was read. */
+      stale: { message: string; readAt: number; failedAt: number } | null;
     };
 
 /** Poll timing while the list is shown; retries start from `retryInterval`. */
@@ -62,6 +73,9 @@ export const DEFAULT_FREQUENCY: IPoll.Frequency = {
 /** First retry delay while the server is starting or failing (then backoff). */
 export const DEFAULT_RETRY_INTERVAL = 1000;
 
+/** The longest wait between retries: a server that returns is found within it. */
+export const DEFAULT_RETRY_MAX = 5000;
+
 export namespace DashboardSidebar {
   export interface IOptions {
     /** Where `index.json` and `info.json` come from. */
@@ -72,6 +86,11 @@ export namespace DashboardSidebar {
     frequency?: Partial<IPoll.Frequency>;
     /** Poll interval while loading or failing (grows with backoff). */
     retryInterval?: number;
+    /** The longest wait between retries (default 5 s, at most `frequency.max`). */
+    retryMax?: number;
+    trans?: TranslationBundle;
+    /** The clock (tests). */
+    now?: () => number;
     /** When the poll pauses; defaults to while the page is hidden. */
     standby?: Poll.Standby | (() => boolean | Poll.Standby);
     /** Start polling right away (default true). */
@@ -79,29 +98,47 @@ export namespace DashboardSidebar {
   }
 }
 
-export class DashboardSidebar extends Widget {
+export class DashboardSidebar extends Panel {
   constructor(options: DashboardSidebar.IOptions) {
     super();
     this.id = SIDEBAR_ID;
-    this.title.caption = SIDEBAR_TITLE;
+    this._trans = options.trans ?? NULL_BUNDLE;
+    this.title.caption = this._trans.__(SIDEBAR_TITLE);
     this.addClass('nvdashboard-sidebar');
+    this.node.tabIndex = -1; // focusable when activated, not a tab stop
+    this._now = options.now ?? Date.now;
 
     this._fetcher = options.fetcher;
-    this._commands = options.commands;
     this._frequency = { ...DEFAULT_FREQUENCY, ...options.frequency };
-    const retry = Math.min(
-      options.retryInterval ?? DEFAULT_RETRY_INTERVAL,
+    const max = Math.min(
+      options.retryMax ?? DEFAULT_RETRY_MAX,
       this._frequency.max
     );
-    this._retryFrequency = { ...this._frequency, interval: retry };
+    const retry = Math.min(
+      options.retryInterval ?? DEFAULT_RETRY_INTERVAL,
+      max
+    );
+    // Lumino draws a retry's delay between `interval` and the previous
+    // tick's interval grown by the backoff; after a 15 s success that is up
+    // to 45 s. The cap is what bounds how long a returning server waits.
+    this._retryFrequency = { ...this._frequency, interval: retry, max };
 
-    const header = document.createElement('header');
-    header.className = 'nvdashboard-sidebar-header';
-    header.textContent = SIDEBAR_TITLE;
-    this._body = document.createElement('div');
-    this._body.className = 'nvdashboard-sidebar-body';
-    this.node.append(header, this._body);
-    this._render();
+    const header = new Widget({
+      node: element(
+        'h2',
+        'nvdashboard-sidebar-header',
+        this._trans.__(SIDEBAR_TITLE)
+      )
+    });
+    header.addClass('nvdashboard-sidebar-title');
+    this.addWidget(header);
+    this._section = new IndexSection({
+      commands: options.commands,
+      trans: this._trans,
+      now: this._now,
+      state: () => this._state
+    });
+    this.addWidget(this._section);
 
     this._poll = new Poll({
       auto: false,
@@ -135,9 +172,9 @@ export class DashboardSidebar extends Widget {
     return this._stateChanged;
   }
 
-  /** How many times the DOM was rebuilt (for tests and debugging). */
+  /** How many times the dashboard list section was drawn (tests and debugging). */
   get renderCount(): number {
-    return this._renderCount;
+    return this._section.renderCount;
   }
 
   /** The underlying poll (tests and the plugin may refresh it). */
@@ -145,31 +182,47 @@ export class DashboardSidebar extends Widget {
     return this._poll;
   }
 
+  /** Milliseconds between polls once the list is shown; applies at once. */
+  set interval(value: number) {
+    if (!(value > 0) || value === this._frequency.interval) {
+      return;
+    }
+    this._frequency = {
+      ...this._frequency,
+      interval: value,
+      max: Math.max(value, this._frequency.max)
+    };
+    if (this._state.kind === 'ready' && !this._state.stale) {
+      this._poll.frequency = this._frequency;
+      if (this._poll.state.phase !== 'constructed') {
+        void this._poll.refresh();
+      }
+    }
+  }
+
   /**
    * Fetch once now and update the view. Resolves true when the index was
-   * loaded; never rejects.
+   * loaded; never rejects. One request is in flight at a time.
    */
-  async refresh(): Promise<boolean> {
-    let index: DashboardIndex;
-    try {
-      index = parseIndex(await this._fetcher.fetchIndex());
-    } catch (error) {
-      this._setState(
-        isStartingError(error)
-          ? { kind: 'loading' }
-          : { kind: 'error', message: errorMessage(error) }
-      );
-      return false;
+  refresh(): Promise<boolean> {
+    if (!this._inFlight) {
+      this._inFlight = this._fetch().finally(() => {
+        this._inFlight = null;
+      });
     }
-    let info: IServerInfo | null = null;
-    let infoError: string | null = null;
-    try {
-      info = parseInfo(await this._fetcher.fetchInfo());
-    } catch (error) {
-      infoError = errorMessage(error);
+    return this._inFlight;
+  }
+
+  /** Activated (from the status bar, say): the keyboard lands in the panel. */
+  protected onActivateRequest(msg: Message): void {
+    super.onActivateRequest(msg);
+    if (!this.isAttached || this.node.contains(document.activeElement)) {
+      return;
     }
-    this._setState({ kind: 'ready', index, info, infoError });
-    return true;
+    const first = Array.from(
+      this.node.querySelectorAll<HTMLButtonElement>('button')
+    ).find(button => !button.disabled && !button.closest('[hidden]'));
+    (first ?? this.node).focus();
   }
 
   dispose(): void {
@@ -181,6 +234,40 @@ export class DashboardSidebar extends Widget {
     super.dispose();
   }
 
+  private async _fetch(): Promise<boolean> {
+    let index: DashboardIndex;
+    try {
+      index = parseIndex(await this._fetcher.fetchIndex());
+    } catch (error) {
+      const previous = this._state;
+      if (previous.kind === 'ready' && isStartingError(error)) {
+        // Keep what was shown, and say it is stale.
+        const readAt = previous.stale ? previous.stale.readAt : this._readAt;
+        this._setState({
+          ...previous,
+          stale: { message: errorMessage(error), readAt, failedAt: this._now() }
+        });
+      } else {
+        this._setState(
+          isStartingError(error)
+            ? { kind: 'loading' }
+            : { kind: 'error', message: errorMessage(error) }
+        );
+      }
+      return false;
+    }
+    let info: IServerInfo | null = null;
+    let infoError: string | null = null;
+    try {
+      info = parseInfo(await this._fetcher.fetchInfo());
+    } catch (error) {
+      infoError = errorMessage(error);
+    }
+    this._readAt = this._now();
+    this._setState({ kind: 'ready', index, info, infoError, stale: null });
+    return true;
+  }
+
   /** Poll factory: rejecting makes the poll back off before the next try. */
   private async _tick(): Promise<void> {
     const ok = await this.refresh();
@@ -189,7 +276,7 @@ export class DashboardSidebar extends Widget {
     }
     this._poll.frequency = ok ? this._frequency : this._retryFrequency;
     if (!ok) {
-      throw new Error('nvdashboard: index not available yet');
+      throw new Error('nvdashboard: index not available');
     }
   }
 
@@ -207,7 +294,7 @@ export class DashboardSidebar extends Widget {
       return;
     }
     this._state = state;
-    this._render();
+    this._section.invalidate();
     this._stateChanged.emit(state);
     const before = previous.kind === 'ready' ? previous.index : null;
     if (
@@ -218,36 +305,90 @@ export class DashboardSidebar extends Widget {
     }
   }
 
-  private _render(): void {
-    this._renderCount++;
-    const state = this._state;
-    this._body.replaceChildren();
-    this._body.dataset.state = state.kind;
+  private _fetcher: IDashboardFetcher;
+  private _trans: TranslationBundle;
+  private _now: () => number;
+  private _frequency: IPoll.Frequency;
+  private _retryFrequency: IPoll.Frequency;
+  private _poll: Poll;
+  private _section: IndexSection;
+  private _state: SidebarState = { kind: 'loading' };
+  private _readAt = 0;
+  private _inFlight: Promise<boolean> | null = null;
+  private _indexChanged = new Signal<this, DashboardIndex>(this);
+  private _stateChanged = new Signal<this, SidebarState>(this);
+}
+
+namespace IndexSection {
+  export interface IOptions {
+    commands: CommandRegistry;
+    trans: TranslationBundle;
+    now: () => number;
+    state: () => SidebarState;
+  }
+}
+
+/** The dashboard list with the GPU status: drawn only while visible. */
+class IndexSection extends RenderOnShow {
+  constructor(options: IndexSection.IOptions) {
+    super();
+    this._options = options;
+    this.addClass('nvdashboard-sidebar-body');
+    this._heading = element(
+      'h3',
+      'nvdashboard-sidebar-header',
+      options.trans.__('Dashboards')
+    );
+    this._stale = element('div', 'nvdashboard-stale', undefined, {
+      role: 'status'
+    });
+    this._content = element('div', 'nvdashboard-sidebar-content');
+    this._list = element('ul', 'nvdashboard-list');
+    this.node.append(this._heading, this._stale, this._content);
+  }
+
+  protected render(): void {
+    const state = this._options.state();
+    const trans = this._options.trans;
+    this.node.dataset.state = state.kind;
+    this._stale.hidden = !(state.kind === 'ready' && state.stale);
+    if (state.kind === 'ready' && state.stale) {
+      setText(
+        this._stale,
+        trans.__(
+          'Stale: the dashboard server did not answer (%1); this list was read %2 ago. Retrying…',
+          state.stale.message,
+          formatAge(state.stale.failedAt - state.stale.readAt, trans)
+        )
+      );
+    }
     switch (state.kind) {
       case 'loading':
-        this._body.append(
-          element('div', 'nvdashboard-loading', LOADING_TEXT, {
+        this._listKey = '';
+        this._content.replaceChildren(
+          element('div', 'nvdashboard-loading', trans.__(LOADING_TEXT), {
             role: 'status'
           })
         );
         break;
       case 'error':
-        this._body.append(
+        this._listKey = '';
+        this._content.replaceChildren(
           element(
             'div',
             'nvdashboard-error',
-            `Could not load the dashboards: ${state.message}`,
+            trans.__('Could not load the dashboards: %1', state.message),
             { role: 'alert' }
           ),
-          element('div', 'nvdashboard-retrying', 'Retrying…')
+          element('div', 'nvdashboard-retrying', trans.__('Retrying…'))
         );
         break;
-      case 'ready':
-        this._body.append(
-          this._renderStatus(state.info, state.infoError),
-          this._renderList(state.index)
-        );
+      case 'ready': {
+        const status = this._renderStatus(state.info, state.infoError);
+        const list = this._renderList(state.index);
+        placeInOrder(this._content, [status, list]);
         break;
+      }
     }
   }
 
@@ -255,19 +396,29 @@ export class DashboardSidebar extends Widget {
     info: IServerInfo | null,
     infoError: string | null
   ): HTMLElement {
+    const trans = this._options.trans;
+    const key = JSON.stringify([info, infoError]);
+    if (key === this._statusKey && this._status) {
+      return this._status;
+    }
+    this._statusKey = key;
     const status = element('div', 'nvdashboard-status');
+    this._status = status;
     if (!info) {
       status.dataset.kind = 'unknown';
       status.append(
         element(
           'div',
           'nvdashboard-status-headline',
-          `GPU status unavailable: ${infoError ?? 'no answer'}`
+          trans.__(
+            'GPU status unavailable: %1',
+            infoError ?? trans.__('no answer')
+          )
         )
       );
       return status;
     }
-    const summary = describeStatus(info);
+    const summary = describeStatus(info, trans);
     status.dataset.kind = summary.kind;
     status.append(
       element('div', 'nvdashboard-status-headline', summary.headline)
@@ -283,58 +434,58 @@ export class DashboardSidebar extends Widget {
   }
 
   private _renderList(index: DashboardIndex): HTMLElement {
+    const key = JSON.stringify(index);
+    if (key === this._listKey && this._listNode) {
+      return this._listNode;
+    }
+    this._listKey = key;
+    const trans = this._options.trans;
     const routes = Object.keys(index);
     if (routes.length === 0) {
-      return element(
+      this._listNode = element(
         'div',
         'nvdashboard-empty',
-        'No dashboards are available on this machine.'
+        trans.__('No dashboards are available on this machine.')
       );
+      return this._listNode;
     }
-    const list = element('ul', 'nvdashboard-list');
-    for (const route of routes) {
+    // Buttons are kept by route, so one that has focus keeps it.
+    const kept = new Map<string, HTMLElement>();
+    for (const item of Array.from(this._list.children) as HTMLElement[]) {
+      kept.set(item.dataset.key ?? '', item);
+    }
+    const items = routes.map(route => {
       const label = index[route];
-      const button = element(
-        'button',
-        `${BUTTON_CLASS} jp-mod-styled`,
-        label,
-        { 'data-route': route, title: `Open ${label}`, type: 'button' }
-      );
+      const itemKey = JSON.stringify([route, label]);
+      const old = kept.get(itemKey);
+      if (old) {
+        return old;
+      }
+      const button = element('button', `${BUTTON_CLASS} jp-mod-styled`, label, {
+        'data-route': route,
+        title: trans.__('Open %1', label),
+        type: 'button'
+      });
       button.addEventListener('click', () => {
-        void this._commands.execute(COMMAND_OPEN, { route, label });
+        void this._options.commands.execute(COMMAND_OPEN, { route, label });
       });
       const item = element('li', 'nvdashboard-list-item');
+      item.dataset.key = itemKey;
       item.append(button);
-      list.append(item);
-    }
-    return list;
+      return item;
+    });
+    placeInOrder(this._list, items);
+    this._listNode = this._list;
+    return this._list;
   }
 
-  private _fetcher: IDashboardFetcher;
-  private _commands: CommandRegistry;
-  private _frequency: IPoll.Frequency;
-  private _retryFrequency: IPoll.Frequency;
-  private _poll: Poll;
-  private _body: HTMLElement;
-  private _state: SidebarState = { kind: 'loading' };
-  private _renderCount = 0;
-  private _indexChanged = new Signal<this, DashboardIndex>(this);
-  private _stateChanged = new Signal<this, SidebarState>(this);
-}
-
-function element<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  className: string,
-  text?: string,
-  attributes: Record<string, string> = {}
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  node.className = className;
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  for (const [name, value] of Object.entries(attributes)) {
-    node.setAttribute(name, value);
-  }
-  return node;
+  private _options: IndexSection.IOptions;
+  private _heading: HTMLElement;
+  private _stale: HTMLElement;
+  private _content: HTMLElement;
+  private _list: HTMLElement;
+  private _listNode: HTMLElement | null = null;
+  private _listKey = '';
+  private _status: HTMLElement | null = null;
+  private _statusKey = '';
 }

@@ -143,3 +143,6 @@ export const OPEN_NOTEBOOK_MESSAGE = 'nvdashboard:open-notebook';
 
 /** postMessage type a dashboard page listens for (apps/live_client.js). */
 export const VISIBILITY_MESSAGE = 'nvdashboard:visibility';
+
+/** postMessage type a dashboard page sends to ask whether its tab is shown. */
+export const VISIBILITY_REQUEST_MESSAGE = 'nvdashboard:visibility-request';

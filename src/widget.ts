@@ -1,11 +1,23 @@
 /**
- * A dashboard tab: a `MainAreaWidget` around a sandboxed `IFrame` showing
- * one Bokeh document served through jupyter-server-proxy.
+ * A dashboard tab: a `MainAreaWidget` around an `IFrame` showing one Bokeh
+ * document served through jupyter-server-proxy.
+ *
+ * The iframe boundary. The dashboard page comes from this Jupyter server,
+ * through the proxy, so it has JupyterLab's origin: a `sandbox` with
+ * `allow-scripts allow-same-origin` would isolate nothing (the page could
+ * remove it), so none is set. What keeps the page harmless is that the pages
+ * render no untrusted HTML (every value the server shows is text), and that
+ * JupyterLab believes only two messages from it, each checked here:
+ * - `nvdashboard:open-notebook {path}`: opened through the document manager,
+ *   only from this tab's own iframe window (never a null source), only from
+ *   this origin, and only for a relative path without `.`/`..` segments;
+ * - `nvdashboard:visibility-request`: answered with whether the tab is shown.
  *
  * The tab tells its page when it is shown or hidden (a background tab, a
- * collapsed panel): a hidden page closes its data socket and applies no
- * updates, then catches up when shown. The page cannot see this by itself,
- * since a hidden JupyterLab tab is still a visible browser document.
+ * collapsed panel), again each time the page loads, and when the page asks:
+ * a hidden page closes its data socket and applies no updates, then catches
+ * up when shown. The page cannot see this by itself, since a hidden
+ * JupyterLab tab is still a visible browser document.
  */
 import { MainAreaWidget } from '@jupyterlab/apputils';
 import { IFrame } from '@jupyterlab/ui-components';
@@ -16,6 +28,7 @@ import {
   IOpenArgs,
   OPEN_NOTEBOOK_MESSAGE,
   VISIBILITY_MESSAGE,
+  VISIBILITY_REQUEST_MESSAGE,
   WIDGET_CLASS
 } from './tokens';
 import { dashboardUrl, widgetId } from './urls';
@@ -32,10 +45,9 @@ export namespace DashboardWidget {
 
 export class DashboardWidget extends MainAreaWidget<IFrame> {
   constructor(options: DashboardWidget.IOptions) {
-    const content = new IFrame({
-      // Bokeh needs scripts and a same-origin websocket back to the proxy.
-      sandbox: ['allow-scripts', 'allow-same-origin']
-    });
+    const content = new IFrame();
+    // No sandbox: see the module comment for why it would isolate nothing.
+    content.node.querySelector('iframe')?.removeAttribute('sandbox');
     super({ content });
     this.route = options.route;
     this.label = options.label;
@@ -48,29 +60,46 @@ export class DashboardWidget extends MainAreaWidget<IFrame> {
     this.setTheme(options.theme);
     this._openPath = options.openPath;
     window.addEventListener('message', this._onMessage);
+    // A page that loads after the tab was hidden missed the message.
+    this._frame()?.addEventListener('load', this._onLoad);
   }
 
   dispose(): void {
     window.removeEventListener('message', this._onMessage);
+    this._frame()?.removeEventListener('load', this._onLoad);
     super.dispose();
   }
 
-  /** A notebook link clicked in this tab's own page (same origin only). */
+  private _frame(): HTMLIFrameElement | null {
+    return this.content.node.querySelector('iframe');
+  }
+
+  private _onLoad = (): void => {
+    this._tellPage(this._pageVisible);
+  };
+
+  /** A message from this tab's own page; anything else is ignored. */
   private _onMessage = (event: MessageEvent): void => {
-    const frame = this.content.node.querySelector('iframe');
+    const page = this._frame()?.contentWindow ?? null;
     const data = event.data as { type?: unknown; path?: unknown } | null;
     if (
-      !frame ||
-      event.source !== frame.contentWindow ||
+      page === null ||
+      event.source === null ||
+      event.source !== page ||
       event.origin !== window.location.origin ||
-      !data ||
-      data.type !== OPEN_NOTEBOOK_MESSAGE ||
-      typeof data.path !== 'string' ||
-      !data.path
+      typeof data !== 'object' ||
+      data === null
     ) {
       return;
     }
-    this._openPath?.(data.path);
+    if (data.type === VISIBILITY_REQUEST_MESSAGE) {
+      this._tellPage(this._pageVisible);
+    } else if (
+      data.type === OPEN_NOTEBOOK_MESSAGE &&
+      isNotebookPath(data.path)
+    ) {
+      this._openPath?.(data.path);
+    }
   };
 
   /** Route as in the index, e.g. `/GPU-Utilization`. */
@@ -109,8 +138,7 @@ export class DashboardWidget extends MainAreaWidget<IFrame> {
 
   private _tellPage(visible: boolean): void {
     this._pageVisible = visible;
-    const frame = this.content.node.querySelector('iframe');
-    const page = frame?.contentWindow;
+    const page = this._frame()?.contentWindow;
     if (!page) {
       return;
     }
@@ -124,4 +152,26 @@ export class DashboardWidget extends MainAreaWidget<IFrame> {
   private _baseUrl: string;
   private _pageVisible = true;
   private _openPath: ((path: string) => void) | undefined;
+}
+
+/**
+ * Whether a path from a page has the shape of a file path on this Jupyter
+ * server: relative, no `.` or `..` segment, no empty segment, no backslash,
+ * no control character, no URL scheme.
+ */
+export function isNotebookPath(path: unknown): path is string {
+  if (typeof path !== 'string' || !path || path.length > 4096) {
+    return false;
+  }
+  const control = Array.from(path).some(c => c < ' ' || c === '\u007f');
+  if (
+    control ||
+    path.includes('\\') ||
+    /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(path)
+  ) {
+    return false;
+  }
+  return path
+    .split('/')
+    .every(segment => segment !== '' && segment !== '.' && segment !== '..');
 }

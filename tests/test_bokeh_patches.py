@@ -81,3 +81,23 @@ def test_routine_closed_tab_warning_is_dropped_and_other_loggers_are_untouched()
     assert one_line.filter(ours)
     assert ours.msg == "two\nlines" and ours.exc_info is not None
     assert sys.exc_info() == (None, None, None)
+
+
+def test_a_websocket_without_bokehs_subprotocol_is_one_log_line(caplog) -> None:  # noqa: ANN001
+    from types import SimpleNamespace
+
+    from bokeh.server.views.ws import WSHandler
+
+    bokeh_patches.apply()
+    closed: list[int] = []
+    handler = WSHandler.__new__(WSHandler)
+    handler._token = None
+    handler._current_user = "user"  # what Bokeh's @authenticated asks for
+    handler.ws_connection = SimpleNamespace(selected_subprotocol=None,
+                                            close=lambda *args: closed.append(1))
+    with caplog.at_level(logging.INFO):
+        handler.open()  # Bokeh alone raises ProtocolError, which tornado logs with a traceback
+    refused = [r for r in caplog.records if "websocket refused" in r.getMessage()]
+    assert len(refused) == 1 and "\n" not in refused[0].getMessage()
+    assert "Subprotocol header is not 'bokeh'" in refused[0].getMessage()
+    assert closed, "the socket is closed"

@@ -1,4 +1,4 @@
-"""The frontend's own checks (jest, tsc --strict) and ruff, run as part of the one test command."""
+"""The frontend's checks (jest, tsc --strict, `jlpm lint`) and ruff, run by the one test command."""
 
 from __future__ import annotations
 
@@ -27,6 +27,12 @@ def node_modules() -> None:
 
 def test_typescript_is_strict_clean(node_modules: None) -> None:
     result = run("jlpm", "lint:tsc")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_frontend_lint_is_clean(node_modules: None) -> None:
+    """`jlpm lint`: stylelint, prettier and eslint, in check mode (nothing is rewritten)."""
+    result = run("jlpm", "lint")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 

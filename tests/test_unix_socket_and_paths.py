@@ -107,3 +107,22 @@ def test_a_nul_byte_in_a_static_path_is_a_400(tmp_path: Path) -> None:
         assert get(url + "/static/js/bokeh.min.js")[0] == 200
         output = server_output(process)
     assert "Uncaught exception" not in output and "500" not in output, output
+
+
+def test_the_proxy_socket_folder_goes_with_the_socket_and_only_when_empty(tmp_path: Path) -> None:
+    from jupyterlab_nvdashboard.server import remove_proxy_socket_folder
+
+    # What jupyter-server-proxy makes for `unix_socket: True`: mkdtemp("jupyter-server-proxy-").
+    folder = tmp_path / "jupyter-server-proxy-abc123"
+    folder.mkdir()
+    remove_proxy_socket_folder(str(folder / "socket"))
+    assert not folder.exists()
+    # A folder with something else in it, or one of another name, stays.
+    folder.mkdir()
+    (folder / "other").write_text("not ours")
+    remove_proxy_socket_folder(str(folder / "socket"))
+    assert (folder / "other").exists()
+    mine = tmp_path / "my-sockets"
+    mine.mkdir()
+    remove_proxy_socket_folder(str(mine / "nvdashboard.sock"))
+    assert mine.exists()

@@ -29,7 +29,9 @@ export class FakeFetcher implements IDashboardFetcher {
 
 function answer(queue: Answer[], call: number): Promise<unknown> {
   const value = queue[Math.min(call, queue.length - 1)];
-  return value instanceof Error ? Promise.reject(value) : Promise.resolve(value);
+  return value instanceof Error
+    ? Promise.reject(value)
+    : Promise.resolve(value);
 }
 
 export const DEFAULT_INFO = {

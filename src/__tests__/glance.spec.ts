@@ -1,8 +1,14 @@
+import { TranslationBundle } from '@jupyterlab/translation';
+import { Signal } from '@lumino/signaling';
+import { Widget } from '@lumino/widgets';
+
 import {
+  busiestDevice,
+  DIAGNOSIS_CLASS,
   GlanceModel,
   GlancePanel,
   GlanceStatusItem,
-  DIAGNOSIS_CLASS,
+  IGlanceState,
   KERNEL_ROW_CLASS,
   parseGlance,
   statusText,
@@ -40,14 +46,67 @@ const GLANCE = {
   ]
 };
 
-function model(answers: unknown[]): GlanceModel & { calls: number } {
+const TWO_KERNELS = {
+  ...GLANCE,
+  kernels: [
+    ...GLANCE.kernels,
+    {
+      kernel_id: 'k2',
+      path: 'work/b.ipynb',
+      memory_bytes: 5e9,
+      memory_known: true,
+      devices: ['GPU 1']
+    }
+  ]
+};
+
+function ok(glance: unknown): IGlanceState {
+  return {
+    glance: parseGlance(glance),
+    readAt: 0,
+    error: null,
+    failedAt: null
+  };
+}
+
+/** A model whose answers come from a queue (the last one repeats); Errors reject. */
+function model(
+  answers: unknown[],
+  options: Partial<GlanceModel.IOptions> = {}
+): GlanceModel & { calls: number } {
   let calls = 0;
   const m = new GlanceModel({
-    fetch: () => Promise.resolve(answers[Math.min(calls++, answers.length - 1)]),
-    autoStart: false
+    fetch: () => {
+      const answer = answers[Math.min(calls++, answers.length - 1)];
+      return answer instanceof Error
+        ? Promise.reject(answer)
+        : Promise.resolve(answer);
+    },
+    autoStart: false,
+    ...options
   }) as GlanceModel & { calls: number };
   Object.defineProperty(m, 'calls', { get: () => calls });
   return m;
+}
+
+function panelFor(
+  m: GlanceModel,
+  options: Partial<GlancePanel.IOptions> = {}
+): GlancePanel {
+  const panel = new GlancePanel({
+    model: m,
+    confirm: () => Promise.resolve(true),
+    shutdownKernel: () => Promise.resolve(),
+    ...options
+  });
+  Widget.attach(panel, document.body);
+  return panel;
+}
+
+function stopButton(panel: GlancePanel, id = 'k1'): HTMLButtonElement {
+  return panel.node.querySelector(
+    `[data-kernel-id="${id}"] .nvdashboard-kernel-shutdown`
+  ) as HTMLButtonElement;
 }
 
 describe('parseGlance', () => {
@@ -58,7 +117,11 @@ describe('parseGlance', () => {
     });
     expect(parsed.devices.map(d => d.label)).toEqual(['GPU 0']);
     expect(parsed.kernels.map(k => k.kernel_id)).toEqual(['k1']);
-    expect(parseGlance('junk')).toEqual({ devices: [], kernels: [], diagnoses: [] });
+    expect(parseGlance('junk')).toEqual({
+      devices: [],
+      kernels: [],
+      diagnoses: []
+    });
   });
 
   it('turns non-numbers into not available', () => {
@@ -70,16 +133,46 @@ describe('parseGlance', () => {
 });
 
 describe('statusText', () => {
-  it('shows mean utilization and the memory it knows, in a few characters', () => {
-    expect(statusText(parseGlance(GLANCE))).toBe('GPU 60% · 20/80 GB');
+  it('shows the busiest GPU, not the mean', () => {
+    const glance = {
+      devices: [
+        { ...GLANCE.devices[0], utilization_pct: 5 },
+        { ...GLANCE.devices[1], utilization_pct: 100, memory_used_bytes: 70e9 },
+        { ...GLANCE.devices[0], index: 2, label: 'GPU 2', utilization_pct: 0 }
+      ]
+    };
+    // A mean would read 35%, hiding a GPU that is full.
+    expect(statusText(ok(glance))).toBe('GPU 1 100% · 70 GB/80 GB');
+    expect(busiestDevice(parseGlance(glance))?.label).toBe('GPU 1');
     expect(statusText(null)).toBe('GPU –');
   });
 
-  it('says n/a rather than 0 when nothing is reported', () => {
+  it('shows each GPU when asked to', () => {
+    expect(statusText(ok(GLANCE), 'each')).toBe('GPU 40% 80%');
+  });
+
+  it('breaks a tie by memory, and says n/a rather than 0', () => {
     const glance = parseGlance({
-      devices: [{ index: 0, label: 'GPU 0', kind: 'gpu' }]
+      devices: [
+        { index: 0, label: 'GPU 0', kind: 'gpu' },
+        {
+          index: 1,
+          label: 'GPU 1',
+          kind: 'gpu',
+          memory_used_bytes: 1e9,
+          memory_total_bytes: 2e9
+        }
+      ]
     });
-    expect(statusText(glance)).toBe('GPU n/a · n/a');
+    expect(busiestDevice(glance)?.label).toBe('GPU 1');
+    const none = { devices: [{ index: 0, label: 'GPU 0', kind: 'gpu' }] };
+    expect(statusText(ok(none))).toBe('GPU 0 n/a · memory n/a');
+  });
+
+  it('has a tooltip line per GPU', () => {
+    const tooltip = statusTooltip(ok(GLANCE)).split('\n');
+    expect(tooltip).toContain('GPU 0: 40% utilization, 20 GB of 80 GB memory');
+    expect(tooltip).toContain('GPU 1: 80% utilization, n/a of 80 GB memory');
   });
 });
 
@@ -101,21 +194,24 @@ describe('diagnoses of the GPUs holding your kernels', () => {
   it('keeps well-formed diagnoses and puts them in the status tooltip', () => {
     const glance = parseGlance(WHY);
     expect(glance.diagnoses.map(d => d.cause)).toEqual(['launch-bound']);
-    const tooltip = statusTooltip(glance);
+    const tooltip = statusTooltip(ok(WHY));
     expect(tooltip).toContain('The GPUs of your kernels:');
-    expect(tooltip).toContain('GPU 0 launch- or latency-bound: utilization 98%');
-    expect(tooltip).toContain('Try: launch fewer, bigger kernels: CUDA Graphs.');
-    expect(statusTooltip(parseGlance(GLANCE))).not.toContain('your kernels');
+    expect(tooltip).toContain(
+      'GPU 0 launch- or latency-bound: utilization 98%'
+    );
+    expect(tooltip).toContain(
+      'Try: launch fewer, bigger kernels: CUDA Graphs.'
+    );
+    expect(statusTooltip(ok(GLANCE))).not.toContain('your kernels');
   });
 
   it('shows them in the sidebar under the kernels, and the status item says them', async () => {
     const m = model([WHY]);
-    const panel = new GlancePanel({
+    const panel = panelFor(m);
+    const item = new GlanceStatusItem({
       model: m,
-      confirm: () => Promise.resolve(false),
-      shutdownKernel: () => Promise.resolve()
+      onActivate: () => undefined
     });
-    const item = new GlanceStatusItem(m, () => undefined);
     await m.refresh();
     const lines = panel.node.querySelectorAll(`.${DIAGNOSIS_CLASS} li`);
     expect(lines.length).toBe(1);
@@ -123,42 +219,299 @@ describe('diagnoses of the GPUs holding your kernels', () => {
     expect(lines[0].textContent).toContain('SM activity 12%');
     expect(lines[0].textContent).toContain('Try: launch fewer');
     expect(item.node.title).toContain('launch- or latency-bound');
+    panel.dispose();
     m.dispose();
   });
 });
 
 describe('GlanceStatusItem', () => {
-  it('follows the model and opens the sidebar on click', async () => {
+  it('follows the model and opens the sidebar on click, Enter and Space', async () => {
     const m = model([GLANCE]);
-    let clicks = 0;
-    const item = new GlanceStatusItem(m, () => clicks++);
+    let opened = 0;
+    const item = new GlanceStatusItem({ model: m, onActivate: () => opened++ });
     expect(item.node.textContent).toBe('GPU –');
     await m.refresh();
-    expect(item.node.textContent).toBe('GPU 60% · 20/80 GB');
+    expect(item.node.textContent).toBe('GPU 1 80% · memory n/a');
     item.node.click();
-    expect(clicks).toBe(1);
+    for (const key of ['Enter', ' ', 'a']) {
+      item.node.dispatchEvent(
+        new KeyboardEvent('keydown', { key, bubbles: true })
+      );
+    }
+    expect(opened).toBe(3);
+    m.dispose();
+  });
+
+  it('is a focusable button with a name, highlighted like JupyterLab items', () => {
+    const item = new GlanceStatusItem({
+      model: model([GLANCE]),
+      onActivate: () => undefined
+    });
+    expect(item.node.tabIndex).toBe(0);
+    expect(item.node.getAttribute('role')).toBe('button');
+    expect(item.node.getAttribute('aria-label')).toContain(
+      'Open the GPU dashboards'
+    );
+    expect(item.hasClass('jp-mod-highlighted')).toBe(true);
+  });
+
+  it('is active only with a GPU and when the setting allows, and says when that changes', async () => {
+    const m = model([{ devices: [] }, GLANCE]);
+    const item = new GlanceStatusItem({
+      model: m,
+      onActivate: () => undefined
+    });
+    let changes = 0;
+    item.activeStateChanged.connect(() => changes++);
+    expect(item.isActive()).toBe(false);
+    await m.refresh();
+    expect(item.isActive()).toBe(false); // no GPU on this machine
+    await m.refresh();
+    expect(item.isActive()).toBe(true);
+    item.enabled = false;
+    expect(item.isActive()).toBe(false);
+    expect(changes).toBe(2);
+    m.dispose();
+  });
+
+  it('switches between the busiest and each GPU live', async () => {
+    const m = model([GLANCE]);
+    const item = new GlanceStatusItem({
+      model: m,
+      onActivate: () => undefined
+    });
+    await m.refresh();
+    item.figure = 'each';
+    expect(item.node.textContent).toBe('GPU 40% 80%');
+    m.dispose();
+  });
+});
+
+describe('stale and unreachable', () => {
+  it('says "stale" with the age of the last reading after a failed poll', async () => {
+    let now = 1_000_000;
+    const m = model([GLANCE, new TypeError('Failed to fetch')], {
+      now: () => now
+    });
+    const panel = panelFor(m);
+    const item = new GlanceStatusItem({
+      model: m,
+      onActivate: () => undefined
+    });
+    await m.refresh();
+    expect(item.node.textContent).not.toContain('stale');
+    now += 7000;
+    await expect(m.refresh()).rejects.toThrow('Failed to fetch');
+    expect(m.stale).toBe(true);
+    expect(item.node.textContent).toBe(
+      'GPU 1 80% · memory n/a · stale, read 7 s ago'
+    );
+    expect(item.node.title).toContain(
+      'The dashboard server did not answer (Failed to fetch)'
+    );
+    expect(item.hasClass('nvdashboard-mod-stale')).toBe(true);
+    const banner = panel.node.querySelector(
+      '.nvdashboard-stale'
+    ) as HTMLElement;
+    expect(banner.hidden).toBe(false);
+    expect(banner.getAttribute('role')).toBe('status');
+    expect(banner.textContent).toContain('stale, read 7 s ago');
+    expect(panel.hasClass('nvdashboard-mod-stale')).toBe(true);
+    // The age keeps counting on the next failure.
+    now += 5000;
+    await expect(m.refresh()).rejects.toThrow();
+    expect(banner.textContent).toContain('read 12 s ago');
+    panel.dispose();
+    m.dispose();
+  });
+
+  it('says "server unreachable" when there never was a reading', async () => {
+    const m = model([new TypeError('Failed to fetch')]);
+    const panel = panelFor(m);
+    const item = new GlanceStatusItem({
+      model: m,
+      onActivate: () => undefined
+    });
+    await expect(m.refresh()).rejects.toThrow();
+    expect(item.node.textContent).toBe('GPU: server unreachable');
+    expect(panel.node.textContent).toContain('server unreachable');
+    panel.dispose();
+    m.dispose();
+  });
+
+  it('retries within one interval after a success then a failure', async () => {
+    // Pin Poll's random draw to the top of its range, as a bad day would.
+    const random = jest.spyOn(Math, 'random').mockReturnValue(0.999);
+    try {
+      const answers: unknown[] = [
+        GLANCE,
+        GLANCE,
+        new TypeError('Failed to fetch'),
+        GLANCE
+      ];
+      const m = model(answers, {
+        interval: 20,
+        standby: 'never',
+        autoStart: true
+      });
+      const ticks: Array<[string, number]> = [];
+      m.poll.ticked.connect((_, state) => {
+        ticks.push([state.phase, state.interval]);
+      });
+      await waitFor(() => ticks.some(([phase]) => phase === 'reconnected'));
+      const rejected = ticks.filter(([phase]) => phase === 'rejected');
+      expect(rejected.length).toBeGreaterThan(0);
+      // Lumino's backoff would wait up to 3 × the last interval; this waits one.
+      expect(rejected.every(([, interval]) => interval === 20)).toBe(true);
+      m.dispose();
+    } finally {
+      random.mockRestore();
+    }
+  });
+});
+
+describe('render discipline', () => {
+  it('emits only when the reading changed', async () => {
+    const m = model([GLANCE, GLANCE, TWO_KERNELS]);
+    let emitted = 0;
+    m.changed.connect(() => emitted++);
+    await m.refresh();
+    await m.refresh();
+    expect(emitted).toBe(1);
+    await m.refresh();
+    expect(emitted).toBe(2);
+    m.dispose();
+  });
+
+  it('keeps focus on "Shut down" across an identical update and a changed one', async () => {
+    const changed = {
+      ...TWO_KERNELS,
+      kernels: [
+        { ...TWO_KERNELS.kernels[0], memory_bytes: 4e9 },
+        TWO_KERNELS.kernels[1]
+      ]
+    };
+    const m = model([TWO_KERNELS, TWO_KERNELS, changed]);
+    const panel = panelFor(m);
+    await m.refresh();
+    const button = stopButton(panel, 'k2');
+    button.focus();
+    expect(document.activeElement).toBe(button);
+    const renders = panel.renderCount;
+    await m.refresh(); // identical
+    expect(panel.renderCount).toBe(renders);
+    await m.refresh(); // k1's memory changed
+    expect(panel.renderCount).toBe(renders + 1);
+    expect(stopButton(panel, 'k2')).toBe(button);
+    expect(document.activeElement).toBe(button);
+    expect(panel.node.textContent).toContain('4 GB on GPU 0');
+    panel.dispose();
+    m.dispose();
+  });
+
+  it('draws nothing while hidden and catches up when shown', async () => {
+    const m = model([GLANCE, TWO_KERNELS]);
+    const panel = panelFor(m);
+    await m.refresh();
+    panel.hide();
+    const renders = panel.renderCount;
+    await m.refresh();
+    expect(panel.renderCount).toBe(renders);
+    expect(panel.node.querySelectorAll(`.${KERNEL_ROW_CLASS}`).length).toBe(1);
+    panel.show();
+    expect(panel.renderCount).toBe(renders + 1);
+    expect(panel.node.querySelectorAll(`.${KERNEL_ROW_CLASS}`).length).toBe(2);
+    panel.dispose();
+    m.dispose();
+  });
+
+  it('keeps one request in flight, and an older answer never overwrites a newer one', async () => {
+    const pending: Array<(value: unknown) => void> = [];
+    const m = new GlanceModel({
+      fetch: () => new Promise(resolve => pending.push(resolve)),
+      autoStart: false
+    });
+    const first = m.refresh(); // a poll tick, sent before the shutdown
+    const second = m.refresh(); // the refresh after the shutdown
+    const third = m.refresh();
+    expect(second).toBe(third);
+    await Promise.resolve();
+    expect(pending.length).toBe(1);
+    pending[0](TWO_KERNELS);
+    await first;
+    await waitFor(() => pending.length === 2);
+    pending[1](GLANCE);
+    await second;
+    expect(m.glance?.kernels.map(k => k.kernel_id)).toEqual(['k1']);
+    m.dispose();
+  });
+
+  it('applies a new interval live', async () => {
+    const m = model([GLANCE], {
+      interval: 60_000,
+      standby: 'never',
+      autoStart: true
+    });
+    await waitFor(() => m.calls === 1);
+    m.interval = 10;
+    expect(m.poll.frequency.interval).toBe(10);
+    await waitFor(() => m.calls >= 4);
     m.dispose();
   });
 });
 
 describe('GlancePanel', () => {
-  it('draws one bar pair per device and lists the kernels', async () => {
+  it('puts "Your GPU kernels" first, as a heading, then one meter pair per device', async () => {
     const m = model([GLANCE]);
-    const panel = new GlancePanel({
-      model: m,
-      confirm: () => Promise.resolve(false),
-      shutdownKernel: () => Promise.resolve()
-    });
+    const panel = panelFor(m);
     await m.refresh();
-    const bars = panel.node.querySelectorAll('.nvdashboard-bar');
-    expect(bars.length).toBe(4);
-    expect((bars[0] as HTMLElement).dataset.value).toBe('40.0');
-    expect((bars[1] as HTMLElement).dataset.value).toBe('25.0');
-    expect((bars[3] as HTMLElement).dataset.value).toBe(''); // not available
+    const headings = Array.from(panel.node.querySelectorAll('h3')).filter(
+      h => !h.hidden
+    );
+    expect(headings.map(h => h.textContent)).toEqual([
+      'Your GPU kernels',
+      'GPUs now'
+    ]);
+    const kernelList = panel.node.querySelector('.nvdashboard-kernels')!;
+    const devices = panel.node.querySelector('.nvdashboard-glance-devices')!;
+    expect(
+      kernelList.compareDocumentPosition(devices) &
+        Node.DOCUMENT_POSITION_FOLLOWING
+    ).toBeTruthy();
+    const meters = panel.node.querySelectorAll('[role=meter]');
+    expect(meters.length).toBe(4);
+    expect((meters[0] as HTMLElement).dataset.value).toBe('40.0');
+    expect(meters[0].getAttribute('aria-valuenow')).toBe('40');
+    expect(meters[0].getAttribute('aria-valuemin')).toBe('0');
+    expect(meters[0].getAttribute('aria-valuemax')).toBe('100');
+    expect(meters[0].getAttribute('aria-label')).toBe('GPU 0 utilization');
+    expect(meters[1].getAttribute('aria-valuetext')).toBe('20 GB / 80 GB');
+    expect(meters[3].hasAttribute('aria-valuenow')).toBe(false); // not available
+    expect(meters[3].getAttribute('aria-valuetext')).toBe('n/a / 80 GB');
+    // What fits on the bar: the used memory; the total is in its name and tooltip.
+    expect(meters[1].textContent).toBe('20 GB');
     const rows = panel.node.querySelectorAll(`.${KERNEL_ROW_CLASS}`);
     expect(rows.length).toBe(1);
     expect(rows[0].textContent).toContain('work/a.ipynb');
-    expect(rows[0].textContent).toContain('3.0 GB on GPU 0');
+    expect(rows[0].textContent).toContain('3 GB on GPU 0');
+    panel.dispose();
+    m.dispose();
+  });
+
+  it('gives every button a name of its own', async () => {
+    const m = model([TWO_KERNELS]);
+    const panel = panelFor(m);
+    await m.refresh();
+    const names = Array.from(panel.node.querySelectorAll('button')).map(b =>
+      b.getAttribute('aria-label')
+    );
+    expect(names).toEqual([
+      'Open work/a.ipynb',
+      'Shut down the kernel of work/a.ipynb',
+      'Open work/b.ipynb',
+      'Shut down the kernel of work/b.ipynb'
+    ]);
+    panel.dispose();
     m.dispose();
   });
 
@@ -167,8 +520,7 @@ describe('GlancePanel', () => {
     const m = model([GLANCE, GLANCE, after]);
     const stopped: string[] = [];
     let answer = false;
-    const panel = new GlancePanel({
-      model: m,
+    const panel = panelFor(m, {
       confirm: () => Promise.resolve(answer),
       shutdownKernel: id => {
         stopped.push(id);
@@ -176,39 +528,78 @@ describe('GlancePanel', () => {
       }
     });
     await m.refresh();
-    const button = () =>
-      panel.node.querySelector('.nvdashboard-kernel-shutdown') as HTMLButtonElement;
-    button().click();
+    stopButton(panel).click();
     await new Promise(resolve => setTimeout(resolve, 10));
     expect(stopped).toEqual([]); // declined
     await m.refresh();
     answer = true;
-    button().click();
+    stopButton(panel).click();
     await waitFor(() => stopped.length === 1 && m.calls === 3);
     expect(stopped).toEqual(['k1']);
     await waitFor(
       () => panel.node.querySelectorAll(`.${KERNEL_ROW_CLASS}`).length === 0
     );
+    panel.dispose();
     m.dispose();
   });
-});
 
-describe('GlanceModel', () => {
-  it('pauses while the page is hidden', async () => {
-    let hidden = true;
-    let calls = 0;
-    const m = new GlanceModel({
-      fetch: () => {
-        calls++;
-        return Promise.resolve(GLANCE);
-      },
-      interval: 5,
-      standby: () => hidden
+  it('shows the error dialog when a shutdown fails, and enables the button again', async () => {
+    const m = model([GLANCE]);
+    const errors: Array<[string, unknown]> = [];
+    const refused = new Error('403 Forbidden');
+    const panel = panelFor(m, {
+      shutdownKernel: () => Promise.reject(refused),
+      showError: (title, error) => {
+        errors.push([title, error]);
+      }
     });
-    await new Promise(resolve => setTimeout(resolve, 60));
-    expect(calls).toBe(0);
-    hidden = false;
-    await waitFor(() => calls > 1);
+    await m.refresh();
+    stopButton(panel).click();
+    await waitFor(() => errors.length === 1);
+    expect(errors[0]).toEqual([
+      'Could not shut down the kernel of work/a.ipynb',
+      refused
+    ]);
+    expect(stopButton(panel).disabled).toBe(false);
+    expect(stopButton(panel).textContent).toBe('Shut down');
+    panel.dispose();
+    m.dispose();
+  });
+
+  it('offers "Shut down" only for kernels this Jupyter server runs', async () => {
+    const m = model([TWO_KERNELS]);
+    const local = new Set(['k2']);
+    const changed = new Signal<object, void>({});
+    const panel = panelFor(m, {
+      isLocalKernel: id => local.has(id),
+      localKernelsChanged: changed
+    });
+    await m.refresh();
+    expect(stopButton(panel, 'k1').hidden).toBe(true);
+    expect(
+      panel.node.querySelector('[data-kernel-id="k1"]')!.textContent
+    ).toContain('runs under another Jupyter server');
+    expect(stopButton(panel, 'k2').hidden).toBe(false);
+    local.add('k1');
+    changed.emit();
+    expect(stopButton(panel, 'k1').hidden).toBe(false);
+    panel.dispose();
+    m.dispose();
+  });
+
+  it('speaks the translator’s language', async () => {
+    const bundle = {
+      __: (msgid: string, ...args: unknown[]) =>
+        `«${args.reduce<string>((s, a, i) => s.replace(`%${i + 1}`, String(a)), msgid)}»`,
+      _n: (one: string, many: string, n: number) =>
+        `«${(n === 1 ? one : many).replace('%1', String(n))}»`
+    } as unknown as TranslationBundle;
+    const m = model([GLANCE]);
+    const panel = panelFor(m, { trans: bundle });
+    await m.refresh();
+    expect(panel.node.textContent).toContain('«Your GPU kernels»');
+    expect(panel.node.textContent).toContain('«Shut down»');
+    panel.dispose();
     m.dispose();
   });
 });

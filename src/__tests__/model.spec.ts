@@ -1,7 +1,11 @@
+import { TranslationBundle } from '@jupyterlab/translation';
+
 import {
   describeStatus,
   errorMessage,
   FetchError,
+  formatAge,
+  formatBytes,
   isStartingError,
   IStatusLine,
   parseIndex,
@@ -28,7 +32,10 @@ const INFO = {
 
 describe('parseIndex', () => {
   it('accepts a route → title object', () => {
-    const index = { '/GPU-Utilization': 'GPU Utilization', '/GPU-Memory': 'GPU Memory' };
+    const index = {
+      '/GPU-Utilization': 'GPU Utilization',
+      '/GPU-Memory': 'GPU Memory'
+    };
     expect(parseIndex(index)).toEqual(index);
     expect(parseIndex({})).toEqual({});
   });
@@ -199,7 +206,9 @@ describe('each NVML state the server sends', () => {
     );
     expect(summary.kind).toBe('no-gpu');
     expect(texts(summary.details)).toContain(message);
-    expect(summary.details[0].text).toMatch(/no GPU is visible to this process/);
+    expect(summary.details[0].text).toMatch(
+      /no GPU is visible to this process/
+    );
   });
 });
 
@@ -342,21 +351,26 @@ describe('device identity', () => {
       parseInfo({ ...MIG_INFO, devices: [second, other, parent, first] })
     );
     // Each line's identity: the text up to the first " (".
-    expect(summary.details.map(line => [line.kind, line.text.split(' (')[0]]))
-      .toEqual([
-        ['device', 'GPU 1'],
-        ['device', 'GPU 0'],
-        ['mig', '↳ GPU 0 · MIG 2'],
-        ['mig', '↳ GPU 0 · MIG 1']
-      ]);
+    expect(
+      summary.details.map(line => [line.kind, line.text.split(' (')[0]])
+    ).toEqual([
+      ['device', 'GPU 1'],
+      ['device', 'GPU 0'],
+      ['mig', '↳ GPU 0 · MIG 2'],
+      ['mig', '↳ GPU 0 · MIG 1']
+    ]);
   });
 
   it('still shows a MIG device whose parent is not listed', () => {
     const [, first] = MIG_INFO.devices;
-    const summary = describeStatus(parseInfo({ ...MIG_INFO, devices: [first] }));
+    const summary = describeStatus(
+      parseInfo({ ...MIG_INFO, devices: [first] })
+    );
     expect(summary.headline).toBe('1 MIG device');
     expect(summary.details).toHaveLength(1);
-    expect(summary.details[0].text).toMatch(/^↳ GPU 0 · MIG 1 \(CUDA 0\): 3g\.40gb/);
+    expect(summary.details[0].text).toMatch(
+      /^↳ GPU 0 · MIG 1 \(CUDA 0\): 3g\.40gb/
+    );
   });
 
   it('says when CUDA does not enumerate a GPU', () => {
@@ -453,7 +467,9 @@ describe('describeStatus', () => {
   });
 
   it('treats ok with zero devices as no GPU', () => {
-    const summary = describeStatus(parseInfo({ nvml_state: 'ok', gpu_count: 0 }));
+    const summary = describeStatus(
+      parseInfo({ nvml_state: 'ok', gpu_count: 0 })
+    );
     expect(summary.kind).toBe('no-gpu');
     expect(summary.details[0].text).toMatch(/no GPU was found/);
   });
@@ -473,5 +489,72 @@ describe('errors', () => {
   it('formats messages', () => {
     expect(errorMessage(new Error('boom'))).toBe('boom');
     expect(errorMessage('plain')).toBe('plain');
+  });
+});
+
+describe('translations', () => {
+  it('builds plurals with _n and sentences with __', () => {
+    const calls: string[] = [];
+    const bundle = {
+      __: (msgid: string, ...args: unknown[]) => {
+        calls.push(msgid);
+        return `T(${args.reduce<string>((s, a, i) => s.replace(`%${i + 1}`, String(a)), msgid)})`;
+      },
+      _n: (one: string, many: string, n: number) => {
+        calls.push(`${one}|${many}`);
+        return `N(${(n === 1 ? one : many).replace('%1', String(n))})`;
+      }
+    } as unknown as TranslationBundle;
+    const summary = describeStatus(
+      parseInfo({
+        nvml_state: 'ok',
+        gpu_count: 2,
+        devices: [{ index: 0 }, { index: 1 }]
+      }),
+      bundle
+    );
+    expect(summary.headline).toBe('N(2 GPUs)');
+    expect(calls).toContain('%1 GPU|%1 GPUs');
+    const none = describeStatus(
+      parseInfo({ nvml_state: 'driver_not_loaded' }),
+      bundle
+    );
+    expect(none.headline).toBe('T(No GPU)');
+    expect(none.details[0].text).toBe(
+      'T(No GPU: T(the NVIDIA driver is not loaded).)'
+    );
+  });
+});
+
+describe('formatBytes and formatAge', () => {
+  it('is the one byte formatter: decimal units, n/a for not available', () => {
+    expect(formatBytes(3e9)).toBe('3 GB');
+    expect(formatBytes(2.5e9)).toBe('2.5 GB');
+    expect(formatBytes(43e9)).toBe('43 GB');
+    expect(formatBytes(null)).toBe('n/a');
+  });
+
+  it('says how old a reading is', () => {
+    expect(formatAge(7400)).toBe('7 s');
+    expect(formatAge(5 * 60_000)).toBe('5 min');
+    expect(formatAge(3 * 3_600_000)).toBe('3 h');
+  });
+});
+
+describe('isStartingError and parseIndex edges', () => {
+  it('does not read a bug (any TypeError) as "server starting"', () => {
+    expect(
+      isStartingError(
+        new TypeError("Cannot read properties of undefined (reading 'x')")
+      )
+    ).toBe(false);
+    const network = new Error('offline');
+    network.name = 'NetworkError';
+    expect(isStartingError(network)).toBe(true);
+  });
+
+  it('rejects routes that the URL builder rejects', () => {
+    expect(() => parseIndex({ '/../etc': 'Up' })).toThrow(/invalid route/);
+    expect(() => parseIndex({ '/a//b': 'Gap' })).toThrow(/invalid route/);
   });
 });

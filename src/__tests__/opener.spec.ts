@@ -54,7 +54,10 @@ describe('openOrActivate', () => {
 
   it('opens separate tabs for separate routes', () => {
     const shell = new FakeShell();
-    openOrActivate({ route: '/GPU-Utilization', label: 'GPU Utilization' }, shell);
+    openOrActivate(
+      { route: '/GPU-Utilization', label: 'GPU Utilization' },
+      shell
+    );
     openOrActivate({ route: '/GPU-Memory', label: 'GPU Memory' }, shell);
     expect([...shell.widgets.keys()]).toEqual([
       'nvdashboard-GPU-Utilization',
@@ -78,7 +81,10 @@ describe('openOrActivate', () => {
     stale.id = 'nvdashboard-GPU-Memory';
     stale.dispose();
     shell.find = () => stale;
-    const result = openOrActivate({ route: '/GPU-Memory', label: 'GPU Memory' }, shell);
+    const result = openOrActivate(
+      { route: '/GPU-Memory', label: 'GPU Memory' },
+      shell
+    );
     expect(result.created).toBe(true);
   });
 });

@@ -1,4 +1,5 @@
 import { CommandRegistry } from '@lumino/commands';
+import { MessageLoop } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { FetchError } from '../model';
@@ -40,7 +41,9 @@ describe('DashboardSidebar', () => {
 
   function buttons(widget: DashboardSidebar): HTMLButtonElement[] {
     return Array.from(
-      widget.node.querySelectorAll<HTMLButtonElement>('button.nvdashboard-button')
+      widget.node.querySelectorAll<HTMLButtonElement>(
+        'button.nvdashboard-button'
+      )
     );
   }
 
@@ -74,7 +77,10 @@ describe('DashboardSidebar', () => {
 
   it('stays loading while the proxied server is starting', async () => {
     const widget = make(
-      new FakeFetcher([new FetchError(502, 'Bad Gateway'), new TypeError('Failed to fetch')])
+      new FakeFetcher([
+        new FetchError(502, 'Bad Gateway'),
+        new TypeError('Failed to fetch')
+      ])
     );
     expect(await widget.refresh()).toBe(false);
     expect(widget.state.kind).toBe('loading');
@@ -118,20 +124,36 @@ describe('DashboardSidebar', () => {
       )
     );
     await widget.refresh();
-    const status = widget.node.querySelector<HTMLElement>('.nvdashboard-status')!;
+    const status = widget.node.querySelector<HTMLElement>(
+      '.nvdashboard-status'
+    )!;
     expect(status.dataset.kind).toBe('no-gpu');
-    expect(status.textContent).toContain('No GPU: the NVIDIA driver is not loaded.');
-    expect(status.textContent).toContain('The NVIDIA kernel module is not loaded.');
-    expect(buttons(widget).map(b => b.dataset.route)).toEqual(['/Machine-Resources']);
+    expect(status.textContent).toContain(
+      'No GPU: the NVIDIA driver is not loaded.'
+    );
+    expect(status.textContent).toContain(
+      'The NVIDIA kernel module is not loaded.'
+    );
+    expect(buttons(widget).map(b => b.dataset.route)).toEqual([
+      '/Machine-Resources'
+    ]);
   });
 
   it('says "Simulated GPUs (N)"', async () => {
-    const devices = [0, 1, 2, 3].map(index => ({ index, name: 'Simulated H200' }));
+    const devices = [0, 1, 2, 3].map(index => ({
+      index,
+      name: 'Simulated H200'
+    }));
     const widget = make(
-      new FakeFetcher([INDEX], [{ ...DEFAULT_INFO, simulated: true, gpu_count: 4, devices }])
+      new FakeFetcher(
+        [INDEX],
+        [{ ...DEFAULT_INFO, simulated: true, gpu_count: 4, devices }]
+      )
     );
     await widget.refresh();
-    const status = widget.node.querySelector<HTMLElement>('.nvdashboard-status')!;
+    const status = widget.node.querySelector<HTMLElement>(
+      '.nvdashboard-status'
+    )!;
     expect(status.dataset.kind).toBe('simulated');
     expect(status.textContent).toContain('Simulated GPUs (4)');
     expect(status.textContent).toContain('GPU 3: Simulated H200');
@@ -173,21 +195,24 @@ describe('DashboardSidebar', () => {
       lost: true
     };
     const widget = make(
-      new FakeFetcher([INDEX], [{ ...DEFAULT_INFO, gpu_count: 3, devices: [gpu, mig, lost] }])
+      new FakeFetcher(
+        [INDEX],
+        [{ ...DEFAULT_INFO, gpu_count: 3, devices: [gpu, mig, lost] }]
+      )
     );
     await widget.refresh();
     const lines = Array.from(
       widget.node.querySelectorAll<HTMLElement>(`.${STATUS_DETAIL_CLASS}`)
     );
-    expect(lines.map(line => line.classList.contains(STATUS_MIG_CLASS))).toEqual([
-      false,
-      true,
-      false
-    ]);
+    expect(
+      lines.map(line => line.classList.contains(STATUS_MIG_CLASS))
+    ).toEqual([false, true, false]);
     expect(lines[0].textContent).toBe(
       'GPU 0 (not visible to CUDA, MIG enabled): NVIDIA A100-SXM4-80GB'
     );
-    expect(lines[1].textContent).toMatch(/^↳ GPU 0 · MIG 1 \(CUDA 0\): 3g\.40gb, 43 GB/);
+    expect(lines[1].textContent).toMatch(
+      /^↳ GPU 0 · MIG 1 \(CUDA 0\): 3g\.40gb, 43 GB/
+    );
     expect(lines[2].classList.contains('nvdashboard-mod-lost')).toBe(true);
     expect(lines[2].textContent).toContain('lost');
     expect(lines[0].classList.contains('nvdashboard-mod-lost')).toBe(false);
@@ -197,11 +222,20 @@ describe('DashboardSidebar', () => {
     const widget = make(
       new FakeFetcher(
         [INDEX],
-        [{ ...DEFAULT_INFO, nvml_state: 'hibernating', nvml_message: 'Zzz.', devices: [] }]
+        [
+          {
+            ...DEFAULT_INFO,
+            nvml_state: 'hibernating',
+            nvml_message: 'Zzz.',
+            devices: []
+          }
+        ]
       )
     );
     await widget.refresh();
-    const status = widget.node.querySelector<HTMLElement>('.nvdashboard-status')!;
+    const status = widget.node.querySelector<HTMLElement>(
+      '.nvdashboard-status'
+    )!;
     expect(status.dataset.kind).toBe('unknown');
     expect(status.textContent).toContain('"hibernating"');
     expect(status.textContent).toContain('Zzz.');
@@ -209,7 +243,9 @@ describe('DashboardSidebar', () => {
   });
 
   it('still lists dashboards when info.json fails', async () => {
-    const widget = make(new FakeFetcher([INDEX], [new FetchError(500, 'boom')]));
+    const widget = make(
+      new FakeFetcher([INDEX], [new FetchError(500, 'boom')])
+    );
     await widget.refresh();
     expect(buttons(widget)).toHaveLength(3);
     expect(text(widget)).toContain('GPU status unavailable: boom');
@@ -286,7 +322,9 @@ describe('DashboardSidebar', () => {
     // previous delay; pin the top of that range to make growth certain.
     const random = jest.spyOn(Math, 'random').mockReturnValue(0.999);
     try {
-      const fetcher = new FakeFetcher([new FetchError(503, 'Service Unavailable')]);
+      const fetcher = new FakeFetcher([
+        new FetchError(503, 'Service Unavailable')
+      ]);
       const widget = make(fetcher, {
         autoStart: true,
         retryInterval: 4,
@@ -320,5 +358,104 @@ describe('DashboardSidebar', () => {
     await new Promise(resolve => setTimeout(resolve, 50));
     expect(fetcher.indexCalls).toBeLessThanOrEqual(calls + 1);
     expect(widget.poll.isDisposed).toBe(true);
+  });
+
+  it('keeps the list after a failed poll and says it is stale, with its age', async () => {
+    let now = 5_000_000;
+    const fetcher = new FakeFetcher([INDEX]);
+    const widget = make(fetcher, { now: () => now });
+    await widget.refresh();
+    const first = buttons(widget)[0];
+    now += 30_000;
+    fetcher.indexAnswers = [new FetchError(502, 'Bad Gateway')];
+    expect(await widget.refresh()).toBe(false);
+    expect(widget.state.kind).toBe('ready');
+    expect(buttons(widget)[0]).toBe(first);
+    const stale = widget.node.querySelector<HTMLElement>('.nvdashboard-stale')!;
+    expect(stale.hidden).toBe(false);
+    expect(stale.textContent).toContain(
+      'Stale: the dashboard server did not answer (Bad Gateway)'
+    );
+    expect(stale.textContent).toContain('read 30 s ago');
+    fetcher.indexAnswers = [INDEX];
+    await widget.refresh();
+    expect(stale.hidden).toBe(true);
+    expect(buttons(widget)[0]).toBe(first);
+  });
+
+  it('finds a returning server within the retry maximum, after a success', async () => {
+    const random = jest.spyOn(Math, 'random').mockReturnValue(0.999);
+    try {
+      const fetcher = new FakeFetcher([
+        INDEX,
+        new FetchError(502, 'Bad Gateway'),
+        INDEX
+      ]);
+      const widget = make(fetcher, {
+        autoStart: true,
+        retryInterval: 5,
+        retryMax: 20,
+        frequency: { interval: 100, max: 1000, backoff: true }
+      });
+      const ticks: Array<[string, number]> = [];
+      widget.poll.ticked.connect((_, state) => {
+        ticks.push([state.phase, state.interval]);
+      });
+      await waitFor(() => ticks.some(([phase]) => phase === 'reconnected'));
+      const rejected = ticks.filter(([phase]) => phase === 'rejected');
+      // Lumino alone would draw up to 3 × 100 ms here.
+      expect(rejected.map(([, interval]) => interval)).toEqual([20]);
+    } finally {
+      random.mockRestore();
+    }
+  });
+
+  it('draws nothing while hidden and catches up when shown', async () => {
+    const fetcher = new FakeFetcher([INDEX]);
+    const widget = make(fetcher);
+    await widget.refresh();
+    widget.hide();
+    const renders = widget.renderCount;
+    fetcher.indexAnswers = [{ '/GPU-Memory': 'GPU Memory' }];
+    await widget.refresh();
+    expect(widget.renderCount).toBe(renders);
+    expect(buttons(widget)).toHaveLength(3);
+    widget.show();
+    expect(widget.renderCount).toBe(renders + 1);
+    expect(buttons(widget)).toHaveLength(1);
+  });
+
+  it('keeps focus on a dashboard button when the GPU status changes', async () => {
+    const fetcher = new FakeFetcher([INDEX]);
+    const widget = make(fetcher);
+    await widget.refresh();
+    const button = buttons(widget)[1];
+    button.focus();
+    fetcher.infoAnswers = [{ ...DEFAULT_INFO, gpu_count: 2 }];
+    await widget.refresh();
+    expect(document.activeElement).toBe(button);
+  });
+
+  it('has its title and sections as headings', async () => {
+    const widget = make(new FakeFetcher([INDEX]));
+    await widget.refresh();
+    expect(widget.node.querySelector('h2')!.textContent).toBe('GPU Dashboards');
+    expect(widget.node.querySelector('h3')!.textContent).toBe('Dashboards');
+  });
+
+  it('applies a new list refresh rate live', () => {
+    const widget = make(new FakeFetcher([INDEX]));
+    widget.interval = 1234;
+    return widget.refresh().then(() => {
+      widget.interval = 4321;
+      expect(widget.poll.frequency.interval).toBe(4321);
+    });
+  });
+
+  it('puts the keyboard in the panel when activated', async () => {
+    const widget = make(new FakeFetcher([INDEX]));
+    await widget.refresh();
+    MessageLoop.sendMessage(widget, Widget.Msg.ActivateRequest);
+    expect(document.activeElement).toBe(buttons(widget)[0]);
   });
 });

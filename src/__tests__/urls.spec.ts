@@ -12,8 +12,14 @@ describe('urls', () => {
     ['/', '/nvdashboard/'],
     ['/user/alice/', '/user/alice/nvdashboard/'],
     ['/user/alice', '/user/alice/nvdashboard/'],
-    ['http://host:8888/lab-prefix/', 'http://host:8888/lab-prefix/nvdashboard/'],
-    ['https://hub.example.org/user/bob%40x/', 'https://hub.example.org/user/bob%40x/nvdashboard/']
+    [
+      'http://host:8888/lab-prefix/',
+      'http://host:8888/lab-prefix/nvdashboard/'
+    ],
+    [
+      'https://hub.example.org/user/bob%40x/',
+      'https://hub.example.org/user/bob%40x/nvdashboard/'
+    ]
   ];
 
   it.each(cases)('builds index.json and info.json under %s', (base, prefix) => {

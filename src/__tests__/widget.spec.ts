@@ -1,7 +1,7 @@
 import { MessageLoop } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { DashboardWidget } from '../widget';
+import { DashboardWidget, isNotebookPath } from '../widget';
 
 describe('DashboardWidget', () => {
   function make(baseUrl = '/user/alice/'): DashboardWidget {
@@ -13,15 +13,16 @@ describe('DashboardWidget', () => {
     });
   }
 
-  it('wraps a sandboxed iframe on the proxied, themed dashboard URL', () => {
+  it('wraps an iframe (no sandbox that would isolate nothing) on the proxied, themed dashboard URL', () => {
     const widget = make();
     expect(widget.id).toBe('nvdashboard-GPU-Utilization');
     expect(widget.hasClass('nvdashboard-widget')).toBe(true);
     expect(widget.title.label).toBe('GPU Utilization');
-    expect(widget.content.url).toBe('/user/alice/nvdashboard/GPU-Utilization?theme=dark');
-    expect(widget.content.sandbox).toEqual(['allow-scripts', 'allow-same-origin']);
+    expect(widget.content.url).toBe(
+      '/user/alice/nvdashboard/GPU-Utilization?theme=dark'
+    );
     const iframe = widget.content.node.querySelector('iframe')!;
-    expect(iframe.getAttribute('sandbox')).toBe('allow-scripts allow-same-origin');
+    expect(iframe.hasAttribute('sandbox')).toBe(false);
     widget.dispose();
   });
 
@@ -55,8 +56,14 @@ describe('DashboardWidget', () => {
     MessageLoop.flush();
     expect(widget.pageVisible).toBe(true);
     expect(posted).toEqual([
-      [{ type: 'nvdashboard:visibility', visible: false }, window.location.origin],
-      [{ type: 'nvdashboard:visibility', visible: true }, window.location.origin]
+      [
+        { type: 'nvdashboard:visibility', visible: false },
+        window.location.origin
+      ],
+      [
+        { type: 'nvdashboard:visibility', visible: true },
+        window.location.origin
+      ]
     ]);
     // Showing restarts the toolbar's resize throttler in a promise; let that settle, or it
     // fires after dispose() and fails the run.
@@ -76,13 +83,106 @@ describe('DashboardWidget', () => {
     Widget.attach(widget, document.body);
     const page = widget.content.node.querySelector('iframe')!.contentWindow!;
     const send = (data: unknown, source: Window | null, origin: string) =>
-      window.dispatchEvent(new MessageEvent('message', { data, source, origin }));
+      window.dispatchEvent(
+        new MessageEvent('message', { data, source, origin })
+      );
     const ask = { type: 'nvdashboard:open-notebook', path: 'work/a.ipynb' };
     send(ask, page, window.location.origin);
     send(ask, window, window.location.origin); // not this tab's page
     send(ask, page, 'http://evil.example'); // another origin
-    send({ type: 'nvdashboard:open-notebook', path: 42 }, page, window.location.origin);
+    send(
+      { type: 'nvdashboard:open-notebook', path: 42 },
+      page,
+      window.location.origin
+    );
     expect(opened).toEqual(['work/a.ipynb']);
+    await new Promise(resolve => setTimeout(resolve, 0));
+    widget.dispose();
+  });
+
+  it('tells its page again when the page loads, and when the page asks', async () => {
+    const widget = make();
+    Widget.attach(widget, document.body);
+    const iframe = widget.content.node.querySelector('iframe')!;
+    const page = iframe.contentWindow!;
+    const posted: unknown[] = [];
+    jest.spyOn(page, 'postMessage').mockImplementation((message: unknown) => {
+      posted.push(message);
+    });
+    widget.hide();
+    MessageLoop.flush();
+    iframe.dispatchEvent(new Event('load'));
+    window.dispatchEvent(
+      new MessageEvent('message', {
+        data: { type: 'nvdashboard:visibility-request' },
+        source: page,
+        origin: window.location.origin
+      })
+    );
+    expect(posted).toEqual([
+      { type: 'nvdashboard:visibility', visible: false },
+      { type: 'nvdashboard:visibility', visible: false },
+      { type: 'nvdashboard:visibility', visible: false }
+    ]);
+    await new Promise(resolve => setTimeout(resolve, 0));
+    widget.dispose();
+  });
+
+  it('ignores a message with a null source, even when the iframe has no window', async () => {
+    const opened: string[] = [];
+    const widget = new DashboardWidget({
+      route: '/GPU-Processes',
+      label: 'GPU Processes',
+      baseUrl: '/user/alice/',
+      theme: 'light',
+      openPath: path => opened.push(path)
+    });
+    // Not attached: the iframe has no window, so contentWindow is null.
+    expect(
+      widget.content.node.querySelector('iframe')!.contentWindow
+    ).toBeNull();
+    window.dispatchEvent(
+      new MessageEvent('message', {
+        data: { type: 'nvdashboard:open-notebook', path: 'work/a.ipynb' },
+        source: null,
+        origin: window.location.origin
+      })
+    );
+    expect(opened).toEqual([]);
+    widget.dispose();
+  });
+
+  it('opens only paths shaped like files on this server', async () => {
+    const opened: string[] = [];
+    const widget = new DashboardWidget({
+      route: '/GPU-Processes',
+      label: 'GPU Processes',
+      baseUrl: '/user/alice/',
+      theme: 'light',
+      openPath: path => opened.push(path)
+    });
+    Widget.attach(widget, document.body);
+    const page = widget.content.node.querySelector('iframe')!.contentWindow!;
+    for (const path of [
+      '../../etc/passwd',
+      '/etc/passwd',
+      'a//b.ipynb',
+      'a/./b',
+      'https://x/y',
+      'ok/b.ipynb'
+    ]) {
+      window.dispatchEvent(
+        new MessageEvent('message', {
+          data: { type: 'nvdashboard:open-notebook', path },
+          source: page,
+          origin: window.location.origin
+        })
+      );
+    }
+    expect(opened).toEqual(['ok/b.ipynb']);
+    expect(isNotebookPath('notes\u0000.ipynb')).toBe(false);
+    expect(isNotebookPath('a\\b.ipynb')).toBe(false);
+    expect(isNotebookPath('Untitled 1.ipynb')).toBe(true);
     await new Promise(resolve => setTimeout(resolve, 0));
     widget.dispose();
   });

@@ -1,0 +1,219 @@
+import { JupyterFrontEnd } from '@jupyterlab/application';
+import { CommandRegistry } from '@lumino/commands';
+import { Signal } from '@lumino/signaling';
+import { Widget } from '@lumino/widgets';
+
+import { GlancePanel, GlanceStatusItem } from '../glance';
+import plugin, {
+  pathOpener,
+  PLUGIN_ID,
+  readSettings,
+  STATUS_ITEM_ID
+} from '../index';
+import { DashboardSidebar } from '../sidebar';
+import { COMMAND_OPEN, SIDEBAR_ID } from '../tokens';
+
+async function settle(): Promise<void> {
+  for (let i = 0; i < 10; i++) {
+    await Promise.resolve();
+  }
+}
+
+describe('the plugin', () => {
+  beforeEach(() => {
+    // No timer fires: the polls are started but never tick in these tests.
+    jest.useFakeTimers({ doNotFake: ['queueMicrotask', 'nextTick'] });
+    (globalThis as { fetch?: unknown }).fetch = () =>
+      Promise.reject(new TypeError('Failed to fetch'));
+  });
+
+  afterEach(() => {
+    jest.useRealTimers();
+  });
+
+  function activate(composite: Record<string, unknown> = {}) {
+    const commands = new CommandRegistry();
+    const added: Array<{ widget: Widget; area: string }> = [];
+    const activated: string[] = [];
+    const kernels = {
+      running: () => [{ id: 'k1' }][Symbol.iterator](),
+      runningChanged: new Signal<object, unknown>({}),
+      shutdown: jest.fn(() => Promise.resolve()),
+      refreshRunning: jest.fn(() => Promise.resolve())
+    };
+    const app = {
+      commands,
+      shell: {
+        add: (widget: Widget, area: string) => added.push({ widget, area }),
+        activateById: (id: string) => activated.push(id)
+      },
+      serviceManager: { kernels }
+    } as unknown as JupyterFrontEnd;
+    const restorer = {
+      restore: jest.fn(() => Promise.resolve()),
+      add: jest.fn()
+    };
+    const palette = { addItem: jest.fn(() => ({ dispose: jest.fn() })) };
+    const statusBar = { registerStatusItem: jest.fn() };
+    const settings = { composite, changed: new Signal<object, void>({}) };
+    const registry = { load: jest.fn(() => Promise.resolve(settings)) };
+    const docManager = { openOrReveal: jest.fn() };
+    (plugin.activate as (...args: unknown[]) => void)(
+      app,
+      restorer,
+      palette,
+      null,
+      statusBar,
+      registry,
+      null,
+      docManager
+    );
+    return {
+      commands,
+      added,
+      activated,
+      restorer,
+      palette,
+      statusBar,
+      settings,
+      registry,
+      docManager
+    };
+  }
+
+  it('is the documented plugin, with every service optional', () => {
+    expect(plugin.id).toBe(PLUGIN_ID);
+    expect(plugin.autoStart).toBe(true);
+    expect(plugin.requires ?? []).toEqual([]);
+    expect(plugin.optional).toHaveLength(7);
+  });
+
+  it('registers the open command, the restorer and the sidebar with the kernels first', () => {
+    const { commands, added, restorer } = activate();
+    expect(commands.hasCommand(COMMAND_OPEN)).toBe(true);
+    expect(commands.label(COMMAND_OPEN, {})).toBe('Open GPU Dashboard');
+    expect(commands.caption(COMMAND_OPEN, { label: 'GPU Memory' })).toBe(
+      'Open the GPU Memory GPU dashboard'
+    );
+    expect(restorer.restore).toHaveBeenCalledWith(
+      expect.anything(),
+      expect.objectContaining({ command: COMMAND_OPEN })
+    );
+    expect(restorer.add).toHaveBeenCalledWith(
+      expect.any(DashboardSidebar),
+      SIDEBAR_ID
+    );
+    const sidebar = added.find(a => a.area === 'left')!
+      .widget as DashboardSidebar;
+    expect(sidebar.id).toBe(SIDEBAR_ID);
+    expect(sidebar.widgets[1]).toBeInstanceOf(GlancePanel);
+    sidebar.dispose();
+  });
+
+  it('adds a palette entry per dashboard, kept in step with the index', async () => {
+    const { palette, added } = activate();
+    const sidebar = added.find(a => a.area === 'left')!
+      .widget as DashboardSidebar;
+    (
+      sidebar.indexChanged as Signal<DashboardSidebar, Record<string, string>>
+    ).emit({
+      '/GPU-Memory': 'GPU Memory'
+    });
+    expect(palette.addItem).toHaveBeenCalledWith({
+      command: COMMAND_OPEN,
+      args: { route: '/GPU-Memory', label: 'GPU Memory' },
+      category: 'GPU Dashboards'
+    });
+    sidebar.dispose();
+  });
+
+  it('registers a status item that is inactive without a GPU and opens the sidebar', () => {
+    const { statusBar, activated, added } = activate();
+    expect(statusBar.registerStatusItem).toHaveBeenCalledTimes(1);
+    const [id, options] = statusBar.registerStatusItem.mock
+      .calls[0] as unknown as [
+      string,
+      {
+        item: GlanceStatusItem;
+        isActive: () => boolean;
+        activeStateChanged: unknown;
+      }
+    ];
+    expect(id).toBe(STATUS_ITEM_ID);
+    expect(options.item).toBeInstanceOf(GlanceStatusItem);
+    expect(options.isActive()).toBe(false);
+    expect(options.activeStateChanged).toBe(options.item.activeStateChanged);
+    options.item.node.dispatchEvent(
+      new KeyboardEvent('keydown', { key: 'Enter' })
+    );
+    expect(activated).toEqual([SIDEBAR_ID]);
+    (added.find(a => a.area === 'left')!.widget as DashboardSidebar).dispose();
+  });
+
+  it('applies the settings, and their changes, live', async () => {
+    const { registry, settings, statusBar, added } = activate({
+      refreshRate: 5,
+      showStatusItem: false,
+      statusFigure: 'each'
+    });
+    await settle();
+    expect(registry.load).toHaveBeenCalledWith(PLUGIN_ID);
+    const sidebar = added.find(a => a.area === 'left')!
+      .widget as DashboardSidebar;
+    const panel = sidebar.widgets[1] as GlancePanel;
+    const item = (
+      statusBar.registerStatusItem.mock.calls[0] as unknown as [
+        string,
+        { item: GlanceStatusItem }
+      ]
+    )[1].item;
+    expect(panel.model.interval).toBe(5000);
+    expect(panel.model.poll.frequency.interval).toBe(5000);
+    expect(item.enabled).toBe(false);
+    expect(item.figure).toBe('each');
+    settings.composite = {
+      refreshRate: 1,
+      showStatusItem: true,
+      statusFigure: 'busiest'
+    };
+    settings.changed.emit();
+    expect(panel.model.poll.frequency.interval).toBe(1000);
+    expect(item.enabled).toBe(true);
+    expect(item.figure).toBe('busiest');
+    sidebar.dispose();
+    panel.model.dispose();
+  });
+
+  it('reads odd settings as the defaults', () => {
+    expect(
+      readSettings({
+        refreshRate: -1,
+        statusFigure: 'mean',
+        showStatusItem: 'no'
+      })
+    ).toEqual({
+      refreshRate: 2,
+      dashboardListRefreshRate: 15,
+      showStatusItem: true,
+      statusFigure: 'busiest'
+    });
+  });
+
+  it('opens paths through the document manager, and only well-formed ones', () => {
+    const opened: string[] = [];
+    const executed: unknown[] = [];
+    const commands = {
+      execute: (id: string, args: unknown) => executed.push([id, args])
+    };
+    const open = pathOpener(
+      { openOrReveal: (path: string) => (opened.push(path), undefined) },
+      commands as never
+    );
+    open('work/a.ipynb');
+    open('../../etc/passwd');
+    expect(opened).toEqual(['work/a.ipynb']);
+    expect(executed).toEqual([]);
+    pathOpener(null, commands as never)('b.ipynb');
+    expect(executed).toEqual([['docmanager:open', { path: 'b.ipynb' }]]);
+  });
+});
