@@ -174,3 +174,20 @@ def test_live_page_streams_moves_axes_and_sends_nothing_back() -> None:
         page.wait_for_timeout(500)
         screenshot(page, "standalone-live-30min-hover")
         watched.assert_clean()
+
+
+def test_a_framed_page_asks_its_tab_whether_it_is_shown() -> None:
+    """A JupyterLab tab that sent "hidden" before the page's script ran must be asked again:
+    the page posts nvdashboard:visibility-request to its parent when it starts."""
+    with cli_server(["--simulate", "1"]) as (url, _), chromium() as browser:
+        page = browser.new_page(viewport={"width": 1000, "height": 700})
+        page.goto(with_token(url + "/"))  # sets the token cookie for the frame
+        # A parent page on the server's own origin, as JupyterLab's tab is to the proxy.
+        parent = url + "/parent-of-a-dashboard"
+        page.route(parent, lambda route: route.fulfill(content_type="text/html", body=(
+            "<script>window.requests = 0; addEventListener('message', (event) => {"
+            " if (event.data && event.data.type === 'nvdashboard:visibility-request')"
+            " window.requests += 1; });</script>"
+            "<iframe src='/GPU-Utilization' width=800 height=500></iframe>")))
+        page.goto(parent)
+        page.wait_for_function("() => window.requests >= 1", timeout=30_000)

@@ -238,6 +238,12 @@ window.addEventListener("message", (event) => {
   live.parentHidden = !message.visible;
   updateVisibility();
 });
+// Ask the JupyterLab tab whether it is shown: a message it sent before this page's script
+// ran (a background tab's "hidden") would otherwise be lost. Outside JupyterLab there is
+// no parent to answer, and the page stays as it is.
+if (window.parent !== window) {
+  window.parent.postMessage({ type: "nvdashboard:visibility-request" }, window.location.origin);
+}
 
 if (picker) {
   picker.properties.active.change.connect(() => {
