@@ -269,3 +269,19 @@ def test_every_preset_start_event_parses() -> None:
             assert event is not None and event["config"] == config.to_dict(), name
     zero_layers = _start("r").replace('"batch": 64', '"batch": 64, "hidden_layers": 0')
     assert parse_event(zero_layers)["config"]["hidden_layers"] == 0
+
+
+def test_a_reused_pid_finds_the_run_that_process_is_now(tmp_path: Path) -> None:
+    """A killed run's closing event goes to the file of the run that PID is now: the newest
+    one that has not ended, never an older run that once had that PID."""
+    old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+    _write(old, [_event("start", "old", path="plugin", device="cpu", preset="ci", pid=4242,
+                        config={"batch": 64}, iterations=5, warmup=1) .replace(
+                            f'"time": {json.dumps(NOW)}', f'"time": {json.dumps(NOW - 600)}'),
+                 *_iterations("old", 5), _event("end", "old", iterations=5)])
+    watcher = RunsWatcher(tmp_path)
+    watcher.poll()  # the old run is followed first
+    _write(new, [_start("new").replace(f'"pid": {os.getpid()}', '"pid": 4242'),
+                 *_iterations("new", 2)])
+    watcher.poll()
+    assert watcher.file_of(4242) == (new, "new")

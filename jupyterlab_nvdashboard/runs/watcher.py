@@ -221,12 +221,17 @@ class RunsWatcher:
                 self.version += 1
 
     def file_of(self, pid: int) -> tuple[Path, str] | None:
-        """(event file, run id) of the followed run that process ``pid`` writes, if any."""
+        """(event file, run id) of the followed run that process ``pid`` writes, if any.
+
+        PIDs are reused: of the runs that name ``pid``, the one that process is now is the
+        newest that has not ended (else the newest)."""
         with self._lock:
-            for path, run in self._runs.items():
-                if run.pid == pid:
-                    return path, run.run_id
-        return None
+            candidates = [(path, run) for path, run in self._runs.items() if run.pid == pid]
+            if not candidates:
+                return None
+            path, run = max(candidates,
+                            key=lambda item: (not item[1].finished, item[1].started_s or 0.0))
+            return path, run.run_id
 
     def runs(self) -> list[Run]:
         """Snapshot of the followed runs, oldest first."""
