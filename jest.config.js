@@ -33,6 +33,8 @@ module.exports = {
   collectCoverageFrom: ['src/**/*.{ts,tsx}', '!src/**/*.d.ts'],
   coverageReporters: ['lcov', 'text'],
   reporters: ['default'],
+  // The built labextension has a package.json of the same name: not a module to map.
+  modulePathIgnorePatterns: ['<rootDir>/jupyterlab_nvdashboard/labextension'],
   testRegex: 'src/__tests__/.*\\.spec\\.tsx?$',
   transformIgnorePatterns: [`/node_modules/(?!${esModules}).*`]
 };

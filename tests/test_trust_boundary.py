@@ -316,6 +316,7 @@ MALFORMED = {
                                "-leading.example"],
     "NVDASHBOARD_SIMULATE_HOST": ["two words", "a/b", "h" * 64],
     "NVDASHBOARD_SIMULATE_BINDING": ["/nonexistent/nvidia_ml_py.whl", "README.md", "."],
+    "NVDASHBOARD_METRICS_HOSTNAME_LABEL": ["host", "HOSTNAME", "host name"],
     "NVDASHBOARD_METRICS": ["maybe"],
     "NVDASHBOARD_METRICS_ALLOW": ["not-an-ip", ",,", "10.0.0.300"],
     "DASK_SCHEDULER_ADDRESS": ["http://x y", "tcp://host:port:1"],

@@ -48,7 +48,7 @@ export const DEFAULT_INFO = {
 /** Resolve once `predicate` holds, polling every few milliseconds. */
 export async function waitFor(
   predicate: () => boolean,
-  timeoutMs = 3000
+  timeoutMs = 10000
 ): Promise<void> {
   const start = Date.now();
   while (!predicate()) {
