@@ -25,7 +25,7 @@ from tests.support.bokeh_client import auth_headers, open_session
 from tests.support.servers import in_process_server
 from tests.support.stream_client import open_stream
 
-SESSIONS = 500
+SESSIONS = 200  # two rounds of them: enough to see any document outlive its session
 PAGES_WITHOUT_WEBSOCKET = 50
 CONCURRENCY = 4
 LIFETIME_MS = 1000
