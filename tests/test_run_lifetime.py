@@ -20,28 +20,15 @@ import pytest
 
 from jupyterlab_nvdashboard.runs.launcher import RUN_LOCK_NAME, RunLauncher, alive
 from jupyterlab_nvdashboard.workload.lifetime import PARENT_PID_ENV
-from tests.support.bokeh_client import BokehSession, open_session
+from tests.support.bokeh_client import BokehSession, document_models, open_session
 from tests.support.servers import cli_server, server_output
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "killpg"), reason="POSIX process groups")
 LONG_RUN = 100_000  # iterations: far longer than any test waits
 
 
-def _models(node: Any) -> list[dict]:
-    found: list[dict] = []
-    if isinstance(node, dict):
-        if node.get("type") == "object":
-            found.append(node)
-        for value in node.values():
-            found += _models(value)
-    elif isinstance(node, list):
-        for value in node:
-            found += _models(value)
-    return found
-
-
 def _model(session: BokehSession, name: str, **attributes: Any) -> dict:
-    return next(model for model in _models(session.document) if model.get("name") == name
+    return next(model for model in document_models(session.document) if model.get("name") == name
                 and all(model.get("attributes", {}).get(k) == v for k, v in attributes.items()))
 
 

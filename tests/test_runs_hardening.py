@@ -23,7 +23,7 @@ from jupyterlab_nvdashboard.apps.workload import panel_iterations, summary_row
 from jupyterlab_nvdashboard.runs.service import WorkloadService, append_missing_end, is_run_file
 from jupyterlab_nvdashboard.runs.watcher import RunsWatcher
 from jupyterlab_nvdashboard.workload.events import EventWriter, new_run_id, parse_event
-from tests.support.bokeh_client import BokehSession, open_session
+from tests.support.bokeh_client import BokehSession, document_models, open_session
 from tests.support.servers import cli_server, get, server_output
 
 NOW = time.time()
@@ -186,19 +186,6 @@ def test_no_write_follows_a_symlink(tmp_path: Path) -> None:
     assert victim.read_text() == "precious\n"
 
 
-def _models(node: Any) -> list[dict]:
-    found: list[dict] = []
-    if isinstance(node, dict):
-        if node.get("type") == "object":
-            found.append(node)
-        for value in node.values():
-            found += _models(value)
-    elif isinstance(node, list):
-        for value in node:
-            found += _models(value)
-    return found
-
-
 async def _status_after(session: BokehSession, events: list[dict]) -> str:
     await session.send("PATCH-DOC", {"events": events})
     async with asyncio.timeout(10):
@@ -224,7 +211,7 @@ def test_hostile_run_files_keep_every_route_up_with_no_traceback(tmp_path: Path)
 
         async def check() -> tuple[int, str]:
             session = await open_session(url, "/Workload")
-            models = _models(session.document)
+            models = list(document_models(session.document))
             count = next(m for m in models if m.get("name") == "Spinner")
             start = next(m for m in models if m.get("name") == "Button"
                          and m.get("attributes", {}).get("label") == "Start")
@@ -239,7 +226,7 @@ def test_hostile_run_files_keep_every_route_up_with_no_traceback(tmp_path: Path)
             await asyncio.sleep(2.5)  # a couple of the page's refreshes
             session.close()
             again = await open_session(url, "/Workload")
-            points = [m for m in _models(again.document)
+            points = [m for m in document_models(again.document)
                       if m.get("name") == "ColumnDataSource"
                       and "ms" in json.dumps(m.get("attributes", {}).get("data", {}))[:2000]]
             again.close()

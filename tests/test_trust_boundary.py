@@ -15,7 +15,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -28,7 +27,7 @@ from jupyterlab_nvdashboard import config as config_module
 from jupyterlab_nvdashboard.apps.registry import ROUTES
 from jupyterlab_nvdashboard.auth import COOKIE_PREFIX, VIEW_ONLY_REASON, Access
 from jupyterlab_nvdashboard.config import ConfigError, load_config
-from tests.support.bokeh_client import TEST_TOKEN, BokehSession, open_session
+from tests.support.bokeh_client import TEST_TOKEN, BokehSession, document_models, open_session
 from tests.support.servers import cli_server, free_port, get, in_process_server, server_output
 
 WRONG = "not-the-token-0123456789"
@@ -170,19 +169,8 @@ def test_a_session_id_the_server_never_issued_is_refused(mode: str) -> None:
         assert status == 403
 
 
-def _models(node: Any) -> Iterator[dict]:
-    if isinstance(node, dict):
-        if node.get("type") == "object":
-            yield node
-        for value in node.values():
-            yield from _models(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _models(value)
-
-
 def _buttons(document: dict) -> dict[str, dict]:
-    return {model["attributes"]["label"]: model for model in _models(document)
+    return {model["attributes"]["label"]: model for model in document_models(document)
             if model.get("name") == "Button" and "label" in model.get("attributes", {})}
 
 
@@ -211,7 +199,8 @@ def test_no_token_serves_views_but_refuses_run_control() -> None:
         async def check() -> tuple[dict, list[str], list[str]]:
             session = await open_session(url, "/Workload", headers={"Authorization": ""})
             buttons = _buttons(session.document)
-            texts = [model["attributes"].get("text", "") for model in _models(session.document)
+            texts = [model["attributes"].get("text", "")
+                     for model in document_models(session.document)
                      if model.get("name") == "Div"]
             # Clicks a browser would not send for a disabled button: the server refuses them.
             replies = [await _click(session, buttons[label]["id"]) for label in ("Start", "Stop")]

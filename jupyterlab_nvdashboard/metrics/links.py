@@ -18,7 +18,6 @@ from .session import (
     Device,
     NvlinkFields,
     NvmlSession,
-    field_number,
     field_reading,
 )
 
@@ -77,7 +76,7 @@ class LinkReader:
         invalid = s.constant("NVML_ERROR_INVALID_ARGUMENT")
         count_field = s.constant("NVML_FI_DEV_NVLINK_LINK_COUNT")
         counted = s.fields(device, [count_field])
-        links = int(field_number(counted[0])[0]) if counted and \
+        links = int(field_reading(counted[0])[2]) if counted and \
             s.succeeded(counted[0]) else None
         active = []
         for link in range(links if links is not None else
@@ -105,7 +104,7 @@ class LinkReader:
         speed_field = s.constant("NVML_FI_DEV_NVLINK_GET_SPEED")
         speeds = s.fields(device, [(speed_field, link) for link in active]) \
             if speed_field is not None else None
-        good = [field_number(v)[0] for v in speeds or [] if s.succeeded(v)]
+        good = [field_reading(v)[2] for v in speeds or [] if s.succeeded(v)]
         total = sum(good) * 1e6 if good else None  # NVML reports MB/s per link
         # The throughput fields (KiB) where they answer, else the newer byte counts.
         for tx_name, rx_name, scale in (

@@ -165,7 +165,6 @@ class Sampler:
     ) -> None:
         self.nvml, self.host, self.history = nvml, host, history
         self.families = tuple(families)
-        self._family_names = {family.name for family in self.families}
         self.interval_s = interval_s
         self.idle_interval_s = max(interval_s, idle_interval_s or interval_s)
         self.idle = False
@@ -282,11 +281,8 @@ class Sampler:
             gpus, age, extra = self._freshest_gpus(started_monotonic)
         host = self.host.read()
         self.ticks += 1
-        pending = self._take_pending()
-        if not gpus:  # stale or no GPU readings: their families' readings are stale too
-            pending = {name: value for name, value in pending.items()
-                       if name not in self._family_names}
-        return self.history.append(started, gpus, host, age, extra={**extra, **pending},
+        return self.history.append(started, gpus, host, age,
+                                   extra={**extra, **self._take_pending()},
                                    monotonic_s=started_monotonic)
 
     def _repeat(self, step: Callable[[], object], late_counter: str | None,

@@ -128,12 +128,6 @@ def field_reading(field_value: Any) -> tuple[int, int, float, int, float]:
             get(field_value, "timestamp") / 1e6)
 
 
-def field_number(field_value: Any) -> tuple[float, int]:
-    """The numeric value of an nvmlFieldValue_t and its width in bits."""
-    name, bits = _VALUE_FIELDS.get(field_value.valueType, ("ullVal", 64))
-    return float(getattr(field_value.value, name)), bits
-
-
 class DeviceStates(dict):  # type: ignore[type-arg]
     """Per-device state keyed by UUID, or by a tuple whose first element is a UUID."""
 

@@ -18,7 +18,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 PARENT_PID_ENV = "NVDASHBOARD_PARENT_PID"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -65,3 +66,24 @@ def end_with_parent(environ: Mapping[str, str] | None = None) -> int | None:
 
     threading.Thread(target=watch, name="nvdashboard-parent-watch", daemon=True).start()
     return parent
+
+
+@contextmanager
+def ctrl_c_held() -> Iterator[None]:
+    """Hold a Ctrl-C that lands inside the block until the block is done, then raise it.
+
+    An iteration's time and its event are recorded together, so the end summary always
+    counts exactly the iteration events written (a Ctrl-C between the two made them differ);
+    a shard's step is not cut between two collectives its peers wait on.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach only the main thread
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, _frame: held.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt

@@ -23,6 +23,7 @@ from .data import make_pool
 from .events import EventWriter, new_run_id
 from .extras import GPU_EXTRA, tensorflow_cpu_only
 from .gpu_identity import run_gpu
+from .lifetime import ctrl_c_held
 
 
 class Terminated(Exception):
@@ -216,26 +217,6 @@ class Progress:
             self.stream.flush()
 
 
-@contextmanager
-def _ctrl_c_held() -> Iterator[None]:
-    """Hold a Ctrl-C that lands inside the block until the block is done, then raise it.
-
-    An iteration's time and its event are recorded together, so the end summary always
-    counts exactly the iteration events written (a Ctrl-C between the two made them differ).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signals reach only the main thread
-        return
-    held: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda number, _frame: held.append(number))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if held:
-        raise KeyboardInterrupt
-
-
 def run(
     path: str,
     cfg: WorkloadConfig,
@@ -309,7 +290,7 @@ def run(
                 ms = (time.perf_counter() - start) * 1000.0
                 cpu_ms = (time.process_time() - cpu_start) * 1000.0
                 moved = trainer.step_bytes() if sharding is not None else None
-                with _ctrl_c_held():
+                with ctrl_c_held():
                     record = events.emit(
                         "iteration",
                         iteration=i + 1,

@@ -23,9 +23,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -35,6 +32,7 @@ import numpy as np
 from ._lazy import import_torch
 from .config import WorkloadConfig
 from .data import BatchPool, make_pool
+from .lifetime import ctrl_c_held
 from .sharded import BYTE_KINDS, ShardWorker, check_shards, placement_for
 
 MODULE = "jupyterlab_nvdashboard.workload.shard_rank"
@@ -183,7 +181,7 @@ class DistributedTrainer:
         """One step on every rank. A Ctrl-C that lands inside it is held until all ranks
         have finished the step, so they stop between steps, never halfway through one."""
         assert self._rank is not None
-        with _interrupt_held():
+        with ctrl_c_held():
             try:
                 self._rank.control(i)
                 return self._rank.step(i)
@@ -233,22 +231,6 @@ class DistributedTrainer:
         self.children = []
         if failed and not quiet:
             raise RuntimeError(f"a shard process ended with status {failed[0]}")
-
-
-@contextmanager
-def _interrupt_held() -> Iterator[None]:
-    """Hold a SIGINT that lands inside the block, then raise it (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda number, _frame: held.append(number))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if held:
-        raise KeyboardInterrupt
 
 
 def child_main(spec: dict[str, Any]) -> int:

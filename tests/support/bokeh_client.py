@@ -15,6 +15,7 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -121,6 +122,18 @@ async def open_session(
         pass
     session.document = reply.content
     return session
+
+
+def document_models(node: Any) -> Iterator[dict]:
+    """Every model object in a Bokeh document's JSON (or any part of it), depth first."""
+    if isinstance(node, dict):
+        if node.get("type") == "object":
+            yield node
+        for value in node.values():
+            yield from document_models(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from document_models(value)
 
 
 def streamed_rows(message: Message) -> int:

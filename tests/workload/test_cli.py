@@ -100,8 +100,7 @@ def test_cli_ctrl_c_ends_cleanly(tmp_path):
 
 
 def test_ctrl_c_inside_an_iteration_record_waits_for_the_record():
-    from jupyterlab_nvdashboard.workload.lifetime import own_signal_dispositions
-    from jupyterlab_nvdashboard.workload.runner import _ctrl_c_held
+    from jupyterlab_nvdashboard.workload.lifetime import ctrl_c_held, own_signal_dispositions
 
     inherited = signal.getsignal(signal.SIGINT)
     # What the workload's CLI does first: pytest itself may have inherited SIGINT ignored
@@ -110,7 +109,7 @@ def test_ctrl_c_inside_an_iteration_record_waits_for_the_record():
     recorded = []
     try:
         with pytest.raises(KeyboardInterrupt):
-            with _ctrl_c_held():
+            with ctrl_c_held():
                 os.kill(os.getpid(), signal.SIGINT)
                 recorded.append("event")  # still runs: the Ctrl-C is held
                 recorded.append("time")
