@@ -53,16 +53,22 @@ async def _pages_watch(server, viewers: int) -> None:  # noqa: ANN001
     family = f"{ROUTE}@120s"
     stats = server.broadcaster.stats
 
-    def counts() -> tuple[int, int]:  # read on the server's loop: never mid-publish
-        return stats.encodes.get(family, 0), stats.frames_sent
+    def counts() -> tuple[int, int, int]:  # read on the server's loop: never mid-publish
+        published = server.broadcaster.families[(ROUTE, 120.0)].seq
+        return stats.encodes.get(family, 0), stats.frames_sent, published
 
-    encodes_before, sent_before = await asyncio.to_thread(server.on_loop, counts)
+    encodes_before, sent_before, published_before = await asyncio.to_thread(
+        server.on_loop, counts)
+    # A frame published before the counters were read may still be on its way: it is
+    # received, hashed like the others, but only frames after it are counted.
     hashes: list[list[str]] = [[] for _ in streams]
-    for _ in range(FRAMES):
+    counted = 0
+    while counted < FRAMES:
         for position, stream in enumerate(streams):
             frame = await stream.receive()
             hashes[position].append(hashlib.sha256(frame.raw).hexdigest())
-    encodes_after, sent_after = await asyncio.to_thread(server.on_loop, counts)
+        counted += stream.seq > published_before
+    encodes_after, sent_after, _ = await asyncio.to_thread(server.on_loop, counts)
     encodes, sent = encodes_after - encodes_before, sent_after - sent_before
     await asyncio.sleep(0.3)  # any PATCH-DOC sent meanwhile has arrived
     for listener in listeners:

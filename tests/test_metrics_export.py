@@ -213,6 +213,7 @@ def test_route_is_off_by_default_and_asks_for_the_token() -> None:
         assert get(server.url + "/metrics")[0] == 404
     with in_process_server(gpus=2, metrics_enabled=True) as server:
         assert get(server.url + "/metrics", token=None)[0] == 403
+        server.wait_until_gpus_read()
         status, body = get(server.url + "/metrics")
         assert status == 200
         text = body.decode()

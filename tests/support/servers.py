@@ -121,6 +121,16 @@ class RunningServer:
         self.server.io_loop.add_callback(call)  # type: ignore[attr-defined]
         return done.result(30)
 
+    def wait_until_gpus_read(self, timeout_s: float = 30.0) -> None:
+        """Until a tick holds GPU readings: the server answers before NVML has started."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            latest = self.metrics.history.latest()
+            if latest is not None and latest.gpus:
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"no GPU reading within {timeout_s} s")
+
     @property
     def simulator(self) -> SimulatedNvml:
         assert self.metrics.simulator is not None
