@@ -198,13 +198,27 @@ class TimelineFeed:
     def series(self) -> list[Series]:
         return [series for panel in self.panels for series in panel.series]
 
+    @property
+    def gpu_rows(self) -> list[int]:
+        return sorted({series.gpu for series in self.series if series.gpu is not None})
+
     def rows(self, samples: Sequence[Sample]) -> Rows:
         columns = {TIME_KEY: np.fromiter((s.time_s * 1000 for s in samples), float,
                                          len(samples))}
         for series in self.series:
             columns[series.key] = np.fromiter(
                 (number_or_nan(series.read(sample)) for sample in samples), float, len(samples))
+        # 1 where the GPU was lost: its legend says "lost" rather than "n/a".
+        for index in self.gpu_rows:
+            columns[lost_key(index)] = np.fromiter(
+                (float(any(r.index == index and r.lost for r in sample.gpus))
+                 for sample in samples), float, len(samples))
         return Rows(columns)
+
+
+def lost_key(index: int) -> str:
+    """The column that is 1 while GPU ``index`` is lost (see ``live_client.js``)."""
+    return f"gpu_lost_{index}"
 
 
 PANEL_HEIGHT = 120
@@ -226,30 +240,25 @@ def window_label(seconds: float) -> str:
 HIDDEN_STYLE = "opacity:.4;text-decoration:line-through"
 
 
-def panel_heading(panel: Panel) -> tuple[str, str]:
-    """The panel's title and legend as HTML above its canvas: (first text, live template).
+def panel_heading(panel: Panel) -> str:
+    """The panel's title and legend as HTML above its canvas.
 
     Bokeh redraws an in-canvas legend on every update: with a legend in each of four
     panels, that was a third of the browser's CPU for /GPU-Resources
-    (benchmarks/README.md). This text is laid out once, and the page's script fills each
-    series' current value into the template's ``{value:KEY}`` about once a second.
+    (benchmarks/README.md). This text is laid out once; the page's script writes each
+    series' current value into its entry's ``<b>`` about once a second.
     """
-    def heading(value: Callable[[Series], str], hidden: Callable[[Series], str]) -> str:
-        items = "".join(
-            f"<span data-series='{series.key}' style='margin-right:1em;white-space:nowrap;"
-            f"cursor:pointer;{hidden(series)}' title='click to hide or show"
-            f"{' this GPU on every chart' if series.gpu is not None else ''}'>"
-            f"<span style='display:inline-block;width:1.4em;vertical-align:middle;"
-            f"border-top:2px {series.dash} {series.color}'></span> "
-            f"{html.escape(series.label)} <b>{value(series)}</b></span>"
-            for series in panel.series
-        )
-        return (f"<div style='font-size:12px;margin:0.4em 0 0 3.5em'>"
-                f"<b style='margin-right:1.2em'>{html.escape(panel.title)}</b>{items}</div>")
-
-    return (heading(lambda series: "", lambda series: "" if series.visible else HIDDEN_STYLE),
-            heading(lambda series: f"{{value:{series.key}}}",
-                    lambda series: f"{{hidden:{series.key}}}"))
+    items = "".join(
+        f"<span data-series='{series.key}' style='margin-right:1em;white-space:nowrap;"
+        f"cursor:pointer;{'' if series.visible else HIDDEN_STYLE}' title='click to hide or "
+        f"show{' this GPU on every chart' if series.gpu is not None else ''}'>"
+        f"<span style='display:inline-block;width:1.4em;vertical-align:middle;"
+        f"border-top:2px {series.dash} {series.color}'></span> "
+        f"{html.escape(series.label)} <b></b></span>"
+        for series in panel.series
+    )
+    return (f"<div style='font-size:12px;margin:0.4em 0 0 3.5em'>"
+            f"<b style='margin-right:1.2em'>{html.escape(panel.title)}</b>{items}</div>")
 
 
 class Timeline:
@@ -274,11 +283,12 @@ class Timeline:
         self.feed = feed
         self.windows_s = tuple(windows_s)
         window_s = default_window_s if default_window_s in self.windows_s else self.windows_s[0]
-        self.source = ColumnDataSource({TIME_KEY: [], **{s.key: [] for s in feed.series}},
+        self.source = ColumnDataSource({TIME_KEY: [], **{s.key: [] for s in feed.series},
+                                        **{lost_key(index): [] for index in feed.gpu_rows}},
                                        syncable=False)
         self.x_range = Range1d(0, 1, syncable=False)
         following: list[tuple[Range1d, list[str]]] = []
-        headings: list[tuple[Div, str]] = []
+        headings: list[Div] = []
         units: dict[str, str] = {}
         # The panels share one time ticker and one view, and each line is one model, not
         # three: /GPU-Resources went from 201 models to 97, and the document a new page
@@ -324,9 +334,9 @@ class Timeline:
                 tooltips=[("time", f"@{TIME_KEY}{{%H:%M:%S}}")] + [
                     (series.label, f"@{{{series.key}}}{{0.[00]}} {panel.unit}".rstrip())
                     for series in panel.series]))
-            first_text, template = panel_heading(panel)
-            heading = Div(text=first_text, sizing_mode="stretch_width", syncable=False)
-            headings.append((heading, template))
+            heading = Div(text=panel_heading(panel), sizing_mode="stretch_width",
+                          syncable=False)
+            headings.append(heading)
             units.update({series.key: panel.unit for series in panel.series})
             gpus = {series.gpu for series in panel.series}
             panel_gpus.append(gpus.pop() if len(gpus) == 1 else None)
@@ -340,7 +350,7 @@ class Timeline:
                 active=self.windows_s.index(window_s), syncable=False)
             controls.append(self.picker)
         # The GPU filter: every chart of the page follows it (a legend click toggles it too).
-        gpu_rows = sorted({s.gpu for s in feed.series if s.gpu is not None})
+        gpu_rows = feed.gpu_rows
         self.gpu_filter: CheckboxButtonGroup | None = None
         if len(gpu_rows) > 1:
             self.gpu_filter = CheckboxButtonGroup(
