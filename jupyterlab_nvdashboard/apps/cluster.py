@@ -35,6 +35,7 @@ from bokeh.models import (
     Div,
     FixedTicker,
     HoverTool,
+    LayoutDOM,
     LinearColorMapper,
     RadioButtonGroup,
     Range1d,
@@ -333,7 +334,7 @@ class ClusterGpusView:
             totals.text = ("<p style='margin:0.5em'>No GPU reported yet: start the workers "
                            "with the nvdashboard plugin (see the README).</p>")
         self.picker: RadioButtonGroup | None = None
-        controls: list = [legend]
+        controls: list[LayoutDOM] = [legend]
         if len(self.windows_s) > 1:
             self.picker = RadioButtonGroup(
                 labels=[window_label(w) for w in self.windows_s],
