@@ -51,3 +51,18 @@ def test_reader_tick_cost_gives_figures_for_every_variant(tmp_path: Path) -> Non
             wall = figures["wall_ms"]
             assert wall["n"] == 3 and wall["min"] <= wall["median"] <= wall["max"]
         assert f"| {profile} | +health+gpm (every pass) |" in done.stdout
+
+
+def test_cluster_windows_gives_a_row_per_window() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "cluster_windows.py"), "--hosts", "2",
+         "--gpus", "2", "--seconds", "700", "--repeats", "1"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "min |" in line]
+    assert [row.split(" |")[0] for row in rows] == ["| 2 min", "| 10 min", "| 30 min"]
+    # 10 minutes of 4 GPUs: at most 241 columns as shipped, one per tick (601) without.
+    shipped, every_tick = (int(part.split(" rows")[0].rsplit(" ", 1)[1])
+                           for part in rows[1].split("|")[2:4])
+    assert shipped <= 4 * 241 < every_tick
