@@ -99,7 +99,8 @@ class Device:
 
     def skips(self, function: str, *args: Any) -> bool:
         """True when ``function`` (with these arguments) is known not to answer here."""
-        return function in self.skip or skip_key(function, args) in self.skip
+        skip = self.skip
+        return bool(skip) and (function in skip or skip_key(function, args) in skip)
 
 
 def skip_key(function: str, args: tuple[Any, ...]) -> Any:
@@ -113,6 +114,15 @@ def skip_key(function: str, args: tuple[Any, ...]) -> Any:
 def decode(value: Any) -> Any:
     """Text from bytes a binding returns (older releases do not decode)."""
     return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def numbers(struct: Any, *names: str) -> list[Any]:
+    """The named numeric fields of a struct the binding returned, each read once, past the
+    binding's per-attribute string hook (``_PrintableStructure.__getattribute__``, a Python
+    call per read); any other object's by ``getattr``."""
+    get = ctypes.Structure.__getattribute__ if isinstance(struct, ctypes.Structure) \
+        else getattr
+    return [get(struct, name) for name in names]
 
 
 def field_reading(field_value: Any) -> tuple[int, int, float, int, float]:
