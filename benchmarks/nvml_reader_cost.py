@@ -9,7 +9,10 @@ Two parts, each printed as a Markdown table:
    simulated NVML is Python, so its cost is inside these figures: they are an upper bound
    on the reader's own cost. The "simulator alone" column replays the exact NVML calls of
    one recorded pass straight against the simulated binding; the difference is the
-   reader's own share.
+   reader's own share. The "simulated driver alone" column replays the C calls the binding
+   made into the simulated driver in that pass; read() less it is the reader with the real
+   binding's own cost (what a real driver's caller pays). ``--baseline`` prints both sides
+   without their simulators too.
 2. **Event loop and tick**: a real in-process Bokeh server (``tests/support/servers.py``)
    with 8 simulated GPUs at a 0.2 s interval and one raw websocket viewer on
    ``/GPU-Resources``, for the 535-driver profile (``a100-535``: no PCIe counter fields,
@@ -127,6 +130,45 @@ def record_one_pass(profile: str, gpus: int, warmup: int) -> list[tuple[Callable
     return calls
 
 
+class RecordingLibrary:
+    """The simulated driver's exported symbols (``simnvml/library.py``), recording each C
+    call the binding makes into them while ``recording``."""
+
+    def __init__(self, library: Any) -> None:
+        self._library = library
+        self.recording: list[tuple[Callable[..., Any], tuple, dict]] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._library, name)
+        if not callable(value):
+            return value
+
+        def symbol(*args: Any) -> Any:
+            if self.recording is not None:
+                self.recording.append((value, args, {}))
+            return value(*args)
+
+        return symbol
+
+
+def record_driver_calls(profile: str, gpus: int, warmup: int
+                        ) -> list[tuple[Callable, tuple, dict]]:
+    """The simulated driver's C calls one ``read()`` makes (through the real binding), with
+    their ctypes arguments, from a reader in the same state as the timed one. Replayed, they
+    time the simulated driver alone: what a real driver does in C, and the baseline's
+    hand-written binding did not do at all."""
+    simulator = SimulatedNvml(gpus, profile=profile)
+    recorder = RecordingLibrary(simulator.library)
+    reader = NvmlReader(binding_loader(recorder))
+    reader.ensure_initialized()
+    for _ in range(warmup):
+        reader.read()
+    recorder.recording = []
+    reader.read()
+    calls, recorder.recording = recorder.recording, None
+    return calls
+
+
 def replay(calls: list[tuple[Callable, tuple, dict]], error: type[Exception]) -> None:
     for function, args, kwargs in calls:
         try:
@@ -138,10 +180,11 @@ def replay(calls: list[tuple[Callable, tuple, dict]], error: type[Exception]) ->
 def reader_costs(profiles: Sequence[str], passes: int, warmup: int,
                  gpus: int = GPUS) -> dict[str, dict[str, Any]]:
     """Time ``read()`` and the replayed simulator calls for each profile, interleaved."""
-    readers, replays, calls_before = {}, {}, {}
+    readers, replays, driver_replays, calls_before = {}, {}, {}, {}
     wall: dict[str, list[float]] = {p: [] for p in profiles}
     cpu: dict[str, list[float]] = {p: [] for p in profiles}
     alone: dict[str, list[float]] = {p: [] for p in profiles}
+    driver: dict[str, list[float]] = {p: [] for p in profiles}
     for profile in profiles:
         simulator = SimulatedNvml(gpus, profile=profile)
         reader = NvmlReader(binding_loader(simulator.library))
@@ -151,6 +194,7 @@ def reader_costs(profiles: Sequence[str], passes: int, warmup: int,
         readers[profile] = (simulator, reader)
         calls_before[profile] = simulator.total_calls
         replays[profile] = record_one_pass(profile, gpus, warmup)
+        driver_replays[profile] = record_driver_calls(profile, gpus, warmup)
     done = 0
     while done < passes:
         block = min(BLOCK, passes - done)
@@ -170,6 +214,10 @@ def reader_costs(profiles: Sequence[str], passes: int, warmup: int,
                 start = time.perf_counter()
                 replay(calls, error)
                 alone[profile].append(time.perf_counter() - start)
+            for _ in range(block):
+                start = time.perf_counter()
+                replay(driver_replays[profile], error)
+                driver[profile].append(time.perf_counter() - start)
         done += block
         progress(f"... reader: {done}/{passes} passes per profile")
     results = {}
@@ -185,6 +233,7 @@ def reader_costs(profiles: Sequence[str], passes: int, warmup: int,
             "wall_ms": summary_ms(wall[profile]),
             "thread_cpu_ms": summary_ms(cpu[profile]),
             "simulator_alone_ms": summary_ms(alone[profile]),
+            "driver_alone_ms": summary_ms(driver[profile]),
             "replayed_calls_per_pass": len(replays[profile]),
         }
     return results
@@ -193,15 +242,18 @@ def reader_costs(profiles: Sequence[str], passes: int, warmup: int,
 def reader_table(results: dict[str, dict[str, Any]]) -> str:
     lines = [
         "| profile | device rows | NVML calls/pass | wall ms median | p90 | min-max "
-        "| thread CPU ms median | simulator alone ms median | reader's own ms (median diff) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| thread CPU ms median | simulator alone ms median | reader's own ms (median diff) "
+        "| simulated driver alone ms median | reader + binding ms (median diff) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for profile, r in results.items():
         w, c, a = r["wall_ms"], r["thread_cpu_ms"], r["simulator_alone_ms"]
+        d = r["driver_alone_ms"]
         lines.append(
             f"| {profile} | {r['device_rows']} | {r['nvml_calls_per_pass']:.0f} "
             f"| {w['median']:.3f} | {w['p90']:.3f} | {w['min']:.3f}-{w['max']:.3f} "
-            f"| {c['median']:.3f} | {a['median']:.3f} | {w['median'] - a['median']:.3f} |")
+            f"| {c['median']:.3f} | {a['median']:.3f} | {w['median'] - a['median']:.3f} "
+            f"| {d['median']:.3f} | {w['median'] - d['median']:.3f} |")
     return "\n".join(lines)
 
 
@@ -514,12 +566,17 @@ def verdicts(reader: dict[str, dict[str, Any]] | None, loop: dict[str, dict[str,
 
 
 def baseline_costs(revision: str, profiles: Sequence[str], passes: int, rounds: int,
-                   figure: str = "wall_ms"
+                   figure: str = "wall_ms", own: dict[str, dict[str, list[float]]] | None = None
                    ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Median read() ms per profile (``figure``: wall_ms or thread_cpu_ms), for
     ``revision`` and this tree, in alternating rounds: each round runs the revision's own
     script from a temporary worktree, then this tree's reader part, so drift in machine
-    load hits both alike."""
+    load hits both alike.
+
+    ``own``, when given, gets each round's reader cost without its simulator, in wall ms:
+    ``then``, the revision's read() less its "simulator alone" (its whole binding, where
+    that was the hand-written simulated one); ``now``, this tree's read() less the simulated
+    driver alone (the real binding's own cost stays in, as a real driver has it too)."""
     import subprocess
     import tempfile
 
@@ -539,9 +596,15 @@ def baseline_costs(revision: str, profiles: Sequence[str], passes: int, rounds: 
                                cwd=tree, stdout=subprocess.DEVNULL)
                 for profile, result in json.loads(out.read_text())["reader"].items():
                     then[profile].append(result[figure]["median"])
+                    if own is not None:
+                        own["then"].setdefault(profile, []).append(
+                            result["wall_ms"]["median"] - result["simulator_alone_ms"]["median"])
                 progress(f"... baseline round {round_number + 1}/{rounds}: this tree")
                 for profile, result in reader_costs(profiles, passes, 20).items():
                     now[profile].append(result[figure]["median"])
+                    if own is not None:
+                        own["now"].setdefault(profile, []).append(
+                            result["wall_ms"]["median"] - result["driver_alone_ms"]["median"])
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
                            check=False)
@@ -601,11 +664,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     reader = loop = None
     if args.baseline:
-        then, now = baseline_costs(args.baseline, profiles, passes, rounds, args.figure)
-        report["baseline"] = {"revision": args.baseline, "then_ms": then, "now_ms": now}
+        own: dict[str, dict[str, list[float]]] = {"then": {}, "now": {}}
+        then, now = baseline_costs(args.baseline, profiles, passes, rounds, args.figure, own)
+        report["baseline"] = {"revision": args.baseline, "then_ms": then, "now_ms": now,
+                              "reader_without_simulator_ms": own}
         print(f"\n## read() with {GPUS} simulated GPUs: {args.baseline} against this tree, "
               f"{rounds} alternating round(s) of {passes} passes\n")
         print(baseline_table(args.baseline, then, now, args.figure))
+        print(f"\nWithout each side's simulator (wall ms; {args.baseline}: read() less its "
+              "simulated binding alone; this tree: read() less the simulated driver alone, so "
+              "the real binding's own cost stays in):\n")
+        print(baseline_table(args.baseline, own["then"], own["now"], "wall_ms less simulator"))
     if args.only != "loop":
         reader = reader_costs(profiles, passes, args.warmup)
         report["reader"] = reader
