@@ -11,8 +11,7 @@ Two parts, each printed as a Markdown table:
    one recorded pass straight against the simulated binding; the difference is the
    reader's own share. The "simulated driver alone" column replays the C calls the binding
    made into the simulated driver in that pass; read() less it is the reader with the real
-   binding's own cost (what a real driver's caller pays). ``--baseline`` prints both sides
-   without their simulators too.
+   binding's own cost (what a real driver's caller pays), in thread CPU time.
 2. **Event loop and tick**: a real in-process Bokeh server (``tests/support/servers.py``)
    with 8 simulated GPUs at a 0.2 s interval and one raw websocket viewer on
    ``/GPU-Resources``, for the 535-driver profile (``a100-535``: no PCIe counter fields,
@@ -185,6 +184,7 @@ def reader_costs(profiles: Sequence[str], passes: int, warmup: int,
     cpu: dict[str, list[float]] = {p: [] for p in profiles}
     alone: dict[str, list[float]] = {p: [] for p in profiles}
     driver: dict[str, list[float]] = {p: [] for p in profiles}
+    driver_cpu: dict[str, list[float]] = {p: [] for p in profiles}
     for profile in profiles:
         simulator = SimulatedNvml(gpus, profile=profile)
         reader = NvmlReader(binding_loader(simulator.library))
@@ -215,9 +215,11 @@ def reader_costs(profiles: Sequence[str], passes: int, warmup: int,
                 replay(calls, error)
                 alone[profile].append(time.perf_counter() - start)
             for _ in range(block):
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), time.thread_time()
                 replay(driver_replays[profile], error)
-                driver[profile].append(time.perf_counter() - start)
+                cpu_end, end = time.thread_time(), time.perf_counter()
+                driver[profile].append(end - start)
+                driver_cpu[profile].append(cpu_end - cpu_start)
         done += block
         progress(f"... reader: {done}/{passes} passes per profile")
     results = {}
@@ -234,6 +236,7 @@ def reader_costs(profiles: Sequence[str], passes: int, warmup: int,
             "thread_cpu_ms": summary_ms(cpu[profile]),
             "simulator_alone_ms": summary_ms(alone[profile]),
             "driver_alone_ms": summary_ms(driver[profile]),
+            "driver_alone_thread_cpu_ms": summary_ms(driver_cpu[profile]),
             "replayed_calls_per_pass": len(replays[profile]),
         }
     return results
@@ -243,17 +246,18 @@ def reader_table(results: dict[str, dict[str, Any]]) -> str:
     lines = [
         "| profile | device rows | NVML calls/pass | wall ms median | p90 | min-max "
         "| thread CPU ms median | simulator alone ms median | reader's own ms (median diff) "
-        "| simulated driver alone ms median | reader + binding ms (median diff) |",
+        "| simulated driver alone, thread CPU ms median "
+        "| reader + binding, thread CPU ms (median diff) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for profile, r in results.items():
         w, c, a = r["wall_ms"], r["thread_cpu_ms"], r["simulator_alone_ms"]
-        d = r["driver_alone_ms"]
+        d = r["driver_alone_thread_cpu_ms"]
         lines.append(
             f"| {profile} | {r['device_rows']} | {r['nvml_calls_per_pass']:.0f} "
             f"| {w['median']:.3f} | {w['p90']:.3f} | {w['min']:.3f}-{w['max']:.3f} "
             f"| {c['median']:.3f} | {a['median']:.3f} | {w['median'] - a['median']:.3f} "
-            f"| {d['median']:.3f} | {w['median'] - d['median']:.3f} |")
+            f"| {d['median']:.3f} | {c['median'] - d['median']:.3f} |")
     return "\n".join(lines)
 
 
@@ -566,17 +570,12 @@ def verdicts(reader: dict[str, dict[str, Any]] | None, loop: dict[str, dict[str,
 
 
 def baseline_costs(revision: str, profiles: Sequence[str], passes: int, rounds: int,
-                   figure: str = "wall_ms", own: dict[str, dict[str, list[float]]] | None = None
+                   figure: str = "wall_ms"
                    ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Median read() ms per profile (``figure``: wall_ms or thread_cpu_ms), for
     ``revision`` and this tree, in alternating rounds: each round runs the revision's own
     script from a temporary worktree, then this tree's reader part, so drift in machine
-    load hits both alike.
-
-    ``own``, when given, gets each round's reader cost without its simulator, in wall ms:
-    ``then``, the revision's read() less its "simulator alone" (its whole binding, where
-    that was the hand-written simulated one); ``now``, this tree's read() less the simulated
-    driver alone (the real binding's own cost stays in, as a real driver has it too)."""
+    load hits both alike."""
     import subprocess
     import tempfile
 
@@ -596,15 +595,9 @@ def baseline_costs(revision: str, profiles: Sequence[str], passes: int, rounds: 
                                cwd=tree, stdout=subprocess.DEVNULL)
                 for profile, result in json.loads(out.read_text())["reader"].items():
                     then[profile].append(result[figure]["median"])
-                    if own is not None:
-                        own["then"].setdefault(profile, []).append(
-                            result["wall_ms"]["median"] - result["simulator_alone_ms"]["median"])
                 progress(f"... baseline round {round_number + 1}/{rounds}: this tree")
                 for profile, result in reader_costs(profiles, passes, 20).items():
                     now[profile].append(result[figure]["median"])
-                    if own is not None:
-                        own["now"].setdefault(profile, []).append(
-                            result["wall_ms"]["median"] - result["driver_alone_ms"]["median"])
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
                            check=False)
@@ -664,17 +657,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     reader = loop = None
     if args.baseline:
-        own: dict[str, dict[str, list[float]]] = {"then": {}, "now": {}}
-        then, now = baseline_costs(args.baseline, profiles, passes, rounds, args.figure, own)
-        report["baseline"] = {"revision": args.baseline, "then_ms": then, "now_ms": now,
-                              "reader_without_simulator_ms": own}
+        then, now = baseline_costs(args.baseline, profiles, passes, rounds, args.figure)
+        report["baseline"] = {"revision": args.baseline, "then_ms": then, "now_ms": now}
         print(f"\n## read() with {GPUS} simulated GPUs: {args.baseline} against this tree, "
               f"{rounds} alternating round(s) of {passes} passes\n")
         print(baseline_table(args.baseline, then, now, args.figure))
-        print(f"\nWithout each side's simulator (wall ms; {args.baseline}: read() less its "
-              "simulated binding alone; this tree: read() less the simulated driver alone, so "
-              "the real binding's own cost stays in):\n")
-        print(baseline_table(args.baseline, own["then"], own["now"], "wall_ms less simulator"))
     if args.only != "loop":
         reader = reader_costs(profiles, passes, args.warmup)
         report["reader"] = reader

@@ -27,7 +27,8 @@ def test_nvml_reader_cost_reader_part_gives_figures_for_every_profile(tmp_path: 
         assert figures["device_rows"] >= 8, profile
         assert figures["nvml_calls_per_pass"] > 0, profile
         assert figures["replayed_calls_per_pass"] > 0, profile
-        for key in ("wall_ms", "thread_cpu_ms", "simulator_alone_ms", "driver_alone_ms"):
+        for key in ("wall_ms", "thread_cpu_ms", "simulator_alone_ms", "driver_alone_ms",
+                    "driver_alone_thread_cpu_ms"):
             assert figures[key]["n"] == 3, (profile, key)
             assert figures[key]["min"] <= figures[key]["median"] <= figures[key]["max"]
         assert f"| {profile} |" in done.stdout
