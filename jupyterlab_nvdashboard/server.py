@@ -462,9 +462,9 @@ def make_server(config: Config, sources: DashboardSources,
              "metrics_collector": make_metrics_collector(config, sources, live_sessions,
                                                          broadcaster),
              "metrics_allow": config.metrics_allow}
-    streams = [(rf"{route.path}/stream", StreamSocket,
-                {"route": route.path, "broadcaster": broadcaster, "allows": access.allows})
-               for route in ROUTES]
+    streams = [(rf"{key}/stream", StreamSocket,
+                {"route": key, "broadcaster": broadcaster, "allows": access.allows})
+               for route in ROUTES for key in route.stream_keys]
     applications = make_applications(sources, feeds)
     cluster_broadcaster = None
     if sources.cluster is not None:

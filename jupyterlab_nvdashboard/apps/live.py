@@ -7,7 +7,9 @@ goes back to the server; it moves the axes (unless the reader panned or zoomed: 
 tool follows again), fills in the legends' current values, hides what the legend and the
 GPU filter hide, follows the window picker, redraws at most once per animation frame,
 closes the socket while the page is hidden and catches up from
-``since`` when it is shown again.
+``since`` when it is shown again. A page with two views (``LiveView.stream``) runs the
+script once per view, each on its own socket; ``window.nvdashboardLive`` is the one with a
+time axis.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ class LiveView:
     filter_gpus: Sequence[int] = ()
     panels: Sequence[LayoutDOM] = ()  # heading, plot, heading, plot, ... of each panel
     panel_gpus: Sequence[int | None] = ()  # the one GPU a panel shows, if it shows one
+    # Which of the page's streams: "" for ``<page>/stream``, NAME for ``<page>/NAME/stream``
+    # (a page may stream more than one view: /GPU-Health's table and its timelines).
+    stream: str = ""
 
 
 def attach(doc: Document, view: LiveView) -> None:
@@ -66,6 +71,7 @@ def attach(doc: Document, view: LiveView) -> None:
         "series_gpu": view.series_gpu,
         "filter_gpus": list(view.filter_gpus),
         "panel_gpus": list(view.panel_gpus),
+        "stream": view.stream,
     }
     args = {
         "source": view.source, "x_range": view.x_range,
