@@ -263,10 +263,12 @@ def panel_heading(panel: Panel) -> tuple[str, str]:
             heading(live_value, lambda series: f"{{hidden:{series.key}}}"))
 
 
-# A hover line of a panel of rows: the rows one GPU is on at that time, in words.
+# The hover of a panel of rows: for GPU number ``format``, the rows it is on at that time,
+# in words. (It formats the time column, which is never NaN: BokehJS prints a NaN value as
+# "NaN" without asking the formatter, and a row's column is NaN wherever it is off.)
 ROWS_HOVER_JS = """
 const i = special_vars.index;
-const on = rows.filter(([key]) => Number.isFinite((source.data[key] || [])[i]));
+const on = rows[Number(format)].filter(([key]) => Number.isFinite((source.data[key] || [])[i]));
 return on.length ? on.map(([, name]) => name).join(", ") : "not available";
 """
 
@@ -277,15 +279,13 @@ def rows_hover(panel: Panel, source: ColumnDataSource) -> tuple[list[tuple[str, 
     by_gpu: dict[int | None, list[Series]] = {}
     for series in panel.series:
         by_gpu.setdefault(series.gpu, []).append(series)
-    tooltips, formatters = [], {}
-    for members in by_gpu.values():
-        first = members[0]
-        rows = [[series.key, panel.y_labels[row]] for row, series in
-                enumerate(members) if row < len(panel.y_labels)]
-        tooltips.append((first.label, f"@{{{first.key}}}{{custom}}"))
-        formatters[f"@{{{first.key}}}"] = CustomJSHover(
-            args={"source": source, "rows": rows}, code=ROWS_HOVER_JS)
-    return tooltips, formatters
+    rows = [[[series.key, name] for series, name in zip(members, panel.y_labels,
+                                                         strict=False)]
+            for members in by_gpu.values()]
+    tooltips = [(members[0].label, f"@{{{TIME_KEY}}}{{{position}}}")
+                for position, members in enumerate(by_gpu.values())]
+    return tooltips, {f"@{{{TIME_KEY}}}": CustomJSHover(
+        args={"source": source, "rows": rows}, code=ROWS_HOVER_JS)}
 
 
 def row_offset(position: int, count: int) -> float:

@@ -91,9 +91,11 @@ LIMIT_BARS = {
     "temperature_pct": ("temperature, % of its slowdown threshold", "#d62728"),
     "power_pct": ("power, % of its power limit", "#ff7f0e"),
 }
-LIMIT_AXIS_LABEL = ("How near each GPU runs to its own limits (100 = at the limit: the "
-                    "slowdown temperature, where clocks drop; the power limit, where the "
-                    "power cap holds clocks down)")
+LIMIT_AXIS_LABEL = "% of each GPU's own limit (100 = at the limit)"
+# Said above the chart, where it wraps: what 100 means for each bar.
+LIMIT_TITLE = ("<b>Near a limit</b> (higher is worse; 100 = at the limit): temperature "
+               "against its slowdown threshold, where the clocks drop; power against its "
+               "power limit, where the power cap holds the clocks down.")
 WAITING = "waiting for the first health reading"
 
 
@@ -267,11 +269,11 @@ def clock_event_row(index: int, group: str, level: float) -> Callable[[Sample], 
 
 # Timeline panels: (title, axis label, unit, reading, its reference, the reference's name).
 HEALTH_PANELS = (
-    ("Temperature (dashed: slowdown threshold)", "Temperature (°C)", "°C", "temperature_c",
+    ("Temperature (dashed: slowdown threshold)", "°C", "°C", "temperature_c",
      "temperature_slowdown_c", "slowdown"),
-    ("Power (dashed: power limit)", "Power (W)", "W", "power_w", "power_limit_w", "limit"),
-    ("SM clock (dashed: its maximum)", "SM clock (MHz)", "MHz", "sm_clock_mhz",
-     "sm_clock_max_mhz", "max"),
+    ("Power (dashed: power limit)", "W", "W", "power_w", "power_limit_w", "limit"),
+    ("SM clock (dashed: its maximum)", "MHz", "MHz", "sm_clock_mhz", "sm_clock_max_mhz",
+     "max"),
 )
 REASON_ROWS = tuple(name for name, _ in CLOCK_EVENT_GROUPS)
 TIMELINE_STREAM = "timeline"  # <route>/timeline/stream (registry.py)
@@ -373,7 +375,10 @@ class HealthDashboard:
         self.timeline = Timeline(feed.timeline, timeline_windows(metrics.history_s),
                                  metrics.interval_s,
                                  gpu_names={fact.index: fact.label for fact in metrics.facts})
-        self.root = column(self.timeline.root, plot, explanation, self.table,
+        limit_title = Div(text=f"<div style='font-size:12px;margin:0.6em 1em 0'>"
+                          f"{LIMIT_TITLE}</div>", sizing_mode="stretch_width",
+                          name="limit-title")
+        self.root = column(self.timeline.root, limit_title, plot, explanation, self.table,
                            sizing_mode="stretch_width")
         self.live = LiveView(self.source)
         self.timeline.live.stream = TIMELINE_STREAM
