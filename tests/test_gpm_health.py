@@ -11,6 +11,8 @@ import time
 
 import numpy as np
 import pytest
+from tornado.httpclient import HTTPClientError, HTTPRequest
+from tornado.websocket import websocket_connect
 
 from jupyterlab_nvdashboard.apps.activity import ActivityDashboard, gpu_activity, without_gpm
 from jupyterlab_nvdashboard.apps.health import (
@@ -35,7 +37,7 @@ from jupyterlab_nvdashboard.simnvml import SimulatedNvml
 from jupyterlab_nvdashboard.simnvml.health import GPM_LOAD_SHARES
 from jupyterlab_nvdashboard.simnvml.profiles import PROFILES
 from tests.support.servers import get, in_process_server
-from tests.support.stream_client import live_frames, open_stream
+from tests.support.stream_client import live_frames, open_stream, stream_url
 
 # GpmReading field -> the simulator's stated share of the mean load (simnvml/health.py).
 PERCENT_FIELDS = {
@@ -421,6 +423,17 @@ def test_health_timelines_come_from_the_history_once_per_tick_for_every_page() -
     with in_process_server(gpus=2, profile="consumer", scenario="throttled-power") as server:
         server.wait_until_gpus_read()
         asyncio.run(_timeline_pages(server, pages=3, frames=5))
+
+        async def without_token() -> int:  # the second stream is guarded like the first
+            request = HTTPRequest(stream_url(server.url, f"/GPU-Health/{TIMELINE_STREAM}"),
+                                  headers={"Origin": server.url})
+            try:
+                (await websocket_connect(request)).close()
+            except HTTPClientError as error:
+                return error.code
+            return 101
+
+        assert asyncio.run(without_token()) == 403
 
 
 def test_health_timeline_rows_say_which_reason_was_on_when_and_gap_when_unknown() -> None:
