@@ -458,9 +458,9 @@ def make_server(config: Config, sources: DashboardSources,
     feeds = RouteFeeds(metrics, sources)
     broadcaster = Broadcaster(metrics.history, metrics.interval_s, feeds,
                               timeline_windows(metrics.history_s))
-    streams = [(rf"{route.path}/stream", StreamSocket,
-                {"route": route.path, "broadcaster": broadcaster, "allows": access.allows})
-               for route in ROUTES]
+    streams = [(rf"{key}/stream", StreamSocket,
+                {"route": key, "broadcaster": broadcaster, "allows": access.allows})
+               for route in ROUTES for key in route.stream_keys]
     applications = make_applications(sources, feeds)
     cluster_broadcaster = None
     if sources.cluster is not None:

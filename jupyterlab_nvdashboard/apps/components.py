@@ -26,10 +26,12 @@ from bokeh.models import (
     CheckboxButtonGroup,
     ColumnDataSource,
     CustomJS,
+    CustomJSHover,
     DatetimeAxis,
     DatetimeTicker,
     Div,
     FactorRange,
+    FixedTicker,
     GlyphRenderer,
     Grid,
     HoverTool,
@@ -176,6 +178,7 @@ class Series:
     gpu: int | None = None  # the device row it belongs to: the page's GPU filter hides it
     dash: str = "solid"  # e.g. "dashed" for RX beside TX in the same GPU colour
     visible: bool = True  # shown at first (a click on its legend entry toggles it)
+    in_legend: bool = True  # False: one entry of its GPU stands for it (a panel of rows)
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,10 @@ class Panel:
     series: Sequence[Series]
     y_max: float | None = None  # fixed top (e.g. 100 for percentages); None follows the data
     unit: str = ""  # printed after values in the legend and the hover, e.g. "GB/s"
+    # A panel of named rows, bottom to top, instead of a value axis: a series' value is the
+    # row it is on (plus an offset that keeps GPUs apart), NaN where it is on none. Its
+    # legend lists each GPU once, and its hover names the rows each GPU is on.
+    y_labels: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -222,6 +229,7 @@ def lost_key(index: int) -> str:
 
 
 PANEL_HEIGHT = 120
+ROW_HEIGHT = 18  # a panel of rows: per named row
 TIME_AXIS_HEIGHT = 30
 TOOLS = "xpan,xwheel_zoom,reset"  # x only: every panel shares the time range
 # Timelines show 2 minutes by default; a picker offers the longer ones the history holds.
@@ -248,17 +256,48 @@ def panel_heading(panel: Panel) -> str:
     (benchmarks/README.md). This text is laid out once; the page's script writes each
     series' current value into its entry's ``<b>`` about once a second.
     """
+    value = "" if panel.y_labels else " <b></b>"  # a row number means nothing to a reader
     items = "".join(
         f"<span data-series='{series.key}' style='margin-right:1em;white-space:nowrap;"
         f"cursor:pointer;{'' if series.visible else HIDDEN_STYLE}' title='click to hide or "
         f"show{' this GPU on every chart' if series.gpu is not None else ''}'>"
         f"<span style='display:inline-block;width:1.4em;vertical-align:middle;"
         f"border-top:2px {series.dash} {series.color}'></span> "
-        f"{html.escape(series.label)} <b></b></span>"
-        for series in panel.series
+        f"{html.escape(series.label)}{value}</span>"
+        for series in panel.series if series.in_legend
     )
     return (f"<div style='font-size:12px;margin:0.4em 0 0 3.5em'>"
             f"<b style='margin-right:1.2em'>{html.escape(panel.title)}</b>{items}</div>")
+
+
+# The hover of a panel of rows: for GPU number ``format``, the rows it is on at that time,
+# in words. (It formats the time column, which is never NaN: BokehJS prints a NaN value as
+# "NaN" without asking the formatter, and a row's column is NaN wherever it is off.)
+ROWS_HOVER_JS = """
+const i = special_vars.index;
+const on = rows[Number(format)].filter(([key]) => Number.isFinite((source.data[key] || [])[i]));
+return on.length ? on.map(([, name]) => name).join(", ") : "not available";
+"""
+
+
+def rows_hover(panel: Panel, source: ColumnDataSource) -> tuple[list[tuple[str, str]],
+                                                                dict[str, CustomJSHover]]:
+    """Tooltips and formatters for a panel of rows: one line per GPU, its rows by name."""
+    by_gpu: dict[int | None, list[Series]] = {}
+    for series in panel.series:
+        by_gpu.setdefault(series.gpu, []).append(series)
+    rows = [[[series.key, name] for series, name in zip(members, panel.y_labels,
+                                                         strict=False)]
+            for members in by_gpu.values()]
+    tooltips = [(members[0].label, f"@{{{TIME_KEY}}}{{{position}}}")
+                for position, members in enumerate(by_gpu.values())]
+    return tooltips, {f"@{{{TIME_KEY}}}": CustomJSHover(
+        args={"source": source, "rows": rows}, code=ROWS_HOVER_JS)}
+
+
+def row_offset(position: int, count: int) -> float:
+    """Where the ``position``-th of ``count`` GPUs draws inside a row of a panel of rows."""
+    return 0.0 if count < 2 else 0.6 * (position / (count - 1) - 0.5)
 
 
 class Timeline:
@@ -299,21 +338,27 @@ class Timeline:
         panel_gpus: list[int | None] = []
         plots: list[LayoutDOM] = []
         for position, panel in enumerate(feed.panels):
-            y_range = Range1d(0, panel.y_max or 1, syncable=False)
-            if not panel.y_max:
+            rows = len(panel.y_labels)
+            y_range = Range1d(-0.5 if rows else 0, rows - 0.5 if rows else panel.y_max or 1,
+                              syncable=False)
+            if not panel.y_max and not rows:
                 following.append((y_range, [s.key for s in panel.series]))
             # One time axis, above the first panel, so it is on screen however tall the
             # page: the panels share it, and each axis costs text measuring on every repaint.
             first = position == 0
             plot = figure(x_axis_type=None, x_range=self.x_range, y_range=y_range,
                           y_axis_label=panel.y_label, title=None,
-                          height=PANEL_HEIGHT + (TIME_AXIS_HEIGHT if first else 0),
+                          height=max(PANEL_HEIGHT, ROW_HEIGHT * rows + 20)
+                          + (TIME_AXIS_HEIGHT if first else 0),
                           sizing_mode="stretch_width", toolbar_location="right",
                           tools=TOOLS, active_drag="xpan", active_scroll="xwheel_zoom",
                           syncable=False)
             plot.toolbar.autohide = True
             plot.toolbar.logo = None
             plot.add_layout(Grid(dimension=0, ticker=time_ticker))
+            if rows:
+                plot.yaxis.ticker = FixedTicker(ticks=list(range(rows)))
+                plot.yaxis.major_label_overrides = dict(enumerate(panel.y_labels))
             if first:
                 plot.add_layout(DatetimeAxis(ticker=time_ticker), "above")
             # The page's script follows the newest sample again after a reset.
@@ -323,17 +368,27 @@ class Timeline:
                 # add_glyph leaves the selection and muted looks to BokehJS ("auto")
                 # instead of adding two more Line models per series, as plot.line does.
                 renderer = plot.add_glyph(self.source, Line(
-                    x=TIME_KEY, y=series.key, line_color=series.color, line_width=2,
+                    x=TIME_KEY, y=series.key, line_color=series.color,
+                    line_width=4 if rows else 2,
                     line_dash=series.dash), view=shared_view, visible=series.visible)
                 lines[series.key] = renderer
                 renderers.append(renderer)
             # Hovering shows every series of the panel at that time; one renderer answers,
             # since all the series share the source's rows.
+            tooltips = [(series.label, f"@{{{series.key}}}{{0.[00]}} {panel.unit}".rstrip())
+                        for series in panel.series]
+            formatters: dict[str, object] = {f"@{TIME_KEY}": "datetime"}
+            hover_renderers = renderers[:1]
+            if rows:
+                tooltips, row_formatters = rows_hover(panel, self.source)
+                formatters.update(row_formatters)
+                # An unseen line along the bottom answers the hover at every time: each
+                # row's own line has gaps wherever its GPU is not on it.
+                hover_renderers = [plot.add_glyph(self.source, Line(
+                    x=TIME_KEY, y=-0.5, line_alpha=0), view=shared_view)]
             plot.add_tools(HoverTool(
-                renderers=renderers[:1], mode="vline", formatters={f"@{TIME_KEY}": "datetime"},
-                tooltips=[("time", f"@{TIME_KEY}{{%H:%M:%S}}")] + [
-                    (series.label, f"@{{{series.key}}}{{0.[00]}} {panel.unit}".rstrip())
-                    for series in panel.series]))
+                renderers=hover_renderers, mode="vline", formatters=formatters,
+                tooltips=[("time", f"@{TIME_KEY}{{%H:%M:%S}}"), *tooltips]))
             heading = Div(text=panel_heading(panel), sizing_mode="stretch_width",
                           syncable=False)
             headings.append(heading)

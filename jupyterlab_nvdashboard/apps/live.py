@@ -8,6 +8,8 @@ tool follows again), fills in the legends' current values, hides what the legend
 GPU filter hide, follows the window picker, repaints at most once per
 ``redraw_interval_ms`` (all frames since the last repaint in one animation frame), closes
 the socket while the page is hidden and catches up from ``since`` when it is shown again.
+A page with two views (``LiveView.stream``) runs the script once per view, each on its own
+socket; ``window.nvdashboardLive`` is the one with a time axis.
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ class LiveView:
     filter_gpus: Sequence[int] = ()
     panels: Sequence[LayoutDOM] = ()  # heading, plot, heading, plot, ... of each panel
     panel_gpus: Sequence[int | None] = ()  # the one GPU a panel shows, if it shows one
+    # Which of the page's streams: "" for ``<page>/stream``, NAME for ``<page>/NAME/stream``
+    # (a page may stream more than one view: /GPU-Health's table and its timelines).
+    stream: str = ""
 
 
 def attach(doc: Document, view: LiveView) -> None:
@@ -85,6 +90,7 @@ def attach(doc: Document, view: LiveView) -> None:
         "panel_gpus": list(view.panel_gpus),
         "redraw_ms": {f"{window:g}": redraw_interval_ms(window) for window in view.windows_s}
         | {"replace": redraw_interval_ms(None)},
+        "stream": view.stream,
     }
     args = {
         "source": view.source, "x_range": view.x_range,

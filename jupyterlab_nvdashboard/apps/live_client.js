@@ -2,11 +2,15 @@
 // document is ready. In scope: source, x_range, following, headings, picker, spec, lines,
 // gpu_filter, panels.
 // Frames: see stream/frames.py. Columns are little-endian float64, as in every browser.
-const live = (window.nvdashboardLive = {
+const live = {
   seq: -1, frames: 0, resets: 0, rows: 0, connects: 0, hidden: false, parentHidden: false,
   window: spec.window, socket: null, retryMs: 500, lastHeading: 0, xEnd: null,
   draws: 0, following: true, moving: false, lastDraw: 0,
-});
+};
+// One script per view the page streams (spec.stream: "" or a name): each is in
+// nvdashboardStreams; nvdashboardLive is the one with a time axis (its reset tool's).
+(window.nvdashboardStreams = window.nvdashboardStreams || {})[spec.stream || ""] = live;
+if (x_range || !window.nvdashboardLive) window.nvdashboardLive = live;
 // What the legend and the GPU filter hide: series keys, and GPU rows.
 const hiddenKeys = new Set(Object.keys(lines || {}).filter((key) => !lines[key].visible));
 const hiddenGpus = new Set();
@@ -23,7 +27,8 @@ function streamUrl() {
   const token = new URLSearchParams(loc.search).get("token");
   if (token) params.set("token", token);
   const scheme = loc.protocol === "https:" ? "wss:" : "ws:";
-  return `${scheme}//${loc.host}${loc.pathname.replace(/\/+$/, "")}/stream?${params}`;
+  const path = spec.stream ? `${spec.stream}/stream` : "stream";
+  return `${scheme}//${loc.host}${loc.pathname.replace(/\/+$/, "")}/${path}?${params}`;
 }
 
 function decode(buffer) {
