@@ -99,13 +99,14 @@ STATES = (
         "/": ["busiest", user, "1 process"], "/GPU-Processes": [user]}),
     State("mig", 2, "a100-mig", lambda server: None, lambda user: {
         "/": ["GPU 0 · MIG 1", "3g.40gb", "GPU 0 · MIG 2", "4g.40gb"],
-        "/GPU-Health": ["MIG"]}),
+        "/GPU-Health": ["MIG enabled: 3g.40gb, 4g.40gb"]}),
     State("consumer", 1, "consumer", lambda server: None, lambda user: {
         "/": ["not supported by this GPU or driver"],
         "/GPU-Health": ["not supported"]}),
     State("lost", 4, "mixed", _lose_gpu, lambda user: {
         "/": ["GPU lost"], "/GPU-Health": ["GPU lost"],
-        "/GPU-Resources": ["GPU 1 lost"], "/GPU-Activity": ["GPU 1 lost"]}),
+        "/GPU-Resources": ["GPU 1 lost"],
+        "/GPU-Activity": ["GPU 1 lost", "GPU 1 GPU lost: it stopped answering NVML"]}),
     State("no-processes", 4, "mixed", _no_processes, lambda user: {
         "/": [NO_PROCESSES], "/GPU-Processes": [NO_PROCESSES]}),
 )

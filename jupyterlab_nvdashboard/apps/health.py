@@ -45,6 +45,7 @@ from bokeh.models import (
 from bokeh.plotting import figure
 from bokeh.transform import dodge
 
+from ..export.dcgm import mig_profile
 from ..metrics import GpuFacts, Metrics, Sample
 from ..metrics.families import HEALTH_FAMILY, HealthReading, device_reading
 from ..metrics.health import (
@@ -83,6 +84,10 @@ HEALTH_COLUMNS = {
     "xid": "XID events",
 }
 # assess() group -> the column its mark goes on.
+# Temperature, power and clocks drift over seconds, and the table is read, not watched:
+# the page repaints every 5 s, which keeps an open Health tab near 2% of a core in software
+# rendering (benchmarks/dashboard_overhead.py). A throttle of one tick still shows.
+HEALTH_REDRAW_MS = 5000
 MARK_COLUMNS = {"clocks": "reasons", "temperature": "temperature", "power": "power",
                 "ecc": "ecc", "rows": "rows", "xid": "xid"}
 # Bars: column -> (legend, colour). Only readings where higher is worse: the SM clock
@@ -211,7 +216,7 @@ class HealthFeed:
     # The same readings over time, streamed beside the table (``TIMELINE_STREAM``).
     timeline: TimelineFeed = TimelineFeed(())
     mode = "replace"
-    refresh_s = 1.0  # a table people read: at most one frame a second
+    refresh_s = HEALTH_REDRAW_MS / 1000  # a table people read, with its history above it
 
     @property
     def gpus(self) -> list[GpuFacts]:
@@ -220,6 +225,15 @@ class HealthFeed:
     @property
     def labels(self) -> list[str]:
         return [gpu_label(fact, short=True) for fact in self.gpus]
+
+    def mig_note(self, fact: GpuFacts) -> str:
+        """Under a GPU in MIG mode: its MIG devices, whose health is the whole GPU's."""
+        children = [mig_profile(child, fact) or child.name for child in self.facts
+                    if child.kind == "mig" and child.parent == fact.index]
+        if not fact.mig_enabled and not children:
+            return ""
+        devices = ", ".join(children) if children else "no MIG device created"
+        return f" · MIG enabled: {devices} (these readings are the whole GPU's)"
 
     def rows(self, samples: Sequence[Sample]) -> Rows:
         family = samples[-1].extra.get(HEALTH_FAMILY) if samples else None
@@ -233,7 +247,7 @@ class HealthFeed:
             reading = readings.get(fact.index)
             cells = health_cells(reading if isinstance(reading, HealthReading) else None,
                                  fact.index in lost, unavailable.get(fact.index, {}))
-            cells["gpu"] = gpu_label(fact)
+            cells["gpu"] = gpu_label(fact) + self.mig_note(fact)
             for key, value in cells.items():
                 text[key].append(value)
             text.setdefault("y", []).append(label)
@@ -382,6 +396,7 @@ class HealthDashboard:
                            sizing_mode="stretch_width")
         self.live = LiveView(self.source)
         self.timeline.live.stream = TIMELINE_STREAM
+        self.timeline.live.least_redraw_ms = HEALTH_REDRAW_MS
         self.also_live = (self.timeline.live,)
 
 

@@ -259,6 +259,18 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     def done(findings: list[Finding]) -> Diagnosis:
         return Diagnosis(row, label, uuid, count, window_s, tuple(findings))
 
+    lost_since, lost_count = None, 0  # the readings at the window's end that say lost
+    for sample, reading in zip(reversed(mine), reversed(own_rows), strict=True):
+        if reading is None or not reading.lost:
+            break
+        lost_since, lost_count = sample.time_s, lost_count + 1
+    if lost_since is not None:  # lost now: nothing it does can be read
+        lost_for_s = mine[-1].time_s - lost_since
+        return done([Finding(
+            "lost", "GPU lost", (Figure("lost for", lost_for_s, "s", lost_count),), "none",
+            "look for an XID error in the kernel log (dmesg) and in nvidia-smi -q; the GPU "
+            "may need a reset", words=f"it stopped answering NVML {lost_for_s:.0f} s ago, "
+            "and nothing since can be judged")])
     if count < T.MIN_SAMPLES:
         return done([Finding("not-enough-samples", "not enough samples",
                              (Figure("samples", float(count), "", count),), "none",
@@ -335,7 +347,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
 ORDER = {cause: rank for rank, cause in enumerate((
     "not-using-gpu", "input-bound", "host-cpu-bound", "idle", "starved", "pcie-bound",
     "nvlink-bound", "launch-bound", "memory-bound", "throttled", "pcie-downtrained",
-    "underused", "busy", "compute-bound", "unknown", "not-enough-samples"))}
+    "underused", "busy", "compute-bound", "unknown", "not-enough-samples", "lost"))}
 
 
 def _step_findings(steps: Sequence[Step], util: list[float]) -> list[Finding]:
