@@ -385,9 +385,11 @@ async def _timeline_pages(server, pages: int, frames: int) -> None:  # noqa: ANN
         return stats.encodes.get(family, 0), server.broadcaster.families[(route, 120.0)].seq
 
     encodes_before, published_before = await asyncio.to_thread(server.on_loop, counts)
-    while streams[0].seq < published_before + frames:
+    received = 0
+    while received < frames:
         for stream in streams:
             await stream.receive()
+        received += streams[0].seq > published_before
     encodes_after, published_after = await asyncio.to_thread(server.on_loop, counts)
     for stream in streams:
         while stream.seq < published_after:
@@ -400,6 +402,11 @@ async def _timeline_pages(server, pages: int, frames: int) -> None:  # noqa: ANN
     live = [frame for frame in streams[0].frames
             if published_before < frame.header["seq"] <= published_after]
     assert encodes_after - encodes_before == len(live) >= frames  # one encode per frame
+    # The pages draw every few seconds: a frame carries all the rows since the last one.
+    refresh_s = gpu_health(server.metrics).timeline.refresh_s
+    assert refresh_s >= 1.0
+    for frame in live[1:]:
+        assert frame.header["rows"] >= 0.5 * refresh_s / server.config.interval_s, frame.header
     # Each row is the history's reading at that time: power not available on this card is
     # NaN, never 0; the power cap is the reason on every GPU, and no other.
     history = server.metrics.history
@@ -422,7 +429,7 @@ async def _timeline_pages(server, pages: int, frames: int) -> None:  # noqa: ANN
 def test_health_timelines_come_from_the_history_once_per_tick_for_every_page() -> None:
     with in_process_server(gpus=2, profile="consumer", scenario="throttled-power") as server:
         server.wait_until_gpus_read()
-        asyncio.run(_timeline_pages(server, pages=3, frames=5))
+        asyncio.run(_timeline_pages(server, pages=3, frames=3))
 
         async def without_token() -> int:  # the second stream is guarded like the first
             request = HTTPRequest(stream_url(server.url, f"/GPU-Health/{TIMELINE_STREAM}"),

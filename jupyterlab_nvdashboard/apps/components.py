@@ -199,6 +199,7 @@ class TimelineFeed:
     """Stacked line panels over time: one row per sample, ``time`` in epoch milliseconds."""
 
     panels: tuple[Panel, ...]
+    refresh_s: float = 0.0  # frames at most this often (0: one per tick; stream/broadcaster)
     mode = "append"
 
     @property

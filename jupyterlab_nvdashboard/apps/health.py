@@ -315,7 +315,7 @@ def health_timeline(facts: Sequence[GpuFacts]) -> TimelineFeed:
         for position, fact in enumerate(gpus) for row, group in enumerate(REASON_ROWS)]
     panels.append(Panel("Clock-event reasons: what held the clocks, and when",
                         "", reasons, y_labels=REASON_ROWS))
-    return TimelineFeed(tuple(panels))
+    return TimelineFeed(tuple(panels), refresh_s=HEALTH_REDRAW_MS / 1000)
 
 
 # Draws the table from the source's rows whenever the stream replaces them; the same text

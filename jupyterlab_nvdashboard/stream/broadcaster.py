@@ -54,6 +54,9 @@ CLOSE_TOO_SLOW = 4001
 class Feed(Protocol):
     """What a dashboard streams: rows computed from samples, the same for every page.
 
+    A feed may say how often at most its frames go out (``refresh_s``, seconds): a "replace"
+    feed's picture, or an "append" feed's new rows, all of them in one frame.
+
     An "append" feed may also say how its long windows are cut and reduced, where min/max
     of every column over epoch-aligned buckets does not fit (several rows per sample: the
     cluster heat map): ``bucket_seconds(window_s, interval_s)`` (0: every sample) and
@@ -149,11 +152,23 @@ class Family:
             return None
         if self.feed.mode == "replace" and not reset:
             return self._replacement(publishable)
+        if not reset and self._too_soon():  # the rows wait in the history for the next one
+            return None
         frame = encode(self._rows(publishable), -1 if reset else self.seq,
                        publishable[-1].seq, reset)
         self.seq = publishable[-1].seq
         return frame
 
+
+    def _too_soon(self) -> bool:
+        """An append feed with a ``refresh_s`` (readings its pages draw every few seconds)
+        sends everything new at most that often, in one frame."""
+        refresh_s = getattr(self.feed, "refresh_s", 0.0)
+        now = time.monotonic()
+        if refresh_s and now - self.last_sent_s < refresh_s:
+            return True
+        self.last_sent_s = now
+        return False
 
     def _replacement(self, publishable: list[Sample]) -> bytes | None:
         """A replace family's next frame: None when too soon after the last one, or when
