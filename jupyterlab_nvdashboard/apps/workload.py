@@ -263,8 +263,9 @@ def run_progress(run: Run, now_s: float, alive: bool | None = None) -> Progress:
                             f"stopped after {_of(done, asked)} timed iterations"
                             f"{median_text} · ran {duration_text(took)}", fraction)
         timed_s = (end.get("time") or now_s) - run.warmup_end_s if run.warmup_end_s else None
-        span = (f"in {duration_text(timed_s)} ({duration_text(took)} with start-up and "
-                f"warm-up)" if timed_s is not None else f"in {duration_text(took)}")
+        span = f"in {duration_text(took)}"
+        if timed_s is not None and duration_text(timed_s) != duration_text(took):
+            span = f"in {duration_text(timed_s)} ({duration_text(took)} with start-up and warm-up)"
         return Progress("finished", headline,
                         f"finished {_of(done, asked)} timed iterations {span}{median_text}",
                         fraction)

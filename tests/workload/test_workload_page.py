@@ -207,6 +207,11 @@ def test_progress_says_stopped_failed_or_silent_and_counts_past_the_kept_iterati
     assert run_progress(stopped, T0 + 50).line == ("stopped after 250 of 1,000 timed "
                                                    "iterations · median 2.00 ms/iteration · "
                                                    "ran 9 s")
+    quick = Run("r", start=start("r", T0, iterations=1000), warmup_end_s=T0 + 0.2,
+                end={"time": T0 + 9, "iterations": 1000, "median_ms": 2.0,
+                     "interrupted": False})
+    assert run_progress(quick, T0 + 50).line == ("finished 1,000 of 1,000 timed iterations "
+                                                 "in 9 s · median 2.00 ms/iteration")
     failed = Run("r", **base, end={"time": T0 + 3, "iterations": 0, "interrupted": True,
                                    "error": "killed by SIGKILL"})
     assert run_progress(failed, T0 + 50).line.startswith("failed: killed by SIGKILL · after "
