@@ -463,7 +463,7 @@ class WorkloadDashboard:
         paths = list(PATHS)
         self.path = Select(title="path", value=default_path(paths, self.real_gpus),
                            options=[(p, path_label(p, self.real_gpus)) for p in paths],
-                           width=190, name="workload-path")
+                           width=260, name="workload-path")  # "... (needs a real GPU)"
         self.preset = Select(title="preset", value="ci", options=list(PRESETS), width=110)
         self.count = Spinner(title=f"timed iterations (max {MAX_ITERATIONS:,})", low=1,
                              high=MAX_ITERATIONS, step=10, value=200, width=170,
@@ -476,7 +476,7 @@ class WorkloadDashboard:
         gpus = [(str(f.index), f"{f.label}: {f.name}") for f in metrics.facts]
         # The GPU a run is pinned to (a GPU run) or judged against (a CPU run).
         self.gpu = Select(title="GPU", value=gpus[0][0] if gpus else "", options=gpus,
-                          width=200, visible=bool(gpus))
+                          width=230, visible=bool(gpus))
         start, stop = Button(label="Start", button_type="success", width=80), \
             Button(label="Stop", button_type="danger", width=80)
         start.on_click(self._start)
@@ -711,6 +711,7 @@ class WorkloadDashboard:
             self._selected = None  # a new run: show it, whatever was clicked before
         data = {key: ["n/a" if row[key] is None else row[key] for row in rows]
                 for key in (*SUMMARY_COLUMNS, *SUMMARY_EXTRA)}
+        self.table.visible = bool(rows)  # no rows: no empty grid, the charts say what to do
         if dict(self.summary.data) != data:
             self.summary.data = data
             height = verdict_row_height(rows)
