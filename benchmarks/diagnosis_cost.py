@@ -2,6 +2,7 @@
 /GPU-Activity and the /metrics gauge.
 
     python benchmarks/diagnosis_cost.py [--repeats 30] [--minutes 30] [--interval 0.2]
+    python benchmarks/diagnosis_cost.py --baseline 0a56ca4 [--rounds 3]
 
 Builds the history a server would hold: 8 H200-class GPUs (facts from the simulated driver),
 one sample per tick (default 0.2 s) with GPM refreshed once a second (the same reading in
@@ -10,19 +11,31 @@ stores them) and host CPU, all varying. Prints the median and range
 (min-max) of one ``diagnose()`` of one GPU over the whole window, in wall time and in the
 thread's CPU time (on a machine shared with other jobs, wall time includes waiting for a
 core), against the 5 ms target.
+
+``--baseline REV`` times the diagnosis at that git revision side by side with this tree: each
+round runs this script once on the revision's package (checked out in a temporary worktree)
+and once on this tree's, each in a fresh process, so drift in machine load hits both alike;
+it prints both sides' median and range over all rounds, and whether every GPU's findings are
+the same on both sides.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's package
+# The package to time: this checkout's, or (for --baseline) a revision's worktree.
+sys.path.insert(0, os.environ.get("DIAGNOSIS_COST_PACKAGE_ROOT")
+                or str(Path(__file__).resolve().parent.parent))
 
 from jupyterlab_nvdashboard.composition import create_metrics
 from jupyterlab_nvdashboard.config import Config, SimulationConfig
@@ -37,8 +50,10 @@ from jupyterlab_nvdashboard.metrics.families import (
     ProcessReading,
 )
 
+ROOT = Path(__file__).resolve().parent.parent
 GPUS = 8
 TARGET_MS = 5.0
+CASES = (("one GPU", None), ("one GPU for a run (its own PID too)", 1003))
 
 
 def history(facts: list[Any], ticks: int, interval: float) -> list[Sample]:
@@ -69,35 +84,101 @@ def history(facts: list[Any], ticks: int, interval: float) -> list[Sample]:
     return samples
 
 
+def measure(repeats: int, minutes: float, interval: float) -> dict[str, Any]:
+    """Per-run wall and CPU ms of each case, and every GPU's diagnosis as JSON."""
+    metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=GPUS,
+                                                                profile="h200")), environ={})
+    metrics.nvml.ensure_initialized()
+    facts = metrics.facts
+    ticks = int(minutes * 60 / interval)
+    samples = history(facts, ticks, interval)
+    out: dict[str, Any] = {"ticks": ticks, "cases": {}}
+    for what, pid in CASES:
+        diagnose(samples, facts, 3, pid=pid)  # warm-up
+        costs, cpu = [], []
+        for _ in range(repeats):
+            started, cpu_started = time.perf_counter(), time.thread_time()
+            result = diagnose(samples, facts, 3, pid=pid)
+            cpu.append((time.thread_time() - cpu_started) * 1000)
+            costs.append((time.perf_counter() - started) * 1000)
+        out["cases"][what] = {"wall_ms": costs, "cpu_ms": cpu}
+    out["line"] = result.line()
+    out["findings"] = [diagnose(samples, facts, fact.index, pid=pid).to_json()
+                       for fact in facts for _, pid in CASES]
+    return out
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def side_by_side(revision: str, rounds: int, arguments: list[str]) -> int:
+    """Alternate fresh processes of ``revision``'s package and this tree's, ``rounds`` times."""
+    sides: dict[str, list[dict[str, Any]]] = {revision: [], "this tree": []}
+    with tempfile.TemporaryDirectory(prefix="diagnosis-cost-baseline-") as folder:
+        tree = Path(folder) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree),
+                        revision], check=True)
+        try:
+            for round_number in range(rounds):
+                for side, root in ((revision, tree), ("this tree", ROOT)):
+                    print(f"... round {round_number + 1}/{rounds}: {side}", file=sys.stderr,
+                          flush=True)
+                    out = Path(folder) / "out.json"
+                    subprocess.run([sys.executable, __file__, *arguments, "--json", str(out)],
+                                   check=True, stdout=subprocess.DEVNULL,
+                                   env={**os.environ, "DIAGNOSIS_COST_PACKAGE_ROOT": str(root)})
+                    sides[side].append(json.loads(out.read_text()))
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                           check=False)
+    then, now = sides[revision], sides["this tree"]
+    runs = sum(len(r["cases"][CASES[0][0]]["wall_ms"]) for r in now)
+    print(f"diagnosis over {then[0]['ticks']} samples of {GPUS} GPUs: {revision} against this "
+          f"tree, {rounds} alternating rounds, {runs} runs a side (ms, median and range)\n")
+    print(f"| case | figure | {revision} | this tree | ratio |\n|---|---|---:|---:|---:|")
+    for what, _ in CASES:
+        for figure, name in (("wall_ms", "wall"), ("cpu_ms", "CPU")):
+            a = [v for r in then for v in r["cases"][what][figure]]
+            b = [v for r in now for v in r["cases"][what][figure]]
+            print(f"| {what} | {name} | {_spread(a)} | {_spread(b)} | "
+                  f"{statistics.median(b) / statistics.median(a):.2f}x |")
+    same = all(r["findings"] == then[0]["findings"] for r in then + now)
+    print(f"\nevery GPU's findings (with and without the PID) the same on both sides: "
+          f"{'yes' if same else 'NO'}\n  it read: {now[0]['line']}")
+    return 0 if same else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--interval", type=float, default=0.2)
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also time the diagnosis at this git revision, side by side")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternating rounds for --baseline (3)")
+    parser.add_argument("--json", type=Path, help="write the per-run figures here")
     args = parser.parse_args(argv)
-    if args.repeats < 1 or args.minutes <= 0 or args.interval <= 0:
-        parser.exit(2, "diagnosis_cost.py: --repeats, --minutes and --interval must be > 0\n")
-    metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=GPUS,
-                                                                profile="h200")), environ={})
-    metrics.nvml.ensure_initialized()
-    facts = metrics.facts
-    ticks = int(args.minutes * 60 / args.interval)
-    samples = history(facts, ticks, args.interval)
-    for what, pid in (("one GPU", None), ("one GPU for a run (its own PID too)", 1003)):
-        diagnose(samples, facts, 3, pid=pid)  # warm-up
-        costs, cpu = [], []
-        for _ in range(args.repeats):
-            started, cpu_started = time.perf_counter(), time.thread_time()
-            result = diagnose(samples, facts, 3, pid=pid)
-            cpu.append((time.thread_time() - cpu_started) * 1000)
-            costs.append((time.perf_counter() - started) * 1000)
+    if args.repeats < 1 or args.minutes <= 0 or args.interval <= 0 or args.rounds < 1:
+        parser.exit(2, "diagnosis_cost.py: --repeats, --minutes, --interval and --rounds "
+                       "must be > 0\n")
+    if args.baseline:
+        return side_by_side(args.baseline, args.rounds,
+                            ["--repeats", str(args.repeats), "--minutes", f"{args.minutes:g}",
+                             "--interval", f"{args.interval:g}"])
+    result = measure(args.repeats, args.minutes, args.interval)
+    if args.json:
+        args.json.write_text(json.dumps(result))
+    for what, _ in CASES:
+        costs, cpu = result["cases"][what]["wall_ms"], result["cases"][what]["cpu_ms"]
         median, cpu_median = statistics.median(costs), statistics.median(cpu)
-        print(f"diagnosis of {what} over {args.minutes:g} min ({ticks} samples, {GPUS} GPUs "
-              f"in each), {args.repeats} runs: wall median {median:.2f} ms, range "
+        print(f"diagnosis of {what} over {args.minutes:g} min ({result['ticks']} samples, "
+              f"{GPUS} GPUs in each), {args.repeats} runs: wall median {median:.2f} ms, range "
               f"{min(costs):.2f}-{max(costs):.2f} ms; CPU time median {cpu_median:.2f} ms, "
               f"range {min(cpu):.2f}-{max(cpu):.2f} ms (target < {TARGET_MS:g} ms: "
               f"{'met' if cpu_median < TARGET_MS else 'NOT met'} on CPU time)")
-    print(f"  it read: {result.line()}")
+    print(f"  it read: {result['line']}")
     return 0
 
 

@@ -9,7 +9,9 @@ Two parts, each printed as a Markdown table:
    simulated NVML is Python, so its cost is inside these figures: they are an upper bound
    on the reader's own cost. The "simulator alone" column replays the exact NVML calls of
    one recorded pass straight against the simulated binding; the difference is the
-   reader's own share.
+   reader's own share. The "simulated driver alone" column replays the C calls the binding
+   made into the simulated driver in that pass; read() less it is the reader with the real
+   binding's own cost (what a real driver's caller pays), in thread CPU time.
 2. **Event loop and tick**: a real in-process Bokeh server (``tests/support/servers.py``)
    with 8 simulated GPUs at a 0.2 s interval and one raw websocket viewer on
    ``/GPU-Resources``, for the 535-driver profile (``a100-535``: no PCIe counter fields,
@@ -127,6 +129,45 @@ def record_one_pass(profile: str, gpus: int, warmup: int) -> list[tuple[Callable
     return calls
 
 
+class RecordingLibrary:
+    """The simulated driver's exported symbols (``simnvml/library.py``), recording each C
+    call the binding makes into them while ``recording``."""
+
+    def __init__(self, library: Any) -> None:
+        self._library = library
+        self.recording: list[tuple[Callable[..., Any], tuple, dict]] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._library, name)
+        if not callable(value):
+            return value
+
+        def symbol(*args: Any) -> Any:
+            if self.recording is not None:
+                self.recording.append((value, args, {}))
+            return value(*args)
+
+        return symbol
+
+
+def record_driver_calls(profile: str, gpus: int, warmup: int
+                        ) -> list[tuple[Callable, tuple, dict]]:
+    """The simulated driver's C calls one ``read()`` makes (through the real binding), with
+    their ctypes arguments, from a reader in the same state as the timed one. Replayed, they
+    time the simulated driver alone: what a real driver does in C, and the baseline's
+    hand-written binding did not do at all."""
+    simulator = SimulatedNvml(gpus, profile=profile)
+    recorder = RecordingLibrary(simulator.library)
+    reader = NvmlReader(binding_loader(recorder))
+    reader.ensure_initialized()
+    for _ in range(warmup):
+        reader.read()
+    recorder.recording = []
+    reader.read()
+    calls, recorder.recording = recorder.recording, None
+    return calls
+
+
 def replay(calls: list[tuple[Callable, tuple, dict]], error: type[Exception]) -> None:
     for function, args, kwargs in calls:
         try:
@@ -138,10 +179,12 @@ def replay(calls: list[tuple[Callable, tuple, dict]], error: type[Exception]) ->
 def reader_costs(profiles: Sequence[str], passes: int, warmup: int,
                  gpus: int = GPUS) -> dict[str, dict[str, Any]]:
     """Time ``read()`` and the replayed simulator calls for each profile, interleaved."""
-    readers, replays, calls_before = {}, {}, {}
+    readers, replays, driver_replays, calls_before = {}, {}, {}, {}
     wall: dict[str, list[float]] = {p: [] for p in profiles}
     cpu: dict[str, list[float]] = {p: [] for p in profiles}
     alone: dict[str, list[float]] = {p: [] for p in profiles}
+    driver: dict[str, list[float]] = {p: [] for p in profiles}
+    driver_cpu: dict[str, list[float]] = {p: [] for p in profiles}
     for profile in profiles:
         simulator = SimulatedNvml(gpus, profile=profile)
         reader = NvmlReader(binding_loader(simulator.library))
@@ -151,6 +194,7 @@ def reader_costs(profiles: Sequence[str], passes: int, warmup: int,
         readers[profile] = (simulator, reader)
         calls_before[profile] = simulator.total_calls
         replays[profile] = record_one_pass(profile, gpus, warmup)
+        driver_replays[profile] = record_driver_calls(profile, gpus, warmup)
     done = 0
     while done < passes:
         block = min(BLOCK, passes - done)
@@ -170,6 +214,12 @@ def reader_costs(profiles: Sequence[str], passes: int, warmup: int,
                 start = time.perf_counter()
                 replay(calls, error)
                 alone[profile].append(time.perf_counter() - start)
+            for _ in range(block):
+                start, cpu_start = time.perf_counter(), time.thread_time()
+                replay(driver_replays[profile], error)
+                cpu_end, end = time.thread_time(), time.perf_counter()
+                driver[profile].append(end - start)
+                driver_cpu[profile].append(cpu_end - cpu_start)
         done += block
         progress(f"... reader: {done}/{passes} passes per profile")
     results = {}
@@ -185,6 +235,8 @@ def reader_costs(profiles: Sequence[str], passes: int, warmup: int,
             "wall_ms": summary_ms(wall[profile]),
             "thread_cpu_ms": summary_ms(cpu[profile]),
             "simulator_alone_ms": summary_ms(alone[profile]),
+            "driver_alone_ms": summary_ms(driver[profile]),
+            "driver_alone_thread_cpu_ms": summary_ms(driver_cpu[profile]),
             "replayed_calls_per_pass": len(replays[profile]),
         }
     return results
@@ -193,15 +245,19 @@ def reader_costs(profiles: Sequence[str], passes: int, warmup: int,
 def reader_table(results: dict[str, dict[str, Any]]) -> str:
     lines = [
         "| profile | device rows | NVML calls/pass | wall ms median | p90 | min-max "
-        "| thread CPU ms median | simulator alone ms median | reader's own ms (median diff) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| thread CPU ms median | simulator alone ms median | reader's own ms (median diff) "
+        "| simulated driver alone, thread CPU ms median "
+        "| reader + binding, thread CPU ms (median diff) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for profile, r in results.items():
         w, c, a = r["wall_ms"], r["thread_cpu_ms"], r["simulator_alone_ms"]
+        d = r["driver_alone_thread_cpu_ms"]
         lines.append(
             f"| {profile} | {r['device_rows']} | {r['nvml_calls_per_pass']:.0f} "
             f"| {w['median']:.3f} | {w['p90']:.3f} | {w['min']:.3f}-{w['max']:.3f} "
-            f"| {c['median']:.3f} | {a['median']:.3f} | {w['median'] - a['median']:.3f} |")
+            f"| {c['median']:.3f} | {a['median']:.3f} | {w['median'] - a['median']:.3f} "
+            f"| {d['median']:.3f} | {c['median'] - d['median']:.3f} |")
     return "\n".join(lines)
 
 

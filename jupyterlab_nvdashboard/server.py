@@ -49,10 +49,10 @@ from tornado.web import HTTPError
 from . import __version__, bokeh_patches
 from .apps.cluster import (
     CLUSTER_PATH,
-    CLUSTER_TITLE,
-    CLUSTER_WINDOW_S,
     ClusterFeeds,
     ClusterGpusView,
+    cluster_title,
+    cluster_windows,
 )
 from .apps.components import timeline_windows
 from .apps.document import THEMES, build_document, gpus_being_read, no_gpu_notice
@@ -92,16 +92,18 @@ class LiveSessions:
 class ViewerWatch:
     """Slows the sampler while nobody watches, and ends a server idle for too long.
 
-    Viewers are open stream sockets and live Bokeh sessions. The sampler speeds up the
-    moment a page subscribes; it slows down at the next check after the last one left.
+    Viewers are open stream sockets, of every broadcaster (/Cluster-GPUs has one of its
+    own), and live Bokeh sessions. The sampler speeds up the moment a page subscribes; it
+    slows down at the next check after the last one left.
     """
 
     CHECK_MS = 1000
 
-    def __init__(self, metrics: Metrics, broadcaster: Broadcaster, live_sessions: LiveSessions,
-                 exit_after_s: float, parent_pid: int | None = None) -> None:
+    def __init__(self, metrics: Metrics, broadcasters: Sequence[Broadcaster],
+                 live_sessions: LiveSessions, exit_after_s: float,
+                 parent_pid: int | None = None) -> None:
         self.sampler = metrics.sampler
-        self.broadcaster, self.live_sessions = broadcaster, live_sessions
+        self.broadcasters, self.live_sessions = tuple(broadcasters), live_sessions
         self.exit_after_s = exit_after_s
         # Behind jupyter-server-proxy: the Jupyter server that started this one. When it is
         # gone (this process was re-parented), nobody can reach this server any more.
@@ -111,11 +113,12 @@ class ViewerWatch:
         # is watching, so the server must not exit (the sampler may still run slowly).
         self.last_glance: float | None = None
         self.io_loop: IOLoop | None = None
-        broadcaster.on_viewers_changed = self.viewers_changed
+        for broadcaster in self.broadcasters:
+            broadcaster.on_viewers_changed = self.viewers_changed
 
     @property
     def viewers(self) -> int:
-        return self.broadcaster.subscribers + self.live_sessions()
+        return sum(b.subscribers for b in self.broadcasters) + self.live_sessions()
 
     def viewers_changed(self, subscribers: int) -> None:
         if subscribers:
@@ -329,7 +332,7 @@ class RootHandler(GuardedHandler):
         self.write(root_page(self.sources, routes, theme, colors, notice))
 
 
-def server_health(metrics: Metrics, live_sessions: LiveSessions,
+def server_health(metrics: Metrics, watch: ViewerWatch,
                   broadcaster: Broadcaster) -> list[HealthValue]:
     """The server's own health for ``/metrics``: sampler, NVML, viewers, encodes."""
     sampler, stats = metrics.sampler, broadcaster.stats
@@ -345,8 +348,7 @@ def server_health(metrics: Metrics, live_sessions: LiveSessions,
                     "GPU reads skipped because NVML answered late.", sampler.late_gpu_reads),
         HealthValue("nvdashboard_nvml_state", "gauge", "1 for NVML's current state.", 1.0,
                     {"state": metrics.nvml.state.value}),
-        HealthValue("nvdashboard_viewers", "gauge", "Open dashboard pages.",
-                    broadcaster.subscribers + live_sessions()),
+        HealthValue("nvdashboard_viewers", "gauge", "Open dashboard pages.", watch.viewers),
         HealthValue("nvdashboard_stream_encodes", "counter", "Live frames encoded.",
                     sum(stats.encodes.values())),
         HealthValue("nvdashboard_stream_encode_seconds", "counter",
@@ -365,15 +367,14 @@ def this_host(config: Config) -> str:
     return config.simulation.host or socket.gethostname()
 
 
-def make_metrics_collector(config: Config, sources: DashboardSources,
-                           live_sessions: LiveSessions,
+def make_metrics_collector(config: Config, sources: DashboardSources, watch: ViewerWatch,
                            broadcaster: Broadcaster) -> DcgmCollector | None:
     """The /metrics collector: this machine's GPUs, and every node's in cluster mode."""
     if not config.metrics_enabled:
         return None
     metrics = sources.metrics
     local = LocalScrape(metrics, this_host(config),
-                        lambda: server_health(metrics, live_sessions, broadcaster),
+                        lambda: server_health(metrics, watch, broadcaster),
                         sources.diagnoses.current)
     cluster = sources.cluster
 
@@ -424,16 +425,18 @@ def cluster_route(sources: DashboardSources) -> tuple[Broadcaster, Application]:
     cluster = sources.cluster
     assert cluster is not None
     feeds = ClusterFeeds(cluster)
-    broadcaster = Broadcaster(cluster.history, cluster.interval_s, feeds, (CLUSTER_WINDOW_S,))
+    windows = cluster_windows(cluster)
+    broadcaster = Broadcaster(cluster.history, cluster.interval_s, feeds, windows)
 
-    def view() -> ClusterGpusView:
+    def page(doc: Any) -> None:
         feed = feeds(CLUSTER_PATH)
         assert feed is not None
-        return ClusterGpusView(feed, cluster.interval_s)
+        # The workers say whether they read simulated GPUs, not this server's own reader.
+        build_document(doc, sources, cluster_title(feed), needs_gpu=False, shows_gpu=False,
+                       make_component=lambda: ClusterGpusView(feed, cluster.interval_s,
+                                                              windows))
 
-    return broadcaster, Application(PageHandler(partial(
-        build_document, sources=sources, title=CLUSTER_TITLE, needs_gpu=False,
-        shows_gpu=False, make_component=view)))
+    return broadcaster, Application(PageHandler(page))
 
 
 def make_server(config: Config, sources: DashboardSources,
@@ -455,16 +458,9 @@ def make_server(config: Config, sources: DashboardSources,
     feeds = RouteFeeds(metrics, sources)
     broadcaster = Broadcaster(metrics.history, metrics.interval_s, feeds,
                               timeline_windows(metrics.history_s))
-    watch = ViewerWatch(metrics, broadcaster, live_sessions, config.idle_exit_s,
-                        parent_pid=os.getppid() if config.jupyter_proxy else None)
-    extra = {"access": access, "sources": sources, "live_sessions": live_sessions,
-             "broadcaster": broadcaster,
-             "metrics_collector": make_metrics_collector(config, sources, live_sessions,
-                                                         broadcaster),
-             "metrics_allow": config.metrics_allow}
-    streams = [(rf"{route.path}/stream", StreamSocket,
-                {"route": route.path, "broadcaster": broadcaster, "allows": access.allows})
-               for route in ROUTES]
+    streams = [(rf"{key}/stream", StreamSocket,
+                {"route": key, "broadcaster": broadcaster, "allows": access.allows})
+               for route in ROUTES for key in route.stream_keys]
     applications = make_applications(sources, feeds)
     cluster_broadcaster = None
     if sources.cluster is not None:
@@ -473,6 +469,13 @@ def make_server(config: Config, sources: DashboardSources,
         streams.append((rf"{CLUSTER_PATH}/stream", StreamSocket,
                         {"route": CLUSTER_PATH, "broadcaster": cluster_broadcaster,
                          "allows": access.allows}))
+    watch = ViewerWatch(metrics, [b for b in (broadcaster, cluster_broadcaster) if b],
+                        live_sessions, config.idle_exit_s,
+                        parent_pid=os.getppid() if config.jupyter_proxy else None)
+    extra = {"access": access, "sources": sources, "live_sessions": live_sessions,
+             "broadcaster": broadcaster,
+             "metrics_collector": make_metrics_collector(config, sources, watch, broadcaster),
+             "metrics_allow": config.metrics_allow}
     server = Server(
         applications,
         io_loop=io_loop,

@@ -27,11 +27,30 @@ def test_nvml_reader_cost_reader_part_gives_figures_for_every_profile(tmp_path: 
         assert figures["device_rows"] >= 8, profile
         assert figures["nvml_calls_per_pass"] > 0, profile
         assert figures["replayed_calls_per_pass"] > 0, profile
-        for key in ("wall_ms", "thread_cpu_ms", "simulator_alone_ms"):
+        for key in ("wall_ms", "thread_cpu_ms", "simulator_alone_ms", "driver_alone_ms",
+                    "driver_alone_thread_cpu_ms"):
             assert figures[key]["n"] == 3, (profile, key)
             assert figures[key]["min"] <= figures[key]["median"] <= figures[key]["max"]
         assert f"| {profile} |" in done.stdout
     assert "loop" not in report
+
+
+def test_diagnosis_cost_writes_per_run_figures_and_every_gpus_findings(tmp_path: Path) -> None:
+    out = tmp_path / "diagnosis_cost.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "diagnosis_cost.py"), "--minutes", "0.5",
+         "--repeats", "2", "--json", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["ticks"] == 150
+    for case in report["cases"].values():
+        assert len(case["wall_ms"]) == len(case["cpu_ms"]) == 2
+    # One diagnosis per GPU, with and without the PID: what --baseline compares.
+    assert len(report["findings"]) == 2 * 8
+    assert all(diagnosis["findings"] for diagnosis in report["findings"])
+    assert report["line"] in done.stdout
 
 
 def test_reader_tick_cost_gives_figures_for_every_variant(tmp_path: Path) -> None:
@@ -51,3 +70,18 @@ def test_reader_tick_cost_gives_figures_for_every_variant(tmp_path: Path) -> Non
             wall = figures["wall_ms"]
             assert wall["n"] == 3 and wall["min"] <= wall["median"] <= wall["max"]
         assert f"| {profile} | +health+gpm (every pass) |" in done.stdout
+
+
+def test_cluster_windows_gives_a_row_per_window() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "cluster_windows.py"), "--hosts", "2",
+         "--gpus", "2", "--seconds", "700", "--repeats", "1"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "min |" in line]
+    assert [row.split(" |")[0] for row in rows] == ["| 2 min", "| 10 min", "| 30 min"]
+    # 10 minutes of 4 GPUs: at most 241 columns as shipped, one per tick (601) without.
+    shipped, every_tick = (int(part.split(" rows")[0].rsplit(" ", 1)[1])
+                           for part in rows[1].split("|")[2:4])
+    assert shipped <= 4 * 241 < every_tick

@@ -85,8 +85,12 @@ def test_workload_verdict_and_activity_lines_are_whole_at_1280x800(theme: str) -
         page.goto(url + f"/GPU-Activity?theme={theme}")
         page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
                                timeout=20_000)
-        page.wait_for_timeout(7000)  # 5 GPM readings, then the next refresh of the lines
-        every = page.evaluate(BOXES_JS, ".nvdashboard-diagnosis li")
+        # 5 GPM readings, then the next refresh of the lines (every 5 s, apps/activity.py).
+        for _ in range(60):
+            page.wait_for_timeout(500)
+            every = page.evaluate(BOXES_JS, ".nvdashboard-diagnosis li")
+            if len(every) == 6 and "so far" not in " ".join(b["text"] for b in every):
+                break
         lines = [box for box in every if box["bottom"] > box["top"]]  # the window shown
         assert len(lines) == 2 and len(every) == 6, every  # one per GPU; 3 windows
         assert_whole(lines, "diagnosis line")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.browser import canvas_ink, chromium, screenshot, watch
-from tests.support.servers import cli_server, with_token
+from tests.support.servers import cli_server, in_process_server, with_token
 
 pytestmark = pytest.mark.browser
 
@@ -59,4 +59,102 @@ def test_activity_and_health_render_in_both_themes() -> None:
             assert found["marked"] >= 3  # ECC, remapped rows and XID on GPU 0; power cap on 1
             assert canvas_ink(page)["ink"] > 500
             screenshot(page, f"gpu-health-{theme}")
+        watched.assert_clean()
+
+
+# The page's timeline source (it has the reasons columns): the newest value of each column.
+NEWEST_JS = """() => {
+  const doc = Bokeh.documents[0];
+  const source = [...doc.all_models].find((m) => m.type === 'ColumnDataSource' &&
+                                     m.data.reasons0_0 !== undefined);
+  const out = {};
+  for (const [key, column] of Object.entries(source.data)) {
+    out[key] = column.length ? column[column.length - 1] : null;
+  }
+  return out;
+}"""
+# The reasons panel (the figure with named rows) and the hover tooltip's text.
+REASONS_BOX_JS = """() => {
+  const views = [];
+  const walk = (view) => { views.push(view);
+    for (const child of (view.child_views || [])) walk(child); };
+  for (const view of Object.values(Bokeh.index)) walk(view);
+  const names = (axis) => { const o = axis.major_label_overrides;
+    return o instanceof Map ? [...o.values()] : Object.values(o || {}); };
+  const plot = views.find((v) => v.model.type === 'Figure' && names(v.model.left[0]).length);
+  const box = plot.el.getBoundingClientRect();
+  return {left: box.left, top: box.top, right: box.right, bottom: box.bottom,
+          labels: names(plot.model.left[0])};
+}"""
+TOOLTIP_JS = """() => {
+  const texts = [];
+  const walk = (root) => { for (const el of root.querySelectorAll('*')) {
+    if (el.shadowRoot) { walk(el.shadowRoot); }
+    if (el.classList && el.classList.contains('bk-tooltip-content')) texts.push(el.textContent);
+  } };
+  walk(document);
+  return texts.join(' | ');
+}"""
+
+
+def test_health_timelines_at_1280x800_in_both_themes() -> None:
+    """Temperature, power, SM clock and clock-event reasons over time: a thermal throttle that
+    starts while the page is open shows on the reasons rows and is named in the hover; a
+    legend click hides that GPU on every health chart; the time axis is on screen, and the
+    page is no wider than the window."""
+    from tests.test_browser_timelines import AXIS_JS, LINES_JS
+
+    with in_process_server(gpus=4, profile="mixed", interval_s=0.2,
+                           idle_interval_s=0.2) as server, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        watched = watch(page)
+        page.goto(with_token(server.url + "/"))
+        for theme in ("light", "dark"):
+            server.simulator.set_scenario("compute-bound")  # full speed: no reason yet
+            page.goto(f"{server.url}/GPU-Health?theme={theme}")
+            page.wait_for_function("() => window.nvdashboardLive && nvdashboardLive.draws > 3",
+                                   timeout=30_000)
+            page.wait_for_function(f"() => ({NEWEST_JS})().reasons0_0 !== null && "
+                                   f"Number.isFinite(({NEWEST_JS})().reasons0_0)",
+                                   timeout=10_000)
+            axis = page.evaluate(AXIS_JS)
+            assert 0 <= axis["top"] and axis["top"] + 40 <= 800, axis
+            server.simulator.set_scenario("throttled-thermal")
+            # Row 5 is "thermal slowdown" (metrics/health.py CLOCK_EVENT_GROUPS).
+            page.wait_for_function(f"() => Number.isFinite(({NEWEST_JS})().reasons1_5)",
+                                   timeout=10_000)
+            newest = page.evaluate(NEWEST_JS)
+            assert newest["reasons1_0"] is None or newest["reasons1_0"] != newest["reasons1_0"]
+            reasons = page.evaluate(REASONS_BOX_JS)
+            assert "thermal slowdown" in reasons["labels"] and "power cap" in reasons["labels"]
+            assert reasons["bottom"] <= 800, reasons  # the reasons rows are on screen
+            # The hover names the reason in words, at the newest time.
+            page.mouse.move(reasons["right"] - 250, (reasons["top"] + reasons["bottom"]) / 2)
+            page.wait_for_function(f"() => ({TOOLTIP_JS})().includes('thermal slowdown')",
+                                   timeout=5_000)
+            assert "GPU 1" in page.evaluate(TOOLTIP_JS)
+            screenshot(page, f"gpu-health-timelines-throttle-{theme}")
+            # A click on GPU 1's temperature entry hides GPU 1 on every health chart.
+            page.mouse.move(5, 5)
+            page.locator("[data-series='temperature_c1']").first.click()
+            page.wait_for_function(f"() => !({LINES_JS})().power_w1.visible", timeout=5_000)
+            lines = page.evaluate(LINES_JS)
+            gpu1 = [key for key in lines if key.endswith("1") or key.startswith("reasons1_")]
+            gpu1 = [key for key in gpu1 if not key.startswith("reasons") or
+                    key.startswith("reasons1_")]
+            assert {"temperature_c1", "temperature_slowdown_c1", "power_limit_w1",
+                    "sm_clock_mhz1", "reasons1_5"} <= set(gpu1)
+            assert not any(lines[key]["visible"] for key in gpu1), gpu1
+            assert lines["temperature_c0"]["visible"] and lines["reasons2_5"]["visible"]
+            # One colour per GPU on every chart.
+            assert lines["temperature_c2"]["color"] == lines["power_w2"]["color"] \
+                == lines["sm_clock_max_mhz2"]["color"] == lines["reasons2_5"]["color"]
+            active = page.evaluate("() => Bokeh.documents[0].get_model_by_name("
+                                   "'gpu-filter').active")
+            assert active == [0, 2, 3]
+            width = page.evaluate("() => document.documentElement.scrollWidth")
+            assert width <= 1280, width  # nothing cut off at the right
+            screenshot(page, f"gpu-health-timelines-gpu1-hidden-{theme}")
+            page.locator("[data-series='temperature_c1']").first.click()
+            page.wait_for_function(f"() => ({LINES_JS})().power_w1.visible", timeout=5_000)
         watched.assert_clean()

@@ -1,12 +1,15 @@
 """Cluster mode's parts without worker processes: the identity and heartbeat snapshot
-(format, size), which GPUs a worker reads (dask-cuda's layout, plain workers, hand-over),
-the state folding (one reporter chosen the same way every time, stale, lost, back, bad
-snapshots) and the plugin inside a real in-process ``distributed`` scheduler and worker
-(setup, identity in the scheduler's metadata, heartbeat, errors, teardown)."""
+(format, size, the simulated flag), which GPUs a worker reads (dask-cuda's layout, plain
+workers, hand-over), the state folding (one reporter chosen the same way every time, stale,
+lost, back, bad snapshots), the /Cluster-GPUs feed and page (SIMULATED rows, the window
+picker and its long-window columns), a /Cluster-GPUs viewer keeping the local sampler awake,
+and the plugin inside a real in-process ``distributed`` scheduler and worker (setup, identity
+in the scheduler's metadata, heartbeat, errors, teardown)."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import threading
 import time
@@ -16,7 +19,20 @@ import pytest
 
 pytest.importorskip("distributed")
 import msgpack  # noqa: E402  (a dependency of distributed: its heartbeat encoding)
+import numpy as np  # noqa: E402
 
+from jupyterlab_nvdashboard.apps.cluster import (  # noqa: E402
+    CLUSTER_PATH,
+    LOST_HEAT,
+    MAX_COLUMNS,
+    STALE_HEAT,
+    ClusterFeed,
+    ClusterFeeds,
+    ClusterGpusView,
+    cluster_title,
+    cluster_windows,
+    feed_for_tick,
+)
 from jupyterlab_nvdashboard.cluster import METRIC_KEY  # noqa: E402
 from jupyterlab_nvdashboard.cluster.ownership import GpuClaims  # noqa: E402
 from jupyterlab_nvdashboard.cluster.plugin import GpuMetricsPlugin, WorkerGpus  # noqa: E402
@@ -25,7 +41,18 @@ from jupyterlab_nvdashboard.cluster.snapshot import (  # noqa: E402
     decode,
     decode_identity,
 )
-from jupyterlab_nvdashboard.cluster.view import LOST, OK, STALE, ClusterState  # noqa: E402
+from jupyterlab_nvdashboard.cluster.view import (  # noqa: E402
+    LOST,
+    OK,
+    STALE,
+    ClusterState,
+    ClusterView,
+)
+from jupyterlab_nvdashboard.stream import frames  # noqa: E402
+from jupyterlab_nvdashboard.stream.broadcaster import TIME_KEY, Broadcaster  # noqa: E402
+from tests.support.cluster_page import fill_cluster_history  # noqa: E402
+from tests.support.servers import in_process_server  # noqa: E402
+from tests.support.stream_client import open_stream  # noqa: E402
 
 # Live values only: 22 gauges and 3 counters, each GPU's a list in the identity's order.
 MAX_LIVE_BYTES_PER_GPU = 120
@@ -163,6 +190,125 @@ def test_one_bad_worker_does_not_hide_the_others() -> None:
     tick = state.update(view(10.0, {"good": (10.0, good), "bad": (10.0, {"v": 99}),
                                     "none": (10.0, None)}))
     assert len(tick.gpus) == 2 and "bad" in state.rejected
+
+
+def test_each_gpu_says_whether_its_worker_reads_simulated_gpus() -> None:
+    first, _ = node_snapshots("node-s", 2)  # NVDASHBOARD_SIMULATE: the simulated driver
+    assert first["id"]["sim"] is True and decode_identity(first["id"]).simulated
+    # No flag: real GPUs (a real host, or a worker of an earlier release).
+    real_identity = {**IDENTITY, "host": "node-r", "e": "r.1"}
+    assert "sim" not in real_identity and not decode_identity(real_identity).simulated
+    real = {"v": 2, "e": "r.1", "t": 100.0, "gpus": [[False, 50]], "id": real_identity}
+    cluster = ClusterView("tcp://127.0.0.1:9")
+    tick = cluster.poll_once(lambda: view(100.0, {"w1": (99.9, first), "w2": (99.9, real)}))
+    assert [(g.gpu.hostname, g.simulated) for g in tick.gpus] == \
+        [("node-r", False), ("node-s", True), ("node-s", True)]
+    assert [(g["host"], g["simulated"]) for g in cluster.summary()["gpus"]] == \
+        [("node-r", False), ("node-s", True), ("node-s", True)]
+    # A lost GPU is still the simulated one it was.
+    tick = cluster.poll_once(lambda: view(101.0, {"w2": (100.9, {**real, "t": 101.0})}))
+    assert [(g.state, g.simulated) for g in tick.gpus] == \
+        [(OK, False), (LOST, True), (LOST, True)]
+
+
+def _feed(hosts: dict[str, tuple[int, bool]]) -> ClusterFeed:
+    cluster = ClusterView("tcp://127.0.0.1:9")
+    fill_cluster_history(cluster, hosts, 3, lambda host, gpu, age: 50.0)
+    return feed_for_tick(cluster)
+
+
+def test_the_page_says_simulated_on_each_simulated_row_and_in_the_title() -> None:
+    mixed = _feed({"real-a": (2, False), "sim-b": (1, True)})
+    assert mixed.simulated == (False, False, True)
+    assert cluster_title(mixed) == "Cluster GPUs (some SIMULATED)"
+    page = ClusterGpusView(mixed, 1.0)
+    assert page.row_labels == ["real-a · GPU 0", "real-a · GPU 1", "sim-b · GPU 0 (SIMULATED)"]
+    assert cluster_title(_feed({"sim-b": (2, True)})) == "Cluster GPUs (SIMULATED)"
+    assert cluster_title(_feed({"real-a": (2, False)})) == "Cluster GPUs"
+    assert cluster_title(_feed({})) == "Cluster GPUs"
+
+
+class _Page:
+    """A subscriber that keeps nothing: the catch-up is what ``subscribe`` returns."""
+
+    def send(self, frame: bytes) -> None:
+        pass
+
+    def close(self, code: int | None = None, reason: str | None = None) -> None:
+        pass
+
+
+def test_the_long_window_shows_older_columns() -> None:
+    cluster = ClusterView("tcp://127.0.0.1:9")
+    # 15 minutes of 5 GPUs: busy (90 %) until 5 minutes ago, idle (10 %) since.
+    fill_cluster_history(cluster, {"node-a": (2, True), "node-b": (3, False)}, 900,
+                         lambda host, gpu, age: 90.0 if age >= 300 else 10.0)
+    windows = cluster_windows(cluster)
+    assert windows == (120.0, 600.0, 1800.0)  # the timelines' windows the history fills
+    page = ClusterGpusView(feed_for_tick(cluster), cluster.interval_s, windows)
+    assert page.picker is not None and page.picker.labels == ["2 min", "10 min", "30 min"]
+    broadcaster = Broadcaster(cluster.history, cluster.interval_s, ClusterFeeds(cluster),
+                              windows)
+    newest_ms = cluster.latest().time_s * 1000
+
+    def catch_up(window_s: float) -> dict[str, np.ndarray]:
+        frame = broadcaster.subscribe(CLUSTER_PATH, window_s, -1, _Page())
+        return frames.decode(frame)[1].numeric
+
+    short, long = catch_up(120.0), catch_up(600.0)
+    # 2 minutes: a column a second, all of them idle.
+    assert newest_ms - short[TIME_KEY].min() <= 120_000
+    assert len(short[TIME_KEY]) == 5 * 121 and set(short["heat"]) == {10.0}
+    # 10 minutes: the busy columns from before, cut into 240 columns of 2.5 s.
+    assert newest_ms - long[TIME_KEY].min() >= 590_000
+    assert {90.0, 10.0} <= set(long["heat"])
+    times = np.unique(long[TIME_KEY])
+    assert len(times) <= MAX_COLUMNS + 1 and len(long[TIME_KEY]) == 5 * len(times)
+    assert np.allclose(np.diff(times), 2500.0)
+    assert page.live.rollover["600"] >= len(long[TIME_KEY])
+
+
+def test_a_long_window_column_is_the_mean_of_its_readings() -> None:
+    feed = ClusterFeed((("h", "GPU-0"), ("h", "GPU-1")), ("h · GPU 0", "h · GPU 1"),
+                       (False, False))
+    nan = math.nan
+    # Four ticks of two GPUs (tick-major), two buckets of 2 s.
+    heat = [20, nan, 40, 60, 50, LOST_HEAT, STALE_HEAT, 80]
+    rows = frames.Rows({TIME_KEY: np.repeat([0.0, 1000.0, 2000.0, 3000.0], 2),
+                 "row": np.tile([0.0, 1.0], 4), "heat": np.array(heat, float),
+                 "mem_pct": np.arange(8.0), "mem_used_gib": np.arange(8.0),
+                 "mem_total_gib": np.full(8, 141.0)})
+    out = feed.downsample(rows, 2.0).numeric
+    assert list(out[TIME_KEY]) == [1000.0, 1000.0, 3000.0, 3000.0]  # the buckets' middles
+    assert list(out["row"]) == [0.0, 1.0, 0.0, 1.0]
+    # Means of the utilization readings; stale at the bucket's end is drawn stale.
+    assert list(out["heat"]) == [30.0, 60.0, STALE_HEAT, 80.0]
+    assert list(out["mem_pct"]) == [2.0, 3.0, 6.0, 7.0]  # memory at the bucket's end
+
+
+def test_a_cluster_page_alone_keeps_the_local_sampler_awake(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ClusterView, "start", lambda self: None)  # no scheduler to poll
+    with in_process_server(gpus=1, idle_interval_s=5.0,
+                           dask_scheduler="tcp://127.0.0.1:9") as server:
+        sampler = server.metrics.sampler
+        deadline = time.monotonic() + 30
+        while not sampler.idle and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sampler.idle  # nobody watches: one tick in 5 s
+
+        async def watch() -> tuple[bool, set[float]]:
+            page = await open_stream(server.url, CLUSTER_PATH)
+            woken = not sampler.idle  # by the subscription itself
+            intervals = set()
+            for _ in range(25):  # past the viewer checks (once a second) that slow it down
+                await asyncio.sleep(0.1)
+                intervals.add(sampler.current_interval_s)
+            page.close()
+            return woken, intervals
+
+        woken, intervals = asyncio.run(watch())
+        assert woken and intervals == {server.config.interval_s}  # never the idle 5 s
 
 
 def uuids(count: int) -> list[str]:

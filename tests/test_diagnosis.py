@@ -16,6 +16,7 @@ import pytest
 from jupyterlab_nvdashboard.composition import create_metrics
 from jupyterlab_nvdashboard.config import Config, SimulationConfig
 from jupyterlab_nvdashboard.diagnosis import (
+    CAUSES,
     MIN_SAMPLES,
     PcieLink,
     Step,
@@ -323,6 +324,21 @@ def test_lost_gpu_readings_are_not_zero() -> None:
     result = diagnose(lost, facts("a100-535"), 0)
     assert result.cause == "busy"
     assert result.first.figures[0].count == 50
+
+
+def test_a_gpu_lost_now_is_said_lost_not_judged() -> None:
+    samples = History(profile="a100-535", util=95.0).samples()
+    # The last 20 samples: the GPU stopped answering, and the reader marks it lost.
+    lost = [s if i < 80 else Sample(s.seq, s.time_s, tuple(
+        GpuReading.unavailable(0, lost=True) if g.index == 0 else g for g in s.gpus),
+        s.host) for i, s in enumerate(samples)]
+    result = diagnose(lost, facts("a100-535"), 0)
+    assert result.cause == "lost" and len(result.findings) == 1 and "lost" in CAUSES
+    lost_for_s = samples[-1].time_s - samples[80].time_s
+    assert result.first.figures[0].value == pytest.approx(lost_for_s)
+    assert result.first.figures[0].count == 20
+    assert f"GPU lost: it stopped answering NVML {lost_for_s:.0f} s ago" in result.line()
+    assert "XID" in result.first.advice
 
 
 def test_a_device_missing_from_some_samples_is_judged_on_the_others() -> None:

@@ -4,14 +4,25 @@ shows, MIG instances, throttle reasons in words, XID events, and the two dashboa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import time
 
+import numpy as np
 import pytest
+from tornado.httpclient import HTTPClientError, HTTPRequest
+from tornado.websocket import websocket_connect
 
 from jupyterlab_nvdashboard.apps.activity import ActivityDashboard, gpu_activity, without_gpm
-from jupyterlab_nvdashboard.apps.health import HealthFeed, health_cells
+from jupyterlab_nvdashboard.apps.health import (
+    REASON_ROWS,
+    TIMELINE_STREAM,
+    HealthFeed,
+    gpu_health,
+    health_cells,
+    health_timeline,
+)
 from jupyterlab_nvdashboard.apps.sources import DashboardSources
 from jupyterlab_nvdashboard.composition import create_metrics
 from jupyterlab_nvdashboard.config import Config, SimulationConfig
@@ -26,7 +37,7 @@ from jupyterlab_nvdashboard.simnvml import SimulatedNvml
 from jupyterlab_nvdashboard.simnvml.health import GPM_LOAD_SHARES
 from jupyterlab_nvdashboard.simnvml.profiles import PROFILES
 from tests.support.servers import get, in_process_server
-from tests.support.stream_client import live_frames
+from tests.support.stream_client import live_frames, open_stream, stream_url
 
 # GpmReading field -> the simulator's stated share of the mean load (simnvml/health.py).
 PERCENT_FIELDS = {
@@ -352,3 +363,128 @@ def test_xid_reaches_gpu_health_and_versions_reach_info_json() -> None:
             time.sleep(0.05)
         client = asyncio.run(live_frames(server.url, "/GPU-Health", wanted=1))
         assert listed(client.frames[-1].rows.text["xid"])  # still listed, ten ticks later
+
+
+def _newest(history, seq: int):  # noqa: ANN001, ANN202
+    return next(sample for sample in history.window(600) if sample.seq == seq)
+
+
+async def _timeline_pages(server, pages: int, frames: int) -> None:  # noqa: ANN001
+    """Pages of /GPU-Health's timelines: the same bytes for all, one encode per frame, and
+    rows that are the history's health readings (NaN where not available)."""
+    route = f"/GPU-Health/{TIMELINE_STREAM}"
+    streams = [await open_stream(server.url, route) for _ in range(pages)]
+    table = await open_stream(server.url, "/GPU-Health")  # the table streams beside them
+    newest = max(stream.seq for stream in streams)
+    for stream in streams:
+        while stream.seq < newest:
+            await stream.receive()
+    stats, family = server.broadcaster.stats, f"{route}@120s"
+
+    def counts() -> tuple[int, int]:  # on the server's loop: never mid-publish
+        return stats.encodes.get(family, 0), server.broadcaster.families[(route, 120.0)].seq
+
+    encodes_before, published_before = await asyncio.to_thread(server.on_loop, counts)
+    while streams[0].seq < published_before + frames:
+        for stream in streams:
+            await stream.receive()
+    encodes_after, published_after = await asyncio.to_thread(server.on_loop, counts)
+    for stream in streams:
+        while stream.seq < published_after:
+            await stream.receive()
+    assert "temperature_pct" in table.frames[0].rows.numeric  # the table's own stream
+    for page in [*streams, table]:
+        page.close()
+    raw = [[frame.raw for frame in stream.frames[-frames:]] for stream in streams]
+    assert all(page == raw[0] for page in raw), "pages got different frames"
+    live = [frame for frame in streams[0].frames
+            if published_before < frame.header["seq"] <= published_after]
+    assert encodes_after - encodes_before == len(live) >= frames  # one encode per frame
+    # Each row is the history's reading at that time: power not available on this card is
+    # NaN, never 0; the power cap is the reason on every GPU, and no other.
+    history = server.metrics.history
+    for frame in live[-3:]:
+        sample = _newest(history, frame.header["seq"])
+        health = sample.extra[HEALTH_FAMILY]
+        rows = frame.rows.numeric
+        assert rows["time"][-1] == sample.time_s * 1000
+        for gpu in (0, 1):
+            assert rows[f"temperature_c{gpu}"][-1] == health[gpu].temperature_c
+            assert rows[f"sm_clock_mhz{gpu}"][-1] == health[gpu].sm_clock_mhz
+            assert rows[f"sm_clock_max_mhz{gpu}"][-1] == health[gpu].sm_clock_max_mhz
+            assert health[gpu].power_w is None and math.isnan(rows[f"power_w{gpu}"][-1])
+            assert math.isnan(rows[f"power_limit_w{gpu}"][-1])
+            on = [row for row in range(len(REASON_ROWS))
+                  if math.isfinite(rows[f"reasons{gpu}_{row}"][-1])]
+            assert [REASON_ROWS[row] for row in on] == ["power cap"]
+
+
+def test_health_timelines_come_from_the_history_once_per_tick_for_every_page() -> None:
+    with in_process_server(gpus=2, profile="consumer", scenario="throttled-power") as server:
+        server.wait_until_gpus_read()
+        asyncio.run(_timeline_pages(server, pages=3, frames=5))
+
+        async def without_token() -> int:  # the second stream is guarded like the first
+            request = HTTPRequest(stream_url(server.url, f"/GPU-Health/{TIMELINE_STREAM}"),
+                                  headers={"Origin": server.url})
+            try:
+                (await websocket_connect(request)).close()
+            except HTTPClientError as error:
+                return error.code
+            return 101
+
+        assert asyncio.run(without_token()) == 403
+
+
+def test_health_timeline_rows_say_which_reason_was_on_when_and_gap_when_unknown() -> None:
+    """A throttle's reason, at the time it was on, in the reasons rows; a GPU without
+    temperature or power readings (vGPU), or a sample without health readings, is NaN."""
+    simulator, sampler = hand_driven("vgpu", history=20)
+    feed = health_timeline(sampler.nvml.facts)
+    simulator.set_scenario("compute-bound")
+    sampler.tick()
+    simulator.set_scenario("throttled-power")
+    sampler.tick()
+    simulator.set_scenario("throttled-thermal")
+    sampler.tick()
+    samples = sampler.history.window(60)
+    without = dataclasses.replace(samples[-1], extra={})  # a tick with no health reading
+    rows = feed.rows([*samples, without]).numeric
+
+    def reasons(gpu: int, at: int) -> list[str]:
+        return [name for row, name in enumerate(REASON_ROWS)
+                if math.isfinite(rows[f"reasons{gpu}_{row}"][at])]
+
+    for gpu in (0, 1):
+        assert reasons(gpu, 0) == ["none: full speed"]
+        assert reasons(gpu, 1) == ["power cap"]
+        assert reasons(gpu, 2) == ["thermal slowdown"]
+        assert reasons(gpu, 3) == []  # no reading: a gap, not "none"
+        for key in (f"temperature_c{gpu}", f"temperature_slowdown_c{gpu}",
+                    f"power_w{gpu}", f"power_limit_w{gpu}"):
+            assert np.isnan(rows[key]).all(), key  # vGPU: not available, never 0
+        assert np.isfinite(rows[f"sm_clock_mhz{gpu}"][:3]).all()
+        assert math.isnan(rows[f"sm_clock_mhz{gpu}"][3])
+
+
+def test_the_near_a_limit_chart_has_only_readings_where_higher_is_worse() -> None:
+    """The SM clock (higher is better) is not on the "100 = at the limit" chart: it is on the
+    timeline against its maximum. The chart says what 100 means for each bar."""
+    from bokeh.models import HBar
+
+    from jupyterlab_nvdashboard.apps.health import HealthDashboard
+
+    metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=2, profile="mixed")),
+                             environ={})
+    metrics.nvml.ensure_initialized()
+    metrics.sampler.tick()
+    feed = gpu_health(metrics)
+    assert set(feed.rows(metrics.history.window(60)).numeric) == {"temperature_pct",
+                                                                   "power_pct"}
+    dashboard = HealthDashboard(DashboardSources(metrics), feed)
+    bars = {getattr(glyph.right, "field", glyph.right)
+            for glyph in dashboard.root.select({"type": HBar})}
+    assert bars == {"temperature_pct", "power_pct"}
+    title = dashboard.root.select_one({"name": "limit-title"}).text
+    assert "100 = at the limit" in title and "slowdown threshold" in title \
+        and "power limit" in title

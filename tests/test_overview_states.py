@@ -76,6 +76,10 @@ def test_mig_rows_say_why_and_fit_their_gpu() -> None:
         assert "NVML reports no utilization for a MIG device" in page
         assert "whole-GPU reading: see GPU 0" in page
         assert "not reported for the whole GPU while MIG is enabled" in page
+        # Health reads the whole GPU: its row names the MIG devices that share it.
+        health = _health_rows(server)["gpu"]
+        assert health == ["GPU 0: NVIDIA A100-SXM4-80GB · MIG enabled: 3g.40gb, 4g.40gb "
+                          "(these readings are the whole GPU's)"]
         frozen = [time.monotonic()]  # each sample read at one instant, across the load waves
         server.simulator.set_clock(lambda: frozen[0])
         for _ in range(20):

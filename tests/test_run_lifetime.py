@@ -181,3 +181,21 @@ def test_the_run_is_told_its_server(tmp_path: Path) -> None:
         launcher.shutdown()
     assert not (tmp_path / RUN_LOCK_NAME).exists() or launcher.adopted() is None
 
+
+
+def test_a_run_names_its_process_by_pid_and_start_time(tmp_path: Path) -> None:
+    """What the run writes in its start event is what the launcher reports at its exit, so
+    the server finds the file of that very process (a reused PID has another start)."""
+    exits: list[tuple] = []
+    launcher = RunLauncher(tmp_path, environ={"PATH": os.environ.get("PATH", "")},
+                           on_exit=lambda *report: exits.append(report))
+    launcher.start({"path": "numpy", "preset": "ci", "iterations": 3, "device": "cpu"})
+    try:
+        _wait_for(lambda: exits, 60, "the run's exit")
+    finally:
+        launcher.shutdown()
+    ((pid, started, returncode, _),) = exits
+    start = next(e for e in _events(tmp_path) if e["event"] == "start")
+    assert returncode == 0 and start["pid"] == pid
+    if os.path.exists(f"/proc/{os.getpid()}/stat"):
+        assert isinstance(started, int) and start["pid_start_ticks"] == started

@@ -22,8 +22,8 @@ from tests.support.servers import cli_server, get, server_output
 VALUES = [None, True, -1, 0, 1.5, 1e308, "x", "", [], {}, [1, {"a": 2}], {"ms": 1}, "9" * 400]
 KINDS = ["start", "warmup_step", "warmup_end", "iteration", "end", "bogus", None, 7]
 FIELDS = ["run_id", "time", "ms", "iteration", "loss", "samples_per_s", "path", "device",
-          "preset", "pid", "config", "gpu", "median_ms", "peak_device_memory_bytes",
-          "interrupted", "error", "iterations", "step", "warmup"]
+          "preset", "pid", "pid_start_ticks", "config", "gpu", "median_ms",
+          "peak_device_memory_bytes", "interrupted", "error", "iterations", "step", "warmup"]
 MEMORY_SLACK_BYTES = 300e6  # far below what reading /dev/zero or a 20 MB line would cost
 
 

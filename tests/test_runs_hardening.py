@@ -65,7 +65,8 @@ def test_the_parser_never_raises_and_checks_every_field_range() -> None:
               _event("end", "r", iterations=2, median_ms=1.0, interrupted=False)]]
     for _ in range(3000):
         record = dict(rng.choice(valid))
-        for name in rng.sample(sorted({*record, "config", "gpu", "ms", "pid"}), 2):
+        for name in rng.sample(sorted({*record, "config", "gpu", "ms", "pid",
+                                       "pid_start_ticks"}), 2):
             record[name] = rng.choice(HOSTILE_VALUES)
         if rng.random() < 0.3:
             record["config"] = {rng.choice(["batch", "seed", "tf32", "dtype", "new"]):
@@ -83,9 +84,11 @@ def test_the_parser_never_raises_and_checks_every_field_range() -> None:
                 _start("r").replace('"batch": 64', '"batch": "64"'),
                 _start("r").replace('"batch": 64', '"batch": 0'),
                 _start("r").replace(f'"pid": {os.getpid()}', '"pid": 99999999999'),
+                _start("r", pid_start_ticks=-1), _start("r", pid_start_ticks="12"),
                 '{"event": "end", "run_id": "r", "time": 1.0, "peak_host_memory_bytes": -1}']:
         assert parse_event(bad) is None, bad
     assert parse_event(_start("r"))["config"] == {"batch": 64}
+    assert parse_event(_start("r", pid_start_ticks=12))["pid_start_ticks"] == 12
     assert parse_event(b"\xff\xfe{}") is None and parse_event(b"[" * 60_000) is None
 
 
@@ -261,17 +264,43 @@ def test_every_preset_start_event_parses() -> None:
     assert parse_event(zero_layers)["config"]["hidden_layers"] == 0
 
 
+def _run_of(run_id: str, pid: int, start_ticks: int | None, age_s: float = 0.0) -> str:
+    fields = {} if start_ticks is None else {"pid_start_ticks": start_ticks}
+    return json.dumps({"event": "start", "run_id": run_id, "time": NOW - age_s,
+                       "path": "plugin", "device": "cpu", "preset": "ci", "pid": pid,
+                       "config": {"batch": 64}, "iterations": 5, "warmup": 1, **fields})
+
+
 def test_a_reused_pid_finds_the_run_that_process_is_now(tmp_path: Path) -> None:
-    """A killed run's closing event goes to the file of the run that PID is now: the newest
-    one that has not ended, never an older run that once had that PID."""
+    """Without a start time (a run file of an earlier release), a killed run's closing
+    event goes to the newest run of that PID that has not ended."""
     old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
-    _write(old, [_event("start", "old", path="plugin", device="cpu", preset="ci", pid=4242,
-                        config={"batch": 64}, iterations=5, warmup=1) .replace(
-                            f'"time": {json.dumps(NOW)}', f'"time": {json.dumps(NOW - 600)}'),
-                 *_iterations("old", 5), _event("end", "old", iterations=5)])
+    _write(old, [_run_of("old", 4242, None, age_s=600), *_iterations("old", 5),
+                 _event("end", "old", iterations=5)])
     watcher = RunsWatcher(tmp_path)
     watcher.poll()  # the old run is followed first
-    _write(new, [_start("new").replace(f'"pid": {os.getpid()}', '"pid": 4242'),
-                 *_iterations("new", 2)])
+    _write(new, [_run_of("new", 4242, None), *_iterations("new", 2)])
     watcher.poll()
     assert watcher.file_of(4242) == (new, "new")
+
+
+def test_a_reused_pid_never_gets_another_runs_closing_event(tmp_path: Path) -> None:
+    """The closing event goes to the run of that very process, PID and start time: an older
+    run that had the PID and never ended (killed while no server watched) gets nothing."""
+    old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+    _write(old, [_run_of("old", 4242, 1000, age_s=600), *_iterations("old", 2)])
+    # The process that has PID 4242 now wrote its own end, then exited with status 1.
+    _write(new, [_run_of("new", 4242, 90_000), *_iterations("new", 2),
+                 _event("end", "new", iterations=2, error="boom")])
+    service = WorkloadService(tmp_path)
+    service.watcher.poll()
+    assert service.watcher.file_of(4242, 90_000) == (new, "new")
+    assert service.watcher.file_of(4242, 1000) == (old, "old")
+    assert service.watcher.file_of(4242, 5) is None  # a process neither run was
+    before = {path: path.read_text() for path in (old, new)}
+    service._run_exited(4242, 90_000, 1, "boom")
+    assert {path: path.read_text() for path in (old, new)} == before
+    # Killed with SIGKILL, the old run's own process gets its closing event, the new none.
+    service._run_exited(4242, 1000, -9, "")
+    assert old.read_text().splitlines()[-1].startswith('{"event": "end", "run_id": "old"')
+    assert "killed by SIGKILL" in old.read_text() and new.read_text() == before[new]

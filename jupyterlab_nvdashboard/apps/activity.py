@@ -157,7 +157,10 @@ def cannot_report_notice(rows: list[tuple[GpuFacts, str]]) -> str:
             f"<div>{html.escape(CLOSEST_METRIC)}.</div></div>")
 
 
-DIAGNOSIS_REFRESH_MS = 2000
+# A new text makes BokehJS lay the page out again, which costs the browser about as much
+# as a repaint of every chart: the lines judge two minutes or more, and five seconds is
+# soon enough for them.
+DIAGNOSIS_REFRESH_MS = 5000
 
 
 def diagnosis_lines(diagnoses: list[Diagnosis], window_label_text: str) -> str:

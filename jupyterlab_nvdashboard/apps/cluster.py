@@ -6,10 +6,16 @@ reader's history (``cluster/view.py``) gets one tick a second, ``ClusterFeed`` t
 ticks into rows (one per GPU per tick), the broadcaster encodes them once for every page,
 and each page streams them into one source. The heat map is a single ``rect`` glyph and the
 bars a single ``hbar``, whatever the number of GPUs; the bars and totals are computed in
-the page from the newest tick's rows, so nothing else goes over the wire.
+the page from the newest column's rows, so nothing else goes over the wire.
+
+The window picker offers the timelines' windows that the reader's history fills (2, 10 and
+30 minutes). A window longer than ``MAX_COLUMNS`` ticks is cut into epoch-aligned columns
+of several seconds (``ClusterFeed.bucket_seconds``), each a GPU's mean utilization over
+its column, so a 30-minute catch-up of 512 GPUs is as small as a 4-minute one.
 
 Stale and lost GPUs have colours of their own (grey, red); a GPU whose utilization is not
-available is left blank.
+available is left blank. A GPU its worker reads from the simulated driver says SIMULATED
+on its row, in its host's totals and, when every GPU shown is simulated, in the title.
 """
 
 from __future__ import annotations
@@ -24,26 +30,40 @@ from bokeh.models import (
     ColorBar,
     ColumnDataSource,
     CustomJS,
+    CustomJSHover,
     DatetimeAxis,
     Div,
     FixedTicker,
     HoverTool,
+    LayoutDOM,
     LinearColorMapper,
+    RadioButtonGroup,
     Range1d,
 )
 from bokeh.palettes import Viridis256
 from bokeh.plotting import figure
 
-from ..cluster.view import LOST, STALE, ClusterView, tick_of
+from ..cluster.view import (
+    CLUSTER_HISTORY_S,
+    LOST,
+    POLL_INTERVAL_S,
+    STALE,
+    ClusterView,
+    tick_of,
+)
 from ..export.dcgm import FIELDS
 from ..metrics import Sample
 from ..stream.broadcaster import TIME_KEY
 from ..stream.frames import Rows
+from .components import timeline_windows, window_label
 from .live import LiveView
 
 CLUSTER_PATH = "/Cluster-GPUs"
 CLUSTER_TITLE = "Cluster GPUs"
-CLUSTER_WINDOW_S = 120.0
+# Heat-map columns at most, whatever the window: 2 minutes of ticks are 120, so only the
+# longer windows (10 and 30 minutes) are cut into columns of several seconds.
+MAX_COLUMNS = 240
+SIMULATED = "SIMULATED"
 STALE_HEAT, LOST_HEAT = -1.0, 1000.0  # below and above the colour scale's 0..100
 STALE_COLOR, LOST_COLOR = "#9e9e9e", "#d62728"
 GIB = 2**30
@@ -55,9 +75,11 @@ _RESERVED = next(i for i, f in enumerate(FIELDS) if f.name == "DCGM_FI_DEV_FB_RE
 
 
 _COLUMNS = ("heat", "mem_pct", "mem_used_gib", "mem_total_gib")
-# Ticks whose rows a feed keeps: a catch-up (a new page, a reconnect) of the whole window is
-# then a concatenation, not 120 x 512 rows rebuilt in Python.
-_CACHED_TICKS = 2 * int(CLUSTER_WINDOW_S) + 8
+
+
+def cluster_windows(view: ClusterView) -> tuple[float, ...]:
+    """The windows /Cluster-GPUs offers: the timelines' ones that the reader's history fills."""
+    return timeline_windows(view.history_s)
 
 
 @dataclass(frozen=True)
@@ -66,8 +88,26 @@ class ClusterFeed:
 
     layout: tuple[tuple[str, str], ...]  # (host, UUID key) per row
     labels: tuple[str, ...]  # "host · GPU 3" per row
+    simulated: tuple[bool, ...]  # per row: read from the simulated driver
+    # Ticks whose rows the feed keeps (the reader's whole history): a catch-up (a new page,
+    # a reconnect) of any window is then a concatenation, not 1800 x 512 rows rebuilt in
+    # Python.
+    cached_ticks: int = int(CLUSTER_HISTORY_S / POLL_INTERVAL_S) + 8
     _blocks: dict[int, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
     mode = "append"
+
+    @staticmethod
+    def bucket_seconds(window_s: float, interval_s: float) -> float:
+        """The width of a column over ``window_s``: 0 (one tick each) up to ``MAX_COLUMNS``
+        ticks, else the window cut into ``MAX_COLUMNS``."""
+        return 0.0 if window_s / interval_s <= MAX_COLUMNS else window_s / MAX_COLUMNS
+
+    def column_seconds(self, window_s: float, interval_s: float) -> float:
+        return self.bucket_seconds(window_s, interval_s) or interval_s
+
+    @property
+    def all_simulated(self) -> bool:
+        return bool(self.simulated) and all(self.simulated)
 
     def _block(self, sample: Sample) -> np.ndarray:
         """One tick's columns (``_COLUMNS`` x GPUs), built once per tick."""
@@ -91,7 +131,7 @@ class ClusterFeed:
             if gpu.state != LOST and used is not None and total:
                 block[1:, i] = (100 * used / total, used * MIB / GIB, total * MIB / GIB)
         self._blocks[sample.seq] = block
-        while len(self._blocks) > _CACHED_TICKS:
+        while len(self._blocks) > self.cached_ticks:
             del self._blocks[min(self._blocks)]
         return block
 
@@ -104,6 +144,32 @@ class ClusterFeed:
         return Rows({TIME_KEY: times, "row": rows,
                      **{name: stacked[j] for j, name in enumerate(_COLUMNS)}})
 
+    def downsample(self, rows: Rows, bucket_s: float) -> Rows:
+        """One column per bucket (at its middle): each GPU's mean utilization over the
+        bucket, drawn stale or lost when it was so at the bucket's end, and its memory at
+        the end. ``rows``: whole ticks of this layout, oldest first."""
+        n, numeric = len(self.layout), rows.numeric
+        ticks = len(numeric[TIME_KEY]) // n if n else 0
+        if not ticks:
+            return Rows({name: np.empty(0) for name in numeric})
+        buckets = np.floor(numeric[TIME_KEY][::n] / (bucket_s * 1000))
+        starts = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
+        ends = np.r_[starts[1:], ticks] - 1
+        heat = numeric["heat"].reshape(ticks, n)
+        read = (heat >= 0) & (heat <= 100)  # a utilization reading: not NaN, stale or lost
+        total = np.add.reduceat(np.where(read, heat, 0.0), starts, axis=0)
+        count = np.add.reduceat(read.astype(float), starts, axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = total / count  # NaN where the bucket holds no reading
+        last = heat[ends]
+        held = (last == STALE_HEAT) | (last == LOST_HEAT)
+        columns = {TIME_KEY: np.repeat((buckets[starts] + 0.5) * bucket_s * 1000, n),
+                   "row": np.tile(np.arange(n, dtype=float), len(starts)),
+                   "heat": np.where(held, last, mean).ravel()}
+        for name in _COLUMNS[1:]:
+            columns[name] = numeric[name].reshape(ticks, n)[ends].ravel()
+        return Rows(columns)
+
 
 def feed_for_tick(view: ClusterView) -> ClusterFeed:
     tick = view.latest()
@@ -111,7 +177,17 @@ def feed_for_tick(view: ClusterView) -> ClusterFeed:
     labels = tuple(f"{gpu.gpu.hostname} · GPU {gpu.gpu.identity.gpu}" + (
         f" · MIG {gpu.gpu.identity.gpu_instance_id}"
         if gpu.gpu.identity.gpu_instance_id is not None else "") for gpu in gpus)
-    return ClusterFeed(tuple(gpu.key for gpu in gpus), labels)
+    return ClusterFeed(tuple(gpu.key for gpu in gpus), labels,
+                       tuple(gpu.simulated for gpu in gpus), view.history.capacity + 8)
+
+
+def cluster_title(feed: ClusterFeed) -> str:
+    """The page's title: SIMULATED when every GPU shown is (each row says so anyway)."""
+    if feed.all_simulated:
+        return f"{CLUSTER_TITLE} ({SIMULATED})"
+    if any(feed.simulated):
+        return f"{CLUSTER_TITLE} (some {SIMULATED})"
+    return CLUSTER_TITLE
 
 
 class ClusterFeeds:
@@ -151,8 +227,9 @@ for (let j = 0; j < n; j++) {
                  : `${d.mem_used_gib[k].toFixed(0)} of ${d.mem_total_gib[k].toFixed(0)} GiB`);
   const host = spec.hosts[j];
   const node = nodes.get(host) || {gpus: 0, ok: 0, stale: 0, lost: 0, util: 0, utilN: 0,
-                                   used: 0, total: 0};
+                                   used: 0, total: 0, simulated: 0};
   node.gpus++; node[state]++;
+  if (spec.simulated[j]) node.simulated++;
   if (state === "ok" && !Number.isNaN(heat)) { node.util += heat; node.utilN++; }
   if (!Number.isNaN(pct)) { node.used += d.mem_used_gib[k]; node.total += d.mem_total_gib[k]; }
   nodes.set(host, node);
@@ -164,21 +241,34 @@ for (const [host, node] of nodes) {
   const memory = node.total ? `, ${node.used.toFixed(0)} of ${node.total.toFixed(0)} GiB` : "";
   const flags = (node.lost ? ` <b style="color:${spec.lost_color}">${node.lost} lost</b>` : "") +
                 (node.stale ? ` <b style="color:${spec.stale_color}">${node.stale} stale</b>` : "");
+  const simulated = node.simulated === node.gpus ? " <b>SIMULATED</b>"
+    : node.simulated ? ` <b>${node.simulated} SIMULATED</b>` : "";
   const safe = host.replace(/[&<>"]/g, (c) => `&#${c.charCodeAt(0)};`);
   const busy = node.ok ? `, ${util} busy${memory}` : "";
-  cells += `<span style="display:inline-block;margin:0 1.5em 0.3em 0"><b>${safe}</b>: ` +
-    `${node.gpus} GPUs${busy}${flags}</span>`;
+  cells += `<span style="display:inline-block;margin:0 1.5em 0.3em 0"><b>${safe}</b>` +
+    `${simulated}: ${node.gpus} GPUs${busy}${flags}</span>`;
 }
 totals.text = `<div style="font-size:12px;margin:0.3em 0.5em">${cells}</div>`;
 """
+
+
+# The hover names the GPU of a cell and says stale or lost in words, not as -1 or 1000 %.
+_ROW_LABEL_JS = "return labels[value] === undefined ? '' : labels[value];"
+_HEAT_JS = ("return value === stale ? 'stale' : value === lost ? 'lost' : "
+            "Number.isNaN(value) ? 'n/a' : `${value.toFixed(0)}%`;")
+# A column is one tick, or a bucket of ticks over the long windows: as wide as it covers.
+_COLUMN_WIDTH_JS = "cells.glyph.width = widths[picker.active];"
 
 
 class ClusterGpusView:
     """One page of /Cluster-GPUs, drawn for one layout of the cluster."""
 
     def __init__(self, feed: ClusterFeed, interval_s: float,
-                 window_s: float = CLUSTER_WINDOW_S) -> None:
+                 windows_s: Sequence[float] = (120.0,),
+                 window_s: float | None = None) -> None:
         self.feed = feed
+        self.windows_s = tuple(windows_s)
+        window_s = window_s if window_s in self.windows_s else self.windows_s[0]
         n = max(1, len(feed.layout))
         self.source = ColumnDataSource({TIME_KEY: [], "row": [], "heat": [], "mem_pct": [],
                                         "mem_used_gib": [], "mem_total_gib": []},
@@ -196,13 +286,22 @@ class ClusterGpusView:
                       sizing_mode="stretch_width", toolbar_location=None, tools="",
                       syncable=False, title="GPU utilization (%), by host")
         heat.add_layout(DatetimeAxis(), "below")
-        cells = heat.rect(x=TIME_KEY, y="row", width=interval_s * 1000, height=0.9,
-                          source=self.source, line_color=None,
-                          fill_color={"field": "heat", "transform": mapper})
-        heat.add_tools(HoverTool(renderers=[cells], tooltips=[("row", "@row"),
-                                                              ("utilization", "@heat{0}%")]))
+        widths = [feed.column_seconds(w, interval_s) * 1000 for w in self.windows_s]
+        self.cells = heat.rect(x=TIME_KEY, y="row",
+                               width=widths[self.windows_s.index(window_s)], height=0.9,
+                               source=self.source, line_color=None,
+                               fill_color={"field": "heat", "transform": mapper})
+        self.row_labels = [label + (f" ({SIMULATED})" if simulated else "") for label, simulated
+                           in zip(feed.labels, feed.simulated, strict=True)]
+        heat.add_tools(HoverTool(
+            renderers=[self.cells], tooltips=[("GPU", "@row{label}"),
+                                              ("utilization", "@heat{heat}")],
+            formatters={"@row": CustomJSHover(args={"labels": self.row_labels},
+                                              code=_ROW_LABEL_JS),
+                        "@heat": CustomJSHover(args={"stale": STALE_HEAT, "lost": LOST_HEAT},
+                                               code=_HEAT_JS)}))
         heat.add_layout(ColorBar(color_mapper=mapper, width=8, title="%"), "right")
-        self._label_rows(heat, feed, n)
+        self._label_rows(heat, feed, self.row_labels, n)
         heat.ygrid.grid_line_color = None
         bars = figure(x_range=Range1d(0, 100), y_range=y_range, height=height, width=260,
                       toolbar_location=None, tools="", syncable=False,
@@ -214,14 +313,17 @@ class ClusterGpusView:
         bars.add_tools(HoverTool(tooltips=[("memory", "@text")]))
         totals = Div(text="", sizing_mode="stretch_width", syncable=False)
         legend = Div(text=(f"<div style='font-size:12px;margin:0 0.5em'>Heat map: one row per "
-                           f"GPU, one column per second. <b style='color:{STALE_COLOR}'>grey"
-                           f"</b>: stale (no heartbeat for 3 intervals); <b style='color:"
-                           f"{LOST_COLOR}'>red</b>: lost (its worker left).</div>"),
+                           f"GPU, one column per second (over 10 minutes and more, each "
+                           f"column is the mean of its seconds). <b style='color:"
+                           f"{STALE_COLOR}'>grey</b>: stale (no heartbeat for 3 intervals); "
+                           f"<b style='color:{LOST_COLOR}'>red</b>: lost (its worker left)."
+                           f"</div>"),
                      sizing_mode="stretch_width")
         hosts = [host for host, _ in feed.layout]
         derive = CustomJS(args={"source": self.source, "bar_source": bar_source,
                                 "totals": totals,
                                 "spec": {"rows": len(feed.layout), "hosts": hosts,
+                                         "simulated": list(feed.simulated),
                                          "stale": STALE_HEAT, "lost": LOST_HEAT,
                                          "stale_color": STALE_COLOR,
                                          "lost_color": LOST_COLOR}},
@@ -231,26 +333,38 @@ class ClusterGpusView:
         if not feed.layout:
             totals.text = ("<p style='margin:0.5em'>No GPU reported yet: start the workers "
                            "with the nvdashboard plugin (see the README).</p>")
-        self.root = column(totals, legend, row(heat, bars, sizing_mode="stretch_width"),
+        self.picker: RadioButtonGroup | None = None
+        controls: list[LayoutDOM] = [legend]
+        if len(self.windows_s) > 1:
+            self.picker = RadioButtonGroup(
+                labels=[window_label(w) for w in self.windows_s],
+                active=self.windows_s.index(window_s), syncable=False)
+            self.picker.js_on_change("active", CustomJS(
+                args={"cells": self.cells, "picker": self.picker, "widths": widths},
+                code=_COLUMN_WIDTH_JS))
+            controls.insert(0, self.picker)
+        self.root = column(totals, row(*controls, sizing_mode="stretch_width"),
+                           row(heat, bars, sizing_mode="stretch_width"),
                            sizing_mode="stretch_width")
         rows_per_tick = max(1, len(feed.layout))
-        self.live = LiveView(self.source, x_range=self.x_range, windows_s=(window_s,),
-                             window_s=window_s,
-                             rollover={f"{window_s:g}": (int(window_s / interval_s) + 2)
-                                       * rows_per_tick})
+        self.live = LiveView(self.source, x_range=self.x_range, picker=self.picker,
+                             windows_s=self.windows_s, window_s=window_s,
+                             rollover={f"{w:g}": (math.ceil(w / feed.column_seconds(
+                                 w, interval_s)) + 2) * rows_per_tick
+                                 for w in self.windows_s})
 
     @staticmethod
-    def _label_rows(plot: figure, feed: ClusterFeed, n: int) -> None:
+    def _label_rows(plot: figure, feed: ClusterFeed, labels: Sequence[str], n: int) -> None:
         """Each GPU's host and nvidia-smi index; with many GPUs, each host's first row."""
         if n <= 64:
-            ticks = list(range(len(feed.labels)))
-            overrides = {i: label for i, label in enumerate(feed.labels)}
+            ticks = list(range(len(labels)))
+            overrides = dict(enumerate(labels))
         else:
             ticks, overrides, previous = [], {}, None
             for i, (host, _) in enumerate(feed.layout):
                 if host != previous:
                     ticks.append(i)
-                    overrides[i] = host
+                    overrides[i] = host + (f" ({SIMULATED})" if feed.simulated[i] else "")
                 previous = host
         plot.yaxis.ticker = FixedTicker(ticks=ticks)
         plot.yaxis.major_label_overrides = overrides

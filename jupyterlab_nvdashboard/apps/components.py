@@ -26,10 +26,12 @@ from bokeh.models import (
     CheckboxButtonGroup,
     ColumnDataSource,
     CustomJS,
+    CustomJSHover,
     DatetimeAxis,
     DatetimeTicker,
     Div,
     FactorRange,
+    FixedTicker,
     GlyphRenderer,
     Grid,
     HoverTool,
@@ -176,6 +178,7 @@ class Series:
     gpu: int | None = None  # the device row it belongs to: the page's GPU filter hides it
     dash: str = "solid"  # e.g. "dashed" for RX beside TX in the same GPU colour
     visible: bool = True  # shown at first (a click on its legend entry toggles it)
+    in_legend: bool = True  # False: one entry of its GPU stands for it (a panel of rows)
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,10 @@ class Panel:
     series: Sequence[Series]
     y_max: float | None = None  # fixed top (e.g. 100 for percentages); None follows the data
     unit: str = ""  # printed after values in the legend and the hover, e.g. "GB/s"
+    # A panel of named rows, bottom to top, instead of a value axis: a series' value is the
+    # row it is on (plus an offset that keeps GPUs apart), NaN where it is on none. Its
+    # legend lists each GPU once, and its hover names the rows each GPU is on.
+    y_labels: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -198,16 +205,31 @@ class TimelineFeed:
     def series(self) -> list[Series]:
         return [series for panel in self.panels for series in panel.series]
 
+    @property
+    def gpu_rows(self) -> list[int]:
+        return sorted({series.gpu for series in self.series if series.gpu is not None})
+
     def rows(self, samples: Sequence[Sample]) -> Rows:
         columns = {TIME_KEY: np.fromiter((s.time_s * 1000 for s in samples), float,
                                          len(samples))}
         for series in self.series:
             columns[series.key] = np.fromiter(
                 (number_or_nan(series.read(sample)) for sample in samples), float, len(samples))
+        # 1 where the GPU was lost: its legend says "lost" rather than "n/a".
+        for index in self.gpu_rows:
+            columns[lost_key(index)] = np.fromiter(
+                (float(any(r.index == index and r.lost for r in sample.gpus))
+                 for sample in samples), float, len(samples))
         return Rows(columns)
 
 
+def lost_key(index: int) -> str:
+    """The column that is 1 while GPU ``index`` is lost (see ``live_client.js``)."""
+    return f"gpu_lost_{index}"
+
+
 PANEL_HEIGHT = 120
+ROW_HEIGHT = 18  # a panel of rows: per named row
 TIME_AXIS_HEIGHT = 30
 TOOLS = "xpan,xwheel_zoom,reset"  # x only: every panel shares the time range
 # Timelines show 2 minutes by default; a picker offers the longer ones the history holds.
@@ -226,30 +248,56 @@ def window_label(seconds: float) -> str:
 HIDDEN_STYLE = "opacity:.4;text-decoration:line-through"
 
 
-def panel_heading(panel: Panel) -> tuple[str, str]:
-    """The panel's title and legend as HTML above its canvas: (first text, live template).
+def panel_heading(panel: Panel) -> str:
+    """The panel's title and legend as HTML above its canvas.
 
     Bokeh redraws an in-canvas legend on every update: with a legend in each of four
     panels, that was a third of the browser's CPU for /GPU-Resources
-    (benchmarks/README.md). This text is laid out once, and the page's script fills each
-    series' current value into the template's ``{value:KEY}`` about once a second.
+    (benchmarks/README.md). This text is laid out once; the page's script writes each
+    series' current value into its entry's ``<b>`` about once a second.
     """
-    def heading(value: Callable[[Series], str], hidden: Callable[[Series], str]) -> str:
-        items = "".join(
-            f"<span data-series='{series.key}' style='margin-right:1em;white-space:nowrap;"
-            f"cursor:pointer;{hidden(series)}' title='click to hide or show"
-            f"{' this GPU on every chart' if series.gpu is not None else ''}'>"
-            f"<span style='display:inline-block;width:1.4em;vertical-align:middle;"
-            f"border-top:2px {series.dash} {series.color}'></span> "
-            f"{html.escape(series.label)} <b>{value(series)}</b></span>"
-            for series in panel.series
-        )
-        return (f"<div style='font-size:12px;margin:0.4em 0 0 3.5em'>"
-                f"<b style='margin-right:1.2em'>{html.escape(panel.title)}</b>{items}</div>")
+    value = "" if panel.y_labels else " <b></b>"  # a row number means nothing to a reader
+    items = "".join(
+        f"<span data-series='{series.key}' style='margin-right:1em;white-space:nowrap;"
+        f"cursor:pointer;{'' if series.visible else HIDDEN_STYLE}' title='click to hide or "
+        f"show{' this GPU on every chart' if series.gpu is not None else ''}'>"
+        f"<span style='display:inline-block;width:1.4em;vertical-align:middle;"
+        f"border-top:2px {series.dash} {series.color}'></span> "
+        f"{html.escape(series.label)}{value}</span>"
+        for series in panel.series if series.in_legend
+    )
+    return (f"<div style='font-size:12px;margin:0.4em 0 0 3.5em'>"
+            f"<b style='margin-right:1.2em'>{html.escape(panel.title)}</b>{items}</div>")
 
-    return (heading(lambda series: "", lambda series: "" if series.visible else HIDDEN_STYLE),
-            heading(lambda series: f"{{value:{series.key}}}",
-                    lambda series: f"{{hidden:{series.key}}}"))
+
+# The hover of a panel of rows: for GPU number ``format``, the rows it is on at that time,
+# in words. (It formats the time column, which is never NaN: BokehJS prints a NaN value as
+# "NaN" without asking the formatter, and a row's column is NaN wherever it is off.)
+ROWS_HOVER_JS = """
+const i = special_vars.index;
+const on = rows[Number(format)].filter(([key]) => Number.isFinite((source.data[key] || [])[i]));
+return on.length ? on.map(([, name]) => name).join(", ") : "not available";
+"""
+
+
+def rows_hover(panel: Panel, source: ColumnDataSource) -> tuple[list[tuple[str, str]],
+                                                                dict[str, CustomJSHover]]:
+    """Tooltips and formatters for a panel of rows: one line per GPU, its rows by name."""
+    by_gpu: dict[int | None, list[Series]] = {}
+    for series in panel.series:
+        by_gpu.setdefault(series.gpu, []).append(series)
+    rows = [[[series.key, name] for series, name in zip(members, panel.y_labels,
+                                                         strict=False)]
+            for members in by_gpu.values()]
+    tooltips = [(members[0].label, f"@{{{TIME_KEY}}}{{{position}}}")
+                for position, members in enumerate(by_gpu.values())]
+    return tooltips, {f"@{{{TIME_KEY}}}": CustomJSHover(
+        args={"source": source, "rows": rows}, code=ROWS_HOVER_JS)}
+
+
+def row_offset(position: int, count: int) -> float:
+    """Where the ``position``-th of ``count`` GPUs draws inside a row of a panel of rows."""
+    return 0.0 if count < 2 else 0.6 * (position / (count - 1) - 0.5)
 
 
 class Timeline:
@@ -274,11 +322,12 @@ class Timeline:
         self.feed = feed
         self.windows_s = tuple(windows_s)
         window_s = default_window_s if default_window_s in self.windows_s else self.windows_s[0]
-        self.source = ColumnDataSource({TIME_KEY: [], **{s.key: [] for s in feed.series}},
+        self.source = ColumnDataSource({TIME_KEY: [], **{s.key: [] for s in feed.series},
+                                        **{lost_key(index): [] for index in feed.gpu_rows}},
                                        syncable=False)
         self.x_range = Range1d(0, 1, syncable=False)
         following: list[tuple[Range1d, list[str]]] = []
-        headings: list[tuple[Div, str]] = []
+        headings: list[Div] = []
         units: dict[str, str] = {}
         # The panels share one time ticker and one view, and each line is one model, not
         # three: /GPU-Resources went from 201 models to 97, and the document a new page
@@ -289,21 +338,27 @@ class Timeline:
         panel_gpus: list[int | None] = []
         plots: list[LayoutDOM] = []
         for position, panel in enumerate(feed.panels):
-            y_range = Range1d(0, panel.y_max or 1, syncable=False)
-            if not panel.y_max:
+            rows = len(panel.y_labels)
+            y_range = Range1d(-0.5 if rows else 0, rows - 0.5 if rows else panel.y_max or 1,
+                              syncable=False)
+            if not panel.y_max and not rows:
                 following.append((y_range, [s.key for s in panel.series]))
             # One time axis, above the first panel, so it is on screen however tall the
             # page: the panels share it, and each axis costs text measuring on every repaint.
             first = position == 0
             plot = figure(x_axis_type=None, x_range=self.x_range, y_range=y_range,
                           y_axis_label=panel.y_label, title=None,
-                          height=PANEL_HEIGHT + (TIME_AXIS_HEIGHT if first else 0),
+                          height=max(PANEL_HEIGHT, ROW_HEIGHT * rows + 20)
+                          + (TIME_AXIS_HEIGHT if first else 0),
                           sizing_mode="stretch_width", toolbar_location="right",
                           tools=TOOLS, active_drag="xpan", active_scroll="xwheel_zoom",
                           syncable=False)
             plot.toolbar.autohide = True
             plot.toolbar.logo = None
             plot.add_layout(Grid(dimension=0, ticker=time_ticker))
+            if rows:
+                plot.yaxis.ticker = FixedTicker(ticks=list(range(rows)))
+                plot.yaxis.major_label_overrides = dict(enumerate(panel.y_labels))
             if first:
                 plot.add_layout(DatetimeAxis(ticker=time_ticker), "above")
             # The page's script follows the newest sample again after a reset.
@@ -313,20 +368,30 @@ class Timeline:
                 # add_glyph leaves the selection and muted looks to BokehJS ("auto")
                 # instead of adding two more Line models per series, as plot.line does.
                 renderer = plot.add_glyph(self.source, Line(
-                    x=TIME_KEY, y=series.key, line_color=series.color, line_width=2,
+                    x=TIME_KEY, y=series.key, line_color=series.color,
+                    line_width=4 if rows else 2,
                     line_dash=series.dash), view=shared_view, visible=series.visible)
                 lines[series.key] = renderer
                 renderers.append(renderer)
             # Hovering shows every series of the panel at that time; one renderer answers,
             # since all the series share the source's rows.
+            tooltips = [(series.label, f"@{{{series.key}}}{{0.[00]}} {panel.unit}".rstrip())
+                        for series in panel.series]
+            formatters: dict[str, object] = {f"@{TIME_KEY}": "datetime"}
+            hover_renderers = renderers[:1]
+            if rows:
+                tooltips, row_formatters = rows_hover(panel, self.source)
+                formatters.update(row_formatters)
+                # An unseen line along the bottom answers the hover at every time: each
+                # row's own line has gaps wherever its GPU is not on it.
+                hover_renderers = [plot.add_glyph(self.source, Line(
+                    x=TIME_KEY, y=-0.5, line_alpha=0), view=shared_view)]
             plot.add_tools(HoverTool(
-                renderers=renderers[:1], mode="vline", formatters={f"@{TIME_KEY}": "datetime"},
-                tooltips=[("time", f"@{TIME_KEY}{{%H:%M:%S}}")] + [
-                    (series.label, f"@{{{series.key}}}{{0.[00]}} {panel.unit}".rstrip())
-                    for series in panel.series]))
-            first_text, template = panel_heading(panel)
-            heading = Div(text=first_text, sizing_mode="stretch_width", syncable=False)
-            headings.append((heading, template))
+                renderers=hover_renderers, mode="vline", formatters=formatters,
+                tooltips=[("time", f"@{TIME_KEY}{{%H:%M:%S}}"), *tooltips]))
+            heading = Div(text=panel_heading(panel), sizing_mode="stretch_width",
+                          syncable=False)
+            headings.append(heading)
             units.update({series.key: panel.unit for series in panel.series})
             gpus = {series.gpu for series in panel.series}
             panel_gpus.append(gpus.pop() if len(gpus) == 1 else None)
@@ -340,7 +405,7 @@ class Timeline:
                 active=self.windows_s.index(window_s), syncable=False)
             controls.append(self.picker)
         # The GPU filter: every chart of the page follows it (a legend click toggles it too).
-        gpu_rows = sorted({s.gpu for s in feed.series if s.gpu is not None})
+        gpu_rows = feed.gpu_rows
         self.gpu_filter: CheckboxButtonGroup | None = None
         if len(gpu_rows) > 1:
             self.gpu_filter = CheckboxButtonGroup(

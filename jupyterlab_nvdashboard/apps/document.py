@@ -57,6 +57,13 @@ class Component(Protocol):
 
 
 @runtime_checkable
+class StreamsMore(Protocol):
+    """A component that streams further views beside ``live`` (each its own socket)."""
+
+    also_live: tuple[LiveView, ...]
+
+
+@runtime_checkable
 class Refreshing(Protocol):
     """A component with server-side state beyond the samples (e.g. the run panel)."""
 
@@ -143,6 +150,9 @@ def _show_component(doc: Document, page: Column,
     component = make_component()
     if component.live is not None:
         attach(doc, component.live)
+    if isinstance(component, StreamsMore):
+        for view in component.also_live:
+            attach(doc, view)
     if isinstance(component, Refreshing):
         component.refresh()
         doc.add_periodic_callback(component.refresh, component.refresh_ms)

@@ -7,9 +7,19 @@ reason written under it (``metrics.health.assess``). XID events stay listed: eve
 reading carries all the events seen since the server started.
 
 The rows come from ``Sample.extra[HEALTH_FAMILY]`` through the broadcast stream like the
-bars (``HealthFeed``, mode "replace"); a bar chart of how close each GPU runs to its limits
+bars (``HealthFeed``, mode "replace"); a bar chart of how close each GPU runs to the limits
+where higher is worse (temperature against its slowdown threshold, power against its limit)
 sits above the table. The table is drawn in the browser from the same rows, by a small
-script on the source, so nothing goes back to the server.
+script on the source, so nothing goes back to the server; a table whose text did not change
+is not drawn again.
+
+Above them, the same readings over time (``health_timeline``): temperature with the
+slowdown threshold, power with the limit, SM clock with its maximum (dashed, in the GPU's
+colour) and the clocks-event reasons as rows ("power cap", "thermal slowdown", ...), so a
+throttle five minutes ago shows when it happened and why. They stream as a second feed of
+the same route (``<route>/timeline/stream``, ``HealthFeed.timeline``): an "append" family
+per window beside the table's "replace" one, each encoded once per tick for every page. A
+sample without a health reading is a gap, never 0.
 """
 
 from __future__ import annotations
@@ -35,12 +45,29 @@ from bokeh.models import (
 from bokeh.plotting import figure
 from bokeh.transform import dodge
 
+from ..export.dcgm import mig_profile
 from ..metrics import GpuFacts, Metrics, Sample
-from ..metrics.families import HEALTH_FAMILY, HealthReading
-from ..metrics.health import assess, clock_event_words, xid_words
+from ..metrics.families import HEALTH_FAMILY, HealthReading, device_reading
+from ..metrics.health import (
+    CLOCK_EVENT_GROUPS,
+    assess,
+    clock_event_groups,
+    clock_event_words,
+    xid_words,
+)
 from ..stream.broadcaster import Feed
 from ..stream.frames import Rows
-from .components import NOT_AVAILABLE, gpu_label
+from .components import (
+    NOT_AVAILABLE,
+    Panel,
+    Series,
+    Timeline,
+    TimelineFeed,
+    gpu_color,
+    gpu_label,
+    row_offset,
+    timeline_windows,
+)
 from .live import LiveView
 from .sources import DashboardSources
 
@@ -57,14 +84,23 @@ HEALTH_COLUMNS = {
     "xid": "XID events",
 }
 # assess() group -> the column its mark goes on.
+# Temperature, power and clocks drift over seconds, and the table is read, not watched:
+# the page repaints every 5 s, which keeps an open Health tab near 2% of a core in software
+# rendering (benchmarks/dashboard_overhead.py). A throttle of one tick still shows.
+HEALTH_REDRAW_MS = 5000
 MARK_COLUMNS = {"clocks": "reasons", "temperature": "temperature", "power": "power",
                 "ecc": "ecc", "rows": "rows", "xid": "xid"}
-# Bars: column -> (legend, colour).
+# Bars: column -> (legend, colour). Only readings where higher is worse: the SM clock
+# (higher is better) is on the timeline against its maximum instead.
 LIMIT_BARS = {
-    "temperature_pct": ("temperature, % of slowdown", "#d62728"),
-    "power_pct": ("power, % of limit", "#ff7f0e"),
-    "clock_pct": ("SM clock, % of max", "#1f77b4"),
+    "temperature_pct": ("temperature, % of its slowdown threshold", "#d62728"),
+    "power_pct": ("power, % of its power limit", "#ff7f0e"),
 }
+LIMIT_AXIS_LABEL = "% of each GPU's own limit (100 = at the limit)"
+# Said above the chart, where it wraps: what 100 means for each bar.
+LIMIT_TITLE = ("<b>Near a limit</b> (higher is worse; 100 = at the limit): temperature "
+               "against its slowdown threshold, where the clocks drop; power against its "
+               "power limit, where the power cap holds the clocks down.")
 WAITING = "waiting for the first health reading"
 
 
@@ -177,8 +213,10 @@ class HealthFeed:
     facts: tuple[GpuFacts, ...]
     # Row -> {metric: why it is not available} (the NVML reader's), for cells with no value.
     unavailable: Callable[[], dict[int, dict[str, str]]] = dict
+    # The same readings over time, streamed beside the table (``TIMELINE_STREAM``).
+    timeline: TimelineFeed = TimelineFeed(())
     mode = "replace"
-    refresh_s = 1.0  # a table people read: at most one frame a second
+    refresh_s = HEALTH_REDRAW_MS / 1000  # a table people read, with its history above it
 
     @property
     def gpus(self) -> list[GpuFacts]:
@@ -187,6 +225,15 @@ class HealthFeed:
     @property
     def labels(self) -> list[str]:
         return [gpu_label(fact, short=True) for fact in self.gpus]
+
+    def mig_note(self, fact: GpuFacts) -> str:
+        """Under a GPU in MIG mode: its MIG devices, whose health is the whole GPU's."""
+        children = [mig_profile(child, fact) or child.name for child in self.facts
+                    if child.kind == "mig" and child.parent == fact.index]
+        if not fact.mig_enabled and not children:
+            return ""
+        devices = ", ".join(children) if children else "no MIG device created"
+        return f" · MIG enabled: {devices} (these readings are the whole GPU's)"
 
     def rows(self, samples: Sequence[Sample]) -> Rows:
         family = samples[-1].extra.get(HEALTH_FAMILY) if samples else None
@@ -200,7 +247,7 @@ class HealthFeed:
             reading = readings.get(fact.index)
             cells = health_cells(reading if isinstance(reading, HealthReading) else None,
                                  fact.index in lost, unavailable.get(fact.index, {}))
-            cells["gpu"] = gpu_label(fact)
+            cells["gpu"] = gpu_label(fact) + self.mig_note(fact)
             for key, value in cells.items():
                 text[key].append(value)
             text.setdefault("y", []).append(label)
@@ -209,13 +256,70 @@ class HealthFeed:
                 _pct(health and health.temperature_c, health and health.temperature_slowdown_c))
             numeric["power_pct"].append(_pct(health and health.power_w,
                                              health and health.power_limit_w))
-            numeric["clock_pct"].append(_pct(health and health.sm_clock_mhz,
-                                             health and health.sm_clock_max_mhz))
         return Rows({key: np.array(values, dtype=float) for key, values in numeric.items()},
                     text)
 
 
-# Draws the table from the source's rows whenever the stream replaces them.
+def health_value(index: int, field: str) -> Callable[[Sample], float | None]:
+    """One health reading of device row ``index`` (None when not read or not available)."""
+
+    def value(sample: Sample) -> float | None:
+        reading = device_reading(sample.extra, HEALTH_FAMILY, index, HealthReading)
+        return None if reading is None else getattr(reading, field)
+
+    return value
+
+
+def clock_event_row(index: int, group: str, level: float) -> Callable[[Sample], float | None]:
+    """``level`` while GPU ``index``'s clocks-event mask is in ``group``, else None."""
+
+    def value(sample: Sample) -> float | None:
+        reading = device_reading(sample.extra, HEALTH_FAMILY, index, HealthReading)
+        mask = None if reading is None else reading.clock_event_reasons
+        return level if group in clock_event_groups(mask) else None
+
+    return value
+
+
+# Timeline panels: (title, axis label, unit, reading, its reference, the reference's name).
+HEALTH_PANELS = (
+    ("Temperature (dashed: slowdown threshold)", "°C", "°C", "temperature_c",
+     "temperature_slowdown_c", "slowdown"),
+    ("Power (dashed: power limit)", "W", "W", "power_w", "power_limit_w", "limit"),
+    ("SM clock (dashed: its maximum)", "MHz", "MHz", "sm_clock_mhz", "sm_clock_max_mhz",
+     "max"),
+)
+REASON_ROWS = tuple(name for name, _ in CLOCK_EVENT_GROUPS)
+TIMELINE_STREAM = "timeline"  # <route>/timeline/stream (registry.py)
+
+
+def health_timeline(facts: Sequence[GpuFacts]) -> TimelineFeed:
+    """Per physical GPU, in its own colour: temperature, power and SM clock, each with its
+    limit dashed, and a panel of rows saying which clocks-event reasons were on."""
+    gpus = [fact for fact in facts if fact.kind == "gpu"]
+    panels = []
+    for title, y_label, unit, field, reference, name in HEALTH_PANELS:
+        series = []
+        for fact in gpus:
+            series.append(Series(f"{field}{fact.index}", fact.label, gpu_color(fact.index),
+                                 health_value(fact.index, field), gpu=fact.index))
+            series.append(Series(f"{reference}{fact.index}", f"{fact.label} {name}",
+                                 gpu_color(fact.index), health_value(fact.index, reference),
+                                 gpu=fact.index, dash="dashed", in_legend=False))
+        panels.append(Panel(title, y_label, series, unit=unit))
+    reasons = [
+        Series(f"reasons{fact.index}_{row}", fact.label, gpu_color(fact.index),
+               clock_event_row(fact.index, group,
+                               row + row_offset(position, len(gpus))),
+               gpu=fact.index, in_legend=row == 0)
+        for position, fact in enumerate(gpus) for row, group in enumerate(REASON_ROWS)]
+    panels.append(Panel("Clock-event reasons: what held the clocks, and when",
+                        "", reasons, y_labels=REASON_ROWS))
+    return TimelineFeed(tuple(panels))
+
+
+# Draws the table from the source's rows whenever the stream replaces them; the same text
+# (only a bar moved) is not drawn again.
 RENDER_TABLE_JS = """
 const d = source.data;
 const n = d.gpu ? d.gpu.length : 0;
@@ -231,7 +335,8 @@ for (let i = 0; i < n; i++) {
                 : `<td>${text}</td>`;
   }).join("") + "</tr>";
 }
-div.text = html + "</tbody></table>";
+html += "</tbody></table>";
+if (div.text !== html) div.text = html;
 """
 TABLE_STYLE = """<style>
 table.health { border-collapse: collapse; font-size: 12px; width: 100%; color: inherit; }
@@ -245,9 +350,10 @@ table.health .why { font-weight: 600; margin-top: 2px; }
 
 
 class HealthDashboard:
-    """Limit bars above the per-GPU table; both drawn from one streamed source."""
+    """The timelines, then the limit bars above the per-GPU table (one streamed source)."""
 
     def __init__(self, sources: DashboardSources, feed: HealthFeed) -> None:
+        metrics = sources.metrics
         labels = feed.labels
         self.source = ColumnDataSource(
             {"y": [], **{key: [] for key in LIMIT_BARS},
@@ -255,20 +361,20 @@ class HealthDashboard:
              **{f"{key}_mark": [] for key in HEALTH_COLUMNS}}, syncable=False)
         y_range = FactorRange(*reversed(labels), syncable=False)
         plot = figure(y_range=y_range, x_range=Range1d(0, 120, syncable=False),
-                      x_axis_label="% of each GPU's own limit (100 = at the limit)",
-                      height=90 + 55 * len(labels), sizing_mode="stretch_width",
+                      x_axis_label=LIMIT_AXIS_LABEL,
+                      height=90 + 40 * len(labels), sizing_mode="stretch_width",
                       toolbar_location=None, tools="", syncable=False)
         items = []
         for position, (key, (label, color)) in enumerate(LIMIT_BARS.items()):
-            bars = plot.hbar(y=dodge("y", 0.25 - 0.25 * position, range=y_range), right=key,
-                             height=0.22, color=color, source=self.source)
+            bars = plot.hbar(y=dodge("y", 0.15 - 0.3 * position, range=y_range), right=key,
+                             height=0.28, color=color, source=self.source)
             items.append(LegendItem(label=label, renderers=[bars]))
         plot.add_layout(Legend(items=items, orientation="horizontal", location="top_right",
                                label_text_font_size="11px"), "above")
         plot.add_layout(Span(location=100, dimension="height", line_color="#d62728",
                              line_dash="dashed", line_width=1))
         plot.add_tools(HoverTool(tooltips=[("GPU", "@y"), ("temperature", "@temperature"),
-                                           ("power", "@power"), ("clocks", "@clocks")]))
+                                           ("power", "@power")]))
         plot.ygrid.grid_line_color = None
         explanation = Div(text=(
             "<div style='font-size:12px;margin:0.3em 1em'>A marked cell is past its threshold; "
@@ -280,12 +386,29 @@ class HealthDashboard:
             args={"source": self.source, "div": self.table, "style": TABLE_STYLE,
                   "columns": [[key, title] for key, title in HEALTH_COLUMNS.items()]},
             code=RENDER_TABLE_JS))
-        self.root = column(explanation, plot, self.table, sizing_mode="stretch_width")
+        self.timeline = Timeline(feed.timeline, timeline_windows(metrics.history_s),
+                                 metrics.interval_s,
+                                 gpu_names={fact.index: fact.label for fact in metrics.facts})
+        limit_title = Div(text=f"<div style='font-size:12px;margin:0.6em 1em 0'>"
+                          f"{LIMIT_TITLE}</div>", sizing_mode="stretch_width",
+                          name="limit-title")
+        self.root = column(self.timeline.root, limit_title, plot, explanation, self.table,
+                           sizing_mode="stretch_width")
         self.live = LiveView(self.source)
+        self.timeline.live.stream = TIMELINE_STREAM
+        self.timeline.live.least_redraw_ms = HEALTH_REDRAW_MS
+        self.also_live = (self.timeline.live,)
 
 
 def gpu_health(metrics: Metrics) -> HealthFeed:
-    return HealthFeed(tuple(metrics.facts), metrics.nvml.unavailable)
+    facts = tuple(metrics.facts)
+    return HealthFeed(facts, metrics.nvml.unavailable, health_timeline(facts))
+
+
+def health_timeline_feed(feed: Feed) -> Feed:
+    """The route's second stream: the timelines of its ``HealthFeed``."""
+    assert isinstance(feed, HealthFeed), "GPU-Health streams a HealthFeed"
+    return feed.timeline
 
 
 def health_dashboard(sources: DashboardSources, feed: Feed | None) -> HealthDashboard:

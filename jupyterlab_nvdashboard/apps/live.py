@@ -5,9 +5,11 @@ document is ready. It opens ``<page>/stream`` (``stream/broadcaster.py``), decod
 binary frame and streams its rows into the view's source with ``{sync: false}``, so nothing
 goes back to the server; it moves the axes (unless the reader panned or zoomed: the reset
 tool follows again), fills in the legends' current values, hides what the legend and the
-GPU filter hide, follows the window picker, redraws at most once per animation frame,
-closes the socket while the page is hidden and catches up from
-``since`` when it is shown again.
+GPU filter hide, follows the window picker, repaints at most once per
+``redraw_interval_ms`` (all frames since the last repaint in one animation frame), closes
+the socket while the page is hidden and catches up from ``since`` when it is shown again.
+A page with two views (``LiveView.stream``) runs the script once per view, each on its own
+socket; ``window.nvdashboardLive`` is the one with a time axis.
 """
 
 from __future__ import annotations
@@ -31,6 +33,24 @@ from bokeh.models import (
 
 CLIENT_JS = (Path(__file__).with_name("live_client.js")).read_text()
 
+# A repaint of a page's canvases is most of what a visible page costs (BokehJS redraws every
+# plot of the shared source, axes and text included, in software on many desktops): at the
+# 0.2 s sampling interval a timeline page took 25-36% of a core. A timeline moves on every
+# 2 s, as nvitop's default refresh does, and a 30-minute window once per pixel column (3 s);
+# bars and tables, which change in place, once a second, as nvidia-smi dmon does.
+# benchmarks/dashboard_overhead.py measures it (benchmarks/README.md).
+TIMELINE_REDRAW_MS = 2000
+REPLACE_REDRAW_MS = 1000
+PIXEL_COLUMNS = 600  # a long window repaints once per 1/600 of its span
+
+
+def redraw_interval_ms(window_s: float | None) -> int:
+    """The least time between two repaints of a page showing ``window_s`` of history
+    (None: a view whose rows replace the last ones, such as bars and tables)."""
+    if window_s is None:
+        return REPLACE_REDRAW_MS
+    return max(TIMELINE_REDRAW_MS, round(window_s * 1000 / PIXEL_COLUMNS))
+
 
 @dataclass
 class LiveView:
@@ -39,7 +59,7 @@ class LiveView:
     source: ColumnDataSource
     x_range: Range1d | None = None  # None: the rows replace the picture (bars)
     following: Sequence[tuple[Range1d, list[str]]] = ()  # y-ranges that follow these series
-    headings: Sequence[tuple[Div, str]] = ()  # legend Divs and their {value:KEY} templates
+    headings: Sequence[Div] = ()  # legend Divs: their entries get the current values
     picker: RadioButtonGroup | None = None
     windows_s: Sequence[float] = ()
     window_s: float | None = None
@@ -51,6 +71,12 @@ class LiveView:
     filter_gpus: Sequence[int] = ()
     panels: Sequence[LayoutDOM] = ()  # heading, plot, heading, plot, ... of each panel
     panel_gpus: Sequence[int | None] = ()  # the one GPU a panel shows, if it shows one
+    # Which of the page's streams: "" for ``<page>/stream``, NAME for ``<page>/NAME/stream``
+    # (a page may stream more than one view: /GPU-Health's table and its timelines).
+    stream: str = ""
+    # The least time between two repaints, when a view wants fewer than
+    # ``redraw_interval_ms`` gives it (readings that change slowly, such as health's).
+    least_redraw_ms: int = 0
 
 
 def attach(doc: Document, view: LiveView) -> None:
@@ -61,16 +87,19 @@ def attach(doc: Document, view: LiveView) -> None:
         "window": view.window_s,
         "units": view.units,
         "rollover": view.rollover,
-        "templates": [template for _, template in view.headings],
         "following_keys": [keys for _, keys in view.following],
         "series_gpu": view.series_gpu,
         "filter_gpus": list(view.filter_gpus),
         "panel_gpus": list(view.panel_gpus),
+        "redraw_ms": {f"{window:g}": max(view.least_redraw_ms, redraw_interval_ms(window))
+                      for window in view.windows_s}
+        | {"replace": max(view.least_redraw_ms, redraw_interval_ms(None))},
+        "stream": view.stream,
     }
     args = {
         "source": view.source, "x_range": view.x_range,
         "following": [y_range for y_range, _ in view.following],
-        "headings": [div for div, _ in view.headings],
+        "headings": list(view.headings),
         "picker": view.picker, "spec": spec, "lines": view.lines,
         "gpu_filter": view.gpu_filter, "panels": list(view.panels),
     }

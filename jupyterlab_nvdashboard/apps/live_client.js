@@ -2,16 +2,20 @@
 // document is ready. In scope: source, x_range, following, headings, picker, spec, lines,
 // gpu_filter, panels.
 // Frames: see stream/frames.py. Columns are little-endian float64, as in every browser.
-const live = (window.nvdashboardLive = {
+const live = {
   seq: -1, frames: 0, resets: 0, rows: 0, connects: 0, hidden: false, parentHidden: false,
   window: spec.window, socket: null, retryMs: 500, lastHeading: 0, xEnd: null,
   draws: 0, following: true, moving: false, lastDraw: 0,
-});
+};
+// One script per view the page streams (spec.stream: "" or a name): each is in
+// nvdashboardStreams; nvdashboardLive is the one with a time axis (its reset tool's).
+(window.nvdashboardStreams = window.nvdashboardStreams || {})[spec.stream || ""] = live;
+if (x_range || !window.nvdashboardLive) window.nvdashboardLive = live;
 // What the legend and the GPU filter hide: series keys, and GPU rows.
 const hiddenKeys = new Set(Object.keys(lines || {}).filter((key) => !lines[key].visible));
 const hiddenGpus = new Set();
 // Frames received but not yet drawn: drawn together at the next animation frame.
-let pending = null, drawScheduled = false, redrawTimer = null;
+let pending = null, frameRequested = false, drawTimer = null;
 const decoder = new TextDecoder();
 
 function streamUrl() {
@@ -23,7 +27,8 @@ function streamUrl() {
   const token = new URLSearchParams(loc.search).get("token");
   if (token) params.set("token", token);
   const scheme = loc.protocol === "https:" ? "wss:" : "ws:";
-  return `${scheme}//${loc.host}${loc.pathname.replace(/\/+$/, "")}/stream?${params}`;
+  const path = spec.stream ? `${spec.stream}/stream` : "stream";
+  return `${scheme}//${loc.host}${loc.pathname.replace(/\/+$/, "")}/${path}?${params}`;
 }
 
 function decode(buffer) {
@@ -96,20 +101,54 @@ function formatValue(value, unit) {
   return `${value.toFixed(digits)}${unit === "%" ? "" : " "}${unit}`.trim();
 }
 
+// Each legend's entries, found once in its Div's rendered DOM: values are written into
+// them directly. Setting a Div's text makes BokehJS rebuild the Div and lay out the whole
+// page again, which cost a timeline page about 5% of a core at one update a second.
+const headingEntries = new Map();
+
+function entriesOf(div) {
+  const cached = headingEntries.get(div);
+  if (cached && cached.length && cached[0].span.isConnected) return cached;
+  const views = [];
+  const visit = (view) => { views.push(view); for (const child of view.child_views || []) visit(child); };
+  for (const view of Object.values(window.Bokeh.index)) visit(view);
+  const view = views.find((candidate) => candidate.model === div);
+  const root = view && (view.shadow_el || view.el.shadowRoot || view.el);
+  const entries = root ? Array.from(root.querySelectorAll("[data-series]"), (span) => ({
+    span, key: span.dataset.series, value: span.querySelector("b"),
+  })) : [];
+  headingEntries.set(div, entries);
+  return entries;
+}
+
+function currentValue(key) {
+  const column = source.data[key];
+  const value = column && column.length ? column[column.length - 1] : NaN;
+  return Number.isNaN(value) && lostNow(key) ? "lost" : formatValue(value, spec.units[key] || "");
+}
+
 function fillHeadings(force) {
-  // About once a second: the legend's current values; a Div re-renders on each change.
+  // About once a second: the legend's current values, and which entries are hidden.
   const now = Date.now();
   if (!headings.length || (!force && now - live.lastHeading < 1000)) return;
   live.lastHeading = now;
-  headings.forEach((div, i) => {
-    div.text = spec.templates[i].replace(/\{hidden:([^}]+)\}/g, (_, key) =>
-      isHidden(key) ? "opacity:.4;text-decoration:line-through" : ""
-    ).replace(/\{value:([^}]+)\}/g, (_, key) => {
-      const column = source.data[key];
-      return formatValue(column && column.length ? column[column.length - 1] : NaN,
-                         spec.units[key] || "");
-    });
+  headings.forEach((div) => {
+    for (const {span, key, value} of entriesOf(div)) {
+      const text = currentValue(key);
+      if (value && value.textContent !== text) value.textContent = text;
+      const hidden = isHidden(key);
+      if ((span.style.opacity === "0.4") !== hidden) {
+        span.style.opacity = hidden ? "0.4" : "";
+        span.style.textDecoration = hidden ? "line-through" : "";
+      }
+    }
   });
+}
+
+function lostNow(key) {
+  // components.lost_key: 1 while the series' GPU is lost.
+  const column = source.data[`gpu_lost_${(spec.series_gpu || {})[key]}`];
+  return Boolean(column && column.length && column[column.length - 1] === 1);
 }
 
 function isHidden(key) {
@@ -141,17 +180,15 @@ function concat(a, b) {
   return out;
 }
 
+function redrawMs() {
+  const ms = spec.mode === "append" ? spec.redraw_ms[String(live.window)] : undefined;
+  return ms === undefined ? spec.redraw_ms.replace : ms;
+}
+
 function draw() {
-  // One draw per animation frame for everything that arrived since the last one; a long
-  // window (its frames are min/max buckets) redraws at most every window/600 seconds.
-  drawScheduled = false;
+  // Everything that arrived since the last draw, drawn at once in one animation frame.
+  frameRequested = false;
   if (!pending) return;
-  const minGapMs = live.window >= 600 ? live.window * 1000 / 600 : 0;
-  const wait = live.lastDraw + minGapMs - Date.now();
-  if (wait > 0 && !pending.reset) {
-    if (!redrawTimer) redrawTimer = setTimeout(() => { redrawTimer = null; schedule(); }, wait);
-    return;
-  }
   const {data, reset} = pending;
   pending = null;
   if (spec.mode === "replace" || reset) {
@@ -166,8 +203,17 @@ function draw() {
 }
 
 function schedule() {
-  if (drawScheduled) return;
-  drawScheduled = true;
+  // At most one draw per redraw_ms (see apps/live.py); a reset (a new window) draws at
+  // once. No animation frame is asked for before a draw is due: each one makes the
+  // browser produce a frame, which cost as much as the drawing itself.
+  if (frameRequested) return;
+  const wait = pending && pending.reset ? 0 : live.lastDraw + redrawMs() - Date.now();
+  if (wait > 0) {
+    if (!drawTimer) drawTimer = setTimeout(() => { drawTimer = null; schedule(); }, wait);
+    return;
+  }
+  if (drawTimer) { clearTimeout(drawTimer); drawTimer = null; }
+  frameRequested = true;
   window.requestAnimationFrame(draw);
 }
 

@@ -260,7 +260,9 @@ class ProcessTable:
     """The page: a note on what can be attributed, and the table."""
 
     def __init__(self, sources: DashboardSources, feed: ProcessTableFeed) -> None:
-        self.source = ColumnDataSource({"memory_bytes": [], **{n: [] for n in _TEXT_COLUMNS}})
+        # Filled in the browser from the stream: nothing goes back to the server.
+        self.source = ColumnDataSource({"memory_bytes": [], **{n: [] for n in _TEXT_COLUMNS}},
+                                       syncable=False)
         html_cell = HTMLTemplateFormatter(template="<%= value %>")
         columns = [
             TableColumn(field="gpu", title="GPU", width=110),

@@ -37,6 +37,14 @@ class Route:
     # Whether this machine can fill the dashboard; routes that cannot are left out of the index.
     available: Callable[[DashboardSources], bool] = lambda sources: bool(sources.metrics.facts)
     feed_from_sources: bool = False  # make_feed needs the sources (Jupyter sessions, runs)
+    # Further streams of the page, each at <path>/<name>/stream: name -> its feed, taken
+    # from the route's own feed (so both are built, and rebuilt, together).
+    substreams: tuple[tuple[str, Callable[[Feed], Feed]], ...] = ()
+
+    @property
+    def stream_keys(self) -> list[str]:
+        """The broadcaster's keys of this route's streams: the path, then path/name."""
+        return [self.path] + [f"{self.path}/{name}" for name, _ in self.substreams]
 
 
 def _has_nvlink(sources: DashboardSources) -> bool:
@@ -64,7 +72,8 @@ ROUTES: tuple[Route, ...] = (
     Route("/NVLink-Timeline", "NVLink Timeline", gpu.nvlink_timeline, available=_has_nvlink),
     Route("/GPU-Activity", "GPU Activity", activity.gpu_activity,
           activity.activity_dashboard),
-    Route("/GPU-Health", "GPU Health", health.gpu_health, health.health_dashboard),
+    Route("/GPU-Health", "GPU Health", health.gpu_health, health.health_dashboard,
+          substreams=((health.TIMELINE_STREAM, health.health_timeline_feed),)),
     Route("/Machine-Resources", "Machine Resources", machine.machine_resources,
           needs_gpu=False, shows_gpu=False, available=lambda sources: True),
     Route("/GPU-Processes", "GPU Processes", processes.process_feed, processes.process_view,
@@ -96,8 +105,12 @@ class RouteFeeds:
 
     def __call__(self, path: str) -> Feed | None:
         route = ROUTES_BY_PATH.get(path)
-        if route is None:
-            return None
+        if route is None:  # a route's further stream, e.g. /GPU-Health/timeline
+            parent, _, name = path.rpartition("/")
+            substreams = dict(ROUTES_BY_PATH[parent].substreams) \
+                if parent in ROUTES_BY_PATH else {}
+            feed = self(parent) if name in substreams else None
+            return None if feed is None else substreams[name](feed)
         facts = tuple(self.metrics.facts)
         if route.needs_gpu and not facts:
             return None

@@ -9,15 +9,16 @@ or start workers with ``dask worker --preload jupyterlab_nvdashboard.cluster.pre
 
 On ``setup`` the plugin builds the project's metrics layer (the same NVML reader and
 sampler as the dashboard server, configured by the same ``NVDASHBOARD_*`` variables, so
-``NVDASHBOARD_SIMULATE`` works here too), reading **only the GPUs this worker owns**
-(``ownership.py``: under dask-cuda the first entry of its ``CUDA_VISIBLE_DEVICES``, plus
-GPUs no other worker of its host owns), and starts its threads; the worker's event loop
-never calls NVML. Static facts go to the scheduler once, whenever the GPUs read change: as
-scheduler metadata under ``("nvdashboard-gpus", worker address)`` and in the first
-heartbeat snapshot after the change. Then Dask calls the entry in ``worker.metrics`` at each
-heartbeat and sends the live values it returns (``snapshot.py``) to the scheduler, which
-keeps them in ``WorkerState.metrics``. Nothing in setup, reading or teardown can fail the
-worker: every error is logged once and the plugin publishes nothing (or an empty snapshot).
+``NVDASHBOARD_SIMULATE`` works here too, and the identity says so), reading **only the
+GPUs this worker owns** (``ownership.py``: under dask-cuda the first entry of its
+``CUDA_VISIBLE_DEVICES``, plus GPUs no other worker of its host owns), and starts its
+threads; the worker's event loop never calls NVML. Static facts go to the scheduler once,
+whenever the GPUs read change: as scheduler metadata under ``("nvdashboard-gpus", worker
+address)`` and in the first heartbeat snapshot after the change. Then Dask calls the entry
+in ``worker.metrics`` at each heartbeat and sends the live values it returns
+(``snapshot.py``) to the scheduler, which keeps them in ``WorkerState.metrics``. Nothing
+in setup, reading or teardown can fail the worker: every error is logged once and the
+plugin publishes nothing (or an empty snapshot).
 
 ``NVDASHBOARD_GPU_CLAIMS_DIR`` names the folder of the workers' claim locks (default: one
 per user in the temporary folder).
@@ -144,7 +145,7 @@ class WorkerGpus:
         from .snapshot import encode_identity
 
         epoch, labels = self._current()
-        return encode_identity(self.hostname, epoch, labels)
+        return encode_identity(self.hostname, epoch, labels, self.metrics.simulated)
 
     def snapshot(self) -> dict[str, Any]:
         """Called by Dask on the worker's event loop at each heartbeat: no NVML here."""
@@ -160,7 +161,8 @@ class WorkerGpus:
                 for identity in labels]
         identity = None
         if epoch != self._sent:
-            identity, self._sent = encode_identity(self.hostname, epoch, labels), epoch
+            identity = encode_identity(self.hostname, epoch, labels, self.metrics.simulated)
+            self._sent = epoch
         return encode(epoch, latest.time_s if latest else time.time(), rows, identity)
 
 

@@ -6,7 +6,8 @@ Version 2 has two messages:
 * the **identity** (the worker's start-up report, sent again only when the GPUs it reads
   change): ``{"v": 2, "host": HOSTNAME, "e": EPOCH, "gpus": [ID_ROW, ...]}`` with
   ``ID_ROW = [key, gpu, uuid, model, pci_bus_id, gpu_instance_id, gpu_instance_profile]``
-  (KEY: the GPU's UUID, a MIG device's own UUID);
+  (KEY: the GPU's UUID, a MIG device's own UUID), plus ``"sim": true`` when the worker
+  reads the simulated driver (``NVDASHBOARD_SIMULATE``; absent means real GPUs);
 * the **live snapshot** of each heartbeat: ``{"v": 2, "e": EPOCH, "t": UNIX_S,
   "gpus": [[lost, *values], ...]}``, the rows in the identity's order and the values in
   ``export.dcgm.FIELDS`` order (None: not available). The first snapshot after a change
@@ -54,6 +55,7 @@ class NodeIdentity(NamedTuple):
     hostname: str
     epoch: str
     gpus: tuple[GpuIdentity, ...]
+    simulated: bool = False  # read from the simulated driver, not real hardware
 
 
 class NodeSnapshot(NamedTuple):
@@ -62,10 +64,15 @@ class NodeSnapshot(NamedTuple):
     gpus: dict[str, ExportedGpu]  # by key (UUID)
 
 
-def encode_identity(hostname: str, epoch: str, gpus: Sequence[GpuIdentity]) -> dict[str, Any]:
-    return {"v": VERSION, "host": hostname, "e": epoch,
-            "gpus": [[g.key, g.gpu, g.uuid, g.model_name, g.pci_bus_id, g.gpu_instance_id,
-                      g.gpu_instance_profile] for g in gpus]}
+def encode_identity(hostname: str, epoch: str, gpus: Sequence[GpuIdentity],
+                    simulated: bool = False) -> dict[str, Any]:
+    identity: dict[str, Any] = {
+        "v": VERSION, "host": hostname, "e": epoch,
+        "gpus": [[g.key, g.gpu, g.uuid, g.model_name, g.pci_bus_id, g.gpu_instance_id,
+                  g.gpu_instance_profile] for g in gpus]}
+    if simulated:
+        identity["sim"] = True
+    return identity
 
 
 def encode(epoch: str, time_s: float, gpus: Sequence[ExportedGpu],
@@ -98,7 +105,8 @@ def decode_identity(payload: Any) -> NodeIdentity:
                                     None if instance is None else int(instance),
                                     None if profile is None else str(profile),
                                     None if key == uuid else str(key)))
-        return NodeIdentity(str(payload["host"]), str(payload["e"]), tuple(gpus))
+        return NodeIdentity(str(payload["host"]), str(payload["e"]), tuple(gpus),
+                            payload.get("sim") is True)
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"malformed nvdashboard identity: {error}") from None
 

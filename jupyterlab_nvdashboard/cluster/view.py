@@ -14,7 +14,9 @@ turns the answers into one entry per GPU:
 * **stale** when none of the workers that report it has had a heartbeat for
   ``STALE_HEARTBEATS`` heartbeat intervals;
 * **lost** when every worker that reported it has left the cluster; it stays on the page,
-  drawn as lost, and comes back when a worker reports it again.
+  drawn as lost, and comes back when a worker reports it again;
+* **simulated** when its reporter's identity says it reads the simulated driver: each GPU
+  carries its own flag, since a cluster may mix real and simulated hosts.
 
 Each poll appends one ``ClusterTick`` to a ``History`` of its own (one sample a second), so
 the per-UUID history and the /Cluster-GPUs stream reuse the broadcast path unchanged.
@@ -50,6 +52,7 @@ class ClusterGpu(NamedTuple):
     gpu: ExportedGpu  # hostname, identity (labels), values in export.dcgm.FIELDS order
     state: str  # OK, STALE or LOST
     workers: tuple[str, ...]  # the workers that report it now
+    simulated: bool = False  # its reporter reads the simulated driver (the identity says)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -112,7 +115,7 @@ class ClusterState:
     def update(self, view: dict[str, Any]) -> ClusterTick:
         now = float(view.get("now") or time.time())
         stale_after = STALE_HEARTBEATS * float(view.get("heartbeat_s") or 1.0)
-        reports: dict[tuple[str, str], list[tuple[bool, str, ExportedGpu]]] = {}
+        reports: dict[tuple[str, str], list[tuple[bool, str, ExportedGpu, bool]]] = {}
         workers = view.get("workers") or {}
         for address in [address for address in self._identities if address not in workers]:
             del self._identities[address]
@@ -134,19 +137,19 @@ class ClusterState:
             stale = now - float(worker.get("last_seen") or 0.0) > stale_after
             for gpu in node.gpus.values():
                 key = (gpu.hostname, gpu.identity.key)
-                reports.setdefault(key, []).append((stale, address, gpu))
+                reports.setdefault(key, []).append((stale, address, gpu, identity.simulated))
         current: dict[tuple[str, str], ClusterGpu] = {}
         for key, seen in reports.items():
             # One reporter, chosen the same way every time: fresh first, then by address.
-            stale, _, chosen = min(seen, key=lambda report: report[:2])
+            stale, _, chosen, simulated = min(seen, key=lambda report: report[:2])
             state = STALE if stale else OK
             if chosen.lost:
                 state = LOST  # the worker is there, the GPU fell off its bus
             current[key] = ClusterGpu(chosen, state,
-                                      tuple(sorted(address for _, address, _ in seen)))
+                                      tuple(sorted(report[1] for report in seen)), simulated)
         for key, before in self._known.items():
             if key not in current:  # every worker that saw it has left
-                current[key] = ClusterGpu(before.gpu, LOST, ())
+                current[key] = before._replace(state=LOST, workers=())
         self._known = current
         gpus = tuple(sorted(current.values(), key=_order))
         return ClusterTick(now, gpus, len(view.get("workers") or {}),
@@ -222,6 +225,7 @@ class ClusterView:
                 "host": gpu.gpu.hostname, "gpu": gpu.gpu.identity.gpu,
                 "uuid": gpu.gpu.identity.uuid, "key": gpu.gpu.identity.key,
                 "name": gpu.gpu.identity.model_name, "state": gpu.state,
+                "simulated": gpu.simulated,
                 "workers": list(gpu.workers),
                 "utilization_pct": value(gpu, "DCGM_FI_DEV_GPU_UTIL"),
                 "memory_used_mib": value(gpu, "DCGM_FI_DEV_FB_USED"),

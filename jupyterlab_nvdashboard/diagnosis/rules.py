@@ -21,9 +21,12 @@ step (or, for a device window, the machine's CPU) says host-CPU-bound.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
-from operator import attrgetter, itemgetter, methodcaller
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain, compress, count, repeat
+from operator import attrgetter, is_not, itemgetter
 from typing import NamedTuple
 
 from ..metrics import GpuFacts, GpuReading, Sample
@@ -105,38 +108,62 @@ def _fact(facts: Sequence[GpuFacts], row: int) -> GpuFacts | None:
 
 
 # A 30-minute window at 0.2 s holds 9,000 samples: the readings are pulled out with map()
-# and attrgetter, in C, and no tuple is made per sample (less work for the garbage collector).
+# and getters, in C, and no tuple is made per sample (less work for the garbage collector).
+# NamedTuple fields are read by position (itemgetter), which skips the attribute lookup; the
+# readings they are read from are GpuReadings, or family readings checked by type first.
+# A sample's ``extra`` is always a dict: ``dict.get`` is called directly (methodcaller looks
+# the method up again for each sample, three times the cost).
 _EXTRA = attrgetter("extra")
 _GPUS = attrgetter("gpus")
-_INDEX = attrgetter("index")
+_INDEX = itemgetter(GpuReading._fields.index("index"))
+_UTILIZATION = itemgetter(GpuReading._fields.index("utilization_pct"))
+_SM_ACTIVITY = itemgetter(GpmReading._fields.index("sm_activity_pct"))
+_DRAM = itemgetter(GpmReading._fields.index("dram_bandwidth_pct"))
+_TENSOR = itemgetter(GpmReading._fields.index("tensor_activity_pct"))
+_CLOCK_EVENTS = itemgetter(HealthReading._fields.index("clock_event_reasons"))
+
+
+def _mean_known(known: list[float]) -> float | None:
+    """``mean`` of a list with no None in it (the same sum, without looking for None)."""
+    return math.fsum(known) / len(known) if known else None
 
 
 def _passes(extras: Sequence[dict[str, object]], family: str) -> list[object]:
     """Each reading of a family that is cached between its passes (GPM: the reader hands the
     same object to every tick until it reads again) once, oldest first."""
-    readings = list(map(methodcaller("get", family), extras))
+    readings = list(map(dict.get, extras, repeat(family)))
     previous = [None, *readings[:-1]]
     return [reading for reading, before in zip(readings, previous, strict=True)
             if reading is not None and reading is not before]
 
 
+def _iter_list_passes(samples: Sequence[Sample]) -> Iterator[object]:
+    """Each reading pass of the process lists once, lazily (``_held`` stops at the first
+    that answers). The reader returns them only on its pass (once a second), and every
+    sample built from that NVML pass carries them: a pass is told by its GPU readings, not
+    by the list (an unchanged list may be the same object)."""
+    lists = map(dict.get, map(_EXTRA, samples), repeat(PROCESS_FAMILY))
+    for i in compress(count(), map(is_not, lists, repeat(None))):
+        if i == 0 or samples[i].gpus is not samples[i - 1].gpus:
+            yield samples[i].extra[PROCESS_FAMILY]
+
+
 def _list_passes(samples: Sequence[Sample]) -> list[object]:
-    """Each reading pass of the process lists once. The reader returns them only on its pass
-    (once a second), and every sample built from that NVML pass carries them: a pass is told
-    by its GPU readings, not by the list (an unchanged list may be the same object)."""
-    lists = list(map(methodcaller("get", PROCESS_FAMILY), map(_EXTRA, samples)))
-    carrying = [i for i, readings in enumerate(lists) if readings is not None]
-    return [lists[i] for i in carrying
-            if i == 0 or samples[i].gpus is not samples[i - 1].gpus]
+    """Each reading pass of the process lists once, oldest first."""
+    return list(_iter_list_passes(samples))
 
 
-def _held(samples: Sequence[Sample], row: int) -> bool:
+def _held(samples: Sequence[Sample], row: int, passes: Sequence[object] | None = None) -> bool:
     """Whether the process lists show any process with a context on ``row`` (a GPU with no
     process waits for nobody, however busy the machine's CPUs are). True where the lists are
-    not read at all, so a machine without them keeps the machine-wide rule."""
-    passes = _list_passes(samples)
-    return not passes or any(isinstance(reading, ProcessReading) and reading.device == row
-                             for readings in passes for reading in readings)  # type: ignore[attr-defined]
+    not read at all, so a machine without them keeps the machine-wide rule. ``passes``: the
+    list passes of ``samples``, where already made."""
+    remaining = iter(_iter_list_passes(samples) if passes is None else passes)
+    first = next(remaining, None)  # a pass's list is never None
+    if first is None:
+        return True
+    return any(isinstance(reading, ProcessReading) and reading.device == row
+               for readings in chain((first,), remaining) for reading in readings)  # type: ignore[attr-defined]
 
 
 def _distinct(extras: Sequence[dict[str, object]], family: str, row: int, kind: type) -> list:
@@ -145,9 +172,9 @@ def _distinct(extras: Sequence[dict[str, object]], family: str, row: int, kind: 
             and type(reading := readings.get(row)) is kind]
 
 
-def _own_process(samples: Sequence[Sample], row: int, pid: int) -> list[float]:
-    return [reading.sm_pct for readings in _list_passes(samples)
-            for reading in readings  # type: ignore[attr-defined]
+def _own_process(passes: Sequence[object], row: int, pid: int) -> list[float]:
+    """The SM utilization of process ``pid`` on ``row``, one per list pass where known."""
+    return [reading.sm_pct for readings in passes for reading in readings  # type: ignore[attr-defined]
             if isinstance(reading, ProcessReading) and reading.pid == pid
             and reading.device == row and reading.sm_pct is not None]
 
@@ -232,6 +259,18 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     def done(findings: list[Finding]) -> Diagnosis:
         return Diagnosis(row, label, uuid, count, window_s, tuple(findings))
 
+    lost_since, lost_count = None, 0  # the readings at the window's end that say lost
+    for sample, reading in zip(reversed(mine), reversed(own_rows), strict=True):
+        if reading is None or not reading.lost:
+            break
+        lost_since, lost_count = sample.time_s, lost_count + 1
+    if lost_since is not None:  # lost now: nothing it does can be read
+        lost_for_s = mine[-1].time_s - lost_since
+        return done([Finding(
+            "lost", "GPU lost", (Figure("lost for", lost_for_s, "s", lost_count),), "none",
+            "look for an XID error in the kernel log (dmesg) and in nvidia-smi -q; the GPU "
+            "may need a reset", words=f"it stopped answering NVML {lost_for_s:.0f} s ago, "
+            "and nothing since can be judged")])
     if count < T.MIN_SAMPLES:
         return done([Finding("not-enough-samples", "not enough samples",
                              (Figure("samples", float(count), "", count),), "none",
@@ -247,10 +286,13 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     gpm = _distinct(extras, GPM_FAMILY, row, GpmReading)
     if skip_first_gpm and gpm:
         gpm = gpm[1:]
-    sm_values = [r.sm_activity_pct for r in gpm if r.sm_activity_pct is not None]
+    sm_values = _known(map(_SM_ACTIVITY, gpm))
     has_gpm = len(sm_values) >= T.MIN_SAMPLES
+    sm_mean = _mean_known(sm_values) if has_gpm else None
     # The process lists ride only in the samples of their pass: every sample is looked at.
-    own = _own_process(mine, row, pid) if pid is not None else []
+    list_passes = _list_passes(mine) if pid is not None else None
+    own = _own_process(list_passes, row, pid) if list_passes is not None and pid is not None \
+        else []
     has_own = len(own) >= T.MIN_SAMPLES
     has_util = len(util_known) >= T.MIN_SAMPLES
     gpm_count = len(sm_values)
@@ -261,33 +303,34 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
             (f"SM activity needs {T.MIN_SAMPLES} GPM readings ({gpm_count} so far)")
 
     findings: list[Finding] = []
-    util_mean = mean(util_known)
+    util_mean = _mean_known(util_known)
     util_fig = Figure("utilization", util_mean, "%", len(util_known))
 
     # ----- the run's own steps: input-bound, host-CPU-bound ---------------------------------
     findings += _step_findings(steps, util_known)
     # ----- activity level ---------------------------------------------------------------
     if has_gpm:
-        findings += _gpm_findings(gpm, sm_values, util_fig if has_util else None)
+        findings += _gpm_findings(gpm, sm_values, sm_mean, util_fig if has_util else None)
     elif has_own:
-        own_fig = Figure("its own SM utilization", mean(own), "%", len(own), "process readings")
-        findings += _level_findings(mean(own), own_fig, "per-process", gpm_needs)
+        own_mean = _mean_known(own)
+        own_fig = Figure("its own SM utilization", own_mean, "%", len(own), "process readings")
+        findings += _level_findings(own_mean, own_fig, "per-process", gpm_needs)
     elif has_util:
         findings += _level_findings(util_mean, util_fig, "utilization", gpm_needs)
-    if has_util and min(util_known) < T.IDLE_PCT and not any(f.cause == "idle"
-                                                                 for f in findings):
+    if has_util and not any(f.cause == "idle" for f in findings) and \
+            min(util_known) < T.IDLE_PCT:
         times = list(map(attrgetter("time_s"), mine))  # only where a gap may be
         findings += _gap_findings(times, utilization, interval, window_s, count)
     # ----- links, clocks -----------------------------------------------------------------
-    sm_mean = mean(sm_values) if has_gpm else None
     physical_rows = own_rows[::coarse] if physical_row == row else \
         _readings(mine[::coarse], physical_row)[0]
+    health = _distinct(coarse_extras, HEALTH_FAMILY, physical_row, HealthReading)
     if pcie_link is None:
-        pcie_link = _current_pcie_link(coarse_extras, physical_row)
+        pcie_link = _current_pcie_link(health)
     findings += _link_findings(physical_rows, physical, sm_mean, pcie_link)
-    findings += _throttle_findings(coarse_extras, physical_row)
+    findings += _throttle_findings(health)
     if not any(f.cause.startswith("host") for f in findings) and not steps and \
-            _held(mine, row):
+            _held(mine, row, list_passes):
         findings += _machine_cpu_findings(mine[::coarse], utilization[::coarse])
     if not findings:
         needs = gpm_needs or "utilization (MIG devices have none: their activity needs GPM)"
@@ -304,7 +347,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
 ORDER = {cause: rank for rank, cause in enumerate((
     "not-using-gpu", "input-bound", "host-cpu-bound", "idle", "starved", "pcie-bound",
     "nvlink-bound", "launch-bound", "memory-bound", "throttled", "pcie-downtrained",
-    "underused", "busy", "compute-bound", "unknown", "not-enough-samples"))}
+    "underused", "busy", "compute-bound", "unknown", "not-enough-samples", "lost"))}
 
 
 def _step_findings(steps: Sequence[Step], util: list[float]) -> list[Finding]:
@@ -349,14 +392,14 @@ def _median(values: Sequence[float]) -> float | None:
     return ordered[len(ordered) // 2] if ordered else None
 
 
-def _gpm_findings(gpm: list[GpmReading], sm_values: list[float],
+def _gpm_findings(gpm: list[GpmReading], sm_values: list[float], sm: float | None,
                   util_fig: Figure | None) -> list[Finding]:
+    """``sm``: the mean of ``sm_values``."""
     count = len(sm_values)
-    sm = mean(sm_values)
-    dram_values = [r.dram_bandwidth_pct for r in gpm if r.dram_bandwidth_pct is not None]
-    tensor_values = [r.tensor_activity_pct for r in gpm if r.tensor_activity_pct is not None]
-    dram = mean(dram_values) if len(dram_values) >= T.MIN_SAMPLES else None
-    tensor = mean(tensor_values) if len(tensor_values) >= T.MIN_SAMPLES else None
+    dram_values = _known(map(_DRAM, gpm))
+    tensor_values = _known(map(_TENSOR, gpm))
+    dram = _mean_known(dram_values) if len(dram_values) >= T.MIN_SAMPLES else None
+    tensor = _mean_known(tensor_values) if len(tensor_values) >= T.MIN_SAMPLES else None
     sm_fig = Figure("SM activity", sm, "%", count, "GPM readings")
     dram_fig = Figure("DRAM bandwidth", dram, "%", len(dram_values), "GPM readings")
     tensor_fig = Figure("tensor activity", tensor, "%", len(tensor_values), "GPM readings")
@@ -459,7 +502,7 @@ def _link_findings(physical_rows: Sequence[GpuReading | None], physical: GpuFact
         rx_known = _known(map(attrgetter(rx_field), readings))
         if len(tx_known) < T.MIN_SAMPLES and len(rx_known) < T.MIN_SAMPLES:
             continue
-        busiest = max(mean(tx_known) or 0.0, mean(rx_known) or 0.0)
+        busiest = max(_mean_known(tx_known) or 0.0, _mean_known(rx_known) or 0.0)
         share = busiest / maximum
         waiting = sm_mean is None or sm_mean < T.LINK_SM_WAITING_PCT  # KempnerPulse I/O
         if share >= T.LINK_NEAR_MAX and waiting:
@@ -489,10 +532,10 @@ def _link_findings(physical_rows: Sequence[GpuReading | None], physical: GpuFact
     return out
 
 
-def _current_pcie_link(extras: Sequence[dict[str, object]], physical_row: int
-                       ) -> PcieLink | None:
-    """The newest current link generation and width the health readings have, if any."""
-    for reading in reversed(_distinct(extras, HEALTH_FAMILY, physical_row, HealthReading)):
+def _current_pcie_link(health: Sequence[HealthReading]) -> PcieLink | None:
+    """The newest current link generation and width the health readings (one per pass,
+    oldest first) have, if any."""
+    for reading in reversed(health):
         if reading.pcie_link_generation is not None or reading.pcie_link_width is not None:
             return PcieLink(reading.pcie_link_generation, reading.pcie_link_width)
     return None
@@ -501,17 +544,17 @@ def _current_pcie_link(extras: Sequence[dict[str, object]], physical_row: int
 THROTTLE_WORDS = [(bit, words) for bit, words, throttles in CLOCK_EVENT_REASONS if throttles]
 
 
-def _throttle_findings(extras: Sequence[dict[str, object]], physical_row: int
-                       ) -> list[Finding]:
-    health = _distinct(extras, HEALTH_FAMILY, physical_row, HealthReading)
-    masks = _known(map(attrgetter("clock_event_reasons"), health))
+def _throttle_findings(health: Sequence[HealthReading]) -> list[Finding]:
+    """``health``: the physical GPU's health readings, one per pass."""
+    masks = _known(map(_CLOCK_EVENTS, health))
     if len(masks) < T.MIN_SAMPLES:
         return []
-    throttled = [mask for mask in masks if mask & T.THROTTLE_BITS]
-    share = 100.0 * len(throttled) / len(masks)
+    # A window holds a few distinct masks: each is counted once, then weighed by its count.
+    throttled = [(mask, n) for mask, n in Counter(masks).items() if mask & T.THROTTLE_BITS]
+    share = 100.0 * sum(n for _, n in throttled) / len(masks)
     if share < T.THROTTLED_SHARE_PCT:  # our choice: no source sets it
         return []
-    counts = sorted(((sum(1 for m in throttled if m & bit), bit, words)
+    counts = sorted(((sum(n for mask, n in throttled if mask & bit), bit, words)
                      for bit, words in THROTTLE_WORDS), reverse=True)
     named = [f"{words} ({100.0 * n / len(masks):.0f}%)" for n, bit, words in counts if n]
     top_bit = counts[0][1]
@@ -533,19 +576,22 @@ def _machine_cpu_findings(samples: Sequence[Sample],
                           utilization: list[float | None]) -> list[Finding]:
     # Parallel lists, no tuple per sample: a window holds thousands of samples.
     cpu = list(map(attrgetter("cpu_pct"), map(attrgetter("host"), samples)))
-    known = sum(1 for u, c in zip(utilization, cpu, strict=True)
-                if u is not None and c is not None)
+    machine: list[float] = []  # the machine's CPU where both are known, in order
+    both = 0
+    for u, c in zip(utilization, cpu, strict=True):
+        if u is not None and c is not None:
+            machine.append(c)
+            if u < T.HOST_GPU_LOW_PCT and c > T.HOST_CPU_HIGH_PCT:
+                both += 1
+    known = len(machine)
     if known < T.MIN_SAMPLES:
         return []
-    both = sum(1 for u, c in zip(utilization, cpu, strict=True) if u is not None and
-               c is not None and u < T.HOST_GPU_LOW_PCT and c > T.HOST_CPU_HIGH_PCT)
     share = 100.0 * both / known
     if share <= T.HOST_SHARE_PCT:  # SageMaker CPUBottleneck: > 50% of samples
         return []
     return [Finding("host-cpu-bound", "host-CPU-bound: the machine's CPUs are full while "
                     "the GPU waits",
                     (Figure("samples with GPU < 10% and CPU > 90%", share, "%", known),
-                     Figure("machine CPU", mean(c for u, c in zip(utilization, cpu, strict=True)
-                                                if u is not None), "%", known)),
+                     Figure("machine CPU", _mean_known(machine), "%", known)),
                     "host", "free CPU for the job that feeds this GPU (fewer competing "
                     "processes, more cores), or move its preprocessing to the GPU")]

@@ -52,6 +52,18 @@ CLOCK_EVENT_REASONS: tuple[tuple[int, str, bool], ...] = (
     (0x80, "hardware power brake: the power supply asked for less", True),
     (0x100, "display clock setting", False),
 )
+# The clocks-event reasons grouped the way a reader asks "held down by what?" (the rows of
+# /GPU-Health's reasons timeline), bottom to top: (name, the bits it covers). "none" is a
+# mask of 0: nothing held the clocks.
+CLOCK_EVENT_GROUPS: tuple[tuple[str, int], ...] = (
+    ("none: full speed", 0x0),
+    ("idle", 0x1),
+    ("clocks set (apps, display)", 0x2 | 0x100),
+    ("sync boost", 0x10),
+    ("HW slowdown, power brake", 0x8 | 0x80),
+    ("thermal slowdown", 0x20 | 0x40),
+    ("power cap", 0x4),
+)
 # What well-known XIDs mean (NVIDIA's "XID Errors" guide), for the health page.
 XID_MEANINGS = {
     13: "graphics engine exception (often an application fault)",
@@ -80,6 +92,13 @@ def clock_event_words(mask: int | None, throttling_only: bool = False) -> list[s
         return []
     return [words for bit, words, throttles in CLOCK_EVENT_REASONS
             if mask & bit and (throttles or not throttling_only)]
+
+
+def clock_event_groups(mask: int | None) -> list[str]:
+    """The ``CLOCK_EVENT_GROUPS`` a clocks-event mask is in (none when not available)."""
+    if mask is None:
+        return []
+    return [name for name, bits in CLOCK_EVENT_GROUPS if (mask & bits if bits else not mask)]
 
 
 def xid_words(event: XidEvent) -> str:

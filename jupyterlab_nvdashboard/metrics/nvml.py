@@ -40,7 +40,7 @@ from .links import (
     PcieReading,
     pcie_max_bytes_per_s,
 )
-from .session import Device, GpuFacts, NvmlSession, decode, skip_key
+from .session import Device, GpuFacts, NvmlSession, decode, numbers, skip_key
 
 log = logging.getLogger(__name__)
 
@@ -441,25 +441,32 @@ class NvmlReader:
             pcie, nvlink = self.links.read(device, now)
         if device.lost:
             return GpuReading.unavailable(index, lost=True)
-        reserved = getattr(memory, "reserved", None) if device.memory_version else None
+        busy = busy_memory = used = total = reserved = None
+        if utilization is not None:
+            busy, busy_memory = numbers(utilization, "gpu", "memory")
+        if memory is not None:
+            used, total = numbers(memory, "used", "total")
+            reserved = getattr(memory, "reserved", None) if device.memory_version else None
+        # Positional, in GpuReading's field order: a NamedTuple's keyword arguments cost 1.3 us
+        # more per device and tick.
         return GpuReading(
-            index=index,
-            lost=False,
-            utilization_pct=None if utilization is None else float(utilization.gpu),
-            memory_utilization_pct=None if utilization is None else float(utilization.memory),
-            memory_used_bytes=None if memory is None else float(memory.used),
-            memory_total_bytes=None if memory is None else float(memory.total),
-            memory_reserved_bytes=None if reserved is None else float(reserved),
-            pcie_tx_bytes_per_s=pcie[0],
-            pcie_rx_bytes_per_s=pcie[1],
-            pcie_is_snapshot=pcie[2],
-            nvlink_tx_bytes_per_s=nvlink[0],
-            nvlink_rx_bytes_per_s=nvlink[1],
-            temperature_c=None if temperature is None else float(temperature),
-            power_w=None if power is None else power / 1000,
-            pcie_tx_bytes_total=pcie[3],
-            pcie_rx_bytes_total=pcie[4],
-            nvlink_bytes_total=nvlink[2],
+            index,
+            False,  # lost
+            None if utilization is None else float(busy),  # type: ignore[arg-type]
+            None if utilization is None else float(busy_memory),  # type: ignore[arg-type]
+            None if memory is None else float(used),  # type: ignore[arg-type]
+            None if memory is None else float(total),  # type: ignore[arg-type]
+            None if reserved is None else float(reserved),  # memory_reserved_bytes
+            pcie[0],  # pcie_tx_bytes_per_s
+            pcie[1],  # pcie_rx_bytes_per_s
+            pcie[2],  # pcie_is_snapshot
+            nvlink[0],  # nvlink_tx_bytes_per_s
+            nvlink[1],  # nvlink_rx_bytes_per_s
+            None if temperature is None else float(temperature),  # temperature_c
+            None if power is None else power / 1000,  # power_w
+            pcie[3],  # pcie_tx_bytes_total
+            pcie[4],  # pcie_rx_bytes_total
+            nvlink[2],  # nvlink_bytes_total
         )
 
     def _try_recover(self, device: Device) -> None:

@@ -99,7 +99,8 @@ class Device:
 
     def skips(self, function: str, *args: Any) -> bool:
         """True when ``function`` (with these arguments) is known not to answer here."""
-        return function in self.skip or skip_key(function, args) in self.skip
+        skip = self.skip
+        return bool(skip) and (function in skip or skip_key(function, args) in skip)
 
 
 def skip_key(function: str, args: tuple[Any, ...]) -> Any:
@@ -113,6 +114,15 @@ def skip_key(function: str, args: tuple[Any, ...]) -> Any:
 def decode(value: Any) -> Any:
     """Text from bytes a binding returns (older releases do not decode)."""
     return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def numbers(struct: Any, *names: str) -> list[Any]:
+    """The named numeric fields of a struct the binding returned, each read once, past the
+    binding's per-attribute string hook (``_PrintableStructure.__getattribute__``, a Python
+    call per read); any other object's by ``getattr``."""
+    get = ctypes.Structure.__getattribute__ if isinstance(struct, ctypes.Structure) \
+        else getattr
+    return [get(struct, name) for name in names]
 
 
 def field_reading(field_value: Any) -> tuple[int, int, float, int, float]:
@@ -229,7 +239,7 @@ class NvmlSession:
             self.log_once(function, "missing", "not in this nvidia-ml-py")
             return None, MISSING
         try:
-            return decode(method(*args, **kwargs)), None
+            value = method(*args, **kwargs)
         except getattr(lib, "NVMLError", Exception) as error:
             return None, error
         except TypeError as error:  # an older binding without this argument
@@ -239,6 +249,8 @@ class NvmlSession:
             # An unversioned wrapper that refuses a driver older than the binding.
             self.log_once(function, "mismatch", error)
             return None, MISSING
+        # decode(), inline: this runs for every NVML call of every tick.
+        return (value.decode(errors="replace") if isinstance(value, bytes) else value), None
 
     def call(self, function: str, *args: Any) -> Any:
         """A call that needs no device; None when it fails."""
@@ -252,7 +264,7 @@ class NvmlSession:
         ``normal_errors`` are NVML error names that only mean "nothing to report now" for
         this call (NOT_FOUND from nvmlDeviceGetProcessUtilization: no sample since the
         given time): None, with nothing logged or marked unavailable."""
-        if device.lost or device.skips(function, *args):
+        if device.lost or (device.skip and device.skips(function, *args)):
             return None
         value, error = self.invoke(function, device.handle, *args, **kwargs)
         if error is None:

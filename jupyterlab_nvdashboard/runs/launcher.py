@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 from ..workload.cli import build_command
 from ..workload.config import RUN_GPU_ENV, RUNS_DIR_ENV
-from ..workload.lifetime import PARENT_PID_ENV
+from ..workload.lifetime import PARENT_PID_ENV, process_start_ticks
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +47,6 @@ SHUTDOWN_SIGKILL_AFTER_S = 2.0
 STDERR_LINES_KEPT = 20
 RUN_LOCK_NAME = ".nvdashboard-run.lock"
 POLL_S = 0.1  # how often a run this server did not start is checked while it stops
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks since boot, Linux), so a reused PID is not taken
-    for the run; None where unknown (elsewhere, or no such process)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat_file:
-            # The name in parentheses may hold spaces: fields count from after it.
-            return int(stat_file.read().rpartition(b")")[2].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def alive(pid: int, started: int | None) -> bool:
@@ -86,8 +75,9 @@ class RunLauncher:
     """Starts the bundled workload with validated arguments, one run at a time."""
 
     def __init__(self, runs_dir: Path, environ: Mapping[str, str] | None = None,
-                 on_exit: Callable[[int, int, str], None] | None = None) -> None:
-        """``on_exit(pid, exit status, last stderr line)`` is called when a run exits."""
+                 on_exit: Callable[[int, int | None, int, str], None] | None = None) -> None:
+        """``on_exit(pid, start ticks, exit status, last stderr line)`` is called when a run
+        exits (the start ticks, ``process_start_ticks``, tell a reused PID apart)."""
         self.runs_dir = Path(runs_dir)
         self._on_exit = on_exit
         self._environ = dict(os.environ if environ is None else environ)
@@ -151,14 +141,17 @@ class RunLauncher:
                 command, env=environment, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
             )
+            # Read before anything waits for it: until then even a run that died at once
+            # is still there (a zombie).
+            started = process_start_ticks(self._process.pid)
             try:
-                write_lock(self.lock_path, self._process.pid)
+                write_lock(self.lock_path, self._process.pid, started)
             except OSError as error:
                 # Without its lock a later server could start a second run beside it.
                 log.warning("cannot write the run lock %s: %s", self.lock_path,
                             error.strerror or error)
-            threading.Thread(target=self._watch_exit, args=(self._process,), daemon=True,
-                             name="nvdashboard-run-exit").start()
+            threading.Thread(target=self._watch_exit, args=(self._process, started),
+                             daemon=True, name="nvdashboard-run-exit").start()
         where = ""
         if gpu is not None:
             where = f" on GPU {gpu.index}" if on_gpu else f" on the CPU, watching GPU {gpu.index}"
@@ -168,7 +161,7 @@ class RunLauncher:
             where += f" over {params['shards']} shards"
         return f"started {params['path']} on preset {params['preset']}{where}"
 
-    def _watch_exit(self, process: subprocess.Popen) -> None:
+    def _watch_exit(self, process: subprocess.Popen, started: int | None) -> None:
         tail: deque[str] = deque(maxlen=STDERR_LINES_KEPT)  # bounded, however chatty the run
         assert process.stderr is not None
         for raw in process.stderr:
@@ -182,7 +175,7 @@ class RunLauncher:
             self.last_error = last
         if self._on_exit is not None:
             try:
-                self._on_exit(process.pid, process.returncode, last)
+                self._on_exit(process.pid, started, process.returncode, last)
             except Exception as error:  # noqa: BLE001 - a report must not kill this thread
                 log.warning("after the run exited: %s: %s", type(error).__name__, error)
 
@@ -232,7 +225,7 @@ class RunLauncher:
             killed = number == signal.SIGKILL
         remove_lock(self.lock_path, pid)
         if killed and self._on_exit is not None:
-            self._on_exit(pid, -signal.SIGKILL, "")
+            self._on_exit(pid, started, -signal.SIGKILL, "")
 
 
 def read_lock(path: Path) -> tuple[int, int | None] | None:
@@ -253,10 +246,9 @@ def read_lock(path: Path) -> tuple[int, int | None] | None:
         os.close(descriptor)
 
 
-def write_lock(path: Path, pid: int) -> None:
+def write_lock(path: Path, pid: int, start_ticks: int | None) -> None:
     """Name the live run in its folder (replacing a stale lock); never through a symlink."""
-    text = json.dumps({"pid": pid, "start_ticks": process_start_ticks(pid),
-                       "server_pid": os.getpid()})
+    text = json.dumps({"pid": pid, "start_ticks": start_ticks, "server_pid": os.getpid()})
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
                          0o600)

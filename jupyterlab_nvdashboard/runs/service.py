@@ -91,13 +91,15 @@ class WorkloadService:
         self.prune()
         return self.launcher.start(params, gpu)
 
-    def _run_exited(self, pid: int, returncode: int, last_line: str) -> None:
+    def _run_exited(self, pid: int, start_ticks: int | None, returncode: int,
+                    last_line: str) -> None:
         """A run killed before its own ``end`` event (SIGKILL, a crash) gets one from here,
-        so every run ends with an ``end`` event that says why."""
+        so every run ends with an ``end`` event that says why: in the file of that very
+        process (PID and start time), never of an older run that had its PID."""
         if returncode in (0, 130):
             return  # it wrote its own end event
         self.watcher.wait_for_poll()
-        found = self.watcher.file_of(pid)
+        found = self.watcher.file_of(pid, start_ticks)
         if found is not None:
             reason = (f"killed by {signal.Signals(-returncode).name}" if returncode < 0
                       else f"exited with status {returncode}: {last_line}")

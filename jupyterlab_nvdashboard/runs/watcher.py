@@ -67,6 +67,11 @@ class Run:
         return self.start.get("pid")
 
     @property
+    def pid_start_ticks(self) -> int | None:
+        """When the run's process started (``process_start_ticks``), as it wrote it."""
+        return self.start.get("pid_start_ticks")
+
+    @property
     def gpu_uuid(self) -> str | None:
         return (self.start.get("gpu") or {}).get("uuid")
 
@@ -239,13 +244,16 @@ class RunsWatcher:
             if changed:
                 self.version += 1
 
-    def file_of(self, pid: int) -> tuple[Path, str] | None:
+    def file_of(self, pid: int, start_ticks: int | None = None) -> tuple[Path, str] | None:
         """(event file, run id) of the followed run that process ``pid`` writes, if any.
 
-        PIDs are reused: of the runs that name ``pid``, the one that process is now is the
-        newest that has not ended (else the newest)."""
+        PIDs are reused: with the process's start time (``start_ticks``), only the runs
+        that recorded that very start count (a run file without one never matches); of
+        those, or without it of every run that names ``pid``, the newest that has not
+        ended, else the newest."""
         with self._lock:
-            candidates = [(path, run) for path, run in self._runs.items() if run.pid == pid]
+            candidates = [(path, run) for path, run in self._runs.items() if run.pid == pid
+                          and (start_ticks is None or run.pid_start_ticks == start_ticks)]
             if not candidates:
                 return None
             path, run = max(candidates,

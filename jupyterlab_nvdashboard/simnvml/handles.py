@@ -42,8 +42,14 @@ def handle_from(pointer: Any) -> SimulatedHandle | None:
     address = address_of(pointer) - _BASE
     if address < 0:
         return None
-    index, mig = address >> 8, address & 0xFF
-    return SimulatedHandle(index, None if mig == _NO_MIG else mig)
+    handle = _HANDLES.get(address)
+    if handle is None:  # handles are immutable values: one per address serves every call
+        index, mig = address >> 8, address & 0xFF
+        handle = _HANDLES[address] = SimulatedHandle(index, None if mig == _NO_MIG else mig)
+    return handle
+
+
+_HANDLES: dict[int, SimulatedHandle] = {}
 
 
 def write_pointer(target: Any, address: int) -> None:

@@ -26,6 +26,7 @@ Conventions taken from ``nvml.h``:
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 import types
 from collections.abc import Callable
@@ -63,10 +64,16 @@ def _number(argument: Any) -> int:
 
 def _copy_fields(source: Any, target: Any) -> None:
     """Copy every field the two structures share, by name (the binding's struct may be newer)."""
-    names = {name for name, *_ in getattr(type(target), "_fields_", ())}
-    for name, *_ in type(source)._fields_:
-        if name in names and name != "version":
-            setattr(target, name, getattr(source, name))
+    for name in _shared_fields(type(source), type(target)):
+        setattr(target, name, getattr(source, name))
+
+
+@functools.cache
+def _shared_fields(source: type, target: type) -> tuple[str, ...]:
+    """The fields ``_copy_fields`` copies, in the source's order, worked out once per pair."""
+    names = {name for name, *_ in getattr(target, "_fields_", ())}
+    return tuple(name for name, *_ in getattr(source, "_fields_", ()) if name in names
+                 and name != "version")
 
 
 def _c_function(method: Callable[..., None]) -> Callable[..., int]:

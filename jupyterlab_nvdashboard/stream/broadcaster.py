@@ -52,13 +52,27 @@ CLOSE_TOO_SLOW = 4001
 
 
 class Feed(Protocol):
-    """What a dashboard streams: rows computed from samples, the same for every page."""
+    """What a dashboard streams: rows computed from samples, the same for every page.
+
+    An "append" feed may also say how its long windows are cut and reduced, where min/max
+    of every column over epoch-aligned buckets does not fit (several rows per sample: the
+    cluster heat map): ``bucket_seconds(window_s, interval_s)`` (0: every sample) and
+    ``downsample(rows, bucket_s)``."""
 
     # "append": rows are new samples (a timeline); "replace": rows are the whole picture
     # drawn from the newest sample (bars).
     mode: str
 
     def rows(self, samples: Sequence[Sample]) -> Rows: ...
+
+
+def feed_bucket_seconds(feed: Feed, window_s: float, interval_s: float) -> float:
+    """The bucket a family of ``feed`` over ``window_s`` publishes (0: every sample)."""
+    if feed.mode == "replace":
+        return 0.0
+    own = getattr(feed, "bucket_seconds", None)
+    return own(window_s, interval_s) if own is not None else bucket_seconds(window_s,
+                                                                            interval_s)
 
 
 TIME_KEY = "time"  # epoch milliseconds, the x column of every appended row
@@ -93,7 +107,11 @@ class Family:
 
     def _rows(self, samples: list[Sample]) -> Rows:
         rows = self.feed.rows(samples)
-        return min_max(rows, TIME_KEY, self.bucket_s) if self.bucket_s else rows
+        if not self.bucket_s:
+            return rows
+        own = getattr(self.feed, "downsample", None)
+        return own(rows, self.bucket_s) if own is not None else \
+            min_max(rows, TIME_KEY, self.bucket_s)
 
     def start(self, history: History) -> None:
         """Position a family that had no pages at the newest sample it can publish."""
@@ -211,8 +229,8 @@ class Broadcaster:
         if family is None or family.feed is not feed:
             if family is not None:
                 self._close_all(family, CLOSE_LAYOUT_CHANGED, "dashboard layout changed")
-            bucket_s = 0.0 if feed.mode == "replace" else bucket_seconds(key[1], self.interval_s)
-            family = self.families[key] = Family(route, key[1], feed, bucket_s)
+            family = self.families[key] = Family(
+                route, key[1], feed, feed_bucket_seconds(feed, key[1], self.interval_s))
         if not family.subscribers:
             family.start(self.history)
         frame = family.catch_up(self.history, since)

@@ -3,10 +3,12 @@
 Every event has ``"event"``, ``"run_id"`` and ``"time"`` (Unix epoch seconds, float).
 The kinds, in the order a run writes them:
 
-- ``start``: ``path``, ``device``, ``preset``, ``pid``, ``config``, ``iterations``,
-  ``warmup`` and ``gpu`` (``{"uuid", "index", "visible"}``: the GPU the run is on, or was
-  pinned to, and the run's ``CUDA_VISIBLE_DEVICES`` as it was set, which the server
-  resolves against its own devices; any may be ``null``);
+- ``start``: ``path``, ``device``, ``preset``, ``pid`` and ``pid_start_ticks`` (when that
+  process started, in clock ticks since boot, on Linux: with the PID, it names the
+  process), ``config``, ``iterations``, ``warmup`` and ``gpu`` (``{"uuid", "index",
+  "visible"}``: the GPU the run is on, or was pinned to, and the run's
+  ``CUDA_VISIBLE_DEVICES`` as it was set, which the server resolves against its own
+  devices; any may be ``null``);
   A sharded run (``--shards``) adds ``shards``: ``{"count", "placement", "backend"}`` as
   asked for;
 - ``warmup_step``: one untimed warm-up iteration is done: ``step`` (1-based; the start
@@ -259,7 +261,8 @@ Field = tuple[Callable[[Any], Any], bool]  # (checker, required)
 _COMMON: dict[str, Field] = {"run_id": (_run_id, True), "time": (_epoch, True)}
 _FIELDS: dict[str, dict[str, Field]] = {
     "start": {"path": (_text, False), "device": (_text, False), "preset": (_text, False),
-              "pid": (_pid, False), "config": (_config, False), "iterations": (_count, False),
+              "pid": (_pid, False), "pid_start_ticks": (_count, False),
+              "config": (_config, False), "iterations": (_count, False),
               "warmup": (_count, False), "gpu": (_gpu, False), "events_file": (_text, False),
               "shards": (_shards, False)},
     "warmup_step": {"step": (_positive, True), "ms": (_step_ms, False)},

@@ -6,6 +6,9 @@ platform watches its parent PID twice a second, which also covers a parent that 
 the request was made. Either way the run gets SIGTERM, stops like Ctrl-C and writes its
 ``end`` event (``runner.sigterm_stops``). A run started by hand sets none of this.
 
+``process_start_ticks`` names one process beyond its PID: the run writes its own into its
+``start`` event, and the server matches the run it launched by both.
+
 The run also sets its own SIGINT disposition: a process started from a non-interactive
 shell's ``cmd &`` inherits SIGINT as ignored, and Stop (which sends Ctrl-C) would then wait
 10 s for SIGTERM.
@@ -24,6 +27,17 @@ from contextlib import contextmanager
 PARENT_PID_ENV = "NVDASHBOARD_PARENT_PID"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 WATCH_INTERVAL_S = 0.5
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot, Linux): with the PID, what names one
+    process, since PIDs are reused. None where unknown (elsewhere, or no such process)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            # The name in parentheses may hold spaces: fields count from after it.
+            return int(stat_file.read().rpartition(b")")[2].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def own_signal_dispositions() -> None:

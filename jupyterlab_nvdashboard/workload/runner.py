@@ -23,7 +23,7 @@ from .data import make_pool
 from .events import EventWriter, new_run_id
 from .extras import GPU_EXTRA, tensorflow_cpu_only
 from .gpu_identity import run_gpu
-from .lifetime import ctrl_c_held
+from .lifetime import ctrl_c_held, process_start_ticks
 
 
 class Terminated(Exception):
@@ -261,6 +261,7 @@ def run(
             path=path,
             device=device,
             pid=os.getpid(),
+            pid_start_ticks=process_start_ticks(os.getpid()),
             iterations=iterations,
             warmup=warmup,
             events_file=str(events_path),
