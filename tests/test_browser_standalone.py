@@ -118,8 +118,8 @@ def test_workload_dashboard_runs_native_then_plugin() -> None:
                            r"GPU, over (\d+) process-list readings", v) for v in verdicts]
         assert all(counts) and all(int(m.group(1)) >= 3 for m in counts), verdicts
         assert not any("initial ranges" in w for w in warnings), warnings
-        speedups = page.evaluate(SUMMARY_COLUMN_JS, "speedup")
-        assert speedups[0] == "1.0x" and speedups[1].endswith("x"), speedups
+        speedups = page.evaluate(SUMMARY_COLUMN_JS, "speedup")  # newest first
+        assert speedups[1] == "1.0x" and speedups[0].endswith("x"), speedups
         # What the user sees: the drawn table rows, not just the data behind them.
         page.wait_for_function("""() => {
           const rows = []; const walk = (root) => { for (const el of root.querySelectorAll('*')) {
@@ -129,6 +129,14 @@ def test_workload_dashboard_runs_native_then_plugin() -> None:
           return rows.length === 2 && rows.every(row => row.includes('done'));
         }""", timeout=10_000)
         screenshot(page, "workload-native-vs-plugin")
+        # A click on the older run's row shows its verdict above the table.
+        runs = page.evaluate(SUMMARY_COLUMN_JS, "run")
+        verdict_js = "() => Bokeh.documents[0].get_model_by_name('workload-verdict').text"
+        assert f"on run {runs[0]} " in page.evaluate(verdict_js)
+        page.get_by_text(runs[1]).first.click()
+        page.wait_for_function(f"() => ({verdict_js})().includes('on run {runs[1]} (native')"
+                               " && (" + verdict_js + ")().includes('selected in the table')",
+                               timeout=10_000)
         watched.assert_clean()
 
 

@@ -27,8 +27,8 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "killpg"), reason="POSIX process
 LONG_RUN = 100_000  # iterations: far longer than any test waits
 
 
-def _model(session: BokehSession, name: str, **attributes: Any) -> dict:
-    return next(model for model in document_models(session.document) if model.get("name") == name
+def _model(session: BokehSession, kind: str, **attributes: Any) -> dict:
+    return next(model for model in document_models(session.document) if model.get("name") == kind
                 and all(model.get("attributes", {}).get(k) == v for k, v in attributes.items()))
 
 
@@ -48,9 +48,12 @@ async def _panel(url: str, action: str, iterations: int = LONG_RUN) -> str:
     session = await open_session(url, "/Workload")
     events = []
     if action == "Start":
-        events = [_set(_model(session, "Select", title="path"), "value", "numpy"),
-                  _set(_model(session, "Spinner", title="iterations"), "value", iterations)]
+        events = [_set(_model(session, "Select", name="workload-path"), "value", "numpy"),
+                  _set(_model(session, "Spinner", name="workload-iterations"), "value",
+                       iterations)]
     events.append(_click(_model(session, "Button", label=action)))
+    # The answer to the press, not the progress line above it (which says "starting" too).
+    status = _model(session, "Div", name="workload-status")["id"]
     await session.send("PATCH-DOC", {"events": events})
     try:
         async with asyncio.timeout(15):
@@ -59,7 +62,8 @@ async def _panel(url: str, action: str, iterations: int = LONG_RUN) -> str:
                 for event in message.content.get("events", []) \
                         if message.msgtype == "PATCH-DOC" else []:
                     text = str(event.get("new"))
-                    if event.get("attr") == "text" and ("start" in text or "stop" in text):
+                    if event.get("attr") == "text" and event.get("model", {}).get("id") \
+                            == status and ("start" in text or "stop" in text):
                         return text
     finally:
         await session.aclose()

@@ -20,10 +20,10 @@ from tests.support.bokeh_client import open_session
 from tests.support.servers import cli_server, get, server_output
 
 VALUES = [None, True, -1, 0, 1.5, 1e308, "x", "", [], {}, [1, {"a": 2}], {"ms": 1}, "9" * 400]
-KINDS = ["start", "warmup_end", "iteration", "end", "bogus", None, 7]
+KINDS = ["start", "warmup_step", "warmup_end", "iteration", "end", "bogus", None, 7]
 FIELDS = ["run_id", "time", "ms", "iteration", "loss", "samples_per_s", "path", "device",
           "preset", "pid", "pid_start_ticks", "config", "gpu", "median_ms",
-          "peak_device_memory_bytes", "interrupted", "error", "iterations"]
+          "peak_device_memory_bytes", "interrupted", "error", "iterations", "step", "warmup"]
 MEMORY_SLACK_BYTES = 300e6  # far below what reading /dev/zero or a 20 MB line would cost
 
 
@@ -167,7 +167,7 @@ async def pull_workload_document(url: str) -> str:
 @pytest.mark.parametrize("seed", range(3))
 def test_the_watcher_and_summaries_survive_random_files(tmp_path: Path, seed: int) -> None:
     """In process, quickly: any file content makes runs the summary can always judge."""
-    from jupyterlab_nvdashboard.apps.workload import native_baseline, summarize
+    from jupyterlab_nvdashboard.apps.workload import native_baseline, run_progress, summarize
     from tests.workload.test_verdict import facts, timeline
 
     rng = random.Random(seed)
@@ -180,3 +180,5 @@ def test_the_watcher_and_summaries_survive_random_files(tmp_path: Path, seed: in
     samples = timeline(90.0, 110.0, utilization={0: 50.0}, count=2)
     for run in runs:
         summarize(run, samples, facts()[:2], True, native_baseline(runs, run), 120.0)
+        for now in (0.0, 105.0, 1e9):  # the progress line too, at any time
+            assert run_progress(run, now).html()

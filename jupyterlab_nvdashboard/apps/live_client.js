@@ -310,13 +310,16 @@ if (x_range) {
 }
 
 if (gpu_filter) {
-  gpu_filter.properties.active.change.connect(() => {
+  const followFilter = () => {
     hiddenGpus.clear();
     spec.filter_gpus.forEach((gpu, i) => {
       if (!gpu_filter.active.includes(i)) hiddenGpus.add(gpu);
     });
     applyVisibility();
-  });
+  };
+  gpu_filter.properties.active.change.connect(followFilter);
+  // A page may be built with some GPUs off (/Workload shows the judged GPU's lines).
+  if (gpu_filter.active.length !== spec.filter_gpus.length) followFilter();
 }
 
 // A click on a legend entry (in a Div's shadow root) hides or shows its line; a GPU's entry

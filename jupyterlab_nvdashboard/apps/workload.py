@@ -1,10 +1,20 @@
 """The /Workload dashboard: run the bundled embedding workload and judge it on its GPU.
 
-Iteration times of recent runs share one time axis with GPU utilization, memory and PCIe
-from the sampler history, so a user sees the GPU go busy or stay idle as step times
-change. The table summarizes each run over its own timed part, on its own GPU, with a
-verdict (``runs/verdict.py``): the first finding of the diagnosis of its GPU over its timed
-part, naming the GPU and the samples it used, and under it what to try and the other findings.
+From the top, everything a first-time user needs fits a 1280x800 window: the run panel (the
+path offered first is one that runs here; one that cannot says what it needs, and Start
+says why it is off), the newest run's progress (starting, warm-up k of W, timed n of N with
+ms per iteration, ETA and elapsed time; then finished, stopped or failed and why), and the
+verdict on it, wrapped, never cut. Under them the table of runs, newest first, summarizes
+each over its own timed part, on its own GPU, with a verdict (``runs/verdict.py``): the
+first finding of the diagnosis of its GPU, naming the GPU and the samples (GPU readings) it
+used, and under it what to try and the other findings. Clicking a row shows that run's
+verdict and GPU above.
+
+The iteration times of each preset get a chart of their own (presets differ in size, so
+their milliseconds never share an axis); the charts share one time axis with the GPU
+timeline, which shows the GPU the shown run is judged on (every GPU, one colour each,
+before any run). Words keep one meaning: a *sample* is a GPU reading, an *example* is one
+row of a training batch (examples/s), an *iteration* is one training step.
 """
 
 from __future__ import annotations
@@ -12,7 +22,9 @@ from __future__ import annotations
 import html
 import logging
 import statistics
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from bokeh.layouts import column, row
@@ -33,23 +45,25 @@ from bokeh.plotting import figure
 from ..auth import VIEW_ONLY_REASON
 from ..diagnosis import mean
 from ..metrics import GpuFacts, Metrics, Sample
-from ..runs.capabilities import devices_for
+from ..runs.capabilities import default_path, devices_for, path_label
 from ..runs.exchange import exchange_view, judge_run
 from ..runs.launcher import PinnedGpu
 from ..runs.verdict import gpu_row, samples_in, timed_window
-from ..runs.watcher import Run
+from ..runs.watcher import MAX_ITERATIONS_KEPT, Run
 from ..stream.broadcaster import Feed
 from ..workload.cli import MAX_ITERATIONS
 from ..workload.config import PATHS, PRESETS, SHARDED_PATHS, estimated_memory_bytes
 from .components import (
     GB,
+    GIB,
     NOT_AVAILABLE,
     THEMED_TABLE_CSS,
     Panel,
     Series,
     Timeline,
     TimelineFeed,
-    gpu_total,
+    gpu_color,
+    gpu_value,
     scaled,
     timeline_windows,
 )
@@ -60,60 +74,82 @@ log = logging.getLogger(__name__)
 _UNSUMMARIZED: set[str] = set()
 
 SUMMARY_COLUMNS = {
-    "run": "run", "path": "path", "device": "device", "status": "status",
-    "median_ms": "ms/iter", "samples_per_s": "samples/s",
-    "gpu_util_pct": "GPU % judged", "pcie_gb_s": "PCIe GB/s",
-    "peak_gpu_memory_gb": "peak GPU GB", "speedup": "vs native",
-    "exchange": "shards: bytes expected vs measured",
-    "verdict": "verdict (first finding; then what to try and the rest)",
+    "run": "run", "preset": "preset", "path": "path", "device": "device",
+    "status": "status", "iterations": "iterations", "median_ms": "ms/iteration",
+    "examples_per_s": "examples/s", "gpu_util_pct": "GPU % judged",
+    "pcie_gb_s": "PCIe GB/s", "peak_gpu_memory_gib": "peak GPU GiB",
+    "speedup": "vs native",
+    "verdict": "verdict; what to try; other findings",
 }
-# Every column fits a 1280-pixel-wide window, the verdict included (it wraps in its cell).
-SUMMARY_WIDTHS = (175, 65, 55, 100, 60, 75, 85, 75, 85, 70, 130, 265)
-# The exchange cell wraps like the verdict (a sharded run's figures and why measured is 0).
-EXCHANGE_TEMPLATE = ('<div class="nvd-exchange" style="white-space: normal; line-height: 1.3">'
-                     '<%= exchange_html %></div>')
-# The verdict cell: the first finding, and under it what to try and the other findings, all
-# wrapped (never cut off). The HTML copies are escaped here: run files are untrusted text.
+# Every column fits a 1280-pixel-wide window with a scroll bar, the verdict included (it
+# wraps in its cell, as every cell does).
+SUMMARY_WIDTHS = {
+    "run": 150, "preset": 75, "path": 80, "device": 55, "status": 80, "iterations": 95,
+    "median_ms": 85, "examples_per_s": 75, "gpu_util_pct": 90, "pcie_gb_s": 75,
+    "peak_gpu_memory_gib": 90, "speedup": 65, "verdict": 230,
+}
+# The verdict cell: the first finding, and under it what to try, the other findings and a
+# sharded run's exchange, all wrapped (never cut off). The HTML copies are escaped here:
+# run files are untrusted text.
 VERDICT_TEMPLATE = ('<div class="nvd-verdict" style="white-space: normal; line-height: 1.3">'
                     '<%= verdict_html %><br><span style="opacity: 0.75"><%= verdict_more_html %>'
                     '</span></div>')
-SUMMARY_EXTRA = ("verdict_more", "verdict_html", "verdict_more_html", "cause", "exchange_html")
-TEMPLATES = {"verdict": VERDICT_TEMPLATE, "exchange": EXCHANGE_TEMPLATE}
+SUMMARY_EXTRA = ("verdict_more", "verdict_html", "verdict_more_html", "cause", "exchange",
+                 "exchange_html")
+TEMPLATES = {"verdict": VERDICT_TEMPLATE}
+# Plain cells wrap too: a long status ("stopped without a summary · 3 bad lines") is never
+# cut off with an ellipsis.
+WRAPPED_CELLS_CSS = """
+.slick-cell { white-space: normal !important; overflow-wrap: anywhere; line-height: 1.3;
+              padding-top: 3px; }
+"""
 MAX_PANEL_SHARDS = 8
-# Rows are as tall as the longest verdict (or exchange cell) needs (a table's rows share one
-# height): its lines at about 6.2 pixels a character of 13-pixel text, 16 pixels a line, and
-# one line spare.
-VERDICT_CHARS_PER_LINE = int(SUMMARY_WIDTHS[-1] / 6.2)
-EXCHANGE_CHARS_PER_LINE = int(SUMMARY_WIDTHS[-2] / 6.2)
+# Rows are as tall as the longest cell needs (a table's rows share one height): its lines
+# at about 6.2 pixels a character of 13-pixel text, 16 pixels a line, and one line spare.
+CHAR_PX = 6.2
+VERDICT_CHARS_PER_LINE = int(SUMMARY_WIDTHS["verdict"] / CHAR_PX)
 LINE_PX, MIN_ROW_PX, MAX_ROW_PX = 16, 48, 480
 HEADER_PX, MAX_TABLE_PX = 30, 640
 
 
+def _lines(text: str, per_line: int) -> int:
+    return -(-len(text) // per_line) if text else 0
+
+
 def verdict_row_height(rows: Sequence[dict[str, Any]]) -> int:
-    """Pixels a row needs to show the longest verdict and its second line whole."""
-    def lines(text: str, per_line: int = VERDICT_CHARS_PER_LINE) -> int:
-        return -(-len(text) // per_line) if text else 0
-    needed = max((max(lines(r["verdict"]) + lines(r["verdict_more"]),
-                      lines(str(r.get("exchange") or ""), EXCHANGE_CHARS_PER_LINE))
-                  for r in rows), default=1)
-    return max(MIN_ROW_PX, min(MAX_ROW_PX, 8 + LINE_PX * (needed + 1)))
+    """Pixels a row needs to show its longest cell whole: the verdict and its second line
+    (a sharded run's exchange there too), or a long status."""
+    def needed(r: dict[str, Any]) -> int:
+        verdict = _lines(str(r.get("verdict") or ""), VERDICT_CHARS_PER_LINE) + \
+            _lines(str(r.get("verdict_more") or ""), VERDICT_CHARS_PER_LINE) + \
+            _lines(_exchange_line(str(r.get("exchange") or "")), VERDICT_CHARS_PER_LINE)
+        status = _lines(str(r.get("status") or ""),
+                        int((SUMMARY_WIDTHS["status"] - 10) / CHAR_PX))
+        return max(verdict, status)
+    lines = max((needed(r) for r in rows), default=1)
+    return max(MIN_ROW_PX, min(MAX_ROW_PX, 8 + LINE_PX * (lines + 1)))
+
+
+def _exchange_line(exchange: str) -> str:
+    return f"exchange: {exchange}" if exchange else ""
+
+
 WORKLOAD_WINDOW_S = 600.0  # long enough to compare a few runs side by side
-REFRESH_MS = 1000  # how often the run panel and table look for new events
+REFRESH_MS = 1000  # how often the progress, the run panel and table look for new events
 STALE_AFTER_S = 60.0
 WARN_MEMORY_BYTES = 1e9  # a preset needing this much says so before it starts
+RECENT_STEPS = 50  # the iterations the progress's ms per iteration is the median of
 NO_RUNS_YET = ("No runs yet. Choose a path, a preset and a device, then press Start: each "
                "timed iteration appears here as a point, beside the GPU it ran on.")
-
-
-def mean_utilization(sample: Sample) -> float | None:
-    known = [r.utilization_pct for r in sample.gpus if r.utilization_pct is not None]
-    return sum(known) / len(known) if known else None
-
-
-def _pcie_total(sample: Sample) -> float | None:
-    parts = [v for r in sample.gpus for v in (r.pcie_tx_bytes_per_s, r.pcie_rx_bytes_per_s)
-             if v is not None]
-    return sum(parts) if parts else None
+GLOSSARY = ("<b>iteration</b>: one training step (warm-up iterations are untimed) · "
+            "<b>examples/s</b>: training examples (rows of a batch) per second · "
+            "<b>samples</b> (in a verdict): GPU readings, one per sampler tick · "
+            "<b>GPU % judged</b>: SM activity, the run's own SM utilization, or utilization, "
+            "best signal first, of its GPU over its timed part · click a row to show that "
+            "run's verdict and GPU above")
+STATE_COLORS = {"starting": "#1f77b4", "warm-up": "#1f77b4", "running": "#1f77b4",
+                "finished": "#2ca02c", "stopped": "#ff7f0e", "failed": "#d62728",
+                "stalled": "#d62728", "none": "#7f7f7f"}
 
 
 def _pcie_of(row: int) -> Any:
@@ -124,6 +160,15 @@ def _pcie_of(row: int) -> Any:
     return read
 
 
+def last_event_s(run: Run) -> float:
+    """When the run last said anything (its newest event we know the time of)."""
+    times = [run.started_s or 0.0, run.warmup_end_s or 0.0]
+    if run.last_iteration is not None:
+        times.append(run.last_iteration["time"])
+    if run.end is not None:
+        times.append(run.end.get("time") or 0.0)
+    return max(times)
+
 
 def _status(run: Run, now_s: float) -> str:
     if run.end:
@@ -132,12 +177,134 @@ def _status(run: Run, now_s: float) -> str:
         else:
             state = "interrupted" if run.end.get("interrupted") else "done"
     else:
-        last = run.iterations[-1]["time"] if run.iterations else run.started_s or 0.0
         # A process killed without its end event would otherwise look alive forever.
-        state = "running" if now_s - last < STALE_AFTER_S else "stopped without a summary"
+        state = ("running" if now_s - last_event_s(run) < STALE_AFTER_S
+                 else "stopped without a summary")
     if run.bad_lines:
         state += f" · {run.bad_lines} bad line{'s' if run.bad_lines != 1 else ''}"
     return state
+
+
+def duration_text(seconds: float) -> str:
+    """``7 s``, ``2 min 05 s``, ``1 h 02 min``."""
+    whole = max(0, int(round(seconds)))
+    if whole < 60:
+        return f"{whole} s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def _of(done: int, asked: int | None) -> str:
+    return f"{done:,} of {asked:,}" if asked is not None else f"{done:,} of ?"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a run is, in words: ``state`` (one of ``STATE_COLORS``), what runs, how far."""
+
+    state: str
+    headline: str  # "numpy on preset ci (cpu) · run 20261201-143458-d1bf0197"
+    line: str  # "timed iteration 1,200 of 3,000 · 1.9 ms/iteration · ETA 4 s · elapsed 6 s"
+    fraction: float | None = None  # of the timed iterations done (None: not yet timing)
+    eta_s: float | None = None
+
+    def html(self) -> str:
+        color = STATE_COLORS.get(self.state, "#7f7f7f")
+        bar = ""
+        if self.fraction is not None:
+            pct = max(0.0, min(100.0, 100.0 * self.fraction))
+            bar = ("<div style='height:6px;margin-top:4px;max-width:640px;"
+                   "background:rgba(128,128,128,0.25)'><div style='height:100%;"
+                   f"width:{pct:.1f}%;background:{color}'></div></div>")
+        word = {"none": "No run yet", "stalled": "No news"}.get(self.state,
+                                                                 self.state.capitalize())
+        head = f" · {html.escape(self.headline)}" if self.headline else ""
+        return (f"<div class='nvd-progress' style='white-space:normal;line-height:1.4;"
+                f"font-size:14px;padding:3px 8px;border-left:4px solid {color};"
+                f"background:rgba(128,128,128,0.08)'><b style='color:{color}'>{word}</b>"
+                f"{head}<br><span class='nvd-progress-line'>{html.escape(self.line)}</span>"
+                f"{bar}</div>")
+
+
+def _median_recent_ms(run: Run) -> float | None:
+    recent = [event["ms"] for event in run.iterations[-RECENT_STEPS:]]
+    if run.last_iteration is not None and len(run.iterations) >= MAX_ITERATIONS_KEPT:
+        recent = [run.last_iteration["ms"]]  # past the kept ones: the newest we know
+    return statistics.median(recent) if recent else None
+
+
+def run_progress(run: Run, now_s: float, alive: bool | None = None) -> Progress:
+    """The progress of ``run`` at ``now_s`` (epoch seconds). ``alive``: whether its process
+    is known to be running (True: never called stalled), or None where nobody knows."""
+    device = run.device if run.device != "?" else "device unknown"
+    shards = (run.shards or {}).get("count")
+    over = f", {shards} shards" if isinstance(shards, int) and shards > 1 else ""
+    headline = f"{run.path} on preset {run.preset} ({device}{over}) · run {run.run_id}"
+    asked, warmup = run.iterations_asked, run.warmup_asked
+    end = run.end
+    elapsed = now_s - run.started_s if run.started_s else None
+    timed = run.timed_done
+    if end is not None:
+        done = end.get("iterations")
+        done = timed if done is None else done
+        took = (end.get("time") or now_s) - (run.started_s or now_s)
+        median = end.get("median_ms")
+        median_text = f" · median {median:.2f} ms/iteration" if median is not None else ""
+        fraction = done / asked if asked else None
+        if end.get("error"):
+            return Progress("failed", headline,
+                            f"failed: {end['error']} · after {_of(done, asked)} timed "
+                            f"iterations · ran {duration_text(took)}", fraction)
+        if end.get("interrupted"):
+            return Progress("stopped", headline,
+                            f"stopped after {_of(done, asked)} timed iterations"
+                            f"{median_text} · ran {duration_text(took)}", fraction)
+        timed_s = (end.get("time") or now_s) - run.warmup_end_s if run.warmup_end_s else None
+        span = f"in {duration_text(took)}"
+        if timed_s is not None and duration_text(timed_s) != duration_text(took):
+            span = f"in {duration_text(timed_s)} ({duration_text(took)} with start-up and warm-up)"
+        return Progress("finished", headline,
+                        f"finished {_of(done, asked)} timed iterations {span}{median_text}",
+                        fraction)
+    since = now_s - last_event_s(run)
+    if alive is not True and since >= STALE_AFTER_S:
+        return Progress("stalled", headline,
+                        f"no event for {duration_text(since)}: the run stopped without a "
+                        f"summary, or is stuck · {_of(timed, asked)} timed iterations done",
+                        timed / asked if asked else None)
+    elapsed_text = f" · elapsed {duration_text(elapsed)}" if elapsed is not None else ""
+    if run.warmup_end_s is None:
+        if run.warmup_done == 0:
+            then = f", then {warmup} untimed warm-up iterations" if warmup else ""
+            return Progress("starting", headline,
+                            f"starting: loading the {run.path} path and building the "
+                            f"table{then} · {_of(0, asked)} timed iterations{elapsed_text}")
+        return Progress("warm-up", headline,
+                        f"warm-up: {_of(run.warmup_done, warmup)} untimed iterations done · "
+                        f"then {asked if asked is not None else '?'} timed"
+                        f"{elapsed_text}", 0.0)
+    last = run.last_iteration
+    if last is None or timed == 0:
+        return Progress("running", headline,
+                        f"timed iteration {_of(0, asked)} · ETA after the first timed "
+                        f"iterations{elapsed_text}", 0.0)
+    per_iteration_s = max(0.0, last["time"] - run.warmup_end_s) / timed
+    eta = None
+    if asked is not None:
+        eta = max(0.0, (asked - timed) * per_iteration_s - max(0.0, now_s - last["time"]))
+    median = _median_recent_ms(run)
+    parts = [f"timed iteration {_of(timed, asked)}"]
+    if median is not None:
+        parts.append(f"{median:.2f} ms/iteration (median of the last {RECENT_STEPS})")
+    parts.append(f"ETA {duration_text(eta)}" if eta is not None else "ETA unknown")
+    line = " · ".join(parts) + elapsed_text
+    if timed > MAX_ITERATIONS_KEPT:
+        line += (f" · the chart and verdict use its first {MAX_ITERATIONS_KEPT:,} "
+                 "iterations")
+    return Progress("running", headline, line, timed / asked if asked else None, eta)
 
 
 def summarize(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts], simulated: bool,
@@ -155,8 +322,9 @@ def summarize(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts], si
     if median is None and run.iterations:
         median = statistics.median(event["ms"] for event in run.iterations)
     batch = run.batch
-    samples_per_s = end.get("samples_per_s") or (batch / median * 1000 if batch and median
-                                                  else None)
+    # The event field keeps its old name, samples_per_s: training examples per second.
+    examples_per_s = end.get("samples_per_s") or (batch / median * 1000 if batch and median
+                                                   else None)
     # The run's own allocator peak; the device's memory would count everyone else's too.
     peak = end.get("peak_device_memory_bytes")
     speedup = (native_median_ms / median) if native_median_ms and median else None
@@ -164,20 +332,27 @@ def summarize(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts], si
     more = judged.second_line()
     if end.get("error"):
         verdict, more = f"failed: {end['error']}", judged.text
+    done = end.get("iterations")
+    done = run.timed_done if done is None else done
+    more_html = html.escape(more)
+    if exchange:
+        more_html += f"<br>{html.escape(_exchange_line(exchange))}"
+    gpus: tuple[int, ...] = view.gpu_rows if view is not None and view.gpu_rows else ()
+    if not gpus and judged.gpu_row is not None:
+        gpus = (judged.gpu_row,)
     return {
-        "run": run.run_id, "path": run.path, "device": run.device,
-        "status": _status(run, now_s),
-        "median_ms": _round(median, 2), "samples_per_s": _round(samples_per_s, 0),
+        "run": run.run_id, "preset": run.preset, "path": run.path, "device": run.device,
+        "status": _status(run, now_s), "iterations": _of(done, run.iterations_asked),
+        "median_ms": _round(median, 2), "examples_per_s": _round(examples_per_s, 0),
         "gpu_util_pct": _round(judged.level_pct, 0), "pcie_gb_s": _round(pcie and pcie / GB, 2),
-        "peak_gpu_memory_gb": NOT_AVAILABLE if peak is None else round(peak / GB, 2),
+        "peak_gpu_memory_gib": NOT_AVAILABLE if peak is None else round(peak / GIB, 2),
         "speedup": "" if speedup is None else f"{speedup:.1f}x",
         "exchange": exchange, "exchange_html": html.escape(exchange),
         "verdict": verdict,
         "verdict_more": more,
-        "verdict_html": html.escape(verdict), "verdict_more_html": html.escape(more),
-        "cause": judged.cause,
+        "verdict_html": html.escape(verdict), "verdict_more_html": more_html,
+        "cause": judged.cause, "source": run.source, "gpu_rows": gpus,
     }
-
 
 def panel_iterations(value: Any) -> int | None:
     """The iteration count a client sent (a Spinner value: NaN, Infinity, a string, ...)
@@ -210,9 +385,11 @@ def summary_row(run: Run, runs: Sequence[Run], samples: Sequence[Sample],
             _UNSUMMARIZED.add(run.source)
             log.warning("run %s (%s): cannot summarize: %s: %s", run.run_id[:100],
                         run.source, type(error).__name__, str(error)[:200])
-        row: dict[str, Any] = dict.fromkeys(SUMMARY_COLUMNS)
-        row.update(run=run.run_id, path=run.path, device=run.device,
-                   status="cannot summarize", verdict=f"{type(error).__name__}")
+        row: dict[str, Any] = dict.fromkeys((*SUMMARY_COLUMNS, *SUMMARY_EXTRA))
+        row.update(run=run.run_id, preset=run.preset, path=run.path, device=run.device,
+                   status="cannot summarize", verdict=f"{type(error).__name__}",
+                   verdict_html=html.escape(type(error).__name__), verdict_more="",
+                   verdict_more_html="", exchange="", source=run.source, gpu_rows=())
         return row
 
 
@@ -239,62 +416,79 @@ def memory_note(preset: str) -> str:
 
 
 class WorkloadDashboard:
-    """Run panel, live iteration-time and GPU timeline, and a per-run summary table."""
+    """Run panel, progress and verdict of the shown run, a per-run summary table, and the
+    iteration times per preset beside the shown run's GPU timeline."""
 
     refresh_ms = REFRESH_MS
 
-    def __init__(self, sources: DashboardSources, feed: TimelineFeed) -> None:
+    def __init__(self, sources: DashboardSources, feed: TimelineFeed,
+                 clock: Callable[[], float] = time.time) -> None:
         assert sources.workload is not None, "the server starts a WorkloadService"
         metrics = sources.metrics
         self.metrics, self.service = metrics, sources.workload
         self.run_control = sources.run_control
+        self.clock = clock  # epoch seconds, as the run events say time
         # Simulated GPUs cannot run anything: only real ones are offered to GPU runs.
         self.real_gpus = bool(metrics.facts) and not metrics.simulated
         # The GPU timeline streams like every other; the run panel and table are this
         # page's own and refresh from the server.
+        names = {f.index: f.label for f in metrics.facts}
         self.timeline = Timeline(feed, timeline_windows(metrics.history_s), metrics.interval_s,
-                                 default_window_s=WORKLOAD_WINDOW_S) if feed.panels else None
+                                 default_window_s=WORKLOAD_WINDOW_S, gpu_names=names) \
+            if feed.panels else None
         self.live = self.timeline.live if self.timeline else None
-        self.iterations = ColumnDataSource({"time": [], "ms": [], "run": [], "color": []})
         self.summary = ColumnDataSource({key: [] for key in (*SUMMARY_COLUMNS, *SUMMARY_EXTRA)})
+        # One source and one chart per preset: presets differ in size, so their
+        # milliseconds per iteration never share an axis.
+        self.iterations: dict[str, ColumnDataSource] = {}
+        self.step_charts: dict[str, Any] = {}
         self._sent: dict[str, int] = {}
+        self._colors: dict[str, str] = {}
         self._seen_version = -1
+        self._rows: list[dict[str, Any]] = []  # the table's rows, newest first
+        self._selected: str | None = None  # the event file of the run clicked in the table
+        self._newest_source: str | None = None
+        self._shown_gpus: tuple[int, ...] | None = None
+        # The run a "Start: started ..." or "Stop: stopping ..." line is about: the line goes
+        # once that run has ended (the progress says how), never to be read as news.
+        self._confirmed_pid: int | None = None
 
-        shared_x = {"x_range": self.timeline.x_range} if self.timeline else {}
         # Put in the page at the first iteration only: an empty plot is a blank box to a
         # user, and BokehJS warns that it "could not set initial ranges" (even for a hidden
         # one). Until then, the placeholder says what to do.
-        self.steps = steps = figure(
-            title="Iteration time of recent runs", x_axis_type="datetime", **shared_x,
-            y_axis_label="ms per iteration", height=220, sizing_mode="stretch_width",
-            toolbar_location=None, tools="")
-        steps.scatter("time", "ms", color="color", legend_field="run", size=5,
-                      source=self.iterations)
-        steps.legend.location = "top_left"
-        steps.legend.label_text_font_size = "10px"
         self.empty = Div(text=f"<p>{html.escape(NO_RUNS_YET)}</p>", name="workload-empty",
-                         sizing_mode="stretch_width", height=60)
+                         sizing_mode="stretch_width", height=40)
+        self.steps = column(self.empty, sizing_mode="stretch_width", name="workload-steps")
 
-        self.path = Select(title="path", value="plugin", options=list(PATHS), width=130)
-        self.preset = Select(title="preset", value="ci", options=list(PRESETS), width=130)
-        self.count = Spinner(title="iterations", low=1, high=MAX_ITERATIONS, step=10,
-                             value=200, width=110)
-        self.device = Select(title="device", value="cpu", options=["cpu"], width=90)
+        paths = list(PATHS)
+        self.path = Select(title="path", value=default_path(paths, self.real_gpus),
+                           options=[(p, path_label(p, self.real_gpus)) for p in paths],
+                           width=260, name="workload-path")  # "... (needs a real GPU)"
+        self.preset = Select(title="preset", value="ci", options=list(PRESETS), width=110)
+        self.count = Spinner(title=f"timed iterations (max {MAX_ITERATIONS:,})", low=1,
+                             high=MAX_ITERATIONS, step=10, value=200, width=170,
+                             name="workload-iterations")
+        self.device = Select(title="device", value="cpu", options=["cpu"], width=80)
         # The embedding table over N shards (numpy and cupy-plugin): N GPUs where the
         # machine has them, else N processes (CPU) or N shards emulated on one GPU.
         self.shards = Spinner(title="shards", low=1, high=MAX_PANEL_SHARDS, step=1, value=1,
-                              width=80)
+                              width=70)
         gpus = [(str(f.index), f"{f.label}: {f.name}") for f in metrics.facts]
         # The GPU a run is pinned to (a GPU run) or judged against (a CPU run).
         self.gpu = Select(title="GPU", value=gpus[0][0] if gpus else "", options=gpus,
-                          width=220, visible=bool(gpus))
+                          width=230, visible=bool(gpus))
         start, stop = Button(label="Start", button_type="success", width=80), \
             Button(label="Stop", button_type="danger", width=80)
         start.on_click(self._start)
         stop.on_click(self._stop)
         self.start_button, self.stop_button = start, stop
-        self.status = Div(text="", sizing_mode="stretch_width", name="workload-status")
+        # What the last press of Start or Stop did (the progress below says what runs now).
+        self.status = Div(text="", sizing_mode="stretch_width", name="workload-status",
+                          visible=False)
         self.hint = Div(text="", sizing_mode="stretch_width", name="workload-hint")
+        self.progress = Div(text="", sizing_mode="stretch_width", name="workload-progress")
+        self.verdict = Div(text="", sizing_mode="stretch_width", name="workload-verdict")
+        self.gpu_heading = Div(text="", sizing_mode="stretch_width", name="workload-gpus")
         self.path.on_change("value", lambda _attr, _old, _new: self._offer_devices())
         self.preset.on_change("value", lambda _attr, _old, _new: self._show_hints())
         self._offer_devices()
@@ -302,23 +496,26 @@ class WorkloadDashboard:
             start.disabled = stop.disabled = True
             self._say(VIEW_ONLY_REASON)
         self.table = table = DataTable(
-                          source=self.summary, height=300, sizing_mode="stretch_width",
-                          index_position=None, autosize_mode="none", reorderable=False,
-                          row_height=MIN_ROW_PX,
-                          stylesheets=[InlineStyleSheet(css=THEMED_TABLE_CSS)],
-                          columns=[TableColumn(field=key, title=title, width=width, **(
-                              {"formatter": HTMLTemplateFormatter(template=TEMPLATES[key])}
-                              if key in TEMPLATES else {}))
-                                   for (key, title), width in zip(SUMMARY_COLUMNS.items(),
-                                                                  SUMMARY_WIDTHS, strict=True)])
+            source=self.summary, height=HEADER_PX + MIN_ROW_PX, sizing_mode="stretch_width",
+            index_position=None, autosize_mode="none", reorderable=False,
+            row_height=MIN_ROW_PX, name="workload-table",
+            stylesheets=[InlineStyleSheet(css=THEMED_TABLE_CSS + WRAPPED_CELLS_CSS)],
+            columns=[TableColumn(field=key, title=title, width=SUMMARY_WIDTHS[key], **(
+                {"formatter": HTMLTemplateFormatter(template=TEMPLATES[key])}
+                if key in TEMPLATES else {})) for key, title in SUMMARY_COLUMNS.items()])
+        self.summary.selected.on_change("indices", lambda _attr, _old, new: self._select(new))
+        glossary = Div(text=f"<div style='font-size:12px;opacity:0.8'>{GLOSSARY}</div>",
+                       sizing_mode="stretch_width", name="workload-glossary")
         self.root = column(row(self.path, self.preset, self.count, self.device, self.shards,
                                self.gpu, start, stop),
-                           self.status, self.hint, self.empty,
-                           *([self.timeline.root] if self.timeline else []), table,
+                           self.hint, self.progress, self.status, self.verdict, table,
+                           glossary, self.steps, self.gpu_heading,
+                           *([self.timeline.root] if self.timeline else []),
                            sizing_mode="stretch_width")
 
     def _say(self, text: str) -> None:
         self.status.text = f"<span>{html.escape(text)}</span>"
+        self.status.visible = True
 
     def _offer_devices(self) -> None:
         offered = devices_for(self.path.value, self.real_gpus).offered
@@ -329,14 +526,18 @@ class WorkloadDashboard:
 
     def _show_hints(self) -> None:
         """Why a device is missing and what to install, how much memory the preset needs,
-        and why runs cannot start at all (an unusable runs directory)."""
-        lines = [devices_for(self.path.value, self.real_gpus).hint,
-                 memory_note(self.preset.value)]
+        and why Start is off (a path that cannot run here, an unusable runs directory)."""
+        devices = devices_for(self.path.value, self.real_gpus)
+        lines = [devices.hint, memory_note(self.preset.value)]
         reason = self.service.disabled_reason
         if reason:
             lines.insert(0, f"run panel disabled: {reason}")
-        self.start_button.disabled = bool(reason) or not self.run_control
+        elif not devices.offered:
+            lines[0] = f"Start is off: {devices.hint or 'this path cannot run here'}"
+        self.start_button.disabled = bool(reason) or not self.run_control \
+            or not devices.offered
         self.hint.text = "".join(f"<div>{html.escape(line)}</div>" for line in lines if line)
+        self.hint.visible = any(lines)  # an empty Div still takes a line of the page
 
     def _pinned_gpu(self) -> PinnedGpu | None:
         for facts in self.metrics.facts:
@@ -385,18 +586,26 @@ class WorkloadDashboard:
             if self.device.value == "gpu":
                 pinned = self._pinned_gpus(shards)
         try:
-            self._say(self.service.launch(params, pinned))
+            self._say(f"{time.strftime('%H:%M:%S')} Start: "
+                      f"{self.service.launch(params, pinned)}")
+            self._confirmed_pid = self.service.launcher.pid
         except (ValueError, OSError) as error:
             self._say(f"not started: {error}")
         self._show_hints()
+        self._refresh_progress(self.service.watcher.newest())
 
     def _stop(self) -> None:
         if not self.run_control:
             self._say(f"not stopped: {VIEW_ONLY_REASON}")
             return
-        self._say(self.service.launcher.stop())
+        self._say(f"{time.strftime('%H:%M:%S')} Stop: {self.service.launcher.stop()}")
+        self._confirmed_pid = self.service.launcher.pid
 
     def refresh(self) -> None:
+        # The progress every time: its ETA and elapsed time move on, and a run that went
+        # silent is called so, with no new event.
+        newest = self.service.watcher.newest()
+        self._refresh_progress(newest)
         version = self.service.watcher.version
         running = self.service.launcher.running
         # Recompute the table when runs changed, and on every refresh while one runs.
@@ -406,64 +615,209 @@ class WorkloadDashboard:
         runs = self.service.watcher.runs()
         self._stream_iterations(runs)
         self._refresh_summary(runs)
-        error = self.service.launcher.last_error
-        if error and not running:
-            self._say(f"the last run failed: {error}")
+
+    def _refresh_progress(self, newest: Run | None) -> None:
+        launcher = self.service.launcher
+        running, pid = launcher.running, launcher.pid
+        now = self.clock()
+        if running and (newest is None or newest.pid != pid):
+            progress = Progress("starting", f"the run's process (pid {pid})",
+                                "starting: waiting for the run's first event (Python and "
+                                "the workload's libraries are loading)")
+        elif not running and launcher.last_error and (newest is None or newest.pid != pid):
+            # It exited before it could write its own events (a missing framework, ...).
+            progress = Progress("failed", f"the run's process (pid {pid}) exited before its "
+                                "first event", f"failed: {launcher.last_error}")
+        elif newest is None:
+            progress = Progress("none", "", "Press Start: the run's progress (warm-up, timed "
+                                "iterations n of N, ETA) shows here, and its verdict below.")
+        else:
+            alive = True if running and newest.pid == pid else None
+            progress = run_progress(newest, now, alive)
+        text = progress.html()
+        if self.progress.text != text:
+            self.progress.text = text
+        if self._confirmed_pid is not None and newest is not None \
+                and newest.pid == self._confirmed_pid and newest.end is not None:
+            self._confirmed_pid = None
+            self.status.visible = False
+
+    def _color(self, run: Run) -> str:
+        if run.source not in self._colors:
+            self._colors[run.source] = Category10_10[len(self._colors) % len(Category10_10)]
+        return self._colors[run.source]
+
+    def _steps_chart(self, preset: str, run: Run, rows: dict[str, list]) -> None:
+        """``preset``'s chart, put on the page with its first points (an empty plot makes
+        BokehJS warn that it "could not set initial ranges")."""
+        # As many points as streaming keeps (its rollover), however many runs are there.
+        source = ColumnDataSource({key: values[-MAX_ITERATIONS_KEPT:]
+                                   for key, values in rows.items()})
+        shared_x = {"x_range": self.timeline.x_range} if self.timeline else {}
+        batch = f", batch {run.batch:,}" if isinstance(run.batch, int) else ""
+        title = (f"Iteration time, preset {preset}{batch} (its own ms axis)"
+                 if preset in PRESETS else
+                 f"Iteration time, preset {preset!r} (unknown or not said by the run)")
+        chart = figure(title=title, x_axis_type="datetime", **shared_x,
+                       y_axis_label="ms per iteration", height=200,
+                       sizing_mode="stretch_width", toolbar_location=None, tools="",
+                       name=f"workload-steps-{len(self.iterations)}")
+        chart.scatter("time", "ms", color="color", legend_field="run", size=5, source=source)
+        chart.legend.location = "top_left"
+        chart.legend.label_text_font_size = "10px"
+        self.iterations[preset], self.step_charts[preset] = source, chart
+        children = [child for child in self.steps.children if child is not self.empty]
+        self.steps.children = [*children, chart]
 
     def _stream_iterations(self, runs: list[Run]) -> None:
-        new: dict[str, list] = {"time": [], "ms": [], "run": [], "color": []}
-        for position, run in enumerate(runs):
+        new: dict[str, dict[str, list]] = {}
+        first_run: dict[str, Run] = {}
+        for run in runs:
             sent = self._sent.get(run.source, 0)
             if sent > len(run.iterations):
                 sent = 0  # its file was replaced or truncated: the run started over
-            for event in run.iterations[sent:]:
-                new["time"].append(event["time"] * 1000)
-                new["ms"].append(event["ms"])
-                new["run"].append(run.label)
-                new["color"].append(Category10_10[position % len(Category10_10)])
+            events = run.iterations[sent:]
             self._sent[run.source] = len(run.iterations)
-        if new["time"]:
-            self.iterations.stream(new, rollover=20_000)
-            if self.empty in self.root.children:
-                self.root.children = [self.steps if child is self.empty else child
-                                      for child in self.root.children]
+            if not events:
+                continue
+            first_run.setdefault(run.preset, run)
+            rows = new.setdefault(run.preset, {"time": [], "ms": [], "run": [], "color": []})
+            color = self._color(run)
+            for event in events:
+                rows["time"].append(event["time"] * 1000)
+                rows["ms"].append(event["ms"])
+                rows["run"].append(run.label)
+                rows["color"].append(color)
+        for preset, rows in new.items():
+            if preset in self.iterations:
+                self.iterations[preset].stream(rows, rollover=MAX_ITERATIONS_KEPT)
+            else:
+                self._steps_chart(preset, first_run[preset], rows)
 
     def _refresh_summary(self, runs: list[Run]) -> None:
         latest = self.metrics.history.latest()
-        now = latest.time_s if latest else 0.0
+        now = latest.time_s if latest else self.clock()
         # One pass over the history for all runs; each run then takes its own slice.
         oldest = min((run.started_s or now for run in runs), default=now)
         history = self.metrics.history.window(now - oldest + 1)
         facts = self.metrics.facts
+        # Newest first: the run just started is the table's top row.
         rows = [summary_row(run, runs, history, facts, self.metrics.simulated, now)
-                for run in runs]
+                for run in reversed(runs)]
+        self._rows = rows
+        newest = rows[0]["source"] if rows else None
+        if newest != self._newest_source:
+            self._newest_source = newest
+            self._selected = None  # a new run: show it, whatever was clicked before
         data = {key: ["n/a" if row[key] is None else row[key] for row in rows]
                 for key in (*SUMMARY_COLUMNS, *SUMMARY_EXTRA)}
+        self.table.visible = bool(rows)  # no rows: no empty grid, the charts say what to do
         if dict(self.summary.data) != data:
             self.summary.data = data
             height = verdict_row_height(rows)
             if self.table.row_height != height:
                 self.table.row_height = height
-                self.table.height = min(MAX_TABLE_PX, HEADER_PX + height * max(1, len(rows)))
+            self.table.height = min(MAX_TABLE_PX, HEADER_PX + height * max(1, len(rows)) + 2)
             # BokehJS redraws a table when its row indices change, not when values change in
             # place (a run going from "running" to "done"); any change to the table model
             # makes it redraw, so bump a revision tag.
             self.table.tags = [self.table.tags[0] + 1 if self.table.tags else 1]
+        sources = [row["source"] for row in rows]
+        wanted = [sources.index(self._selected)] if self._selected in sources else []
+        if list(self.summary.selected.indices) != wanted:
+            self.summary.selected.indices = wanted
+        self._show_run()
+
+    def _select(self, indices: Sequence[int]) -> None:
+        """A row clicked in the table: its verdict and GPU are shown above and below."""
+        chosen = [i for i in indices if 0 <= i < len(self._rows)]
+        selected = self._rows[chosen[0]]["source"] if chosen else None
+        if selected != self._selected:
+            self._selected = selected
+            self._show_run()
+
+    def _show_run(self) -> None:
+        """The verdict on the shown run (the one clicked, else the newest), and its GPU on
+        the GPU charts."""
+        shown = next((r for r in self._rows if r["source"] == self._selected), None)
+        which = "selected in the table"
+        if shown is None:
+            shown, which = (self._rows[0] if self._rows else None), "the newest"
+        if shown is None:
+            text = ("<div class='nvd-run-verdict' style='white-space:normal'><b>Verdict</b>: "
+                    "none yet. A run is judged on its own GPU over its timed iterations, "
+                    "from the end of warm-up.</div>")
+        else:
+            running = str(shown["status"]).startswith("running")
+            so_far = " so far" if running else ""
+            more = shown["verdict_more_html"]
+            text = (f"<div class='nvd-run-verdict' style='white-space:normal;line-height:1.35;"
+                    f"font-size:13px'><b>Verdict{so_far}</b> on run "
+                    f"{html.escape(str(shown['run']))} ({html.escape(str(shown['path']))}, "
+                    f"preset {html.escape(str(shown['preset']))}; {which}): "
+                    f"<b>{shown['verdict_html']}</b>"
+                    + (f"<br><span style='opacity:0.8'>{more}</span>" if more else "")
+                    + "</div>")
+        if self.verdict.text != text:
+            self.verdict.text = text
+        self._show_gpus(shown)
+
+    def _show_gpus(self, shown: dict[str, Any] | None) -> None:
+        """The GPU charts show the shown run's GPU(s), named in their heading; before any
+        run (or for a run that names no GPU), every GPU, one colour each."""
+        if self.timeline is None:
+            return
+        names = {f.index: f"{f.label}: {f.name}" for f in self.metrics.facts}
+        gpus = tuple(r for r in (shown or {}).get("gpu_rows") or () if r in names)
+        prefix = "SIMULATED " if self.metrics.simulated else ""
+        if shown is None:
+            text = ("GPU charts: every GPU, one colour each. Once a run starts they show the "
+                    "GPU it is judged on.")
+        elif not gpus:
+            text = (f"GPU charts: every GPU, one colour each: run {shown['run']} does not say "
+                    "which GPU it used.")
+        else:
+            listed = ", ".join(prefix + names[r] for r in gpus)
+            one = len(gpus) == 1
+            text = (f"GPU charts: {listed}, the GPU{'' if one else 's'} run {shown['run']} is "
+                    "judged on" + (" (the buttons show the others)"
+                                   if self.timeline.gpu_filter is not None else ""))
+        html_text = f"<div style='font-size:13px;margin-top:0.5em'><b>{html.escape(text)}</b></div>"
+        if self.gpu_heading.text != html_text:
+            self.gpu_heading.text = html_text
+        gpu_filter, rows = self.timeline.gpu_filter, list(self.timeline.live.filter_gpus)
+        if gpu_filter is None or gpus == self._shown_gpus:
+            return
+        self._shown_gpus = gpus  # only when it changes: a reader's own clicks stay
+        wanted = [rows.index(r) for r in gpus if r in rows] or list(range(len(rows)))
+        gpu_filter.active = wanted
 
 
 def _gpu_panels(metrics: Metrics) -> list[Panel]:
-    if not metrics.facts:
+    """Each GPU's own line, in its own colour (the page shows the judged GPU's): never a
+    mean over GPUs, which would hide the one the run is on among the idle ones."""
+    facts = metrics.facts
+    if not facts:
         return []
+
+    def each(prefix: str, read: Callable[[Any], float | None], unit: float,
+             only_whole: bool = False) -> list[Series]:
+        return [Series(f"{prefix}{f.index}", f.label, gpu_color(f.index),
+                       scaled(gpu_value(f.index, read), unit), gpu=f.index)
+                for f in facts if not (only_whole and f.kind == "mig")]
+
+    def pcie(reading: Any) -> float | None:
+        parts = [v for v in (reading.pcie_tx_bytes_per_s, reading.pcie_rx_bytes_per_s)
+                 if v is not None]
+        return sum(parts) if parts else None
+
     return [
-        Panel("GPU utilization (mean of GPUs)", "Utilization (%)",
-              [Series("gpu_util", "all GPUs", "#2ca02c", mean_utilization)], y_max=100,
-              unit="%"),
-        Panel("GPU memory used", "Memory (GB)", [Series(
-            "gpu_memory", "all GPUs", "#9467bd",
-            scaled(gpu_total(lambda r: r.memory_used_bytes), GB))], unit="GB"),
-        Panel("PCIe throughput", "Throughput (GB/s)",
-              [Series("pcie", "TX+RX, all GPUs", "#1f77b4", scaled(_pcie_total, GB))],
-              unit="GB/s"),
+        Panel("GPU utilization", "Utilization (%)",
+              each("gpu_util", lambda r: r.utilization_pct, 1.0), y_max=100, unit="%"),
+        Panel("GPU memory used", "Memory (GiB)",
+              each("gpu_memory", lambda r: r.memory_used_bytes, GIB), unit="GiB"),
+        Panel("PCIe throughput (TX+RX)", "Throughput (GB/s)",
+              each("pcie", pcie, GB, only_whole=True), unit="GB/s"),
     ]
 
 

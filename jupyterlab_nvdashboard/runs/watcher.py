@@ -42,6 +42,9 @@ class Run:
     end: dict[str, Any] | None = None
     warmup_end_s: float | None = None  # when the timed part began
     bad_lines: int = 0
+    warmup_done: int = 0  # untimed warm-up iterations done (``warmup_step`` events)
+    # The newest iteration event, kept past MAX_ITERATIONS_KEPT: how far the run has got.
+    last_iteration: dict[str, Any] | None = None
 
     @property
     def path(self) -> str:
@@ -87,6 +90,22 @@ class Run:
         return self.start.get("shards")
 
     @property
+    def iterations_asked(self) -> int | None:
+        """The timed iterations the run was started for (its limit, N)."""
+        return self.start.get("iterations")
+
+    @property
+    def warmup_asked(self) -> int | None:
+        return self.start.get("warmup")
+
+    @property
+    def timed_done(self) -> int:
+        """Timed iterations done so far (the run's own count, also past the ones kept)."""
+        if self.last_iteration is None:
+            return 0
+        return max(len(self.iterations), self.last_iteration.get("iteration") or 0)
+
+    @property
     def started_s(self) -> float | None:
         return self.start.get("time")
 
@@ -101,7 +120,7 @@ class Run:
     def copy(self) -> Run:
         return Run(self.run_id, self.source, dict(self.start), list(self.iterations),
                    None if self.end is None else dict(self.end), self.warmup_end_s,
-                   self.bad_lines)
+                   self.bad_lines, self.warmup_done, self.last_iteration)
 
 
 class _Tail:
@@ -241,12 +260,17 @@ class RunsWatcher:
                             key=lambda item: (not item[1].finished, item[1].started_s or 0.0))
             return path, run.run_id
 
+    def newest(self) -> Run | None:
+        """A copy of the newest run (started last), or None: cheaper than ``runs()``."""
+        with self._lock:
+            if not self._runs:
+                return None
+            return max(self._runs.values(), key=_order).copy()
+
     def runs(self) -> list[Run]:
         """Snapshot of the followed runs, oldest first."""
         with self._lock:
-            return [run.copy() for run in sorted(self._runs.values(),
-                                                 key=lambda r: (r.started_s or 0, r.run_id,
-                                                                r.source))]
+            return [run.copy() for run in sorted(self._runs.values(), key=_order)]
 
     def _loop(self) -> None:
         while True:
@@ -280,15 +304,23 @@ class RunsWatcher:
         self._stop.set()
 
 
+def _order(run: Run) -> tuple[float, str, str]:
+    return (run.started_s or 0, run.run_id, run.source)
+
+
 def _apply(run: Run, event: dict[str, Any]) -> None:
     kind = event["event"]
     if kind == "start":
         run.start, run.run_id = event, event["run_id"]
+    elif kind == "warmup_step":
+        run.warmup_done = max(run.warmup_done, event["step"])
     elif kind == "warmup_end":
         run.warmup_end_s = event["time"]
         if event.get("shards") is not None:  # the shards as they run: backend, ranks
             run.start = {**run.start, "shards": event["shards"]}
-    elif kind == "iteration" and len(run.iterations) < MAX_ITERATIONS_KEPT:
-        run.iterations.append(event)
+    elif kind == "iteration":
+        run.last_iteration = event
+        if len(run.iterations) < MAX_ITERATIONS_KEPT:
+            run.iterations.append(event)
     elif kind == "end":
         run.end = event

@@ -11,6 +11,9 @@ The kinds, in the order a run writes them:
   devices; any may be ``null``);
   A sharded run (``--shards``) adds ``shards``: ``{"count", "placement", "backend"}`` as
   asked for;
+- ``warmup_step``: one untimed warm-up iteration is done: ``step`` (1-based; the start
+  event's ``warmup`` says how many there are) and ``ms``, so a reader can show warm-up
+  progress (a first step that traces or compiles can take seconds);
 - ``warmup_end``: start-up (imports, building the table, tracing) and warm-up are over; the
   timed part starts here. A sharded run's carries ``shards`` as it runs: the backend chosen,
   ``emulated`` (N shards in one process), and ``ranks`` (``rank``, ``pid``, ``device``,
@@ -41,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-EVENT_KINDS = ("start", "warmup_end", "iteration", "end")
+EVENT_KINDS = ("start", "warmup_step", "warmup_end", "iteration", "end")
 MAX_LINE_BYTES = 64 * 1024  # a longer line is not an event; readers drop it unread
 MAX_TEXT_CHARS = 500  # strings (an error message, a path name) are cut to this
 
@@ -262,6 +265,7 @@ _FIELDS: dict[str, dict[str, Field]] = {
               "config": (_config, False), "iterations": (_count, False),
               "warmup": (_count, False), "gpu": (_gpu, False), "events_file": (_text, False),
               "shards": (_shards, False)},
+    "warmup_step": {"step": (_positive, True), "ms": (_step_ms, False)},
     "warmup_end": {"shards": (_shards, False)},
     "iteration": {"iteration": (_count, False), "ms": (_step_ms, True),
                   "samples_per_s": (_duration, False), "loss": (_number, False),

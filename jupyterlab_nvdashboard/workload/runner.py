@@ -278,7 +278,11 @@ def run(
             trainer = make_trainer(path, cfg, device=device, shards=shards,
                                    placement=placement, backend=backend)
             for i in range(warmup):
+                start = time.perf_counter()
                 trainer.step(i)  # compiles and fills caches; not timed
+                with ctrl_c_held():
+                    events.emit("warmup_step", step=i + 1,
+                                ms=(time.perf_counter() - start) * 1000.0)
                 progress.update(i + 1, "warm-up")
             # The dashboard judges the GPU from here on: start-up and warm-up are over.
             sharding = sharding_of(trainer, path) if shards is not None else None

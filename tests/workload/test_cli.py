@@ -29,13 +29,17 @@ def test_cli_writes_events_to_runs_dir(tmp_path):
     assert len(files) == 1
     events = read_events(files[0])
     kinds = [e["event"] for e in events]
-    assert kinds == ["start", "warmup_end"] + ["iteration"] * 12 + ["end"]
+    # The default 3 untimed warm-up iterations each say so (the panel's "warm-up k of W").
+    assert kinds == ["start"] + ["warmup_step"] * 3 + ["warmup_end"] + ["iteration"] * 12 \
+        + ["end"]
+    assert [e["step"] for e in events[1:4]] == [1, 2, 3] and all(e["ms"] > 0
+                                                                 for e in events[1:4])
     assert len({e["run_id"] for e in events}) == 1 and files[0].stem == events[0]["run_id"]
     assert all(isinstance(e["time"], float) for e in events)
     start, end = events[0], events[-1]
     assert start["path"] == "plugin" and start["device"] == "cpu" and start["pid"] > 0
     assert start["config"]["vocabulary"] == 512
-    it = events[2]
+    it = events[5]
     assert {"iteration", "ms", "samples_per_s", "loss"} <= set(it)
     assert end["iterations"] == 12 and end["interrupted"] is False
     assert end["p10_ms"] <= end["median_ms"] <= end["p90_ms"]
@@ -74,13 +78,14 @@ def test_cli_bad_arguments(tmp_path, args):
 
 
 def _long_run_past_five_events(tmp_path, events_file):  # noqa: ANN001, ANN202
-    """A long NumPy run, once it has written at least 5 events."""
+    """A long NumPy run, once it has written at least 5 timed iteration events."""
     cmd = [sys.executable, "-m", "jupyterlab_nvdashboard.workload", "--path", "numpy",
            "--preset", "ci", "--iterations", "100000", "--events", str(events_file)]
     proc = subprocess.Popen(cmd, env=_env(tmp_path), stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if events_file.exists() and len(read_events(events_file)) >= 5:
+        if events_file.exists() and sum(e["event"] == "iteration"
+                                        for e in read_events(events_file)) >= 5:
             break
         time.sleep(0.1)
     return proc
@@ -154,7 +159,7 @@ def test_sigterm_ends_the_run_with_its_summary(tmp_path):
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     events = read_events(events_file)
-    assert events[1]["event"] == "warmup_end"
+    assert [e["event"] for e in events[1:5]] == ["warmup_step"] * 3 + ["warmup_end"]
     assert events[-1]["event"] == "end" and events[-1]["interrupted"] is True, err
 
 

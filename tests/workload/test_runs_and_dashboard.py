@@ -104,7 +104,7 @@ def test_summary_judges_the_runs_own_gpu_and_its_own_memory_peak() -> None:
     row = summarize(run, samples, facts(), simulated=False, native_median_ms=96.0,
                     now_s=107.0)
     assert row["gpu_util_pct"] == 96 and row["pcie_gb_s"] == 2.0  # GPU 1 only, timed part
-    assert row["peak_gpu_memory_gb"] == "not available"  # its own peak, not the device
+    assert row["peak_gpu_memory_gib"] == "not available"  # its own peak, not the device
     assert row["speedup"] == "8.0x" and row["status"] == "done · 3 bad lines"
     assert row["verdict"].startswith("GPU 1 busy; whether the SMs are full cannot be told: "
                                      "utilization 96% over 10 samples")

@@ -1,0 +1,127 @@
+"""/Workload as a first-time user sees it: Chromium at 1280x800, both themes.
+
+A short numpy run started from the panel: while it runs, the progress (timed iteration n of
+N, ETA) is on screen without scrolling; once it is done, the verdict is on screen too, whole,
+and the table's preset column and every heading and cell are whole (wrapped, never cut).
+A page opened afterwards draws only the judged GPU's lines. Screenshots go to
+test-artifacts/ (workload-first-run-*)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.support.browser import chromium, screenshot, watch
+from tests.support.servers import cli_server, with_token
+from tests.test_browser_diagnosis import BOXES_JS, VIEWPORT, assert_whole
+from tests.test_browser_standalone import SUMMARY_COLUMN_JS
+
+pytestmark = pytest.mark.browser
+ITERATIONS = 4000  # 3 s of the ci preset on an idle 2-core machine: long enough to watch
+
+MODEL_TEXT_JS = "(name) => Bokeh.documents[0].get_model_by_name(name).text"
+# Every table heading and cell (inside Bokeh's shadow roots): its text and whether that
+# text is wider or taller than the box that shows it. A heading's name must fit its column
+# (the column's own box also holds SlickGrid's resize handle and sort indicator).
+CELLS_JS = """() => {
+  const found = [];
+  const walk = (root) => { for (const el of root.querySelectorAll('*')) {
+    if (el.matches('.slick-header-column, .slick-cell')) found.push(el);
+    if (el.shadowRoot) walk(el.shadowRoot); } };
+  walk(document);
+  return found.map(el => {
+    const box = el.getBoundingClientRect(), header = el.matches('.slick-header-column');
+    const name = header ? el.querySelector('.slick-column-name') : null;
+    const inner = name ? name.getBoundingClientRect() : box;
+    const clipped = name
+      ? inner.right > box.right + 1 || inner.bottom > box.bottom + 1 || inner.left < box.left - 1
+      : el.scrollWidth > el.clientWidth + 1 || el.scrollHeight > el.clientHeight + 1;
+    return {text: el.textContent, header, left: box.left, right: box.right, top: box.top,
+            bottom: box.bottom, clipped};
+  });
+}"""
+
+
+def _on_screen(box: dict) -> bool:
+    return 0 <= box["top"] and box["bottom"] <= VIEWPORT["height"] \
+        and 0 <= box["left"] and box["right"] <= VIEWPORT["width"]
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_a_first_run_shows_progress_then_its_verdict_above_the_fold(theme: str) -> None:
+    with cli_server(["--simulate", "2", "--simulate-profile", "h200", "--interval", "0.2"]
+                    ) as (url, _), chromium() as browser:
+        page = browser.new_page(viewport=VIEWPORT)
+        watched = watch(page)
+        page.goto(with_token(url + f"/Workload?theme={theme}"))
+        page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
+                               timeout=20_000)
+        assert "No run yet" in page.evaluate(MODEL_TEXT_JS, "workload-progress")
+        selects = page.locator("select")
+        selects.nth(0).select_option("numpy")
+        selects.nth(1).select_option("ci")
+        spinner = page.locator("input").first
+        spinner.fill(str(ITERATIONS))
+        spinner.press("Enter")
+        page.wait_for_timeout(300)
+        page.get_by_role("button", name="Start").click()
+
+        # While it runs: n of N and an ETA, on screen without scrolling.
+        page.wait_for_function(
+            f"""() => /timed iteration [0-9,]+ of {ITERATIONS:,} .*ETA [0-9]/.test(
+                  ({MODEL_TEXT_JS})('workload-progress'))""", timeout=60_000)
+        page.wait_for_timeout(300)  # drawn
+        [progress] = page.evaluate(BOXES_JS, ".nvd-progress")
+        assert_whole([progress], "progress")
+        assert _on_screen(progress), progress
+        assert re.search(rf"timed iteration [\d,]+ of {ITERATIONS:,} .*ETA \d", progress["text"])
+        screenshot(page, f"workload-first-run-progress-{theme}")
+
+        page.wait_for_function(
+            f"() => ({MODEL_TEXT_JS})('workload-progress').includes('Finished')",
+            timeout=180_000)
+        page.wait_for_timeout(2500)  # the table and the verdict refresh once a second
+        [progress] = page.evaluate(BOXES_JS, ".nvd-progress")
+        assert f"finished {ITERATIONS:,} of {ITERATIONS:,} timed iterations" in progress["text"]
+        assert _on_screen(progress), progress
+        [verdict] = page.evaluate(BOXES_JS, ".nvd-run-verdict")
+        assert_whole([verdict], "verdict")
+        assert _on_screen(verdict), verdict
+        assert "on run " in verdict["text"] and "the newest" in verdict["text"]
+        # Whole: the table's verdict on the run and its second line, word for word (which
+        # finding it is depends on how many process-list readings the run lasted).
+        for column in ("verdict", "verdict_more"):
+            [text] = page.evaluate(SUMMARY_COLUMN_JS, column)
+            assert " ".join(text.split()) in " ".join(verdict["text"].split()), column
+
+        cells = page.evaluate(CELLS_JS)
+        headers = {cell["text"]: cell for cell in cells if cell["header"]}
+        assert {"preset", "iterations", "examples/s"} <= set(headers), headers.keys()
+        assert _on_screen(headers["preset"]), headers["preset"]
+        clipped = [cell for cell in cells if cell["clipped"]]
+        assert not clipped, clipped
+        assert all(cell["right"] <= VIEWPORT["width"] for cell in cells), cells
+        body = [cell["text"] for cell in cells if not cell["header"]]
+        assert "ci" in body and f"{ITERATIONS:,} of {ITERATIONS:,}" in body, body
+        screenshot(page, f"workload-first-run-finished-{theme}")
+
+        # A page opened now draws the judged GPU's lines only, and says which GPU.
+        page.reload()
+        page.wait_for_function("() => window.nvdashboardLive && nvdashboardLive.frames > 0",
+                               timeout=20_000)
+        page.wait_for_timeout(1500)  # the legends' values, about once a second
+        assert "SIMULATED GPU 0: NVIDIA H200, the GPU run" in page.evaluate(
+            MODEL_TEXT_JS, "workload-gpus")
+        hidden = page.evaluate("""() => {
+          const out = {};
+          for (const model of Bokeh.documents[0]._all_models.values()) {
+            const text = model.text || '';
+            for (const m of text.matchAll(/data-series='(gpu_util[0-9]+)' style='([^']*)'/g))
+              out[m[1]] = m[2].includes('line-through');
+          }
+          return out;
+        }""")
+        assert hidden == {"gpu_util0": False, "gpu_util1": True}, hidden
+        screenshot(page, f"workload-first-run-reloaded-{theme}")
+        watched.assert_clean()
