@@ -113,13 +113,18 @@ def test_a_first_run_shows_progress_then_its_verdict_above_the_fold(theme: str) 
         page.wait_for_timeout(1500)  # the legends' values, about once a second
         assert "SIMULATED GPU 0: NVIDIA H200, the GPU run" in page.evaluate(
             MODEL_TEXT_JS, "workload-gpus")
+        # Struck through in the legend as the reader sees it (inside Bokeh's shadow roots).
         hidden = page.evaluate("""() => {
           const out = {};
-          for (const model of Bokeh.documents[0]._all_models.values()) {
-            const text = model.text || '';
-            for (const m of text.matchAll(/data-series='(gpu_util[0-9]+)' style='([^']*)'/g))
-              out[m[1]] = m[2].includes('line-through');
-          }
+          const walk = (root) => {
+            for (const el of root.querySelectorAll('*')) {
+              if (el.shadowRoot) walk(el.shadowRoot);
+              const key = el.dataset && el.dataset.series;
+              if (key && /^gpu_util[0-9]+$/.test(key))
+                out[key] = getComputedStyle(el).textDecorationLine.includes('line-through');
+            }
+          };
+          walk(document);
           return out;
         }""")
         assert hidden == {"gpu_util0": False, "gpu_util1": True}, hidden
