@@ -115,18 +115,23 @@ class RecordingBinding:
         return call
 
 
+def _calls_of_one_read(reader: NvmlReader, recorder: object, warmup: int) -> list:
+    """What ``recorder`` saw during one ``read()``, after ``warmup`` reads."""
+    reader.ensure_initialized()
+    for _ in range(warmup):
+        reader.read()
+    recorder.recording = []  # type: ignore[attr-defined]
+    reader.read()
+    calls, recorder.recording = recorder.recording, None  # type: ignore[attr-defined]
+    return calls
+
+
 def record_one_pass(profile: str, gpus: int, warmup: int) -> list[tuple[Callable, tuple, dict]]:
     """The NVML calls one ``read()`` makes, from a reader in the same state as the timed one."""
     simulator = SimulatedNvml(gpus, profile=profile)
     recorder = RecordingBinding(load_binding(simulator.library))
     reader = NvmlReader(lambda: recorder)
-    reader.ensure_initialized()
-    for _ in range(warmup):
-        reader.read()
-    recorder.recording = []
-    reader.read()
-    calls, recorder.recording = recorder.recording, None
-    return calls
+    return _calls_of_one_read(reader, recorder, warmup)
 
 
 class RecordingLibrary:
@@ -159,13 +164,7 @@ def record_driver_calls(profile: str, gpus: int, warmup: int
     simulator = SimulatedNvml(gpus, profile=profile)
     recorder = RecordingLibrary(simulator.library)
     reader = NvmlReader(binding_loader(recorder))
-    reader.ensure_initialized()
-    for _ in range(warmup):
-        reader.read()
-    recorder.recording = []
-    reader.read()
-    calls, recorder.recording = recorder.recording, None
-    return calls
+    return _calls_of_one_read(reader, recorder, warmup)
 
 
 def replay(calls: list[tuple[Callable, tuple, dict]], error: type[Exception]) -> None:

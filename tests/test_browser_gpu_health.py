@@ -83,8 +83,11 @@ REASONS_BOX_JS = """() => {
     return o instanceof Map ? [...o.values()] : Object.values(o || {}); };
   const plot = views.find((v) => v.model.type === 'Figure' && names(v.model.left[0]).length);
   const box = plot.el.getBoundingClientRect();
+  // Where the newest sample is drawn, on screen: the hover goes there.
+  const times = plot.model.renderers[0].data_source.data.time;
+  const newest = plot.frame.x_scale.compute(times[times.length - 1]);
   return {left: box.left, top: box.top, right: box.right, bottom: box.bottom,
-          labels: names(plot.model.left[0])};
+          newest_x: box.left + newest, labels: names(plot.model.left[0])};
 }"""
 TOOLTIP_JS = """() => {
   const texts = [];
@@ -130,9 +133,9 @@ def test_health_timelines_at_1280x800_in_both_themes() -> None:
             assert "thermal slowdown" in reasons["labels"] and "power cap" in reasons["labels"]
             assert reasons["bottom"] <= 800, reasons  # the reasons rows are on screen
             # The hover names the reason in words, at the newest time.
-            page.mouse.move(reasons["right"] - 250, (reasons["top"] + reasons["bottom"]) / 2)
+            page.mouse.move(reasons["newest_x"] - 2, (reasons["top"] + reasons["bottom"]) / 2)
             page.wait_for_function(f"() => ({TOOLTIP_JS})().includes('thermal slowdown')",
-                                   timeout=5_000)
+                                   timeout=10_000)
             assert "GPU 1" in page.evaluate(TOOLTIP_JS)
             screenshot(page, f"gpu-health-timelines-throttle-{theme}")
             # A click on GPU 1's temperature entry hides GPU 1 on every health chart.
