@@ -59,6 +59,7 @@ sys.path.insert(0, str(ROOT))
 
 from tornado.ioloop import IOLoop, PeriodicCallback  # noqa: E402
 
+from benchmarks.revision import revision_worktree  # noqa: E402
 from jupyterlab_nvdashboard.metrics.binding import binding_loader, load_binding  # noqa: E402
 from jupyterlab_nvdashboard.metrics.nvml import PCIE_SNAPSHOT_EVERY_S, NvmlReader  # noqa: E402
 from jupyterlab_nvdashboard.simnvml import SimulatedNvml  # noqa: E402
@@ -580,26 +581,20 @@ def baseline_costs(revision: str, profiles: Sequence[str], passes: int, rounds: 
 
     then: dict[str, list[float]] = {p: [] for p in profiles}
     now: dict[str, list[float]] = {p: [] for p in profiles}
-    with tempfile.TemporaryDirectory(prefix="nvml-reader-baseline-") as folder:
-        tree = Path(folder) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree),
-                        revision], check=True)
-        try:
-            for round_number in range(rounds):
-                progress(f"... baseline round {round_number + 1}/{rounds}: {revision}")
-                out = Path(folder) / "baseline.json"
-                subprocess.run([sys.executable, str(tree / "benchmarks" / "nvml_reader_cost.py"),
-                                "--only", "reader", "--passes", str(passes), "--profiles",
-                                ",".join(profiles), "--json", str(out)], check=True,
-                               cwd=tree, stdout=subprocess.DEVNULL)
-                for profile, result in json.loads(out.read_text())["reader"].items():
-                    then[profile].append(result[figure]["median"])
-                progress(f"... baseline round {round_number + 1}/{rounds}: this tree")
-                for profile, result in reader_costs(profiles, passes, 20).items():
-                    now[profile].append(result[figure]["median"])
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
-                           check=False)
+    with tempfile.TemporaryDirectory(prefix="nvml-reader-baseline-") as folder, \
+            revision_worktree(revision, Path(folder)) as tree:
+        for round_number in range(rounds):
+            progress(f"... baseline round {round_number + 1}/{rounds}: {revision}")
+            out = Path(folder) / "baseline.json"
+            subprocess.run([sys.executable, str(tree / "benchmarks" / "nvml_reader_cost.py"),
+                            "--only", "reader", "--passes", str(passes), "--profiles",
+                            ",".join(profiles), "--json", str(out)], check=True,
+                           cwd=tree, stdout=subprocess.DEVNULL)
+            for profile, result in json.loads(out.read_text())["reader"].items():
+                then[profile].append(result[figure]["median"])
+            progress(f"... baseline round {round_number + 1}/{rounds}: this tree")
+            for profile, result in reader_costs(profiles, passes, 20).items():
+                now[profile].append(result[figure]["median"])
     return then, now
 
 

@@ -115,7 +115,7 @@ def test_health_timelines_at_1280x800_in_both_themes() -> None:
         for theme in ("light", "dark"):
             server.simulator.set_scenario("compute-bound")  # full speed: no reason yet
             page.goto(f"{server.url}/GPU-Health?theme={theme}")
-            # Health repaints every 5 s (apps/health.py HEALTH_REDRAW_MS).
+            # Health sends and repaints every 5 s (apps/health.py HEALTH_REFRESH_S).
             page.wait_for_function("() => window.nvdashboardLive && nvdashboardLive.draws > 1",
                                    timeout=40_000)
             page.wait_for_function(f"() => ({NEWEST_JS})().reasons0_0 !== null && "

@@ -217,15 +217,15 @@ class TimelineFeed:
             columns[series.key] = np.fromiter(
                 (number_or_nan(series.read(sample)) for sample in samples), float, len(samples))
         # 1 where the GPU was lost: its legend says "lost" rather than "n/a".
+        lost = [{r.index for r in sample.gpus if r.lost} for sample in samples]
         for index in self.gpu_rows:
-            columns[lost_key(index)] = np.fromiter(
-                (float(any(r.index == index and r.lost for r in sample.gpus))
-                 for sample in samples), float, len(samples))
+            columns[lost_key(index)] = np.fromiter((float(index in gone) for gone in lost),
+                                                   float, len(samples))
         return Rows(columns)
 
 
 def lost_key(index: int) -> str:
-    """The column that is 1 while GPU ``index`` is lost (see ``live_client.js``)."""
+    """The column that is 1 while GPU ``index`` is lost (``LiveView.lost_columns``)."""
     return f"gpu_lost_{index}"
 
 
@@ -421,6 +421,7 @@ class Timeline:
             picker=self.picker, windows_s=self.windows_s, window_s=window_s, units=units,
             rollover={f"{w:g}": rollover(w, interval_s) for w in self.windows_s},
             lines=lines, series_gpu={s.key: s.gpu for s in feed.series},
+            lost_columns={s.key: lost_key(s.gpu) for s in feed.series if s.gpu is not None},
             gpu_filter=self.gpu_filter, filter_gpus=gpu_rows, panels=plots,
             panel_gpus=panel_gpus)
 

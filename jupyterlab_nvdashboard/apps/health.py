@@ -83,11 +83,12 @@ HEALTH_COLUMNS = {
     "rows": "Remapped rows",
     "xid": "XID events",
 }
+# Temperature, power and clocks drift over seconds, and the table is read, not watched: the
+# table and the timelines go out (and so repaint) every 5 s, which keeps an open Health tab
+# at about 3% of a core in software rendering (benchmarks/dashboard_overhead.py). A
+# throttle of one tick still shows: every sample travels, five seconds of them a frame.
+HEALTH_REFRESH_S = 5.0
 # assess() group -> the column its mark goes on.
-# Temperature, power and clocks drift over seconds, and the table is read, not watched:
-# the page repaints every 5 s, which keeps an open Health tab near 2% of a core in software
-# rendering (benchmarks/dashboard_overhead.py). A throttle of one tick still shows.
-HEALTH_REDRAW_MS = 5000
 MARK_COLUMNS = {"clocks": "reasons", "temperature": "temperature", "power": "power",
                 "ecc": "ecc", "rows": "rows", "xid": "xid"}
 # Bars: column -> (legend, colour). Only readings where higher is worse: the SM clock
@@ -216,7 +217,7 @@ class HealthFeed:
     # The same readings over time, streamed beside the table (``TIMELINE_STREAM``).
     timeline: TimelineFeed = TimelineFeed(())
     mode = "replace"
-    refresh_s = HEALTH_REDRAW_MS / 1000  # a table people read, with its history above it
+    refresh_s = HEALTH_REFRESH_S  # a table people read, with its history above it
 
     @property
     def gpus(self) -> list[GpuFacts]:
@@ -315,7 +316,7 @@ def health_timeline(facts: Sequence[GpuFacts]) -> TimelineFeed:
         for position, fact in enumerate(gpus) for row, group in enumerate(REASON_ROWS)]
     panels.append(Panel("Clock-event reasons: what held the clocks, and when",
                         "", reasons, y_labels=REASON_ROWS))
-    return TimelineFeed(tuple(panels), refresh_s=HEALTH_REDRAW_MS / 1000)
+    return TimelineFeed(tuple(panels), refresh_s=HEALTH_REFRESH_S)
 
 
 # Draws the table from the source's rows whenever the stream replaces them; the same text
@@ -396,7 +397,6 @@ class HealthDashboard:
                            sizing_mode="stretch_width")
         self.live = LiveView(self.source)
         self.timeline.live.stream = TIMELINE_STREAM
-        self.timeline.live.least_redraw_ms = HEALTH_REDRAW_MS
         self.also_live = (self.timeline.live,)
 
 

@@ -71,12 +71,10 @@ class LiveView:
     filter_gpus: Sequence[int] = ()
     panels: Sequence[LayoutDOM] = ()  # heading, plot, heading, plot, ... of each panel
     panel_gpus: Sequence[int | None] = ()  # the one GPU a panel shows, if it shows one
+    lost_columns: dict[str, str] = field(default_factory=dict)  # series key -> its GPU's
     # Which of the page's streams: "" for ``<page>/stream``, NAME for ``<page>/NAME/stream``
     # (a page may stream more than one view: /GPU-Health's table and its timelines).
     stream: str = ""
-    # The least time between two repaints, when a view wants fewer than
-    # ``redraw_interval_ms`` gives it (readings that change slowly, such as health's).
-    least_redraw_ms: int = 0
 
 
 def attach(doc: Document, view: LiveView) -> None:
@@ -91,9 +89,9 @@ def attach(doc: Document, view: LiveView) -> None:
         "series_gpu": view.series_gpu,
         "filter_gpus": list(view.filter_gpus),
         "panel_gpus": list(view.panel_gpus),
-        "redraw_ms": {f"{window:g}": max(view.least_redraw_ms, redraw_interval_ms(window))
-                      for window in view.windows_s}
-        | {"replace": max(view.least_redraw_ms, redraw_interval_ms(None))},
+        "redraw_ms": {f"{window:g}": redraw_interval_ms(window) for window in view.windows_s}
+        | {"replace": redraw_interval_ms(None)},
+        "lost_columns": view.lost_columns,
         "stream": view.stream,
     }
     args = {

@@ -4,7 +4,7 @@
 // Frames: see stream/frames.py. Columns are little-endian float64, as in every browser.
 const live = {
   seq: -1, frames: 0, resets: 0, rows: 0, connects: 0, hidden: false, parentHidden: false,
-  window: spec.window, socket: null, retryMs: 500, lastHeading: 0, xEnd: null,
+  window: spec.window, socket: null, retryMs: 500, xEnd: null,
   draws: 0, following: true, moving: false, lastDraw: 0,
 };
 // One script per view the page streams (spec.stream: "" or a name): each is in
@@ -127,11 +127,9 @@ function currentValue(key) {
   return Number.isNaN(value) && lostNow(key) ? "lost" : formatValue(value, spec.units[key] || "");
 }
 
-function fillHeadings(force) {
-  // About once a second: the legend's current values, and which entries are hidden.
-  const now = Date.now();
-  if (!headings.length || (!force && now - live.lastHeading < 1000)) return;
-  live.lastHeading = now;
+function fillHeadings() {
+  // At each draw (at most once a second, see redrawMs): the legend's current values, and
+  // which entries are hidden.
   headings.forEach((div) => {
     for (const {span, key, value} of entriesOf(div)) {
       const text = currentValue(key);
@@ -146,8 +144,8 @@ function fillHeadings(force) {
 }
 
 function lostNow(key) {
-  // components.lost_key: 1 while the series' GPU is lost.
-  const column = source.data[`gpu_lost_${(spec.series_gpu || {})[key]}`];
+  // The series' GPU's column (LiveView.lost_columns): 1 while that GPU is lost.
+  const column = source.data[(spec.lost_columns || {})[key]];
   return Boolean(column && column.length && column[column.length - 1] === 1);
 }
 
@@ -169,7 +167,7 @@ function applyVisibility() {
     }
   });
   if (x_range) moveAxes();
-  fillHeadings(true);
+  fillHeadings();
 }
 
 function concat(a, b) {
@@ -199,7 +197,7 @@ function draw() {
   live.draws++;
   live.lastDraw = Date.now();
   if (x_range) moveAxes();
-  fillHeadings(reset);
+  fillHeadings();
 }
 
 function schedule() {

@@ -23,11 +23,12 @@ SIGNALS: dict[str, str] = {
 }
 
 
-def mean(values: Iterable[float | None]) -> float | None:
+def mean(values: Iterable[float | None], *, all_known: bool = False) -> float | None:
     """The mean of the values that are known; None when none is. The one helper: "not
-    available" is never 0."""
+    available" is never 0. ``all_known``: a list the caller already freed of None, which is
+    not searched again (9,000 comparisons for a 30-minute window)."""
     known = values if isinstance(values, list) else list(values)
-    if None in known:
+    if not all_known and None in known:
         known = [value for value in known if value is not None]
     return math.fsum(known) / len(known) if known else None  # type: ignore[arg-type]
 

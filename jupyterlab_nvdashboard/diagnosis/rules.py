@@ -21,7 +21,6 @@ step (or, for a device window, the machine's CPU) says host-CPU-bound.
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -121,11 +120,6 @@ _SM_ACTIVITY = itemgetter(GpmReading._fields.index("sm_activity_pct"))
 _DRAM = itemgetter(GpmReading._fields.index("dram_bandwidth_pct"))
 _TENSOR = itemgetter(GpmReading._fields.index("tensor_activity_pct"))
 _CLOCK_EVENTS = itemgetter(HealthReading._fields.index("clock_event_reasons"))
-
-
-def _mean_known(known: list[float]) -> float | None:
-    """``mean`` of a list with no None in it (the same sum, without looking for None)."""
-    return math.fsum(known) / len(known) if known else None
 
 
 def _passes(extras: Sequence[dict[str, object]], family: str) -> list[object]:
@@ -288,7 +282,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
         gpm = gpm[1:]
     sm_values = _known(map(_SM_ACTIVITY, gpm))
     has_gpm = len(sm_values) >= T.MIN_SAMPLES
-    sm_mean = _mean_known(sm_values) if has_gpm else None
+    sm_mean = mean(sm_values, all_known=True) if has_gpm else None
     # The process lists ride only in the samples of their pass: every sample is looked at.
     list_passes = _list_passes(mine) if pid is not None else None
     own = _own_process(list_passes, row, pid) if list_passes is not None and pid is not None \
@@ -303,7 +297,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
             (f"SM activity needs {T.MIN_SAMPLES} GPM readings ({gpm_count} so far)")
 
     findings: list[Finding] = []
-    util_mean = _mean_known(util_known)
+    util_mean = mean(util_known, all_known=True)
     util_fig = Figure("utilization", util_mean, "%", len(util_known))
 
     # ----- the run's own steps: input-bound, host-CPU-bound ---------------------------------
@@ -312,7 +306,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     if has_gpm:
         findings += _gpm_findings(gpm, sm_values, sm_mean, util_fig if has_util else None)
     elif has_own:
-        own_mean = _mean_known(own)
+        own_mean = mean(own, all_known=True)
         own_fig = Figure("its own SM utilization", own_mean, "%", len(own), "process readings")
         findings += _level_findings(own_mean, own_fig, "per-process", gpm_needs)
     elif has_util:
@@ -398,8 +392,8 @@ def _gpm_findings(gpm: list[GpmReading], sm_values: list[float], sm: float | Non
     count = len(sm_values)
     dram_values = _known(map(_DRAM, gpm))
     tensor_values = _known(map(_TENSOR, gpm))
-    dram = _mean_known(dram_values) if len(dram_values) >= T.MIN_SAMPLES else None
-    tensor = _mean_known(tensor_values) if len(tensor_values) >= T.MIN_SAMPLES else None
+    dram = mean(dram_values, all_known=True) if len(dram_values) >= T.MIN_SAMPLES else None
+    tensor = mean(tensor_values, all_known=True) if len(tensor_values) >= T.MIN_SAMPLES else None
     sm_fig = Figure("SM activity", sm, "%", count, "GPM readings")
     dram_fig = Figure("DRAM bandwidth", dram, "%", len(dram_values), "GPM readings")
     tensor_fig = Figure("tensor activity", tensor, "%", len(tensor_values), "GPM readings")
@@ -502,7 +496,8 @@ def _link_findings(physical_rows: Sequence[GpuReading | None], physical: GpuFact
         rx_known = _known(map(attrgetter(rx_field), readings))
         if len(tx_known) < T.MIN_SAMPLES and len(rx_known) < T.MIN_SAMPLES:
             continue
-        busiest = max(_mean_known(tx_known) or 0.0, _mean_known(rx_known) or 0.0)
+        busiest = max(mean(tx_known, all_known=True) or 0.0,
+                      mean(rx_known, all_known=True) or 0.0)
         share = busiest / maximum
         waiting = sm_mean is None or sm_mean < T.LINK_SM_WAITING_PCT  # KempnerPulse I/O
         if share >= T.LINK_NEAR_MAX and waiting:
@@ -592,6 +587,6 @@ def _machine_cpu_findings(samples: Sequence[Sample],
     return [Finding("host-cpu-bound", "host-CPU-bound: the machine's CPUs are full while "
                     "the GPU waits",
                     (Figure("samples with GPU < 10% and CPU > 90%", share, "%", known),
-                     Figure("machine CPU", _mean_known(machine), "%", known)),
+                     Figure("machine CPU", mean(machine, all_known=True), "%", known)),
                     "host", "free CPU for the job that feeds this GPU (fewer competing "
                     "processes, more cores), or move its preprocessing to the GPU")]

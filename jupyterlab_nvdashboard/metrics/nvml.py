@@ -452,10 +452,10 @@ class NvmlReader:
         return GpuReading(
             index,
             False,  # lost
-            None if utilization is None else float(busy),  # type: ignore[arg-type]
-            None if utilization is None else float(busy_memory),  # type: ignore[arg-type]
-            None if memory is None else float(used),  # type: ignore[arg-type]
-            None if memory is None else float(total),  # type: ignore[arg-type]
+            None if busy is None else float(busy),  # utilization_pct
+            None if busy_memory is None else float(busy_memory),  # memory_utilization_pct
+            None if used is None else float(used),  # memory_used_bytes
+            None if total is None else float(total),  # memory_total_bytes
             None if reserved is None else float(reserved),  # memory_reserved_bytes
             pcie[0],  # pcie_tx_bytes_per_s
             pcie[1],  # pcie_rx_bytes_per_s

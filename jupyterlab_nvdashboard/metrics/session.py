@@ -249,8 +249,7 @@ class NvmlSession:
             # An unversioned wrapper that refuses a driver older than the binding.
             self.log_once(function, "mismatch", error)
             return None, MISSING
-        # decode(), inline: this runs for every NVML call of every tick.
-        return (value.decode(errors="replace") if isinstance(value, bytes) else value), None
+        return decode(value), None
 
     def call(self, function: str, *args: Any) -> Any:
         """A call that needs no device; None when it fails."""
@@ -264,7 +263,7 @@ class NvmlSession:
         ``normal_errors`` are NVML error names that only mean "nothing to report now" for
         this call (NOT_FOUND from nvmlDeviceGetProcessUtilization: no sample since the
         given time): None, with nothing logged or marked unavailable."""
-        if device.lost or (device.skip and device.skips(function, *args)):
+        if device.lost or device.skips(function, *args):
             return None
         value, error = self.invoke(function, device.handle, *args, **kwargs)
         if error is None:

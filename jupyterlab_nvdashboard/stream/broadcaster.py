@@ -95,8 +95,8 @@ class Family:
     bucket_s: float  # 0: every sample
     seq: int = -1  # the last sequence number published to this family's pages
     subscribers: set[Subscriber] = field(default_factory=set)
-    # Replace mode: what the last frame carried (rows, not seq) and when it went out, so an
-    # unchanged picture is not resent, and a feed's ``refresh_s`` spaces the frames out.
+    # Replace mode: what the last frame carried (rows, not seq), so an unchanged picture is
+    # not resent. Any mode: when the last live frame went out (a feed's ``refresh_s``).
     last_rows: bytes | None = None
     last_sent_s: float = -math.inf
 
@@ -156,32 +156,25 @@ class Family:
             return None
         frame = encode(self._rows(publishable), -1 if reset else self.seq,
                        publishable[-1].seq, reset)
-        self.seq = publishable[-1].seq
+        self.seq, self.last_sent_s = publishable[-1].seq, time.monotonic()
         return frame
 
-
     def _too_soon(self) -> bool:
-        """An append feed with a ``refresh_s`` (readings its pages draw every few seconds)
-        sends everything new at most that often, in one frame."""
-        refresh_s = getattr(self.feed, "refresh_s", 0.0)
-        now = time.monotonic()
-        if refresh_s and now - self.last_sent_s < refresh_s:
-            return True
-        self.last_sent_s = now
-        return False
+        """Whether the feed's ``refresh_s`` (0: none) has not passed since the last frame:
+        its pages draw every few seconds, and get everything new at once."""
+        return time.monotonic() - self.last_sent_s < getattr(self.feed, "refresh_s", 0.0)
 
     def _replacement(self, publishable: list[Sample]) -> bytes | None:
         """A replace family's next frame: None when too soon after the last one, or when
         the picture is the same (the family then stays at the sample it last sent, so its
         pages' next frame still continues theirs)."""
-        now = time.monotonic()
-        if now - self.last_sent_s < getattr(self.feed, "refresh_s", 0.0):
+        if self._too_soon():
             return None
         rows = self._rows(publishable)
         content = encode(rows, 0, 0, False)
         if content == self.last_rows:
             return None
-        self.last_rows, self.last_sent_s = content, now
+        self.last_rows, self.last_sent_s = content, time.monotonic()
         frame = encode(rows, self.seq, publishable[-1].seq, False)
         self.seq = publishable[-1].seq
         return frame
