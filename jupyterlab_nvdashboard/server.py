@@ -78,6 +78,9 @@ from .stream.broadcaster import Broadcaster, StreamSocket
 
 log = logging.getLogger("nvdashboard")
 
+# What stops the standalone server cleanly: Ctrl-C, and what service managers send.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 class LiveSessions:
     """Counts the Bokeh sessions alive now (open tabs, and pages not yet discarded)."""
@@ -678,17 +681,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("%s: anyone who can reach this port can watch; the run panel is disabled",
                  VIEW_ONLY_REASON)
 
-    def stop(*_: object) -> None:
-        server.io_loop.add_callback_from_signal(server.io_loop.stop)
+    asyncio_loop = server.io_loop.asyncio_loop  # type: ignore[attr-defined]
 
-    signal.signal(signal.SIGTERM, stop)
-    # Our own disposition, not the inherited one: started by a non-interactive shell's
-    # `cmd &` (many container entry points), SIGINT arrives ignored and Ctrl-C would not stop.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    def stop() -> None:
+        # A second Ctrl-C or SIGTERM while stopping ends the process at once.
+        for stopping in STOP_SIGNALS:
+            asyncio_loop.remove_signal_handler(stopping)
+            signal.signal(stopping, signal.SIG_DFL)
+        server.io_loop.stop()
+
+    # The loop's own handlers, not Python's KeyboardInterrupt: that is raised wherever the
+    # main thread happens to be, and where it lands in a callback that swallows exceptions (a
+    # weakref's, a finalizer's) the server never stops. They also replace an inherited
+    # disposition: started by a non-interactive shell's `cmd &` (many container entry points),
+    # SIGINT arrives ignored and Ctrl-C would not stop.
+    for stopping in STOP_SIGNALS:
+        asyncio_loop.add_signal_handler(stopping, stop)
     try:
         server.io_loop.start()
-    except KeyboardInterrupt:
-        pass
     finally:
         server.stop()
         sources.stop()

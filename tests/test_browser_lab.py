@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.support.browser import CANVAS_INK_JS, chromium, screenshot, watch
 from tests.support.jupyter import jupyter_lab
@@ -16,6 +17,7 @@ from tests.support.jupyter import jupyter_lab
 pytestmark = pytest.mark.browser
 
 SIDEBAR_TAB = 'li[data-id="nvdashboard-sidebar"]'
+SIDEBAR_PANEL = "#nvdashboard-sidebar"
 DARK_BACKGROUND = "rgb(32, 38, 43)"
 
 
@@ -78,8 +80,30 @@ def mig_rows(frame) -> list[str]:  # noqa: ANN001
 
 
 def open_lab(page, lab) -> None:  # noqa: ANN001
+    """Load JupyterLab and wait until it has restored its layout.
+
+    The sidebar's tab is drawn before the layout is restored; a click on it in between can
+    be undone by the restore (the left area goes back to what the saved layout shows), and
+    then the sidebar stays hidden and never polls. JupyterLab removes its splash screen once
+    the restore is done.
+    """
     page.goto(f"{lab.url}lab?token={lab.token}")
     page.wait_for_selector(SIDEBAR_TAB, timeout=60_000)
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
+
+
+def show_sidebar(page) -> None:  # noqa: ANN001
+    """Open the dashboards sidebar the way a user does, by its tab, unless it is open."""
+    for _ in range(3):
+        if page.is_visible(SIDEBAR_PANEL):
+            return
+        page.click(SIDEBAR_TAB)
+        try:
+            page.wait_for_selector(SIDEBAR_PANEL, state="visible", timeout=5_000)
+            return
+        except PlaywrightTimeoutError:
+            continue
+    raise AssertionError(f"the sidebar did not open: {page.inner_text('body')[:500]!r}")
 
 
 def test_sidebar_dashboards_reload_and_theme(lab, browser) -> None:
@@ -88,10 +112,15 @@ def test_sidebar_dashboards_reload_and_theme(lab, browser) -> None:
     watched = watch(page)
     open_lab(page, lab)
 
-    page.click(SIDEBAR_TAB)
-    page.wait_for_function(
-        f"() => document.querySelectorAll('.nvdashboard-button').length === {len(index)}",
-        timeout=60_000)
+    show_sidebar(page)
+    try:
+        page.wait_for_function(
+            f"() => document.querySelectorAll('.nvdashboard-button').length === {len(index)}",
+            timeout=60_000)
+    except PlaywrightTimeoutError:
+        screenshot(page, "lab-sidebar-not-listed")
+        raise AssertionError(f"the sidebar does not list {len(index)} dashboards: "
+                             f"{page.inner_text(SIDEBAR_PANEL)!r}") from None
     listed = page.eval_on_selector_all(".nvdashboard-button",
                                        "els => els.map(e => e.dataset.route)")
     assert sorted(listed) == sorted(index)
@@ -160,9 +189,7 @@ def test_a_background_dashboard_tab_applies_no_updates_and_catches_up(lab, brows
     watched = watch(page)
     open_lab(page, lab)
     button = '.nvdashboard-button[data-route="/GPU-Resources"]'
-    page.wait_for_timeout(2000)  # the restored layout may already show the sidebar
-    if not page.is_visible(button):
-        page.click(SIDEBAR_TAB)
+    show_sidebar(page)
     page.wait_for_selector(button, timeout=60_000)
     page.click('.nvdashboard-button[data-route="/GPU-Resources"]')
     frame = dashboard_frame(page, "/GPU-Resources")

@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.browser import chromium, screenshot, watch
 from tests.support.jupyter import jupyter_lab
-from tests.test_browser_lab import SIDEBAR_TAB, dashboard_frame, open_lab
+from tests.test_browser_lab import dashboard_frame, open_lab, show_sidebar
 from tests.test_lab_processes import (
     NOTEBOOK,
     call,
@@ -66,9 +66,7 @@ def test_status_bar_sidebar_kernels_and_process_table(lab, processes_file) -> No
         page.on("request", lambda r: (r.method != "GET" or "/api/kernels" in r.url)
                 and unsafe.append((r.method, r.url, r.frame != page.main_frame)))
         open_lab(page, lab)
-        page.wait_for_timeout(1500)
-        if not page.is_visible(".nvdashboard-glance"):
-            page.click(SIDEBAR_TAB)
+        show_sidebar(page)
         row = f'.nvdashboard-kernel[data-kernel-id="{kernel_id}"]'
         page.wait_for_selector(row, timeout=60_000)
         assert "train.ipynb" in page.inner_text(row) and "4 GB on GPU 0" in page.inner_text(row)

@@ -104,9 +104,11 @@ def test_workload_dashboard_runs_native_then_plugin() -> None:
         assert page.locator("select").nth(2).locator("option").all_inner_texts() == ["cpu"]
         screenshot(page, "workload-before-first-run")
         for path in ("native", "plugin"):
-            # Long enough for 3 process-list readings (one a second) on a loaded machine:
-            # the plugin path steps several times faster than the native one.
-            _start_run(page, path, 4000 if path == "native" else 12000)
+            # Long enough for 3 process-list readings (one a second) with room to spare: on a
+            # loaded machine the reader thread misses some of its seconds (CI judged one of
+            # these over 2 readings at half these lengths). The plugin path steps several
+            # times faster than the native one.
+            _start_run(page, path, 8000 if path == "native" else 24000)
             # A fast run may finish before the table first shows it as running.
             _wait_for_run(page, path, "running", "done")
             page.wait_for_timeout(2500)
