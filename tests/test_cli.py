@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.support.servers import cli_server, free_port, get, server_output
+from tests.support.servers import cli_server, free_port, get, server_output, wait_until_serving
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -123,6 +123,35 @@ def test_ctrl_c_stops_even_when_it_lands_in_code_that_swallows_exceptions(tmp_pa
     assert "swallowed" not in result.stdout, result.stdout
     assert result.returncode == 0, result.stderr
     assert "stopped" in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_second_ctrl_c_while_stopping_ends_the_process_at_once(tmp_path) -> None:  # noqa: ANN001
+    # The stop is made slow (a stop of the sampler that hangs): the second Ctrl-C ends it.
+    slow_stop = ("import sys, time\nfrom jupyterlab_nvdashboard import server\n"
+                 "composed = server.compose_sources\n"
+                 "def compose_sources(*args, **kwargs):\n"
+                 "    sources = composed(*args, **kwargs)\n"
+                 "    sources.stop = lambda: time.sleep(120)\n"
+                 "    return sources\n"
+                 "server.compose_sources = compose_sources\n"
+                 "sys.exit(server.main(sys.argv[1:]))\n")
+    port = free_port()
+    with open(tmp_path / "server.log", "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-c", slow_stop, str(port), "--simulate", "1"],
+            stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "NVDASHBOARD_RUNS_DIR": str(tmp_path / "runs")})
+    process.log_path = log.name  # type: ignore[attr-defined] - what server_output reads
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}/", process=process)
+        process.send_signal(signal.SIGINT)
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(2)  # stopping, slowly
+        process.send_signal(signal.SIGINT)
+        assert process.wait(15) == -signal.SIGINT
+    finally:
+        process.kill()
+        process.wait()
 
 
 def test_all_interfaces_warns() -> None:
