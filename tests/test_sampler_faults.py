@@ -14,6 +14,10 @@ import time
 
 import pynvml
 
+from jupyterlab_nvdashboard.metrics.binding import binding_loader
+from jupyterlab_nvdashboard.metrics.host import HostReader
+from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
+from jupyterlab_nvdashboard.metrics.sampler import History, Sampler
 from jupyterlab_nvdashboard.simnvml import SimulatedNvml
 from tests.support.bokeh_client import open_session
 from tests.support.servers import get, in_process_server
@@ -138,3 +142,42 @@ def test_nvml_init_fails_first_then_dashboards_fill_themselves() -> None:
         gaps = [b.time_s - a.time_s for a, b in zip(samples, samples[1:], strict=False)]
         assert max(gaps) < 3 * INTERVAL_S  # host ticks never waited for NVML
         assert samples[-1].gpus and samples[-1].gpus[0].utilization_pct is not None
+
+
+
+def test_a_stop_while_the_readers_are_starting_raises_nothing_and_leaves_none(monkeypatch) -> None:  # noqa: ANN001
+    # Ctrl-C right after start-up: the server's stop runs while the sampler, on its own
+    # thread, is starting its reader threads. A stop that joined a reader not started yet
+    # raised "cannot join thread before it is started" and the server exited with code 1.
+    simulator = SimulatedNvml(2, profile="h200")
+    sampler = Sampler(NvmlReader(binding_loader(simulator.library)), HostReader(),
+                      History(5), INTERVAL_S)
+    stop_errors: list[BaseException] = []
+
+    def stop_sampler() -> None:
+        try:
+            sampler.stop()
+        except BaseException as error:  # noqa: BLE001 - what the test looks for
+            stop_errors.append(error)
+
+    stopper = threading.Thread(target=stop_sampler)
+    readers: list[threading.Thread] = []
+    start_thread = threading.Thread.start
+
+    def start_with_a_stop_arriving(thread: threading.Thread) -> None:
+        if thread is not stopper:
+            readers.append(thread)
+            if stopper.ident is None:
+                stopper.start()  # the stop arrives while the first reader is being started
+                stopper.join(0.5)
+        start_thread(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start_with_a_stop_arriving)
+    sampler.start()
+    monkeypatch.setattr(threading.Thread, "start", start_thread)
+    stopper.join(10)
+    assert not stopper.is_alive() and stop_errors == []
+    assert readers, "the sampler started no reader thread"
+    for reader in readers:
+        reader.join(10)
+    assert not [reader.name for reader in readers if reader.is_alive()]

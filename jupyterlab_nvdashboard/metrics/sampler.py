@@ -169,6 +169,7 @@ class Sampler:
         self.idle_interval_s = max(interval_s, idle_interval_s or interval_s)
         self.idle = False
         self._stop = threading.Event()
+        self._lifecycle = threading.Lock()  # start and stop may run on different threads
         self._wakes: list[threading.Event] = []
         self._thread: threading.Thread | None = None
         self._gpu_thread: threading.Thread | None = None
@@ -309,28 +310,38 @@ class Sampler:
                                 name=name, daemon=True)
 
     def start(self) -> None:
-        if self._thread is None:
+        """Read the GPUs once, then start the reader threads. It may run on a thread of its
+        own (NVML's first init and read can take minutes) while ``stop`` is called: the
+        threads are then never started."""
+        with self._lifecycle:
+            if self._thread is not None:
+                return
             self._stop.clear()
+        self.nvml.ensure_initialized()
+        self.read_gpus()  # the first sample already has GPU readings
+        with self._lifecycle:
+            if self._stop.is_set() or self._thread is not None:
+                return  # stopped while NVML was starting
             self._wakes.clear()
-            self.nvml.ensure_initialized()
-            self.read_gpus()  # the first sample already has GPU readings
             current = lambda: self.current_interval_s  # noqa: E731
-            self._gpu_thread = self._thread_for("nvdashboard-gpu-reader", self.read_gpus,
-                                                "late_gpu_reads", current)
-            self._thread = self._thread_for("nvdashboard-sampler", self.tick, "late_ticks",
-                                            current)
-            self._slow_thread = self._thread_for(
-                "nvdashboard-slow-reader", self.read_slow, None,
-                lambda: max(self.slow_interval_s, self.current_interval_s))
-            self._slow_thread.start()
-            self._gpu_thread.start()
-            self._thread.start()
+            threads = (
+                self._thread_for("nvdashboard-slow-reader", self.read_slow, None,
+                                 lambda: max(self.slow_interval_s, self.current_interval_s)),
+                self._thread_for("nvdashboard-gpu-reader", self.read_gpus, "late_gpu_reads",
+                                 current),
+                self._thread_for("nvdashboard-sampler", self.tick, "late_ticks", current),
+            )
+            for thread in threads:
+                thread.start()
+            self._slow_thread, self._gpu_thread, self._thread = threads
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        self._stop.set()
-        for wake in self._wakes:
-            wake.set()
-        for thread in (self._thread, self._gpu_thread, self._slow_thread):
+        with self._lifecycle:
+            self._stop.set()
+            for wake in self._wakes:
+                wake.set()
+            threads = (self._thread, self._gpu_thread, self._slow_thread)
+            self._thread = self._gpu_thread = self._slow_thread = None
+        for thread in threads:
             if thread is not None:
                 thread.join(timeout_s)
-        self._thread = self._gpu_thread = self._slow_thread = None
