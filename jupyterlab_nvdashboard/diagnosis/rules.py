@@ -86,15 +86,20 @@ def host_findings(steps: Sequence[Step]) -> list[Finding]:
     return _step_findings(steps, [])
 
 
-def not_using_gpu(gpu: str, lists: int) -> Finding:
+# What to try when a run did not use a GPU, unless the caller knows better (runs/verdict.py).
+FRAMEWORK_SEES_NO_GPU = ("check that the framework sees a GPU (TensorFlow: "
+                         "tf.config.list_physical_devices('GPU'); a CPU-only build never "
+                         "does) and that the run asked for one")
+
+
+def not_using_gpu(gpu: str, lists: int, advice: str | None = None) -> Finding:
     """A run whose process held no context on any GPU in ``lists`` samples of the process
-    lists (``process_presence``); ``gpu``: the GPU it was pinned to or judged against."""
+    lists (``process_presence``); ``gpu``: the GPU it was pinned to or judged against;
+    ``advice``: what to try, where the caller knows more than the framework check."""
     return Finding("not-using-gpu", f"not using {gpu}",
                    (Figure("GPU contexts its process held", 0.0, "", lists,
                            "process-list readings"),),
-                   "process-lists", "check that the framework sees a GPU (TensorFlow: "
-                   "tf.config.list_physical_devices('GPU'); a CPU-only build never does) "
-                   "and that the run asked for one",
+                   "process-lists", advice or FRAMEWORK_SEES_NO_GPU,
                    words=f"its process held no context on any GPU, over {lists} "
                          "process-list readings")
 

@@ -183,6 +183,18 @@ def _host(steps: Sequence[Step], device: str) -> list[Finding]:
     return [f for f in findings if f.cause != "host-cpu-bound"] if device == "cpu" else findings
 
 
+def _gpu_advice(run: Run) -> str | None:
+    """What to try for a run that used no GPU, where its path or device says more than the
+    framework check does (None: the diagnosis' own advice)."""
+    if run.path == "numpy":
+        return ("the numpy path computes on the CPU only: the cupy-plugin path runs the same "
+                "step on a GPU")
+    if run.device == "cpu":
+        return ("it ran with device cpu: start it with device gpu (the run then says why, "
+                "if the framework sees no GPU)")
+    return None
+
+
 def _not_judged(text: str, row: int | None, samples: int = 0) -> Verdict:
     return Verdict(text, "not-judged", samples, "none", row, None)
 
@@ -205,7 +217,7 @@ def judge(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts],
     if pid is not None and lists >= MIN_LIST_READINGS and not held:
         name = _label(row, facts, prefix) if row is not None else f"{prefix}any GPU"
         own = _host(steps, run.device)
-        missing = not_using_gpu(name, lists)
+        missing = not_using_gpu(name, lists, _gpu_advice(run))
         findings = (own + [missing]) if run.device == "cpu" else ([missing] + own)
         return Verdict(findings[0].summary(), findings[0].cause, len(timed),
                        findings[0].signal, row, None, (), _rest(findings),

@@ -44,9 +44,10 @@ def process(device: int, pid: int, sm: float | None) -> ProcessReading:
 
 def run_on(row: int | None, device: str = "gpu", warmup_end_s: float = 100.0,
            iteration_times: tuple[float, ...] = (101.0, 102.0, 103.0, 104.0, 105.0, 106.0),
-           visible: str | None = None, profile: str = "h200", **step: float) -> Run:
+           visible: str | None = None, profile: str = "h200", path: str = "plugin",
+           **step: float) -> Run:
     uuid = facts(profile=profile)[row].uuid if row is not None else None
-    return Run("r", start={"time": 90.0, "device": device, "path": "plugin", "pid": RUN_PID,
+    return Run("r", start={"time": 90.0, "device": device, "path": path, "pid": RUN_PID,
                            "gpu": {"uuid": uuid, "index": None, "visible": visible}},
                iterations=[{"time": t, "ms": 50.0, **step} for t in iteration_times],
                warmup_end_s=warmup_end_s)
@@ -121,6 +122,18 @@ def test_cpu_run_holding_no_gpu_context_reads_not_using_and_ignores_others_work(
     # A CPU run's busy core is its own work on its own device, not a host starving a GPU.
     busy_cpu = judge(run_on(0, device="cpu", cpu_ms=49.0), samples, facts())
     assert busy_cpu.cause == "not-using-gpu" and "host-CPU-bound" not in busy_cpu.rest
+
+
+def test_the_advice_for_a_run_without_a_gpu_context_fits_how_it_was_started() -> None:
+    samples = timeline(99.0, 107.0, utilization={0: 0.0}, processes=[])
+    # A run that could have used a GPU: whether the framework sees one.
+    assert "tf.config.list_physical_devices('GPU')" in judge(run_on(0), samples, facts()).advice
+    # Started on the CPU: what to start instead, not TensorFlow's device check.
+    on_cpu = judge(run_on(0, device="cpu"), samples, facts()).advice
+    assert on_cpu.startswith("it ran with device cpu: start it with device gpu"), on_cpu
+    numpy = judge(run_on(0, device="cpu", path="numpy"), samples, facts()).advice
+    assert numpy.startswith("the numpy path computes on the CPU only"), numpy
+    assert "TensorFlow" not in on_cpu + numpy
 
 
 def test_gpu_run_that_holds_no_context_reads_not_using_its_gpu_first() -> None:
