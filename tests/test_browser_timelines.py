@@ -35,6 +35,41 @@ AXIS_JS = """() => {
   return {top: box.top, bottom: box.bottom};
 }"""
 
+# The window picker's and the GPU filter's buttons, in their shadow roots: each one's
+# background and text colour as [r, g, b], and whether it is the active one.
+BUTTONS_JS = """() => {
+  const out = []; const rgb = (c) => c.match(/\\d+/g).slice(0, 3).map(Number);
+  const walk = (root) => { for (const el of root.querySelectorAll('*')) {
+    if (el.matches('.bk-btn-group .bk-btn')) {
+      const style = getComputedStyle(el);
+      out.push({text: el.textContent, background: rgb(style.backgroundColor),
+                color: rgb(style.color), active: el.classList.contains('bk-active')});
+    }
+    if (el.shadowRoot) walk(el.shadowRoot); } };
+  walk(document);
+  return out;
+}"""
+
+
+def luminance(rgb: list[int]) -> float:
+    return sum(rgb) / (3 * 255)
+
+
+def assert_buttons_follow_the_theme(page, theme: str) -> None:  # noqa: ANN001
+    buttons = page.evaluate(BUTTONS_JS)
+    assert {"2 min", "10 min", "30 min", "GPU 0"} <= {b["text"] for b in buttons}, buttons
+    inactive = [b for b in buttons if not b["active"]]
+    active = [b for b in buttons if b["active"]]
+    assert inactive and active, buttons
+    for button in buttons:  # readable: text well apart from its background
+        assert abs(luminance(button["color"]) - luminance(button["background"])) > 0.45, button
+    if theme == "dark":  # no light buttons on the dark page, and the chosen one stands out
+        assert all(luminance(b["background"]) < 0.45 for b in buttons), buttons
+        assert {tuple(b["background"]) for b in active}.isdisjoint(
+            tuple(b["background"]) for b in inactive), buttons
+    else:
+        assert all(luminance(b["background"]) > 0.85 for b in buttons), buttons
+
 
 def test_resources_timeline_tools_at_1280x800() -> None:
     with cli_server(["--simulate", "4", "--interval", "0.2"]) as (url, _), \
@@ -46,6 +81,7 @@ def test_resources_timeline_tools_at_1280x800() -> None:
             page.goto(f"{url}/GPU-Resources?theme={theme}")
             page.wait_for_function("() => window.nvdashboardLive && nvdashboardLive.draws > 3",
                                    timeout=20_000)
+            assert_buttons_follow_the_theme(page, theme)
             axis = page.evaluate(AXIS_JS)
             assert 0 <= axis["top"] and axis["top"] + 40 <= 800, axis
             lines = page.evaluate(LINES_JS)

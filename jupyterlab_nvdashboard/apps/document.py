@@ -42,9 +42,25 @@ PAGE = Template("""\
 {% endblock %}
 """)
 
-# Bokeh's dark_minimal, plus light text for the value labels it does not cover.
+# Bokeh's widgets (buttons, the window picker and GPU filter, inputs) draw in their own
+# shadow DOM from CSS variables that dark_minimal leaves light: dark values for them.
+DARK_WIDGET_CSS = """
+:host {
+  color-scheme: dark;
+  --color: #e0e0e0; --background-color: #2b3339; --hover-color: #343d44;
+  --border-color: #56616a; --divider-color: #3f484f; --surface-background-color: #343d44;
+  --disabled-background-color: #30383e; --disabled-color: #9aa3aa;
+  --placeholder-color: #8a949b; --inactive-bg: #343d44; --inactive-fg: #9aa3aa;
+  --default: #2b3339; --default-border: #56616a; --default-hover: #363f47;
+  --default-hover-border: #6b757d; --default-active: #4f6272; --default-active-border: #8196a6;
+  --default-disabled: #30383e; --default-disabled-border: #444d54;
+}
+"""
+# Bokeh's dark_minimal, plus light text for the value labels it does not cover and the
+# widgets' colours (a widget given stylesheets of its own, such as a themed table, keeps them).
 _DARK = Theme(json={"attrs": {**_dark_minimal_json["attrs"],
-                              "LabelSet": {"text_color": "#e0e0e0"}}})
+                              "LabelSet": {"text_color": "#e0e0e0"},
+                              "Widget": {"stylesheets": [DARK_WIDGET_CSS]}}})
 THEMES = {
     "light": {"bokeh": None, "page_background": "#ffffff", "page_foreground": "#1f1f1f"},
     "dark": {"bokeh": _DARK, "page_background": "#20262b", "page_foreground": "#e0e0e0"},
