@@ -215,6 +215,7 @@ export function parseInfo(data: unknown): IServerInfo {
         : null,
     gpu_count: numberOr(data.gpu_count, devices.length),
     devices,
+    reading_gpus: data.reading_gpus === true,
     interval_s: numberOr(data.interval_s, 0),
     history_s: numberOr(data.history_s, 0)
   };

@@ -8,7 +8,9 @@
  * the proxied Bokeh server is starting it shows a loading line and retries
  * with backoff up to `retryMax`; once the list is shown, a failed poll keeps
  * the list and says it is stale, and the server is found again within
- * `retryMax` of its return. Nothing is drawn while the sidebar is hidden, and
+ * `retryMax` of its return. While the server says it is still reading its
+ * GPUs (its index then lists only the machine dashboards), it polls as often
+ * as a retry would. Nothing is drawn while the sidebar is hidden, and
  * the buttons are kept (with their focus) unless the list itself changes.
  */
 import { TranslationBundle } from '@jupyterlab/translation';
@@ -274,10 +276,18 @@ export class DashboardSidebar extends Panel {
     if (this.isDisposed) {
       return;
     }
-    this._poll.frequency = ok ? this._frequency : this._retryFrequency;
+    // While the server is still reading its GPUs, the GPU dashboards are about
+    // to join the list: ask again as soon as a retry would, not in 15 s.
+    const settled = ok && !this._readingGpus();
+    this._poll.frequency = settled ? this._frequency : this._retryFrequency;
     if (!ok) {
       throw new Error('nvdashboard: index not available');
     }
+  }
+
+  private _readingGpus(): boolean {
+    const state = this._state;
+    return state.kind === 'ready' && state.info?.reading_gpus === true;
   }
 
   private _setState(state: SidebarState): void {

@@ -118,6 +118,11 @@ export interface IServerInfo {
   simulated_profile: string | null;
   gpu_count: number;
   devices: IDeviceInfo[];
+  /**
+   * True until the server's first GPU read is done: until then its index
+   * lists only the machine dashboards.
+   */
+  reading_gpus: boolean;
   interval_s: number;
   history_s: number;
 }

@@ -6,8 +6,6 @@ Screenshots of the sidebar and every dashboard, light and dark, go to test-artif
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
@@ -107,7 +105,7 @@ def show_sidebar(page) -> None:  # noqa: ANN001
 
 
 def test_sidebar_dashboards_reload_and_theme(lab, browser) -> None:
-    index = json.loads(lab.get("nvdashboard/index.json")[1])
+    index = lab.dashboard_index()
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     watched = watch(page)
     open_lab(page, lab)

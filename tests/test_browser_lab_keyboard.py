@@ -118,7 +118,10 @@ def test_keyboard_only_sidebar_dashboard_shutdown_and_stale(lab, processes_file)
         assert box is not None and box["y"] + box["height"] <= 800, box
         screenshot(page, "lab-keyboard-sidebar")
 
-        # Tab to the GPU Utilization button; Enter opens the dashboard.
+        # Tab to the GPU Utilization button; Enter opens the dashboard. The GPU dashboards
+        # join the list once the server has read its GPUs (this page may open before).
+        page.wait_for_selector('.nvdashboard-button[data-route="/GPU-Utilization"]',
+                               timeout=30_000)
         tab_until(page, "() => document.activeElement?.dataset?.route === '/GPU-Utilization'")
         page.keyboard.press("Enter")
         dashboard_frame(page, "/GPU-Utilization")

@@ -67,6 +67,7 @@ describe('parseInfo', () => {
     expect(info.gpu_count).toBe(2);
     expect(info.devices[1]).toMatchObject({ index: 1, name: 'NVIDIA H200' });
     expect(info.interval_s).toBe(0.2);
+    expect(parseInfo({ ...INFO, reading_gpus: true }).reading_gpus).toBe(true);
   });
 
   it('fills neutral defaults for missing optional fields', () => {
@@ -75,7 +76,8 @@ describe('parseInfo', () => {
       simulated: false,
       gpu_count: 0,
       devices: [],
-      nvml_message: ''
+      nvml_message: '',
+      reading_gpus: false
     });
   });
 

@@ -410,6 +410,35 @@ describe('DashboardSidebar', () => {
     }
   });
 
+  it('asks again at the retry interval while the server is reading its GPUs', async () => {
+    // Start-up: the server answers before its first GPU read, with the machine
+    // dashboards only; the GPU dashboards join once the read is done.
+    const machineOnly = { '/Machine-Resources': 'Machine Resources' };
+    const fetcher = new FakeFetcher(
+      [machineOnly, machineOnly, INDEX],
+      [
+        { ...DEFAULT_INFO, gpu_count: 0, devices: [], reading_gpus: true },
+        { ...DEFAULT_INFO, gpu_count: 0, devices: [], reading_gpus: true },
+        DEFAULT_INFO
+      ]
+    );
+    const widget = make(fetcher, {
+      autoStart: true,
+      retryInterval: 5,
+      retryMax: 20,
+      frequency: { interval: 60_000, max: 60_000, backoff: true }
+    });
+    const intervals: number[] = [];
+    widget.poll.ticked.connect((_, state) => {
+      intervals.push(state.interval);
+    });
+    await waitFor(() => buttons(widget).length === Object.keys(INDEX).length);
+    expect(fetcher.indexCalls).toBe(3);
+    // Once the GPUs are read, the list settles to its own (slow) interval.
+    await waitFor(() => intervals[intervals.length - 1] === 60_000);
+    expect(intervals.slice(0, 2).every(interval => interval <= 20)).toBe(true);
+  });
+
   it('draws nothing while hidden and catches up when shown', async () => {
     const fetcher = new FakeFetcher([INDEX]);
     const widget = make(fetcher);

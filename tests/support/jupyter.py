@@ -50,6 +50,19 @@ class JupyterLab:
         except OSError:  # not listening yet
             return 0, b""
 
+    def dashboard_index(self, timeout_s: float = 60.0) -> dict[str, str]:
+        """The proxied server's dashboard index once it has read its GPUs: the first request
+        starts it, and until its first GPU read its index lists the machine dashboards only."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status, body = self.get("nvdashboard/info.json")
+            if status == 200 and not json.loads(body).get("reading_gpus"):
+                status, body = self.get("nvdashboard/index.json")
+                assert status == 200, body[:500]
+                return json.loads(body)
+            time.sleep(0.2)
+        raise AssertionError(f"the proxied server did not read its GPUs in {timeout_s:.0f} s")
+
 
 def _never_ask_about_news(settings_dir: str) -> None:
     """JupyterLab's "get notified about Jupyter news?" toast covers part of every screenshot."""
