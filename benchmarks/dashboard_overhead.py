@@ -437,13 +437,20 @@ def main() -> int:
         print(f"no {CHROMIUM}: skipping the browser runs", file=sys.stderr)
         counts["chromium"] = counts["chromium-hidden"] = []
     sources = [args.source]
-    if args.baseline:
-        baseline = Path(tempfile.mkdtemp(prefix="nvdashboard-baseline-")) / args.baseline
-        baseline.mkdir()
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline],
-                                 check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
-        sources.insert(0, baseline)
+    with tempfile.TemporaryDirectory(prefix="nvdashboard-baseline-") as folder:
+        if args.baseline:
+            baseline = Path(folder) / args.baseline
+            baseline.mkdir()
+            archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline],
+                                     check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
+            sources.insert(0, baseline)
+        return measure(args, routes, counts, sources)
+
+
+def measure(args: argparse.Namespace, routes: list[str], counts: dict[str, list[int]],
+            sources: list[Path]) -> int:
+    """Every configured run, for each source side by side; prints the table."""
     print(f"# {platform.node()} {os.cpu_count()} cores, python {platform.python_version()}, "
           f"window {args.window:.0f} s, interval {args.interval * 1000:.0f} ms, "
           f"4 simulated GPUs, routes {routes}, sources {[str(s) for s in sources]}", flush=True)

@@ -85,3 +85,18 @@ def test_cluster_windows_gives_a_row_per_window() -> None:
     shipped, every_tick = (int(part.split(" rows")[0].rsplit(" ", 1)[1])
                            for part in rows[1].split("|")[2:4])
     assert shipped <= 4 * 241 < every_tick
+
+
+def test_dashboard_overhead_measures_a_baseline_beside_this_tree_and_removes_it(
+        tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "dashboard_overhead.py"), "--window", "1",
+         "--raw", "1", "--browser", "", "--hidden", "", "--baseline", "HEAD"],
+        env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if "| raw | 1 |" in line]
+    assert [row.split(" |")[0] for row in rows] == ["| HEAD", f"| {ROOT.name}"], done.stdout
+    # The baseline's copy of the tree was the benchmark's own: it is gone again.
+    assert not list(tmp_path.glob("nvdashboard-baseline-*"))
