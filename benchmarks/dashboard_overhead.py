@@ -46,6 +46,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +55,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.revision import revision_worktree  # noqa: E402
 from tests.support.bokeh_client import TEST_TOKEN, auth_headers, open_session  # noqa: E402
 from tests.support.servers import free_port, wait_until_serving, with_token  # noqa: E402
 from tests.support.stream_client import open_stream  # noqa: E402
@@ -436,15 +438,10 @@ def main() -> int:
     if counts["chromium"] and not Path(CHROMIUM).exists():
         print(f"no {CHROMIUM}: skipping the browser runs", file=sys.stderr)
         counts["chromium"] = counts["chromium-hidden"] = []
-    sources = [args.source]
-    with tempfile.TemporaryDirectory(prefix="nvdashboard-baseline-") as folder:
-        if args.baseline:
-            baseline = Path(folder) / args.baseline
-            baseline.mkdir()
-            archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline],
-                                     check=True, capture_output=True).stdout
-            subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
-            sources.insert(0, baseline)
+    with tempfile.TemporaryDirectory(prefix="nvdashboard-baseline-") as folder, \
+            (revision_worktree(args.baseline, Path(folder)) if args.baseline
+             else nullcontext()) as baseline:
+        sources = [baseline, args.source] if baseline else [args.source]
         return measure(args, routes, counts, sources)
 
 

@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @contextmanager
 def revision_worktree(revision: str, folder: Path) -> Iterator[Path]:
-    """``revision`` as a detached worktree in ``folder``, removed again afterwards."""
-    tree = folder / "tree"
+    """``revision`` as a detached worktree in ``folder``, removed again afterwards; the
+    tree's folder is named after the revision (what a benchmark's table calls it)."""
+    tree = folder / revision
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree),
                     revision], check=True)
     try:

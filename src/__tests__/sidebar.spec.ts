@@ -47,6 +47,15 @@ describe('DashboardSidebar', () => {
     );
   }
 
+  /** Each tick of the sidebar's poll from now on: its phase and next interval. */
+  function recordTicks(widget: DashboardSidebar): Array<[string, number]> {
+    const ticks: Array<[string, number]> = [];
+    widget.poll.ticked.connect((_, state) => {
+      ticks.push([state.phase, state.interval]);
+    });
+    return ticks;
+  }
+
   function text(widget: DashboardSidebar): string {
     return widget.node.textContent ?? '';
   }
@@ -397,10 +406,7 @@ describe('DashboardSidebar', () => {
         retryMax: 20,
         frequency: { interval: 100, max: 1000, backoff: true }
       });
-      const ticks: Array<[string, number]> = [];
-      widget.poll.ticked.connect((_, state) => {
-        ticks.push([state.phase, state.interval]);
-      });
+      const ticks = recordTicks(widget);
       await waitFor(() => ticks.some(([phase]) => phase === 'reconnected'));
       const rejected = ticks.filter(([phase]) => phase === 'rejected');
       // Lumino alone would draw up to 3 × 100 ms here.
@@ -428,15 +434,14 @@ describe('DashboardSidebar', () => {
       retryMax: 20,
       frequency: { interval: 60_000, max: 60_000, backoff: true }
     });
-    const intervals: number[] = [];
-    widget.poll.ticked.connect((_, state) => {
-      intervals.push(state.interval);
-    });
+    const ticks = recordTicks(widget);
     await waitFor(() => buttons(widget).length === Object.keys(INDEX).length);
     expect(fetcher.indexCalls).toBe(3);
     // Once the GPUs are read, the list settles to its own (slow) interval.
-    await waitFor(() => intervals[intervals.length - 1] === 60_000);
-    expect(intervals.slice(0, 2).every(interval => interval <= 20)).toBe(true);
+    await waitFor(() => ticks[ticks.length - 1]?.[1] === 60_000);
+    expect(ticks.slice(0, 2).every(([, interval]) => interval <= 20)).toBe(
+      true
+    );
   });
 
   it('draws nothing while hidden and catches up when shown', async () => {
