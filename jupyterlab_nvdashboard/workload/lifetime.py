@@ -1,10 +1,12 @@
 """A run started by the dashboard server never outlives that server.
 
 The server names itself in ``NVDASHBOARD_PARENT_PID`` when it starts a run. The run then
-asks Linux for a parent-death signal (``prctl(PR_SET_PDEATHSIG, SIGTERM)``), and on every
-platform watches its parent PID twice a second, which also covers a parent that died before
-the request was made. Either way the run gets SIGTERM, stops like Ctrl-C and writes its
-``end`` event (``runner.sigterm_stops``). A run started by hand sets none of this.
+asks Linux for a parent-death signal (``prctl(PR_SET_PDEATHSIG, SIGTERM)``) and checks once
+that its parent is still the server (one that died before the request gets no signal).
+Where there is no parent-death signal, it watches its parent PID twice a second instead.
+Never both: the two would send one death two SIGTERMs, and the second would land while the
+run writes its ``end`` event. Either way the run gets SIGTERM, stops like Ctrl-C and writes
+that event (``runner.sigterm_stops``). A run started by hand sets none of this.
 
 ``process_start_ticks`` names one process beyond its PID: the run writes its own into its
 ``start`` event, and the server matches the run it launched by both.
@@ -69,11 +71,12 @@ def end_with_parent(environ: Mapping[str, str] | None = None) -> int | None:
         return None
     if parent <= 1:
         return None
-    parent_death_signal()
+    if parent_death_signal():
+        if os.getppid() != parent:  # it died before the request: no signal will come
+            os.kill(os.getpid(), signal.SIGTERM)
+        return parent
 
     def watch() -> None:
-        # Also the fallback where there is no parent-death signal, and the check for a
-        # parent that died before the signal was asked for.
         while os.getppid() == parent:
             threading.Event().wait(WATCH_INTERVAL_S)
         os.kill(os.getpid(), signal.SIGTERM)

@@ -356,13 +356,19 @@ def one_line(error: BaseException) -> str:
 
 @contextmanager
 def sigterm_stops() -> Iterator[None]:
-    """While inside, SIGTERM raises ``Terminated`` (so the run writes its end event)."""
+    """While inside, the first SIGTERM raises ``Terminated`` (so the run writes its end
+    event); later ones are ignored, since raising again would cut that event short. A run
+    that does not exit still gets the launcher's SIGKILL."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    terminated = False
 
     def terminate(_number: int, _frame: object) -> None:
-        raise Terminated
+        nonlocal terminated
+        if not terminated:
+            terminated = True
+            raise Terminated
 
     previous = signal.signal(signal.SIGTERM, terminate)
     try:

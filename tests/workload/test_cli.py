@@ -163,6 +163,58 @@ def test_sigterm_ends_the_run_with_its_summary(tmp_path):
     assert events[-1]["event"] == "end" and events[-1]["interrupted"] is True, err
 
 
+def test_a_second_sigterm_does_not_cut_the_end_event_short():
+    from jupyterlab_nvdashboard.workload.runner import Terminated, sigterm_stops
+
+    inherited = signal.getsignal(signal.SIGTERM)
+    stopped_by = []
+    with sigterm_stops():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises here
+        except Terminated:
+            stopped_by.append("first SIGTERM")
+            os.kill(os.getpid(), signal.SIGTERM)  # where the run writes its end event
+            time.sleep(0.05)
+            stopped_by.append("end event written")
+    assert stopped_by == ["first SIGTERM", "end event written"]
+    assert signal.getsignal(signal.SIGTERM) is inherited
+
+
+# A run whose parent dies: the real lifetime code, in a child of a short-lived parent.
+_ORPHAN = """
+import os, signal, sys, time
+from jupyterlab_nvdashboard.workload.lifetime import end_with_parent
+received = []
+signal.signal(signal.SIGTERM, lambda number, frame: received.append(number))
+end_with_parent({"NVDASHBOARD_PARENT_PID": str(os.getppid())})
+os.write(1, b"watching\\n")
+deadline = time.monotonic() + 3
+while time.monotonic() < deadline:
+    time.sleep(0.05)
+with open(sys.argv[1], "w") as out:
+    out.write(str(len(received)))
+"""
+_PARENT = """
+import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]],
+                         stdout=subprocess.PIPE, start_new_session=True)
+child.stdout.readline()  # the child watches its parent from here on
+"""
+
+
+def test_the_death_of_its_parent_sends_the_run_one_sigterm(tmp_path):
+    """Two SIGTERMs for one death (the parent-death signal and the watcher both) made the
+    second land while the run wrote its end event, which was then lost."""
+    count_file = tmp_path / "sigterms"
+    subprocess.run([sys.executable, "-c", _PARENT, _ORPHAN, str(count_file)],
+                   env=_env(tmp_path), timeout=60, check=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not count_file.exists():
+        time.sleep(0.1)
+    assert count_file.read_text() == "1"
+
+
 def test_a_gpu_run_with_cpu_only_tensorflow_names_the_extra(tmp_path):
     from jupyterlab_nvdashboard.workload.extras import GPU_EXTRA, tensorflow_cpu_only
 
