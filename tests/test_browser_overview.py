@@ -76,3 +76,45 @@ def test_overview_names_the_busiest_gpu_and_its_user_at_1280x800() -> None:
                 # Readable at 1280x800 without scrolling: every row is on screen.
                 assert max(row["bottom"] for row in seen["rows"]) <= 800, seen
         watched.assert_clean()
+
+
+# The first element matching a selector, inside Bokeh's shadow roots too.
+FIND_JS = """(selector) => {
+  const walk = (root) => {
+    for (const el of root.querySelectorAll('*')) {
+      if (el.matches(selector)) return el;
+      const inside = el.shadowRoot && walk(el.shadowRoot);
+      if (inside) return inside;
+    }
+    return null;
+  };
+  return walk(document);
+}"""
+
+
+def test_a_renewed_table_changes_in_place() -> None:
+    """A table (or diagnosis line) renewed keeps its elements and changes only their text:
+    a new ``innerHTML`` or Div text rebuilt it, and BokehJS laid out the page again."""
+    with in_process_server(gpus=2, profile="h200") as server, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        watched = watch(page)
+        page.goto(with_token(server.url + "/"))
+        for path, selector in (("/", ".nvo table"), ("/GPU-Overview", ".nvo table"),
+                               ("/GPU-Health", "table.health"),
+                               ("/GPU-Activity", ".nvdashboard-diagnosis")):
+            page.goto(server.url + path)
+            page.wait_for_function(f"() => ({FIND_JS})({selector!r}) !== null",
+                                   timeout=20_000)
+            before = page.evaluate(f"""() => {{
+                const table = ({FIND_JS})({selector!r});
+                table.nvdashboardKept = "yes";  // a property: the morph owns attributes
+                return table.innerText;
+            }}""")
+            # /GPU-Health sends its table every 5 s, /GPU-Activity its diagnosis lines; the
+            # overview's says when, each second.
+            page.wait_for_function(
+                f"(before) => ({FIND_JS})({selector!r}).innerText !== before", arg=before,
+                timeout=20_000)
+            kept = page.evaluate(f"() => ({FIND_JS})({selector!r}).nvdashboardKept")
+            assert kept == "yes", f"{path}: the table was built again, not changed in place"
+        watched.assert_clean()

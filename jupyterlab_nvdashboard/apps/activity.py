@@ -19,7 +19,7 @@ import html
 from collections.abc import Callable
 
 from bokeh.layouts import column
-from bokeh.models import CustomJS, Div
+from bokeh.models import ColumnDataSource, CustomJS, Div
 
 from ..diagnosis import Diagnosis
 from ..metrics import GpuFacts, Metrics, Sample
@@ -39,6 +39,7 @@ from .components import (
     timeline_windows,
     window_label,
 )
+from .in_place import IN_PLACE_JS
 from .sources import DashboardSources
 
 # GpmReading field -> (legend label, colour); utilization is grey, for comparison.
@@ -157,10 +158,13 @@ def cannot_report_notice(rows: list[tuple[GpuFacts, str]]) -> str:
             f"<div>{html.escape(CLOSEST_METRIC)}.</div></div>")
 
 
-# A new text makes BokehJS lay the page out again, which costs the browser about as much
-# as a repaint of every chart: the lines judge two minutes or more, and five seconds is
-# soon enough for them.
+# The lines judge two minutes or more: five seconds is soon enough for them. A new text
+# reaches the page as data, and is set in place (apps/in_place.py): a new Div text would
+# make BokehJS lay out the page again, about as costly as a repaint of every chart.
 DIAGNOSIS_REFRESH_MS = 5000
+SET_LINES_JS = IN_PLACE_JS + """
+source.data.html.forEach((text, i) => setDivHtml(lines[i], text));
+"""
 
 
 def diagnosis_lines(diagnoses: list[Diagnosis], window_label_text: str) -> str:
@@ -193,6 +197,9 @@ class ActivityDashboard:
                           visible=position == 0, syncable=False)
                       for position, w in enumerate(self.windows_s)]
         children += self.lines
+        self.line_texts = ColumnDataSource({"html": [""] * len(self.lines)})
+        self.line_texts.js_on_change("data", CustomJS(
+            args={"source": self.line_texts, "lines": self.lines}, code=SET_LINES_JS))
         if lacking:
             self.notice: Div | None = Div(text=cannot_report_notice(lacking),
                                           sizing_mode="stretch_width",
@@ -213,14 +220,19 @@ class ActivityDashboard:
                 for position, line in enumerate(self.lines):
                     line.visible = position == picker.active
         self.live = self.timeline.live if self.timeline else None
-        self.root = column(*children, sizing_mode="stretch_width")
+        # In tags: the texts' source is in the document (and reaches the page) with the root.
+        self.root = column(*children, sizing_mode="stretch_width", tags=[self.line_texts])
 
     def refresh(self) -> None:
         """The lines of every window, from the cache every page and /diagnosis.json share."""
-        for window_s, line in zip(self.windows_s, self.lines, strict=True):
-            text = diagnosis_lines(self.diagnoses.current(window_s), window_label(window_s))
-            if line.text != text:
+        texts = [diagnosis_lines(self.diagnoses.current(window_s), window_label(window_s))
+                 for window_s in self.windows_s]
+        if texts == self.line_texts.data["html"]:
+            return
+        if self.line_texts.document is None:  # not on a page yet: the Divs carry the text
+            for line, text in zip(self.lines, texts, strict=True):
                 line.text = text
+        self.line_texts.data = {"html": texts}
 
 
 def activity_dashboard(sources: DashboardSources, feed: Feed | None) -> ActivityDashboard:

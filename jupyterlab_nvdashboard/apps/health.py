@@ -68,6 +68,7 @@ from .components import (
     row_offset,
     timeline_windows,
 )
+from .in_place import IN_PLACE_JS
 from .live import LiveView
 from .sources import DashboardSources
 
@@ -321,7 +322,7 @@ def health_timeline(facts: Sequence[GpuFacts]) -> TimelineFeed:
 
 # Draws the table from the source's rows whenever the stream replaces them; the same text
 # (only a bar moved) is not drawn again.
-RENDER_TABLE_JS = """
+RENDER_TABLE_JS = IN_PLACE_JS + """
 const d = source.data;
 const n = d.gpu ? d.gpu.length : 0;
 const esc = (t) => String(t).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;",
@@ -337,7 +338,7 @@ for (let i = 0; i < n; i++) {
   }).join("") + "</tr>";
 }
 html += "</tbody></table>";
-if (div.text !== html) div.text = html;
+setDivHtml(div, html);
 """
 TABLE_STYLE = """<style>
 table.health { border-collapse: collapse; font-size: 12px; width: 100%; color: inherit; }

@@ -31,7 +31,10 @@ from bokeh.models import (
     Range1d,
 )
 
-CLIENT_JS = (Path(__file__).with_name("live_client.js")).read_text()
+from .in_place import IN_PLACE_JS
+
+# in_place.js first: the client finds the legends' Divs with its viewOf.
+CLIENT_JS = IN_PLACE_JS + (Path(__file__).with_name("live_client.js")).read_text()
 
 # A repaint of a page's canvases is most of what a visible page costs (BokehJS redraws every
 # plot of the shared source, axes and text included, in software on many desktops): at the

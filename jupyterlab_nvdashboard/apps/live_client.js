@@ -1,6 +1,6 @@
 // The page's live-data client (see apps/live.py). Runs once, as a CustomJS, when the
 // document is ready. In scope: source, x_range, following, headings, picker, spec, lines,
-// gpu_filter, panels.
+// gpu_filter, panels; and viewOf, from in_place.js before it.
 // Frames: see stream/frames.py. Columns are little-endian float64, as in every browser.
 const live = {
   seq: -1, frames: 0, resets: 0, rows: 0, connects: 0, hidden: false, parentHidden: false,
@@ -109,10 +109,7 @@ const headingEntries = new Map();
 function entriesOf(div) {
   const cached = headingEntries.get(div);
   if (cached && cached.length && cached[0].span.isConnected) return cached;
-  const views = [];
-  const visit = (view) => { views.push(view); for (const child of view.child_views || []) visit(child); };
-  for (const view of Object.values(window.Bokeh.index)) visit(view);
-  const view = views.find((candidate) => candidate.model === div);
+  const view = viewOf(div);
   const root = view && (view.shadow_el || view.el.shadowRoot || view.el);
   const entries = root ? Array.from(root.querySelectorAll("[data-series]"), (span) => ({
     span, key: span.dataset.series, value: span.querySelector("b"),

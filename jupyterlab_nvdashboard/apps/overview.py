@@ -32,6 +32,7 @@ from ..metrics.nvml import MIG_PHYSICAL
 from ..stream.frames import Rows
 from .activity import without_gpm
 from .components import NOT_AVAILABLE, format_memory, gpu_color
+from .in_place import IN_PLACE_JS
 from .live import LiveView
 from .processes import ProcessRow, newest_family, process_rows
 from .sources import DashboardSources
@@ -348,9 +349,9 @@ class OverviewFeed:
         return self._cache[1]
 
 
-SET_HTML_JS = """
+SET_HTML_JS = IN_PLACE_JS + """
 const text = (source.data.html || [])[0];
-if (text !== undefined && div.text !== text) div.text = text;
+if (text !== undefined) setDivHtml(div, text);
 """
 
 
@@ -374,7 +375,9 @@ class OverviewView:
 # hidden and opens again, from the whole picture, when it is shown.
 ROOT_SCRIPT = """
 (() => {
+""" + IN_PLACE_JS + """
   const box = document.getElementById("overview");
+  let shown = box.innerHTML;
   const loc = window.location;
   const theme = new URLSearchParams(loc.search).get("theme");
   let socket = null, retry = 500;
@@ -395,9 +398,9 @@ ROOT_SCRIPT = """
       const length = view.getUint32(4, true);
       const header = JSON.parse(new TextDecoder().decode(new Uint8Array(event.data, 8, length)));
       const text = ((header.text || {}).html || [])[0];
-      if (text !== undefined && text !== box.dataset.shown) {
-        box.innerHTML = text;
-        box.dataset.shown = text;
+      if (text !== undefined && text !== shown) {
+        morphInto(box, text);
+        shown = text;
       }
       retry = 500;
     };
