@@ -403,3 +403,22 @@ def test_unchanged_readings_are_the_same_objects_in_the_history() -> None:
     assert first is second
     attributor = ProcessAttributor(lambda: first, host_namespace=True)
     assert attributor.family()[OWNER_FAMILY] is attributor.family()[OWNER_FAMILY]
+
+
+def test_held_for_reads_like_every_other_duration_on_the_pages(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """One formatter: the table said "2 min" where the run panel says "2 min 05 s"."""
+    from jupyterlab_nvdashboard.apps import processes
+
+    def row(held_s: float | None) -> processes.ProcessRow:
+        return processes.ProcessRow(
+            device=0, gpu="GPU 0", pid=4242, kind="compute", user="u", mine=True, what="x",
+            notebook=None, lab_url=None, kernel_id=None, memory_bytes=None,
+            memory_fraction=None, sm_pct=None, memory_pct=None, held_s=held_s)
+
+    held = (7, 125, 3720, None)
+    monkeypatch.setattr(processes, "process_rows", lambda _sources: [row(s) for s in held])
+    config = Config(interval_s=0.1, token=None, runs_dir=tmp_path,
+                    simulation=SimulationConfig(gpu_count=1))
+    feed = processes.process_feed(DashboardSources(create_metrics(config, environ={})))
+    assert feed.rows([]).text["held"] == ["7 s", "2 min 05 s", "1 h 02 min", "not available"]

@@ -83,6 +83,18 @@ def number_or_nan(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
+def duration_text(seconds: float) -> str:
+    """``7 s``, ``2 min 05 s``, ``1 h 02 min``."""
+    whole = max(0, int(round(seconds)))
+    if whole < 60:
+        return f"{whole} s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
 def format_memory(value: float | None) -> str:
     """Memory as nvidia-smi counts it: GiB with one decimal, MiB below 1 GiB."""
     if value is None:

@@ -32,7 +32,14 @@ from bokeh.models import (
 
 from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
 from ..stream.frames import Rows
-from .components import THEMED_TABLE_CSS, format_memory, gpu_label
+from .components import (
+    NOT_AVAILABLE,
+    THEMED_TABLE_CSS,
+    duration_text,
+    format_memory,
+    format_pct,
+    gpu_label,
+)
 from .live import LiveView
 
 if TYPE_CHECKING:
@@ -163,21 +170,6 @@ def process_rows(sources: DashboardSources, now: float | None = None) -> list[Pr
     return rows
 
 
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "not available"
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
-
-
-def _pct(value: float | None) -> str:
-    return "not available" if value is None else f"{value:.0f}%"
-
-
 def _what_html(row: ProcessRow) -> str:
     text = html.escape(row.what)
     if row.notebook and row.lab_url:
@@ -221,9 +213,10 @@ class ProcessTableFeed:
             text["user"].append(html.escape(row.user or "?") + (" (you)" if row.mine else ""))
             text["what"].append(_what_html(row))
             text["memory"].append(_memory_html(row))
-            text["sm"].append(_pct(row.sm_pct))
-            text["memory_activity"].append(_pct(row.memory_pct))
-            text["held"].append(format_duration(row.held_s))
+            text["sm"].append(format_pct(row.sm_pct))
+            text["memory_activity"].append(format_pct(row.memory_pct))
+            text["held"].append(NOT_AVAILABLE if row.held_s is None
+                                else duration_text(row.held_s))
         memory = np.array([np.nan if r.memory_bytes is None else r.memory_bytes for r in table],
                           dtype=float)
         return Rows({"memory_bytes": memory}, text)

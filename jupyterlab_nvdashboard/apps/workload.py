@@ -62,6 +62,7 @@ from .components import (
     Series,
     Timeline,
     TimelineFeed,
+    duration_text,
     gpu_color,
     gpu_value,
     scaled,
@@ -183,18 +184,6 @@ def _status(run: Run, now_s: float) -> str:
     if run.bad_lines:
         state += f" · {run.bad_lines} bad line{'s' if run.bad_lines != 1 else ''}"
     return state
-
-
-def duration_text(seconds: float) -> str:
-    """``7 s``, ``2 min 05 s``, ``1 h 02 min``."""
-    whole = max(0, int(round(seconds)))
-    if whole < 60:
-        return f"{whole} s"
-    minutes, secs = divmod(whole, 60)
-    if minutes < 60:
-        return f"{minutes} min {secs:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
 
 
 def _of(done: int, asked: int | None) -> str:
