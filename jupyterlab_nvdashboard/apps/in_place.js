@@ -31,7 +31,8 @@ function morphChildren(into, from) {
 }
 
 // The rendered view of a model on this page (BokehJS keeps the root views in Bokeh.index).
-const inPlaceViews = new WeakMap();
+// Cached on the page: a CustomJS runs this file again at each call.
+const inPlaceViews = window.nvdashboardViews || (window.nvdashboardViews = new WeakMap());
 
 function viewOf(model) {
   const cached = inPlaceViews.get(model);
