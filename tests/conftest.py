@@ -35,12 +35,31 @@ def leftovers(folder: str) -> list[str]:
         return []
 
 
+# What pytest-xdist's workers report they found left in their temp folders (controller only).
+WORKER_LEFTOVERS = pytest.StashKey[list[str]]()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     left = leftovers(SESSION_TEMP)
     shutil.rmtree(SESSION_TEMP, ignore_errors=True)
-    if left and os.environ.get("PYTEST_XDIST_WORKER") is None:
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:
+        # A pytest-xdist worker: its exit status is not the run's, so hand what it found to the
+        # controller (pytest_testnodedown), which fails the run.
+        worker_output["leftovers"] = left
+        return
+    left += session.config.stash.get(WORKER_LEFTOVERS, [])
+    if left:
         print(f"\ntests left these in the temp folder: {', '.join(left[:20])}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """pytest-xdist's controller: a worker has finished; keep what it left behind."""
+    left = getattr(node, "workeroutput", {}).get("leftovers", [])
+    config: pytest.Config = node.config  # type: ignore[attr-defined]
+    config.stash.setdefault(WORKER_LEFTOVERS, []).extend(left)
 
 
 @pytest.fixture(scope="module")

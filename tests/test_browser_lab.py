@@ -12,7 +12,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from tests.support.browser import CANVAS_INK_JS, chromium, screenshot, watch
 from tests.support.jupyter import jupyter_lab
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.lab]
 
 SIDEBAR_TAB = 'li[data-id="nvdashboard-sidebar"]'
 SIDEBAR_PANEL = "#nvdashboard-sidebar"

@@ -27,7 +27,7 @@ from tests.support.jupyter import jupyter_lab
 from tests.test_browser_lab import dashboard_frame, open_lab
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.lab]
 GB = 10**9
 ROOT = Path(__file__).resolve().parent.parent
 BUILT = ROOT / "jupyterlab_nvdashboard" / "labextension"

@@ -22,7 +22,7 @@ from tests.test_lab_processes import (
     kernel_pid,
 )
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.lab]
 GB = 10**9
 # The table's source (filled by the page's live script) names the notebook.
 TABLE_NAMES_TRAIN = """() => window.Bokeh && Bokeh.documents.length > 0 &&

@@ -21,6 +21,8 @@ from tests.support.dask_cluster import DaskCluster, start_scheduler  # noqa: E40
 from tests.support.servers import cli_server, free_port, get  # noqa: E402
 from tests.support.stream_client import live_frames  # noqa: E402
 
+pytestmark = [pytest.mark.cluster, pytest.mark.browser]
+
 HOSTS = {"node-a": 2, "node-b": 4, "node-c": 8}
 ALL_GPUS = sum(HOSTS.values())
 

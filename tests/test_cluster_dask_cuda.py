@@ -37,7 +37,8 @@ from tests.support.dask_cluster import DaskCluster, start_scheduler  # noqa: E40
 from tests.support.servers import cli_server, free_port, get  # noqa: E402
 
 PROMETHEUS = shutil.which("prometheus")
-pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus package")
+pytestmark = [pytest.mark.cluster,
+              pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus package")]
 BOARD = json.loads((Path(__file__).parent / "support" / "dcgm_exporter_board.json").read_text())
 HOSTS, GPUS_PER_HOST = ("dgx-a", "dgx-b"), 4
 PROFILE = {"NVDASHBOARD_SIMULATE_PROFILE": "h200"}  # GPM, power and clocks on every GPU

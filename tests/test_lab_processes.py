@@ -19,6 +19,8 @@ import pytest
 
 from tests.support.jupyter import JupyterLab, jupyter_lab
 
+pytestmark = pytest.mark.lab
+
 GB = 10**9
 NOTEBOOK = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 

@@ -15,6 +15,8 @@ from tests.support.bokeh_client import open_session
 from tests.support.jupyter import jupyter_lab
 from tests.support.stream_client import open_stream
 
+pytestmark = pytest.mark.lab
+
 
 @pytest.fixture(scope="module")
 def lab():

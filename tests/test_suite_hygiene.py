@@ -5,6 +5,8 @@ error only when it is named in one list and comes from JupyterLab's own code."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import os
 import tempfile
 from pathlib import Path
@@ -48,3 +50,55 @@ def test_only_jupyterlab_own_errors_are_ignored() -> None:
     assert not jupyterlab_own_error("TypeError: x is undefined", lab)
     # A stack through our code is ours, even when JupyterLab's code is on it too.
     assert not jupyterlab_own_error("Error: Disposed", f"at f ({ours})\n at g ({lab})")
+
+
+
+# What starts the suite's heavy parts, and the marker a test module that starts one must carry,
+# so that the developers' fast loop (`-m "not browser and not lab and not cluster"`,
+# DEVELOPING.md) leaves out every test that starts them. A support function that calls a
+# starter is a starter too.
+STARTERS = {"chromium": "browser", "jupyter_lab": "lab", "DaskCluster": "cluster",
+            "start_scheduler": "cluster"}
+TESTS = Path(__file__).parent
+
+
+def _calls(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            function = node.func
+            names.add(function.id if isinstance(function, ast.Name)
+                      else getattr(function, "attr", ""))
+    return names
+
+
+def _starters() -> dict[str, str]:
+    """The starters, with every support function that calls one (to a fixed point)."""
+    starters = dict(STARTERS)
+    functions = [node for path in (TESTS / "support").glob("*.py")
+                 for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.FunctionDef)]
+    grew = True
+    while grew:
+        grew = False
+        for function in functions:
+            called = _calls(function) & starters.keys()
+            if called and function.name not in starters:
+                starters[function.name] = starters[min(called)]
+                grew = True
+    return starters
+
+
+def test_every_module_that_starts_a_browser_lab_or_cluster_carries_its_marker() -> None:
+    starters = _starters()
+    unmarked = []
+    for path in sorted(TESTS.rglob("test_*.py")):
+        needed = {starters[name] for name in _calls(ast.parse(path.read_text())) & starters.keys()}
+        if not needed:
+            continue
+        module = importlib.import_module(".".join(path.relative_to(TESTS.parent).with_suffix("").parts))
+        marks = getattr(module, "pytestmark", [])
+        carried = {mark.name for mark in (marks if isinstance(marks, list) else [marks])}
+        if needed - carried:
+            unmarked.append(f"{path.relative_to(TESTS)}: {sorted(needed - carried)}")
+    assert not unmarked, "modules whose tests start these without the marker: " + "; ".join(unmarked)
