@@ -68,8 +68,8 @@ from jupyterlab_nvdashboard.metrics import NvmlState  # noqa: E402
 
 INTERVALS_S = (1.0, 0.2, 0.05)
 BUDGET = 0.005  # the issue's: the sampler may cost a GPU workload at most 0.5 %
-WORKLOADS = ("launch_bound", "matmul")
 OFF = "off"
+MIN_ROUNDS = 3  # fewer "off" runs give no noise floor worth the name
 READY_TIMEOUT_S = 300.0  # NVML's first init can take minutes on a large machine
 CPU_STAND_IN = ("cpu stand-in: NumPy on the host, no GPU; its ratios are the monitor's "
                 "competition for this host's CPU, not its cost on a GPU")
@@ -231,6 +231,7 @@ class Workload:
             if took >= min(0.2, seconds / 2) or n >= 1 << 26:
                 break
             n *= 4
+        took = min([took, self.run(n), self.run(n)])  # a busy moment must not halve the runs
         self.iterations = max(1, round(n * seconds / max(took, 1e-9)))
 
     def timed(self) -> float:
@@ -285,14 +286,11 @@ def cupy_workloads(matmul_size: int) -> tuple[str, list[Workload]] | None:
     out = cupy.empty_like(a)
     sync = cupy.cuda.Device(0).synchronize
 
-    def add() -> None:
-        counter.__iadd__(1.0)
-
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
     label = f"cupy {cupy.__version__}, {name.decode() if isinstance(name, bytes) else name}"
     return label, [
         Workload("launch_bound", "counter += 1 on a 1-element array: one kernel each",
-                 _timer(add, sync)),
+                 _timer(lambda: cupy.add(counter, 1.0, out=counter), sync)),
         Workload("matmul", f"cupy.matmul float32 {matmul_size}x{matmul_size}",
                  _timer(lambda: cupy.matmul(a, b, out=out), sync)),
     ]
@@ -399,11 +397,12 @@ def monitor_figures(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def slowdowns(times: dict[str, dict[str, list[float]]], intervals: Sequence[float]
               ) -> dict[str, Any]:
     """Per workload: each interval's per-round ratio to the same round's "off" time
-    (median, range), and the "off" times' own spread as a fraction of their median."""
+    (median, range), and the noise floor: half the range of the "off" times as a fraction
+    of their median (a zero slowdown looks like 1 +/- that)."""
     out: dict[str, Any] = {}
     for workload, by_condition in times.items():
         off = by_condition[OFF]
-        noise = (max(off) - min(off)) / statistics.median(off)
+        noise = (max(off) - min(off)) / 2 / statistics.median(off)
         ratios = {}
         for interval_s in intervals:
             key = interval_key(interval_s)
@@ -414,10 +413,12 @@ def slowdowns(times: dict[str, dict[str, list[float]]], intervals: Sequence[floa
 
 
 def schedule_decision(slowdown: dict[str, Any], intervals: Sequence[float], budget: float,
-                      default_interval_s: float, monitor: dict[str, Any]) -> dict[str, Any]:
-    """The shortest interval whose median slowdown is within ``budget`` for every workload,
-    every longer interval being within it too; the noise floor says whether the run could
-    see a slowdown that small at all."""
+                      default_interval_s: float, monitor: dict[str, Any],
+                      rounds: int) -> dict[str, Any]:
+    """The shortest interval whose median slowdown (ratio - 1) is within ``budget`` for every
+    workload, every longer interval being within it too. The verdict says when the run
+    cannot tell (fewer than ``MIN_ROUNDS`` rounds, or a noise floor above the budget), and
+    names the function that holds the driver longest when no interval fits."""
     noise = max(figures["off_noise_fraction"] for figures in slowdown.values())
     within: dict[str, bool] = {}
     for interval_s in intervals:
@@ -431,23 +432,28 @@ def schedule_decision(slowdown: dict[str, Any], intervals: Sequence[float], budg
         supported = interval_s
     costliest = {key: next(iter(figures["nvml_time_fraction_by_function"]), None)
                  for key, figures in monitor.items()}
-    decision = {"budget_fraction": budget, "noise_fraction": noise,
-                "resolvable": noise <= budget, "within_budget": within,
+    resolvable = rounds >= MIN_ROUNDS and noise <= budget
+    decision = {"budget_fraction": budget, "noise_fraction": noise, "rounds": rounds,
+                "resolvable": resolvable, "within_budget": within,
                 "default_interval_s": default_interval_s,
                 "shortest_interval_within_budget_s": supported,
                 "most_nvml_time": costliest}
-    if noise > budget:
-        decision["verdict"] = (f"unresolved: the 'off' runs vary by {noise:.2%}, more than the "
-                               f"{budget:.1%} budget; run more --rounds or longer --seconds")
-    elif supported is None:
-        decision["verdict"] = (f"no interval measured keeps the slowdown within {budget:.1%}; "
-                               "the default cannot be set from these intervals")
+    if supported is None:
+        longest = interval_key(max(intervals))
+        verdict = (f"no interval measured keeps the slowdown within {budget:.1%}; at "
+                   f"{longest} s the driver spends the most time in {costliest[longest]}")
     elif supported <= default_interval_s:
-        decision["verdict"] = (f"the default {default_interval_s:g} s is within {budget:.1%} "
-                               f"(every interval from {supported:g} s up is)")
+        verdict = (f"the default {default_interval_s:g} s is within {budget:.1%} "
+                   f"(every interval measured from {supported:g} s up is)")
     else:
-        decision["verdict"] = (f"the default {default_interval_s:g} s costs more than "
-                               f"{budget:.1%}; {supported:g} s is the shortest interval within it")
+        verdict = (f"the default {default_interval_s:g} s costs more than {budget:.1%}; "
+                   f"{supported:g} s is the shortest interval measured within it")
+    if not resolvable:
+        why = (f"{rounds} round(s), fewer than {MIN_ROUNDS}" if rounds < MIN_ROUNDS else
+               f"the 'off' runs vary by +/-{noise:.2%}, more than the budget")
+        verdict = (f"unresolved ({why}; run more --rounds or longer --seconds); "
+                   f"tentatively: {verdict}")
+    decision["verdict"] = verdict
     return decision
 
 
@@ -528,7 +534,7 @@ def measure_with(args: argparse.Namespace, intervals: list[float],
         "slowdown": slowdown,
     }
     report["schedule"] = schedule_decision(slowdown, intervals, args.budget, default_interval_s,
-                                           per_interval)
+                                           per_interval, args.rounds)
     return report
 
 
@@ -538,10 +544,14 @@ def tables(report: dict[str, Any]) -> str:
             f"{len(report['devices'])} device(s): "
             f"{', '.join(sorted({d['name'] for d in report['devices']}))}\n"
             f"# workload: {report['workload_backend']}\n")
-    lines = [head, "## NVML calls the reader made, latency as the reader sees it (us)\n",
-             "| function | when | idle median | idle p99 | under load median | under load p99 | "
+    idle_interval = interval_key(min(report["settings"]["intervals_s"]))
+    lines = [head, "## NVML calls the reader made: latency as the reader sees it (us), idle "
+             f"(monitor at {idle_interval} s, {report['settings']['latency_seconds']:g} s) and "
+             "under load (the workload rounds); calls per second\n",
+             f"| function | when | idle calls/s at {idle_interval} s | idle median | idle p99 "
+             "| under load median | under load p99 | "
              + " | ".join(f"calls/s at {k} s" for k in keys) + " |",
-             "|---|---|---:|---:|---:|---:|" + "---:|" * len(keys)]
+             "|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(keys)]
 
     def cell(figures: dict[str, float] | None, name: str) -> str:
         return "-" if figures is None else f"{figures[name]:.1f}"
@@ -554,7 +564,8 @@ def tables(report: dict[str, Any]) -> str:
         startup_only = figures["when"] != "recurring"
         idle = figures["startup"] if startup_only else figures["idle"]
         lines.append(
-            f"| {function} | {figures['when']} | {cell(idle, 'median_us')} "
+            f"| {function} | {figures['when']} | {figures['calls_per_s_idle']:.1f} "
+            f"| {cell(idle, 'median_us')} "
             f"| {cell(idle, 'p99_us')} | {cell(figures['under_load'], 'median_us')} "
             f"| {cell(figures['under_load'], 'p99_us')} | "
             + " | ".join(f"{figures['calls_per_s'][k]:.1f}" for k in keys) + " |")
@@ -570,7 +581,7 @@ def tables(report: dict[str, Any]) -> str:
                      f"{figures['nvml_time_fraction']:.3%} | {called} | "
                      + (f"{top} ({timed[top]:.3%})" if top else "-") + " |")
     lines += ["", "## Workload slowdown with the monitor on (time / same round's 'off' time)\n",
-              "| workload | 'off' s median (noise) | "
+              "| workload | 'off' s median (noise +/-) | "
               + " | ".join(f"{k} s: median (range)" for k in keys) + " |",
               "|---|---:|" + "---:|" * len(keys)]
     for workload, figures in report["slowdown"].items():
