@@ -44,7 +44,6 @@ when it cannot run (no NVML, no GPU, a bad setting).
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import platform
@@ -61,7 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.figures import percentile  # noqa: E402
+from benchmarks.figures import percentile, write_json  # noqa: E402
 from jupyterlab_nvdashboard.composition import create_metrics  # noqa: E402
 from jupyterlab_nvdashboard.config import Config, ConfigError, load_config  # noqa: E402
 from jupyterlab_nvdashboard.metrics import NvmlState  # noqa: E402
@@ -626,8 +625,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    target = args.json or (Path(os.environ["OUT"]) / "gpu_cost.json"
-                           if os.environ.get("OUT") else None)
     try:
         # Settings are checked here, once, so a bad one is one line and not a child's error.
         monitor_config(min(args.intervals), args.simulate, args.simulate_profile)
@@ -636,10 +633,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"monitor_gpu_cost: cannot run: {error}", file=sys.stderr)
         return 2
     print(tables(report), flush=True)
-    if target is not None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(report, indent=1))
-        progress(f"wrote {target}")
+    write_json(report, args.json, "gpu_cost.json")
     return 0
 
 
