@@ -47,6 +47,7 @@ import argparse
 import multiprocessing
 import os
 import platform
+import signal
 import statistics
 import sys
 import time
@@ -114,6 +115,7 @@ def run_monitor(interval_s: float, simulate: int, profile: str | None,
     """The child process: start NVML and read the static facts, say so, then run the
     server's sampler from each "start" to the next "stop" and send back every NVML call it
     made in between, until "exit"."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it closes us
     try:
         metrics = create_metrics(monitor_config(interval_s, simulate, profile))
     except ConfigError as error:
@@ -188,12 +190,15 @@ class Monitor:
         return self._receive(READY_TIMEOUT_S)
 
     def close(self) -> None:
+        """End the process: "exit" (twice: once more in case it was sampling and takes the
+        first as "stop"), then kill it if it has not gone."""
         if self._process.is_alive():
             try:
                 self._connection.send("exit")
+                self._connection.send("exit")
             except OSError:
                 pass
-            self._process.join(30)
+            self._process.join(10)
         if self._process.is_alive():
             self._process.kill()
             self._process.join()
@@ -632,6 +637,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CannotRun, ConfigError) as error:
         print(f"monitor_gpu_cost: cannot run: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the monitors were closed on the way out
+        print("monitor_gpu_cost: interrupted", file=sys.stderr)
+        return 130
     print(tables(report), flush=True)
     write_json(report, args.json, "gpu_cost.json")
     return 0
