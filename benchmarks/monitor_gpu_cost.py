@@ -4,9 +4,11 @@ workload's slowdown with the sampler off and at 1 s, 200 ms and 50 ms.
 The monitor here is the server's own sampler (``composition.create_metrics``: the core
 reader, GPM, health, the process lists and their owners), in a process of its own as in
 real use, so it competes with the workload for the driver and the GPU, not for the
-workload's GIL. Which NVML functions it calls is not written down anywhere in this script:
-the session's choke point (``NvmlSession.observe``) reports every call the reader makes,
-with its duration, and those calls are the list.
+workload's GIL. There is one such process per interval, each with NVML started, alive for
+the whole run; in each condition at most one of them samples. Which NVML functions it
+calls is not written down anywhere in this script: the session's choke point
+(``NvmlSession.observe``) reports every call the reader makes, with its duration, and
+those calls are the list.
 
 1. **NVML call latency** on an idle GPU: the monitor runs at the shortest interval for
    ``--latency-seconds``; per function, the calls per second, median, p99 and max of the
@@ -19,22 +21,23 @@ with its duration, and those calls are the list.
    ``--intervals`` value, in interleaved rounds (off, 1 s, 200 ms, 50 ms, off, ...), so
    drift in the machine hits every condition alike. Per round, a condition's time over the
    same round's "off" time is its slowdown ratio; the script prints their median and range
-   over the rounds, the "off" times' own spread (the noise floor: a slowdown smaller than
-   it cannot be seen), the monitor's NVML calls per second and the share of each second
-   spent inside NVML calls.
+   over the rounds, the noise floor (half the range of the "off" times, as a fraction of
+   their median: a slowdown smaller than it cannot be seen), the monitor's NVML calls per
+   second and the share of each second spent inside NVML calls.
 3. **The schedule it supports**: for a budget of 0.5 % (``--budget``), the shortest
    interval whose median slowdown stays within the budget for both workloads, with every
    longer interval also within it; or why none can be named (see benchmarks/README.md).
 
 On a GPU machine (torch with CUDA, else CuPy; nvidia-ml-py)::
 
-    python benchmarks/monitor_gpu_cost.py --json "$OUT/gpu_cost.json"      # about 4 min
+    python benchmarks/monitor_gpu_cost.py --json "$OUT/gpu_cost.json"      # about 3 min
 
-Without a GPU it runs over the simulated driver, with a CPU stand-in for the CUDA workload
-(NumPy on the host, labelled as such: its ratios are the monitor's competition for this
-host's CPU, not its cost on a GPU). That run tests the script (``tests/test_monitor_gpu_cost.py``)::
+With ``--simulate N`` (no GPU needed) it runs over the simulated driver, with a CPU
+stand-in for the CUDA workload (NumPy on the host, labelled as such: its ratios are the
+monitor's competition for this host's CPU, not its cost on a GPU). That run tests the
+script (``tests/test_monitor_gpu_cost.py``)::
 
-    python benchmarks/monitor_gpu_cost.py --simulate 4 --rounds 2 --seconds 1 --latency-seconds 5
+    python benchmarks/monitor_gpu_cost.py --simulate 4 --rounds 3 --seconds 1 --latency-seconds 5
 
 The JSON goes to ``--json FILE``, else to ``$OUT/gpu_cost.json`` when ``$OUT`` is set. It
 exits 0 when it ran, whatever the figures say (it is a measurement), and 2 with one line
