@@ -59,6 +59,7 @@ sys.path.insert(0, str(ROOT))
 
 from tornado.ioloop import IOLoop, PeriodicCallback  # noqa: E402
 
+from benchmarks.figures import percentile, write_json  # noqa: E402
 from benchmarks.revision import revision_worktree  # noqa: E402
 from jupyterlab_nvdashboard.metrics.binding import binding_loader, load_binding  # noqa: E402
 from jupyterlab_nvdashboard.metrics.nvml import PCIE_SNAPSHOT_EVERY_S, NvmlReader  # noqa: E402
@@ -74,12 +75,6 @@ CONTROL = "control: a100-535, read_slow also on the IOLoop"
 BLOCK = 50  # passes per profile before moving to the next one
 READ_BUDGET_MS = 5.0  # the issue's acceptance: read() under 5 ms with 8 GPUs
 SNAPSHOT_CALL_MS = 20.0  # one nvmlDeviceGetPcieThroughput call (nvml.h: a 20 ms interval)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..1) of a non-empty sequence."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def summary_ms(values_s: Sequence[float]) -> dict[str, float]:
@@ -680,12 +675,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report["wall_s"] = time.monotonic() - started
     print("\n" + "\n".join(f"* {line}" for line in lines))
     print(f"\n(wall time {report['wall_s']:.0f} s)")
-    target = args.json or (Path(os.environ["OUT"]) / "nvml_reader_cost.json"
-                           if os.environ.get("OUT") else None)
-    if target is not None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(report, indent=1))
-        progress(f"wrote {target}")
+    write_json(report, args.json, "nvml_reader_cost.json")
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import pynvml
 import pytest
@@ -230,3 +231,23 @@ def test_a_hot_plugged_gpu_shows_up_at_the_next_rescan() -> None:
     reader.retry_if_due()
     assert [f.label for f in reader.facts] == ["GPU 0", "GPU 1"]
     assert simulator.calls["nvmlInit"] == 1  # NVML was up all along: only the GPUs were read
+
+
+def test_an_observer_hears_every_call_the_session_makes_failed_ones_too() -> None:
+    simulator = SimulatedNvml(gpu_count=2)
+    reader = reader_for(simulator)
+    reader.read()
+    heard: list[tuple[str, float]] = []
+    reader.session.observe(lambda function, seconds: heard.append((function, seconds)))
+    # A transient error (not "not supported"), so the reader asks again next pass.
+    simulator.inject_error("nvmlDeviceGetPowerUsage", pynvml.NVML_ERROR_UNKNOWN, gpu=1, times=1)
+    before = Counter(simulator.calls)
+    reader.read()
+    # The driver's own count of what it was asked is what the observer heard.
+    assert Counter(function for function, _ in heard) == Counter(simulator.calls) - before
+    assert Counter(function for function, _ in heard)["nvmlDeviceGetPowerUsage"] == 2
+    assert all(seconds >= 0 for _, seconds in heard)
+    heard_before, calls_before = len(heard), simulator.total_calls
+    reader.session.observe(None)
+    reader.read()
+    assert simulator.total_calls > calls_before and len(heard) == heard_before

@@ -11,7 +11,9 @@ family (core readings, links, GPM, health, processes) uses:
 - ``mark_lost`` marks a GPU (and its MIG devices) lost; the others go on;
 - ``devices()`` and ``device(uuid)`` are the shown devices; ``epoch`` changes whenever they
   are enumerated again, and ``per_device()`` maps (keyed by UUID) lose the entries of a GPU
-  no longer shown, in that one place (``set_devices``).
+  no longer shown, in that one place (``set_devices``);
+- ``observe`` hears of every call made through it, with its duration: what the reader asks
+  of the driver, counted where it is asked (``benchmarks/monitor_gpu_cost.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ REASONS = {
     "NVML_ERROR_NO_PERMISSION": "needs more permission than this process has",
     "NVML_ERROR_FUNCTION_NOT_FOUND": "the driver is too old for this reading",
 }
+# Hears of one NVML call made through the session: (function name, seconds it took).
+CallObserver = Callable[[str, float], None]
 # Field value types (nvml.h nvmlValueType_t) and their widths in bits.
 _VALUE_FIELDS = {0: ("dVal", 64), 1: ("uiVal", 32), 2: ("ulVal", 64), 3: ("ullVal", 64),
                  4: ("sllVal", 64), 5: ("siVal", 32), 6: ("usVal", 16)}
@@ -167,6 +171,7 @@ class NvmlSession:
         self._per_device: weakref.WeakSet[DeviceStates] = weakref.WeakSet()
         # Changes whenever the shown devices are enumerated again (start, rescan, re-init).
         self.epoch = 0
+        self._observer: CallObserver | None = None
 
     @property
     def library(self) -> Any:
@@ -220,6 +225,12 @@ class NvmlSession:
         return states
 
     # ----- the choke point ------------------------------------------------------------
+    def observe(self, observer: CallObserver | None) -> None:
+        """Call ``observer(function, seconds)`` after every NVML call made through this
+        session, failed ones included, on the calling thread; None stops it. It measures
+        what the reader asks of the driver, so it must be quick and must not raise."""
+        self._observer = observer
+
     def constant(self, name: str) -> Any:
         """An NVML constant: the binding's, else nvml.h's value for an ABI-stable one, else
         None (logged once)."""
@@ -238,6 +249,8 @@ class NvmlSession:
         if method is None:
             self.log_once(function, "missing", "not in this nvidia-ml-py")
             return None, MISSING
+        observer = self._observer
+        started = time.perf_counter() if observer is not None else 0.0
         try:
             value = method(*args, **kwargs)
         except getattr(lib, "NVMLError", Exception) as error:
@@ -249,6 +262,9 @@ class NvmlSession:
             # An unversioned wrapper that refuses a driver older than the binding.
             self.log_once(function, "mismatch", error)
             return None, MISSING
+        finally:
+            if observer is not None:
+                observer(function, time.perf_counter() - started)
         return decode(value), None
 
     def call(self, function: str, *args: Any) -> Any:
