@@ -67,3 +67,24 @@ def processes_file() -> Iterator[Path]:
     """Where a test writes the simulated GPU process list (NVDASHBOARD_SIMULATE_PROCESSES)."""
     with tempfile.TemporaryDirectory() as folder:
         yield Path(folder) / "processes.json"
+
+
+HEAVY_MARKERS = ("lab", "browser", "cluster", "slow")
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    """Longest files first: pytest-xdist (``--dist loadfile``) hands out whole files in this
+    order, so a long file started last cannot keep one worker busy after the others are done.
+    A file's length is guessed from what its tests start (a browser, a lab, a cluster) and
+    then from how many tests it has; the order of tests within a file is kept."""
+    by_file: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(item.path, []).append(item)
+
+    def length(tests: list[pytest.Item]) -> tuple[bool, int]:
+        heavy = any(test.get_closest_marker(marker) for test in tests for marker in HEAVY_MARKERS)
+        return heavy, len(tests)
+
+    items[:] = [item for tests in sorted(by_file.values(), key=length, reverse=True)
+                for item in tests]

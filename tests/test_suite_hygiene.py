@@ -96,9 +96,10 @@ def test_every_module_that_starts_a_browser_lab_or_cluster_carries_its_marker() 
         needed = {starters[name] for name in _calls(ast.parse(path.read_text())) & starters.keys()}
         if not needed:
             continue
-        module = importlib.import_module(".".join(path.relative_to(TESTS.parent).with_suffix("").parts))
+        name = ".".join(path.relative_to(TESTS.parent).with_suffix("").parts)
+        module = importlib.import_module(name)
         marks = getattr(module, "pytestmark", [])
         carried = {mark.name for mark in (marks if isinstance(marks, list) else [marks])}
         if needed - carried:
             unmarked.append(f"{path.relative_to(TESTS)}: {sorted(needed - carried)}")
-    assert not unmarked, "modules whose tests start these without the marker: " + "; ".join(unmarked)
+    assert not unmarked, f"modules that start these without the marker: {'; '.join(unmarked)}"
