@@ -258,3 +258,57 @@ def test_the_status_bar_polling_glance_keeps_the_server_from_exiting() -> None:
         assert process.poll() is None, server_output(process)[-500:]
         process.wait(60)  # nobody polls any more: it exits
         assert "no page open for 2 s: exiting" in server_output(process)
+
+
+def test_a_feed_that_raises_stops_no_other_family_and_is_logged_once(caplog) -> None:  # noqa: ANN001
+    """publish() isolates each family: the families after a broken one keep their live
+    frames, the broken one is one log line (not a traceback per tick), and it streams
+    again once its feed works."""
+    import logging
+
+    from jupyterlab_nvdashboard.metrics import History
+    from jupyterlab_nvdashboard.metrics.host import HostReading
+    from jupyterlab_nvdashboard.stream.broadcaster import Broadcaster
+
+    class Feed:
+        mode = "append"
+
+        def __init__(self, broken: bool) -> None:
+            self.broken = broken
+
+        def rows(self, samples) -> Rows:  # noqa: ANN001
+            if self.broken:
+                raise ValueError("a bad reading")
+            return Rows({"time": np.array([s.time_s * 1000 for s in samples])})
+
+    class Page:
+        def __init__(self) -> None:
+            self.frames: list[bytes] = []
+
+        def send(self, frame: bytes) -> None:
+            self.frames.append(frame)
+
+        def close(self, code=None, reason=None) -> None:  # noqa: ANN001
+            pass
+
+    history = History(100)
+    feeds = {"/broken": Feed(False), "/fine": Feed(False)}
+    broadcaster = Broadcaster(history, 0.2, feeds.get, (120.0,))
+    pages = {route: Page() for route in feeds}
+    for route, page in pages.items():  # the one that breaks publishes first
+        broadcaster.subscribe(route, None, -1, page)
+    feeds["/broken"].broken = True
+    host = HostReading(*([None] * len(HostReading._fields)))
+    with caplog.at_level(logging.WARNING, logger="jupyterlab_nvdashboard.stream.broadcaster"):
+        for tick in range(5):
+            history.append(1000.0 + tick, (), host)
+            broadcaster.publish()
+    assert len(pages["/fine"].frames) == 5  # every tick (subscribe returned the catch-up)
+    assert pages["/broken"].frames == []
+    assert [r.getMessage() for r in caplog.records if "/broken" in r.getMessage()] == \
+        [caplog.records[0].getMessage()]
+    assert not any(r.exc_info for r in caplog.records)
+    feeds["/broken"].broken = False
+    history.append(1005.0, (), host)
+    broadcaster.publish()
+    assert len(pages["/broken"].frames) == 1

@@ -207,6 +207,7 @@ class Broadcaster:
         self.io_loop: IOLoop | None = None
         # Called with the number of subscribers whenever it changes (idle tracking).
         self.on_viewers_changed: Callable[[int], None] = lambda count: None
+        self._failing: set[str] = set()  # families whose last publish raised (logged once)
 
     @property
     def subscribers(self) -> int:
@@ -261,16 +262,32 @@ class Broadcaster:
             if self.feed_for(family.route) is not family.feed:
                 self._close_all(family, CLOSE_LAYOUT_CHANGED, "dashboard layout changed")
                 continue
+            name = f"{family.route}@{family.window_s:g}s"
             started = time.perf_counter()
-            frame = family.advance(self.history)
-            self.stats.encode_seconds += time.perf_counter() - started
+            try:
+                frame = family.advance(self.history)
+            except Exception as error:  # noqa: BLE001 - one bad feed must not stop the others
+                self._failed(family, name, error)
+                continue
+            finally:
+                self.stats.encode_seconds += time.perf_counter() - started
+            self._failing.discard(name)
             if frame is None:
                 continue
-            name = f"{family.route}@{family.window_s:g}s"
             self.stats.encodes[name] = self.stats.encodes.get(name, 0) + 1
             for subscriber in list(family.subscribers):
                 subscriber.send(frame)
                 self.stats.frames_sent += 1
+
+    def _failed(self, family: Family, name: str, error: Exception) -> None:
+        """A family whose feed raised: one log line until it works again, and it skips the
+        samples it could not publish (its pages miss them, the other families miss
+        nothing; a page that reconnects catches up on the window)."""
+        if name not in self._failing:
+            self._failing.add(name)
+            log.warning("live frames of %s failed (%s: %s); its pages wait for the next one",
+                        name, type(error).__name__, error)
+        family.seq = self.history.last_seq
 
     def _close_all(self, family: Family, code: int, reason: str) -> None:
         for subscriber in list(family.subscribers):
