@@ -230,3 +230,20 @@ def test_a_hot_plugged_gpu_shows_up_at_the_next_rescan() -> None:
     reader.retry_if_due()
     assert [f.label for f in reader.facts] == ["GPU 0", "GPU 1"]
     assert simulator.calls["nvmlInit"] == 1  # NVML was up all along: only the GPUs were read
+
+
+def test_one_unsupported_field_list_leaves_every_other_field_read() -> None:
+    """nvmlDeviceGetFieldValues answering NOT_SUPPORTED for one list of field IDs is
+    remembered for that list only: the PCIe byte counters, read in another list, go on."""
+    simulator = SimulatedNvml(gpu_count=1, profile="h200")
+    reader = reader_for(simulator)
+    reader.read()
+    assert reader.read()[0].pcie_tx_bytes_per_s is not None
+    device = reader.session.devices()[0]
+    reader.session.fields(device, [pynvml.NVML_FI_DEV_POWER_INSTANT])  # answers
+    simulator.inject_error("nvmlDeviceGetFieldValues", pynvml.NVML_ERROR_NOT_SUPPORTED,
+                           gpu=0, times=1)
+    assert reader.session.fields(device, [pynvml.NVML_FI_DEV_POWER_INSTANT]) is None
+    assert reader.session.fields(device, [pynvml.NVML_FI_DEV_POWER_INSTANT]) is None  # kept
+    reader.read()
+    assert reader.read()[0].pcie_tx_bytes_per_s is not None

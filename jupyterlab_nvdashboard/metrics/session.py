@@ -100,15 +100,18 @@ class Device:
     def skips(self, function: str, *args: Any) -> bool:
         """True when ``function`` (with these arguments) is known not to answer here."""
         skip = self.skip
-        return bool(skip) and (function in skip or skip_key(function, args) in skip)
+        return bool(skip) and (function in skip or (skip_key(function, args) or False) in skip)
 
 
 def skip_key(function: str, args: tuple[Any, ...]) -> Any:
+    """What one call is remembered by: the function and its arguments, a list of field IDs
+    as a tuple of them, so NOT_SUPPORTED for one list never switches off another."""
+    key = (function, tuple(tuple(arg) if isinstance(arg, list) else arg for arg in args))
     try:
-        hash(args)
-    except TypeError:  # a list of field IDs: its own return codes say what is supported
-        return (function, None)
-    return (function, args)
+        hash(key)
+    except TypeError:  # an argument with no identity of its own: never remembered
+        return None
+    return key
 
 
 def decode(value: Any) -> Any:
@@ -280,7 +283,9 @@ class NvmlSession:
         if error is MISSING or code == self.constant("NVML_ERROR_NOT_SUPPORTED") or \
                 code == self.constant("NVML_ERROR_FUNCTION_NOT_FOUND"):
             # It will not start answering: stop asking every tick.
-            device.skip.add(function if error is MISSING else skip_key(function, args))
+            key = function if error is MISSING else skip_key(function, args)
+            if key is not None:
+                device.skip.add(key)
         else:
             self.log_once(function, code, error)
         if metric is not None and reason:
