@@ -424,3 +424,31 @@ def test_live_diagnoses_are_shared_and_redone_at_most_once_per_refresh() -> None
     assert live.computed == 3
     data = live.as_json(120)
     assert data["window_s"] == 120 and len(data["devices"]) == 2
+
+
+def _with_clocks(samples: list[Sample], wall_step_after: int, step_s: float) -> list[Sample]:
+    """The samples as the sampler stamps them (monotonic, one tick apart), with the wall
+    clock stepped by ``step_s`` (NTP) after sample ``wall_step_after``."""
+    from dataclasses import replace
+
+    return [replace(s, time_s=s.time_s + (step_s if i > wall_step_after else 0.0),
+                    monotonic_s=50_000.0 + i * TICK) for i, s in enumerate(samples)]
+
+
+def test_a_wall_clock_step_is_no_gap_and_no_longer_window() -> None:
+    """One 0.2 s dip, then NTP steps the wall clock 20 s forward: spans, gaps and the window
+    come from the monotonic stamps (12 s), so no 20.2 s gap reads as starved."""
+    samples = _with_clocks(History(util=lambda i: 0.0 if i == 30 else 100.0, n=60).samples(),
+                           30, 20.0)
+    result = diagnose(samples, facts("h200"), 0)
+    assert "starved" not in {f.cause for f in result.findings}, result.line()
+    assert result.window_s == pytest.approx(60 * TICK)
+
+
+def test_a_backward_wall_clock_step_cuts_a_runs_window_by_its_wall_times() -> None:
+    """The wall clock steps 10 s back: its stamps are no longer sorted, and a run's events
+    (wall clock) still find exactly the samples stamped inside their span."""
+    samples = _with_clocks(History(util=100.0, n=60).samples(), 29, -10.0)
+    cut = window(samples, 996.0, 997.0)
+    assert [s.seq for s in cut] == [s.seq for s in samples if 996.0 <= s.time_s <= 997.0]
+    assert len(cut) == 6

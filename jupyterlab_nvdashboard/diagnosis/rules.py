@@ -21,7 +21,6 @@ step (or, for a device window, the machine's CPU) says host-CPU-bound.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain, compress, count, repeat
@@ -67,9 +66,10 @@ class PcieLink(NamedTuple):
 
 
 def window(samples: Sequence[Sample], start_s: float, end_s: float) -> Sequence[Sample]:
-    """The samples (sorted by time, as the history keeps them) inside [start_s, end_s]."""
-    times = [sample.time_s for sample in samples]
-    return samples[bisect_left(times, start_s):bisect_right(times, end_s)]
+    """The samples whose wall-clock stamp lies in [start_s, end_s] (a run's events carry the
+    wall clock), in the history's order. A step of the wall clock unsorts the stamps, so
+    each sample is looked at: a search by halves would cut the wrong ones."""
+    return [sample for sample in samples if start_s <= sample.time_s <= end_s]
 
 
 def process_presence(samples: Sequence[Sample], pid: int) -> tuple[int, set[int]]:
@@ -118,6 +118,7 @@ def _fact(facts: Sequence[GpuFacts], row: int) -> GpuFacts | None:
 # A sample's ``extra`` is always a dict: ``dict.get`` is called directly (methodcaller looks
 # the method up again for each sample, three times the cost).
 _EXTRA = attrgetter("extra")
+_CLOCK = attrgetter("clock_s")
 _GPUS = attrgetter("gpus")
 _INDEX = itemgetter(GpuReading._fields.index("index"))
 _UTILIZATION = itemgetter(GpuReading._fields.index("utilization_pct"))
@@ -243,7 +244,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     else:
         mine = list(samples)
     count = len(mine)
-    span_s = mine[-1].time_s - mine[0].time_s if count else 0.0
+    span_s = mine[-1].clock_s - mine[0].clock_s if count else 0.0  # durations: monotonic
     interval = span_s / (count - 1) if count > 1 else 0.0
     # Shares and rates (clock events, links, host CPU) rest on at most MAX_READINGS samples,
     # evenly spaced. A family read at its own 1 s rate (GPM, processes) keeps each reading
@@ -262,9 +263,9 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     for sample, reading in zip(reversed(mine), reversed(own_rows), strict=True):
         if reading is None or not reading.lost:
             break
-        lost_since, lost_count = sample.time_s, lost_count + 1
+        lost_since, lost_count = sample.clock_s, lost_count + 1
     if lost_since is not None:  # lost now: nothing it does can be read
-        lost_for_s = mine[-1].time_s - lost_since
+        lost_for_s = mine[-1].clock_s - lost_since
         return done([Finding(
             "lost", "GPU lost", (Figure("lost for", lost_for_s, "s", lost_count),), "none",
             "look for an XID error in the kernel log (dmesg) and in nvidia-smi -q; the GPU "
@@ -318,7 +319,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
         findings += _level_findings(util_mean, util_fig, "utilization", gpm_needs)
     if has_util and not any(f.cause == "idle" for f in findings) and \
             min(util_known) < T.IDLE_PCT:
-        times = list(map(attrgetter("time_s"), mine))  # only where a gap may be
+        times = list(map(_CLOCK, mine))  # only where a gap may be
         findings += _gap_findings(times, utilization, interval, window_s, count)
     # ----- links, clocks -----------------------------------------------------------------
     physical_rows = own_rows[::coarse] if physical_row == row else \

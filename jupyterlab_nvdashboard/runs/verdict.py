@@ -124,7 +124,7 @@ def gpu_row(run: Run, facts: Sequence[GpuFacts]) -> int | None:
 
 
 def samples_in(samples: Sequence[Sample], span: tuple[float, float]) -> Sequence[Sample]:
-    """The samples (sorted by time, as the history keeps them) inside ``span``."""
+    """The samples inside ``span``, a run's wall-clock times (``diagnosis.window``)."""
     return window(samples, span[0], span[1])
 
 

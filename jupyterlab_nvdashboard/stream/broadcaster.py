@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 from tornado.ioloop import IOLoop
 from tornado.web import HTTPError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
@@ -60,7 +61,8 @@ class Feed(Protocol):
     An "append" feed may also say how its long windows are cut and reduced, where min/max
     of every column over epoch-aligned buckets does not fit (several rows per sample: the
     cluster heat map): ``bucket_seconds(window_s, interval_s)`` (0: every sample) and
-    ``downsample(rows, bucket_s)``."""
+    ``downsample(rows, bucket_s, clocks_s)``, ``clocks_s`` being each sample's
+    ``Sample.clock_s`` (``downsample.bucket_starts`` cuts by it)."""
 
     # "append": rows are new samples (a timeline); "replace": rows are the whole picture
     # drawn from the newest sample (bars).
@@ -105,16 +107,17 @@ class Family:
         if self.feed.mode == "replace":
             return samples[-1:]
         if self.bucket_s:  # a bucket goes out once a later sample has closed it
-            return samples[:complete_buckets([s.time_s for s in samples], self.bucket_s)]
+            return samples[:complete_buckets([s.clock_s for s in samples], self.bucket_s)]
         return samples
 
     def _rows(self, samples: list[Sample]) -> Rows:
         rows = self.feed.rows(samples)
         if not self.bucket_s:
             return rows
+        clocks_s = np.fromiter((s.clock_s for s in samples), float, len(samples))
         own = getattr(self.feed, "downsample", None)
-        return own(rows, self.bucket_s) if own is not None else \
-            min_max(rows, TIME_KEY, self.bucket_s)
+        return own(rows, self.bucket_s, clocks_s) if own is not None else \
+            min_max(rows, TIME_KEY, self.bucket_s, clocks_s)
 
     def start(self, history: History) -> None:
         """Position a family that had no pages at the newest sample it can publish."""
