@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -187,3 +188,24 @@ def test_pcie_and_nvlink_rates_from_simulated_counters_at_jittered_ticks() -> No
             assert reading.nvlink_rx_bytes_per_s == pytest.approx(
                 (now[1] - previous[1][1]) / elapsed, rel=1e-9)
         previous = (t, now)
+
+
+def test_an_all_gpu_total_is_unknown_while_one_gpus_rate_is() -> None:
+    """The pages' "all GPUs" line follows the one rule for a sum with unknown parts (the
+    links' totals and a run's exchange follow it too): it never dips to the known part."""
+    from jupyterlab_nvdashboard.apps.gpu import gpu_resources
+    from jupyterlab_nvdashboard.composition import create_metrics
+    from jupyterlab_nvdashboard.config import Config, SimulationConfig
+    from jupyterlab_nvdashboard.metrics import GpuReading, HostReading, Sample
+
+    metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=2)), environ={})
+    metrics.nvml.ensure_initialized()
+    feed = gpu_resources(metrics)
+    known = GpuReading.unavailable(0, lost=False)._replace(pcie_tx_bytes_per_s=3e9)
+    unknown = GpuReading.unavailable(1, lost=False)
+    host = HostReading(*([None] * len(HostReading._fields)))
+    rows = feed.rows([Sample(0, 1000.0, (known, unknown), host),
+                      Sample(1, 1000.2, (known, unknown._replace(pcie_tx_bytes_per_s=1e9)),
+                             host)]).numeric
+    assert rows["pcie_tx0"][0] == pytest.approx(3.0)
+    assert math.isnan(rows["pcie_tx"][0]) and rows["pcie_tx"][1] == pytest.approx(4.0)

@@ -46,6 +46,7 @@ from bokeh.plotting import figure
 
 from ..export.dcgm import mig_profile
 from ..metrics import GpuFacts, GpuReading, Sample
+from ..metrics.rates import rows_total
 from ..stream.broadcaster import TIME_KEY
 from ..stream.downsample import bucket_seconds
 from ..stream.frames import Rows
@@ -462,14 +463,12 @@ def gpu_value(
     return value
 
 
-def gpu_total(read: Callable[[GpuReading], float | None]) -> Callable[[Sample], float | None]:
-    """Sum one metric over the GPUs that report it."""
-
-    def total(sample: Sample) -> float | None:
-        known = [v for v in (read(r) for r in sample.gpus) if v is not None]
-        return sum(known) if known else None
-
-    return total
+def gpu_total(rows: Sequence[int], read: Callable[[GpuReading], float | None]
+              ) -> Callable[[Sample], float | None]:
+    """One metric summed over the device ``rows``: not available while any of them is
+    (``rates.total``), so the line never dips when one GPU's reading is briefly unknown."""
+    rows = tuple(rows)
+    return lambda sample: rows_total(sample, rows, read)
 
 
 def scaled(read: Callable[[Sample], float | None], unit: float) -> Callable[[Sample], float | None]:

@@ -11,6 +11,9 @@ Nothing here assumes the sampling interval: a rate is (counter delta) / (time de
   is known, the counter's own pace tells: a wrap giving more than ``WRAP_OVER_LAST_RATE``
   times its last rate (or coming before any rate) was a reset. A 64-bit counter that goes
   backwards was reset. After a reset there is no rate until the next reading.
+- **Totals.** ``total`` is the one rule for a sum of rates with unknown parts (the links'
+  totals, the pages' "all GPUs" lines, a sharded run's exchange): unknown when any part
+  is, since a partial sum draws a dip that never happened.
 - **Threads.** The GPU reader updates while the slow thread may ``forget`` a lost GPU: the
   readings are kept under a lock.
 - **Unrefreshed.** A source that has not refreshed its counter (same value, same
@@ -21,8 +24,13 @@ Nothing here assumes the sampling interval: a rate is (counter delta) / (time de
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .nvml import GpuReading
+    from .sampler import Sample
 
 TIMESTAMP_TOLERANCE_S = 1.0
 HOLD_S = 2.0
@@ -107,3 +115,17 @@ class CounterRates:
             for key in [k for k in self._last
                         if isinstance(k, tuple) and k[0] not in key_prefixes]:
                 self._last.pop(key, None)
+
+
+def total(parts: Iterable[float | None]) -> float | None:
+    """The sum of ``parts``; None (not available) when any part is, or there is none."""
+    values = list(parts)
+    return None if not values or None in values else sum(values)  # type: ignore[arg-type]
+
+
+def rows_total(sample: Sample, rows: Sequence[int],
+               read: Callable[[GpuReading], float | None]) -> float | None:
+    """``total`` of one reading of the device ``rows`` in ``sample`` (a row the sample
+    lacks is an unknown part)."""
+    by_row = {reading.index: reading for reading in sample.gpus}
+    return total(read(by_row[row]) if row in by_row else None for row in rows)
