@@ -417,7 +417,7 @@ def test_live_diagnoses_are_shared_and_redone_at_most_once_per_refresh() -> None
     assert live.current(120) is first and live.computed == 1  # within 2 s: shared
     now[0] = 2.5
     assert live.current(120) is not first and live.computed == 2
-    live.current(1800)
+    assert len(live.compute(1800)) == 2 and live.computed == 3
     metrics.sampler.tick()
     now[0] = 20.0  # a 30-minute window is redone every 30 s
     live.current(1800)
@@ -452,3 +452,61 @@ def test_a_backward_wall_clock_step_cuts_a_runs_window_by_its_wall_times() -> No
     cut = window(samples, 996.0, 997.0)
     assert [s.seq for s in cut] == [s.seq for s in samples if 996.0 <= s.time_s <= 997.0]
     assert len(cut) == 6
+
+
+def _live(gpus: int = 2):  # noqa: ANN202
+    from jupyterlab_nvdashboard.diagnosis.live import DeviceDiagnoses
+
+    metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=gpus,
+                                                                profile="h200")), environ={})
+    metrics.nvml.ensure_initialized()
+    for _ in range(6):
+        metrics.sampler.tick()
+    return DeviceDiagnoses(metrics)
+
+
+def test_a_long_window_is_diagnosed_off_the_callers_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """current() runs on the event loop: a 30-minute window is diagnosed on a thread of its
+    own, and current() answers at once (nothing yet, then the result)."""
+    import threading
+    import time
+
+    from jupyterlab_nvdashboard.diagnosis import live as live_module
+
+    live, threads = _live(), set()
+
+    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        threads.add(threading.current_thread())
+        return diagnose(*args, **kwargs)
+
+    monkeypatch.setattr(live_module, "diagnose", recording)
+    first = live.current(1800)
+    deadline = time.monotonic() + 60
+    while live.computed < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.current_thread() not in threads and threads
+    assert first == [] and [d.row for d in live.current(1800)] == [0, 1]
+    live.current(120)  # a short window: diagnosed where asked
+    assert threading.current_thread() in threads
+
+
+def test_one_device_whose_diagnosis_raises_leaves_the_others_and_is_logged_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from jupyterlab_nvdashboard.diagnosis import live as live_module
+
+    live = _live()
+
+    def broken_on_row_0(samples, facts, row, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        if row == 0:
+            raise ZeroDivisionError("float division by zero")
+        return diagnose(samples, facts, row, **kwargs)
+
+    monkeypatch.setattr(live_module, "diagnose", broken_on_row_0)
+    with caplog.at_level(logging.WARNING, logger="jupyterlab_nvdashboard.diagnosis.live"):
+        assert [d.row for d in live.current(120)] == [1]
+        assert [d.row for d in live.current(60)] == [1]
+    assert len(caplog.records) == 1 and "GPU 0" in caplog.records[0].getMessage()
+    assert not caplog.records[0].exc_info
