@@ -45,7 +45,7 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from ..export.dcgm import mig_profile
-from ..metrics import GpuFacts, GpuReading, Sample
+from ..metrics import GpuFacts, GpuReading, Sample, parent_facts
 from ..metrics.rates import rows_total
 from ..stream.broadcaster import TIME_KEY
 from ..stream.downsample import bucket_seconds
@@ -135,9 +135,8 @@ class BarsFeed:
     @property
     def factors(self) -> list[str | tuple[str, str]]:
         nested = len(self.metrics) > 1
-        by_row = {f.index: f for f in self.facts}
         return [(gpu_label(f, short=True), m.label) if nested else
-                gpu_label(f, gpu=by_row.get(f.parent) if f.parent is not None else None)
+                gpu_label(f, gpu=parent_facts(self.facts, f))
                 for f in self.facts for m in self.metrics]
 
     def rows(self, samples: Sequence[Sample]) -> Rows:

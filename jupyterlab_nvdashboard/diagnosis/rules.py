@@ -27,7 +27,7 @@ from itertools import chain, compress, count, repeat
 from operator import attrgetter, is_not, itemgetter
 from typing import NamedTuple
 
-from ..metrics import GpuFacts, GpuReading, Sample
+from ..metrics import GpuFacts, GpuReading, Sample, parent_facts
 from ..metrics.families import (
     GPM_FAMILY,
     HEALTH_FAMILY,
@@ -75,7 +75,7 @@ def window(samples: Sequence[Sample], start_s: float, end_s: float) -> Sequence[
 def process_presence(samples: Sequence[Sample], pid: int) -> tuple[int, set[int]]:
     """(reading passes of the driver's process lists, device rows where ``pid`` held a
     context in any of them)."""
-    passes = _list_passes(samples)
+    passes = list_passes(samples)
     rows = {reading.device for readings in passes for reading in readings  # type: ignore[attr-defined]
             if isinstance(reading, ProcessReading) and reading.pid == pid}
     return len(passes), rows
@@ -148,8 +148,9 @@ def _iter_list_passes(samples: Sequence[Sample]) -> Iterator[object]:
             yield samples[i].extra[PROCESS_FAMILY]
 
 
-def _list_passes(samples: Sequence[Sample]) -> list[object]:
-    """Each reading pass of the process lists once, oldest first."""
+def list_passes(samples: Sequence[Sample]) -> list[object]:
+    """Each reading pass of the process lists once, oldest first: the one way to count
+    them (``_iter_list_passes`` says how a pass is told)."""
     return list(_iter_list_passes(samples))
 
 
@@ -277,7 +278,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
                              "wait a few seconds for more samples",
                              needs=f"at least {T.MIN_SAMPLES} samples of this device",
                              words=f"{count} of {T.MIN_SAMPLES} needed")])
-    parent = _fact(facts, fact.parent) if fact and fact.parent is not None else None
+    parent = parent_facts(facts, fact) if fact else None
     physical = parent or fact
     physical_row = physical.index if physical else row
     utilization: list[float | None] = list(map(attrgetter("utilization_pct"), own_rows))
@@ -290,8 +291,8 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     has_gpm = len(sm_values) >= T.MIN_SAMPLES
     sm_mean = mean(sm_values, all_known=True) if has_gpm else None
     # The process lists ride only in the samples of their pass: every sample is looked at.
-    list_passes = _list_passes(mine) if pid is not None else None
-    own = _own_process(list_passes, row, pid) if list_passes is not None and pid is not None \
+    lists = list_passes(mine) if pid is not None else None
+    own = _own_process(lists, row, pid) if lists is not None and pid is not None \
         else []
     has_own = len(own) >= T.MIN_SAMPLES
     has_util = len(util_known) >= T.MIN_SAMPLES
@@ -330,7 +331,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     findings += _link_findings(physical_rows, physical, sm_mean, pcie_link)
     findings += _throttle_findings(health)
     if not any(f.cause.startswith("host") for f in findings) and not steps and \
-            _held(mine, row, list_passes):
+            _held(mine, row, lists):
         findings += _machine_cpu_findings(mine[::coarse], utilization[::coarse])
     if not findings:
         needs = gpm_needs or "utilization (MIG devices have none: their activity needs GPM)"

@@ -70,6 +70,14 @@ class GpuFacts(NamedTuple):
     pci_bus_id: str | None = None  # "00000000:18:00.0" (nvmlPciInfo_t.busId); a MIG device's GPU's
 
 
+
+def parent_facts(facts: Sequence[GpuFacts], fact: GpuFacts) -> GpuFacts | None:
+    """The physical GPU a MIG device is part of, whose row holds its whole-GPU readings and
+    facts (PCIe, NVLink, power, clocks, health, GPM support); None for a GPU."""
+    if fact.parent is None:
+        return None
+    return next((each for each in facts if each.index == fact.parent), None)
+
 @dataclass
 class NvlinkFields:
     tx: int

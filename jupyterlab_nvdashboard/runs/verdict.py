@@ -31,13 +31,14 @@ from ..diagnosis import (
     Step,
     diagnose,
     host_findings,
+    list_passes,
     not_using_gpu,
     process_presence,
     window,
 )
 from ..metrics import GpuFacts, Sample
 from ..metrics.cuda_visibility import MigEntry, PhysicalGpu, cuda_indices
-from ..metrics.families import PROCESS_FAMILY, ProcessReading
+from ..metrics.families import ProcessReading
 from .watcher import Run
 
 OTHERS_NAMED = 5  # other PIDs named in a verdict, at most
@@ -151,12 +152,7 @@ def _level(findings: Sequence[Finding]) -> float | None:
 
 def _others(samples: Sequence[Sample], row: int, pid: int | None) -> list[int]:
     others: dict[int, None] = {}
-    last = None
-    for sample in samples:
-        readings = sample.extra.get(PROCESS_FAMILY)
-        if readings is None or readings is last:
-            continue
-        last = readings
+    for readings in list_passes(samples):
         for reading in readings:  # type: ignore[attr-defined]
             if isinstance(reading, ProcessReading) and reading.device == row \
                     and reading.pid != pid:
