@@ -52,8 +52,8 @@ class LinkReader:
         self.session = session
 
     def probe_pcie(self, device: Device, now: float | None = None) -> None:
-        s = self.session
         """Use the PCIe byte counters if they answer; otherwise the 20 ms snapshot."""
+        s = self.session
         tx, rx = (s.constant("NVML_FI_DEV_PCIE_COUNT_TX_BYTES"),
                   s.constant("NVML_FI_DEV_PCIE_COUNT_RX_BYTES"))
         device.pcie_reprobe_at = (s.clock() if now is None else now) + PCIE_REPROBE_S
