@@ -214,7 +214,9 @@ CASES = [
          "memory-bound", "gpm", ("GPU 0 · MIG 1 memory-bandwidth-bound",)),
     Case("mig-idle", History(profile="h100-mig", row=2, sm=0.0, dram=0.0), "idle", "gpm"),
     Case("mig-throttled-on-parent", History(profile="h100-mig", row=1, sm=90.0, mask=0x20),
-         "throttled", "clock-events", ("software thermal slowdown",)),
+         "throttled", "clock-events",
+         ("GPU 0 · MIG 1 on its GPU (GPU 0, shared by its MIG instances): throttled: "
+          "software thermal slowdown",)),
     # ----- borderline -----
     Case("sm-at-50-is-not-launch-bound", History(util=100.0, sm=50.0, dram=10.0),
          "underused", "gpm", absent=("launch-bound",)),

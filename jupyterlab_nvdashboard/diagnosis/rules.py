@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from itertools import chain, compress, count, repeat
 from operator import attrgetter, is_not, itemgetter
 from typing import NamedTuple
@@ -328,8 +329,13 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     health = _distinct(coarse_extras, HEALTH_FAMILY, physical_row, HealthReading)
     if pcie_link is None:
         pcie_link = _current_pcie_link(health)
-    findings += _link_findings(physical_rows, physical, sm_mean, pcie_link)
-    findings += _throttle_findings(health)
+    whole_gpu = _link_findings(physical_rows, physical, sm_mean, pcie_link) + \
+        _throttle_findings(health)
+    if parent is not None:  # a MIG device: these are its GPU's, whatever instance caused them
+        whole_gpu = [replace(finding, title=f"on its GPU ({parent.label}, shared by its MIG "
+                                            f"instances): {finding.title}")
+                     for finding in whole_gpu]
+    findings += whole_gpu
     if not any(f.cause.startswith("host") for f in findings) and not steps and \
             _held(mine, row, lists):
         findings += _machine_cpu_findings(mine[::coarse], utilization[::coarse])
