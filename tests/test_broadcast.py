@@ -305,6 +305,8 @@ def test_a_feed_that_raises_stops_no_other_family_and_is_logged_once(caplog) -> 
         for tick in range(5):
             history.append(1000.0 + tick, (), host)
             broadcaster.publish()
+        with pytest.raises(ValueError, match="live data failed"):  # a new page: one line
+            broadcaster.subscribe("/broken", None, -1, Page())
     assert len(pages["/fine"].frames) == 5  # every tick (subscribe returned the catch-up)
     assert pages["/broken"].frames == []
     assert [r.getMessage() for r in caplog.records if "/broken" in r.getMessage()] == \

@@ -243,9 +243,14 @@ class Broadcaster:
                 self._close_all(family, CLOSE_LAYOUT_CHANGED, "dashboard layout changed")
             family = self.families[key] = Family(
                 route, key[1], feed, feed_bucket_seconds(feed, key[1], self.interval_s))
-        if not family.subscribers:
-            family.start(self.history)
-        frame = family.catch_up(self.history, since)
+        name = f"{route}@{family.window_s:g}s"
+        try:
+            if not family.subscribers:
+                family.start(self.history)
+            frame = family.catch_up(self.history, since)
+        except Exception as error:  # noqa: BLE001 - a broken feed fails its page only
+            self._failed(family, name, error)
+            raise ValueError(f"{route}: its live data failed") from None
         self.stats.catch_ups += 1
         family.subscribers.add(subscriber)
         self.on_viewers_changed(self.subscribers)
@@ -283,9 +288,9 @@ class Broadcaster:
                 self.stats.frames_sent += 1
 
     def _failed(self, family: Family, name: str, error: Exception) -> None:
-        """A family whose feed raised: one log line until it works again, and it skips the
-        samples it could not publish (its pages miss them, the other families miss
-        nothing; a page that reconnects catches up on the window)."""
+        """A family whose feed raised (publishing, or a page's catch-up): one log line until
+        it works again, and it skips the samples it could not publish (its pages miss them,
+        the other families miss nothing; a page that reconnects catches up on the window)."""
         if name not in self._failing:
             self._failing.add(name)
             log.warning("live frames of %s failed (%s: %s); its pages wait for the next one",
