@@ -9,8 +9,9 @@ and nothing here reads hardware: it reads the history the sampler already filled
 ``current`` is called on the event loop, so it diagnoses there only windows up to
 ``INLINE_WINDOW_S``. A longer one (30 minutes of 8 GPUs: 130-185 ms of CPU, over a second
 of wall time on a busy 2-core machine) is diagnosed on a thread of its own while
-``current`` answers with its last result; ``compute`` waits for it, for callers off the event loop. Each device is diagnosed
-on its own: one that raises is logged once and left out, and the others stand.
+``current`` answers with its last result; ``compute`` waits for it, for callers off the
+event loop. Each device is diagnosed on its own: one that raises is logged once and left
+out, and the others stand.
 """
 
 from __future__ import annotations
