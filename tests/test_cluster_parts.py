@@ -278,7 +278,7 @@ def test_a_long_window_column_is_the_mean_of_its_readings() -> None:
                  "row": np.tile([0.0, 1.0], 4), "heat": np.array(heat, float),
                  "mem_pct": np.arange(8.0), "mem_used_gib": np.arange(8.0),
                  "mem_total_gib": np.full(8, 141.0)})
-    out = feed.downsample(rows, 2.0).numeric
+    out = feed.downsample(rows, 2.0, np.array([0.0, 1.0, 2.0, 3.0]) + 500.0).numeric
     assert list(out[TIME_KEY]) == [1000.0, 1000.0, 3000.0, 3000.0]  # the buckets' middles
     assert list(out["row"]) == [0.0, 1.0, 0.0, 1.0]
     # Means of the utilization readings; stale at the bucket's end is drawn stale.

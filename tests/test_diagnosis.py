@@ -214,7 +214,9 @@ CASES = [
          "memory-bound", "gpm", ("GPU 0 · MIG 1 memory-bandwidth-bound",)),
     Case("mig-idle", History(profile="h100-mig", row=2, sm=0.0, dram=0.0), "idle", "gpm"),
     Case("mig-throttled-on-parent", History(profile="h100-mig", row=1, sm=90.0, mask=0x20),
-         "throttled", "clock-events", ("software thermal slowdown",)),
+         "throttled", "clock-events",
+         ("GPU 0 · MIG 1 on its GPU (GPU 0, shared by its MIG instances): throttled: "
+          "software thermal slowdown",)),
     # ----- borderline -----
     Case("sm-at-50-is-not-launch-bound", History(util=100.0, sm=50.0, dram=10.0),
          "underused", "gpm", absent=("launch-bound",)),
@@ -417,10 +419,96 @@ def test_live_diagnoses_are_shared_and_redone_at_most_once_per_refresh() -> None
     assert live.current(120) is first and live.computed == 1  # within 2 s: shared
     now[0] = 2.5
     assert live.current(120) is not first and live.computed == 2
-    live.current(1800)
+    assert len(live.compute(1800)) == 2 and live.computed == 3
     metrics.sampler.tick()
     now[0] = 20.0  # a 30-minute window is redone every 30 s
     live.current(1800)
     assert live.computed == 3
     data = live.as_json(120)
     assert data["window_s"] == 120 and len(data["devices"]) == 2
+
+
+def _with_clocks(samples: list[Sample], wall_step_after: int, step_s: float) -> list[Sample]:
+    """The samples as the sampler stamps them (monotonic, one tick apart), with the wall
+    clock stepped by ``step_s`` (NTP) after sample ``wall_step_after``."""
+    from dataclasses import replace
+
+    return [replace(s, time_s=s.time_s + (step_s if i > wall_step_after else 0.0),
+                    monotonic_s=50_000.0 + i * TICK) for i, s in enumerate(samples)]
+
+
+def test_a_wall_clock_step_is_no_gap_and_no_longer_window() -> None:
+    """One 0.2 s dip, then NTP steps the wall clock 20 s forward: spans, gaps and the window
+    come from the monotonic stamps (12 s), so no 20.2 s gap reads as starved."""
+    samples = _with_clocks(History(util=lambda i: 0.0 if i == 30 else 100.0, n=60).samples(),
+                           30, 20.0)
+    result = diagnose(samples, facts("h200"), 0)
+    assert "starved" not in {f.cause for f in result.findings}, result.line()
+    assert result.window_s == pytest.approx(60 * TICK)
+
+
+def test_a_backward_wall_clock_step_cuts_a_runs_window_by_its_wall_times() -> None:
+    """The wall clock steps 10 s back: its stamps are no longer sorted, and a run's events
+    (wall clock) still find exactly the samples stamped inside their span."""
+    samples = _with_clocks(History(util=100.0, n=60).samples(), 29, -10.0)
+    cut = window(samples, 996.0, 997.0)
+    assert [s.seq for s in cut] == [s.seq for s in samples if 996.0 <= s.time_s <= 997.0]
+    assert len(cut) == 6
+
+
+def _live(gpus: int = 2):  # noqa: ANN202
+    from jupyterlab_nvdashboard.diagnosis.live import DeviceDiagnoses
+
+    metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=gpus,
+                                                                profile="h200")), environ={})
+    metrics.nvml.ensure_initialized()
+    for _ in range(6):
+        metrics.sampler.tick()
+    return DeviceDiagnoses(metrics)
+
+
+def test_a_long_window_is_diagnosed_off_the_callers_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """current() runs on the event loop: a 30-minute window is diagnosed on a thread of its
+    own, and current() answers at once (nothing yet, then the result)."""
+    import threading
+    import time
+
+    from jupyterlab_nvdashboard.diagnosis import live as live_module
+
+    live, threads = _live(), set()
+
+    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        threads.add(threading.current_thread())
+        return diagnose(*args, **kwargs)
+
+    monkeypatch.setattr(live_module, "diagnose", recording)
+    first = live.current(1800)
+    deadline = time.monotonic() + 60
+    while live.computed < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.current_thread() not in threads and threads
+    assert first == [] and [d.row for d in live.current(1800)] == [0, 1]
+    live.current(120)  # a short window: diagnosed where asked
+    assert threading.current_thread() in threads
+
+
+def test_one_device_whose_diagnosis_raises_leaves_the_others_and_is_logged_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from jupyterlab_nvdashboard.diagnosis import live as live_module
+
+    live = _live()
+
+    def broken_on_row_0(samples, facts, row, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        if row == 0:
+            raise ZeroDivisionError("float division by zero")
+        return diagnose(samples, facts, row, **kwargs)
+
+    monkeypatch.setattr(live_module, "diagnose", broken_on_row_0)
+    with caplog.at_level(logging.WARNING, logger="jupyterlab_nvdashboard.diagnosis.live"):
+        assert [d.row for d in live.current(120)] == [1]
+        assert [d.row for d in live.current(60)] == [1]
+    assert len(caplog.records) == 1 and "GPU 0" in caplog.records[0].getMessage()
+    assert not caplog.records[0].exc_info

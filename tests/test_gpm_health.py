@@ -159,6 +159,32 @@ def test_mig_instances_report_their_own_activity() -> None:
     assert simulator.calls["nvmlGpmMigSampleGet"] == 4
 
 
+def test_compute_instances_of_one_gpu_instance_do_not_each_claim_its_activity(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPM samples a whole GPU instance (nvmlGpmMigSampleGet takes its ID): where it is
+    split into two compute instances (two MIG devices), neither shows the instance's
+    activity as its own; each says why, and a GPU instance alone still reports."""
+    from jupyterlab_nvdashboard.metrics.gpm import gpm_unavailable_reason
+    from jupyterlab_nvdashboard.simnvml.profiles import H100_MIG, MigSlot
+
+    split = dataclasses.replace(H100_MIG, mig=(
+        MigSlot("1c.3g.40gb", 1, 0, 3, 1, 20, 40_448),
+        MigSlot("2c.3g.40gb", 1, 1, 3, 2, 40, 40_448),
+        MigSlot("2g.20gb", 5, 0, 2, 2, 32, 20_096)))
+    monkeypatch.setitem(PROFILES, "h100-mig-split", dataclasses.replace(
+        PROFILES["h100-mig"], name="h100-mig-split", models=(split,)))
+    _, nvml, readings, _, _ = two_gpm_passes("h100-mig-split", gpus=1)
+    facts = nvml.facts
+    assert [(f.mig or {}).get("gpu_instance_id") for f in facts] == [None, 1, 1, 5]
+    assert len({f.uuid for f in facts}) == 4
+    for row in (1, 2):
+        assert readings[row].sm_activity_pct is None
+        reason = gpm_unavailable_reason(facts[row], facts[0], {})
+        assert reason and "2 compute instances" in reason
+    assert readings[3].sm_activity_pct is not None
+    assert gpm_unavailable_reason(facts[3], facts[0], {}) is None
+
+
 def test_a100_mig_instances_cannot_report_gpm() -> None:
     simulator, nvml, readings, _, _ = two_gpm_passes("a100-mig")
     assert all(reading == GpmReading(*[None] * 11) for reading in readings.values())

@@ -251,3 +251,20 @@ def test_an_observer_hears_every_call_the_session_makes_failed_ones_too() -> Non
     reader.session.observe(None)
     reader.read()
     assert simulator.total_calls > calls_before and len(heard) == heard_before
+
+
+def test_one_unsupported_field_list_leaves_every_other_field_read() -> None:
+    """nvmlDeviceGetFieldValues answering NOT_SUPPORTED for one list of field IDs is
+    remembered for that list only: the PCIe byte counters, read in another list, go on."""
+    simulator = SimulatedNvml(gpu_count=1, profile="h200")
+    reader = reader_for(simulator)
+    reader.read()
+    assert reader.read()[0].pcie_tx_bytes_per_s is not None
+    device = reader.session.devices()[0]
+    reader.session.fields(device, [pynvml.NVML_FI_DEV_POWER_INSTANT])  # answers
+    simulator.inject_error("nvmlDeviceGetFieldValues", pynvml.NVML_ERROR_NOT_SUPPORTED,
+                           gpu=0, times=1)
+    assert reader.session.fields(device, [pynvml.NVML_FI_DEV_POWER_INSTANT]) is None
+    assert reader.session.fields(device, [pynvml.NVML_FI_DEV_POWER_INSTANT]) is None  # kept
+    reader.read()
+    assert reader.read()[0].pcie_tx_bytes_per_s is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -43,11 +44,61 @@ def test_counter_reset_and_unrefreshed_counter() -> None:
 def test_32_bit_counter_wraps_by_its_width() -> None:
     rates = CounterRates()
     top = 2**32
-    rates.update("x", top - 500, 1.0, width_bits=32)
+    rates.update("x", top - 2500, 0.5, width_bits=32)
+    assert rates.update("x", top - 500, 1.0, width_bits=32) == 4000
     assert rates.update("x", 1500, 1.5, width_bits=32) == 4000  # 2000 bytes across the wrap
     # A wrap that would mean more than the link can carry is a reset instead.
     rates.update("y", top - 500, 1.0, width_bits=32, max_rate=1e6)
     assert rates.update("y", top - 10_000, 2.0, width_bits=32, max_rate=1e6) is None
+
+
+def test_a_reset_of_a_narrow_counter_with_no_known_maximum_is_no_wrap() -> None:
+    """50 MB/s on a 32-bit counter that resets: read as a wrap, it would be 6.4 GB/s (its
+    whole range over one interval). No maximum is known: the counter's own pace tells."""
+    rates = CounterRates()
+    value, rate = 3_000_000_000, 50e6
+    for t in (0.0, 0.67, 1.34):
+        rates.update("x", value + rate * t, t, width_bits=32)
+    assert rates.update("x", rate * 0.2, 2.01, width_bits=32) is None  # reset, 0.2 s ago
+    assert rates.update("x", rate * 0.87, 2.68, width_bits=32) == pytest.approx(rate)
+    # A wrap before any rate is known cannot be told from a reset: no rate, not a wrong one.
+    rates.update("y", 2**32 - 500, 1.0, width_bits=32)
+    assert rates.update("y", 1500, 1.5, width_bits=32) is None
+
+
+def test_rates_survive_a_lost_gpu_forgotten_while_the_reader_updates() -> None:
+    """The slow thread forgets a lost GPU's counters (mark_lost) while the GPU thread
+    updates others: neither sees a dictionary change size under it."""
+    import sys
+    import threading
+
+    rates = CounterRates()
+    for n in range(20_000):
+        rates.update(("gpu-0", "pcie_tx", n), n, 1.0)
+    stop, errors = threading.Event(), []
+
+    def reader() -> None:
+        n = 0
+        while not stop.is_set():
+            rates.update(("gpu-1", "pcie_tx", n), n, 1.0)
+            n += 1
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # thread switches inside one pass over the keys
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for _ in range(20):
+            try:
+                rates.forget("gpu-2")
+                rates.retain({"gpu-0", "gpu-1"})
+            except RuntimeError as error:
+                errors.append(error)
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(interval)
+    assert errors == []
 
 
 def test_an_ntp_step_does_not_freeze_or_distort_a_rate() -> None:
@@ -137,3 +188,24 @@ def test_pcie_and_nvlink_rates_from_simulated_counters_at_jittered_ticks() -> No
             assert reading.nvlink_rx_bytes_per_s == pytest.approx(
                 (now[1] - previous[1][1]) / elapsed, rel=1e-9)
         previous = (t, now)
+
+
+def test_an_all_gpu_total_is_unknown_while_one_gpus_rate_is() -> None:
+    """The pages' "all GPUs" line follows the one rule for a sum with unknown parts (the
+    links' totals and a run's exchange follow it too): it never dips to the known part."""
+    from jupyterlab_nvdashboard.apps.gpu import gpu_resources
+    from jupyterlab_nvdashboard.composition import create_metrics
+    from jupyterlab_nvdashboard.config import Config, SimulationConfig
+    from jupyterlab_nvdashboard.metrics import GpuReading, HostReading, Sample
+
+    metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=2)), environ={})
+    metrics.nvml.ensure_initialized()
+    feed = gpu_resources(metrics)
+    known = GpuReading.unavailable(0, lost=False)._replace(pcie_tx_bytes_per_s=3e9)
+    unknown = GpuReading.unavailable(1, lost=False)
+    host = HostReading(*([None] * len(HostReading._fields)))
+    rows = feed.rows([Sample(0, 1000.0, (known, unknown), host),
+                      Sample(1, 1000.2, (known, unknown._replace(pcie_tx_bytes_per_s=1e9)),
+                             host)]).numeric
+    assert rows["pcie_tx0"][0] == pytest.approx(3.0)
+    assert math.isnan(rows["pcie_tx"][0]) and rows["pcie_tx"][1] == pytest.approx(4.0)

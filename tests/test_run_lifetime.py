@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -199,3 +200,59 @@ def test_a_run_names_its_process_by_pid_and_start_time(tmp_path: Path) -> None:
     assert returncode == 0 and start["pid"] == pid
     if os.path.exists(f"/proc/{os.getpid()}/stat"):
         assert isinstance(started, int) and start["pid_start_ticks"] == started
+
+
+def test_a_server_whose_own_run_finished_still_sees_another_servers_run(
+        tmp_path: Path) -> None:
+    """Two servers on one runs folder: after the first one's own run finished, a run the
+    second one started is running for the first too (its Start refuses, its Stop stops it)."""
+    environ = {"PATH": os.environ.get("PATH", "")}
+    exits: list[tuple] = []
+    first = RunLauncher(tmp_path, environ=environ, on_exit=lambda *report: exits.append(report))
+    second = RunLauncher(tmp_path, environ=environ)
+    first.start({"path": "numpy", "preset": "ci", "iterations": 3, "device": "cpu"})
+    try:
+        _wait_for(lambda: exits, 60, "the first server's own run's exit")
+        second.start({"path": "numpy", "preset": "ci", "iterations": LONG_RUN,
+                      "device": "cpu"})
+        assert first.adopted() is not None and first.adopted()[0] == second.pid
+        assert first.running and first.pid == second.pid
+        with pytest.raises(ValueError, match="already in progress"):
+            first.start({"path": "numpy", "preset": "ci", "iterations": 3, "device": "cpu"})
+        assert "stopping the run of another server" in first.stop()
+        _wait_for(lambda: not second.running, 30, "the second server's run to stop")
+    finally:
+        second.shutdown()
+        first.shutdown()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/cmdline"), reason="Linux /proc")
+def test_a_lock_naming_a_process_that_is_no_run_is_never_signalled(tmp_path: Path) -> None:
+    """A planted lock naming one of the user's own process-group leaders (live, with its
+    true start time): it is not a run, so Stop says there is none and signals nobody."""
+    from jupyterlab_nvdashboard.runs.launcher import write_lock
+    from jupyterlab_nvdashboard.workload.lifetime import process_start_ticks
+
+    victim = subprocess.Popen(["sleep", "60"], start_new_session=True)  # noqa: S603, S607
+    try:
+        write_lock(tmp_path / RUN_LOCK_NAME, victim.pid, process_start_ticks(victim.pid))
+        launcher = RunLauncher(tmp_path)
+        assert launcher.adopted() is None and not launcher.running
+        assert launcher.stop() == "no run in progress"
+        with pytest.raises(subprocess.TimeoutExpired):  # a SIGINT would have ended it
+            victim.wait(0.5)
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="giving a file to another user needs root")
+def test_a_lock_written_by_another_user_is_ignored(tmp_path: Path) -> None:
+    from jupyterlab_nvdashboard.runs.launcher import read_lock
+
+    lock = tmp_path / RUN_LOCK_NAME
+    lock.write_text(json.dumps({"pid": os.getpid(), "start_ticks": None}))
+    assert read_lock(lock) is not None
+    os.chown(lock, 65534, 65534)
+    assert read_lock(lock) is None

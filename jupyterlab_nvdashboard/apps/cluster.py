@@ -9,9 +9,10 @@ bars a single ``hbar``, whatever the number of GPUs; the bars and totals are com
 the page from the newest column's rows, so nothing else goes over the wire.
 
 The window picker offers the timelines' windows that the reader's history fills (2, 10 and
-30 minutes). A window longer than ``MAX_COLUMNS`` ticks is cut into epoch-aligned columns
-of several seconds (``ClusterFeed.bucket_seconds``), each a GPU's mean utilization over
-its column, so a 30-minute catch-up of 512 GPUs is as small as a 4-minute one.
+30 minutes). A window longer than ``MAX_COLUMNS`` ticks is cut into columns of several
+seconds of the monotonic clock (``ClusterFeed.bucket_seconds``), each a GPU's mean
+utilization over its column, so a 30-minute catch-up of 512 GPUs is as small as a
+4-minute one.
 
 Stale and lost GPUs have colours of their own (grey, red); a GPU whose utilization is not
 available is left blank. A GPU its worker reads from the simulated driver says SIMULATED
@@ -54,6 +55,7 @@ from ..cluster.view import (
 from ..export.dcgm import FIELDS
 from ..metrics import Sample
 from ..stream.broadcaster import TIME_KEY
+from ..stream.downsample import bucket_starts
 from ..stream.frames import Rows
 from .components import timeline_windows, window_label
 from .live import LiveView
@@ -144,16 +146,16 @@ class ClusterFeed:
         return Rows({TIME_KEY: times, "row": rows,
                      **{name: stacked[j] for j, name in enumerate(_COLUMNS)}})
 
-    def downsample(self, rows: Rows, bucket_s: float) -> Rows:
+    def downsample(self, rows: Rows, bucket_s: float, clocks_s: np.ndarray) -> Rows:
         """One column per bucket (at its middle): each GPU's mean utilization over the
         bucket, drawn stale or lost when it was so at the bucket's end, and its memory at
-        the end. ``rows``: whole ticks of this layout, oldest first."""
+        the end. ``rows``: whole ticks of this layout, oldest first; ``clocks_s``: each
+        tick's monotonic stamp."""
         n, numeric = len(self.layout), rows.numeric
         ticks = len(numeric[TIME_KEY]) // n if n else 0
         if not ticks:
             return Rows({name: np.empty(0) for name in numeric})
-        buckets = np.floor(numeric[TIME_KEY][::n] / (bucket_s * 1000))
-        starts = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
+        starts, start_ms = bucket_starts(clocks_s, numeric[TIME_KEY][::n], bucket_s)
         ends = np.r_[starts[1:], ticks] - 1
         heat = numeric["heat"].reshape(ticks, n)
         read = (heat >= 0) & (heat <= 100)  # a utilization reading: not NaN, stale or lost
@@ -163,7 +165,7 @@ class ClusterFeed:
             mean = total / count  # NaN where the bucket holds no reading
         last = heat[ends]
         held = (last == STALE_HEAT) | (last == LOST_HEAT)
-        columns = {TIME_KEY: np.repeat((buckets[starts] + 0.5) * bucket_s * 1000, n),
+        columns = {TIME_KEY: np.repeat(start_ms + bucket_s * 500, n),
                    "row": np.tile(np.arange(n, dtype=float), len(starts)),
                    "heat": np.where(held, last, mean).ravel()}
         for name in _COLUMNS[1:]:

@@ -45,7 +45,8 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from ..export.dcgm import mig_profile
-from ..metrics import GpuFacts, GpuReading, Sample
+from ..metrics import GpuFacts, GpuReading, Sample, parent_facts
+from ..metrics.rates import rows_total
 from ..stream.broadcaster import TIME_KEY
 from ..stream.downsample import bucket_seconds
 from ..stream.frames import Rows
@@ -134,9 +135,8 @@ class BarsFeed:
     @property
     def factors(self) -> list[str | tuple[str, str]]:
         nested = len(self.metrics) > 1
-        by_row = {f.index: f for f in self.facts}
         return [(gpu_label(f, short=True), m.label) if nested else
-                gpu_label(f, gpu=by_row.get(f.parent) if f.parent is not None else None)
+                gpu_label(f, gpu=parent_facts(self.facts, f))
                 for f in self.facts for m in self.metrics]
 
     def rows(self, samples: Sequence[Sample]) -> Rows:
@@ -462,14 +462,12 @@ def gpu_value(
     return value
 
 
-def gpu_total(read: Callable[[GpuReading], float | None]) -> Callable[[Sample], float | None]:
-    """Sum one metric over the GPUs that report it."""
-
-    def total(sample: Sample) -> float | None:
-        known = [v for v in (read(r) for r in sample.gpus) if v is not None]
-        return sum(known) if known else None
-
-    return total
+def gpu_total(rows: Sequence[int], read: Callable[[GpuReading], float | None]
+              ) -> Callable[[Sample], float | None]:
+    """One metric summed over the device ``rows``: not available while any of them is
+    (``rates.total``), so the line never dips when one GPU's reading is briefly unknown."""
+    rows = tuple(rows)
+    return lambda sample: rows_total(sample, rows, read)
 
 
 def scaled(read: Callable[[Sample], float | None], unit: float) -> Callable[[Sample], float | None]:

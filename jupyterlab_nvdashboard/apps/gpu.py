@@ -100,7 +100,9 @@ def _link_series(metrics: Metrics, kind: str) -> list[Series]:
                                  getattr(r, a)), GB), gpu=fact.index, dash=dash))
     series += [
         Series(f"{kind}_{direction}", f"{direction.upper()} (all GPUs)", "#7f7f7f",
-               scaled(gpu_total(lambda r, a=f"{kind}_{direction}_bytes_per_s": getattr(r, a)), GB),
+               scaled(gpu_total([f.index for f in facts],
+                                lambda r, a=f"{kind}_{direction}_bytes_per_s": getattr(r, a)),
+                      GB),
                dash=dash, visible=False)
         for direction, dash in (("tx", "solid"), ("rx", "dashed"))
     ]

@@ -15,6 +15,7 @@ from .rules import (
     Step,
     diagnose,
     host_findings,
+    list_passes,
     not_using_gpu,
     process_presence,
     window,
@@ -24,5 +25,5 @@ from .thresholds import MIN_LIST_READINGS, MIN_SAMPLES
 CAUSES = tuple(ORDER)
 
 __all__ = ["CAUSES", "Diagnosis", "Figure", "Finding", "MIN_LIST_READINGS", "MIN_SAMPLES",
-           "ORDER", "PcieLink", "SIGNALS", "Step", "diagnose", "host_findings", "mean",
-           "not_using_gpu", "process_presence", "window"]
+           "ORDER", "PcieLink", "SIGNALS", "Step", "diagnose", "host_findings", "list_passes",
+           "mean", "not_using_gpu", "process_presence", "window"]

@@ -21,14 +21,14 @@ step (or, for a device window, the machine's CPU) says host-CPU-bound.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from itertools import chain, compress, count, repeat
 from operator import attrgetter, is_not, itemgetter
 from typing import NamedTuple
 
-from ..metrics import GpuFacts, GpuReading, Sample
+from ..metrics import GpuFacts, GpuReading, Sample, parent_facts
 from ..metrics.families import (
     GPM_FAMILY,
     HEALTH_FAMILY,
@@ -67,15 +67,16 @@ class PcieLink(NamedTuple):
 
 
 def window(samples: Sequence[Sample], start_s: float, end_s: float) -> Sequence[Sample]:
-    """The samples (sorted by time, as the history keeps them) inside [start_s, end_s]."""
-    times = [sample.time_s for sample in samples]
-    return samples[bisect_left(times, start_s):bisect_right(times, end_s)]
+    """The samples whose wall-clock stamp lies in [start_s, end_s] (a run's events carry the
+    wall clock), in the history's order. A step of the wall clock unsorts the stamps, so
+    each sample is looked at: a search by halves would cut the wrong ones."""
+    return [sample for sample in samples if start_s <= sample.time_s <= end_s]
 
 
 def process_presence(samples: Sequence[Sample], pid: int) -> tuple[int, set[int]]:
     """(reading passes of the driver's process lists, device rows where ``pid`` held a
     context in any of them)."""
-    passes = _list_passes(samples)
+    passes = list_passes(samples)
     rows = {reading.device for readings in passes for reading in readings  # type: ignore[attr-defined]
             if isinstance(reading, ProcessReading) and reading.pid == pid}
     return len(passes), rows
@@ -118,6 +119,7 @@ def _fact(facts: Sequence[GpuFacts], row: int) -> GpuFacts | None:
 # A sample's ``extra`` is always a dict: ``dict.get`` is called directly (methodcaller looks
 # the method up again for each sample, three times the cost).
 _EXTRA = attrgetter("extra")
+_CLOCK = attrgetter("clock_s")
 _GPUS = attrgetter("gpus")
 _INDEX = itemgetter(GpuReading._fields.index("index"))
 _UTILIZATION = itemgetter(GpuReading._fields.index("utilization_pct"))
@@ -147,8 +149,9 @@ def _iter_list_passes(samples: Sequence[Sample]) -> Iterator[object]:
             yield samples[i].extra[PROCESS_FAMILY]
 
 
-def _list_passes(samples: Sequence[Sample]) -> list[object]:
-    """Each reading pass of the process lists once, oldest first."""
+def list_passes(samples: Sequence[Sample]) -> list[object]:
+    """Each reading pass of the process lists once, oldest first: the one way to count
+    them (``_iter_list_passes`` says how a pass is told)."""
     return list(_iter_list_passes(samples))
 
 
@@ -243,7 +246,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     else:
         mine = list(samples)
     count = len(mine)
-    span_s = mine[-1].time_s - mine[0].time_s if count else 0.0
+    span_s = mine[-1].clock_s - mine[0].clock_s if count else 0.0  # durations: monotonic
     interval = span_s / (count - 1) if count > 1 else 0.0
     # Shares and rates (clock events, links, host CPU) rest on at most MAX_READINGS samples,
     # evenly spaced. A family read at its own 1 s rate (GPM, processes) keeps each reading
@@ -262,9 +265,9 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     for sample, reading in zip(reversed(mine), reversed(own_rows), strict=True):
         if reading is None or not reading.lost:
             break
-        lost_since, lost_count = sample.time_s, lost_count + 1
+        lost_since, lost_count = sample.clock_s, lost_count + 1
     if lost_since is not None:  # lost now: nothing it does can be read
-        lost_for_s = mine[-1].time_s - lost_since
+        lost_for_s = mine[-1].clock_s - lost_since
         return done([Finding(
             "lost", "GPU lost", (Figure("lost for", lost_for_s, "s", lost_count),), "none",
             "look for an XID error in the kernel log (dmesg) and in nvidia-smi -q; the GPU "
@@ -276,7 +279,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
                              "wait a few seconds for more samples",
                              needs=f"at least {T.MIN_SAMPLES} samples of this device",
                              words=f"{count} of {T.MIN_SAMPLES} needed")])
-    parent = _fact(facts, fact.parent) if fact and fact.parent is not None else None
+    parent = parent_facts(facts, fact) if fact else None
     physical = parent or fact
     physical_row = physical.index if physical else row
     utilization: list[float | None] = list(map(attrgetter("utilization_pct"), own_rows))
@@ -289,8 +292,8 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     has_gpm = len(sm_values) >= T.MIN_SAMPLES
     sm_mean = mean(sm_values, all_known=True) if has_gpm else None
     # The process lists ride only in the samples of their pass: every sample is looked at.
-    list_passes = _list_passes(mine) if pid is not None else None
-    own = _own_process(list_passes, row, pid) if list_passes is not None and pid is not None \
+    lists = list_passes(mine) if pid is not None else None
+    own = _own_process(lists, row, pid) if lists is not None and pid is not None \
         else []
     has_own = len(own) >= T.MIN_SAMPLES
     has_util = len(util_known) >= T.MIN_SAMPLES
@@ -318,7 +321,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
         findings += _level_findings(util_mean, util_fig, "utilization", gpm_needs)
     if has_util and not any(f.cause == "idle" for f in findings) and \
             min(util_known) < T.IDLE_PCT:
-        times = list(map(attrgetter("time_s"), mine))  # only where a gap may be
+        times = list(map(_CLOCK, mine))  # only where a gap may be
         findings += _gap_findings(times, utilization, interval, window_s, count)
     # ----- links, clocks -----------------------------------------------------------------
     physical_rows = own_rows[::coarse] if physical_row == row else \
@@ -326,10 +329,15 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     health = _distinct(coarse_extras, HEALTH_FAMILY, physical_row, HealthReading)
     if pcie_link is None:
         pcie_link = _current_pcie_link(health)
-    findings += _link_findings(physical_rows, physical, sm_mean, pcie_link)
-    findings += _throttle_findings(health)
+    whole_gpu = _link_findings(physical_rows, physical, sm_mean, pcie_link) + \
+        _throttle_findings(health)
+    if parent is not None:  # a MIG device: these are its GPU's, whatever instance caused them
+        whole_gpu = [replace(finding, title=f"on its GPU ({parent.label}, shared by its MIG "
+                                            f"instances): {finding.title}")
+                     for finding in whole_gpu]
+    findings += whole_gpu
     if not any(f.cause.startswith("host") for f in findings) and not steps and \
-            _held(mine, row, list_passes):
+            _held(mine, row, lists):
         findings += _machine_cpu_findings(mine[::coarse], utilization[::coarse])
     if not findings:
         needs = gpm_needs or "utilization (MIG devices have none: their activity needs GPM)"

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..metrics import GpuFacts, GpuReading, Sample
+from ..metrics import GpuFacts, GpuReading, Sample, parent_facts
 from ..metrics.families import (
     GPM_FAMILY,
     HEALTH_FAMILY,
@@ -153,10 +153,9 @@ def mig_profile(device: GpuFacts, gpu: GpuFacts | None) -> str | None:
 
 def identities(facts: Sequence[GpuFacts]) -> dict[int, GpuIdentity]:
     """Row -> labels; a MIG device takes its GPU's name, UUID and bus ID."""
-    by_row = {f.index: f for f in facts}
     out = {}
     for f in facts:
-        parent = by_row.get(f.parent) if f.parent is not None else None
+        parent = parent_facts(facts, f)
         if f.kind == "mig" and parent is not None:
             profile = mig_profile(f, parent)
             out[f.index] = GpuIdentity(

@@ -21,10 +21,11 @@ from .host import HostReader, HostReading
 from .nvml import GpuFacts, GpuReading, NvmlReader, NvmlState
 from .processes import ProcessReader
 from .sampler import History, Sample, Sampler
+from .session import parent_facts
 
 __all__ = [
     "GpuFacts", "GpuReading", "History", "HostReading", "Metrics", "NvmlState", "OWNER_FAMILY",
-    "PROCESS_FAMILY", "ProcessOwner", "ProcessReading", "Sample", "build_metrics",
+    "PROCESS_FAMILY", "ProcessOwner", "ProcessReading", "Sample", "build_metrics", "parent_facts",
 ]
 
 

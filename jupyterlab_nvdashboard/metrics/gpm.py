@@ -59,8 +59,13 @@ def gpm_unavailable_reason(facts: GpuFacts, parent: GpuFacts | None,
         return unavailable.get("gpm") or "this driver cannot say whether the GPU has GPM"
     if not physical.gpm_supported:
         return NO_GPM_HARDWARE
-    if facts.kind == "mig" and (facts.mig or {}).get("gpu_instance_id") is None:
+    mig = facts.mig or {}
+    if facts.kind == "mig" and mig.get("gpu_instance_id") is None:
         return "NVML gave no GPU instance ID for this MIG device"
+    if facts.kind == "mig" and mig.get("compute_instances", 1) > 1:
+        return (f"GPM reads a whole GPU instance, and GPU instance {mig['gpu_instance_id']} "
+                f"holds {mig['compute_instances']} compute instances: their activity cannot "
+                "be told apart")
     return None
 
 

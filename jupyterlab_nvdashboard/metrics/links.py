@@ -5,13 +5,15 @@ against the monotonic clock, wrap by the field's width), keyed by the GPU's UUID
 GPU has no PCIe counter fields (drivers before R555), ``read_snapshots`` takes a 20 ms
 ``nvmlDeviceGetPcieThroughput`` snapshot at most once a second per GPU, on the sampler's
 slow thread, and ``read`` reports it marked as a snapshot; the counters are tried again
-every ``PCIE_REPROBE_S``. An NVLink total with a link whose rate is unknown is unknown.
+every ``PCIE_REPROBE_S``. An NVLink total with a link whose rate is unknown is unknown
+(``rates.total``, the one rule for a sum with unknown parts).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from . import rates as counter_rates
 from .session import (
     MISSING,
     REASONS,
@@ -50,8 +52,8 @@ class LinkReader:
         self.session = session
 
     def probe_pcie(self, device: Device, now: float | None = None) -> None:
-        s = self.session
         """Use the PCIe byte counters if they answer; otherwise the 20 ms snapshot."""
+        s = self.session
         tx, rx = (s.constant("NVML_FI_DEV_PCIE_COUNT_TX_BYTES"),
                   s.constant("NVML_FI_DEV_PCIE_COUNT_RX_BYTES"))
         device.pcie_reprobe_at = (s.clock() if now is None else now) + PCIE_REPROBE_S
@@ -188,13 +190,12 @@ class LinkReader:
             for position, name in enumerate(("nvlink_tx", "nvlink_rx")):
                 rates = [self._rate(device, name, value, now, fields.scale, per_link)
                          for value in values[position * len(links):(position + 1) * len(links)]]
-                # A link without a rate (its counter reset, or it failed) makes the total
-                # unknown: a partial sum would draw a dip that never happened.
-                totals.append(None if None in rates else sum(rates))  # type: ignore[arg-type]
-            counted = values[:2 * len(links)]
-            total = sum(value[2] for value in counted) * fields.scale \
-                if counted and all(value[0] == success for value in counted) else None
-            nvlink = (totals[0], totals[1], total)
+                # A link without a rate (its counter reset, or it failed): unknown total.
+                totals.append(counter_rates.total(rates))
+            counted = counter_rates.total(value[2] if value[0] == success else None
+                                          for value in values[:2 * len(links)])
+            nvlink = (totals[0], totals[1],
+                      None if counted is None else counted * fields.scale)
         return pcie, nvlink
 
     def _rate(self, device: Device, name: str, value: tuple[int, int, float, int, float],

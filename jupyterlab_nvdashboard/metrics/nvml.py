@@ -27,6 +27,7 @@ import logging
 import os
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable, Collection
 from enum import Enum
 from typing import Any, NamedTuple
@@ -329,6 +330,12 @@ class NvmlReader:
             label = f"GPU {gpu.facts.nvml_index} · MIG {gi if gi is not None else position}"
             mig.facts = mig.facts._replace(label=label, mig=info)
             migs.append(mig)
+        # GPM reads a whole GPU instance: say where compute instances share one.
+        shared = Counter((mig.facts.mig or {}).get("gpu_instance_id") for mig in migs)
+        for mig in migs:
+            info = mig.facts.mig or {}
+            if info.get("gpu_instance_id") is not None and shared[info["gpu_instance_id"]] > 1:
+                info["compute_instances"] = shared[info["gpu_instance_id"]]
         return migs
 
     def _total_mib(self, gpu: Device) -> float:

@@ -7,8 +7,15 @@ Nothing here assumes the sampling interval: a rate is (counter delta) / (time de
   one and within ``TIMESTAMP_TOLERANCE_S`` of the monotonic time that passed. Otherwise (an
   NTP step moved the wall clock, or the timestamps are junk) the monotonic delta is used.
 - **Wrap.** A counter narrower than 64 bits wraps: a smaller value is a wrap by its width,
-  unless the rate that gives is beyond ``max_rate`` (then it was a reset). A 64-bit counter
-  that goes backwards was reset: there is no rate until the next reading.
+  unless the rate that gives is beyond ``max_rate`` (then it was a reset). Where no maximum
+  is known, the counter's own pace tells: a wrap giving more than ``WRAP_OVER_LAST_RATE``
+  times its last rate (or coming before any rate) was a reset. A 64-bit counter that goes
+  backwards was reset. After a reset there is no rate until the next reading.
+- **Totals.** ``total`` is the one rule for a sum of rates with unknown parts (the links'
+  totals, the pages' "all GPUs" lines, a sharded run's exchange): unknown when any part
+  is, since a partial sum draws a dip that never happened.
+- **Threads.** The GPU reader updates while the slow thread may ``forget`` a lost GPU: the
+  readings are kept under a lock.
 - **Unrefreshed.** A source that has not refreshed its counter (same value, same
   timestamp) repeats its last rate for up to ``HOLD_S`` of monotonic time, then reports
   "not available", so a frozen counter never looks live.
@@ -16,11 +23,21 @@ Nothing here assumes the sampling interval: a rate is (counter delta) / (time de
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import threading
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .nvml import GpuReading
+    from .sampler import Sample
 
 TIMESTAMP_TOLERANCE_S = 1.0
 HOLD_S = 2.0
+# Without a known maximum, a wrap is believed up to this many times the counter's last rate:
+# traffic may grow that fast between two readings; a reset read as a wrap gives a rate of
+# the counter's whole range over one interval (6.4 GB/s for 50 MB/s on a 32-bit counter).
+WRAP_OVER_LAST_RATE = 4.0
 
 
 @dataclass
@@ -36,6 +53,7 @@ class CounterRates:
 
     def __init__(self) -> None:
         self._last: dict[Hashable, _Last] = {}
+        self._lock = threading.Lock()
 
     def update(
         self,
@@ -47,6 +65,12 @@ class CounterRates:
         max_rate: float | None = None,
     ) -> float | None:
         """The rate since the previous reading of ``key``; None means not available."""
+        with self._lock:
+            return self._update(key, value, monotonic_s, source_time_s, width_bits, max_rate)
+
+    def _update(self, key: Hashable, value: float | None, monotonic_s: float,
+                source_time_s: float | None, width_bits: int,
+                max_rate: float | None) -> float | None:
         if value is None:
             self._last.pop(key, None)
             return None
@@ -68,7 +92,11 @@ class CounterRates:
                 elapsed = elapsed_source
         delta = value - last.value
         if delta < 0 and width_bits < 64:
-            delta += 2 ** width_bits
+            wrapped = delta + 2 ** width_bits
+            limit = max_rate if max_rate is not None else \
+                None if last.rate is None else WRAP_OVER_LAST_RATE * last.rate
+            if limit is not None and wrapped / elapsed <= limit:
+                delta = wrapped
         rate: float | None = delta / elapsed
         if delta < 0 or (max_rate is not None and rate is not None and rate > max_rate):
             rate = None  # reset: the next reading has a rate again
@@ -77,10 +105,27 @@ class CounterRates:
 
     def forget(self, key_prefix: Hashable) -> None:
         """Drop every key whose first element is ``key_prefix`` (a GPU that was lost)."""
-        for key in [k for k in self._last if isinstance(k, tuple) and k[0] == key_prefix]:
-            self._last.pop(key, None)
+        with self._lock:
+            for key in [k for k in self._last if isinstance(k, tuple) and k[0] == key_prefix]:
+                self._last.pop(key, None)
 
     def retain(self, key_prefixes: set[Hashable]) -> None:
         """Keep only keys whose first element is one of ``key_prefixes`` (GPUs still shown)."""
-        for key in [k for k in self._last if isinstance(k, tuple) and k[0] not in key_prefixes]:
-            self._last.pop(key, None)
+        with self._lock:
+            for key in [k for k in self._last
+                        if isinstance(k, tuple) and k[0] not in key_prefixes]:
+                self._last.pop(key, None)
+
+
+def total(parts: Iterable[float | None]) -> float | None:
+    """The sum of ``parts``; None (not available) when any part is, or there is none."""
+    values = list(parts)
+    return None if not values or None in values else sum(values)  # type: ignore[arg-type]
+
+
+def rows_total(sample: Sample, rows: Sequence[int],
+               read: Callable[[GpuReading], float | None]) -> float | None:
+    """``total`` of one reading of the device ``rows`` in ``sample`` (a row the sample
+    lacks is an unknown part)."""
+    by_row = {reading.index: reading for reading in sample.gpus}
+    return total(read(by_row[row]) if row in by_row else None for row in rows)

@@ -67,6 +67,13 @@ class Sample:
     # step (NTP) neither empties nor stretches them. None for samples made by hand.
     monotonic_s: float | None = None
 
+    @property
+    def clock_s(self) -> float:
+        """The one stamp for durations, spans, gaps, windows and buckets: the monotonic
+        clock (the wall clock only for a sample made by hand without it). ``time_s`` is for
+        display and for matching a run's events, which carry the wall clock."""
+        return self.time_s if self.monotonic_s is None else self.monotonic_s
+
 
 class History:
     """A thread-safe ring buffer of samples, sized by a time window."""
@@ -111,8 +118,8 @@ class History:
         with self._lock:
             if not self._samples:
                 return []
-            cutoff = _clock_of(self._samples[-1]) - seconds
-            newest_first = list(itertools.takewhile(lambda s: _clock_of(s) >= cutoff,
+            cutoff = self._samples[-1].clock_s - seconds
+            newest_first = list(itertools.takewhile(lambda s: s.clock_s >= cutoff,
                                                     reversed(self._samples)))
         newest_first.reverse()
         return newest_first
@@ -130,10 +137,6 @@ class History:
         """Sequence number of the newest sample (-1 when empty)."""
         with self._lock:
             return self._next_seq - 1
-
-
-def _clock_of(sample: Sample) -> float:
-    return sample.time_s if sample.monotonic_s is None else sample.monotonic_s
 
 
 def _stale(readings: tuple[GpuReading, ...]) -> tuple[GpuReading, ...]:

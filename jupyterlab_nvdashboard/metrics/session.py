@@ -74,6 +74,14 @@ class GpuFacts(NamedTuple):
     pci_bus_id: str | None = None  # "00000000:18:00.0" (nvmlPciInfo_t.busId); a MIG device's GPU's
 
 
+
+def parent_facts(facts: Sequence[GpuFacts], fact: GpuFacts) -> GpuFacts | None:
+    """The physical GPU a MIG device is part of, whose row holds its whole-GPU readings and
+    facts (PCIe, NVLink, power, clocks, health, GPM support); None for a GPU."""
+    if fact.parent is None:
+        return None
+    return next((each for each in facts if each.index == fact.parent), None)
+
 @dataclass
 class NvlinkFields:
     tx: int
@@ -104,15 +112,18 @@ class Device:
     def skips(self, function: str, *args: Any) -> bool:
         """True when ``function`` (with these arguments) is known not to answer here."""
         skip = self.skip
-        return bool(skip) and (function in skip or skip_key(function, args) in skip)
+        return bool(skip) and (function in skip or (skip_key(function, args) or False) in skip)
 
 
 def skip_key(function: str, args: tuple[Any, ...]) -> Any:
+    """What one call is remembered by: the function and its arguments, a list of field IDs
+    as a tuple of them, so NOT_SUPPORTED for one list never switches off another."""
+    key = (function, tuple(tuple(arg) if isinstance(arg, list) else arg for arg in args))
     try:
-        hash(args)
-    except TypeError:  # a list of field IDs: its own return codes say what is supported
-        return (function, None)
-    return (function, args)
+        hash(key)
+    except TypeError:  # an argument with no identity of its own: never remembered
+        return None
+    return key
 
 
 def decode(value: Any) -> Any:
@@ -296,7 +307,9 @@ class NvmlSession:
         if error is MISSING or code == self.constant("NVML_ERROR_NOT_SUPPORTED") or \
                 code == self.constant("NVML_ERROR_FUNCTION_NOT_FOUND"):
             # It will not start answering: stop asking every tick.
-            device.skip.add(function if error is MISSING else skip_key(function, args))
+            key = function if error is MISSING else skip_key(function, args)
+            if key is not None:
+                device.skip.add(key)
         else:
             self.log_once(function, code, error)
         if metric is not None and reason:

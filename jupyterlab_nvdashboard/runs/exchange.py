@@ -21,11 +21,13 @@ judges a run from its own events), and a pure function of the run and the histor
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from operator import attrgetter
 
 from ..diagnosis import Figure, Finding, mean
 from ..metrics import GpuFacts, Sample
+from ..metrics.rates import rows_total
 from .verdict import Verdict, judge, samples_in, timed_window
 from .watcher import Run
 
@@ -79,14 +81,6 @@ def _rows(run: Run, facts: Sequence[GpuFacts]) -> tuple[int, ...]:
     return tuple(rows)
 
 
-def _sum_of(rows: Sequence[int], tx: str) -> Callable[[Sample], float | None]:
-    def read(sample: Sample) -> float | None:
-        parts = [getattr(r, tx) for r in sample.gpus if r.index in rows]
-        known = [p for p in parts if p is not None]
-        return sum(known) if known and len(known) == len(parts) else None
-    return read
-
-
 def exchange_view(run: Run, samples: Sequence[Sample],
                   facts: Sequence[GpuFacts]) -> ExchangeView | None:
     """The run's exchange beside the dashboards' link rates; None for an unsharded run."""
@@ -108,8 +102,9 @@ def exchange_view(run: Run, samples: Sequence[Sample],
     else:
         span = timed_window(run)
         timed = samples_in(samples, span) if span else []
-        nvlink = mean([_sum_of(rows, "nvlink_tx_bytes_per_s")(s) for s in timed])
-        pcie = mean([_sum_of(rows, "pcie_tx_bytes_per_s")(s) for s in timed])
+        nvlink = mean([rows_total(s, rows, attrgetter("nvlink_tx_bytes_per_s"))
+                       for s in timed])
+        pcie = mean([rows_total(s, rows, attrgetter("pcie_tx_bytes_per_s")) for s in timed])
     pids = tuple(r["pid"] for r in shards.get("ranks") or [] if r.get("pid"))
     return ExchangeView(count, str(shards.get("backend")), str(shards.get("placement")),
                         per_step, expected, nvlink, pcie, why, rows, pids)

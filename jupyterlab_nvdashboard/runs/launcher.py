@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..workload.cli import build_command
+from ..workload.cli import MODULE, build_command
 from ..workload.config import RUN_GPU_ENV, RUNS_DIR_ENV
 from ..workload.lifetime import PARENT_PID_ENV, process_start_ticks
 
@@ -50,20 +50,31 @@ POLL_S = 0.1  # how often a run this server did not start is checked while it st
 
 
 def alive(pid: int, started: int | None) -> bool:
-    """True while the process ``pid`` exists, is the one that started at ``started``, and
-    leads its own process group (as every run does)."""
+    """True while the process ``pid`` exists, is the one that started at ``started``, leads
+    its own process group (as every run does) and, where /proc tells, runs the workload
+    module: a lock naming any other process (a planted one, naming the user's shell) is
+    never signalled."""
     try:
         os.kill(pid, 0)
         if os.getpgid(pid) != pid:
             return False
     except (ProcessLookupError, PermissionError):
         return False
-    if started is None or not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux"):
         return True
-    now = process_start_ticks(pid)
-    if now is None:
+    if not _runs_workload(pid):
         return False
-    return now == started
+    return started is None or process_start_ticks(pid) == started
+
+
+def _runs_workload(pid: int) -> bool:
+    """Whether ``pid``'s command line is ``python -m`` the workload module (build_command)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            argv = cmdline.read().split(b"\0")
+    except OSError:
+        return False
+    return argv[1:3] == [b"-m", MODULE.encode()]
 
 
 class PinnedGpu(NamedTuple):
@@ -96,18 +107,20 @@ class RunLauncher:
 
     @property
     def pid(self) -> int | None:
-        if self._process is not None:
-            return self._process.pid
         adopted = self.adopted()
-        return adopted[0] if adopted else None
+        if adopted is not None:
+            return adopted[0]
+        return self._process.pid if self._process is not None else None
 
     def adopted(self) -> tuple[int, int | None] | None:
         """(pid, start ticks) of a live run that another (or an earlier) server started in
-        this runs folder, from its lock file; None when there is none."""
-        if self._process is not None:
+        this runs folder, from its lock file; None when there is none. Once this server's
+        own run has finished, a run another server started since is found again."""
+        if self._own_running():
             return None
         found = read_lock(self.lock_path)
-        if found is None or not alive(*found):
+        own = self._process.pid if self._process is not None else None
+        if found is None or found[0] == own or not alive(*found):
             return None
         return found
 
@@ -183,7 +196,7 @@ class RunLauncher:
         """Ctrl-C the run; SIGTERM and SIGKILL follow if it does not exit in time."""
         with self._lock:
             process = self._process
-            if process is None and (other := self.adopted()) is not None:
+            if (other := self.adopted()) is not None:
                 os_signal_group(other[0], signal.SIGINT)
                 threading.Thread(target=self._escalate_adopted,
                                  args=(*other, SIGTERM_AFTER_S, SIGKILL_AFTER_S),
@@ -229,12 +242,15 @@ class RunLauncher:
 
 
 def read_lock(path: Path) -> tuple[int, int | None] | None:
-    """(pid, start ticks) from a run lock file, or None when absent or unreadable."""
+    """(pid, start ticks) from a run lock file, or None when absent, unreadable or owned by
+    another user (who may write in a shared runs folder, but never names our runs)."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:
+        if os.fstat(descriptor).st_uid != os.geteuid():
+            return None
         record = json.loads(os.read(descriptor, 4096))
         pid, started = record["pid"], record.get("start_ticks")
         if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 1:

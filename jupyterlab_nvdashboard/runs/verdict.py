@@ -31,13 +31,14 @@ from ..diagnosis import (
     Step,
     diagnose,
     host_findings,
+    list_passes,
     not_using_gpu,
     process_presence,
     window,
 )
 from ..metrics import GpuFacts, Sample
 from ..metrics.cuda_visibility import MigEntry, PhysicalGpu, cuda_indices
-from ..metrics.families import PROCESS_FAMILY, ProcessReading
+from ..metrics.families import ProcessReading
 from .watcher import Run
 
 OTHERS_NAMED = 5  # other PIDs named in a verdict, at most
@@ -124,7 +125,7 @@ def gpu_row(run: Run, facts: Sequence[GpuFacts]) -> int | None:
 
 
 def samples_in(samples: Sequence[Sample], span: tuple[float, float]) -> Sequence[Sample]:
-    """The samples (sorted by time, as the history keeps them) inside ``span``."""
+    """The samples inside ``span``, a run's wall-clock times (``diagnosis.window``)."""
     return window(samples, span[0], span[1])
 
 
@@ -151,12 +152,7 @@ def _level(findings: Sequence[Finding]) -> float | None:
 
 def _others(samples: Sequence[Sample], row: int, pid: int | None) -> list[int]:
     others: dict[int, None] = {}
-    last = None
-    for sample in samples:
-        readings = sample.extra.get(PROCESS_FAMILY)
-        if readings is None or readings is last:
-            continue
-        last = readings
+    for readings in list_passes(samples):
         for reading in readings:  # type: ignore[attr-defined]
             if isinstance(reading, ProcessReading) and reading.device == row \
                     and reading.pid != pid:

@@ -427,7 +427,9 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         slot = self._mig_slot(gpu, handle)
         if slot is None:
             return gpu.uuid
-        return f"MIG-{gpu.index:04d}{slot.gpu_instance_id:04d}-6d69-4700-8000-{gpu.index:012d}"
+        # Each MIG device (a GPU instance and one of its compute instances) has its own UUID.
+        return (f"MIG-{gpu.index:04d}{slot.gpu_instance_id:04d}-6d69-47"
+                f"{slot.compute_instance_id:02d}-8000-{gpu.index:012d}")
 
     def nvmlDeviceGetPciInfo(self, handle: SimulatedHandle) -> nvml_h.PciInfo:  # noqa: N802
         gpu = self._enter("nvmlDeviceGetPciInfo", handle)

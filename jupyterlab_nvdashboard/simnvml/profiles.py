@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class MigSlot:
-    """One MIG device (a GPU instance with one compute instance)."""
+    """One MIG device: a GPU instance with one of its compute instances (a GPU instance
+    split into several compute instances is several slots with its ``gpu_instance_id``)."""
 
     profile: str  # e.g. "3g.40gb"
     gpu_instance_id: int

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 from tornado.ioloop import IOLoop
 from tornado.web import HTTPError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
@@ -60,7 +61,8 @@ class Feed(Protocol):
     An "append" feed may also say how its long windows are cut and reduced, where min/max
     of every column over epoch-aligned buckets does not fit (several rows per sample: the
     cluster heat map): ``bucket_seconds(window_s, interval_s)`` (0: every sample) and
-    ``downsample(rows, bucket_s)``."""
+    ``downsample(rows, bucket_s, clocks_s)``, ``clocks_s`` being each sample's
+    ``Sample.clock_s`` (``downsample.bucket_starts`` cuts by it)."""
 
     # "append": rows are new samples (a timeline); "replace": rows are the whole picture
     # drawn from the newest sample (bars).
@@ -105,16 +107,17 @@ class Family:
         if self.feed.mode == "replace":
             return samples[-1:]
         if self.bucket_s:  # a bucket goes out once a later sample has closed it
-            return samples[:complete_buckets([s.time_s for s in samples], self.bucket_s)]
+            return samples[:complete_buckets([s.clock_s for s in samples], self.bucket_s)]
         return samples
 
     def _rows(self, samples: list[Sample]) -> Rows:
         rows = self.feed.rows(samples)
         if not self.bucket_s:
             return rows
+        clocks_s = np.fromiter((s.clock_s for s in samples), float, len(samples))
         own = getattr(self.feed, "downsample", None)
-        return own(rows, self.bucket_s) if own is not None else \
-            min_max(rows, TIME_KEY, self.bucket_s)
+        return own(rows, self.bucket_s, clocks_s) if own is not None else \
+            min_max(rows, TIME_KEY, self.bucket_s, clocks_s)
 
     def start(self, history: History) -> None:
         """Position a family that had no pages at the newest sample it can publish."""
@@ -207,6 +210,7 @@ class Broadcaster:
         self.io_loop: IOLoop | None = None
         # Called with the number of subscribers whenever it changes (idle tracking).
         self.on_viewers_changed: Callable[[int], None] = lambda count: None
+        self._failing: set[str] = set()  # families whose last publish raised (logged once)
 
     @property
     def subscribers(self) -> int:
@@ -239,9 +243,14 @@ class Broadcaster:
                 self._close_all(family, CLOSE_LAYOUT_CHANGED, "dashboard layout changed")
             family = self.families[key] = Family(
                 route, key[1], feed, feed_bucket_seconds(feed, key[1], self.interval_s))
-        if not family.subscribers:
-            family.start(self.history)
-        frame = family.catch_up(self.history, since)
+        name = f"{route}@{family.window_s:g}s"
+        try:
+            if not family.subscribers:
+                family.start(self.history)
+            frame = family.catch_up(self.history, since)
+        except Exception as error:  # noqa: BLE001 - a broken feed fails its page only
+            self._failed(family, name, error)
+            raise ValueError(f"{route}: its live data failed") from None
         self.stats.catch_ups += 1
         family.subscribers.add(subscriber)
         self.on_viewers_changed(self.subscribers)
@@ -261,16 +270,32 @@ class Broadcaster:
             if self.feed_for(family.route) is not family.feed:
                 self._close_all(family, CLOSE_LAYOUT_CHANGED, "dashboard layout changed")
                 continue
+            name = f"{family.route}@{family.window_s:g}s"
             started = time.perf_counter()
-            frame = family.advance(self.history)
-            self.stats.encode_seconds += time.perf_counter() - started
+            try:
+                frame = family.advance(self.history)
+            except Exception as error:  # noqa: BLE001 - one bad feed must not stop the others
+                self._failed(family, name, error)
+                continue
+            finally:
+                self.stats.encode_seconds += time.perf_counter() - started
+            self._failing.discard(name)
             if frame is None:
                 continue
-            name = f"{family.route}@{family.window_s:g}s"
             self.stats.encodes[name] = self.stats.encodes.get(name, 0) + 1
             for subscriber in list(family.subscribers):
                 subscriber.send(frame)
                 self.stats.frames_sent += 1
+
+    def _failed(self, family: Family, name: str, error: Exception) -> None:
+        """A family whose feed raised (publishing, or a page's catch-up): one log line until
+        it works again, and it skips the samples it could not publish (its pages miss them,
+        the other families miss nothing; a page that reconnects catches up on the window)."""
+        if name not in self._failing:
+            self._failing.add(name)
+            log.warning("live frames of %s failed (%s: %s); its pages wait for the next one",
+                        name, type(error).__name__, error)
+        family.seq = self.history.last_seq
 
     def _close_all(self, family: Family, code: int, reason: str) -> None:
         for subscriber in list(family.subscribers):

@@ -1,7 +1,10 @@
 """Min/max downsampling, so a long window draws about as many points as a short one.
 
-Time is cut into buckets of ``bucket_s`` aligned to the epoch, so every page and every
-reconnect cuts the same history into the same buckets. Each bucket becomes two rows, the
+Time is cut into buckets of ``bucket_s`` of the samples' monotonic clock
+(``Sample.clock_s``), so every page and every reconnect cuts the same history into the same
+buckets, and a step of the wall clock neither splits nor merges one. A bucket is drawn at
+its start on the wall clock (as the rows' time says it), so while the wall clock keeps time
+the buckets are aligned to the epoch. Each bucket becomes two rows, the
 smallest value of every column (at the bucket's start) and the largest (at its middle):
 the line still reaches every peak and every trough of the raw samples. NaN is ignored
 unless the whole bucket is NaN (then the bucket is "not available").
@@ -27,25 +30,35 @@ def bucket_seconds(window_s: float, interval_s: float) -> float:
     return window_s / (MAX_POINTS_PER_LINE // 2)
 
 
-def complete_buckets(times_s: list[float], bucket_s: float) -> int:
-    """How many of these samples (oldest first) fall in buckets that later samples closed."""
-    if not times_s:
+def complete_buckets(clocks_s: list[float], bucket_s: float) -> int:
+    """How many of these samples (oldest first, by ``Sample.clock_s``) fall in buckets that
+    later samples closed."""
+    if not clocks_s:
         return 0
-    open_bucket = math.floor(times_s[-1] / bucket_s)
-    count = len(times_s)
-    while count and math.floor(times_s[count - 1] / bucket_s) == open_bucket:
+    open_bucket = math.floor(clocks_s[-1] / bucket_s)
+    count = len(clocks_s)
+    while count and math.floor(clocks_s[count - 1] / bucket_s) == open_bucket:
         count -= 1
     return count
 
 
-def min_max(rows: Rows, time_key: str, bucket_s: float) -> Rows:
-    """Two rows per bucket (its minimum, then its maximum); ``time_key`` holds epoch ms."""
+def bucket_starts(clocks_s: np.ndarray, times_ms: np.ndarray,
+                  bucket_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each bucket's first sample, the bucket's start in epoch ms) for samples
+    oldest first: ``clocks_s`` their monotonic stamps, ``times_ms`` their wall-clock ones."""
+    buckets = np.floor(clocks_s / bucket_s)
+    starts = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
+    into_bucket_s = clocks_s[starts] - buckets[starts] * bucket_s
+    return starts, times_ms[starts] - into_bucket_s * 1000
+
+
+def min_max(rows: Rows, time_key: str, bucket_s: float, clocks_s: np.ndarray) -> Rows:
+    """Two rows per bucket (its minimum, then its maximum); ``time_key`` holds epoch ms, and
+    ``clocks_s`` each row's monotonic stamp (one row per sample)."""
     times_ms = rows.numeric[time_key]
     if len(times_ms) == 0:
         return Rows({key: np.empty(0) for key in rows.numeric})
-    buckets = np.floor(times_ms / (bucket_s * 1000))
-    starts = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
-    bucket_start_ms = buckets[starts] * bucket_s * 1000
+    starts, bucket_start_ms = bucket_starts(clocks_s, times_ms, bucket_s)
     out: dict[str, np.ndarray] = {}
     for key, column in rows.numeric.items():
         if key == time_key:

@@ -72,8 +72,11 @@ def _ops(backend: str, rank: int, dtype: str) -> Any:
 
 
 def _child_environment() -> dict[str, str]:
-    """This environment, with the directory this package was imported from first on the
-    path: every rank runs the same code as rank 0 (a checkout, not another install)."""
+    """This environment, with the folder that holds this package first on PYTHONPATH: a
+    checkout's root, so a rank imports the checkout rank 0 runs from; for an installed
+    package, the site-packages it is in, which is on the path already (then only the order
+    against the rest of PYTHONPATH changes). ``python -m`` searches the working directory,
+    which the ranks share with rank 0, before PYTHONPATH either way."""
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -157,6 +158,18 @@ def test_workload_row_shows_expected_and_measured_and_names_every_gpu():
     # Each GPU judged on its own: both named in the second line.
     each = row["verdict_more"].split("each GPU: ", 1)[1]
     assert gpus[0].label in each and gpus[1].label in each
+
+
+def test_a_gpu_missing_from_the_samples_makes_the_measured_exchange_unknown():
+    """One rule for a sum with unknown parts (``rates.total``): a rank's GPU that the
+    samples lack is an unknown part, never a smaller sum."""
+    gpus = facts()
+    ranks = [{"rank": r, "pid": 1000 + r, "gpu_uuid": gpus[r].uuid} for r in range(2)]
+    samples = [replace(s, gpus=tuple(g for g in s.gpus if g.index != 1))
+               for s in _samples(5e9)]
+    row = summarize(_sharded_run("gpu", ranks, exchange_ms=2.0), samples, gpus,
+                    simulated=False, native_median_ms=None, now_s=110.0)
+    assert "measured NVLink not available, PCIe not available" in row["exchange"]
 
 
 def test_a_cpu_run_measures_zero_and_says_why_and_a_slow_exchange_is_communication_bound():
