@@ -15,6 +15,8 @@ from .rules import (
     Step,
     diagnose,
     host_findings,
+    identity_hidden,
+    node_presence,
     not_using_gpu,
     process_presence,
     window,
@@ -25,4 +27,4 @@ CAUSES = tuple(ORDER)
 
 __all__ = ["CAUSES", "Diagnosis", "Figure", "Finding", "MIN_LIST_READINGS", "MIN_SAMPLES",
            "ORDER", "PcieLink", "SIGNALS", "Step", "diagnose", "host_findings", "mean",
-           "not_using_gpu", "process_presence", "window"]
+           "identity_hidden", "node_presence", "not_using_gpu", "process_presence", "window"]
