@@ -139,7 +139,8 @@ def identity_text(reading: ProcessReading, gpu: str) -> str:
         if ours == group.entries:
             return (f"{ours} processes of this container on {gpu}, holding {together} "
                     "together (the driver's PIDs cannot say which holds what)")
-        return (f"{ours} of the {group.entries} processes on {gpu} are this container's, "
+        return (f"{ours} of the {group.entries} processes on {gpu} "
+                f"{'is' if ours == 1 else 'are'} this container's, "
                 f"holding {together} together with the others (the driver's PIDs cannot "
                 "say which is which)")
     if identity == UNLISTED and group is not None:
@@ -206,7 +207,8 @@ def process_rows(sources: DashboardSources, now: float | None = None) -> list[Pr
             memory, memory / total if memory is not None and total else None,
             reading.sm_pct, reading.memory_pct,
             None if reading.seen_since_s is None else max(0.0, now - reading.seen_since_s),
-            reading.identity, words, reading.pid or None, group_memory)
+            reading.identity, words,
+            None if reading.identity == SHARED else reading.pid or None, group_memory)
 
     for reading in readings:
         device = facts.get(reading.device)

@@ -117,8 +117,10 @@ class ProcessReader:
                         sm_pct, memory_pct, since))
         for gone in self._seen_since.keys() - held:
             del self._seen_since[gone]
+        holders = self.holders()
+        held = None if holders is None else {pid: h.rows for pid, h in holders.items()}
         readings = [previous.get((r.device, r.pid)) if previous.get((r.device, r.pid)) == r
-                    else r for r in pair(readings, self.holders(), self.host_namespace,
+                    else r for r in pair(readings, held, self.host_namespace,
                                          self.node_rows(), sampled)]
         if tuple(readings) != self.latest:
             self.latest = tuple(readings)
