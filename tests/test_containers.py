@@ -168,3 +168,33 @@ def test_the_kernel_is_yours_in_a_container(container: dict, behaviour: str) -> 
                 print(json.dumps(data, indent=1)[:6000], file=sys.stderr)
                 raise
         time.sleep(0.3)
+
+
+def test_a_busy_run_in_a_container_is_never_not_using_its_gpu() -> None:
+    """A run's process inside the namespace holds GPU 1's node and keeps it 95% busy; the
+    server, in the same namespace, judges it under each driver behaviour at once."""
+    judge = str(Path(__file__).with_name("support") / "ns_judge.py")
+    with PidNamespace(gpus=2) as ns:
+        _, run = ns.holder(1)
+        local = pid_inside(run, ns, ns)
+        judges = {}
+        for behaviour in ("host", "translated", "local"):
+            listing = Path(ns._folder) / f"{behaviour}.json"
+            listing.write_text(json.dumps({"pid_behaviour": behaviour, "processes": [
+                {"gpu": 1, "pid": run, "used_memory_bytes": 20 * GB, "sm_pct": 95,
+                 "namespace_pids": namespace_pids(run, ns)}]}))
+            judges[behaviour] = subprocess.Popen(
+                ns.command([sys.executable, judge, str(listing), str(local), "1"]),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        verdicts = {}
+        for behaviour, process in judges.items():
+            out, err = process.communicate(timeout=180)
+            assert process.returncode == 0, err[-3000:]
+            verdicts[behaviour] = json.loads(out.strip().splitlines()[-1])
+    for behaviour, verdict in verdicts.items():
+        assert verdict["cause"] not in ("not-using-gpu", "not-judged", "idle"), verdicts
+        assert "not using" not in verdict["text"], verdicts
+        # Host PIDs: the run is paired by elimination, not certain: judged on the GPU's own
+        # signals, and said so. Translated or local: the driver names it by its PID here.
+        hidden = "process identity not visible from this container" in verdict["text"]
+        assert hidden == (behaviour == "host"), verdicts

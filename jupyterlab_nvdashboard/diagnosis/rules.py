@@ -40,7 +40,7 @@ from ..metrics.families import (
 )
 from ..metrics.gpm import gpm_unavailable_reason
 from ..metrics.health import CLOCK_EVENT_REASONS
-from ..metrics.identity import UNKNOWN, runs_as
+from ..metrics.identity import UNKNOWN, certain, runs_as
 from . import thresholds as T
 from .findings import Diagnosis, Figure, Finding, mean
 
@@ -74,14 +74,16 @@ def window(samples: Sequence[Sample], start_s: float, end_s: float) -> Sequence[
     return samples[bisect_left(times, start_s):bisect_right(times, end_s)]
 
 
-def process_presence(samples: Sequence[Sample], pid: int) -> tuple[int, set[int]]:
+def process_presence(samples: Sequence[Sample], pid: int,
+                     certain_only: bool = False) -> tuple[int, set[int]]:
     """(reading passes of the driver's process lists, device rows where local process
     ``pid`` held a context in any of them, as ``metrics/identity.py`` ties NVML's entries
-    to this namespace's processes)."""
+    to this namespace's processes; ``certain_only``: only where that tie is certain)."""
     passes = _list_passes(samples)
     wanted = (pid,)
     rows = {reading.device for readings in passes for reading in readings  # type: ignore[attr-defined]
-            if isinstance(reading, ProcessReading) and runs_as(reading, wanted)}
+            if isinstance(reading, ProcessReading) and runs_as(reading, wanted)
+            and (not certain_only or certain(reading))}
     return len(passes), rows
 
 

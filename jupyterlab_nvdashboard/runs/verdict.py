@@ -227,8 +227,7 @@ def judge(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts],
     lists, held = process_presence(timed, pid) if pid is not None else (0, set())
     # Its own tree's device-node holding: what this server knows without the driver's PIDs.
     nodes = node_presence(timed, pid) if pid is not None else set()
-    unconfirmed = bool(nodes) and not held
-    if unconfirmed:
+    if nodes and not held:
         held = nodes
     if pid is not None and lists >= MIN_LIST_READINGS and not held \
             and not identity_hidden(timed):
@@ -256,10 +255,14 @@ def judge(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts],
     result = diagnose(timed, facts, row, pid=pid, steps=steps, simulated=simulated,
                       skip_first_gpm=True)
     name = _label(row, facts, prefix)
-    # The run's process was not confirmed in NVML's entries (found by its device node, or
-    # hidden among entries this server cannot tell apart): said in the verdict's words.
+    # The run's process was not confirmed in NVML's entries (found by its device node,
+    # paired by elimination, or among entries this server cannot tell apart): its own
+    # per-process samples are not used, and the verdict says so.
+    confirmed = process_presence(timed, pid, certain_only=True)[1] if pid is not None \
+        else set()
     hidden = f"; {IDENTITY_NOT_VISIBLE.format(gpu=name)}" \
-        if unconfirmed or (pid is not None and not held and identity_hidden(timed)) else ""
+        if pid is not None and row not in confirmed and (held or identity_hidden(timed)) \
+        else ""
     others = _others(timed, row, pid)
     first = result.first
     shared = _name_others(others, name) if first.signal in DEVICE_WIDE else ""
