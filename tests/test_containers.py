@@ -180,9 +180,11 @@ def test_a_busy_run_in_a_container_is_never_not_using_its_gpu() -> None:
         judges = {}
         for behaviour in ("host", "translated", "local"):
             listing = Path(ns._folder) / f"{behaviour}.json"
-            listing.write_text(json.dumps({"pid_behaviour": behaviour, "processes": [
-                {"gpu": 1, "pid": run, "used_memory_bytes": 20 * GB, "sm_pct": 95,
-                 "namespace_pids": namespace_pids(run, ns)}]}))
+            processes = [{"gpu": 1, "pid": run, "used_memory_bytes": 20 * GB, "sm_pct": 95,
+                          "namespace_pids": namespace_pids(run, ns)}]
+            # Host PIDs are the simulated driver's default: a plain list says so.
+            listing.write_text(json.dumps(processes if behaviour == "host" else
+                                          {"pid_behaviour": behaviour, "processes": processes}))
             judges[behaviour] = subprocess.Popen(
                 ns.command([sys.executable, judge, str(listing), str(local), "1"]),
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
