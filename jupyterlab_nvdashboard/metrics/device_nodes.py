@@ -215,7 +215,7 @@ class DeviceNodeScanner:
                 seen[pid] = (0, None)
                 continue
             try:
-                ticks = start_ticks(int(pid))
+                ticks = start_ticks(pid, self._proc)
             except (OSError, ValueError, IndexError):
                 seen.pop(pid, None)
                 continue

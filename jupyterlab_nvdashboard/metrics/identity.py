@@ -64,9 +64,9 @@ def process_key(pid: int) -> ProcessKey | None:
         return None
 
 
-def start_ticks(pid: int) -> int:
+def start_ticks(pid: int, proc: str = "/proc") -> int:
     """When the process started, in clock ticks since boot (/proc/<pid>/stat field 22)."""
-    with open(f"/proc/{pid}/stat", "rb") as stat:
+    with open(f"{proc}/{pid}/stat", "rb") as stat:
         text = stat.read()
     # The command name (field 2) may hold spaces and parentheses: count from the last ')'.
     return int(text[text.rindex(b")") + 2:].split()[19])

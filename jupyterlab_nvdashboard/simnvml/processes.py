@@ -81,7 +81,8 @@ class SimulatedProcess:
     memory_pct: int = 0
     until_exit: bool = False  # listed only while the PID exists
     # Its PID in each PID namespace that sees it, by the namespace's inode number (the
-    # kernel keeps one number per level, /proc/<pid>/status NSpid); {} for host-only.
+    # kernel keeps one number per level, /proc/<pid>/status NSpid); () when the caller
+    # shares its namespace, so that ``pid`` is the caller's too.
     namespace_pids: tuple[tuple[int, int], ...] = ()
 
     def pid_in(self, namespace: int) -> int | None:
