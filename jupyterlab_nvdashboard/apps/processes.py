@@ -140,9 +140,8 @@ def identity_text(reading: ProcessReading, gpu: str) -> str:
             return (f"{ours} processes of this container on {gpu}, holding {together} "
                     "together (the driver's PIDs cannot say which holds what)")
         return (f"{ours} of the {group.entries} processes on {gpu} "
-                f"{'is' if ours == 1 else 'are'} this container's, "
-                f"holding {together} together with the others (the driver's PIDs cannot "
-                "say which is which)")
+                f"{'is' if ours == 1 else 'are'} this container's; together they hold "
+                f"{together} (the driver's PIDs cannot say which is which)")
     if identity == UNLISTED and group is not None:
         return (f"{group.entries} process{'es' if group.entries != 1 else ''} of other "
                 f"containers on {gpu}: the driver lists only this container's, and its "
@@ -223,9 +222,13 @@ def process_rows(sources: DashboardSources, now: float | None = None) -> list[Pr
                 rows.append(local_row(reading, holder, gpu, words, None, group.memory_bytes))
             if group.entries > len(group.holders):
                 others = group.entries - len(group.holders)
+                who = ANOTHER_CONTAINER if others == 1 else \
+                    f"{others} processes of other containers"
                 rows.append(local_row(
                     reading._replace(identity=OTHER), None, gpu,
-                    f"{others} of other containers: {words}", None, group.memory_bytes))
+                    f"{who}: {others} of the {group.entries} processes on {gpu}, holding "
+                    f"{format_memory(group.memory_bytes)} together with this container's "
+                    "(the driver's PIDs cannot say which is which)", None, group.memory_bytes))
             continue
         if reading.identity in (SAME, PAIRED):
             rows.append(local_row(reading, reading.local_pid, gpu, words,
@@ -246,16 +249,21 @@ def _what_html(row: ProcessRow) -> str:
 
 
 def _identity_html(row: ProcessRow) -> str:
-    """The pairing's words, under the name, unless the driver's PID is this process's."""
+    """The pairing's words after the name (all of them on hover), unless the driver's PID
+    is this process's or the words are the row's name already."""
     if row.identity == SAME or row.pid is None:
         return ""
-    return f'<br><span class="nvd-identity">{html.escape(row.identity_text)}</span>'
+    words = html.escape(row.identity_text)
+    return f' <span class="nvd-identity" title="{words}">· {words}</span>'
 
 
 def _memory_html(row: ProcessRow) -> str:
     width = 0.0 if row.memory_fraction is None else min(100.0, 100 * row.memory_fraction)
+    text = format_memory(row.memory_bytes)
+    if row.memory_bytes is None and row.group_memory_bytes is not None:
+        text = f"{format_memory(row.group_memory_bytes)} shared"  # a "shared" group's, together
     return (f'<div class="nvd-bar"><div style="width:{width:.1f}%"></div>'
-            f'<span>{html.escape(format_memory(row.memory_bytes))}</span></div>')
+            f'<span>{html.escape(text)}</span></div>')
 
 
 @dataclass
@@ -410,6 +418,9 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
             "memory_known": True, "devices": [], "identity": []})
         if row.identity_text not in kernel["identity"]:
             kernel["identity"].append(row.identity_text)
+        if row.group_memory_bytes is not None:  # its memory is known only with others'
+            kernel["shared_memory_bytes"] = kernel.get("shared_memory_bytes", 0.0) \
+                + row.group_memory_bytes
         if row.memory_bytes is None:
             kernel["memory_known"] = False
         else:
