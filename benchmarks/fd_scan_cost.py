@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -28,21 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's package and its test support
 
+from benchmarks.process_pass import line, timed  # noqa: E402 - one way to time and print
+
 INSIDE = "NVDASHBOARD_FD_SCAN_BENCHMARK_INSIDE"
-
-
-def timed(step, repeats: int) -> list[float]:  # noqa: ANN001
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - started) * 1e3)
-    return times
-
-
-def line(name: str, times: list[float]) -> str:
-    return (f"{name:<52} median {statistics.median(times):7.2f} ms   "
-            f"range {min(times):6.2f}-{max(times):6.2f} ms   (n={len(times)})")
 
 
 def _holds(pid: int) -> bool:
@@ -56,6 +43,7 @@ def _holds(pid: int) -> bool:
 def inside(processes: int, holders: int, repeats: int) -> None:
     from jupyterlab_nvdashboard.composition import create_metrics
     from jupyterlab_nvdashboard.config import Config, SimulationConfig
+    from jupyterlab_nvdashboard.metrics.device_nodes import DeviceNodeScanner
 
     children = [subprocess.Popen(["sleep", "600"]) for _ in range(processes - holders)]
     children += [subprocess.Popen([sys.executable, "-c",
@@ -74,8 +62,10 @@ def inside(processes: int, holders: int, repeats: int) -> None:
         while not metrics.facts:
             time.sleep(0.05)
         metrics.stop()
-        scanner._refresh_nodes()  # noqa: SLF001
         assert scanner.nodes, "no stand-in node found at /dev/nvidia<minor>"
+        # A scanner that has seen nothing yet, for the first pass, over the same nodes.
+        scanner, nodes = DeviceNodeScanner(metrics.nvml.session, lambda: ()), scanner.nodes
+        scanner.nodes = nodes
         shown = len([name for name in os.listdir("/proc") if name.isdigit()])
         started = time.perf_counter()
         found = scanner.scan()
@@ -86,9 +76,9 @@ def inside(processes: int, holders: int, repeats: int) -> None:
         full = timed(lambda: scanner.scan(full=True), max(5, repeats // 5))
         print(f"{shown} processes in /proc, {len(found)} holding a GPU node; running as "
               f"uid {os.geteuid()} (every process looked at); {os.cpu_count()} CPUs")
-        print(line("listing /proc alone (the floor of any pass)", listing))
-        print(line("steady pass (every second on the slow thread)", steady))
-        print(line("full pass (when NVML's lists change)", full))
+        print(line("listing /proc alone (floor of any pass)", listing))
+        print(line("steady pass (each second, slow thread)", steady))
+        print(line("full pass (NVML's lists changed)", full))
         print(line("first pass (every process new)", [first]))
     finally:
         for child in children:

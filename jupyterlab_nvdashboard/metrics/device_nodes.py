@@ -99,6 +99,7 @@ class DeviceNodeScanner:
         self.node_rows: dict[int, int] = {}  # device row -> the row whose node it uses
         # pid -> (start ticks, rows held); rows None: not this user's, never scanned
         self._seen: dict[int, tuple[int, frozenset[int] | None]] = {}
+        self._holding: set[int] = set()  # the PIDs last found holding a node
         self._listed: frozenset[tuple[int, int]] = frozenset()
         self.latest: dict[int, NodeHolder] | None = None  # None: no node to look for
         self.passes = self.full_scans = self.fd_scans = 0
@@ -194,39 +195,43 @@ class DeviceNodeScanner:
             return False
 
     def scan(self, full: bool = False) -> dict[int, NodeHolder]:
-        """One pass: the holders of GPU nodes among this user's processes here."""
+        """One pass: the holders of GPU nodes among this user's processes here. Only new
+        processes and the holders are read (set arithmetic over ``/proc``'s listing, so a
+        steady pass costs little more than the listing); ``full``: every one of this
+        user's processes again."""
         try:
-            pids = [int(name) for name in os.listdir(self._proc) if name.isdigit()]
+            present = {int(name) for name in os.listdir(self._proc) if name.isdigit()}
         except OSError:
-            pids = []
+            present = set()
         seen = self._seen
-        present = set(pids)
         for gone in seen.keys() - present:
             del seen[gone]
+        self._holding &= present
         if full:
             self.full_scans += 1
-        for pid in pids:
+            todo = present  # another user's PID may have been reused by one of ours
+        else:
+            todo = (present - seen.keys()) | self._holding
+        for pid in todo:
             known = seen.get(pid)
-            if known is not None and known[1] is None:
-                continue  # not this user's
-            if known is not None and not known[1] and not full:
-                continue  # held nothing when scanned; rescanned when NVML's lists change
-            if known is None and not self._ours(pid):
-                seen[pid] = (0, None)
+            if (known is None or known[1] is None) and not self._ours(pid):
+                seen[pid] = (0, None)  # not this user's: never read
                 continue
             try:
                 ticks = start_ticks(pid, self._proc)
             except (OSError, ValueError, IndexError):
                 seen.pop(pid, None)
+                self._holding.discard(pid)
                 continue
-            if known is not None and known[0] != ticks:
-                known = None  # a reused PID: another process
-            seen[pid] = (ticks, self._held(pid))
-        holders: dict[int, NodeHolder] = {}
-        for pid, (_, rows) in seen.items():
-            if rows and self._namespace_of(pid) == self._namespace:
-                holders[pid] = NodeHolder(rows, self._lineage(pid))
-        return holders
+            rows = self._held(pid)  # a reused PID (other start ticks) is simply read anew
+            seen[pid] = (ticks, rows)
+            if rows:
+                self._holding.add(pid)
+            else:
+                self._holding.discard(pid)
+        return {pid: NodeHolder(seen[pid][1], self._lineage(pid))  # type: ignore[arg-type]
+                for pid in sorted(self._holding)
+                if self._namespace_of(pid) == self._namespace}
 
     def family(self) -> dict[str, object]:
         """The sampler's slow-thread hook: this namespace's holders of GPU nodes."""
