@@ -28,6 +28,8 @@ open (``device_nodes.py``). ``pair()`` joins the two, per GPU, and says how sure
   translating driver lists only the caller's namespace): another container's, counted.
 - ``unknown``: outside the host's namespace with no device node to scan: cannot be told.
 
+A process here is named by its PID and its start time (``start_ticks``), so a PID the
+kernel reuses is another process: the owner lookups and the node scan cache by that pair.
 Everything downstream (the process table, ``/glance.json``, the verdict, the diagnosis)
 asks ``ProcessReading.local_pid`` / ``runs_as()``, never compares the driver's PID with a
 local one. Per-process SM samples are kept only for ``same`` entries whose samples are
@@ -38,7 +40,6 @@ process by coincidence of numbers.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import NamedTuple
 
 from .families import ProcessGroup, ProcessReading
 
@@ -46,22 +47,6 @@ SAME, PAIRED, SHARED, OTHER, UNLISTED, UNKNOWN = (
     "same", "paired", "shared", "other", "unlisted", "unknown")
 # The PID an ``unlisted`` reading carries: the driver named no such process in its lists.
 NO_PID = 0
-
-
-class ProcessKey(NamedTuple):
-    """One process in this server's PID namespace: its PID and when it started (clock ticks
-    since boot, /proc/<pid>/stat field 22), so a PID the kernel reuses is another process."""
-
-    pid: int
-    start_ticks: int
-
-
-def process_key(pid: int) -> ProcessKey | None:
-    """``pid``'s key now; None when no such process is visible here."""
-    try:
-        return ProcessKey(pid, start_ticks(pid))
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def start_ticks(pid: int, proc: str = "/proc") -> int:
