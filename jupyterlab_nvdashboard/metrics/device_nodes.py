@@ -113,10 +113,8 @@ class DeviceNodeScanner:
         major = None if self._any_major else nvidia_major(_read(f"{self._proc}/devices"))
         nodes: dict[int, int] = {}
         node_rows: dict[int, int] = {}
-        by_uuid = {}
         for device in self.session.devices():
             facts = device.facts
-            by_uuid[facts.uuid] = facts.index
             if facts.kind == "mig":
                 continue
             minor = self.session.query(device, "nvmlDeviceGetMinorNumber", metric="minor")
