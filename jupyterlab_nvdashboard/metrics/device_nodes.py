@@ -100,6 +100,8 @@ class DeviceNodeScanner:
         # pid -> (start ticks, rows held); rows None: not this user's, never scanned
         self._seen: dict[int, tuple[int, frozenset[int] | None]] = {}
         self._holding: set[int] = set()  # the PIDs last found holding a node
+        # holder pid -> (start ticks, in this namespace, lineage)
+        self._placed: dict[int, tuple[int, bool, tuple[int, ...]]] = {}
         self._listed: frozenset[tuple[int, int]] = frozenset()
         self.latest: dict[int, NodeHolder] | None = None  # None: no node to look for
         self.passes = self.full_scans = self.fd_scans = 0
@@ -227,9 +229,19 @@ class DeviceNodeScanner:
                 self._holding.add(pid)
             else:
                 self._holding.discard(pid)
-        return {pid: NodeHolder(seen[pid][1], self._lineage(pid))  # type: ignore[arg-type]
-                for pid in sorted(self._holding)
-                if self._namespace_of(pid) == self._namespace}
+        holders = {}
+        for pid in sorted(self._holding):
+            ticks, rows = seen[pid]
+            # Its namespace and ancestors, read once per (pid, start time).
+            known = self._placed.get(pid)
+            if known is None or known[0] != ticks:
+                known = (ticks, self._namespace_of(pid) == self._namespace, self._lineage(pid))
+                self._placed[pid] = known
+            if known[1]:
+                holders[pid] = NodeHolder(rows, known[2])  # type: ignore[arg-type]
+        for gone in self._placed.keys() - self._holding:
+            del self._placed[gone]
+        return holders
 
     def family(self) -> dict[str, object]:
         """The sampler's slow-thread hook: this namespace's holders of GPU nodes."""
