@@ -20,7 +20,7 @@ from tests.support.browser import chromium, screenshot, watch
 from tests.support.jupyter import jupyter_lab
 from tests.support.pidns import PidNamespace, namespace_pids, unavailable
 from tests.test_browser_lab import dashboard_frame, open_lab, show_sidebar
-from tests.test_containers import ROOT, _hold_in_kernel
+from tests.test_containers import ROOT, hold_in_kernel
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
 
 pytestmark = [pytest.mark.browser,
@@ -34,7 +34,7 @@ TABLE_SAYS = """() => window.Bokeh && Bokeh.documents.length > 0 &&
 
 def test_status_bar_kernels_and_shutdown_in_a_container() -> None:
     with PidNamespace(gpus=2) as ns, open(os.devnull, "wb") as quiet:
-        listing = Path(ns._folder) / "processes.json"
+        listing = Path(ns.folder) / "processes.json"
         listing.write_text("[]")
         environment = {"NVDASHBOARD_SIMULATE_PROCESSES": str(listing), "PYTHONPATH": ROOT,
                        "NVDASHBOARD_SIMULATE_PROFILE": "h200"}
@@ -50,7 +50,7 @@ def test_status_bar_kernels_and_shutdown_in_a_container() -> None:
             kernel = kernel_pid(lab, kernel_id)
             runtime = next(Path(arg).parent for arg in psutil.Process(kernel).cmdline()
                            if arg.endswith(f"kernel-{kernel_id}.json"))
-            _hold_in_kernel(runtime, kernel_id, 0)
+            hold_in_kernel(runtime, kernel_id, 0)
             outside = subprocess.Popen(["sleep", "600"], stdout=quiet)
             try:
                 listing.write_text(json.dumps([  # host PIDs: the driver's default

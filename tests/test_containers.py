@@ -44,7 +44,7 @@ GB = 10**9
 ROOT = str(Path(__file__).resolve().parents[1])
 
 
-def _hold_in_kernel(lab_home: Path, kernel_id: str, node: int) -> None:
+def hold_in_kernel(lab_home: Path, kernel_id: str, node: int) -> None:
     """Make the kernel open /dev/nvidia<node> and keep it open (as cuInit does)."""
     from jupyter_client import BlockingKernelClient
 
@@ -64,7 +64,7 @@ def container():  # noqa: ANN201
     with PidNamespace(gpus=2) as ns, \
             PidNamespace(gpus=1, parent=ns) as nested, \
             open(os.devnull, "wb") as quiet:
-        processes_file = Path(ns._folder) / "processes.json"
+        processes_file = Path(ns.folder) / "processes.json"
         processes_file.write_text("[]")
         environment = {"NVDASHBOARD_SIMULATE_PROCESSES": str(processes_file),
                        "NVDASHBOARD_SIMULATE_PROFILE": "h200", "PYTHONPATH": ROOT}
@@ -79,7 +79,7 @@ def container():  # noqa: ANN201
             kernel = kernel_pid(lab, kernel_id)
             runtime = next(Path(arg).parent for arg in psutil.Process(kernel).cmdline()
                            if arg.endswith(f"kernel-{kernel_id}.json"))
-            _hold_in_kernel(runtime, kernel_id, 0)
+            hold_in_kernel(runtime, kernel_id, 0)
             pair = [ns.holder(1)[1] for _ in range(2)]
             nested_holder = nested.holder(0)[1]
             outside = subprocess.Popen(["sleep", "600"], stdout=quiet)  # another container's
@@ -179,7 +179,7 @@ def test_a_busy_run_in_a_container_is_never_not_using_its_gpu() -> None:
         local = pid_inside(run, ns, ns)
         judges = {}
         for behaviour in ("host", "translated", "local"):
-            listing = Path(ns._folder) / f"{behaviour}.json"
+            listing = Path(ns.folder) / f"{behaviour}.json"
             processes = [{"gpu": 1, "pid": run, "used_memory_bytes": 20 * GB, "sm_pct": 95,
                           "namespace_pids": namespace_pids(run, ns)}]
             # Host PIDs are the simulated driver's default: a plain list says so.

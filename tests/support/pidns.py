@@ -56,8 +56,8 @@ class PidNamespace:
     """A running PID namespace; ``close()`` (or the with-block's end) ends all in it."""
 
     def __init__(self, gpus: int = 2, parent: PidNamespace | None = None) -> None:
-        self._folder = tempfile.mkdtemp(prefix="nvd-pidns-")
-        ready = os.path.join(self._folder, "ready")
+        self.folder = tempfile.mkdtemp(prefix="nvd-pidns-")
+        ready = os.path.join(self.folder, "ready")
         command = ["unshare", "--pid", "--fork", "--mount-proc", "--mount",
                    "--propagation", "private", sys.executable, str(INIT), ready,
                    *STAND_INS[:gpus]]
@@ -118,7 +118,7 @@ class PidNamespace:
             self._unshare.wait(30)
         if self._unshare.stderr:
             self._unshare.stderr.close()
-        shutil.rmtree(self._folder, ignore_errors=True)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def __enter__(self) -> PidNamespace:
         return self
