@@ -100,3 +100,19 @@ def test_dashboard_overhead_measures_a_baseline_beside_this_tree_and_removes_it(
     assert [row.split(" |")[0] for row in rows] == ["| HEAD", f"| {ROOT.name}"], done.stdout
     # The baseline's copy of the tree was the benchmark's own: it is gone again.
     assert not list(tmp_path.glob("nvdashboard-baseline-*"))
+
+
+def test_fd_scan_cost_finds_its_holders_and_prints_each_pass() -> None:
+    from tests.support.pidns import unavailable
+
+    if unavailable():
+        import pytest
+
+        pytest.skip(str(unavailable()))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "fd_scan_cost.py"), "--processes", "40",
+         "--holders", "4", "--repeats", "3"], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "4 holding a GPU node" in done.stdout, done.stdout
+    for name in ("listing /proc alone", "steady pass", "full pass", "first pass"):
+        assert name in done.stdout and "median" in done.stdout, done.stdout

@@ -30,7 +30,7 @@ from jupyterlab_nvdashboard.jupyter_sessions import (
     find_parent_server,
     parse_sessions,
 )
-from jupyterlab_nvdashboard.metrics import OWNER_FAMILY, PROCESS_FAMILY
+from jupyterlab_nvdashboard.metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessReading
 from jupyterlab_nvdashboard.metrics.attribution import (
     ProcessAttributor,
     host_pid_namespace,
@@ -38,6 +38,7 @@ from jupyterlab_nvdashboard.metrics.attribution import (
     start_ticks,
 )
 from jupyterlab_nvdashboard.metrics.binding import binding_loader
+from jupyterlab_nvdashboard.metrics.identity import pair
 from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
 from jupyterlab_nvdashboard.metrics.processes import ProcessReader
 from jupyterlab_nvdashboard.simnvml import SimulatedNvml
@@ -255,10 +256,14 @@ def test_hidepid_through_the_proc_stat_fast_path() -> None:
 
 
 def test_another_pid_namespace_names_nobody() -> None:
-    # Our own PID would resolve to a real process: in another namespace it must not.
-    owners = ProcessAttributor(lambda: (), host_namespace=False).attribute([os.getpid()])
-    assert owners[os.getpid()].status == "other_namespace"
-    assert owners[os.getpid()].user is None and owners[os.getpid()].command is None
+    # NVML names our own PID (a host PID that happens to be ours here): in another namespace,
+    # with no process of ours holding that GPU's node, it must not be looked up as ours.
+    reading = ProcessReading(0, os.getpid(), "compute", 1e9, 50.0, 5.0)
+    paired = pair((reading,), {}, host_namespace=False)
+    assert paired[0].identity == "other" and paired[0].local_pid is None
+    assert paired[0].sm_pct is None  # a host-PID sample is credited to nobody here
+    attributor = ProcessAttributor(lambda: paired, host_namespace=False)
+    assert attributor.family() == {"process_owners": {}}
 
     class Stat:
         def __init__(self, inode: int) -> None:

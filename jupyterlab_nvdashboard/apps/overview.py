@@ -28,13 +28,14 @@ from ..diagnosis import Diagnosis
 from ..metrics import GpuFacts, GpuReading, Sample
 from ..metrics.families import GPM_FAMILY, HEALTH_FAMILY, GpmReading, HealthReading
 from ..metrics.health import clock_event_words
+from ..metrics.identity import OTHER, SAME, UNKNOWN
 from ..metrics.nvml import MIG_PHYSICAL
 from ..stream.frames import Rows
 from .activity import without_gpm
 from .components import NOT_AVAILABLE, format_memory, gpu_color
 from .in_place import IN_PLACE_JS
 from .live import LiveView
-from .processes import ProcessRow, newest_family, process_rows
+from .processes import ANOTHER_CONTAINER, ProcessRow, newest_family, process_rows
 from .sources import DashboardSources
 
 OVERVIEW_PATH = "/GPU-Overview"
@@ -280,6 +281,10 @@ def _procs_cell(row: DeviceRow) -> str:
     people: dict[str, list[str]] = {}
     for process in row.processes:
         who = (process.user or "?") + (" (you)" if process.mine else "")
+        if process.pid is None or process.identity in (OTHER, UNKNOWN):
+            who = ANOTHER_CONTAINER if process.identity == OTHER else "?"
+        elif process.identity != SAME:  # paired or shared: say how sure
+            who += f" ({process.identity})"
         if process.notebook:
             people.setdefault(who, []).append(process.notebook.rsplit("/", 1)[-1])
         else:

@@ -31,6 +31,7 @@ from bokeh.models import (
 )
 
 from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
+from ..metrics.identity import OTHER, PAIRED, SAME, SHARED, UNKNOWN, UNLISTED
 from ..stream.frames import Rows
 from .components import (
     NOT_AVAILABLE,
@@ -54,10 +55,10 @@ OPEN_NOTEBOOK_MESSAGE = "nvdashboard:open-notebook"
 # can carry secrets; notebook paths, users and PIDs it shows.
 HIDDEN_COMMAND = "command hidden: this server is view-only (--no-token)"
 STATUS_TEXT = {
-    "other_namespace": "in another container or PID namespace",
     "ended": "process ended, or /proc hides it from this server (hidepid)",
     "no_access": "no access to this process's /proc entry (hidepid)",
 }
+ANOTHER_CONTAINER = "another container's process"
 NO_PROCESSES_TEXT = ("<b>No process holds a GPU context on these GPUs.</b> Memory the GPUs "
                      "show in use is held by the driver, or by processes this server cannot "
                      "list (another container, or a MIG device's peers).")
@@ -88,7 +89,7 @@ class ProcessRow:
 
     device: int
     gpu: str
-    pid: int
+    pid: int | None  # in this server's PID namespace where known, else the driver's
     kind: str
     user: str | None
     mine: bool
@@ -101,6 +102,11 @@ class ProcessRow:
     sm_pct: float | None
     memory_pct: float | None
     held_s: float | None
+    # How this row was tied to a process here (metrics/identity.py), as a code and in words.
+    identity: str = SAME
+    identity_text: str = ""
+    driver_pid: int | None = None  # the PID NVML names it by
+    group_memory_bytes: float | None = None  # a "shared" group's memory together
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -119,8 +125,39 @@ def _workload_runs(sources: DashboardSources) -> dict[int, str]:
     return runs
 
 
+def identity_text(reading: ProcessReading, gpu: str) -> str:
+    """How sure the pairing of ``reading`` with a process here is, in words."""
+    identity, group = reading.identity, reading.group
+    if identity == SAME:
+        return "the driver names this process by its PID here"
+    if identity == PAIRED:
+        return (f"paired by elimination: the only process here holding {gpu}'s device node, "
+                f"and the driver's only other entry on it (PID {reading.pid})")
+    if identity == SHARED and group is not None:
+        together = format_memory(group.memory_bytes)
+        ours = len(group.holders)
+        if ours == group.entries:
+            return (f"{ours} processes of this container on {gpu}, holding {together} "
+                    "together (the driver's PIDs cannot say which holds what)")
+        return (f"{ours} of the {group.entries} processes on {gpu} "
+                f"{'is' if ours == 1 else 'are'} this container's; together they hold "
+                f"{together} (the driver's PIDs cannot say which is which)")
+    if identity == UNLISTED and group is not None:
+        return (f"{group.entries} process{'es' if group.entries != 1 else ''} of other "
+                f"containers on {gpu}: the driver lists only this container's, and its "
+                "per-process samples show more")
+    if identity == OTHER:
+        return f"{ANOTHER_CONTAINER}: no process here holds {gpu}'s device node"
+    if identity == UNKNOWN:
+        return ("the driver's PID; from inside this PID namespace, with no GPU device node "
+                "to look at, it cannot be tied to a process here")
+    return identity
+
+
 def process_rows(sources: DashboardSources, now: float | None = None) -> list[ProcessRow]:
-    """The table: every process reading, attributed, own processes first, then by memory."""
+    """The table: every process reading, attributed, own processes first, then by memory.
+    A ``shared`` group's entries are shown as this namespace's processes that hold the GPU
+    (they are known; which entry each is, is not), plus one row for the rest."""
     metrics = sources.metrics
     readings: tuple[ProcessReading, ...] = newest_family(metrics.history, PROCESS_FAMILY) or ()
     owners: dict[int, ProcessOwner] = newest_family(metrics.history, OWNER_FAMILY) or {}
@@ -131,18 +168,23 @@ def process_rows(sources: DashboardSources, now: float | None = None) -> list[Pr
     runs = _workload_runs(sources)
     now = time.time() if now is None else now
     rows = []
-    for reading in readings:
+    groups_done: set[tuple[int, Any]] = set()
+
+    def local_row(reading: ProcessReading, pid: int | None, gpu: str, words: str,
+                  memory: float | None, group_memory: float | None = None) -> ProcessRow:
         device = facts.get(reading.device)
-        owner = owners.get(reading.pid)
+        owner = owners.get(pid) if pid is not None else None
         notebook = lab_url = None
         kernel_id = owner.kernel_id if owner else None
-        if owner is None:
+        if pid is None:
+            what = words
+        elif owner is None:
             what = "looking up…"
         elif owner.status != "ok":
             what = STATUS_TEXT.get(owner.status, owner.status)
         else:
             session = sessions.get(kernel_id) if kernel_id else None
-            run = next((runs[pid] for pid in owner.lineage if pid in runs), None)
+            run = next((runs[p] for p in owner.lineage if p in runs), None)
             if session is not None:
                 notebook = session.path
                 lab_url = jupyter.server.lab_url(session.path) \
@@ -158,15 +200,43 @@ def process_rows(sources: DashboardSources, now: float | None = None) -> list[Pr
             else:
                 what = owner.command or "?"
         total = device.memory_total_bytes if device else None
-        memory = reading.used_memory_bytes
-        rows.append(ProcessRow(
-            reading.device, gpu_label(device, short=True) if device else f"row {reading.device}",
-            reading.pid, reading.kind, owner.user if owner else None,
+        return ProcessRow(
+            reading.device, gpu, pid, reading.kind, owner.user if owner else None,
             bool(user and owner and owner.user == user), what, notebook, lab_url, kernel_id,
             memory, memory / total if memory is not None and total else None,
             reading.sm_pct, reading.memory_pct,
-            None if reading.seen_since_s is None else max(0.0, now - reading.seen_since_s)))
-    rows.sort(key=lambda row: (not row.mine, -(row.memory_bytes or -1.0), row.device, row.pid))
+            None if reading.seen_since_s is None else max(0.0, now - reading.seen_since_s),
+            reading.identity, words,
+            None if reading.identity == SHARED else reading.pid or None, group_memory)
+
+    for reading in readings:
+        device = facts.get(reading.device)
+        gpu = gpu_label(device, short=True) if device else f"row {reading.device}"
+        words = identity_text(reading, gpu)
+        group = reading.group
+        if reading.identity == SHARED and group is not None:
+            if (reading.device, group) in groups_done:
+                continue
+            groups_done.add((reading.device, group))
+            for holder in group.holders:
+                rows.append(local_row(reading, holder, gpu, words, None, group.memory_bytes))
+            if group.entries > len(group.holders):
+                others = group.entries - len(group.holders)
+                who = ANOTHER_CONTAINER if others == 1 else \
+                    f"{others} processes of other containers"
+                rows.append(local_row(
+                    reading._replace(identity=OTHER), None, gpu,
+                    f"{who}: {others} of the {group.entries} processes on {gpu}, holding "
+                    f"{format_memory(group.memory_bytes)} together with this container's "
+                    "(the driver's PIDs cannot say which is which)", None, group.memory_bytes))
+            continue
+        if reading.identity in (SAME, PAIRED):
+            rows.append(local_row(reading, reading.local_pid, gpu, words,
+                                  reading.used_memory_bytes))
+        else:
+            rows.append(local_row(reading, None, gpu, words, reading.used_memory_bytes))
+    rows.sort(key=lambda row: (not row.mine, -(row.memory_bytes or -1.0), row.device,
+                               row.pid or 0))
     return rows
 
 
@@ -178,10 +248,22 @@ def _what_html(row: ProcessRow) -> str:
     return text
 
 
+def _identity_html(row: ProcessRow) -> str:
+    """The pairing's words after the name (all of them on hover), unless the driver's PID
+    is this process's or the words are the row's name already."""
+    if row.identity == SAME or row.pid is None:
+        return ""
+    words = html.escape(row.identity_text)
+    return f' <span class="nvd-identity" title="{words}">· {words}</span>'
+
+
 def _memory_html(row: ProcessRow) -> str:
     width = 0.0 if row.memory_fraction is None else min(100.0, 100 * row.memory_fraction)
+    text = format_memory(row.memory_bytes)
+    if row.memory_bytes is None and row.group_memory_bytes is not None:
+        text = f"{format_memory(row.group_memory_bytes)} shared"  # a "shared" group's, together
     return (f'<div class="nvd-bar"><div style="width:{width:.1f}%"></div>'
-            f'<span>{html.escape(format_memory(row.memory_bytes))}</span></div>')
+            f'<span>{html.escape(text)}</span></div>')
 
 
 @dataclass
@@ -209,9 +291,10 @@ class ProcessTableFeed:
         text: dict[str, list[Any]] = {name: [] for name in _TEXT_COLUMNS}
         for row in table:
             text["gpu"].append(row.gpu)
-            text["pid"].append(str(row.pid) + ("" if row.kind == "compute" else f" ({row.kind})"))
+            text["pid"].append(("–" if row.pid is None else str(row.pid))
+                               + ("" if row.kind == "compute" else f" ({row.kind})"))
             text["user"].append(html.escape(row.user or "?") + (" (you)" if row.mine else ""))
-            text["what"].append(_what_html(row))
+            text["what"].append(_what_html(row) + _identity_html(row))
             text["memory"].append(_memory_html(row))
             text["sm"].append(format_pct(row.sm_pct))
             text["memory_activity"].append(format_pct(row.memory_pct))
@@ -231,6 +314,7 @@ _TABLE_CSS = THEMED_TABLE_CSS + """
 .nvd-bar div { position: absolute; left: 0; top: 15%; bottom: 15%; background: #76b900;
                opacity: 0.5; }
 .nvd-bar span { position: relative; padding-left: 4px; }
+.nvd-identity { opacity: 0.75; font-size: 90%; }
 """
 # A notebook link inside JupyterLab: ask the extension to open the notebook in a tab. The
 # table lives in a shadow root, so the click's composed path is searched for the link.
@@ -293,8 +377,10 @@ def attribution_note(sources: DashboardSources) -> str:
     parts = ["GPU memory is what the driver reports per process; SM % and Memory % are the "
              "process's share of the last second, where the driver samples them."]
     if owners is not None and owners.host_namespace is False:
-        parts.append("This server runs in a PID namespace other than the host's, so processes "
-                     "cannot be named: run it with the host's PIDs (docker --pid=host).")
+        parts.append("This server runs in a container (a PID namespace of its own): its own "
+                     "processes are found by the GPU device nodes they hold, and paired with "
+                     "the driver's entries; each row says how sure. Other containers' users "
+                     "and commands stay invisible.")
     if sources.jupyter is None or sources.jupyter.server is None:
         parts.append("Notebook names need the Jupyter server this dashboard runs under.")
     return " ".join(parts)
@@ -329,7 +415,12 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
         kernel_rows.add(row.device)
         kernel = kernels.setdefault(row.kernel_id, {
             "kernel_id": row.kernel_id, "path": row.notebook, "memory_bytes": 0.0,
-            "memory_known": True, "devices": []})
+            "memory_known": True, "devices": [], "identity": []})
+        if row.identity_text not in kernel["identity"]:
+            kernel["identity"].append(row.identity_text)
+        if row.group_memory_bytes is not None:  # its memory is known only with others'
+            kernel["shared_memory_bytes"] = kernel.get("shared_memory_bytes", 0.0) \
+                + row.group_memory_bytes
         if row.memory_bytes is None:
             kernel["memory_known"] = False
         else:

@@ -13,6 +13,16 @@ and kind of claim): the kernel drops a dead worker's locks, so its GPUs find a r
 at the next check, and nothing has to talk to the scheduler. The files themselves stay (a
 few bytes each): removing a lock file another process may be about to lock would let two
 processes hold "the same" lock.
+
+**The folder** is ``$XDG_RUNTIME_DIR/nvdashboard-gpu-claims`` where that variable names a
+folder (the XDG base directory spec: owned by the user, mode 0700), else
+``<tmp>/nvdashboard-gpu-claims-<uid>``. A name in a shared folder can be planted by another
+user, who would then hold the locks and leave the workers reading no GPU; so whatever the
+folder, it is used only if it is a real folder (not a symlink), owned by this user, with
+mode 0700. Otherwise it is refused with one log line naming the fallback: a fresh private
+folder of this worker's (its claims are then not shared with the user's other workers, so
+a GPU nobody owns may be read twice), removed when the worker closes. Lock files are
+opened with ``O_NOFOLLOW``.
 """
 
 from __future__ import annotations
@@ -21,6 +31,8 @@ import fcntl
 import logging
 import os
 import re
+import shutil
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,9 +43,47 @@ CLAIMS_DIR_VARIABLE = "NVDASHBOARD_GPU_CLAIMS_DIR"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def default_claims_dir() -> Path:
-    """One folder per user in the temporary folder (workers of one user share it)."""
+def default_claims_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """One folder per user (workers of one user share it): in ``$XDG_RUNTIME_DIR`` where it
+    names a folder, else in the temporary folder."""
+    runtime = (os.environ if environ is None else environ).get("XDG_RUNTIME_DIR", "")
+    if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
+        return Path(runtime) / "nvdashboard-gpu-claims"
     return Path(tempfile.gettempdir()) / f"nvdashboard-gpu-claims-{os.getuid()}"
+
+
+def unsafe_reason(directory: Path) -> str | None:
+    """Why ``directory`` may not hold this user's claims; None when it may."""
+    try:
+        found = os.lstat(directory)
+    except OSError as error:
+        return error.strerror or str(error)
+    if stat.S_ISLNK(found.st_mode):
+        return "it is a symbolic link"
+    if not stat.S_ISDIR(found.st_mode):
+        return "it is not a folder"
+    if found.st_uid != os.geteuid():
+        return f"it is owned by uid {found.st_uid}, not {os.geteuid()}"
+    if stat.S_IMODE(found.st_mode) != 0o700:
+        return f"its mode is {stat.S_IMODE(found.st_mode):o}, not 700"
+    return None
+
+
+def claims_folder(directory: Path) -> tuple[Path, bool]:
+    """(the folder to keep claims in, whether it is a private fallback): ``directory`` when
+    it is safe (made if missing), else a fresh private folder, said in one log line."""
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        pass  # unsafe_reason says why
+    problem = unsafe_reason(directory)
+    if problem is None:
+        return directory, False
+    fallback = Path(tempfile.mkdtemp(prefix="nvdashboard-gpu-claims-"))
+    log.warning("nvdashboard: GPU claims folder %s refused (%s); using %s, private to this "
+                "worker (GPUs nobody owns may be read by more than one worker)",
+                directory, problem, fallback)
+    return fallback, True
 
 
 class _Lock:
@@ -49,7 +99,11 @@ class _Lock:
     def acquire(self) -> bool:
         if self._fd >= 0:
             return True
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as error:  # a symlink planted in its place (ELOOP), or worse
+            log.warning("nvdashboard: GPU claim %s not taken: %s", self.path, error)
+            return False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -75,9 +129,9 @@ class _Lock:
 class GpuClaims:
     """The claims of one worker on ``host``'s GPUs; ``update`` says which it reads now."""
 
-    def __init__(self, host: str, directory: Path | None = None) -> None:
-        self.directory = directory or default_claims_dir()
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    def __init__(self, host: str, directory: Path | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:
+        self.directory, self._private = claims_folder(directory or default_claims_dir(environ))
         self.host = _UNSAFE.sub("_", host)
         self._locks: dict[tuple[str, str], _Lock] = {}
         self.own: str | None = None  # the UUID of this worker's own GPU, if it has one
@@ -125,3 +179,6 @@ class GpuClaims:
             lock.release()
         self._locks.clear()
         self.own = None
+        if self._private:  # the fallback folder is this worker's alone, made by it
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self._private = False

@@ -76,7 +76,7 @@ class WorkerGpus:
         self.metrics = create_metrics(config, environ, only=())
         if claims_dir is None and environ.get(CLAIMS_DIR_VARIABLE):
             claims_dir = Path(environ[CLAIMS_DIR_VARIABLE])
-        self.claims = GpuClaims(self.hostname, claims_dir)
+        self.claims = GpuClaims(self.hostname, claims_dir, environ)
         self.export = GpuExport(self.metrics, self.hostname)
         self._nonce = secrets.token_hex(3)  # a new identity epoch for every worker start
         self._sent: str | None = None  # the epoch of the last identity sent in a snapshot

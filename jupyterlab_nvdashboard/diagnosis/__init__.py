@@ -15,7 +15,9 @@ from .rules import (
     Step,
     diagnose,
     host_findings,
+    identity_hidden,
     list_passes,
+    node_presence,
     not_using_gpu,
     process_presence,
     window,
@@ -25,5 +27,5 @@ from .thresholds import MIN_LIST_READINGS, MIN_SAMPLES
 CAUSES = tuple(ORDER)
 
 __all__ = ["CAUSES", "Diagnosis", "Figure", "Finding", "MIN_LIST_READINGS", "MIN_SAMPLES",
-           "ORDER", "PcieLink", "SIGNALS", "Step", "diagnose", "host_findings", "list_passes",
-           "mean", "not_using_gpu", "process_presence", "window"]
+           "ORDER", "PcieLink", "SIGNALS", "Step", "diagnose", "host_findings", "identity_hidden",
+           "list_passes", "mean", "node_presence", "not_using_gpu", "process_presence", "window"]

@@ -29,6 +29,7 @@ from operator import attrgetter, is_not, itemgetter
 from typing import NamedTuple
 
 from ..metrics import GpuFacts, GpuReading, Sample, parent_facts
+from ..metrics.device_nodes import HOLDER_FAMILY, holding_rows
 from ..metrics.families import (
     GPM_FAMILY,
     HEALTH_FAMILY,
@@ -39,6 +40,7 @@ from ..metrics.families import (
 )
 from ..metrics.gpm import gpm_unavailable_reason
 from ..metrics.health import CLOCK_EVENT_REASONS
+from ..metrics.identity import UNKNOWN, certain, runs_as
 from . import thresholds as T
 from .findings import Diagnosis, Figure, Finding, mean
 
@@ -73,13 +75,35 @@ def window(samples: Sequence[Sample], start_s: float, end_s: float) -> Sequence[
     return [sample for sample in samples if start_s <= sample.time_s <= end_s]
 
 
-def process_presence(samples: Sequence[Sample], pid: int) -> tuple[int, set[int]]:
-    """(reading passes of the driver's process lists, device rows where ``pid`` held a
-    context in any of them)."""
+def process_presence(samples: Sequence[Sample], pid: int,
+                     certain_only: bool = False) -> tuple[int, set[int]]:
+    """(reading passes of the driver's process lists, device rows where local process
+    ``pid`` held a context in any of them, as ``metrics/identity.py`` ties NVML's entries
+    to this namespace's processes; ``certain_only``: only where that tie is certain)."""
     passes = list_passes(samples)
+    wanted = (pid,)
     rows = {reading.device for readings in passes for reading in readings  # type: ignore[attr-defined]
-            if isinstance(reading, ProcessReading) and reading.pid == pid}
+            if isinstance(reading, ProcessReading) and runs_as(reading, wanted)
+            and (not certain_only or certain(reading))}
     return len(passes), rows
+
+
+def identity_hidden(samples: Sequence[Sample]) -> bool:
+    """Whether any list pass has entries this server could not tie to its processes or rule
+    out (``unknown``: outside the host's namespace, with no device node to scan)."""
+    return any(isinstance(reading, ProcessReading) and reading.identity == UNKNOWN
+               for readings in list_passes(samples) for reading in readings)  # type: ignore[attr-defined]
+
+
+def node_presence(samples: Sequence[Sample], pid: int) -> set[int]:
+    """Device rows whose node a process of ``pid``'s tree held open in any holder pass
+    (``metrics/device_nodes.py``): ground truth for this server's own processes, in any
+    PID namespace."""
+    rows: set[int] = set()
+    for holders in _passes(list(map(_EXTRA, samples)), HOLDER_FAMILY):
+        if isinstance(holders, dict):
+            rows |= holding_rows(holders, (pid,))
+    return rows
 
 
 def host_findings(steps: Sequence[Step]) -> list[Finding]:
@@ -177,7 +201,7 @@ def _distinct(extras: Sequence[dict[str, object]], family: str, row: int, kind: 
 def _own_process(passes: Sequence[object], row: int, pid: int) -> list[float]:
     """The SM utilization of process ``pid`` on ``row``, one per list pass where known."""
     return [reading.sm_pct for readings in passes for reading in readings  # type: ignore[attr-defined]
-            if isinstance(reading, ProcessReading) and reading.pid == pid
+            if isinstance(reading, ProcessReading) and reading.local_pid == pid
             and reading.device == row and reading.sm_pct is not None]
 
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config
-from .attribution import OWNER_FAMILY, ProcessAttributor, ProcessOwner
+from .attribution import OWNER_FAMILY, ProcessAttributor, ProcessOwner, host_pid_namespace
 from .binding import binding_loader
+from .device_nodes import HOLDER_FAMILY, DeviceNodeScanner, NodeHolder
 from .families import PROCESS_FAMILY, ProcessReading
 from .gpm import GpmReader
 from .health import HealthReader
@@ -24,8 +25,9 @@ from .sampler import History, Sample, Sampler
 from .session import parent_facts
 
 __all__ = [
-    "GpuFacts", "GpuReading", "History", "HostReading", "Metrics", "NvmlState", "OWNER_FAMILY",
-    "PROCESS_FAMILY", "ProcessOwner", "ProcessReading", "Sample", "build_metrics", "parent_facts",
+    "GpuFacts", "GpuReading", "HOLDER_FAMILY", "History", "HostReading", "Metrics", "NodeHolder",
+    "NvmlState", "OWNER_FAMILY", "PROCESS_FAMILY", "ProcessOwner", "ProcessReading", "Sample",
+    "build_metrics", "parent_facts",
 ]
 
 
@@ -39,6 +41,7 @@ class Metrics:
     simulator: Any
     processes: ProcessReader | None = None  # per-process readings (processes.py)
     owners: ProcessAttributor | None = None  # who those processes are (attribution.py)
+    nodes: DeviceNodeScanner | None = None  # this namespace's GPU node holders
 
     def start(self) -> None:
         self.sampler.start()
@@ -99,8 +102,17 @@ def build_metrics(
     processes = ProcessReader(nvml)
     sampler = Sampler(nvml, HostReader(), history, config.interval_s, config.idle_interval_s,
                       families=[GpmReader(nvml), HealthReader(nvml), processes])
-    # A simulated driver lives in this PID namespace, so its PIDs are this namespace's.
-    owners = ProcessAttributor(lambda: processes.latest,
-                               host_namespace=True if library is not None else None)
+    # Which local process each NVML entry is (identity.py): this server's PID namespace, and
+    # its processes that hold GPU nodes, found on the slow thread. The simulated driver
+    # registers no device major: its nodes are whatever stands at /dev/nvidia<minor>.
+    host_namespace = host_pid_namespace()
+    nodes = DeviceNodeScanner(nvml.session, lambda: processes.latest,
+                              any_major=library is not None)
+    processes.host_namespace = host_namespace
+    processes.holders = lambda: nodes.latest
+    processes.node_rows = lambda: nodes.node_rows
+    owners = ProcessAttributor(lambda: processes.latest, host_namespace=host_namespace)
+    if host_namespace is not True:  # the host's PIDs need no pairing: no scan
+        sampler.slow_families.append(nodes.family)
     sampler.slow_families.append(owners.family)
-    return Metrics(sampler, simulator, processes, owners)
+    return Metrics(sampler, simulator, processes, owners, nodes)

@@ -1,8 +1,10 @@
 """Who a GPU process is: its owner, command line, and the Jupyter kernel it belongs to.
 
 ``ProcessAttributor.family()`` runs on the sampler's slow thread (psutil reads ``/proc``;
-it never runs on the event loop). It looks at the PIDs of the newest process reading
-(``processes.py``) and stores ``{pid: ProcessOwner}`` in ``Sample.extra[OWNER_FAMILY]``.
+it never runs on the event loop). It looks at the local PIDs of the newest process reading
+(``processes.py``; which local process an NVML entry is, is ``identity.py``'s to say) and
+of the processes found holding GPU nodes in a ``shared`` group, and stores
+``{local pid: ProcessOwner}`` in ``Sample.extra[OWNER_FAMILY]``.
 
 - **Cache.** Keyed by (pid, create time): a PID reused by a new process is looked up again;
   everything else is read once. Each pass costs one create-time read per listed PID, from
@@ -13,9 +15,9 @@ it never runs on the event loop). It looks at the PIDs of the newest process rea
   (``jupyter_client`` starts each kernel as a group leader, and a worker that was re-parented
   to init keeps its group). The notebook path for a kernel id comes from the Jupyter server
   (``jupyter_sessions.py``), not from here.
-- **Containers.** NVML reports host PIDs. In a PID namespace other than the host's (a
-  container without ``--pid=host``) a local PID with the same number is a different process,
-  so nothing is looked up: every row is ``other_namespace``, never a wrong name.
+- **Containers.** Only local PIDs are looked up: an NVML entry that ``identity.pair()`` could
+  not tie to a process of this namespace is never looked up under its number (a host PID
+  may name a different local process), so a row is never given a wrong name.
 - **Not visible.** A PID that ended between NVML's list and this lookup, or that
   ``hidepid=2`` hides, is ``ended``; one whose ``/proc`` entry may not be read
   (``hidepid=1``, ``AccessDenied``) is ``no_access``.
@@ -30,12 +32,15 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from .families import ProcessReading
+from .identity import SHARED, start_ticks
 
-OWNER_FAMILY = "process_owners"  # dict[int, ProcessOwner], keyed by PID
+OWNER_FAMILY = "process_owners"  # dict[int, ProcessOwner], keyed by local PID
 COMMAND_CHARS = 160
 _MAX_ANCESTORS = 32
 # The initial (host) PID namespace's inode number (include/linux/proc_ns.h PROC_PID_INIT_INO).
 _HOST_PID_NAMESPACE_INODE = 0xEFFFFFFC
+__all__ = ["OWNER_FAMILY", "ProcessAttributor", "ProcessOwner", "host_pid_namespace",
+           "kernel_id_of", "start_ticks"]
 _KERNEL_FILE = re.compile(r"kernel-([0-9A-Za-z][0-9A-Za-z_-]{7,})\.json$")
 
 
@@ -43,7 +48,7 @@ class ProcessOwner(NamedTuple):
     """What this server could find out about one PID NVML reported."""
 
     pid: int
-    status: str  # "ok", "ended", "no_access" or "other_namespace"
+    status: str  # "ok", "ended" or "no_access"
     user: str | None
     command: str | None  # the command line, cut to COMMAND_CHARS
     create_time_s: float | None
@@ -67,15 +72,6 @@ def kernel_id_of(command: Iterable[str]) -> str | None:
         if found:
             return found.group(1)
     return None
-
-
-def start_ticks(pid: int) -> int:
-    """When the process started, in clock ticks since boot (/proc/<pid>/stat field 22): its
-    create time, read without building a psutil.Process (a third of the cost, per PID)."""
-    with open(f"/proc/{pid}/stat", "rb") as stat:
-        text = stat.read()
-    # The command name (field 2) may hold spaces and parentheses: count from the last ')'.
-    return int(text[text.rindex(b")") + 2:].split()[19])
 
 
 def _load_psutil() -> Any:
@@ -108,8 +104,14 @@ class ProcessAttributor:
         self.lookups = 0  # full lookups (cache misses), for tests and benchmarks
 
     def family(self) -> dict[str, object]:
-        """The sampler's hook: owners of the newest process reading's PIDs."""
-        pids = tuple(sorted({reading.pid for reading in self._readings()}))
+        """The sampler's hook: owners of the newest process reading's local PIDs."""
+        local: set[int] = set()
+        for reading in self._readings():
+            if reading.local_pid is not None:
+                local.add(reading.local_pid)
+            elif reading.identity == SHARED and reading.group is not None:
+                local.update(reading.group.holders)
+        pids = tuple(sorted(local))
         if not pids and self._last_pids == ():
             return {}
         self._last_pids = pids
@@ -125,8 +127,6 @@ class ProcessAttributor:
         return owners
 
     def _owner(self, pid: int) -> ProcessOwner:
-        if self.host_namespace is False:
-            return ProcessOwner(pid, "other_namespace", None, None, None, None, None)
         psutil = self._psutil
         created: float | None = None
         if self._created is not None:

@@ -71,17 +71,40 @@ class XidEvent(NamedTuple):
     gpu_instance_id: int | None  # the MIG GPU instance it concerns, where NVML says
 
 
+class ProcessGroup(NamedTuple):
+    """NVML entries on one GPU that this namespace's processes account for only together
+    (``identity.py``)."""
+
+    entries: int  # how many NVML entries (for ``unlisted``: how many unlisted processes)
+    holders: tuple[int, ...]  # this namespace's PIDs that hold that GPU's node among them
+    memory_bytes: float | None  # the entries' memory together; None if any is unknown
+
+
 class ProcessReading(NamedTuple):
     """One process that holds a context on one device row."""
 
     device: int  # device row (GpuFacts.index): the GPU, or the MIG device it runs on
-    pid: int  # as NVML reports it: a host PID, which may not exist in this PID namespace
+    # As NVML reports it: a host PID or this namespace's, depending on the driver
+    # (identity.py); compare local PIDs with ``local_pid``, never with this.
+    pid: int
     kind: str  # "compute", "graphics" or "mps"
     used_memory_bytes: float | None
     sm_pct: float | None  # from nvmlDeviceGetProcessUtilization; None without samples
     memory_pct: float | None
     # Unix time this server first saw the process on this device (it may have held it longer).
     seen_since_s: float | None = None
+    # Which local process this is, and how sure (identity.py): "same" (the driver's PID is
+    # this server's), "paired", "shared", "other", "unlisted" or "unknown".
+    identity: str = "same"
+    paired_pid: int | None = None  # the local PID, for "paired"
+    group: ProcessGroup | None = None  # for "shared" and "unlisted"
+
+    @property
+    def local_pid(self) -> int | None:
+        """This process's PID in this server's namespace, where one is known."""
+        if self.identity == "same":
+            return self.pid
+        return self.paired_pid if self.identity == "paired" else None
 
 
 Reading = TypeVar("Reading")

@@ -20,6 +20,9 @@ older binding or a lost GPU is "not available" for that device only.
 - **Activity.** ``nvmlDeviceGetProcessUtilization`` returns the samples newer than the
   timestamp it is given; the newest timestamp seen is carried to the next pass. NotFound (no
   new samples) and NotSupported (MIG) leave SM and memory % not available.
+- **Identity.** Each pass is paired with this namespace's holders of GPU nodes, as the slow
+  thread last found them (``device_nodes.py``), by ``identity.pair()``: each reading says
+  which local process it is and how sure, and SM samples are kept only where certain.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .families import PROCESS_FAMILY, ProcessReading
+from .identity import pair
 from .nvml import GpuReading, NvmlReader
 from .session import Device
 
@@ -65,6 +69,11 @@ class ProcessReader:
         self._seen_since = nvml.session.per_device()  # (UUID, PID) -> wall time first listed
         self.latest: tuple[ProcessReading, ...] = ()  # replaced whole, so any thread may read it
         self.passes = 0
+        # Set by build_metrics: whether this server sees the host's PIDs, and the slow
+        # thread's newest holders of GPU nodes (device_nodes.py; None: none scanned).
+        self.host_namespace: bool | None = True
+        self.holders: Callable[[], Any] = lambda: None
+        self.node_rows: Callable[[], dict[int, int]] = dict
 
     def read(self, gpus: tuple[GpuReading, ...] = ()) -> tuple[ProcessReading, ...] | None:
         """The sampler's family read: a pass if the last one is at least ``every_s`` old,
@@ -86,11 +95,14 @@ class ProcessReader:
         readings: list[ProcessReading] = []
         listed: set[tuple[int, int]] = set()
         held: set[tuple[str, int]] = set()
+        sampled: dict[int, frozenset[int]] = {}
         for device in devices:
             if device.lost or device.facts.mig_enabled:
                 continue
             row = device.facts.index
             activity = self._activity(device)
+            if activity:
+                sampled[row] = frozenset(activity)
             for kind, functions in _LISTS:
                 for process in self._list(device, functions) or ():
                     pid = int(process.pid)
@@ -100,13 +112,16 @@ class ProcessReader:
                     held.add((device.facts.uuid, pid))
                     sm_pct, memory_pct = activity.get(pid, (None, None))
                     since = self._seen_since.setdefault((device.facts.uuid, pid), wall)
-                    reading = ProcessReading(
+                    readings.append(ProcessReading(
                         row, pid, kind, _memory(getattr(process, "usedGpuMemory", None)),
-                        sm_pct, memory_pct, since)
-                    old = previous.get((row, pid))
-                    readings.append(old if old == reading else reading)
+                        sm_pct, memory_pct, since))
         for gone in self._seen_since.keys() - held:
             del self._seen_since[gone]
+        holders = self.holders()
+        held = None if holders is None else {pid: h.rows for pid, h in holders.items()}
+        readings = [previous.get((r.device, r.pid)) if previous.get((r.device, r.pid)) == r
+                    else r for r in pair(readings, held, self.host_namespace,
+                                         self.node_rows(), sampled)]
         if tuple(readings) != self.latest:
             self.latest = tuple(readings)
         self.passes += 1

@@ -14,6 +14,12 @@ A pure function of the run's events and the history samples, so tests feed it sa
   process-list readings or more) is "not using GPU N", on every GPU at once: someone
   else's work on the GPU it was pinned to never counts for it. A CPU run says first a slow
   input where its steps show one, then that it held no GPU (its busy CPU is its own work).
+- **In a container** the driver may name the run's process by a host PID
+  (``metrics/identity.py``). The run's process tree is this server's own, so its holding a
+  GPU's device node (``metrics/device_nodes.py``) is ground truth that it reached that GPU;
+  where NVML's entries cannot be tied to it for certain, the verdict judges on that GPU's
+  own signals and says so. It is never "not using" a GPU while the lists hold entries
+  this server cannot tell apart (``identity_hidden``).
 - **Which signal, how sure:** the diagnosis says (GPM, the run's own per-process SM
   utilization, or utilization only) and counts the readings each figure rests on. Where other
   processes share the GPU and the signal is device-wide, the verdict names them.
@@ -31,7 +37,9 @@ from ..diagnosis import (
     Step,
     diagnose,
     host_findings,
+    identity_hidden,
     list_passes,
+    node_presence,
     not_using_gpu,
     process_presence,
     window,
@@ -39,9 +47,12 @@ from ..diagnosis import (
 from ..metrics import GpuFacts, Sample
 from ..metrics.cuda_visibility import MigEntry, PhysicalGpu, cuda_indices
 from ..metrics.families import ProcessReading
+from ..metrics.identity import NO_PID, runs_as
 from .watcher import Run
 
 OTHERS_NAMED = 5  # other PIDs named in a verdict, at most
+IDENTITY_NOT_VISIBLE = ("process identity not visible from this container; judged on "
+                        "{gpu}'s activity")
 LEVEL_FIGURES = ("SM activity", "its own SM utilization", "utilization")
 DEVICE_WIDE = ("gpm", "utilization", "utilization-gaps", "link-counters", "clock-events",
                "host")
@@ -155,7 +166,7 @@ def _others(samples: Sequence[Sample], row: int, pid: int | None) -> list[int]:
     for readings in list_passes(samples):
         for reading in readings:  # type: ignore[attr-defined]
             if isinstance(reading, ProcessReading) and reading.device == row \
-                    and reading.pid != pid:
+                    and reading.pid != NO_PID and not runs_as(reading, (pid,)):
                 others.setdefault(reading.pid)
     return list(others)
 
@@ -210,7 +221,12 @@ def judge(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts],
     steps = run_steps(run)
     pid = run.pid
     lists, held = process_presence(timed, pid) if pid is not None else (0, set())
-    if pid is not None and lists >= MIN_LIST_READINGS and not held:
+    # Its own tree's device-node holding: what this server knows without the driver's PIDs.
+    nodes = node_presence(timed, pid) if pid is not None else set()
+    if nodes and not held:
+        held = nodes
+    if pid is not None and lists >= MIN_LIST_READINGS and not held \
+            and not identity_hidden(timed):
         name = _label(row, facts, prefix) if row is not None else f"{prefix}any GPU"
         own = _host(steps, run.device)
         missing = not_using_gpu(name, lists, _gpu_advice(run))
@@ -235,11 +251,19 @@ def judge(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts],
     result = diagnose(timed, facts, row, pid=pid, steps=steps, simulated=simulated,
                       skip_first_gpm=True)
     name = _label(row, facts, prefix)
+    # The run's process was not confirmed in NVML's entries (found by its device node,
+    # paired by elimination, or among entries this server cannot tell apart): its own
+    # per-process samples are not used, and the verdict says so.
+    confirmed = process_presence(timed, pid, certain_only=True)[1] if pid is not None \
+        else set()
+    hidden = f"; {IDENTITY_NOT_VISIBLE.format(gpu=name)}" \
+        if pid is not None and row not in confirmed and (held or identity_hidden(timed)) \
+        else ""
     others = _others(timed, row, pid)
     first = result.first
     shared = _name_others(others, name) if first.signal in DEVICE_WIDE else ""
     if others and not shared:
         shared = f"; {len(others)} other process{'es' if len(others) != 1 else ''} on {name}"
-    return Verdict(f"{result.line()}{shared}", first.cause, result.samples, first.signal, row,
-                   _level(result.findings), tuple(others), _rest(result.findings),
-                   first.advice, result.findings)
+    return Verdict(f"{result.line()}{shared}{hidden}", first.cause, result.samples,
+                   first.signal, row, _level(result.findings), tuple(others),
+                   _rest(result.findings), first.advice, result.findings)

@@ -211,6 +211,10 @@ class SimulatedLibrary:
         self._scalar("nvmlDeviceGetNumGpuCores", device, out)
 
     @_c_function
+    def nvmlDeviceGetMinorNumber(self, device: Any, out: Any) -> None:
+        self._scalar("nvmlDeviceGetMinorNumber", device, out)
+
+    @_c_function
     def nvmlDeviceGetMaxClockInfo(self, device: Any, clock: Any, out: Any) -> None:
         self._scalar("nvmlDeviceGetMaxClockInfo", device, out, clock)
 

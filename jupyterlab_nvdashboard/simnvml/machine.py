@@ -449,6 +449,17 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         assert gpu is not None
         return gpu.model.cores
 
+    def nvmlDeviceGetMinorNumber(self, handle: SimulatedHandle) -> int:  # noqa: N802
+        """nvml.h: "the minor number for the device is such that the Nvidia device node file
+        for each GPU will have the form /dev/nvidia[minor number]". A MIG device has no node
+        of its own (NotSupported); the simulated GPUs take minors in index order, as the
+        driver numbers them at probe time."""
+        gpu = self._enter("nvmlDeviceGetMinorNumber", handle)
+        assert gpu is not None
+        if handle.mig is not None:
+            raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
+        return gpu.index
+
     def nvmlDeviceGetMaxClockInfo(self, handle: SimulatedHandle, clock: int) -> int:  # noqa: N802
         gpu = self._enter("nvmlDeviceGetMaxClockInfo", handle)
         assert gpu is not None

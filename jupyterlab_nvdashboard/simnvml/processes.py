@@ -25,6 +25,28 @@ process writes the same list as JSON to the file named by ``NVDASHBOARD_SIMULATE
 
 ``until_exit``: the driver stops listing the process once that PID has exited, as a real
 driver does when the process's context goes away.
+
+**PID namespaces.** ``pid`` is the process's PID in the initial (host) namespace: the one
+the kernel module records for each client. What a caller inside a PID namespace (a
+container without ``--pid=host``) gets back depends on the driver, and the file may say
+which behaviour to play: ``{"pid_behaviour": "translated", "processes": [...]}``, each
+process then naming its PID in the namespaces that see it, by namespace inode
+(``/proc/<pid>/ns/pid``): ``"namespace_pids": {"4026532844": 7}``.
+
+- ``host`` (the default): every call returns host PIDs. NVIDIA, nvidia-docker#1483: "the
+  nvidia-driver itself does not support pid-namespaces, so anytime you query it for the
+  set of processes that are using GPUs, you will always get the host pids"; a caller in
+  a container finds no such PID, or another process under that number.
+- ``translated``: the running-process lists name each process by its PID in the caller's
+  namespace, and leave out a process that has none there: in open-gpu-kernel-modules
+  (``src/nvidia/src/kernel/gpu/gpu.c``) ``gpuGetProcWithObject`` converts each client's PID
+  with ``_gpuConvertPid`` (``osFindNsPid``) and skips it on ``NV_ERR_OBJECT_NOT_FOUND``.
+  ``nvmlDeviceGetProcessUtilization`` still names host PIDs: HAMi-core#112 shows both
+  from one process on driver 560.35.03 (list PID 324, sample PID 645400), and
+  open-gpu-kernel-modules PR #614 is about the same split for per-PID queries.
+- ``local``: the caller sees the host's PIDs (``--pid=host``, or no container): every
+  call names the caller's own PIDs. Played here by naming each process by its PID in the
+  caller's namespace, in lists and samples alike, and leaving out one it cannot see.
 """
 
 from __future__ import annotations
@@ -42,6 +64,7 @@ log = logging.getLogger(__name__)
 E = nvml_h.ERROR_CODES
 _NO_INSTANCE = 0xFFFFFFFF
 _KINDS = ("compute", "graphics", "mps")
+PID_BEHAVIOURS = ("host", "translated", "local")
 V3_DRIVER_MAJOR = 510
 
 
@@ -57,6 +80,14 @@ class SimulatedProcess:
     sm_pct: int = 0
     memory_pct: int = 0
     until_exit: bool = False  # listed only while the PID exists
+    # Its PID in each PID namespace that sees it, by the namespace's inode number (the
+    # kernel keeps one number per level, /proc/<pid>/status NSpid); () when the caller
+    # shares its namespace, so that ``pid`` is the caller's too.
+    namespace_pids: tuple[tuple[int, int], ...] = ()
+
+    def pid_in(self, namespace: int) -> int | None:
+        """Its PID in the namespace with inode ``namespace``; None when it has none there."""
+        return dict(self.namespace_pids).get(namespace)
 
     @classmethod
     def from_json(cls, item: Any) -> SimulatedProcess:
@@ -67,9 +98,13 @@ class SimulatedProcess:
             raise ValueError(f"kind must be one of {', '.join(_KINDS)}, got {kind!r}")
         memory = item.get("used_memory_bytes")
         mig = item.get("mig")
+        namespaces = item.get("namespace_pids") or {}
+        if not isinstance(namespaces, dict):
+            raise ValueError("namespace_pids must map namespace inodes to PIDs")
         return cls(int(item["gpu"]), int(item["pid"]), None if memory is None else int(memory),
                    kind, None if mig is None else int(mig), int(item.get("sm_pct", 0)),
-                   int(item.get("memory_pct", 0)), bool(item.get("until_exit", False)))
+                   int(item.get("memory_pct", 0)), bool(item.get("until_exit", False)),
+                   tuple(sorted((int(ns), int(pid)) for ns, pid in namespaces.items())))
 
 
 class ProcessInfo:
@@ -78,6 +113,14 @@ class ProcessInfo:
     def __init__(self, pid: int, used: int | None, gpu_instance: int, compute_instance: int):
         self.pid, self.usedGpuMemory = pid, used
         self.gpuInstanceId, self.computeInstanceId = gpu_instance, compute_instance
+
+
+def _caller_namespace() -> int | None:
+    """The PID namespace of the process that loaded the library (the driver's caller)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
 
 
 def _exists(pid: int) -> bool:
@@ -96,11 +139,19 @@ class SimulatedProcesses:
     _processes: tuple[SimulatedProcess, ...] = ()
     _processes_file: str | None = None
     _processes_file_mtime: float | None = None
+    pid_behaviour = "host"  # PID_BEHAVIOURS: what a caller in a PID namespace gets back
 
     # ----- test hooks -----------------------------------------------------------------
     def set_processes(self, processes: list[SimulatedProcess]) -> None:
         """Replace every GPU's process list."""
         self._processes = tuple(processes)
+
+    def set_pid_behaviour(self, behaviour: str) -> None:
+        """Which PIDs the driver returns to a caller in a PID namespace (module docstring)."""
+        if behaviour not in PID_BEHAVIOURS:
+            raise ValueError(f"pid_behaviour must be one of {', '.join(PID_BEHAVIOURS)}, "
+                             f"got {behaviour!r}")
+        self.pid_behaviour = behaviour
 
     def set_processes_file(self, path: str | None) -> None:
         """Read the process list from this JSON file, again whenever it changes (test-only)."""
@@ -116,7 +167,17 @@ class SimulatedProcesses:
             if mtime != self._processes_file_mtime:
                 self._processes_file_mtime = mtime
                 self._load_processes_file(path, mtime)
-        return tuple(p for p in self._processes if not p.until_exit or _exists(p.pid))
+        caller = _caller_namespace()
+        return tuple(p for p in self._processes if not p.until_exit
+                     or _exists(p.pid if p.pid_in(caller or 0) is None else p.pid_in(caller or 0)))
+
+    def _named(self, process: SimulatedProcess, in_list: bool) -> int | None:
+        """The PID a call returns for ``process``; None: the call leaves it out."""
+        behaviour = self.pid_behaviour
+        if behaviour == "host" or (behaviour == "translated" and not in_list):
+            return process.pid
+        return process.pid_in(_caller_namespace() or 0) if process.namespace_pids \
+            else process.pid
 
     def _load_processes_file(self, path: str, mtime: float | None) -> None:
         if mtime is None:
@@ -125,6 +186,9 @@ class SimulatedProcesses:
         try:
             with open(path, encoding="utf-8") as file:
                 items = json.load(file)
+            if isinstance(items, dict):  # {"pid_behaviour": ..., "processes": [...]}
+                self.set_pid_behaviour(str(items.get("pid_behaviour", "host")))
+                items = items.get("processes")
             if not isinstance(items, list):
                 raise ValueError("the file must hold a JSON list")
             self._processes = tuple(SimulatedProcess.from_json(item) for item in items)
@@ -150,7 +214,9 @@ class SimulatedProcesses:
             else:
                 slot = slots[handle.mig]
                 gi, ci = slot.gpu_instance_id, slot.compute_instance_id
-            found.append(ProcessInfo(process.pid, process.used_memory_bytes, gi, ci))
+            pid = self._named(process, in_list=True)
+            if pid is not None:
+                found.append(ProcessInfo(pid, process.used_memory_bytes, gi, ci))
         return found
 
     def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any) -> list[ProcessInfo]:  # noqa: N802
@@ -180,11 +246,12 @@ class SimulatedProcesses:
             raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
         # One sample per process per second, stamped at the whole second.
         stamp = self._wall_us() // 1_000_000 * 1_000_000  # type: ignore[attr-defined]
-        samples = [nvml_h.ProcessUtilizationSample(pid=process.pid, timeStamp=stamp,
+        samples = [nvml_h.ProcessUtilizationSample(pid=pid, timeStamp=stamp,
                                                     smUtil=process.sm_pct,
                                                     memUtil=process.memory_pct)
                    for process in self._current_processes()
-                   if process.gpu == gpu.index and process.kind != "mps"]
+                   if process.gpu == gpu.index and process.kind != "mps"
+                   and (pid := self._named(process, in_list=False)) is not None]
         if not samples or stamp <= int(last_seen_us):
             raise NVMLError(E["NVML_ERROR_NOT_FOUND"])
         return samples

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -91,8 +91,10 @@ def lab_environment(home: str, settings: str, simulate: int,
 
 @contextmanager
 def jupyter_lab(
-    simulate: int = 2, extra_env: dict[str, str] | None = None, extra_args: Sequence[str] = ()
+    simulate: int = 2, extra_env: dict[str, str] | None = None, extra_args: Sequence[str] = (),
+    wrap: Callable[[list[str], str], list[str]] | None = None,
 ) -> Iterator[JupyterLab]:
+    """``wrap(command, cwd)``: the command that runs it instead (inside a PID namespace, say)."""
     port, token = free_port(), secrets.token_hex(16)
     with tempfile.TemporaryDirectory() as home:
         settings = os.path.join(home, "settings")
@@ -100,14 +102,13 @@ def jupyter_lab(
         env = lab_environment(home, settings, simulate, extra_env)
 
         log = open(os.path.join(home, "jupyter.log"), "w+")  # noqa: SIM115
-        process = subprocess.Popen(
-            [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",
-             "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}",
-             f"--ServerApp.base_url={BASE_URL}", f"--ServerApp.root_dir={home}",
-             "--LabApp.news_url=", "--LabApp.collaborative=False",
-             *(["--allow-root"] if os.geteuid() == 0 else []), *extra_args],
-            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=home,
-        )
+        command = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",
+                   "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}",
+                   f"--ServerApp.base_url={BASE_URL}", f"--ServerApp.root_dir={home}",
+                   "--LabApp.news_url=", "--LabApp.collaborative=False",
+                   *(["--allow-root"] if os.geteuid() == 0 else []), *extra_args]
+        process = subprocess.Popen(command if wrap is None else wrap(command, home),
+                                   env=env, stdout=log, stderr=subprocess.STDOUT, cwd=home)
         lab = JupyterLab(f"http://127.0.0.1:{port}", BASE_URL, token, process)
         try:
             deadline = time.monotonic() + 120
