@@ -21,6 +21,15 @@ internet and behind a path prefix. Bad input is reported as one line with exit c
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":
+    # A bad flag or setting is answered before Bokeh is imported, which takes seconds on a
+    # busy machine; main() reads the same settings again.
+    from jupyterlab_nvdashboard.config import exit_on_bad_settings
+
+    exit_on_bad_settings(sys.argv[1:])
+
 import csv
 import errno
 import html
@@ -33,7 +42,6 @@ import secrets
 import signal
 import socket
 import stat
-import sys
 import time
 from collections.abc import Sequence
 from functools import partial

@@ -353,3 +353,18 @@ def test_history_csv_asks_for_the_token() -> None:
     with in_process_server(gpus=1) as server:
         assert get(server.url + "/history.csv?seconds=5", token=None)[0] == 403
         assert get(server.url + "/history.csv?seconds=5")[0] == 200
+
+
+def test_a_bad_setting_is_answered_before_bokeh_is_imported() -> None:
+    """Bokeh's import takes seconds on a busy machine; a malformed setting needs none of it."""
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith(("NVDASHBOARD_", "BOKEH_"))}
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "jupyterlab_nvdashboard.server"],
+        capture_output=True, text=True, timeout=60,
+        env={**environment, "NVDASHBOARD_METRICS": "maybe"})
+    imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")]
+    assert result.returncode == 2
+    assert "jupyterlab_nvdashboard.config" in imported
+    assert not [name for name in imported if name.startswith("bokeh")]
