@@ -128,6 +128,40 @@ describe('DashboardWidget', () => {
     widget.dispose();
   });
 
+  it('tells a page whose tab was attached in the background that it is hidden', async () => {
+    const widget = make();
+    widget.hide(); // a tab opened behind another (a dock panel hides it first)
+    Widget.attach(widget, document.body);
+    MessageLoop.flush();
+    const iframe = widget.content.node.querySelector('iframe')!;
+    const page = iframe.contentWindow!;
+    const posted: unknown[] = [];
+    jest.spyOn(page, 'postMessage').mockImplementation((message: unknown) => {
+      posted.push(message);
+    });
+    iframe.dispatchEvent(new Event('load'));
+    window.dispatchEvent(
+      new MessageEvent('message', {
+        data: { type: 'nvdashboard:visibility-request' },
+        source: page,
+        origin: window.location.origin
+      })
+    );
+    expect(widget.pageVisible).toBe(false);
+    expect(posted).toEqual([
+      { type: 'nvdashboard:visibility', visible: false },
+      { type: 'nvdashboard:visibility', visible: false }
+    ]);
+    widget.show();
+    MessageLoop.flush();
+    expect(posted[posted.length - 1]).toEqual({
+      type: 'nvdashboard:visibility',
+      visible: true
+    });
+    await new Promise(resolve => setTimeout(resolve, 0));
+    widget.dispose();
+  });
+
   it('ignores a message with a null source, even when the iframe has no window', async () => {
     const opened: string[] = [];
     const widget = new DashboardWidget({
