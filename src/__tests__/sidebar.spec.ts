@@ -7,11 +7,12 @@ import { DashboardSidebar } from '../sidebar';
 import {
   COMMAND_OPEN,
   DashboardIndex,
-  LOADING_TEXT,
   STATUS_DETAIL_CLASS,
   STATUS_MIG_CLASS
 } from '../tokens';
 import { DEFAULT_INFO, FakeFetcher, waitFor } from './fakes';
+
+const LOADING_TEXT = 'Starting the dashboard server…';
 
 const INDEX = {
   '/GPU-Utilization': 'GPU Utilization',
@@ -91,16 +92,16 @@ describe('DashboardSidebar', () => {
         new TypeError('Failed to fetch')
       ])
     );
-    expect(await widget.refresh()).toBe(false);
+    expect(await widget.refresh()).toBe('retry');
     expect(widget.state.kind).toBe('loading');
-    expect(await widget.refresh()).toBe(false);
+    expect(await widget.refresh()).toBe('retry');
     expect(text(widget)).toContain(LOADING_TEXT);
     expect(widget.node.querySelector('[role=alert]')).toBeNull();
   });
 
   it('renders one button per route, with data-route', async () => {
     const widget = make(new FakeFetcher([INDEX]));
-    expect(await widget.refresh()).toBe(true);
+    expect(await widget.refresh()).toBe('ok');
     const found = buttons(widget);
     expect(found.map(b => b.dataset.route)).toEqual(Object.keys(INDEX));
     expect(found.map(b => b.textContent)).toEqual(Object.values(INDEX));
@@ -220,7 +221,7 @@ describe('DashboardSidebar', () => {
       'GPU 0 (not visible to CUDA, MIG enabled): NVIDIA A100-SXM4-80GB'
     );
     expect(lines[1].textContent).toMatch(
-      /^↳ GPU 0 · MIG 1 \(CUDA 0\): 3g\.40gb, 43 GB/
+      /^↳ GPU 0 · MIG 1 \(CUDA 0\): 3g\.40gb, 40\.0 GiB/
     );
     expect(lines[2].classList.contains('nvdashboard-mod-lost')).toBe(true);
     expect(lines[2].textContent).toContain('lost');
@@ -311,7 +312,8 @@ describe('DashboardSidebar', () => {
     const widget = make(fetcher, {
       autoStart: true,
       retryInterval: 5,
-      frequency: { interval: 50, max: 100, backoff: false }
+      interval: 50,
+      stuckMax: 100
     });
     widget.stateChanged.connect((_, state) => states.push(state.kind));
     await waitFor(() => widget.state.kind === 'error');
@@ -337,7 +339,8 @@ describe('DashboardSidebar', () => {
       const widget = make(fetcher, {
         autoStart: true,
         retryInterval: 4,
-        frequency: { interval: 50, max: 100, backoff: 3 }
+        interval: 50,
+        retryMax: 100
       });
       const delays: number[] = [];
       widget.poll.ticked.connect((_, state) => {
@@ -354,12 +357,59 @@ describe('DashboardSidebar', () => {
     }
   });
 
+  it('waits longer each time on a 404, which will not heal by itself', async () => {
+    const fetcher = new FakeFetcher([
+      new FetchError(404, 'GET /nvdashboard/index.json answered 404 Not Found')
+    ]);
+    const widget = make(fetcher, {
+      autoStart: true,
+      retryInterval: 4,
+      retryMax: 8,
+      interval: 10
+    });
+    const ticks = recordTicks(widget);
+    const waits = (): number[] =>
+      ticks.filter(([phase]) => phase !== 'started').map(([, wait]) => wait);
+    await waitFor(() => waits().length >= 4);
+    // Not the retry maximum (8 ms, for a server on its way up): growing.
+    expect(waits().slice(0, 4)).toEqual([10, 20, 40, 80]);
+    expect(widget.poll.frequency.max).toBeGreaterThanOrEqual(60_000);
+  });
+
+  it('says "stale" once, not at every failed poll', async () => {
+    let now = 5_000_000;
+    const fetcher = new FakeFetcher([INDEX]);
+    const widget = make(fetcher, { now: () => now });
+    await widget.refresh();
+    const live = widget.node.querySelector<HTMLElement>(
+      '.nvdashboard-stale [role=status]'
+    )!;
+    const said: string[] = [];
+    const observer = new MutationObserver(() =>
+      said.push(live.textContent ?? '')
+    );
+    observer.observe(live, {
+      childList: true,
+      characterData: true,
+      subtree: true
+    });
+    fetcher.indexAnswers = [new FetchError(502, 'Bad Gateway')];
+    for (let i = 0; i < 3; i++) {
+      now += 5000;
+      await widget.refresh();
+    }
+    await Promise.resolve();
+    expect(said.length).toBe(1);
+    expect(text(widget)).toContain('read 15 s ago');
+    observer.disconnect();
+  });
+
   it('stops polling when disposed', async () => {
     const fetcher = new FakeFetcher([INDEX]);
     const widget = make(fetcher, {
       autoStart: true,
       retryInterval: 5,
-      frequency: { interval: 5, max: 10, backoff: false }
+      interval: 5
     });
     await waitFor(() => fetcher.indexCalls >= 2);
     widget.dispose();
@@ -377,15 +427,15 @@ describe('DashboardSidebar', () => {
     const first = buttons(widget)[0];
     now += 30_000;
     fetcher.indexAnswers = [new FetchError(502, 'Bad Gateway')];
-    expect(await widget.refresh()).toBe(false);
+    expect(await widget.refresh()).toBe('retry');
     expect(widget.state.kind).toBe('ready');
     expect(buttons(widget)[0]).toBe(first);
     const stale = widget.node.querySelector<HTMLElement>('.nvdashboard-stale')!;
     expect(stale.hidden).toBe(false);
     expect(stale.textContent).toContain(
-      'Stale: the dashboard server did not answer (Bad Gateway)'
+      'Stale: the dashboard server did not answer.'
     );
-    expect(stale.textContent).toContain('read 30 s ago');
+    expect(stale.textContent).toContain('read 30 s ago (Bad Gateway)');
     fetcher.indexAnswers = [INDEX];
     await widget.refresh();
     expect(stale.hidden).toBe(true);
@@ -404,7 +454,7 @@ describe('DashboardSidebar', () => {
         autoStart: true,
         retryInterval: 5,
         retryMax: 20,
-        frequency: { interval: 100, max: 1000, backoff: true }
+        interval: 100
       });
       const ticks = recordTicks(widget);
       await waitFor(() => ticks.some(([phase]) => phase === 'reconnected'));
@@ -432,7 +482,7 @@ describe('DashboardSidebar', () => {
       autoStart: true,
       retryInterval: 5,
       retryMax: 20,
-      frequency: { interval: 60_000, max: 60_000, backoff: true }
+      interval: 60_000
     });
     const ticks = recordTicks(widget);
     await waitFor(() => buttons(widget).length === Object.keys(INDEX).length);
