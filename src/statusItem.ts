@@ -80,11 +80,10 @@ export class GlanceStatusItem extends Widget {
     return this._figure;
   }
 
+  // Setting a value it has changes nothing: _update only writes what differs.
   set figure(value: StatusFigure) {
-    if (value !== this._figure) {
-      this._figure = value;
-      this._update();
-    }
+    this._figure = value;
+    this._update();
   }
 
   get enabled(): boolean {
@@ -92,10 +91,8 @@ export class GlanceStatusItem extends Widget {
   }
 
   set enabled(value: boolean) {
-    if (value !== this._enabled) {
-      this._enabled = value;
-      this._update();
-    }
+    this._enabled = value;
+    this._update();
   }
 
   dispose(): void {

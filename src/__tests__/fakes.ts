@@ -58,3 +58,23 @@ export async function waitFor(
     await new Promise(resolve => setTimeout(resolve, 5));
   }
 }
+
+/**
+ * What a live region says from now on: its text at each change (what a
+ * screen reader would announce). `await` a microtask before reading.
+ */
+export function announcements(live: Node): {
+  said: string[];
+  stop: () => void;
+} {
+  const said: string[] = [];
+  const observer = new MutationObserver(() =>
+    said.push(live.textContent ?? '')
+  );
+  observer.observe(live, {
+    childList: true,
+    characterData: true,
+    subtree: true
+  });
+  return { said, stop: () => observer.disconnect() };
+}

@@ -15,7 +15,7 @@ import { GlanceModel } from '../glanceModel';
 import { GlancePanel } from '../glancePanel';
 import { GlanceStatusItem } from '../statusItem';
 import { FetchError } from '../model';
-import { waitFor } from './fakes';
+import { announcements, waitFor } from './fakes';
 
 const GIB = 2 ** 30;
 
@@ -619,6 +619,58 @@ describe('GlancePanel', () => {
     panel.dispose();
     m.dispose();
   });
+
+  it('gives each GPU one short line, the whole finding on hover and a click away', async () => {
+    const m = model([WHY]);
+    const panel = panelFor(m);
+    await m.refresh();
+    const brief = panel.node.querySelector(
+      `.${DIAGNOSIS_CLASS} summary`
+    ) as HTMLElement;
+    expect(brief.textContent).toBe(
+      'GPU 0: launch- or latency-bound, utilization 98%'
+    );
+    expect(brief.title).toContain('SM activity 12% over 60 samples');
+    expect(brief.title).toContain('Try: launch fewer, bigger kernels');
+    const details = brief.parentElement as HTMLDetailsElement;
+    expect(details.tagName).toBe('DETAILS');
+    expect(details.open).toBe(false);
+    expect(details.textContent).toContain('GPM counters');
+    panel.dispose();
+    m.dispose();
+  });
+
+  it('moves the keyboard to the next row when a kernel is shut down', async () => {
+    const three = {
+      ...TWO_KERNELS,
+      kernels: [
+        ...TWO_KERNELS.kernels,
+        { ...TWO_KERNELS.kernels[1], kernel_id: 'k3', path: 'work/c.ipynb' }
+      ]
+    };
+    const after = {
+      ...three,
+      kernels: three.kernels.filter(k => k.kernel_id !== 'k2')
+    };
+    const m = model([three, after]);
+    const panel = panelFor(m, {
+      // The dialog takes the keyboard, as JupyterLab's does.
+      confirm: () => {
+        (document.activeElement as HTMLElement | null)?.blur();
+        return Promise.resolve(true);
+      }
+    });
+    await m.refresh();
+    const button = stopButton(panel, 'k2');
+    button.focus();
+    button.click();
+    await waitFor(
+      () => panel.node.querySelector('[data-kernel-id="k2"]') === null
+    );
+    expect(document.activeElement).toBe(stopButton(panel, 'k3'));
+    panel.dispose();
+    m.dispose();
+  });
 });
 
 describe('live regions', () => {
@@ -633,15 +685,7 @@ describe('live regions', () => {
     const live = panel.node.querySelector(
       '.nvdashboard-stale [role=status]'
     ) as HTMLElement;
-    const said: string[] = [];
-    const observer = new MutationObserver(() =>
-      said.push(live.textContent ?? '')
-    );
-    observer.observe(live, {
-      childList: true,
-      characterData: true,
-      subtree: true
-    });
+    const { said, stop } = announcements(live);
     for (let i = 0; i < 3; i++) {
       now += 2000;
       await m.refresh();
@@ -653,7 +697,7 @@ describe('live regions', () => {
     await m.refresh();
     await Promise.resolve();
     expect(said.length).toBe(2); // and once when the server answers again
-    observer.disconnect();
+    stop();
     panel.dispose();
     m.dispose();
   });
@@ -746,60 +790,6 @@ describe('the glance poll runs only while something shows it', () => {
     const m = model([{ devices: [], reading_gpus: true }]);
     expect(await m.refresh()).toBe('retry');
     expect(m.stuck).toBe(false);
-    m.dispose();
-  });
-});
-
-describe('the sidebar at a glance', () => {
-  it('gives each GPU one short line, the whole finding on hover and a click away', async () => {
-    const m = model([WHY]);
-    const panel = panelFor(m);
-    await m.refresh();
-    const brief = panel.node.querySelector(
-      `.${DIAGNOSIS_CLASS} summary`
-    ) as HTMLElement;
-    expect(brief.textContent).toBe(
-      'GPU 0: launch- or latency-bound, utilization 98%'
-    );
-    expect(brief.title).toContain('SM activity 12% over 60 samples');
-    expect(brief.title).toContain('Try: launch fewer, bigger kernels');
-    const details = brief.parentElement as HTMLDetailsElement;
-    expect(details.tagName).toBe('DETAILS');
-    expect(details.open).toBe(false);
-    expect(details.textContent).toContain('GPM counters');
-    panel.dispose();
-    m.dispose();
-  });
-
-  it('moves the keyboard to the next row when a kernel is shut down', async () => {
-    const three = {
-      ...TWO_KERNELS,
-      kernels: [
-        ...TWO_KERNELS.kernels,
-        { ...TWO_KERNELS.kernels[1], kernel_id: 'k3', path: 'work/c.ipynb' }
-      ]
-    };
-    const after = {
-      ...three,
-      kernels: three.kernels.filter(k => k.kernel_id !== 'k2')
-    };
-    const m = model([three, after]);
-    const panel = panelFor(m, {
-      // The dialog takes the keyboard, as JupyterLab's does.
-      confirm: () => {
-        (document.activeElement as HTMLElement | null)?.blur();
-        return Promise.resolve(true);
-      }
-    });
-    await m.refresh();
-    const button = stopButton(panel, 'k2');
-    button.focus();
-    button.click();
-    await waitFor(
-      () => panel.node.querySelector('[data-kernel-id="k2"]') === null
-    );
-    expect(document.activeElement).toBe(stopButton(panel, 'k3'));
-    panel.dispose();
     m.dispose();
   });
 });

@@ -10,7 +10,7 @@ import {
   STATUS_DETAIL_CLASS,
   STATUS_MIG_CLASS
 } from '../tokens';
-import { DEFAULT_INFO, FakeFetcher, waitFor } from './fakes';
+import { announcements, DEFAULT_INFO, FakeFetcher, waitFor } from './fakes';
 
 const LOADING_TEXT = 'Starting the dashboard server…';
 
@@ -358,20 +358,17 @@ describe('DashboardSidebar', () => {
   });
 
   it('waits longer each time on a 404, which will not heal by itself', async () => {
-    const fetcher = new FakeFetcher([
-      new FetchError(404, 'GET /nvdashboard/index.json answered 404 Not Found')
-    ]);
-    const widget = make(fetcher, {
+    const notFound = new FetchError(404, 'answered 404 Not Found');
+    const widget = make(new FakeFetcher([notFound]), {
       autoStart: true,
-      retryInterval: 4,
-      retryMax: 8,
-      interval: 10
+      interval: 10,
+      retryMax: 8
     });
     const ticks = recordTicks(widget);
     const waits = (): number[] =>
       ticks.filter(([phase]) => phase !== 'started').map(([, wait]) => wait);
     await waitFor(() => waits().length >= 4);
-    // Not the retry maximum (8 ms, for a server on its way up): growing.
+    // Not the retry maximum (8 ms, for a server on its way up): doubling.
     expect(waits().slice(0, 4)).toEqual([10, 20, 40, 80]);
     expect(widget.poll.frequency.max).toBeGreaterThanOrEqual(60_000);
   });
@@ -384,15 +381,7 @@ describe('DashboardSidebar', () => {
     const live = widget.node.querySelector<HTMLElement>(
       '.nvdashboard-stale [role=status]'
     )!;
-    const said: string[] = [];
-    const observer = new MutationObserver(() =>
-      said.push(live.textContent ?? '')
-    );
-    observer.observe(live, {
-      childList: true,
-      characterData: true,
-      subtree: true
-    });
+    const { said, stop } = announcements(live);
     fetcher.indexAnswers = [new FetchError(502, 'Bad Gateway')];
     for (let i = 0; i < 3; i++) {
       now += 5000;
@@ -401,7 +390,7 @@ describe('DashboardSidebar', () => {
     await Promise.resolve();
     expect(said.length).toBe(1);
     expect(text(widget)).toContain('read 15 s ago');
-    observer.disconnect();
+    stop();
   });
 
   it('stops polling when disposed', async () => {
