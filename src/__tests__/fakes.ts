@@ -1,4 +1,6 @@
 /** Test doubles shared by the specs. */
+import { MessageLoop } from '@lumino/messaging';
+
 import { IDashboardFetcher } from '../tokens';
 
 export type Answer = unknown | Error;
@@ -77,4 +79,14 @@ export function announcements(live: Node): {
     subtree: true
   });
   return { said, stop: () => observer.disconnect() };
+}
+
+/**
+ * Await `promise`, then run the views' pending updates (Lumino draws a
+ * widget at the next animation frame; a test looks right away).
+ */
+export async function settled<T>(promise: Promise<T>): Promise<T> {
+  const value = await promise;
+  MessageLoop.flush();
+  return value;
 }

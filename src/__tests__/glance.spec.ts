@@ -1,4 +1,5 @@
 import { TranslationBundle } from '@jupyterlab/translation';
+import { MessageLoop } from '@lumino/messaging';
 import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
@@ -15,7 +16,7 @@ import { GlanceModel } from '../glanceModel';
 import { GlancePanel } from '../glancePanel';
 import { GlanceStatusItem } from '../statusItem';
 import { FetchError } from '../model';
-import { announcements, waitFor } from './fakes';
+import { announcements, settled, waitFor } from './fakes';
 
 const GIB = 2 ** 30;
 
@@ -223,7 +224,7 @@ describe('diagnoses of the GPUs holding your kernels', () => {
       model: m,
       onActivate: () => undefined
     });
-    await m.refresh();
+    await settled(m.refresh());
     const lines = panel.node.querySelectorAll(`.${DIAGNOSIS_CLASS} li`);
     expect(lines.length).toBe(1);
     expect((lines[0] as HTMLElement).dataset.cause).toBe('launch-bound');
@@ -241,7 +242,7 @@ describe('GlanceStatusItem', () => {
     let opened = 0;
     const item = new GlanceStatusItem({ model: m, onActivate: () => opened++ });
     expect(item.node.textContent).toBe('GPU –');
-    await m.refresh();
+    await settled(m.refresh());
     expect(item.node.textContent).toBe('GPU 1 80% · memory n/a');
     item.node.click();
     for (const key of ['Enter', ' ', 'a']) {
@@ -275,9 +276,9 @@ describe('GlanceStatusItem', () => {
     let changes = 0;
     item.activeStateChanged.connect(() => changes++);
     expect(item.isActive()).toBe(false);
-    await m.refresh();
+    await settled(m.refresh());
     expect(item.isActive()).toBe(false); // no GPU on this machine
-    await m.refresh();
+    await settled(m.refresh());
     expect(item.isActive()).toBe(true);
     item.enabled = false;
     expect(item.isActive()).toBe(false);
@@ -291,7 +292,7 @@ describe('GlanceStatusItem', () => {
       model: m,
       onActivate: () => undefined
     });
-    await m.refresh();
+    await settled(m.refresh());
     item.figure = 'each';
     expect(item.node.textContent).toBe('GPU 40% 80%');
     m.dispose();
@@ -309,10 +310,10 @@ describe('stale and unreachable', () => {
       model: m,
       onActivate: () => undefined
     });
-    await m.refresh();
+    await settled(m.refresh());
     expect(item.node.textContent).not.toContain('stale');
     now += 7000;
-    expect(await m.refresh()).toBe('retry');
+    expect(await settled(m.refresh())).toBe('retry');
     expect(m.stale).toBe(true);
     expect(item.node.textContent).toBe(
       'GPU 1 80% · memory n/a · stale, read 7 s ago'
@@ -332,7 +333,7 @@ describe('stale and unreachable', () => {
     expect(panel.hasClass('nvdashboard-mod-stale')).toBe(true);
     // The age keeps counting on the next failure.
     now += 5000;
-    expect(await m.refresh()).toBe('retry');
+    expect(await settled(m.refresh())).toBe('retry');
     expect(banner.textContent).toContain('read 12 s ago');
     panel.dispose();
     m.dispose();
@@ -345,7 +346,7 @@ describe('stale and unreachable', () => {
       model: m,
       onActivate: () => undefined
     });
-    expect(await m.refresh()).toBe('retry');
+    expect(await settled(m.refresh())).toBe('retry');
     expect(item.node.textContent).toBe('GPU: server unreachable');
     expect(panel.node.textContent).toContain('server unreachable');
     panel.dispose();
@@ -389,10 +390,10 @@ describe('render discipline', () => {
     const m = model([GLANCE, GLANCE, TWO_KERNELS]);
     let emitted = 0;
     m.changed.connect(() => emitted++);
-    await m.refresh();
-    await m.refresh();
+    await settled(m.refresh());
+    await settled(m.refresh());
     expect(emitted).toBe(1);
-    await m.refresh();
+    await settled(m.refresh());
     expect(emitted).toBe(2);
     m.dispose();
   });
@@ -407,14 +408,14 @@ describe('render discipline', () => {
     };
     const m = model([TWO_KERNELS, TWO_KERNELS, changed]);
     const panel = panelFor(m);
-    await m.refresh();
+    await settled(m.refresh());
     const button = stopButton(panel, 'k2');
     button.focus();
     expect(document.activeElement).toBe(button);
     const renders = panel.renderCount;
-    await m.refresh(); // identical
+    await settled(m.refresh()); // identical
     expect(panel.renderCount).toBe(renders);
-    await m.refresh(); // k1's memory changed
+    await settled(m.refresh()); // k1's memory changed
     expect(panel.renderCount).toBe(renders + 1);
     expect(stopButton(panel, 'k2')).toBe(button);
     expect(document.activeElement).toBe(button);
@@ -423,13 +424,29 @@ describe('render discipline', () => {
     m.dispose();
   });
 
+  it('draws once for the changes made in one go', async () => {
+    const m = model([GLANCE]);
+    const panel = panelFor(m);
+    await settled(m.refresh());
+    const renders = panel.renderCount;
+    // A reading, the local kernels and a shutdown's state, all at once.
+    panel.invalidate();
+    panel.invalidate();
+    panel.invalidate();
+    expect(panel.renderCount).toBe(renders);
+    MessageLoop.flush();
+    expect(panel.renderCount).toBe(renders + 1);
+    panel.dispose();
+    m.dispose();
+  });
+
   it('draws nothing while hidden and catches up when shown', async () => {
     const m = model([GLANCE, TWO_KERNELS]);
     const panel = panelFor(m);
-    await m.refresh();
+    await settled(m.refresh());
     panel.hide();
     const renders = panel.renderCount;
-    await m.refresh();
+    await settled(m.refresh());
     expect(panel.renderCount).toBe(renders);
     expect(panel.node.querySelectorAll(`.${KERNEL_ROW_CLASS}`).length).toBe(1);
     panel.show();
@@ -479,7 +496,7 @@ describe('GlancePanel', () => {
   it('puts "Your GPU kernels" first, as a heading, then one meter pair per device', async () => {
     const m = model([GLANCE]);
     const panel = panelFor(m);
-    await m.refresh();
+    await settled(m.refresh());
     const headings = Array.from(panel.node.querySelectorAll('h3')).filter(
       h => !h.hidden
     );
@@ -518,7 +535,7 @@ describe('GlancePanel', () => {
   it('gives every button a name of its own', async () => {
     const m = model([TWO_KERNELS]);
     const panel = panelFor(m);
-    await m.refresh();
+    await settled(m.refresh());
     const names = Array.from(panel.node.querySelectorAll('button')).map(b =>
       b.getAttribute('aria-label')
     );
@@ -544,11 +561,11 @@ describe('GlancePanel', () => {
         return Promise.resolve();
       }
     });
-    await m.refresh();
+    await settled(m.refresh());
     stopButton(panel).click();
     await new Promise(resolve => setTimeout(resolve, 10));
     expect(stopped).toEqual([]); // declined
-    await m.refresh();
+    await settled(m.refresh());
     answer = true;
     stopButton(panel).click();
     await waitFor(() => stopped.length === 1 && m.calls === 3);
@@ -570,7 +587,7 @@ describe('GlancePanel', () => {
         errors.push([title, error]);
       }
     });
-    await m.refresh();
+    await settled(m.refresh());
     stopButton(panel).click();
     await waitFor(() => errors.length === 1);
     expect(errors[0]).toEqual([
@@ -591,7 +608,7 @@ describe('GlancePanel', () => {
       isLocalKernel: id => local.has(id),
       localKernelsChanged: changed
     });
-    await m.refresh();
+    await settled(m.refresh());
     expect(stopButton(panel, 'k1').hidden).toBe(true);
     expect(
       panel.node.querySelector('[data-kernel-id="k1"]')!.textContent
@@ -599,6 +616,7 @@ describe('GlancePanel', () => {
     expect(stopButton(panel, 'k2').hidden).toBe(false);
     local.add('k1');
     changed.emit();
+    MessageLoop.flush(); // drawn at the next frame
     expect(stopButton(panel, 'k1').hidden).toBe(false);
     panel.dispose();
     m.dispose();
@@ -613,7 +631,7 @@ describe('GlancePanel', () => {
     } as unknown as TranslationBundle;
     const m = model([GLANCE]);
     const panel = panelFor(m, { trans: bundle });
-    await m.refresh();
+    await settled(m.refresh());
     expect(panel.node.textContent).toContain('«Your GPU kernels»');
     expect(panel.node.textContent).toContain('«Shut down»');
     panel.dispose();
@@ -623,7 +641,7 @@ describe('GlancePanel', () => {
   it('gives each GPU one short line, the whole finding on hover and a click away', async () => {
     const m = model([WHY]);
     const panel = panelFor(m);
-    await m.refresh();
+    await settled(m.refresh());
     const brief = panel.node.querySelector(
       `.${DIAGNOSIS_CLASS} summary`
     ) as HTMLElement;
@@ -660,7 +678,7 @@ describe('GlancePanel', () => {
         return Promise.resolve(true);
       }
     });
-    await m.refresh();
+    await settled(m.refresh());
     const button = stopButton(panel, 'k2');
     button.focus();
     button.click();
@@ -681,20 +699,20 @@ describe('live regions', () => {
       now: () => now
     });
     const panel = panelFor(m);
-    await m.refresh();
+    await settled(m.refresh());
     const live = panel.node.querySelector(
       '.nvdashboard-stale [role=status]'
     ) as HTMLElement;
     const { said, stop } = announcements(live);
     for (let i = 0; i < 3; i++) {
       now += 2000;
-      await m.refresh();
+      await settled(m.refresh());
     }
     await Promise.resolve(); // MutationObserver callbacks are microtasks
     expect(said.length).toBe(1); // once, when they went stale
     expect(panel.node.textContent).toContain('read 6 s ago'); // the age still counts
     now += 2000;
-    await m.refresh();
+    await settled(m.refresh());
     await Promise.resolve();
     expect(said.length).toBe(2); // and once when the server answers again
     stop();
@@ -788,7 +806,7 @@ describe('the glance poll runs only while something shows it', () => {
 
   it('asks again soon while the server is still reading its GPUs', async () => {
     const m = model([{ devices: [], reading_gpus: true }]);
-    expect(await m.refresh()).toBe('retry');
+    expect(await settled(m.refresh())).toBe('retry');
     expect(m.stuck).toBe(false);
     m.dispose();
   });

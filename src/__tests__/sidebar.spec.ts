@@ -10,7 +10,13 @@ import {
   STATUS_DETAIL_CLASS,
   STATUS_MIG_CLASS
 } from '../tokens';
-import { announcements, DEFAULT_INFO, FakeFetcher, waitFor } from './fakes';
+import {
+  announcements,
+  DEFAULT_INFO,
+  FakeFetcher,
+  settled,
+  waitFor
+} from './fakes';
 
 const LOADING_TEXT = 'Starting the dashboard server…';
 
@@ -92,16 +98,16 @@ describe('DashboardSidebar', () => {
         new TypeError('Failed to fetch')
       ])
     );
-    expect(await widget.refresh()).toBe('retry');
+    expect(await settled(widget.refresh())).toBe('retry');
     expect(widget.state.kind).toBe('loading');
-    expect(await widget.refresh()).toBe('retry');
+    expect(await settled(widget.refresh())).toBe('retry');
     expect(text(widget)).toContain(LOADING_TEXT);
     expect(widget.node.querySelector('[role=alert]')).toBeNull();
   });
 
   it('renders one button per route, with data-route', async () => {
     const widget = make(new FakeFetcher([INDEX]));
-    expect(await widget.refresh()).toBe('ok');
+    expect(await settled(widget.refresh())).toBe('ok');
     const found = buttons(widget);
     expect(found.map(b => b.dataset.route)).toEqual(Object.keys(INDEX));
     expect(found.map(b => b.textContent)).toEqual(Object.values(INDEX));
@@ -112,7 +118,7 @@ describe('DashboardSidebar', () => {
 
   it('runs nvdashboard:open with route and label on click', async () => {
     const widget = make(new FakeFetcher([INDEX]));
-    await widget.refresh();
+    await settled(widget.refresh());
     buttons(widget)[1].click();
     await waitFor(() => opened.length === 1);
     expect(opened[0]).toEqual({ route: '/GPU-Memory', label: 'GPU Memory' });
@@ -133,7 +139,7 @@ describe('DashboardSidebar', () => {
         ]
       )
     );
-    await widget.refresh();
+    await settled(widget.refresh());
     const status = widget.node.querySelector<HTMLElement>(
       '.nvdashboard-status'
     )!;
@@ -160,7 +166,7 @@ describe('DashboardSidebar', () => {
         [{ ...DEFAULT_INFO, simulated: true, gpu_count: 4, devices }]
       )
     );
-    await widget.refresh();
+    await settled(widget.refresh());
     const status = widget.node.querySelector<HTMLElement>(
       '.nvdashboard-status'
     )!;
@@ -210,7 +216,7 @@ describe('DashboardSidebar', () => {
         [{ ...DEFAULT_INFO, gpu_count: 3, devices: [gpu, mig, lost] }]
       )
     );
-    await widget.refresh();
+    await settled(widget.refresh());
     const lines = Array.from(
       widget.node.querySelectorAll<HTMLElement>(`.${STATUS_DETAIL_CLASS}`)
     );
@@ -242,7 +248,7 @@ describe('DashboardSidebar', () => {
         ]
       )
     );
-    await widget.refresh();
+    await settled(widget.refresh());
     const status = widget.node.querySelector<HTMLElement>(
       '.nvdashboard-status'
     )!;
@@ -256,20 +262,20 @@ describe('DashboardSidebar', () => {
     const widget = make(
       new FakeFetcher([INDEX], [new FetchError(500, 'boom')])
     );
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(buttons(widget)).toHaveLength(3);
     expect(text(widget)).toContain('GPU status unavailable: boom');
   });
 
   it('says so when there are no dashboards', async () => {
     const widget = make(new FakeFetcher([{}]));
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(text(widget)).toContain('No dashboards are available');
   });
 
   it('shows a bad index as an error', async () => {
     const widget = make(new FakeFetcher([{ '/GPU-Utilization': 3 }]));
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(widget.state.kind).toBe('error');
     const alert = widget.node.querySelector('[role=alert]')!;
     expect(alert.textContent).toContain('is not a string');
@@ -280,24 +286,24 @@ describe('DashboardSidebar', () => {
     const widget = make(fetcher);
     const changes: DashboardIndex[] = [];
     widget.indexChanged.connect((_, index) => changes.push(index));
-    await widget.refresh();
+    await settled(widget.refresh());
     const renders = widget.renderCount;
     const first = buttons(widget)[0];
-    await widget.refresh();
-    await widget.refresh();
+    await settled(widget.refresh());
+    await settled(widget.refresh());
     expect(widget.renderCount).toBe(renders);
     expect(buttons(widget)[0]).toBe(first);
     expect(changes).toHaveLength(1);
 
     // A status change re-renders but is not an index change.
     fetcher.infoAnswers = [{ ...DEFAULT_INFO, gpu_count: 2 }];
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(widget.renderCount).toBe(renders + 1);
     expect(changes).toHaveLength(1);
 
     // A list change re-renders and is announced.
     fetcher.indexAnswers = [{ '/GPU-Memory': 'GPU Memory' }];
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(widget.renderCount).toBe(renders + 2);
     expect(changes).toEqual([INDEX, { '/GPU-Memory': 'GPU Memory' }]);
   });
@@ -377,7 +383,7 @@ describe('DashboardSidebar', () => {
     let now = 5_000_000;
     const fetcher = new FakeFetcher([INDEX]);
     const widget = make(fetcher, { now: () => now });
-    await widget.refresh();
+    await settled(widget.refresh());
     const live = widget.node.querySelector<HTMLElement>(
       '.nvdashboard-stale [role=status]'
     )!;
@@ -385,7 +391,7 @@ describe('DashboardSidebar', () => {
     fetcher.indexAnswers = [new FetchError(502, 'Bad Gateway')];
     for (let i = 0; i < 3; i++) {
       now += 5000;
-      await widget.refresh();
+      await settled(widget.refresh());
     }
     await Promise.resolve();
     expect(said.length).toBe(1);
@@ -412,11 +418,11 @@ describe('DashboardSidebar', () => {
     let now = 5_000_000;
     const fetcher = new FakeFetcher([INDEX]);
     const widget = make(fetcher, { now: () => now });
-    await widget.refresh();
+    await settled(widget.refresh());
     const first = buttons(widget)[0];
     now += 30_000;
     fetcher.indexAnswers = [new FetchError(502, 'Bad Gateway')];
-    expect(await widget.refresh()).toBe('retry');
+    expect(await settled(widget.refresh())).toBe('retry');
     expect(widget.state.kind).toBe('ready');
     expect(buttons(widget)[0]).toBe(first);
     const stale = widget.node.querySelector<HTMLElement>('.nvdashboard-stale')!;
@@ -426,7 +432,7 @@ describe('DashboardSidebar', () => {
     );
     expect(stale.textContent).toContain('read 30 s ago (Bad Gateway)');
     fetcher.indexAnswers = [INDEX];
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(stale.hidden).toBe(true);
     expect(buttons(widget)[0]).toBe(first);
   });
@@ -486,11 +492,11 @@ describe('DashboardSidebar', () => {
   it('draws nothing while hidden and catches up when shown', async () => {
     const fetcher = new FakeFetcher([INDEX]);
     const widget = make(fetcher);
-    await widget.refresh();
+    await settled(widget.refresh());
     widget.hide();
     const renders = widget.renderCount;
     fetcher.indexAnswers = [{ '/GPU-Memory': 'GPU Memory' }];
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(widget.renderCount).toBe(renders);
     expect(buttons(widget)).toHaveLength(3);
     widget.show();
@@ -501,17 +507,17 @@ describe('DashboardSidebar', () => {
   it('keeps focus on a dashboard button when the GPU status changes', async () => {
     const fetcher = new FakeFetcher([INDEX]);
     const widget = make(fetcher);
-    await widget.refresh();
+    await settled(widget.refresh());
     const button = buttons(widget)[1];
     button.focus();
     fetcher.infoAnswers = [{ ...DEFAULT_INFO, gpu_count: 2 }];
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(document.activeElement).toBe(button);
   });
 
   it('has its title and sections as headings', async () => {
     const widget = make(new FakeFetcher([INDEX]));
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(widget.node.querySelector('h2')!.textContent).toBe('GPU Dashboards');
     expect(widget.node.querySelector('h3')!.textContent).toBe('Dashboards');
   });
@@ -527,7 +533,7 @@ describe('DashboardSidebar', () => {
 
   it('puts the keyboard in the panel when activated', async () => {
     const widget = make(new FakeFetcher([INDEX]));
-    await widget.refresh();
+    await settled(widget.refresh());
     MessageLoop.sendMessage(widget, Widget.Msg.ActivateRequest);
     expect(document.activeElement).toBe(buttons(widget)[0]);
   });
