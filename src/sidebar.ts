@@ -409,16 +409,36 @@ class IndexSection extends RenderOnShow {
     }
     const summary = describeStatus(info, trans);
     status.dataset.kind = summary.kind;
-    status.append(
-      element('div', 'nvdashboard-status-headline', summary.headline)
+    if (summary.details.length === 0) {
+      status.append(
+        element('div', 'nvdashboard-status-headline', summary.headline)
+      );
+      return status;
+    }
+    // The headline, with its lines a click away, so that the dashboard list
+    // stays above the fold; open when something is wrong (no GPU, a lost
+    // one), and as the user left it.
+    const wasOpen = this._statusOpen;
+    const details = element('details', 'nvdashboard-status-details');
+    details.append(
+      element('summary', 'nvdashboard-status-headline', summary.headline)
     );
     for (const line of summary.details) {
       const classes = [STATUS_DETAIL_CLASS, LINE_CLASSES[line.kind]];
       if (line.lost) {
         classes.push('nvdashboard-mod-lost');
       }
-      status.append(element('div', classes.join(' '), line.text));
+      details.append(element('div', classes.join(' '), line.text));
     }
+    const troubled =
+      summary.kind === 'no-gpu' ||
+      summary.kind === 'unknown' ||
+      summary.details.some(line => line.lost);
+    details.open = wasOpen ?? troubled;
+    details.addEventListener('toggle', () => {
+      this._statusOpen = details.open;
+    });
+    status.append(details);
     return status;
   }
 
@@ -479,4 +499,6 @@ class IndexSection extends RenderOnShow {
   private _listKey = '';
   private _status: HTMLElement | null = null;
   private _statusKey = '';
+  /** Whether the user opened (true) or closed (false) the status lines. */
+  private _statusOpen: boolean | null = null;
 }

@@ -123,6 +123,8 @@ def test_sidebar_dashboards_reload_and_theme(lab, browser) -> None:
                                        "els => els.map(e => e.dataset.route)")
     assert sorted(listed) == sorted(index)
     assert "Simulated" in page.inner_text("#nvdashboard-sidebar")
+    # The GPU lines are one click under the status headline (the list stays above the fold).
+    page.click("summary.nvdashboard-status-headline")
     page.wait_for_selector(".nvdashboard-status-mig", timeout=30_000)
     mig_lines = page.eval_on_selector_all(".nvdashboard-status-mig", "els => els.map(e => "
                                           "[e.innerText, getComputedStyle(e).paddingLeft, "

@@ -28,7 +28,7 @@ from tests.test_browser_lab import dashboard_frame, open_lab
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
 
 pytestmark = pytest.mark.browser
-GB = 10**9
+GIB = 2**30
 ROOT = Path(__file__).resolve().parent.parent
 BUILT = ROOT / "jupyterlab_nvdashboard" / "labextension"
 STATUS_ITEM = ".nvdashboard-statusbar-item"
@@ -82,7 +82,7 @@ def test_keyboard_only_sidebar_dashboard_shutdown_and_stale(lab, processes_file)
     kernel_id = session["kernel"]["id"]  # type: ignore[index]
     pid = kernel_pid(lab, kernel_id)
     processes_file.write_text(json.dumps([
-        {"gpu": 0, "pid": pid, "used_memory_bytes": 4 * GB, "until_exit": True}]))
+        {"gpu": 0, "pid": pid, "used_memory_bytes": 4 * GIB, "until_exit": True}]))
     row = f'.nvdashboard-kernel[data-kernel-id="{kernel_id}"]'
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 800})
@@ -92,7 +92,7 @@ def test_keyboard_only_sidebar_dashboard_shutdown_and_stale(lab, processes_file)
                                ".includes('%')", timeout=60_000)
         # The status item: the busiest GPU, a tooltip line per GPU, a named button.
         text = page.inner_text(STATUS_ITEM)
-        assert text.startswith("GPU ") and "GB/" in text, text
+        assert text.startswith("GPU ") and " GiB of " in text, text  # as nvidia-smi counts
         tooltip = page.get_attribute(STATUS_ITEM, "title") or ""
         assert "GPU 0:" in tooltip and "GPU 1:" in tooltip, tooltip
         assert page.get_attribute(STATUS_ITEM, "role") == "button"
@@ -105,7 +105,7 @@ def test_keyboard_only_sidebar_dashboard_shutdown_and_stale(lab, processes_file)
         page.wait_for_function("() => document.querySelector('#nvdashboard-sidebar')"
                                ".contains(document.activeElement)", timeout=10_000)
         page.wait_for_selector(row, timeout=60_000)
-        assert "4 GB on GPU 0" in page.inner_text(row)
+        assert "4.0 GiB on GPU 0" in page.inner_text(row)
         headings = page.eval_on_selector_all(
             "#nvdashboard-sidebar h2, #nvdashboard-sidebar h3:not([hidden])",
             "els => els.map(e => e.textContent)")

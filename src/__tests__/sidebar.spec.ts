@@ -153,6 +153,34 @@ describe('DashboardSidebar', () => {
     expect(buttons(widget).map(b => b.dataset.route)).toEqual([
       '/Machine-Resources'
     ]);
+    // Why there is no GPU is not hidden behind a click.
+    expect(status.querySelector('details')!.open).toBe(true);
+  });
+
+  it('keeps the GPU lines a click under the headline, as the user leaves them', async () => {
+    const fetcher = new FakeFetcher([INDEX]);
+    const widget = make(fetcher);
+    await settled(widget.refresh());
+    const details = (): HTMLDetailsElement =>
+      widget.node.querySelector<HTMLDetailsElement>(
+        '.nvdashboard-status details'
+      )!;
+    expect(details().querySelector('summary')!.textContent).toBe('1 GPU');
+    expect(details().open).toBe(false);
+    expect(details().textContent).toContain('GPU 0: NVIDIA H200');
+    details().open = true;
+    details().dispatchEvent(new Event('toggle'));
+    // The status changes (a second GPU): drawn again, still open.
+    fetcher.infoAnswers = [
+      {
+        ...DEFAULT_INFO,
+        gpu_count: 2,
+        devices: [...DEFAULT_INFO.devices, { index: 1, name: 'NVIDIA H200' }]
+      }
+    ];
+    await settled(widget.refresh());
+    expect(details().querySelector('summary')!.textContent).toBe('2 GPUs');
+    expect(details().open).toBe(true);
   });
 
   it('says "Simulated GPUs (N)"', async () => {
