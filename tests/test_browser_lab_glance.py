@@ -25,15 +25,13 @@ import psutil
 import pytest
 
 from tests.support.browser import chromium, screenshot, watch
-from tests.support.jupyter import jupyter_lab
+from tests.support.jupyter import jupyter_lab, this_build
 from tests.test_browser_lab import dashboard_frame, open_lab, show_sidebar
 from tests.test_browser_lab_keyboard import STATUS_ITEM, tab_until
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
 
 pytestmark = pytest.mark.browser
 GIB = 2**30
-ROOT = Path(__file__).resolve().parent.parent
-BUILT = ROOT / "jupyterlab_nvdashboard" / "labextension"
 SIDEBAR = "#nvdashboard-sidebar"
 MEMORY = re.compile(r"\d+(?:\.\d)? (?:GiB|MiB) of \d+(?:\.\d)? (?:GiB|MiB)")
 
@@ -41,12 +39,7 @@ MEMORY = re.compile(r"\d+(?:\.\d)? (?:GiB|MiB) of \d+(?:\.\d)? (?:GiB|MiB)")
 @pytest.fixture(scope="module")
 def lab(processes_file) -> Iterator[object]:  # noqa: ANN001
     with tempfile.TemporaryDirectory() as share:
-        extra = {"NVDASHBOARD_SIMULATE_PROCESSES": str(processes_file)}
-        if (BUILT / "package.json").exists():
-            labextensions = Path(share) / "labextensions"
-            labextensions.mkdir()
-            (labextensions / "jupyterlab-nvdashboard").symlink_to(BUILT)
-            extra["JUPYTER_PATH"] = share  # first on the path: this lab loads this build
+        extra = {"NVDASHBOARD_SIMULATE_PROCESSES": str(processes_file), **this_build(share)}
         with jupyter_lab(simulate=4, extra_env=extra) as running:
             yield running
 

@@ -17,20 +17,17 @@ import json
 import signal
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.support.browser import chromium, screenshot, watch
-from tests.support.jupyter import jupyter_lab
+from tests.support.jupyter import jupyter_lab, this_build
 from tests.test_browser_lab import dashboard_frame, open_lab
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
 
 pytestmark = pytest.mark.browser
 GIB = 2**30
-ROOT = Path(__file__).resolve().parent.parent
-BUILT = ROOT / "jupyterlab_nvdashboard" / "labextension"
 STATUS_ITEM = ".nvdashboard-statusbar-item"
 POLL_S = 2  # the refreshRate default
 
@@ -38,12 +35,7 @@ POLL_S = 2  # the refreshRate default
 @pytest.fixture(scope="module")
 def lab(processes_file) -> Iterator[object]:  # noqa: ANN001
     with tempfile.TemporaryDirectory() as share:
-        extra = {"NVDASHBOARD_SIMULATE_PROCESSES": str(processes_file)}
-        if (BUILT / "package.json").exists():
-            labextensions = Path(share) / "labextensions"
-            labextensions.mkdir()
-            (labextensions / "jupyterlab-nvdashboard").symlink_to(BUILT)
-            extra["JUPYTER_PATH"] = share  # first on the path: this lab loads this build
+        extra = {"NVDASHBOARD_SIMULATE_PROCESSES": str(processes_file), **this_build(share)}
         with jupyter_lab(simulate=2, extra_env=extra) as running:
             yield running
 

@@ -15,10 +15,25 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from tests.support.servers import free_port
 
 BASE_URL = "/user/alice/"
+BUILT = Path(__file__).resolve().parents[2] / "jupyterlab_nvdashboard" / "labextension"
+
+
+def this_build(share: str) -> dict[str, str]:
+    """The environment that makes a lab load the extension built from this checkout
+    (``jlpm build`` writes ``jupyterlab_nvdashboard/labextension``): put first on Jupyter's
+    path, in ``share`` (a folder the caller owns), for that lab only. Empty where there is
+    no build: the lab loads the installed extension."""
+    if not (BUILT / "package.json").exists():
+        return {}
+    labextensions = Path(share) / "labextensions"
+    labextensions.mkdir()
+    (labextensions / "jupyterlab-nvdashboard").symlink_to(BUILT)
+    return {"JUPYTER_PATH": share}  # earlier data paths win
 
 
 @dataclass
