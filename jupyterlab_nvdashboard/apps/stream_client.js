@@ -34,10 +34,15 @@ function openStream(live, url, onFrame) {
   // A hidden page applies nothing: a background browser tab or minimized window
   // (document.hidden), a JupyterLab tab in the background or a collapsed panel (the
   // extension says so by postMessage), or a frame with no size (display:none), seen at a
-  // resize or at the next frame received.
+  // resize or at the next frame received. A frame hidden by its size alone may get no
+  // event when it is shown again either: its size is looked at each second until then.
+  let sizeCheck = null;
   function updateVisibility() {
-    const hidden = document.hidden || live.parentHidden ||
-      window.innerWidth === 0 || window.innerHeight === 0;
+    const sizeless = window.innerWidth === 0 || window.innerHeight === 0;
+    const hidden = document.hidden || live.parentHidden || sizeless;
+    if (sizeless && !sizeCheck) {
+      sizeCheck = setTimeout(() => { sizeCheck = null; updateVisibility(); }, 1000);
+    }
     if (hidden === live.hidden) return;
     live.hidden = hidden;
     if (hidden) disconnect(); else connect();
