@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import psutil
 import pytest
 
 from tests.support.browser import chromium, screenshot, watch
-from tests.support.jupyter import jupyter_lab, this_build
+from tests.support.jupyter import lab_with_processes
 from tests.test_browser_lab import dashboard_frame, open_lab, show_sidebar
 from tests.test_browser_lab_keyboard import STATUS_ITEM, tab_until
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
@@ -38,10 +37,8 @@ MEMORY = re.compile(r"\d+(?:\.\d)? (?:GiB|MiB) of \d+(?:\.\d)? (?:GiB|MiB)")
 
 @pytest.fixture(scope="module")
 def lab(processes_file) -> Iterator[object]:  # noqa: ANN001
-    with tempfile.TemporaryDirectory() as share:
-        extra = {"NVDASHBOARD_SIMULATE_PROCESSES": str(processes_file), **this_build(share)}
-        with jupyter_lab(simulate=4, extra_env=extra) as running:
-            yield running
+    with lab_with_processes(processes_file, simulate=4) as running:
+        yield running
 
 
 def start_kernels(lab, processes_file: Path) -> dict[str, str]:  # noqa: ANN001

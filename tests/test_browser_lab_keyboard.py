@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import signal
-import tempfile
 from collections.abc import Iterator
 
 import psutil
 import pytest
 
 from tests.support.browser import chromium, screenshot, watch
-from tests.support.jupyter import jupyter_lab, this_build
+from tests.support.jupyter import lab_with_processes
 from tests.test_browser_lab import dashboard_frame, open_lab
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
 
@@ -34,10 +33,8 @@ POLL_S = 2  # the refreshRate default
 
 @pytest.fixture(scope="module")
 def lab(processes_file) -> Iterator[object]:  # noqa: ANN001
-    with tempfile.TemporaryDirectory() as share:
-        extra = {"NVDASHBOARD_SIMULATE_PROCESSES": str(processes_file), **this_build(share)}
-        with jupyter_lab(simulate=2, extra_env=extra) as running:
-            yield running
+    with lab_with_processes(processes_file, simulate=2) as running:
+        yield running
 
 
 def focused(page) -> str:  # noqa: ANN001

@@ -107,6 +107,17 @@ function panelFor(
   return panel;
 }
 
+/** A shown panel over a model that has answered once. */
+async function shownPanel(
+  answers: unknown[],
+  options: Partial<GlancePanel.IOptions> = {}
+): Promise<{ m: GlanceModel; panel: GlancePanel; close: () => void }> {
+  const m = model(answers);
+  const panel = panelFor(m, options);
+  await settled(m.refresh());
+  return { m, panel, close: () => (panel.dispose(), m.dispose()) };
+}
+
 function stopButton(panel: GlancePanel, id = 'k1'): HTMLButtonElement {
   return panel.node.querySelector(
     `[data-kernel-id="${id}"] .nvdashboard-kernel-shutdown`
@@ -425,9 +436,7 @@ describe('render discipline', () => {
   });
 
   it('draws once for the changes made in one go', async () => {
-    const m = model([GLANCE]);
-    const panel = panelFor(m);
-    await settled(m.refresh());
+    const { panel, close } = await shownPanel([GLANCE]);
     const renders = panel.renderCount;
     // A reading, the local kernels and a shutdown's state, all at once.
     panel.invalidate();
@@ -436,8 +445,7 @@ describe('render discipline', () => {
     expect(panel.renderCount).toBe(renders);
     MessageLoop.flush();
     expect(panel.renderCount).toBe(renders + 1);
-    panel.dispose();
-    m.dispose();
+    close();
   });
 
   it('draws nothing while hidden and catches up when shown', async () => {
@@ -639,9 +647,7 @@ describe('GlancePanel', () => {
   });
 
   it('gives each GPU one short line, the whole finding on hover and a click away', async () => {
-    const m = model([WHY]);
-    const panel = panelFor(m);
-    await settled(m.refresh());
+    const { panel, close } = await shownPanel([WHY]);
     const brief = panel.node.querySelector(
       `.${DIAGNOSIS_CLASS} summary`
     ) as HTMLElement;
@@ -654,8 +660,7 @@ describe('GlancePanel', () => {
     expect(details.tagName).toBe('DETAILS');
     expect(details.open).toBe(false);
     expect(details.textContent).toContain('GPM counters');
-    panel.dispose();
-    m.dispose();
+    close();
   });
 
   it('moves the keyboard to the next row when a kernel is shut down', async () => {

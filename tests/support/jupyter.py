@@ -141,3 +141,13 @@ def jupyter_lab(
             except (OSError, subprocess.TimeoutExpired):
                 process.kill()
             log.close()
+
+
+@contextmanager
+def lab_with_processes(processes_file: object, simulate: int) -> Iterator[JupyterLab]:
+    """A lab of ``simulate`` GPUs, this checkout's build, whose simulated driver lists the
+    processes a test writes to ``processes_file``."""
+    with tempfile.TemporaryDirectory() as share:
+        extra = {"NVDASHBOARD_SIMULATE_PROCESSES": str(processes_file), **this_build(share)}
+        with jupyter_lab(simulate=simulate, extra_env=extra) as running:
+            yield running
