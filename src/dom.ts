@@ -47,9 +47,10 @@ export function setAttr(
 }
 
 /**
- * A widget that draws only while it is visible. `invalidate()` draws now
- * when on screen and otherwise marks the view out of date; it is drawn when
- * next attached or shown.
+ * A widget that draws only while it is visible. `invalidate()` marks the
+ * view out of date and, when on screen, asks Lumino for an update: however
+ * many changes come before the next animation frame, it is drawn once then.
+ * Off screen, it is drawn when next attached or shown.
  */
 export abstract class RenderOnShow extends Widget {
   /** How many times the view was drawn (tests and debugging). */
@@ -62,19 +63,23 @@ export abstract class RenderOnShow extends Widget {
     return this._outOfDate;
   }
 
-  /** What is shown changed: draw now if visible, else when shown. */
+  /** What is shown changed: draw at the next frame if visible, else when shown. */
   invalidate(): void {
     if (this.isDisposed) {
       return;
     }
+    this._outOfDate = true;
     if (this.isVisible) {
-      this._draw();
-    } else {
-      this._outOfDate = true;
+      this.update(); // Lumino merges the requests made before it runs
     }
   }
 
   protected abstract render(): void;
+
+  protected onUpdateRequest(msg: Message): void {
+    super.onUpdateRequest(msg);
+    this._catchUp();
+  }
 
   protected onAfterAttach(msg: Message): void {
     super.onAfterAttach(msg);

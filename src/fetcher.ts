@@ -5,7 +5,7 @@
  */
 import { ServerConnection } from '@jupyterlab/services';
 
-import { FetchError } from './model';
+import { FetchError, NetworkFailure } from './model';
 import { IDashboardFetcher } from './tokens';
 import { glanceUrl, indexUrl, infoUrl } from './urls';
 
@@ -43,6 +43,9 @@ async function getJson(
         599,
         `no answer within ${Math.round(timeoutMs / 1000)} s`
       );
+    }
+    if (error instanceof ServerConnection.NetworkError) {
+      throw new NetworkFailure(error.message);
     }
     throw error;
   } finally {

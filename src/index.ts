@@ -33,13 +33,10 @@ import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { IDisposable } from '@lumino/disposable';
 
 import { createServerFetcher, fetchGlance } from './fetcher';
-import {
-  GLANCE_INTERVAL_MS,
-  GlanceModel,
-  GlancePanel,
-  GlanceStatusItem,
-  StatusFigure
-} from './glance';
+import { GLANCE_INTERVAL_MS, StatusFigure } from './glance';
+import { GlanceModel } from './glanceModel';
+import { GlancePanel } from './glancePanel';
+import { GlanceStatusItem } from './statusItem';
 import { gpuIcon } from './icon';
 import { TRANSLATION_DOMAIN } from './model';
 import { openOrActivate, toOpenArgs } from './opener';
@@ -47,9 +44,7 @@ import { DashboardSidebar } from './sidebar';
 import {
   COMMAND_OPEN,
   DashboardIndex,
-  PALETTE_CATEGORY,
   SIDEBAR_ID,
-  SIDEBAR_TITLE,
   TRACKER_NAMESPACE
 } from './tokens';
 import { dashboardTheme } from './urls';
@@ -160,7 +155,8 @@ function activate(
             ...options,
             baseUrl: settings.baseUrl,
             theme: dashboardTheme(themes),
-            openPath
+            openPath,
+            trans
           }),
         attach: widget => {
           widget.title.icon = gpuIcon;
@@ -192,12 +188,13 @@ function activate(
   });
   sidebar.id = SIDEBAR_ID;
   sidebar.title.icon = gpuIcon;
-  sidebar.title.caption = trans.__(SIDEBAR_TITLE);
+  sidebar.title.caption = trans.__('GPU Dashboards');
   shell.add(sidebar, 'left', { rank: 200 });
   restorer?.add(sidebar, SIDEBAR_ID);
 
-  // One poll of glance.json (only while JupyterLab is visible) feeds the
-  // status-bar item and the sidebar's meters and kernel list.
+  // One poll of glance.json feeds the status-bar item and the sidebar's
+  // meters and kernel list; it runs only while JupyterLab is visible and one
+  // of them is in use (the item enabled, the sidebar open).
   // A poll that gets no answer within its interval (at least 1 s) has failed.
   const glance: GlanceModel = new GlanceModel({
     fetch: () => fetchGlance(settings, Math.max(1000, glance.interval))
@@ -242,9 +239,13 @@ function activate(
   // "Your GPU kernels" sits right under the sidebar's title.
   sidebar.insertWidget(1, panel);
 
+  // Off until the settings say whether the user wants it, so a user who
+  // turned it off never has the glance polled for it; without a status bar
+  // nobody would see it.
   const item = new GlanceStatusItem({
     model: glance,
     onActivate: () => shell.activateById(SIDEBAR_ID),
+    enabled: false,
     trans
   });
   if (statusBar) {
@@ -260,7 +261,7 @@ function activate(
   const apply = (values: INvdashboardSettings): void => {
     glance.interval = values.refreshRate * 1000;
     sidebar.interval = values.dashboardListRefreshRate * 1000;
-    item.enabled = values.showStatusItem;
+    item.enabled = statusBar !== null && values.showStatusItem;
     item.figure = values.statusFigure;
   };
   if (settingRegistry) {
@@ -275,7 +276,10 @@ function activate(
           'nvdashboard: settings not loaded, using the defaults',
           reason
         );
+        apply(DEFAULT_SETTINGS);
       });
+  } else {
+    apply(DEFAULT_SETTINGS);
   }
 
   if (palette) {
@@ -297,7 +301,7 @@ function activate(
             palette.addItem({
               command: COMMAND_OPEN,
               args: { route, label },
-              category: trans.__(PALETTE_CATEGORY)
+              category: trans.__('GPU Dashboards')
             })
           );
         }

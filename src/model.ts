@@ -32,6 +32,20 @@ export class FetchError extends Error {
 }
 
 /**
+ * A request that got no answer at all (the network or the proxy dropped it).
+ * The fetcher turns JupyterLab's `ServerConnection.NetworkError` into this:
+ * that one is a `TypeError` by name, with the browser's own wording
+ * ("The network connection was lost."), so neither its name nor its message
+ * can tell it from a bug.
+ */
+export class NetworkFailure extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'NetworkFailure';
+  }
+}
+
+/**
  * HTTP statuses seen while jupyter-server-proxy is still bringing the Bokeh
  * server up (or restarting it): gateway errors and tornado's 599.
  */
@@ -49,16 +63,12 @@ export function isStartingError(error: unknown): boolean {
   if (error instanceof FetchError) {
     return STARTING_STATUSES.has(error.status);
   }
-  if (error instanceof Error) {
-    // ServerConnection wraps a failed fetch() in a NetworkError; a bare
-    // fetch() rejects with a TypeError that says so. Any other TypeError is a
-    // bug, not a server on its way up.
-    return (
-      error.name === 'NetworkError' ||
-      (error instanceof TypeError && FETCH_FAILURE.test(error.message))
-    );
+  if (error instanceof NetworkFailure) {
+    return true;
   }
-  return false;
+  // A bare fetch() (no ServerConnection) rejects with a TypeError that says
+  // so. Any other TypeError is a bug, not a server on its way up.
+  return error instanceof TypeError && FETCH_FAILURE.test(error.message);
 }
 
 /** A one-line message for any thrown value. */
@@ -246,24 +256,50 @@ function note(text: string): IStatusLine {
   return { text, kind: 'note', lost: false };
 }
 
+const MIB = 2 ** 20;
+const GIB = 2 ** 30;
+
 /**
- * Bytes in decimal SI units, as every dashboard labels them: `43 GB`,
- * `2.5 GB`, `3 GB`; `n/a` for not available. The one byte formatter.
+ * GPU memory as nvidia-smi and every dashboard count it: GiB with one
+ * decimal, MiB below 1 GiB (`80.0 GiB`, `512 MiB`); `n/a` when not
+ * available. The one memory formatter.
  */
-export function formatBytes(bytes: number | null): string {
+export function formatMemory(
+  bytes: number | null,
+  trans: TranslationBundle = NULL_BUNDLE
+): string {
   if (bytes === null || !Number.isFinite(bytes)) {
-    return 'n/a';
+    return trans.__('n/a');
   }
-  const units = ['B', 'kB', 'MB', 'GB', 'TB'];
-  let value = bytes;
-  let unit = 0;
-  while (value >= 1000 && unit < units.length - 1) {
-    value /= 1000;
-    unit++;
+  if (Math.abs(bytes) < GIB) {
+    return trans.__('%1 MiB', Math.round(bytes / MIB));
   }
-  const rounded =
-    value >= 10 || unit === 0 ? Math.round(value) : value.toFixed(1);
-  return `${String(rounded).replace(/\.0$/, '')} ${units[unit]}`;
+  return trans.__('%1 GiB', (bytes / GIB).toFixed(1));
+}
+
+/**
+ * Memory in use out of the total, the one phrasing (`20.0 GiB of 80.0 GiB`,
+ * as the dashboards say it); just the amount when the total is unknown.
+ */
+export function memoryUsage(
+  used: number | null,
+  total: number | null,
+  trans: TranslationBundle = NULL_BUNDLE
+): string {
+  const usedText = formatMemory(used, trans);
+  return total === null
+    ? usedText
+    : trans.__('%1 of %2', usedText, formatMemory(total, trans));
+}
+
+/** A percentage rounded to a whole number (`80%`), or `n/a`: the one percent formatter. */
+export function formatPercent(
+  value: number | null,
+  trans: TranslationBundle = NULL_BUNDLE
+): string {
+  return value === null || !Number.isFinite(value)
+    ? trans.__('n/a')
+    : trans.__('%1%', Math.round(value));
 }
 
 /** `5 s`, `3 min`, `2 h`: how old the last reading is. */
@@ -313,20 +349,23 @@ function describeDevice(
   if (device.kind === 'gpu' && device.mig_enabled) {
     notes.push(trans.__('MIG enabled'));
   }
+  // Each piece is put together by a translated pattern, never by joining
+  // fragments: a language may order them otherwise.
   const identity = notes.length
-    ? `${device.label} (${notes.join(', ')})`
+    ? trans.__('%1 (%2)', device.label, notes.join(trans.__(', ')))
     : device.label;
-  const lost = device.lost ? trans.__(' (lost: no longer answering)') : '';
+  const lost = (text: string): string =>
+    device.lost ? trans.__('%1 (lost: no longer answering)', text) : text;
   if (device.kind === 'gpu') {
     return {
-      text: `${identity}: ${device.name}${lost}`,
+      text: lost(trans.__('%1: %2', identity, device.name)),
       kind: 'device',
       lost: device.lost
     };
   }
   const facts = [migProfile(device.name)];
   if (device.memory_total_bytes !== null) {
-    facts.push(formatBytes(device.memory_total_bytes));
+    facts.push(formatMemory(device.memory_total_bytes, trans));
   }
   const mig = device.mig;
   if (mig && mig.gpu_slices !== null) {
@@ -336,16 +375,18 @@ function describeDevice(
         : '',
       mig.memory_slices !== null ? trans.__('%1 memory', mig.memory_slices) : ''
     ].filter(Boolean);
+    const slices = trans._n('%1 GPU slice', '%1 GPU slices', mig.gpu_slices);
     facts.push(
-      trans._n('%1 GPU slice', '%1 GPU slices', mig.gpu_slices) +
-        (parts.length ? ` (${parts.join(', ')})` : '')
+      parts.length
+        ? trans.__('%1 (%2)', slices, parts.join(trans.__(', ')))
+        : slices
     );
   }
   if (mig && mig.multiprocessors !== null) {
     facts.push(trans.__('%1 SMs', mig.multiprocessors));
   }
   return {
-    text: `↳ ${identity}: ${facts.join(', ')}${lost}`,
+    text: lost(trans.__('↳ %1: %2', identity, facts.join(trans.__(', ')))),
     kind: 'mig',
     lost: device.lost
   };
@@ -393,10 +434,19 @@ function countDevices(info: IServerInfo): { gpus: number; migs: number } {
   return { gpus, migs: info.devices.length - gpus };
 }
 
-function migWords(migs: number, trans: TranslationBundle): string {
+/** `2 GPUs`, or `2 GPUs with 3 MIG devices`: one pattern, two counts. */
+function countWords(
+  gpus: string,
+  migs: number,
+  trans: TranslationBundle
+): string {
   return migs
-    ? trans._n(' with %1 MIG device', ' with %1 MIG devices', migs)
-    : '';
+    ? trans.__(
+        '%1 with %2',
+        gpus,
+        trans._n('%1 MIG device', '%1 MIG devices', migs)
+      )
+    : gpus;
 }
 
 /** Plain-words reason for each NVML state. */
@@ -433,9 +483,11 @@ export function describeStatus(
       : [];
     return {
       kind: 'simulated',
-      headline:
-        trans.__('Simulated GPUs (%1)', counts.gpus) +
-        migWords(counts.migs, trans),
+      headline: countWords(
+        trans.__('Simulated GPUs (%1)', counts.gpus),
+        counts.migs,
+        trans
+      ),
       details: [...profile, ...devices]
     };
   }
@@ -460,15 +512,18 @@ export function describeStatus(
     return {
       kind: 'pending',
       headline: trans.__('Looking for GPUs…'),
-      details: [note(`${capitalize(stateWords(state, trans))}.`), ...message]
+      details: [note(trans.__('GPU monitoring is still starting.')), ...message]
     };
   }
   if (state === 'ok' && counts.gpus + counts.migs > 0) {
     return {
       kind: 'gpus',
       headline: counts.gpus
-        ? trans._n('%1 GPU', '%1 GPUs', counts.gpus) +
-          migWords(counts.migs, trans)
+        ? countWords(
+            trans._n('%1 GPU', '%1 GPUs', counts.gpus),
+            counts.migs,
+            trans
+          )
         : trans._n('%1 MIG device', '%1 MIG devices', counts.migs),
       details: devices
     };
@@ -482,8 +537,4 @@ export function describeStatus(
     headline: trans.__('No GPU'),
     details: [note(trans.__('No GPU: %1.', reason)), ...message]
   };
-}
-
-function capitalize(text: string): string {
-  return text.charAt(0).toUpperCase() + text.slice(1);
 }

@@ -4,20 +4,23 @@
  * plain words; the plugin puts the live GPU section (`GlancePanel`, with
  * "Your GPU kernels") above it.
  *
- * It polls `index.json` and `info.json` through an injected fetcher. While
- * the proxied Bokeh server is starting it shows a loading line and retries
- * with backoff up to `retryMax`; once the list is shown, a failed poll keeps
- * the list and says it is stale, and the server is found again within
- * `retryMax` of its return. While the server says it is still reading its
- * GPUs (its index then lists only the machine dashboards), it polls as often
- * as a retry would. Nothing is drawn while the sidebar is hidden, and
- * the buttons are kept (with their focus) unless the list itself changes.
+ * It polls `index.json` and `info.json` through an injected fetcher (the
+ * one `Poller`). While the proxied Bokeh server is starting it shows a
+ * loading line and retries with backoff up to `retryMax`; once the list is
+ * shown, a failed poll keeps the list and says it is stale, and the server
+ * is found again within `retryMax` of its return. While the server says it
+ * is still reading its GPUs (its index then lists only the machine
+ * dashboards), it polls as often as a retry would. An error that will not
+ * heal (a 404: no dashboard server behind the proxy; a bad index) makes it
+ * wait longer each time, up to minutes. Nothing is drawn while the sidebar
+ * is hidden, and the buttons are kept (with their focus) unless the list
+ * itself changes.
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 import { Message } from '@lumino/messaging';
 import { JSONExt, JSONObject } from '@lumino/coreutils';
-import { IPoll, Poll } from '@lumino/polling';
+import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Panel, Widget } from '@lumino/widgets';
 
@@ -32,15 +35,14 @@ import {
   parseIndex,
   parseInfo
 } from './model';
+import { PollOutcome, Poller } from './poller';
 import {
   BUTTON_CLASS,
   COMMAND_OPEN,
   DashboardIndex,
   IDashboardFetcher,
   IServerInfo,
-  LOADING_TEXT,
   SIDEBAR_ID,
-  SIDEBAR_TITLE,
   STATUS_DETAIL_CLASS,
   STATUS_MIG_CLASS
 } from './tokens';
@@ -65,12 +67,8 @@ export type SidebarState =
       stale: { message: string; readAt: number; failedAt: number } | null;
     };
 
-/** Poll timing while the list is shown; retries start from `retryInterval`. */
-export const DEFAULT_FREQUENCY: IPoll.Frequency = {
-  interval: 15 * 1000,
-  backoff: true,
-  max: 60 * 1000
-};
+/** How often the list is asked for while it is shown (ms). */
+export const DEFAULT_INTERVAL = 15 * 1000;
 
 /** First retry delay while the server is starting or failing (then backoff). */
 export const DEFAULT_RETRY_INTERVAL = 1000;
@@ -84,12 +82,14 @@ export namespace DashboardSidebar {
     fetcher: IDashboardFetcher;
     /** The registry that holds `nvdashboard:open`. */
     commands: CommandRegistry;
-    /** Poll timing once the list is loaded. */
-    frequency?: Partial<IPoll.Frequency>;
+    /** Milliseconds between polls once the list is loaded. */
+    interval?: number;
     /** Poll interval while loading or failing (grows with backoff). */
     retryInterval?: number;
-    /** The longest wait between retries (default 5 s, at most `frequency.max`). */
+    /** The longest wait between retries (default 5 s). */
     retryMax?: number;
+    /** The longest wait after errors that will not heal (a 404). */
+    stuckMax?: number;
     trans?: TranslationBundle;
     /** The clock (tests). */
     now?: () => number;
@@ -105,31 +105,18 @@ export class DashboardSidebar extends Panel {
     super();
     this.id = SIDEBAR_ID;
     this._trans = options.trans ?? NULL_BUNDLE;
-    this.title.caption = this._trans.__(SIDEBAR_TITLE);
+    this.title.caption = this._trans.__('GPU Dashboards');
     this.addClass('nvdashboard-sidebar');
     this.node.tabIndex = -1; // focusable when activated, not a tab stop
     this._now = options.now ?? Date.now;
 
     this._fetcher = options.fetcher;
-    this._frequency = { ...DEFAULT_FREQUENCY, ...options.frequency };
-    const max = Math.min(
-      options.retryMax ?? DEFAULT_RETRY_MAX,
-      this._frequency.max
-    );
-    const retry = Math.min(
-      options.retryInterval ?? DEFAULT_RETRY_INTERVAL,
-      max
-    );
-    // Lumino draws a retry's delay between `interval` and the previous
-    // tick's interval grown by the backoff; after a 15 s success that is up
-    // to 45 s. The cap is what bounds how long a returning server waits.
-    this._retryFrequency = { ...this._frequency, interval: retry, max };
 
     const header = new Widget({
       node: element(
         'h2',
         'nvdashboard-sidebar-header',
-        this._trans.__(SIDEBAR_TITLE)
+        this._trans.__('GPU Dashboards')
       )
     });
     header.addClass('nvdashboard-sidebar-title');
@@ -142,16 +129,23 @@ export class DashboardSidebar extends Panel {
     });
     this.addWidget(this._section);
 
-    this._poll = new Poll({
-      auto: false,
-      factory: () => this._tick(),
-      frequency: this._retryFrequency,
+    // Lumino draws a retry's delay between the retry interval and the
+    // previous tick's interval grown by the backoff; after a 15 s success
+    // that is up to 45 s. The retry maximum is what bounds how long a
+    // returning server waits.
+    this._poller = new Poller({
       name: 'nvdashboard:index',
-      standby: options.standby ?? 'when-hidden'
+      request: () => this._tick(),
+      interval: options.interval ?? DEFAULT_INTERVAL,
+      retryInterval: options.retryInterval ?? DEFAULT_RETRY_INTERVAL,
+      retryMax: options.retryMax ?? DEFAULT_RETRY_MAX,
+      stuckMax: options.stuckMax,
+      standby: options.standby,
+      autoStart: options.autoStart
     });
-    if (options.autoStart !== false) {
-      void this._poll.start();
-    }
+    // The palette lists the dashboards too: this poll runs while the
+    // sidebar exists, not only while it is shown.
+    this._poller.use(this, true);
   }
 
   /** What is shown now. */
@@ -179,40 +173,23 @@ export class DashboardSidebar extends Panel {
     return this._section.renderCount;
   }
 
-  /** The underlying poll (tests and the plugin may refresh it). */
+  /** The underlying poll (tests). */
   get poll(): Poll {
-    return this._poll;
+    return this._poller.poll;
   }
 
   /** Milliseconds between polls once the list is shown; applies at once. */
   set interval(value: number) {
-    if (!(value > 0) || value === this._frequency.interval) {
-      return;
-    }
-    this._frequency = {
-      ...this._frequency,
-      interval: value,
-      max: Math.max(value, this._frequency.max)
-    };
-    if (this._state.kind === 'ready' && !this._state.stale) {
-      this._poll.frequency = this._frequency;
-      if (this._poll.state.phase !== 'constructed') {
-        void this._poll.refresh();
-      }
-    }
+    this._poller.interval = value;
   }
 
   /**
-   * Fetch once now and update the view. Resolves true when the index was
-   * loaded; never rejects. One request is in flight at a time.
+   * Fetch now and update the view; resolves with how it went (never
+   * rejects). One request is in flight at a time, and what it resolves with
+   * was asked for after the call.
    */
-  refresh(): Promise<boolean> {
-    if (!this._inFlight) {
-      this._inFlight = this._fetch().finally(() => {
-        this._inFlight = null;
-      });
-    }
-    return this._inFlight;
+  refresh(): Promise<PollOutcome> {
+    return this._poller.refresh();
   }
 
   /** Activated (from the status bar, say): the keyboard lands in the panel. */
@@ -231,18 +208,20 @@ export class DashboardSidebar extends Panel {
     if (this.isDisposed) {
       return;
     }
-    this._poll.dispose();
+    this._poller.dispose();
     Signal.clearData(this);
     super.dispose();
   }
 
-  private async _fetch(): Promise<boolean> {
+  /** One poll: how it went sets the wait before the next. */
+  private async _tick(): Promise<PollOutcome> {
     let index: DashboardIndex;
     try {
       index = parseIndex(await this._fetcher.fetchIndex());
     } catch (error) {
+      const starting = isStartingError(error);
       const previous = this._state;
-      if (previous.kind === 'ready' && isStartingError(error)) {
+      if (previous.kind === 'ready' && starting) {
         // Keep what was shown, and say it is stale.
         const readAt = previous.stale ? previous.stale.readAt : this._readAt;
         this._setState({
@@ -251,12 +230,12 @@ export class DashboardSidebar extends Panel {
         });
       } else {
         this._setState(
-          isStartingError(error)
+          starting
             ? { kind: 'loading' }
             : { kind: 'error', message: errorMessage(error) }
         );
       }
-      return false;
+      return starting ? 'retry' : 'stuck';
     }
     let info: IServerInfo | null = null;
     let infoError: string | null = null;
@@ -267,22 +246,9 @@ export class DashboardSidebar extends Panel {
     }
     this._readAt = this._now();
     this._setState({ kind: 'ready', index, info, infoError, stale: null });
-    return true;
-  }
-
-  /** Poll factory: rejecting makes the poll back off before the next try. */
-  private async _tick(): Promise<void> {
-    const ok = await this.refresh();
-    if (this.isDisposed) {
-      return;
-    }
     // While the server is still reading its GPUs, the GPU dashboards are about
     // to join the list: ask again as soon as a retry would, not in 15 s.
-    const settled = ok && !this._readingGpus();
-    this._poll.frequency = settled ? this._frequency : this._retryFrequency;
-    if (!ok) {
-      throw new Error('nvdashboard: index not available');
-    }
+    return this._readingGpus() ? 'retry' : 'ok';
   }
 
   private _readingGpus(): boolean {
@@ -318,13 +284,10 @@ export class DashboardSidebar extends Panel {
   private _fetcher: IDashboardFetcher;
   private _trans: TranslationBundle;
   private _now: () => number;
-  private _frequency: IPoll.Frequency;
-  private _retryFrequency: IPoll.Frequency;
-  private _poll: Poll;
+  private _poller: Poller;
   private _section: IndexSection;
   private _state: SidebarState = { kind: 'loading' };
   private _readAt = 0;
-  private _inFlight: Promise<boolean> | null = null;
   private _indexChanged = new Signal<this, DashboardIndex>(this);
   private _stateChanged = new Signal<this, SidebarState>(this);
 }
@@ -344,14 +307,20 @@ class IndexSection extends RenderOnShow {
     super();
     this._options = options;
     this.addClass('nvdashboard-sidebar-body');
+    const trans = options.trans;
     this._heading = element(
       'h3',
       'nvdashboard-sidebar-header',
-      options.trans.__('Dashboards')
+      trans.__('Dashboards')
     );
-    this._stale = element('div', 'nvdashboard-stale', undefined, {
+    // Speaks when the list goes stale; the age beside it changes at every
+    // failed poll and stays out of the live region.
+    this._stale = element('div', 'nvdashboard-stale');
+    this._staleSays = element('span', 'nvdashboard-stale-state', undefined, {
       role: 'status'
     });
+    this._staleDetail = element('span', 'nvdashboard-stale-detail');
+    this._stale.append(this._staleSays, ' ', this._staleDetail);
     this._content = element('div', 'nvdashboard-sidebar-content');
     this._list = element('ul', 'nvdashboard-list');
     this.node.append(this._heading, this._stale, this._content);
@@ -361,24 +330,34 @@ class IndexSection extends RenderOnShow {
     const state = this._options.state();
     const trans = this._options.trans;
     this.node.dataset.state = state.kind;
-    this._stale.hidden = !(state.kind === 'ready' && state.stale);
-    if (state.kind === 'ready' && state.stale) {
-      setText(
-        this._stale,
-        trans.__(
-          'Stale: the dashboard server did not answer (%1); this list was read %2 ago. Retrying…',
-          state.stale.message,
-          formatAge(state.stale.failedAt - state.stale.readAt, trans)
-        )
-      );
-    }
+    const stale = state.kind === 'ready' ? state.stale : null;
+    this._stale.hidden = stale === null;
+    setText(
+      this._staleSays,
+      stale
+        ? trans.__('Stale: the dashboard server did not answer. Retrying…')
+        : ''
+    );
+    setText(
+      this._staleDetail,
+      stale
+        ? trans.__(
+            'This list was read %1 ago (%2).',
+            formatAge(stale.failedAt - stale.readAt, trans),
+            stale.message
+          )
+        : ''
+    );
     switch (state.kind) {
       case 'loading':
         this._listKey = '';
         this._content.replaceChildren(
-          element('div', 'nvdashboard-loading', trans.__(LOADING_TEXT), {
-            role: 'status'
-          })
+          element(
+            'div',
+            'nvdashboard-loading',
+            trans.__('Starting the dashboard server…'),
+            { role: 'status' }
+          )
         );
         break;
       case 'error':
@@ -430,16 +409,36 @@ class IndexSection extends RenderOnShow {
     }
     const summary = describeStatus(info, trans);
     status.dataset.kind = summary.kind;
-    status.append(
-      element('div', 'nvdashboard-status-headline', summary.headline)
+    if (summary.details.length === 0) {
+      status.append(
+        element('div', 'nvdashboard-status-headline', summary.headline)
+      );
+      return status;
+    }
+    // The headline, with its lines a click away, so that the dashboard list
+    // stays above the fold; open when something is wrong (no GPU, a lost
+    // one), and as the user left it.
+    const wasOpen = this._statusOpen;
+    const details = element('details', 'nvdashboard-status-details');
+    details.append(
+      element('summary', 'nvdashboard-status-headline', summary.headline)
     );
     for (const line of summary.details) {
       const classes = [STATUS_DETAIL_CLASS, LINE_CLASSES[line.kind]];
       if (line.lost) {
         classes.push('nvdashboard-mod-lost');
       }
-      status.append(element('div', classes.join(' '), line.text));
+      details.append(element('div', classes.join(' '), line.text));
     }
+    const troubled =
+      summary.kind === 'no-gpu' ||
+      summary.kind === 'unknown' ||
+      summary.details.some(line => line.lost);
+    details.open = wasOpen ?? troubled;
+    details.addEventListener('toggle', () => {
+      this._statusOpen = details.open;
+    });
+    status.append(details);
     return status;
   }
 
@@ -492,10 +491,14 @@ class IndexSection extends RenderOnShow {
   private _options: IndexSection.IOptions;
   private _heading: HTMLElement;
   private _stale: HTMLElement;
+  private _staleSays: HTMLElement;
+  private _staleDetail: HTMLElement;
   private _content: HTMLElement;
   private _list: HTMLElement;
   private _listNode: HTMLElement | null = null;
   private _listKey = '';
   private _status: HTMLElement | null = null;
   private _statusKey = '';
+  /** Whether the user opened (true) or closed (false) the status lines. */
+  private _statusOpen: boolean | null = null;
 }

@@ -14,12 +14,6 @@ export const PROXY_NAME = 'nvdashboard';
 /** Namespace of the widget tracker used for layout restoration. */
 export const TRACKER_NAMESPACE = 'nvdashboard';
 
-/** Command palette category for the per-dashboard entries. */
-export const PALETTE_CATEGORY = 'GPU Dashboards';
-
-/** Title of the left-area sidebar panel. */
-export const SIDEBAR_TITLE = 'GPU Dashboards';
-
 /** DOM id of the sidebar panel (also its layout-restorer key). */
 export const SIDEBAR_ID = 'nvdashboard-sidebar';
 
@@ -37,9 +31,6 @@ export const STATUS_DETAIL_CLASS = 'nvdashboard-status-detail';
 
 /** CSS class on a status line that describes a MIG device (indented). */
 export const STATUS_MIG_CLASS = 'nvdashboard-status-mig';
-
-/** Text shown while the proxied Bokeh server is starting. */
-export const LOADING_TEXT = 'Starting the dashboard server…';
 
 /**
  * The dashboard index served at `{base}nvdashboard/index.json`:

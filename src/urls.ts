@@ -47,10 +47,20 @@ export function dashboardUrl(
   return `${url}${URLExt.objectToQueryString({ theme })}`;
 }
 
-/** Stable main-area widget id for a route, e.g. `nvdashboard-GPU-Utilization`. */
+/**
+ * Stable main-area widget id for a route, e.g. `nvdashboard-GPU-Utilization`.
+ * Letters, digits and `-` stand for themselves; any other character becomes
+ * `_<hex code point>_`, so two routes never share an id (`/a/b` and `/a-b`).
+ */
 export function widgetId(route: string): string {
   const path = route.replace(/^\/+/, '').replace(/\/+$/, '');
-  return WIDGET_ID_PREFIX + path.replace(/[^A-Za-z0-9_-]/g, '-');
+  return (
+    WIDGET_ID_PREFIX +
+    path.replace(
+      /[^A-Za-z0-9-]/gu,
+      c => `_${(c.codePointAt(0) as number).toString(16)}_`
+    )
+  );
 }
 
 /** The subset of `IThemeManager` the theme choice depends on. */

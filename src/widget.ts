@@ -20,6 +20,7 @@
  * JupyterLab tab is still a visible browser document.
  */
 import { MainAreaWidget } from '@jupyterlab/apputils';
+import { TranslationBundle } from '@jupyterlab/translation';
 import { IFrame } from '@jupyterlab/ui-components';
 import { Message } from '@lumino/messaging';
 
@@ -31,6 +32,7 @@ import {
   VISIBILITY_REQUEST_MESSAGE,
   WIDGET_CLASS
 } from './tokens';
+import { NULL_BUNDLE } from './model';
 import { dashboardUrl, widgetId } from './urls';
 
 export namespace DashboardWidget {
@@ -40,6 +42,7 @@ export namespace DashboardWidget {
     theme: DashboardTheme;
     /** Open a notebook the page links to (its path on the Jupyter server). */
     openPath?: (path: string) => void;
+    trans?: TranslationBundle;
   }
 }
 
@@ -55,7 +58,8 @@ export class DashboardWidget extends MainAreaWidget<IFrame> {
     this.id = widgetId(options.route);
     this.addClass(WIDGET_CLASS);
     this.title.label = options.label;
-    this.title.caption = `GPU dashboard: ${options.label}`;
+    const trans = options.trans ?? NULL_BUNDLE;
+    this.title.caption = trans.__('GPU dashboard: %1', options.label);
     this.title.closable = true;
     this.setTheme(options.theme);
     this._openPath = options.openPath;
@@ -75,7 +79,7 @@ export class DashboardWidget extends MainAreaWidget<IFrame> {
   }
 
   private _onLoad = (): void => {
-    this._tellPage(this._pageVisible);
+    this._tellPage(this.isVisible);
   };
 
   /** A message from this tab's own page; anything else is ignored. */
@@ -93,7 +97,7 @@ export class DashboardWidget extends MainAreaWidget<IFrame> {
       return;
     }
     if (data.type === VISIBILITY_REQUEST_MESSAGE) {
-      this._tellPage(this._pageVisible);
+      this._tellPage(this.isVisible);
     } else if (
       data.type === OPEN_NOTEBOOK_MESSAGE &&
       isNotebookPath(data.path)
@@ -119,6 +123,11 @@ export class DashboardWidget extends MainAreaWidget<IFrame> {
   /** Whether the page is on screen, as last told to it. */
   get pageVisible(): boolean {
     return this._pageVisible;
+  }
+
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    this._tellPage(this.isVisible);
   }
 
   protected onAfterShow(msg: Message): void {
@@ -150,7 +159,8 @@ export class DashboardWidget extends MainAreaWidget<IFrame> {
   }
 
   private _baseUrl: string;
-  private _pageVisible = true;
+  // A tab attached in the background was never shown: its page is hidden.
+  private _pageVisible = false;
   private _openPath: ((path: string) => void) | undefined;
 }
 

@@ -1,16 +1,19 @@
 """The JupyterLab extension in a real browser (Debian Chromium through Playwright), with
 the dashboards behind jupyter-server-proxy under base_url /user/alice/ and a token.
 
-Screenshots of the sidebar and every dashboard, light and dark, go to test-artifacts/.
+Screenshots of the sidebar and every dashboard, light and dark, go to test-artifacts/. The
+lab loads the extension built from this checkout where there is one (``this_build``).
 """
 
 from __future__ import annotations
+
+import tempfile
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.support.browser import CANVAS_INK_JS, chromium, screenshot, watch
-from tests.support.jupyter import jupyter_lab
+from tests.support.jupyter import jupyter_lab, this_build
 
 pytestmark = [pytest.mark.browser, pytest.mark.lab]
 
@@ -23,8 +26,10 @@ DARK_BACKGROUND = "rgb(32, 38, 43)"
 def lab():
     # An A100 with MIG and two MIG devices, and a plain A100: MIG devices must show as
     # children of their GPU in the sidebar and in every GPU dashboard, in both themes.
-    with jupyter_lab(simulate=2, extra_env={"NVDASHBOARD_SIMULATE_PROFILE": "a100-mig"},
-                     extra_args=["--LabApp.expose_app_in_browser=True"]) as running:
+    with tempfile.TemporaryDirectory() as share, \
+            jupyter_lab(simulate=2, extra_env={"NVDASHBOARD_SIMULATE_PROFILE": "a100-mig",
+                                               **this_build(share)},
+                        extra_args=["--LabApp.expose_app_in_browser=True"]) as running:
         yield running
 
 
@@ -123,6 +128,8 @@ def test_sidebar_dashboards_reload_and_theme(lab, browser) -> None:
                                        "els => els.map(e => e.dataset.route)")
     assert sorted(listed) == sorted(index)
     assert "Simulated" in page.inner_text("#nvdashboard-sidebar")
+    # The GPU lines are one click under the status headline (the list stays above the fold).
+    page.click("summary.nvdashboard-status-headline")
     page.wait_for_selector(".nvdashboard-status-mig", timeout=30_000)
     mig_lines = page.eval_on_selector_all(".nvdashboard-status-mig", "els => els.map(e => "
                                           "[e.innerText, getComputedStyle(e).paddingLeft, "

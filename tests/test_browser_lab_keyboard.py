@@ -15,37 +15,26 @@ from __future__ import annotations
 
 import json
 import signal
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.support.browser import chromium, screenshot, watch
-from tests.support.jupyter import jupyter_lab
+from tests.support.jupyter import lab_with_processes
 from tests.test_browser_lab import dashboard_frame, open_lab
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
 
 pytestmark = [pytest.mark.browser, pytest.mark.lab]
-GB = 10**9
-ROOT = Path(__file__).resolve().parent.parent
-BUILT = ROOT / "jupyterlab_nvdashboard" / "labextension"
+GIB = 2**30
 STATUS_ITEM = ".nvdashboard-statusbar-item"
 POLL_S = 2  # the refreshRate default
 
 
 @pytest.fixture(scope="module")
 def lab(processes_file) -> Iterator[object]:  # noqa: ANN001
-    with tempfile.TemporaryDirectory() as share:
-        extra = {"NVDASHBOARD_SIMULATE_PROCESSES": str(processes_file)}
-        if (BUILT / "package.json").exists():
-            labextensions = Path(share) / "labextensions"
-            labextensions.mkdir()
-            (labextensions / "jupyterlab-nvdashboard").symlink_to(BUILT)
-            extra["JUPYTER_PATH"] = share  # first on the path: this lab loads this build
-        with jupyter_lab(simulate=2, extra_env=extra) as running:
-            yield running
+    with lab_with_processes(processes_file, simulate=2) as running:
+        yield running
 
 
 def focused(page) -> str:  # noqa: ANN001
@@ -82,7 +71,7 @@ def test_keyboard_only_sidebar_dashboard_shutdown_and_stale(lab, processes_file)
     kernel_id = session["kernel"]["id"]  # type: ignore[index]
     pid = kernel_pid(lab, kernel_id)
     processes_file.write_text(json.dumps([
-        {"gpu": 0, "pid": pid, "used_memory_bytes": 4 * GB, "until_exit": True}]))
+        {"gpu": 0, "pid": pid, "used_memory_bytes": 4 * GIB, "until_exit": True}]))
     row = f'.nvdashboard-kernel[data-kernel-id="{kernel_id}"]'
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 800})
@@ -92,7 +81,7 @@ def test_keyboard_only_sidebar_dashboard_shutdown_and_stale(lab, processes_file)
                                ".includes('%')", timeout=60_000)
         # The status item: the busiest GPU, a tooltip line per GPU, a named button.
         text = page.inner_text(STATUS_ITEM)
-        assert text.startswith("GPU ") and "GB/" in text, text
+        assert text.startswith("GPU ") and " GiB of " in text, text  # as nvidia-smi counts
         tooltip = page.get_attribute(STATUS_ITEM, "title") or ""
         assert "GPU 0:" in tooltip and "GPU 1:" in tooltip, tooltip
         assert page.get_attribute(STATUS_ITEM, "role") == "button"
@@ -105,7 +94,7 @@ def test_keyboard_only_sidebar_dashboard_shutdown_and_stale(lab, processes_file)
         page.wait_for_function("() => document.querySelector('#nvdashboard-sidebar')"
                                ".contains(document.activeElement)", timeout=10_000)
         page.wait_for_selector(row, timeout=60_000)
-        assert "4 GB on GPU 0" in page.inner_text(row)
+        assert "4.0 GiB on GPU 0" in page.inner_text(row)
         headings = page.eval_on_selector_all(
             "#nvdashboard-sidebar h2, #nvdashboard-sidebar h3:not([hidden])",
             "els => els.map(e => e.textContent)")

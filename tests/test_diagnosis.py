@@ -267,6 +267,13 @@ def test_diagnosis_table(case: Case) -> None:
     for cause in case.absent:
         assert cause not in causes, (cause, causes)
     assert result.samples == case.history.n
+    # The short line for the sidebar and the overview: the device, the cause in words and
+    # at most its first known figure, never the counts or the signal (those are a click away).
+    brief = result.brief()
+    cause = result.first.title.replace(";", ":").split(":")[0]
+    assert brief.startswith(f"{result.label}: {cause}") and ";" not in brief, brief
+    assert result.first.confidence not in brief and " over " not in brief, brief
+    assert len(brief) < len(line), brief
     for finding in result.findings:  # every finding says how sure it is and what to try
         assert finding.confidence and (finding.advice or finding.needs or finding.good or
                                        finding.cause == "busy"), finding

@@ -115,4 +115,9 @@ def test_glance_gives_the_diagnosis_of_the_gpus_holding_your_kernels(tmp_path) -
     [why] = body["diagnoses"]  # GPU 1 holds the kernel; GPU 0 is not the user's business
     assert why["index"] == 1 and why["label"] == "SIMULATED GPU 1"
     assert why["line"].startswith("SIMULATED GPU 1 ") and why["cause"] in CAUSES
+    # The sidebar's line: the device, the cause and at most one figure, short enough for
+    # a narrow sidebar; the whole line goes with it for the tooltip.
+    assert why["brief"].startswith("SIMULATED GPU 1: ") and len(why["brief"]) <= 60, why
+    assert len(why["brief"]) < len(why["line"]) and why["brief"].count(",") <= 1
+    assert body["reading_gpus"] is False  # no device would mean "no GPU", not "not yet"
     assert glance(DashboardSources(metrics))["diagnoses"] == []  # no kernels: none

@@ -1,33 +1,63 @@
 // HTML set in place (see apps/in_place.py). Pasted in front of the scripts that use it.
 
 // Make `target`'s children show `html`, touching only the text, attributes and elements
-// that differ from what is shown.
+// that differ from what is shown. An element with a data-key (a table row for one GPU, one
+// process) is matched by its key, not its position: a row inserted at the top is one
+// insertion, not a rewrite of every row below it.
 function morphInto(target, html) {
   const fresh = document.createElement("template");
   fresh.innerHTML = html;
   morphChildren(target, fresh.content);
 }
 
+function keyOf(node) {
+  return node.nodeType === Node.ELEMENT_NODE ? node.getAttribute("data-key") : null;
+}
+
+function morphNode(old, next) {
+  if (old.nodeType !== Node.ELEMENT_NODE) {
+    if (old.nodeValue !== next.nodeValue) old.nodeValue = next.nodeValue;
+    return;
+  }
+  for (const {name, value} of Array.from(next.attributes)) {
+    if (old.getAttribute(name) !== value) old.setAttribute(name, value);
+  }
+  for (const {name} of Array.from(old.attributes)) {
+    // A <details> the reader opened stays open: that attribute is theirs, not the page's.
+    if (name === "open" && old.nodeName === "DETAILS") continue;
+    if (!next.hasAttribute(name)) old.removeAttribute(name);
+  }
+  morphChildren(old, next);
+}
+
 function morphChildren(into, from) {
   const wanted = Array.from(from.childNodes);
-  while (into.childNodes.length > wanted.length) into.removeChild(into.lastChild);
+  const keyed = new Map();
+  for (const child of Array.from(into.childNodes)) {
+    const key = keyOf(child);
+    if (key !== null) keyed.set(key, child);
+  }
+  // Place each wanted node at its position: a kept keyed node (moved only if out of place),
+  // the node already there when neither has a key and they are of one kind, else a new one
+  // (moved out of the template, used once).
   wanted.forEach((next, i) => {
-    const old = into.childNodes[i];
-    if (!old) into.appendChild(next);  // moved out of the template, used once
-    else if (old.nodeType !== next.nodeType || old.nodeName !== next.nodeName) {
-      into.replaceChild(next, old);
-    } else if (old.nodeType !== Node.ELEMENT_NODE) {
-      if (old.nodeValue !== next.nodeValue) old.nodeValue = next.nodeValue;
+    const current = into.childNodes[i] || null;
+    const key = keyOf(next);
+    const kept = key !== null ? keyed.get(key) : undefined;
+    if (kept) {
+      keyed.delete(key);
+      if (kept !== current) into.insertBefore(kept, current);
+      morphNode(kept, next);
+    } else if (current && key === null && keyOf(current) === null &&
+               current.nodeType === next.nodeType && current.nodeName === next.nodeName) {
+      morphNode(current, next);
+    } else if (current && key === null && keyOf(current) === null) {
+      into.replaceChild(next, current);
     } else {
-      for (const {name, value} of Array.from(next.attributes)) {
-        if (old.getAttribute(name) !== value) old.setAttribute(name, value);
-      }
-      for (const {name} of Array.from(old.attributes)) {
-        if (!next.hasAttribute(name)) old.removeAttribute(name);
-      }
-      morphChildren(old, next);
+      into.insertBefore(next, current);
     }
   });
+  while (into.childNodes.length > wanted.length) into.removeChild(into.lastChild);
 }
 
 // The rendered view of a model on this page (BokehJS keeps the root views in Bokeh.index).

@@ -33,8 +33,12 @@ from bokeh.models import (
 
 from .in_place import IN_PLACE_JS
 
+# The data socket, open only while the page is shown; the overview at / uses it too.
+STREAM_CLIENT_JS = (Path(__file__).with_name("stream_client.js")).read_text()
+
 # in_place.js first: the client finds the legends' Divs with its viewOf.
-CLIENT_JS = IN_PLACE_JS + (Path(__file__).with_name("live_client.js")).read_text()
+CLIENT_JS = IN_PLACE_JS + STREAM_CLIENT_JS + \
+    (Path(__file__).with_name("live_client.js")).read_text()
 
 # A repaint of a page's canvases is most of what a visible page costs (BokehJS redraws every
 # plot of the shared source, axes and text included, in software on many desktops): at the

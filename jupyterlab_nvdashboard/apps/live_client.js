@@ -1,6 +1,6 @@
 // The page's live-data client (see apps/live.py). Runs once, as a CustomJS, when the
 // document is ready. In scope: source, x_range, following, headings, picker, spec, lines,
-// gpu_filter, panels; and viewOf, from in_place.js before it.
+// gpu_filter, panels; viewOf, from in_place.js, and openStream, from stream_client.js, before it.
 // Frames: see stream/frames.py. Columns are little-endian float64, as in every browser.
 const live = {
   seq: -1, frames: 0, resets: 0, rows: 0, connects: 0, hidden: false, parentHidden: false,
@@ -217,7 +217,7 @@ function apply(buffer) {
   if (!header.reset && header.after !== live.seq) {
     // Not the continuation of what is drawn: start over from the whole window.
     live.seq = -1;
-    reconnect();
+    stream.reconnect();
     return;
   }
   if (spec.mode === "replace" || header.reset || !pending) {
@@ -233,66 +233,13 @@ function apply(buffer) {
   schedule();
 }
 
-function connect() {
-  if (live.socket || live.hidden) return;
-  const socket = new WebSocket(streamUrl());
-  socket.binaryType = "arraybuffer";
-  live.socket = socket;
-  live.connects++;
-  socket.onmessage = (event) => apply(event.data);
-  socket.onclose = (event) => {
-    if (live.socket !== socket) return;
-    live.socket = null;
-    if (event.code === 4000) { window.location.reload(); return; }  // the layout changed
-    setTimeout(connect, live.retryMs);
-    live.retryMs = Math.min(10000, live.retryMs * 2);
-  };
-}
-
-function disconnect() {
-  const socket = live.socket;
-  live.socket = null;
-  if (socket) socket.close();
-}
-
-function reconnect() {
-  disconnect();
-  connect();
-}
-
-// A hidden page applies nothing: a background browser tab or minimized window
-// (document.hidden), a JupyterLab tab in the background or a collapsed panel (the
-// extension says so by postMessage; a display:none frame also has no size).
-function updateVisibility() {
-  const hidden = document.hidden || live.parentHidden ||
-    window.innerWidth === 0 || window.innerHeight === 0;
-  if (hidden === live.hidden) return;
-  live.hidden = hidden;
-  if (hidden) disconnect(); else connect();
-}
-document.addEventListener("visibilitychange", updateVisibility);
-window.addEventListener("resize", updateVisibility);
-window.addEventListener("message", (event) => {
-  const message = event.data;
-  if (event.source !== window.parent || event.origin !== window.location.origin) return;
-  if (!message || message.type !== "nvdashboard:visibility") return;
-  live.parentHidden = !message.visible;
-  updateVisibility();
-});
-// Ask the JupyterLab tab whether it is shown: a message it sent before this page's script
-// ran (a background tab's "hidden") would otherwise be lost. Outside JupyterLab there is
-// no parent to answer, and the page stays as it is.
-if (window.parent !== window) {
-  window.parent.postMessage({ type: "nvdashboard:visibility-request" }, window.location.origin);
-}
-
 if (picker) {
   picker.properties.active.change.connect(() => {
     live.window = spec.windows[picker.active];
     live.seq = -1;
     live.following = true;
     pending = null;
-    reconnect();
+    stream.reconnect();
   });
 }
 
@@ -339,5 +286,5 @@ if (lines && Object.keys(lines).length) {
   });
 }
 
-updateVisibility();
-connect();
+// Last: every handler above is in place before the first frame can arrive.
+const stream = openStream(live, streamUrl, apply);

@@ -34,7 +34,7 @@ from ..stream.frames import Rows
 from .activity import without_gpm
 from .components import NOT_AVAILABLE, format_memory, gpu_color
 from .in_place import IN_PLACE_JS
-from .live import LiveView
+from .live import STREAM_CLIENT_JS, LiveView
 from .processes import ANOTHER_CONTAINER, ProcessRow, newest_family, process_rows
 from .sources import DashboardSources
 
@@ -60,6 +60,8 @@ STYLE = """<style>
 .nvo td { padding: 3px 6px; vertical-align: top; overflow: hidden; text-overflow: ellipsis; }
 .nvo tr.main td { border-top: 1px solid rgba(128,128,128,.35); }
 .nvo tr.diag td { padding-top: 0; font-size: 12px; opacity: .85; white-space: normal; }
+.nvo details.dx summary { cursor: pointer; white-space: nowrap; overflow: hidden;
+                          text-overflow: ellipsis; }
 .nvo tr.mig td.gpu { padding-left: 1.4em; }
 .nvo .name { font-size: 12px; opacity: .8; white-space: nowrap; }
 .nvo .bar { position: relative; height: 14px; background: rgba(128,128,128,.18);
@@ -301,6 +303,23 @@ def _links_cell(row: DeviceRow, routes: dict[str, str], prefix: str) -> str:
                    f"{_esc(short)}</a>" for path, short in GPU_LINKS if path in routes)
 
 
+def _diagnosis_cell(row: DeviceRow) -> str:
+    """The cause and one figure on one line; the whole finding and what to try a click
+    away (the page keeps an opened one open across updates)."""
+    if row.lost:
+        brief = f"{row.facts.label}: {LOST}"
+        details = f"{brief}. The other GPUs carry on; it is retried."
+    elif row.diagnosis is not None:
+        brief, details = row.diagnosis.brief(), row.diagnosis.line()
+        advice = row.diagnosis.advice_line()
+        if advice:
+            details = f"{details}; {advice}"
+    else:
+        return ""
+    return (f"<details class='dx'><summary>{_esc(brief)}</summary>{_esc(details)}"
+            "</details>")
+
+
 def overview_html(sources: DashboardSources, routes: dict[str, str],
                   link_prefix: str = "", overview: Overview | None = None) -> str:
     """The overview table as HTML. Its dashboard links are relative to the page (``/`` and
@@ -316,17 +335,17 @@ def overview_html(sources: DashboardSources, routes: dict[str, str],
         lost = " lost" if row.lost else ""
         cells = (_gpu_cell(row), _util_cell(row), _memory_cell(row), _temp_cell(row),
                  _power_cell(row), _clock_cell(row), _procs_cell(row))
-        body.append(f"<tr class='main {kind}{lost}' data-row='{row.facts.index}'"
+        # Rows are keyed, so the page's morph moves them rather than rewrites them.
+        body.append(f"<tr class='main {kind}{lost}' data-key='gpu-{row.facts.index}' "
+                    f"data-row='{row.facts.index}'"
                     f"{' data-busiest' if row.busiest else ''}>"
                     + "".join(f"<td class='{key}'>{cell}</td>"
                               for (key, _, _), cell in zip(COLUMNS, cells, strict=True))
                     + "</tr>")
-        line = row.diagnosis.line() if row.diagnosis is not None else ""
-        if row.lost:
-            line = f"{row.facts.label}: {LOST}. The other GPUs carry on; it is retried."
         links = _links_cell(row, routes, link_prefix)
-        body.append(f"<tr class='diag {kind}{lost}'><td class='links'>{links}</td>"
-                    f"<td colspan='{len(COLUMNS) - 1}'>{_esc(line)}</td></tr>")
+        body.append(f"<tr class='diag {kind}{lost}' data-key='dx-{row.facts.index}'>"
+                    f"<td class='links'>{links}</td>"
+                    f"<td colspan='{len(COLUMNS) - 1}'>{_diagnosis_cell(row)}</td></tr>")
     empty = "" if overview.any_process else f"<p class='empty'>{_esc(NO_PROCESSES)}.</p>"
     stamp = time.strftime("%H:%M:%S")
     return (f"{STYLE}<div class='nvo'><table><thead><tr>{head}</tr></thead>"
@@ -376,16 +395,19 @@ class OverviewView:
 
 
 # The overview at ``/``: the same stream, without BokehJS. A frame is the header of
-# ``stream/frames.py`` (the table is its one text cell); the socket closes while the page is
-# hidden and opens again, from the whole picture, when it is shown.
+# ``stream/frames.py`` (the table is its one text cell). The socket is the dashboards' own
+# (stream_client.js): closed while the page is hidden (a background browser tab, a background
+# JupyterLab tab, a frame with no size) and opened again, from the whole picture, when shown.
 ROOT_SCRIPT = """
 (() => {
-""" + IN_PLACE_JS + """
+""" + IN_PLACE_JS + STREAM_CLIENT_JS + """
   const box = document.getElementById("overview");
   let shown = box.innerHTML;
   const loc = window.location;
   const theme = new URLSearchParams(loc.search).get("theme");
-  let socket = null, retry = 500;
+  const live = window.nvdashboardLive = {
+    socket: null, hidden: false, parentHidden: false, retryMs: 500, connects: 0, frames: 0,
+  };
   function url() {
     const params = new URLSearchParams({since: "-1"});
     const token = new URLSearchParams(loc.search).get("token");
@@ -394,37 +416,23 @@ ROOT_SCRIPT = """
     const base = loc.pathname.replace(/\\/+$/, "");
     return `${scheme}//${loc.host}${base}/GPU-Overview/stream?${params}`;
   }
-  function connect() {
-    if (socket || document.hidden) return;
-    const ws = socket = new WebSocket(url());
-    ws.binaryType = "arraybuffer";
-    ws.onmessage = (event) => {
-      const view = new DataView(event.data);
-      const length = view.getUint32(4, true);
-      const header = JSON.parse(new TextDecoder().decode(new Uint8Array(event.data, 8, length)));
-      const text = ((header.text || {}).html || [])[0];
-      if (text !== undefined && text !== shown) {
-        morphInto(box, text);
-        shown = text;
-      }
-      retry = 500;
-    };
-    ws.onclose = () => {
-      if (socket !== ws) return;
-      socket = null;
-      setTimeout(connect, retry);
-      retry = Math.min(10000, retry * 2);
-    };
+  function onFrame(buffer) {
+    const view = new DataView(buffer);
+    const length = view.getUint32(4, true);
+    const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buffer, 8, length)));
+    const text = ((header.text || {}).html || [])[0];
+    if (text !== undefined && text !== shown) {
+      morphInto(box, text);
+      shown = text;
+    }
+    live.frames++;
+    live.retryMs = 500;
   }
-  document.addEventListener("visibilitychange", () => {
-    if (document.hidden && socket) { const ws = socket; socket = null; ws.close(); }
-    else connect();
-  });
   if (theme) document.addEventListener("click", (event) => {
     const link = event.target.closest && event.target.closest("a[href]");
     if (link && !link.href.includes("?")) link.href += `?theme=${encodeURIComponent(theme)}`;
   }, true);
-  connect();
+  openStream(live, url, onFrame);
 })();
 """
 

@@ -41,6 +41,7 @@ from .components import (
     format_pct,
     gpu_label,
 )
+from .document import gpus_being_read
 from .live import LiveView
 
 if TYPE_CHECKING:
@@ -428,13 +429,15 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
         if row.gpu not in kernel["devices"]:
             kernel["devices"].append(row.gpu)
     # Why the GPUs that hold the user's own kernels are slow (the shared cache: cheap).
-    diagnoses = [{"index": d.row, "label": d.label, "cause": d.cause, "line": d.line(),
-                  "advice": d.first.advice}
+    diagnoses = [{"index": d.row, "label": d.label, "cause": d.cause, "brief": d.brief(),
+                  "line": d.line(), "advice": d.first.advice}
                  for d in sources.diagnoses.current() if d.row in kernel_rows] \
         if kernel_rows else []
     return {"time": latest.time_s if latest else None, "devices": devices,
             "kernels": sorted(kernels.values(), key=lambda k: -k["memory_bytes"]),
-            "diagnoses": diagnoses, "user": current_user()}
+            "diagnoses": diagnoses, "user": current_user(),
+            # No device yet may mean "still reading" (ask again soon) or "no GPU" (don't).
+            "reading_gpus": gpus_being_read(metrics)}
 
 
 def processes_json(sources: DashboardSources) -> dict[str, Any]:

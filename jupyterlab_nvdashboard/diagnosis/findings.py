@@ -131,6 +131,20 @@ class Diagnosis:
     def cause(self) -> str:
         return self.first.cause
 
+    def brief(self) -> str:
+        """The first finding in a few words for a narrow place (the sidebar, the overview):
+        the device, the cause and its first known figure, ``GPU 0: starved, utilization
+        12%``. :meth:`line` has the rest."""
+        first = self.first
+        # A title may go on after a colon or a semicolon ("throttled: hardware thermal
+        # slowdown ...", "busy; whether the SMs are full cannot be told"): the cause is what
+        # comes before it.
+        cause = first.title.replace(";", ":").split(":", 1)[0]
+        figure = next((f for f in first.figures if f.value is not None), None)
+        if figure is not None and not first.words:
+            cause = f"{cause}, {figure.value_text()}"
+        return f"{self.label}: {cause}"
+
     def line(self) -> str:
         """The first finding as one line, naming the device: the verdict."""
         return f"{self.label} {self.first.summary()}"

@@ -1,4 +1,6 @@
 /** Test doubles shared by the specs. */
+import { MessageLoop } from '@lumino/messaging';
+
 import { IDashboardFetcher } from '../tokens';
 
 export type Answer = unknown | Error;
@@ -57,4 +59,34 @@ export async function waitFor(
     }
     await new Promise(resolve => setTimeout(resolve, 5));
   }
+}
+
+/**
+ * What a live region says from now on: its text at each change (what a
+ * screen reader would announce). `await` a microtask before reading.
+ */
+export function announcements(live: Node): {
+  said: string[];
+  stop: () => void;
+} {
+  const said: string[] = [];
+  const observer = new MutationObserver(() =>
+    said.push(live.textContent ?? '')
+  );
+  observer.observe(live, {
+    childList: true,
+    characterData: true,
+    subtree: true
+  });
+  return { said, stop: () => observer.disconnect() };
+}
+
+/**
+ * Await `promise`, then run the views' pending updates (Lumino draws a
+ * widget at the next animation frame; a test looks right away).
+ */
+export async function settled<T>(promise: Promise<T>): Promise<T> {
+  const value = await promise;
+  MessageLoop.flush();
+  return value;
 }

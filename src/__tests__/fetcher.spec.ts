@@ -76,4 +76,19 @@ describe('the server fetcher', () => {
     expect((error as FetchError).status).toBe(599);
     expect(isStartingError(error)).toBe(true);
   });
+
+  it('reads a dropped connection as "not answering", not as a bug', async () => {
+    // ServerConnection wraps it in a NetworkError, whose name is TypeError.
+    const settings = ServerConnection.makeSettings({
+      baseUrl: 'http://localhost/user/alice/',
+      Request: FakeRequest as unknown as typeof Request,
+      fetch: (() =>
+        Promise.reject(
+          new TypeError('The network connection was lost.')
+        )) as unknown as typeof fetch
+    });
+    const error = await fetchGlance(settings).catch(e => e);
+    expect(isStartingError(error)).toBe(true);
+    expect((error as Error).message).toBe('The network connection was lost.');
+  });
 });

@@ -1,20 +1,24 @@
 import { TranslationBundle } from '@jupyterlab/translation';
+import { MessageLoop } from '@lumino/messaging';
 import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
 import {
   busiestDevice,
   DIAGNOSIS_CLASS,
-  GlanceModel,
-  GlancePanel,
-  GlanceStatusItem,
   IGlanceState,
   KERNEL_ROW_CLASS,
   parseGlance,
   statusText,
   statusTooltip
 } from '../glance';
-import { waitFor } from './fakes';
+import { GlanceModel } from '../glanceModel';
+import { GlancePanel } from '../glancePanel';
+import { GlanceStatusItem } from '../statusItem';
+import { FetchError } from '../model';
+import { announcements, settled, waitFor } from './fakes';
+
+const GIB = 2 ** 30;
 
 const GLANCE = {
   devices: [
@@ -23,8 +27,8 @@ const GLANCE = {
       label: 'GPU 0',
       kind: 'gpu',
       utilization_pct: 40,
-      memory_used_bytes: 20e9,
-      memory_total_bytes: 80e9
+      memory_used_bytes: 20 * GIB,
+      memory_total_bytes: 80 * GIB
     },
     {
       index: 1,
@@ -32,14 +36,14 @@ const GLANCE = {
       kind: 'gpu',
       utilization_pct: 80,
       memory_used_bytes: null,
-      memory_total_bytes: 80e9
+      memory_total_bytes: 80 * GIB
     }
   ],
   kernels: [
     {
       kernel_id: 'k1',
       path: 'work/a.ipynb',
-      memory_bytes: 3e9,
+      memory_bytes: 3 * GIB,
       memory_known: true,
       devices: ['GPU 0']
     }
@@ -53,7 +57,7 @@ const TWO_KERNELS = {
     {
       kernel_id: 'k2',
       path: 'work/b.ipynb',
-      memory_bytes: 5e9,
+      memory_bytes: 5 * GIB,
       memory_known: true,
       devices: ['GPU 1']
     }
@@ -103,6 +107,17 @@ function panelFor(
   return panel;
 }
 
+/** A shown panel over a model that has answered once. */
+async function shownPanel(
+  answers: unknown[],
+  options: Partial<GlancePanel.IOptions> = {}
+): Promise<{ m: GlanceModel; panel: GlancePanel; close: () => void }> {
+  const m = model(answers);
+  const panel = panelFor(m, options);
+  await settled(m.refresh());
+  return { m, panel, close: () => (panel.dispose(), m.dispose()) };
+}
+
 function stopButton(panel: GlancePanel, id = 'k1'): HTMLButtonElement {
   return panel.node.querySelector(
     `[data-kernel-id="${id}"] .nvdashboard-kernel-shutdown`
@@ -120,7 +135,8 @@ describe('parseGlance', () => {
     expect(parseGlance('junk')).toEqual({
       devices: [],
       kernels: [],
-      diagnoses: []
+      diagnoses: [],
+      reading_gpus: false
     });
   });
 
@@ -137,12 +153,16 @@ describe('statusText', () => {
     const glance = {
       devices: [
         { ...GLANCE.devices[0], utilization_pct: 5 },
-        { ...GLANCE.devices[1], utilization_pct: 100, memory_used_bytes: 70e9 },
+        {
+          ...GLANCE.devices[1],
+          utilization_pct: 100,
+          memory_used_bytes: 70 * GIB
+        },
         { ...GLANCE.devices[0], index: 2, label: 'GPU 2', utilization_pct: 0 }
       ]
     };
     // A mean would read 35%, hiding a GPU that is full.
-    expect(statusText(ok(glance))).toBe('GPU 1 100% · 70 GB/80 GB');
+    expect(statusText(ok(glance))).toBe('GPU 1 100% · 70.0 GiB of 80.0 GiB');
     expect(busiestDevice(parseGlance(glance))?.label).toBe('GPU 1');
     expect(statusText(null)).toBe('GPU –');
   });
@@ -171,8 +191,10 @@ describe('statusText', () => {
 
   it('has a tooltip line per GPU', () => {
     const tooltip = statusTooltip(ok(GLANCE)).split('\n');
-    expect(tooltip).toContain('GPU 0: 40% utilization, 20 GB of 80 GB memory');
-    expect(tooltip).toContain('GPU 1: 80% utilization, n/a of 80 GB memory');
+    expect(tooltip).toContain(
+      'GPU 0: 40% utilization, 20.0 GiB of 80.0 GiB memory'
+    );
+    expect(tooltip).toContain('GPU 1: 80% utilization, n/a of 80.0 GiB memory');
   });
 });
 
@@ -183,6 +205,7 @@ const WHY = {
       index: 0,
       label: 'GPU 0',
       cause: 'launch-bound',
+      brief: 'GPU 0: launch- or latency-bound, utilization 98%',
       line: 'GPU 0 launch- or latency-bound: utilization 98%, SM activity 12% over 60 samples and 12 GPM readings (GPM counters)',
       advice: 'launch fewer, bigger kernels: CUDA Graphs'
     },
@@ -212,7 +235,7 @@ describe('diagnoses of the GPUs holding your kernels', () => {
       model: m,
       onActivate: () => undefined
     });
-    await m.refresh();
+    await settled(m.refresh());
     const lines = panel.node.querySelectorAll(`.${DIAGNOSIS_CLASS} li`);
     expect(lines.length).toBe(1);
     expect((lines[0] as HTMLElement).dataset.cause).toBe('launch-bound');
@@ -230,7 +253,7 @@ describe('GlanceStatusItem', () => {
     let opened = 0;
     const item = new GlanceStatusItem({ model: m, onActivate: () => opened++ });
     expect(item.node.textContent).toBe('GPU –');
-    await m.refresh();
+    await settled(m.refresh());
     expect(item.node.textContent).toBe('GPU 1 80% · memory n/a');
     item.node.click();
     for (const key of ['Enter', ' ', 'a']) {
@@ -264,9 +287,9 @@ describe('GlanceStatusItem', () => {
     let changes = 0;
     item.activeStateChanged.connect(() => changes++);
     expect(item.isActive()).toBe(false);
-    await m.refresh();
+    await settled(m.refresh());
     expect(item.isActive()).toBe(false); // no GPU on this machine
-    await m.refresh();
+    await settled(m.refresh());
     expect(item.isActive()).toBe(true);
     item.enabled = false;
     expect(item.isActive()).toBe(false);
@@ -280,7 +303,7 @@ describe('GlanceStatusItem', () => {
       model: m,
       onActivate: () => undefined
     });
-    await m.refresh();
+    await settled(m.refresh());
     item.figure = 'each';
     expect(item.node.textContent).toBe('GPU 40% 80%');
     m.dispose();
@@ -298,10 +321,10 @@ describe('stale and unreachable', () => {
       model: m,
       onActivate: () => undefined
     });
-    await m.refresh();
+    await settled(m.refresh());
     expect(item.node.textContent).not.toContain('stale');
     now += 7000;
-    await expect(m.refresh()).rejects.toThrow('Failed to fetch');
+    expect(await settled(m.refresh())).toBe('retry');
     expect(m.stale).toBe(true);
     expect(item.node.textContent).toBe(
       'GPU 1 80% · memory n/a · stale, read 7 s ago'
@@ -314,12 +337,14 @@ describe('stale and unreachable', () => {
       '.nvdashboard-stale'
     ) as HTMLElement;
     expect(banner.hidden).toBe(false);
-    expect(banner.getAttribute('role')).toBe('status');
+    expect(banner.querySelector('[role=status]')?.textContent).toContain(
+      'stale'
+    );
     expect(banner.textContent).toContain('stale, read 7 s ago');
     expect(panel.hasClass('nvdashboard-mod-stale')).toBe(true);
     // The age keeps counting on the next failure.
     now += 5000;
-    await expect(m.refresh()).rejects.toThrow();
+    expect(await settled(m.refresh())).toBe('retry');
     expect(banner.textContent).toContain('read 12 s ago');
     panel.dispose();
     m.dispose();
@@ -332,7 +357,7 @@ describe('stale and unreachable', () => {
       model: m,
       onActivate: () => undefined
     });
-    await expect(m.refresh()).rejects.toThrow();
+    expect(await settled(m.refresh())).toBe('retry');
     expect(item.node.textContent).toBe('GPU: server unreachable');
     expect(panel.node.textContent).toContain('server unreachable');
     panel.dispose();
@@ -354,8 +379,9 @@ describe('stale and unreachable', () => {
         standby: 'never',
         autoStart: true
       });
+      m.use('test', true);
       const ticks: Array<[string, number]> = [];
-      m.poll.ticked.connect((_, state) => {
+      m.poller.poll.ticked.connect((_, state) => {
         ticks.push([state.phase, state.interval]);
       });
       await waitFor(() => ticks.some(([phase]) => phase === 'reconnected'));
@@ -375,10 +401,10 @@ describe('render discipline', () => {
     const m = model([GLANCE, GLANCE, TWO_KERNELS]);
     let emitted = 0;
     m.changed.connect(() => emitted++);
-    await m.refresh();
-    await m.refresh();
+    await settled(m.refresh());
+    await settled(m.refresh());
     expect(emitted).toBe(1);
-    await m.refresh();
+    await settled(m.refresh());
     expect(emitted).toBe(2);
     m.dispose();
   });
@@ -387,35 +413,48 @@ describe('render discipline', () => {
     const changed = {
       ...TWO_KERNELS,
       kernels: [
-        { ...TWO_KERNELS.kernels[0], memory_bytes: 4e9 },
+        { ...TWO_KERNELS.kernels[0], memory_bytes: 4 * GIB },
         TWO_KERNELS.kernels[1]
       ]
     };
     const m = model([TWO_KERNELS, TWO_KERNELS, changed]);
     const panel = panelFor(m);
-    await m.refresh();
+    await settled(m.refresh());
     const button = stopButton(panel, 'k2');
     button.focus();
     expect(document.activeElement).toBe(button);
     const renders = panel.renderCount;
-    await m.refresh(); // identical
+    await settled(m.refresh()); // identical
     expect(panel.renderCount).toBe(renders);
-    await m.refresh(); // k1's memory changed
+    await settled(m.refresh()); // k1's memory changed
     expect(panel.renderCount).toBe(renders + 1);
     expect(stopButton(panel, 'k2')).toBe(button);
     expect(document.activeElement).toBe(button);
-    expect(panel.node.textContent).toContain('4 GB on GPU 0');
+    expect(panel.node.textContent).toContain('4.0 GiB on GPU 0');
     panel.dispose();
     m.dispose();
+  });
+
+  it('draws once for the changes made in one go', async () => {
+    const { panel, close } = await shownPanel([GLANCE]);
+    const renders = panel.renderCount;
+    // A reading, the local kernels and a shutdown's state, all at once.
+    panel.invalidate();
+    panel.invalidate();
+    panel.invalidate();
+    expect(panel.renderCount).toBe(renders);
+    MessageLoop.flush();
+    expect(panel.renderCount).toBe(renders + 1);
+    close();
   });
 
   it('draws nothing while hidden and catches up when shown', async () => {
     const m = model([GLANCE, TWO_KERNELS]);
     const panel = panelFor(m);
-    await m.refresh();
+    await settled(m.refresh());
     panel.hide();
     const renders = panel.renderCount;
-    await m.refresh();
+    await settled(m.refresh());
     expect(panel.renderCount).toBe(renders);
     expect(panel.node.querySelectorAll(`.${KERNEL_ROW_CLASS}`).length).toBe(1);
     panel.show();
@@ -452,9 +491,10 @@ describe('render discipline', () => {
       standby: 'never',
       autoStart: true
     });
+    m.use('test', true);
     await waitFor(() => m.calls === 1);
     m.interval = 10;
-    expect(m.poll.frequency.interval).toBe(10);
+    expect(m.poller.poll.frequency.interval).toBe(10);
     await waitFor(() => m.calls >= 4);
     m.dispose();
   });
@@ -464,7 +504,7 @@ describe('GlancePanel', () => {
   it('puts "Your GPU kernels" first, as a heading, then one meter pair per device', async () => {
     const m = model([GLANCE]);
     const panel = panelFor(m);
-    await m.refresh();
+    await settled(m.refresh());
     const headings = Array.from(panel.node.querySelectorAll('h3')).filter(
       h => !h.hidden
     );
@@ -485,15 +525,17 @@ describe('GlancePanel', () => {
     expect(meters[0].getAttribute('aria-valuemin')).toBe('0');
     expect(meters[0].getAttribute('aria-valuemax')).toBe('100');
     expect(meters[0].getAttribute('aria-label')).toBe('GPU 0 utilization');
-    expect(meters[1].getAttribute('aria-valuetext')).toBe('20 GB / 80 GB');
+    expect(meters[1].getAttribute('aria-valuetext')).toBe(
+      '20.0 GiB of 80.0 GiB'
+    );
     expect(meters[3].hasAttribute('aria-valuenow')).toBe(false); // not available
-    expect(meters[3].getAttribute('aria-valuetext')).toBe('n/a / 80 GB');
+    expect(meters[3].getAttribute('aria-valuetext')).toBe('n/a of 80.0 GiB');
     // What fits on the bar: the used memory; the total is in its name and tooltip.
-    expect(meters[1].textContent).toBe('20 GB');
+    expect(meters[1].textContent).toBe('20.0 GiB');
     const rows = panel.node.querySelectorAll(`.${KERNEL_ROW_CLASS}`);
     expect(rows.length).toBe(1);
     expect(rows[0].textContent).toContain('work/a.ipynb');
-    expect(rows[0].textContent).toContain('3 GB on GPU 0');
+    expect(rows[0].textContent).toContain('3.0 GiB on GPU 0');
     panel.dispose();
     m.dispose();
   });
@@ -501,7 +543,7 @@ describe('GlancePanel', () => {
   it('gives every button a name of its own', async () => {
     const m = model([TWO_KERNELS]);
     const panel = panelFor(m);
-    await m.refresh();
+    await settled(m.refresh());
     const names = Array.from(panel.node.querySelectorAll('button')).map(b =>
       b.getAttribute('aria-label')
     );
@@ -527,11 +569,11 @@ describe('GlancePanel', () => {
         return Promise.resolve();
       }
     });
-    await m.refresh();
+    await settled(m.refresh());
     stopButton(panel).click();
     await new Promise(resolve => setTimeout(resolve, 10));
     expect(stopped).toEqual([]); // declined
-    await m.refresh();
+    await settled(m.refresh());
     answer = true;
     stopButton(panel).click();
     await waitFor(() => stopped.length === 1 && m.calls === 3);
@@ -553,7 +595,7 @@ describe('GlancePanel', () => {
         errors.push([title, error]);
       }
     });
-    await m.refresh();
+    await settled(m.refresh());
     stopButton(panel).click();
     await waitFor(() => errors.length === 1);
     expect(errors[0]).toEqual([
@@ -574,7 +616,7 @@ describe('GlancePanel', () => {
       isLocalKernel: id => local.has(id),
       localKernelsChanged: changed
     });
-    await m.refresh();
+    await settled(m.refresh());
     expect(stopButton(panel, 'k1').hidden).toBe(true);
     expect(
       panel.node.querySelector('[data-kernel-id="k1"]')!.textContent
@@ -582,6 +624,7 @@ describe('GlancePanel', () => {
     expect(stopButton(panel, 'k2').hidden).toBe(false);
     local.add('k1');
     changed.emit();
+    MessageLoop.flush(); // drawn at the next frame
     expect(stopButton(panel, 'k1').hidden).toBe(false);
     panel.dispose();
     m.dispose();
@@ -596,10 +639,180 @@ describe('GlancePanel', () => {
     } as unknown as TranslationBundle;
     const m = model([GLANCE]);
     const panel = panelFor(m, { trans: bundle });
-    await m.refresh();
+    await settled(m.refresh());
     expect(panel.node.textContent).toContain('«Your GPU kernels»');
     expect(panel.node.textContent).toContain('«Shut down»');
     panel.dispose();
+    m.dispose();
+  });
+
+  it('gives each GPU one short line, the whole finding on hover and a click away', async () => {
+    const { panel, close } = await shownPanel([WHY]);
+    const brief = panel.node.querySelector(
+      `.${DIAGNOSIS_CLASS} summary`
+    ) as HTMLElement;
+    expect(brief.textContent).toBe(
+      'GPU 0: launch- or latency-bound, utilization 98%'
+    );
+    expect(brief.title).toContain('SM activity 12% over 60 samples');
+    expect(brief.title).toContain('Try: launch fewer, bigger kernels');
+    const details = brief.parentElement as HTMLDetailsElement;
+    expect(details.tagName).toBe('DETAILS');
+    expect(details.open).toBe(false);
+    expect(details.textContent).toContain('GPM counters');
+    close();
+  });
+
+  it('moves the keyboard to the next row when a kernel is shut down', async () => {
+    const three = {
+      ...TWO_KERNELS,
+      kernels: [
+        ...TWO_KERNELS.kernels,
+        { ...TWO_KERNELS.kernels[1], kernel_id: 'k3', path: 'work/c.ipynb' }
+      ]
+    };
+    const after = {
+      ...three,
+      kernels: three.kernels.filter(k => k.kernel_id !== 'k2')
+    };
+    const m = model([three, after]);
+    const panel = panelFor(m, {
+      // The dialog takes the keyboard, as JupyterLab's does.
+      confirm: () => {
+        (document.activeElement as HTMLElement | null)?.blur();
+        return Promise.resolve(true);
+      }
+    });
+    await settled(m.refresh());
+    const button = stopButton(panel, 'k2');
+    button.focus();
+    button.click();
+    await waitFor(
+      () => panel.node.querySelector('[data-kernel-id="k2"]') === null
+    );
+    expect(document.activeElement).toBe(stopButton(panel, 'k3'));
+    panel.dispose();
+    m.dispose();
+  });
+});
+
+describe('live regions', () => {
+  it('speak when readings go stale, not at every failed poll', async () => {
+    let now = 1_000_000;
+    const failed = new TypeError('Failed to fetch');
+    const m = model([GLANCE, failed, failed, failed, GLANCE], {
+      now: () => now
+    });
+    const panel = panelFor(m);
+    await settled(m.refresh());
+    const live = panel.node.querySelector(
+      '.nvdashboard-stale [role=status]'
+    ) as HTMLElement;
+    const { said, stop } = announcements(live);
+    for (let i = 0; i < 3; i++) {
+      now += 2000;
+      await settled(m.refresh());
+    }
+    await Promise.resolve(); // MutationObserver callbacks are microtasks
+    expect(said.length).toBe(1); // once, when they went stale
+    expect(panel.node.textContent).toContain('read 6 s ago'); // the age still counts
+    now += 2000;
+    await settled(m.refresh());
+    await Promise.resolve();
+    expect(said.length).toBe(2); // and once when the server answers again
+    stop();
+    panel.dispose();
+    m.dispose();
+  });
+});
+
+describe('the glance poll runs only while something shows it', () => {
+  function counting(answer: unknown): {
+    m: GlanceModel;
+    calls: () => number;
+  } {
+    let calls = 0;
+    const m = new GlanceModel({
+      fetch: () => {
+        calls++;
+        return answer instanceof Error
+          ? Promise.reject(answer)
+          : Promise.resolve(answer);
+      },
+      interval: 10,
+      standby: 'never'
+    });
+    return { m, calls: () => calls };
+  }
+
+  it('asks nothing with the status item off and the sidebar closed', async () => {
+    const { m, calls } = counting(GLANCE);
+    const item = new GlanceStatusItem({
+      model: m,
+      onActivate: () => undefined,
+      enabled: false
+    });
+    const panel = new GlancePanel({
+      model: m,
+      confirm: () => Promise.resolve(true),
+      shutdownKernel: () => Promise.resolve()
+    }); // built, never shown: the sidebar is closed
+    await new Promise(resolve => setTimeout(resolve, 100));
+    expect(calls()).toBe(0);
+    // Shown: it polls; hidden again: it stops.
+    Widget.attach(panel, document.body);
+    await waitFor(() => calls() >= 2);
+    panel.hide();
+    await new Promise(resolve => setTimeout(resolve, 30));
+    const stopped = calls();
+    await new Promise(resolve => setTimeout(resolve, 100));
+    expect(calls()).toBeLessThanOrEqual(stopped + 1);
+    // The status item turned on: it polls again.
+    item.enabled = true;
+    await waitFor(() => calls() >= stopped + 3);
+    item.dispose();
+    panel.dispose();
+    m.dispose();
+  });
+
+  it('waits longer each time on a 404, and on a machine with no GPU stops for the status item', async () => {
+    for (const answer of [
+      new FetchError(404, 'GET glance.json answered 404 Not Found'),
+      { devices: [], reading_gpus: false }
+    ]) {
+      const { m, calls } = counting(answer);
+      const waits: number[] = [];
+      m.poller.poll.ticked.connect((_, state) => {
+        if (state.phase !== 'started') {
+          waits.push(state.interval);
+        }
+      });
+      m.use('sidebar', true);
+      await waitFor(() => waits.length >= 4);
+      // The interval, then twice as long each time.
+      expect(waits.slice(0, 4)).toEqual([10, 20, 40, 80]);
+      expect(m.poller.poll.frequency.max).toBeGreaterThanOrEqual(60_000);
+      m.use('sidebar', false);
+      const item = new GlanceStatusItem({
+        model: m,
+        onActivate: () => undefined
+      });
+      // Nothing to show and nothing that will change by itself: the item
+      // does not keep the poll (and the dashboard server) awake.
+      expect(item.needsGlance).toBe(false);
+      expect(m.poller.running).toBe(false);
+      const before = calls();
+      await new Promise(resolve => setTimeout(resolve, 100));
+      expect(calls()).toBeLessThanOrEqual(before + 1);
+      item.dispose();
+      m.dispose();
+    }
+  });
+
+  it('asks again soon while the server is still reading its GPUs', async () => {
+    const m = model([{ devices: [], reading_gpus: true }]);
+    expect(await settled(m.refresh())).toBe('retry');
+    expect(m.stuck).toBe(false);
     m.dispose();
   });
 });

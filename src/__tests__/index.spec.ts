@@ -3,7 +3,8 @@ import { CommandRegistry } from '@lumino/commands';
 import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { GlancePanel, GlanceStatusItem } from '../glance';
+import { GlancePanel } from '../glancePanel';
+import { GlanceStatusItem } from '../statusItem';
 import plugin, {
   pathOpener,
   PLUGIN_ID,
@@ -168,7 +169,7 @@ describe('the plugin', () => {
       ]
     )[1].item;
     expect(panel.model.interval).toBe(5000);
-    expect(panel.model.poll.frequency.interval).toBe(5000);
+    expect(panel.model.poller.poll.frequency.interval).toBe(5000);
     expect(item.enabled).toBe(false);
     expect(item.figure).toBe('each');
     settings.composite = {
@@ -177,11 +178,31 @@ describe('the plugin', () => {
       statusFigure: 'busiest'
     };
     settings.changed.emit();
-    expect(panel.model.poll.frequency.interval).toBe(1000);
+    expect(panel.model.poller.poll.frequency.interval).toBe(1000);
     expect(item.enabled).toBe(true);
     expect(item.figure).toBe('busiest');
     sidebar.dispose();
     panel.model.dispose();
+  });
+
+  it('asks nothing for the glance with the status item off and the sidebar closed', async () => {
+    const urls: string[] = [];
+    (globalThis as { fetch?: unknown }).fetch = (input: unknown) => {
+      urls.push(typeof input === 'string' ? input : (input as Request).url);
+      return Promise.reject(new TypeError('Failed to fetch'));
+    };
+    const { added } = activate({ showStatusItem: false });
+    for (let i = 0; i < 30; i++) {
+      jest.advanceTimersByTime(2000);
+      await settle();
+    }
+    // The dashboard list was asked for (requests are seen), the glance never.
+    expect(urls.some(url => url.includes('index.json'))).toBe(true);
+    expect(urls.filter(url => url.includes('glance.json'))).toEqual([]);
+    const sidebar = added.find(a => a.area === 'left')!
+      .widget as DashboardSidebar;
+    (sidebar.widgets[1] as GlancePanel).model.dispose();
+    sidebar.dispose();
   });
 
   it('reads odd settings as the defaults', () => {

@@ -5,8 +5,11 @@ import {
   errorMessage,
   FetchError,
   formatAge,
-  formatBytes,
+  formatMemory,
+  formatPercent,
+  memoryUsage,
   isStartingError,
+  NetworkFailure,
   IStatusLine,
   parseIndex,
   parseInfo
@@ -327,14 +330,14 @@ describe('device identity', () => {
       },
       {
         text:
-          '↳ GPU 0 · MIG 1 (CUDA 0): 3g.40gb, 43 GB, ' +
+          '↳ GPU 0 · MIG 1 (CUDA 0): 3g.40gb, 40.0 GiB, ' +
           '3 GPU slices (3 compute, 4 memory), 42 SMs',
         kind: 'mig',
         lost: false
       },
       {
         text:
-          '↳ GPU 0 · MIG 2 (CUDA 1): 2g.20gb, 21 GB, ' +
+          '↳ GPU 0 · MIG 2 (CUDA 1): 2g.20gb, 20.0 GiB, ' +
           '2 GPU slices (2 compute, 2 memory), 28 SMs',
         kind: 'mig',
         lost: false
@@ -528,12 +531,75 @@ describe('translations', () => {
   });
 });
 
-describe('formatBytes and formatAge', () => {
-  it('is the one byte formatter: decimal units, n/a for not available', () => {
-    expect(formatBytes(3e9)).toBe('3 GB');
-    expect(formatBytes(2.5e9)).toBe('2.5 GB');
-    expect(formatBytes(43e9)).toBe('43 GB');
-    expect(formatBytes(null)).toBe('n/a');
+describe('sentences, never fragments', () => {
+  it('puts every status line together with one translated pattern', () => {
+    // Each translation is marked: a line glued from pieces would show text
+    // outside the outermost mark.
+    const bundle = {
+      __: (msgid: string, ...args: unknown[]) =>
+        `T(${args.reduce<string>((s, a, i) => s.replace(`%${i + 1}`, String(a)), msgid)})`,
+      _n: (one: string, many: string, n: number) =>
+        `N(${(n === 1 ? one : many).replace('%1', String(n))})`
+    } as unknown as TranslationBundle;
+    const info = parseInfo({
+      nvml_state: 'ok',
+      simulated: true,
+      simulated_profile: 'a100-mig',
+      devices: [
+        {
+          index: 0,
+          kind: 'gpu',
+          name: 'A100',
+          cuda_index: 0,
+          mig_enabled: true,
+          lost: true
+        },
+        {
+          index: 1,
+          kind: 'mig',
+          parent: 0,
+          name: 'A100 MIG 3g.40gb',
+          memory_total_bytes: 40 * 2 ** 30,
+          cuda_index: 1,
+          mig: {
+            gpu_slices: 3,
+            compute_slices: 3,
+            memory_slices: 4,
+            multiprocessors: 42
+          },
+          lost: true
+        }
+      ]
+    });
+    const summary = describeStatus(info, bundle);
+    const lines = [summary.headline, ...summary.details.map(d => d.text)];
+    for (const line of lines) {
+      expect(line).toMatch(/^[TN]\(.*\)$/);
+    }
+    expect(summary.headline).toBe(
+      'T(T(Simulated GPUs (1)) with N(1 MIG device))'
+    );
+    for (const state of ['uninitialized', 'driver_not_loaded']) {
+      const other = describeStatus(parseInfo({ nvml_state: state }), bundle);
+      for (const line of [other.headline, ...other.details.map(d => d.text)]) {
+        expect(line).toMatch(/^[TN]\(.*\)$/);
+      }
+    }
+  });
+});
+
+describe('formatMemory, memoryUsage, formatPercent and formatAge', () => {
+  it('counts memory as nvidia-smi and the dashboards do: GiB, MiB below 1 GiB', () => {
+    const GIB = 2 ** 30;
+    expect(formatMemory(80 * GIB)).toBe('80.0 GiB');
+    expect(formatMemory(85_899_345_920)).toBe('80.0 GiB'); // "86 GB" in SI units
+    expect(formatMemory(2.5 * GIB)).toBe('2.5 GiB');
+    expect(formatMemory(512 * 2 ** 20)).toBe('512 MiB');
+    expect(formatMemory(null)).toBe('n/a');
+    expect(memoryUsage(20 * GIB, 80 * GIB)).toBe('20.0 GiB of 80.0 GiB');
+    expect(memoryUsage(20 * GIB, null)).toBe('20.0 GiB');
+    expect(formatPercent(79.6)).toBe('80%');
+    expect(formatPercent(null)).toBe('n/a');
   });
 
   it('says how old a reading is', () => {
@@ -550,9 +616,7 @@ describe('isStartingError and parseIndex edges', () => {
         new TypeError("Cannot read properties of undefined (reading 'x')")
       )
     ).toBe(false);
-    const network = new Error('offline');
-    network.name = 'NetworkError';
-    expect(isStartingError(network)).toBe(true);
+    expect(isStartingError(new NetworkFailure('offline'))).toBe(true);
   });
 
   it('rejects routes that the URL builder rejects', () => {

@@ -7,11 +7,18 @@ import { DashboardSidebar } from '../sidebar';
 import {
   COMMAND_OPEN,
   DashboardIndex,
-  LOADING_TEXT,
   STATUS_DETAIL_CLASS,
   STATUS_MIG_CLASS
 } from '../tokens';
-import { DEFAULT_INFO, FakeFetcher, waitFor } from './fakes';
+import {
+  announcements,
+  DEFAULT_INFO,
+  FakeFetcher,
+  settled,
+  waitFor
+} from './fakes';
+
+const LOADING_TEXT = 'Starting the dashboard server…';
 
 const INDEX = {
   '/GPU-Utilization': 'GPU Utilization',
@@ -91,16 +98,16 @@ describe('DashboardSidebar', () => {
         new TypeError('Failed to fetch')
       ])
     );
-    expect(await widget.refresh()).toBe(false);
+    expect(await settled(widget.refresh())).toBe('retry');
     expect(widget.state.kind).toBe('loading');
-    expect(await widget.refresh()).toBe(false);
+    expect(await settled(widget.refresh())).toBe('retry');
     expect(text(widget)).toContain(LOADING_TEXT);
     expect(widget.node.querySelector('[role=alert]')).toBeNull();
   });
 
   it('renders one button per route, with data-route', async () => {
     const widget = make(new FakeFetcher([INDEX]));
-    expect(await widget.refresh()).toBe(true);
+    expect(await settled(widget.refresh())).toBe('ok');
     const found = buttons(widget);
     expect(found.map(b => b.dataset.route)).toEqual(Object.keys(INDEX));
     expect(found.map(b => b.textContent)).toEqual(Object.values(INDEX));
@@ -111,7 +118,7 @@ describe('DashboardSidebar', () => {
 
   it('runs nvdashboard:open with route and label on click', async () => {
     const widget = make(new FakeFetcher([INDEX]));
-    await widget.refresh();
+    await settled(widget.refresh());
     buttons(widget)[1].click();
     await waitFor(() => opened.length === 1);
     expect(opened[0]).toEqual({ route: '/GPU-Memory', label: 'GPU Memory' });
@@ -132,7 +139,7 @@ describe('DashboardSidebar', () => {
         ]
       )
     );
-    await widget.refresh();
+    await settled(widget.refresh());
     const status = widget.node.querySelector<HTMLElement>(
       '.nvdashboard-status'
     )!;
@@ -146,6 +153,34 @@ describe('DashboardSidebar', () => {
     expect(buttons(widget).map(b => b.dataset.route)).toEqual([
       '/Machine-Resources'
     ]);
+    // Why there is no GPU is not hidden behind a click.
+    expect(status.querySelector('details')!.open).toBe(true);
+  });
+
+  it('keeps the GPU lines a click under the headline, as the user leaves them', async () => {
+    const fetcher = new FakeFetcher([INDEX]);
+    const widget = make(fetcher);
+    await settled(widget.refresh());
+    const details = (): HTMLDetailsElement =>
+      widget.node.querySelector<HTMLDetailsElement>(
+        '.nvdashboard-status details'
+      )!;
+    expect(details().querySelector('summary')!.textContent).toBe('1 GPU');
+    expect(details().open).toBe(false);
+    expect(details().textContent).toContain('GPU 0: NVIDIA H200');
+    details().open = true;
+    details().dispatchEvent(new Event('toggle'));
+    // The status changes (a second GPU): drawn again, still open.
+    fetcher.infoAnswers = [
+      {
+        ...DEFAULT_INFO,
+        gpu_count: 2,
+        devices: [...DEFAULT_INFO.devices, { index: 1, name: 'NVIDIA H200' }]
+      }
+    ];
+    await settled(widget.refresh());
+    expect(details().querySelector('summary')!.textContent).toBe('2 GPUs');
+    expect(details().open).toBe(true);
   });
 
   it('says "Simulated GPUs (N)"', async () => {
@@ -159,7 +194,7 @@ describe('DashboardSidebar', () => {
         [{ ...DEFAULT_INFO, simulated: true, gpu_count: 4, devices }]
       )
     );
-    await widget.refresh();
+    await settled(widget.refresh());
     const status = widget.node.querySelector<HTMLElement>(
       '.nvdashboard-status'
     )!;
@@ -209,7 +244,7 @@ describe('DashboardSidebar', () => {
         [{ ...DEFAULT_INFO, gpu_count: 3, devices: [gpu, mig, lost] }]
       )
     );
-    await widget.refresh();
+    await settled(widget.refresh());
     const lines = Array.from(
       widget.node.querySelectorAll<HTMLElement>(`.${STATUS_DETAIL_CLASS}`)
     );
@@ -220,7 +255,7 @@ describe('DashboardSidebar', () => {
       'GPU 0 (not visible to CUDA, MIG enabled): NVIDIA A100-SXM4-80GB'
     );
     expect(lines[1].textContent).toMatch(
-      /^↳ GPU 0 · MIG 1 \(CUDA 0\): 3g\.40gb, 43 GB/
+      /^↳ GPU 0 · MIG 1 \(CUDA 0\): 3g\.40gb, 40\.0 GiB/
     );
     expect(lines[2].classList.contains('nvdashboard-mod-lost')).toBe(true);
     expect(lines[2].textContent).toContain('lost');
@@ -241,7 +276,7 @@ describe('DashboardSidebar', () => {
         ]
       )
     );
-    await widget.refresh();
+    await settled(widget.refresh());
     const status = widget.node.querySelector<HTMLElement>(
       '.nvdashboard-status'
     )!;
@@ -255,20 +290,20 @@ describe('DashboardSidebar', () => {
     const widget = make(
       new FakeFetcher([INDEX], [new FetchError(500, 'boom')])
     );
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(buttons(widget)).toHaveLength(3);
     expect(text(widget)).toContain('GPU status unavailable: boom');
   });
 
   it('says so when there are no dashboards', async () => {
     const widget = make(new FakeFetcher([{}]));
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(text(widget)).toContain('No dashboards are available');
   });
 
   it('shows a bad index as an error', async () => {
     const widget = make(new FakeFetcher([{ '/GPU-Utilization': 3 }]));
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(widget.state.kind).toBe('error');
     const alert = widget.node.querySelector('[role=alert]')!;
     expect(alert.textContent).toContain('is not a string');
@@ -279,24 +314,24 @@ describe('DashboardSidebar', () => {
     const widget = make(fetcher);
     const changes: DashboardIndex[] = [];
     widget.indexChanged.connect((_, index) => changes.push(index));
-    await widget.refresh();
+    await settled(widget.refresh());
     const renders = widget.renderCount;
     const first = buttons(widget)[0];
-    await widget.refresh();
-    await widget.refresh();
+    await settled(widget.refresh());
+    await settled(widget.refresh());
     expect(widget.renderCount).toBe(renders);
     expect(buttons(widget)[0]).toBe(first);
     expect(changes).toHaveLength(1);
 
     // A status change re-renders but is not an index change.
     fetcher.infoAnswers = [{ ...DEFAULT_INFO, gpu_count: 2 }];
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(widget.renderCount).toBe(renders + 1);
     expect(changes).toHaveLength(1);
 
     // A list change re-renders and is announced.
     fetcher.indexAnswers = [{ '/GPU-Memory': 'GPU Memory' }];
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(widget.renderCount).toBe(renders + 2);
     expect(changes).toEqual([INDEX, { '/GPU-Memory': 'GPU Memory' }]);
   });
@@ -311,7 +346,8 @@ describe('DashboardSidebar', () => {
     const widget = make(fetcher, {
       autoStart: true,
       retryInterval: 5,
-      frequency: { interval: 50, max: 100, backoff: false }
+      interval: 50,
+      stuckMax: 100
     });
     widget.stateChanged.connect((_, state) => states.push(state.kind));
     await waitFor(() => widget.state.kind === 'error');
@@ -337,7 +373,8 @@ describe('DashboardSidebar', () => {
       const widget = make(fetcher, {
         autoStart: true,
         retryInterval: 4,
-        frequency: { interval: 50, max: 100, backoff: 3 }
+        interval: 50,
+        retryMax: 100
       });
       const delays: number[] = [];
       widget.poll.ticked.connect((_, state) => {
@@ -354,12 +391,48 @@ describe('DashboardSidebar', () => {
     }
   });
 
+  it('waits longer each time on a 404, which will not heal by itself', async () => {
+    const notFound = new FetchError(404, 'answered 404 Not Found');
+    const widget = make(new FakeFetcher([notFound]), {
+      autoStart: true,
+      interval: 10,
+      retryMax: 8
+    });
+    const ticks = recordTicks(widget);
+    const waits = (): number[] =>
+      ticks.filter(([phase]) => phase !== 'started').map(([, wait]) => wait);
+    await waitFor(() => waits().length >= 4);
+    // Not the retry maximum (8 ms, for a server on its way up): doubling.
+    expect(waits().slice(0, 4)).toEqual([10, 20, 40, 80]);
+    expect(widget.poll.frequency.max).toBeGreaterThanOrEqual(60_000);
+  });
+
+  it('says "stale" once, not at every failed poll', async () => {
+    let now = 5_000_000;
+    const fetcher = new FakeFetcher([INDEX]);
+    const widget = make(fetcher, { now: () => now });
+    await settled(widget.refresh());
+    const live = widget.node.querySelector<HTMLElement>(
+      '.nvdashboard-stale [role=status]'
+    )!;
+    const { said, stop } = announcements(live);
+    fetcher.indexAnswers = [new FetchError(502, 'Bad Gateway')];
+    for (let i = 0; i < 3; i++) {
+      now += 5000;
+      await settled(widget.refresh());
+    }
+    await Promise.resolve();
+    expect(said.length).toBe(1);
+    expect(text(widget)).toContain('read 15 s ago');
+    stop();
+  });
+
   it('stops polling when disposed', async () => {
     const fetcher = new FakeFetcher([INDEX]);
     const widget = make(fetcher, {
       autoStart: true,
       retryInterval: 5,
-      frequency: { interval: 5, max: 10, backoff: false }
+      interval: 5
     });
     await waitFor(() => fetcher.indexCalls >= 2);
     widget.dispose();
@@ -373,21 +446,21 @@ describe('DashboardSidebar', () => {
     let now = 5_000_000;
     const fetcher = new FakeFetcher([INDEX]);
     const widget = make(fetcher, { now: () => now });
-    await widget.refresh();
+    await settled(widget.refresh());
     const first = buttons(widget)[0];
     now += 30_000;
     fetcher.indexAnswers = [new FetchError(502, 'Bad Gateway')];
-    expect(await widget.refresh()).toBe(false);
+    expect(await settled(widget.refresh())).toBe('retry');
     expect(widget.state.kind).toBe('ready');
     expect(buttons(widget)[0]).toBe(first);
     const stale = widget.node.querySelector<HTMLElement>('.nvdashboard-stale')!;
     expect(stale.hidden).toBe(false);
     expect(stale.textContent).toContain(
-      'Stale: the dashboard server did not answer (Bad Gateway)'
+      'Stale: the dashboard server did not answer.'
     );
-    expect(stale.textContent).toContain('read 30 s ago');
+    expect(stale.textContent).toContain('read 30 s ago (Bad Gateway)');
     fetcher.indexAnswers = [INDEX];
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(stale.hidden).toBe(true);
     expect(buttons(widget)[0]).toBe(first);
   });
@@ -404,7 +477,7 @@ describe('DashboardSidebar', () => {
         autoStart: true,
         retryInterval: 5,
         retryMax: 20,
-        frequency: { interval: 100, max: 1000, backoff: true }
+        interval: 100
       });
       const ticks = recordTicks(widget);
       await waitFor(() => ticks.some(([phase]) => phase === 'reconnected'));
@@ -432,7 +505,7 @@ describe('DashboardSidebar', () => {
       autoStart: true,
       retryInterval: 5,
       retryMax: 20,
-      frequency: { interval: 60_000, max: 60_000, backoff: true }
+      interval: 60_000
     });
     const ticks = recordTicks(widget);
     await waitFor(() => buttons(widget).length === Object.keys(INDEX).length);
@@ -447,11 +520,11 @@ describe('DashboardSidebar', () => {
   it('draws nothing while hidden and catches up when shown', async () => {
     const fetcher = new FakeFetcher([INDEX]);
     const widget = make(fetcher);
-    await widget.refresh();
+    await settled(widget.refresh());
     widget.hide();
     const renders = widget.renderCount;
     fetcher.indexAnswers = [{ '/GPU-Memory': 'GPU Memory' }];
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(widget.renderCount).toBe(renders);
     expect(buttons(widget)).toHaveLength(3);
     widget.show();
@@ -462,17 +535,17 @@ describe('DashboardSidebar', () => {
   it('keeps focus on a dashboard button when the GPU status changes', async () => {
     const fetcher = new FakeFetcher([INDEX]);
     const widget = make(fetcher);
-    await widget.refresh();
+    await settled(widget.refresh());
     const button = buttons(widget)[1];
     button.focus();
     fetcher.infoAnswers = [{ ...DEFAULT_INFO, gpu_count: 2 }];
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(document.activeElement).toBe(button);
   });
 
   it('has its title and sections as headings', async () => {
     const widget = make(new FakeFetcher([INDEX]));
-    await widget.refresh();
+    await settled(widget.refresh());
     expect(widget.node.querySelector('h2')!.textContent).toBe('GPU Dashboards');
     expect(widget.node.querySelector('h3')!.textContent).toBe('Dashboards');
   });
@@ -488,7 +561,7 @@ describe('DashboardSidebar', () => {
 
   it('puts the keyboard in the panel when activated', async () => {
     const widget = make(new FakeFetcher([INDEX]));
-    await widget.refresh();
+    await settled(widget.refresh());
     MessageLoop.sendMessage(widget, Widget.Msg.ActivateRequest);
     expect(document.activeElement).toBe(buttons(widget)[0]);
   });

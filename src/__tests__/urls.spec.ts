@@ -52,7 +52,17 @@ describe('urls', () => {
   it('derives stable widget ids', () => {
     expect(widgetId('/GPU-Utilization')).toBe('nvdashboard-GPU-Utilization');
     expect(widgetId('GPU-Utilization')).toBe('nvdashboard-GPU-Utilization');
-    expect(widgetId('/a b/c')).toBe('nvdashboard-a-b-c');
+    expect(widgetId('/a b/c')).toBe('nvdashboard-a_20_b_2f_c');
+  });
+
+  it('gives two routes two widget ids', () => {
+    const routes = ['/a/b', '/a-b', '/a_b', '/a_2f_b', '/a b', '/é'];
+    const ids = routes.map(widgetId);
+    expect(new Set(ids).size).toBe(routes.length);
+    // Still a valid id for a DOM node and a CSS selector.
+    for (const id of ids) {
+      expect(id).toMatch(/^[A-Za-z0-9_-]+$/);
+    }
   });
 
   it('picks the theme from the theme manager', () => {

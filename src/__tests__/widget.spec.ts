@@ -3,6 +3,29 @@ import { Widget } from '@lumino/widgets';
 
 import { DashboardWidget, isNotebookPath } from '../widget';
 
+/** What the widget posts to its page from now on. */
+function postedTo(widget: DashboardWidget): unknown[] {
+  const page = widget.content.node.querySelector('iframe')!.contentWindow!;
+  const posted: unknown[] = [];
+  jest.spyOn(page, 'postMessage').mockImplementation((message: unknown) => {
+    posted.push(message);
+  });
+  return posted;
+}
+
+/** The page loads, then asks whether it is shown. */
+function loadAndAsk(widget: DashboardWidget): void {
+  const iframe = widget.content.node.querySelector('iframe')!;
+  iframe.dispatchEvent(new Event('load'));
+  window.dispatchEvent(
+    new MessageEvent('message', {
+      data: { type: 'nvdashboard:visibility-request' },
+      source: iframe.contentWindow,
+      origin: window.location.origin
+    })
+  );
+}
+
 describe('DashboardWidget', () => {
   function make(baseUrl = '/user/alice/'): DashboardWidget {
     return new DashboardWidget({
@@ -103,27 +126,37 @@ describe('DashboardWidget', () => {
   it('tells its page again when the page loads, and when the page asks', async () => {
     const widget = make();
     Widget.attach(widget, document.body);
-    const iframe = widget.content.node.querySelector('iframe')!;
-    const page = iframe.contentWindow!;
-    const posted: unknown[] = [];
-    jest.spyOn(page, 'postMessage').mockImplementation((message: unknown) => {
-      posted.push(message);
-    });
+    const posted = postedTo(widget);
     widget.hide();
     MessageLoop.flush();
-    iframe.dispatchEvent(new Event('load'));
-    window.dispatchEvent(
-      new MessageEvent('message', {
-        data: { type: 'nvdashboard:visibility-request' },
-        source: page,
-        origin: window.location.origin
-      })
-    );
+    loadAndAsk(widget);
     expect(posted).toEqual([
       { type: 'nvdashboard:visibility', visible: false },
       { type: 'nvdashboard:visibility', visible: false },
       { type: 'nvdashboard:visibility', visible: false }
     ]);
+    await new Promise(resolve => setTimeout(resolve, 0));
+    widget.dispose();
+  });
+
+  it('tells a page whose tab was attached in the background that it is hidden', async () => {
+    const widget = make();
+    widget.hide(); // a tab opened behind another (a dock panel hides it first)
+    Widget.attach(widget, document.body);
+    MessageLoop.flush();
+    const posted = postedTo(widget);
+    loadAndAsk(widget);
+    expect(widget.pageVisible).toBe(false);
+    expect(posted).toEqual([
+      { type: 'nvdashboard:visibility', visible: false },
+      { type: 'nvdashboard:visibility', visible: false }
+    ]);
+    widget.show();
+    MessageLoop.flush();
+    expect(posted[posted.length - 1]).toEqual({
+      type: 'nvdashboard:visibility',
+      visible: true
+    });
     await new Promise(resolve => setTimeout(resolve, 0));
     widget.dispose();
   });

@@ -15,10 +15,25 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from tests.support.servers import free_port
 
 BASE_URL = "/user/alice/"
+BUILT = Path(__file__).resolve().parents[2] / "jupyterlab_nvdashboard" / "labextension"
+
+
+def this_build(share: str) -> dict[str, str]:
+    """The environment that makes a lab load the extension built from this checkout
+    (``jlpm build`` writes ``jupyterlab_nvdashboard/labextension``): put first on Jupyter's
+    path, in ``share`` (a folder the caller owns), for that lab only. Empty where there is
+    no build: the lab loads the installed extension."""
+    if not (BUILT / "package.json").exists():
+        return {}
+    labextensions = Path(share) / "labextensions"
+    labextensions.mkdir()
+    (labextensions / "jupyterlab-nvdashboard").symlink_to(BUILT)
+    return {"JUPYTER_PATH": share}  # earlier data paths win
 
 
 @dataclass
@@ -127,3 +142,13 @@ def jupyter_lab(
             except (OSError, subprocess.TimeoutExpired):
                 process.kill()
             log.close()
+
+
+@contextmanager
+def lab_with_processes(processes_file: object, simulate: int) -> Iterator[JupyterLab]:
+    """A lab of ``simulate`` GPUs, this checkout's build, whose simulated driver lists the
+    processes a test writes to ``processes_file``."""
+    with tempfile.TemporaryDirectory() as share:
+        extra = {"NVDASHBOARD_SIMULATE_PROCESSES": str(processes_file), **this_build(share)}
+        with jupyter_lab(simulate=simulate, extra_env=extra) as running:
+            yield running

@@ -1,0 +1,221 @@
+/**
+ * The one poll wrapper: the glance model and the dashboard list both poll
+ * through it.
+ *
+ * - One request is in flight at a time, and `refresh()` resolves with an
+ *   answer asked for after the call (say, after a kernel was shut down).
+ * - Each answer says how it went, and that sets the wait before the next:
+ *   `ok` (the normal interval), `retry` (a failure that heals by itself, such
+ *   as a server on its way up: soon) or `stuck` (one that will not, such as a
+ *   404 or a machine with no GPU: the wait grows, up to `stuckMax`).
+ * - It polls only while something uses it (`use(user, true)`): a poll that
+ *   nothing reads costs the dashboard server its idle exit.
+ */
+import { IDisposable } from '@lumino/disposable';
+import { IPoll, Poll } from '@lumino/polling';
+
+/** How an answer went, which sets the wait before the next poll. */
+export type PollOutcome = 'ok' | 'retry' | 'stuck';
+
+/** The longest wait after answers that will not heal (a 404, no GPU). */
+export const STUCK_MAX_MS = 5 * 60 * 1000;
+
+export namespace Poller {
+  export interface IOptions {
+    /** The poll's name (Lumino's, for debugging). */
+    name: string;
+    /** One request; resolves with how it went (a rejection counts as `stuck`). */
+    request: () => Promise<PollOutcome>;
+    /** Milliseconds between polls after an `ok` answer. */
+    interval: number;
+    /** The first wait after a `retry` answer (default: `interval`). */
+    retryInterval?: number;
+    /** The longest wait between retries (default: `retryInterval`: no growth). */
+    retryMax?: number;
+    /** The longest wait after `stuck` answers (default STUCK_MAX_MS). */
+    stuckMax?: number;
+    /** When the poll pauses; by default while the page is hidden. */
+    standby?: Poll.Standby | (() => boolean | Poll.Standby);
+    /** Poll by itself while used (default); false: only `refresh()` asks (tests). */
+    autoStart?: boolean;
+  }
+}
+
+export class Poller implements IDisposable {
+  constructor(options: Poller.IOptions) {
+    this._request = options.request;
+    this._interval = options.interval;
+    this._retryInterval = options.retryInterval;
+    this._retryMax = options.retryMax;
+    this._stuckMax = options.stuckMax ?? STUCK_MAX_MS;
+    this._autoStart = options.autoStart ?? true;
+    this._poll = new Poll({
+      auto: false,
+      factory: () => this._tick(),
+      frequency: this.frequency('ok'),
+      name: options.name,
+      standby: options.standby ?? 'when-hidden'
+    });
+  }
+
+  /** The Lumino poll underneath (tests). */
+  get poll(): Poll {
+    return this._poll;
+  }
+
+  /** How the last answer went; null before the first. */
+  get outcome(): PollOutcome | null {
+    return this._outcome;
+  }
+
+  /** Whether it is polling (something uses it). */
+  get running(): boolean {
+    return this._users.size > 0 && !this._poll.isDisposed;
+  }
+
+  get isDisposed(): boolean {
+    return this._poll.isDisposed;
+  }
+
+  /** Milliseconds between polls after an `ok` answer; a change applies at once. */
+  get interval(): number {
+    return this._interval;
+  }
+
+  set interval(value: number) {
+    if (!(value > 0) || value === this._interval) {
+      return;
+    }
+    this._interval = value;
+    this._poll.frequency = this.frequency(this._outcome ?? 'ok');
+    // The timer already set runs to the old interval: start over now.
+    if (this.running && this._poll.state.phase !== 'constructed') {
+      void this._poll.refresh();
+    }
+  }
+
+  /**
+   * The wait after an answer: `ok` at the interval; `retry` from the retry
+   * interval, growing to the retry maximum; `stuck` the interval, then
+   * twice as long each time, up to the stuck maximum.
+   *
+   * A constant rate has `max` equal to `interval`: Lumino draws a retry's
+   * delay from the previous tick's interval, so otherwise a server that
+   * comes back could wait many intervals.
+   */
+  frequency(outcome: PollOutcome): IPoll.Frequency {
+    const interval = this._interval;
+    if (outcome === 'ok') {
+      return { interval, backoff: false, max: interval };
+    }
+    if (outcome === 'retry') {
+      const retry = Math.min(this._retryInterval ?? interval, interval);
+      const max = Math.max(retry, this._retryMax ?? retry);
+      return { interval: retry, backoff: max > retry, max };
+    }
+    const max = Math.max(interval, this._stuckMax);
+    return {
+      interval: Math.min(max, Math.max(interval, this._stuckWait)),
+      backoff: false,
+      max
+    };
+  }
+
+  /**
+   * Say whether `user` reads what this polls. It polls while at least one
+   * user does; the first one starts it at once.
+   */
+  use(user: unknown, inUse: boolean): void {
+    if (this.isDisposed) {
+      return;
+    }
+    const before = this.running;
+    if (inUse) {
+      this._users.add(user);
+    } else {
+      this._users.delete(user);
+    }
+    if (this.running === before || !this._autoStart) {
+      return;
+    }
+    if (this.running) {
+      void this._poll.start();
+    } else {
+      void this._poll.stop();
+    }
+  }
+
+  /**
+   * Ask now; resolves with how it went. One request is in flight at a time:
+   * a call while one is out waits for it and then asks again, so what it
+   * resolves with was asked for after the call.
+   */
+  refresh(): Promise<PollOutcome> {
+    if (!this._inFlight) {
+      return this._send();
+    }
+    if (!this._queued) {
+      this._queued = this._inFlight.then(() => {
+        this._queued = null;
+        return this._send();
+      });
+    }
+    return this._queued;
+  }
+
+  dispose(): void {
+    this._users.clear();
+    this._poll.dispose();
+  }
+
+  private _send(): Promise<PollOutcome> {
+    const run = Promise.resolve()
+      .then(() => this._request())
+      .catch((): PollOutcome => 'stuck')
+      .then(outcome => {
+        this._outcome = outcome;
+        if (this._inFlight === run) {
+          this._inFlight = null;
+        }
+        return outcome;
+      });
+    this._inFlight = run;
+    return run;
+  }
+
+  /**
+   * A tick. A `retry` rejects, so that Lumino waits by the retry frequency;
+   * a `stuck` answer resolves with a wait of its own, doubled each time
+   * (Lumino's backoff is drawn at random from the previous tick's interval,
+   * which at the first tick is zero).
+   */
+  private async _tick(): Promise<void> {
+    const outcome = await this.refresh();
+    if (this.isDisposed) {
+      return;
+    }
+    this._stuckWait =
+      outcome === 'stuck'
+        ? this._stuckWait
+          ? 2 * this._stuckWait
+          : this._interval
+        : 0;
+    this._poll.frequency = this.frequency(outcome);
+    if (outcome === 'retry') {
+      throw new Error(`${this._poll.name}: no answer yet`);
+    }
+  }
+
+  private _request: () => Promise<PollOutcome>;
+  private _interval: number;
+  private _retryInterval: number | undefined;
+  private _retryMax: number | undefined;
+  private _stuckMax: number;
+  private _autoStart: boolean;
+  private _poll: Poll;
+  private _users = new Set<unknown>();
+  private _outcome: PollOutcome | null = null;
+  private _stuckWait = 0;
+  private _inFlight: Promise<PollOutcome> | null = null;
+  private _queued: Promise<PollOutcome> | null = null;
+}

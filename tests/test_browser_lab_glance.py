@@ -1,0 +1,172 @@
+"""The sidebar read at a glance, in Chromium at 1280x800 under a real ``jupyter lab`` (token,
+base_url /user/alice/, 4 simulated GPUs, two notebook kernels the simulated driver lists on
+GPUs 0 and 1):
+
+- every dashboard button is on screen with the kernels, the meters and the "why slow" lines,
+  without scrolling the sidebar;
+- the status bar, the sidebar and the dashboards say a GPU's memory alike, to the unit
+  (GiB, as nvidia-smi counts it);
+- after a keyboard Shut down, the keyboard is on the next kernel's row, not lost to <body>.
+
+It runs the extension built from this checkout (``jlpm build`` writes
+``jupyterlab_nvdashboard/labextension``), put first on Jupyter's path for this lab only,
+and the installed one where there is no build. Screenshots go to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.support.browser import chromium, screenshot, watch
+from tests.support.jupyter import lab_with_processes
+from tests.test_browser_lab import dashboard_frame, open_lab, show_sidebar
+from tests.test_browser_lab_keyboard import STATUS_ITEM, tab_until
+from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
+
+pytestmark = pytest.mark.browser
+GIB = 2**30
+SIDEBAR = "#nvdashboard-sidebar"
+MEMORY = re.compile(r"\d+(?:\.\d)? (?:GiB|MiB) of \d+(?:\.\d)? (?:GiB|MiB)")
+
+
+@pytest.fixture(scope="module")
+def lab(processes_file) -> Iterator[object]:  # noqa: ANN001
+    with lab_with_processes(processes_file, simulate=4) as running:
+        yield running
+
+
+def start_kernels(lab, processes_file: Path) -> dict[str, str]:  # noqa: ANN001
+    """Two notebooks, each with a kernel holding GPU memory (a.ipynb on GPU 0, b.ipynb on
+    GPU 1): kernel id by notebook."""
+    kernels = {}
+    placed = []
+    for gpu, name in enumerate(("a.ipynb", "b.ipynb")):
+        call(lab, "PUT", f"api/contents/{name}", {"type": "notebook", "content": NOTEBOOK})
+        session = call(lab, "POST", "api/sessions", {"path": name, "name": name,
+                                                     "type": "notebook",
+                                                     "kernel": {"name": "python3"}})
+        kernel_id = session["kernel"]["id"]  # type: ignore[index]
+        kernels[name] = kernel_id
+        placed.append({"gpu": gpu, "pid": kernel_pid(lab, kernel_id),
+                       "used_memory_bytes": (4 + 2 * gpu) * GIB, "until_exit": True})
+    processes_file.write_text(json.dumps(placed))
+    return kernels
+
+
+def gpu0_memory_in_sidebar(page) -> str:  # noqa: ANN001
+    return page.get_attribute(f'{SIDEBAR} .nvdashboard-glance-device[data-index="0"] '
+                              ".nvdashboard-bar-memory", "aria-valuetext") or ""
+
+
+def memory_texts_on_dashboard(frame) -> list[str]:  # noqa: ANN001
+    """The per-GPU memory texts /GPU-Memory's document holds (its bars' labels)."""
+    return frame.evaluate("""() => {
+      const texts = [];
+      for (const model of Bokeh.documents[0].all_models) {
+        const data = model.data;
+        if (data && Array.isArray(data.text)) texts.push(...data.text);
+      }
+      return texts.filter(t => typeof t === 'string');
+    }""")
+
+
+def test_the_sidebar_reads_at_a_glance(lab, processes_file) -> None:  # noqa: ANN001
+    kernels = start_kernels(lab, processes_file)
+    index = lab.dashboard_index()
+    rows = {name: f'.nvdashboard-kernel[data-kernel-id="{kernel_id}"]'
+            for name, kernel_id in kernels.items()}
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        watched = watch(page)
+        open_lab(page, lab)
+        show_sidebar(page)
+        for row in rows.values():
+            page.wait_for_selector(row, timeout=60_000)
+        page.wait_for_function(
+            f"() => document.querySelectorAll('.nvdashboard-button').length === {len(index)}",
+            timeout=60_000)
+        page.wait_for_function(f"() => document.querySelectorAll('{SIDEBAR} "
+                               ".nvdashboard-glance-device').length === 4", timeout=30_000)
+        # The GPUs of both kernels get their line on why they are slow, once the server has
+        # a window of samples to judge.
+        page.wait_for_function(f"() => document.querySelectorAll('{SIDEBAR} "
+                               ".nvdashboard-diagnoses summary').length === 2",
+                               timeout=60_000)
+        page.wait_for_timeout(500)
+        screenshot(page, "lab-glance-4-gpus-2-kernels")
+
+        # Every dashboard button on screen, with nothing scrolled.
+        layout = page.evaluate(f"""() => {{
+          const sidebar = document.querySelector('{SIDEBAR}');
+          const box = sidebar.getBoundingClientRect();
+          const buttons = [...sidebar.querySelectorAll('.nvdashboard-button')];
+          return {{scrollTop: sidebar.scrollTop, bottom: Math.min(box.bottom, innerHeight),
+                   buttons: buttons.map(b => [b.dataset.route, b.getBoundingClientRect().bottom,
+                                              b.getBoundingClientRect().height])}};
+        }}""")
+        assert layout["scrollTop"] == 0, layout
+        below = [(route, bottom) for route, bottom, height in layout["buttons"]
+                 if height <= 0 or bottom > layout["bottom"]]
+        assert not below, f"below the fold at 1280x800 (sidebar ends at {layout['bottom']})" \
+                          f": {below}"
+        # One short line per GPU; the whole finding is its tooltip and opens on a click.
+        briefs = page.eval_on_selector_all(
+            f"{SIDEBAR} .nvdashboard-diagnoses summary",
+            "els => els.map(e => [e.textContent, e.title, e.getBoundingClientRect().height])")
+        for text, title, height in briefs:
+            assert text.startswith("SIMULATED GPU ") and len(text) <= 60, text
+            assert len(title) > len(text), (text, title)
+            assert height < 24, (text, height)  # one line
+        page.click(f"{SIDEBAR} .nvdashboard-diagnoses summary")
+        screenshot(page, "lab-glance-why-opened")
+        page.click(f"{SIDEBAR} .nvdashboard-diagnoses summary")
+
+        # Memory: the status bar, the sidebar and the dashboards say it alike, in GiB.
+        status = page.inner_text(STATUS_ITEM)
+        assert MEMORY.search(status), status
+        sidebar_text = gpu0_memory_in_sidebar(page)
+        assert MEMORY.fullmatch(sidebar_text), sidebar_text
+        # No figure in decimal GB anywhere in the sidebar ("A100-SXM4-80GB" is a name).
+        assert not re.search(r"\d GB\b", page.inner_text(SIDEBAR)), page.inner_text(SIDEBAR)
+        busiest = status.split(" · ")[0].rsplit(" ", 1)[0]  # "SIMULATED GPU 2"
+        index_of = busiest.rsplit(" ", 1)[-1]
+        in_sidebar = page.get_attribute(
+            f'{SIDEBAR} .nvdashboard-glance-device[data-index="{index_of}"] '
+            ".nvdashboard-bar-memory", "aria-valuetext")
+        assert in_sidebar and in_sidebar in status, (status, in_sidebar)
+        page.click('.nvdashboard-button[data-route="/GPU-Memory"]')
+        frame = dashboard_frame(page, "/GPU-Memory")
+        frame.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
+                                timeout=30_000)
+        agreed = False
+        for _ in range(40):  # the dashboard ticks at 0.2 s, the sidebar polls every 2 s
+            if gpu0_memory_in_sidebar(page) in memory_texts_on_dashboard(frame):
+                agreed = True
+                break
+            page.wait_for_timeout(500)
+        assert agreed, (gpu0_memory_in_sidebar(page), memory_texts_on_dashboard(frame))
+        screenshot(page, "lab-glance-gpu-memory")
+
+        # The keyboard on a.ipynb's Shut down; after the dialog, it is on b.ipynb's row.
+        page.keyboard.press("Escape")
+        tab_until(page, f"() => document.activeElement?.matches('{STATUS_ITEM}')")
+        page.keyboard.press("Enter")
+        name = "Shut down the kernel of a.ipynb"
+        tab_until(page, f"() => document.activeElement?.getAttribute('aria-label') === '{name}'")
+        pid = kernel_pid(lab, kernels["a.ipynb"])
+        page.keyboard.press("Enter")
+        page.wait_for_selector(".jp-Dialog", timeout=10_000)
+        page.keyboard.press("Enter")  # the dialog's default button: Shut Down
+        psutil.Process(pid).wait(60) if psutil.pid_exists(pid) else None
+        page.wait_for_selector(rows["a.ipynb"], state="detached", timeout=30_000)
+        page.wait_for_function(
+            "() => document.activeElement?.getAttribute('aria-label') === "
+            "'Shut down the kernel of b.ipynb'", timeout=5_000)
+        screenshot(page, "lab-glance-focus-after-shutdown")
+        watched.assert_clean()
