@@ -18,6 +18,8 @@ from ..diagnosis.live import DeviceDiagnoses
 from ..jupyter_sessions import JupyterSessions
 from ..metrics import Metrics
 from ..runs.service import WorkloadService
+from ..store import HistoryStore
+from .components import timeline_windows
 
 if TYPE_CHECKING:  # distributed is an optional extra, imported only in cluster mode
     from ..cluster.view import ClusterView
@@ -34,16 +36,26 @@ class DashboardSources:
     jupyter: JupyterSessions | None = None
     # The GPUs of a Dask cluster's workers (--dask-scheduler); None outside cluster mode.
     cluster: ClusterView | None = None
+    # The history store (store/): windows longer than the in-memory history read it.
+    store: HistoryStore | None = None
     # Every device's diagnosis over a window, shared by /diagnosis.json, /GPU-Activity and
     # the /metrics gauge (made from ``metrics``).
     diagnoses: DeviceDiagnoses = field(init=False)
 
     def __post_init__(self) -> None:
-        self.diagnoses = DeviceDiagnoses(self.metrics)
+        self.diagnoses = DeviceDiagnoses(self.metrics, past=self.store)
 
-    def _services(self) -> list[Metrics | WorkloadService | JupyterSessions | ClusterView]:
+    @property
+    def timeline_windows_s(self) -> tuple[float, ...]:
+        """The windows every timeline offers: the history's, then the store's long ones."""
+        stored = self.store.longest_s if self.store is not None else 0.0
+        return timeline_windows(self.metrics.history_s, stored)
+
+    def _services(self) -> list[Metrics | WorkloadService | JupyterSessions | ClusterView
+                                | HistoryStore]:
         """What runs beside the pages, metrics first; the others only where configured."""
-        return [service for service in (self.metrics, self.workload, self.jupyter, self.cluster)
+        return [service for service in (self.metrics, self.workload, self.jupyter, self.cluster,
+                                         self.store)
                 if service is not None]
 
     def start(self) -> None:

@@ -66,7 +66,6 @@ from .components import (
     gpu_color,
     gpu_value,
     scaled,
-    timeline_windows,
 )
 from .sources import DashboardSources
 
@@ -422,7 +421,7 @@ class WorkloadDashboard:
         # The GPU timeline streams like every other; the run panel and table are this
         # page's own and refresh from the server.
         names = {f.index: f.label for f in metrics.facts}
-        self.timeline = Timeline(feed, timeline_windows(metrics.history_s), metrics.interval_s,
+        self.timeline = Timeline(feed, sources.timeline_windows_s, metrics.interval_s,
                                  default_window_s=WORKLOAD_WINDOW_S, gpu_names=names) \
             if feed.panels else None
         self.live = self.timeline.live if self.timeline else None

@@ -20,11 +20,12 @@ from .health import HealthReader
 from .host import HostReader, HostReading
 from .nvml import GpuFacts, GpuReading, NvmlReader, NvmlState
 from .processes import ProcessReader
-from .sampler import History, Sample, Sampler
+from .sampler import History, PastSource, Sample, Sampler, prepend_past, window_with_past
 
 __all__ = [
     "GpuFacts", "GpuReading", "History", "HostReading", "Metrics", "NvmlState", "OWNER_FAMILY",
-    "PROCESS_FAMILY", "ProcessOwner", "ProcessReading", "Sample", "build_metrics",
+    "PROCESS_FAMILY", "PastSource", "ProcessOwner", "ProcessReading", "Sample", "build_metrics",
+    "prepend_past", "window_with_past",
 ]
 
 

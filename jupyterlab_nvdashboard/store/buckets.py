@@ -1,0 +1,219 @@
+"""Buckets of samples: the mean, minimum and maximum of every reading over a span of time.
+
+Pure functions and small value types, no I/O: the writer (``service.py``) folds samples into
+5-second buckets and those into 1-minute buckets (the roll-up), and the reader folds stored
+buckets into the coarser buckets a long window draws. Time is the samples' wall clock
+(``Sample.time_s``), the clock the charts show and the only one that means anything after a
+restart; buckets are aligned to the epoch, so a restart inside a bucket, or a wall-clock step
+back, adds to the bucket that is already stored instead of starting a second one.
+
+A bucket's columns are, for each GPU of its ``layout`` (the GPU indices, in order),
+``GPU_FIELDS`` then whether the GPU was lost (0 or 1), then ``HOST_FIELDS``. "Not available"
+is NaN, never 0: a bucket whose samples never had a reading has NaN there.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..metrics import GpuReading, HostReading, Sample
+
+# The gauges of a GPU reading worth keeping. The cumulative counters (pcie_*_total,
+# nvlink_bytes_total) are left out: a mean of a counter means nothing, and their rates are
+# already here. Changing this list changes the stored format: it needs a schema migration.
+GPU_FIELDS = ("utilization_pct", "memory_utilization_pct", "memory_used_bytes",
+              "memory_total_bytes", "memory_reserved_bytes", "pcie_tx_bytes_per_s",
+              "pcie_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s",
+              "temperature_c", "power_w")
+HOST_FIELDS = HostReading._fields
+PER_GPU = len(GPU_FIELDS) + 1  # and the "lost" flag
+
+
+def column_count(layout: Sequence[int]) -> int:
+    return len(layout) * PER_GPU + len(HOST_FIELDS)
+
+
+def _number(value: object) -> float:
+    return math.nan if value is None else float(value)  # type: ignore[arg-type]
+
+
+def sample_vector(sample: Sample) -> tuple[tuple[int, ...], np.ndarray]:
+    """A sample's layout and its values in column order (NaN: not available)."""
+    readings = sorted(sample.gpus, key=lambda reading: reading.index)
+    values: list[float] = []
+    for reading in readings:
+        values += [_number(getattr(reading, name)) for name in GPU_FIELDS]
+        values.append(1.0 if reading.lost else 0.0)
+    values += [_number(value) for value in sample.host]
+    return tuple(r.index for r in readings), np.array(values, dtype=float)
+
+
+@dataclass
+class Bucket:
+    """One bucket: ``start_s`` (epoch seconds, a multiple of ``width_s``), how many samples it
+    holds, and per column their mean, minimum and maximum."""
+
+    start_s: float
+    width_s: float
+    layout: tuple[int, ...]
+    samples: int
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+    def merged(self, other: Bucket) -> Bucket:
+        """This bucket and another of the same span and layout, as one (means weighted by
+        sample count; a column NaN in one of them takes the other's)."""
+        total = self.samples + other.samples
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            weights = np.stack([np.where(np.isnan(self.mean), 0, self.samples),
+                                np.where(np.isnan(other.mean), 0, other.samples)])
+            sums = np.nansum(np.stack([self.mean * self.samples,
+                                       other.mean * other.samples]), axis=0)
+            counted = weights.sum(axis=0)
+            mean = np.where(counted > 0, sums / np.maximum(counted, 1), np.nan)
+        return Bucket(self.start_s, self.width_s, self.layout, total, mean,
+                      np.fmin(self.low, other.low), np.fmax(self.high, other.high))
+
+    def encode(self) -> bytes:
+        """The stored form: mean, minimum and maximum rows as little-endian float32,
+        compressed (what a bucket of a constant reading repeats costs next to nothing)."""
+        packed = np.stack([self.mean, self.low, self.high]).astype("<f4").tobytes()
+        return zlib.compress(packed, 1)
+
+    @classmethod
+    def decode(cls, start_s: float, width_s: float, layout: tuple[int, ...], samples: int,
+               blob: bytes) -> Bucket:
+        """Raises ValueError when the blob does not hold this layout's columns."""
+        try:
+            values = np.frombuffer(zlib.decompress(blob), dtype="<f4").astype(float)
+        except zlib.error as error:
+            raise ValueError(f"bucket at {start_s:.0f}: {error}") from None
+        columns = column_count(layout)
+        if values.size != 3 * columns:
+            raise ValueError(f"bucket at {start_s:.0f}: {values.size} values, expected "
+                             f"{3 * columns}")
+        mean, low, high = values.reshape(3, columns)
+        return cls(start_s, width_s, layout, samples, mean, low, high)
+
+
+def bucket_start(time_s: float, width_s: float) -> float:
+    return math.floor(time_s / width_s) * width_s
+
+
+def fold_samples(samples: Iterable[Sample], width_s: float) -> list[Bucket]:
+    """Consecutive samples grouped into buckets of ``width_s``; a sample in another bucket
+    than the one before it (later, or earlier after a wall-clock step back), or with other
+    GPUs, starts a new bucket. Buckets come out in the order their samples came."""
+    buckets: list[Bucket] = []
+    group: list[np.ndarray] = []
+    key: tuple[float, tuple[int, ...]] | None = None
+
+    def close() -> None:
+        if key is None or not group:
+            return
+        stack = np.stack(group)
+        with warnings.catch_warnings():  # an all-NaN column stays NaN: not available
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean, low, high = (np.nanmean(stack, axis=0), np.nanmin(stack, axis=0),
+                               np.nanmax(stack, axis=0))
+        buckets.append(Bucket(key[0], width_s, key[1], len(group), mean, low, high))
+
+    for sample in samples:
+        layout, vector = sample_vector(sample)
+        this = (bucket_start(sample.time_s, width_s), layout)
+        if this != key:
+            close()
+            key, group = this, []
+        group.append(vector)
+    close()
+    return buckets
+
+
+def fold_buckets(buckets: Sequence[Bucket], width_s: float) -> list[Bucket]:
+    """Finer buckets rolled up into buckets of ``width_s``: consecutive buckets of one span
+    and one layout become one (minimum of minima, maximum of maxima, means weighted by
+    sample count). Vectorized: a 7-day window folds 10,080 minutes at once."""
+    out: list[Bucket] = []
+    position = 0
+    while position < len(buckets):
+        layout = buckets[position].layout
+        end = position
+        while end < len(buckets) and buckets[end].layout == layout:
+            end += 1
+        out += _fold_run(buckets[position:end], width_s)
+        position = end
+    return out
+
+
+def _fold_run(run: Sequence[Bucket], width_s: float) -> list[Bucket]:
+    """``fold_buckets`` over buckets that share one layout."""
+    starts = np.array([bucket_start(b.start_s, width_s) for b in run])
+    breaks = np.flatnonzero(np.r_[True, starts[1:] != starts[:-1]])
+    counts = np.array([b.samples for b in run], dtype=float)
+    means = np.stack([b.mean for b in run])
+    known = ~np.isnan(means)
+    weights = np.where(known, counts[:, None], 0.0)
+    with warnings.catch_warnings():  # an all-NaN group stays NaN: not available
+        warnings.simplefilter("ignore", RuntimeWarning)
+        sums = np.add.reduceat(np.where(known, means, 0.0) * weights, breaks, axis=0)
+        weight = np.add.reduceat(weights, breaks, axis=0)
+        mean = np.where(weight > 0, sums / np.maximum(weight, 1e-300), np.nan)
+        low = np.fmin.reduceat(np.stack([b.low for b in run]), breaks, axis=0)
+        high = np.fmax.reduceat(np.stack([b.high for b in run]), breaks, axis=0)
+    samples = np.add.reduceat(counts, breaks)
+    layout = run[0].layout
+    return [Bucket(float(starts[at]), width_s, layout, int(samples[i]), mean[i], low[i],
+                   high[i]) for i, at in enumerate(breaks)]
+
+
+def gap_after(previous: Bucket, following: Bucket, slack_s: float) -> bool:
+    """Whether nothing was recorded between two buckets (the server was not running): more
+    than ``slack_s`` between the end of one and the start of the next."""
+    return following.start_s - (previous.start_s + previous.width_s) > slack_s
+
+
+def _gpu(index: int, values: np.ndarray, lost: bool) -> GpuReading:
+    readings = {name: (None if math.isnan(value) else float(value))
+                for name, value in zip(GPU_FIELDS, values, strict=True)}
+    return GpuReading(index=index, lost=lost, pcie_is_snapshot=False, **readings)
+
+
+def _host(values: np.ndarray) -> HostReading:
+    return HostReading(*(None if math.isnan(value) else float(value) for value in values))
+
+
+def bucket_sample(bucket: Bucket, values: np.ndarray, time_s: float,
+                  monotonic_s: float | None) -> Sample:
+    """One of a bucket's rows (its means, minima or maxima) as a ``Sample`` at ``time_s``,
+    so every reader of samples (feeds, diagnosis, the CSV) reads stored history unchanged.
+    Its sequence number is -1: it is not in the in-memory history."""
+    gpus = []
+    for position, index in enumerate(bucket.layout):
+        part = values[position * PER_GPU:(position + 1) * PER_GPU]
+        lost = bool(bucket.high[position * PER_GPU + PER_GPU - 1] >= 0.5)
+        gpus.append(_gpu(index, part[:-1], lost))
+    host = _host(values[len(bucket.layout) * PER_GPU:])
+    return Sample(-1, time_s, tuple(gpus), host, gpu_age_s=None, extra={},
+                  monotonic_s=monotonic_s)
+
+
+def gap_sample(layout: Sequence[int], time_s: float, monotonic_s: float | None) -> Sample:
+    """A sample where nothing is available: a chart's line breaks there."""
+    return Sample(-1, time_s, tuple(GpuReading.unavailable(index, False) for index in layout),
+                  HostReading(*([None] * len(HOST_FIELDS))), gpu_age_s=None, extra={},
+                  monotonic_s=monotonic_s)
+
+
+def is_gap(sample: Sample) -> bool:
+    """Whether ``sample`` is a gap marker (``gap_sample``): nothing in it is available."""
+    return (all(value is None for value in sample.host)
+            and all(reading.utilization_pct is None and reading.memory_used_bytes is None
+                    for reading in sample.gpus))
