@@ -582,8 +582,9 @@ def compose_store(config: Config, metrics: Metrics) -> HistoryStore | None:
         return None
     store = HistoryStore(config.store_path, config.store_retention_5s_s,
                          config.store_retention_1min_s,
-                         # An idle sampler may leave a 5-second bucket empty: not a gap.
-                         slack_s=max(10.0, 3 * config.idle_interval_s))
+                         # A missing 5-second bucket is a gap; a sampler slowed below one
+                         # sample per bucket (a long idle interval) may leave some empty.
+                         slack_s=max(5.0, 3 * config.idle_interval_s))
     store.attach(metrics.history)
     return store
 

@@ -96,8 +96,16 @@ def _inspect(path: Path) -> str:
     if not header.startswith(SQLITE_MAGIC):
         raise StoreUnusable(f"{path} is not an nvdashboard store (not a SQLite file); "
                             "left untouched")
-    if len(header) >= 72 and int.from_bytes(header[68:72], "big") != APPLICATION_ID:
+    application = int.from_bytes(header[68:72], "big") if len(header) >= 72 else 0
+    if application != APPLICATION_ID:
         raise StoreUnusable(f"{path} is another program's SQLite database; left untouched")
+    # The schema version (SQLite's user_version, bytes 60-63), read before opening: a
+    # store of a newer nvdashboard is not even opened for writing.
+    version = int.from_bytes(header[60:64], "big") if len(header) >= 64 else 0
+    if version > SCHEMA_VERSION:
+        raise StoreUnusable(f"{path} was written by a newer nvdashboard (store version "
+                            f"{version}, this one knows {SCHEMA_VERSION}); left as it is, so "
+                            "that version keeps its history")
     return "ours"
 
 
@@ -112,6 +120,24 @@ def set_aside(path: Path, why: str) -> Path:
     log.warning("history store %s: %s; set aside as %s, starting a new one", path, why,
                 aside.name)
     return aside
+
+
+def check_readable(path: Path) -> None:
+    """Raises StoreUnusable when another server's store at ``path`` cannot be read by this
+    one (not ours, or a newer schema); a store not made yet is fine (its writer makes it)."""
+    if _inspect(path) != "ours":
+        return
+    try:
+        connection = connect(path, read_only=True)
+        try:
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+        finally:
+            connection.close()
+    except sqlite3.Error as error:
+        raise StoreUnusable(f"cannot read {path}: {error}") from None
+    if version > SCHEMA_VERSION:
+        raise StoreUnusable(f"{path} was written by a newer nvdashboard (store version "
+                            f"{version}, this one knows {SCHEMA_VERSION}); left as it is")
 
 
 def connect(path: Path, read_only: bool = False) -> sqlite3.Connection:
@@ -152,6 +178,9 @@ def _prepare(path: Path) -> Opened:
         # newest transactions (never the file's consistency).
         connection.execute("PRAGMA synchronous=NORMAL")
         migrate(connection, version)
+        # The header, with its application id and version, into the main file now: that is
+        # what another server (and the next start) looks at before opening it.
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return Opened(connection, path, version)
     except BaseException:
         connection.close()
@@ -219,6 +248,8 @@ class WriterLock:
         return self._descriptor is not None
 
     def try_acquire(self) -> bool:
+        """True when this process holds the lock now; False when another one does. Raises
+        StoreUnusable when the lock file cannot be made (a read-only folder, a link)."""
         import fcntl
 
         if self._descriptor is not None:
@@ -227,8 +258,8 @@ class WriterLock:
                  | getattr(os, "O_CLOEXEC", 0))
         try:
             descriptor = os.open(self.path, flags, 0o600)
-        except OSError:
-            return False  # a symbolic link there, or a folder that cannot be written
+        except OSError as error:
+            raise StoreUnusable(f"cannot make {self.path}: {error.strerror}") from None
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

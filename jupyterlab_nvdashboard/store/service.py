@@ -41,7 +41,15 @@ from .buckets import (
     gap_after,
     gap_sample,
 )
-from .file import Opened, StoreUnusable, WriterLock, connect, make_folder, open_store
+from .file import (
+    Opened,
+    StoreUnusable,
+    WriterLock,
+    check_readable,
+    connect,
+    make_folder,
+    open_store,
+)
 
 log = logging.getLogger("nvdashboard")
 
@@ -134,6 +142,7 @@ class HistoryStore:
                 opened = open_store(self.path)
                 self._become_writer(opened)
             else:
+                check_readable(self.path)
                 self.role = "reader"
                 log.info("history store %s: another nvdashboard server writes it; this one "
                          "reads it", self.path)
@@ -226,9 +235,9 @@ class HistoryStore:
         if now - self._last_take_over < TAKE_OVER_EVERY_S:
             return
         self._last_take_over = now
-        if not self._lock.try_acquire():
-            return
         try:
+            if not self._lock.try_acquire():
+                return
             self._become_writer(open_store(self.path))
             log.info("history store %s: the server that wrote it has stopped; this one "
                      "writes it now", self.path)
