@@ -154,15 +154,17 @@ def window_with_past(history: History, seconds: float, past: PastSource | None,
 
 
 def prepend_past(recent: list[Sample], seconds: float, past: PastSource | None,
-                 resolution_s: float, rows: str = "minmax",
-                 now_s: float | None = None) -> tuple[list[Sample], float]:
+                 resolution_s: float, rows: str = "minmax", now_s: float | None = None,
+                 before_s: float | None = None) -> tuple[list[Sample], float]:
     """``recent`` (the newest samples of a window of ``seconds``, oldest first) with, before
-    them, what ``past`` kept of the rest of the window (``window_with_past``)."""
+    them, what ``past`` kept of the rest of the window (``window_with_past``). The window
+    ends at ``now_s`` (default: the newest of ``recent``, else the wall clock); ``past`` is
+    read up to ``before_s`` (default: the oldest of ``recent``), where the history starts."""
     if past is None:
         return recent, 0.0
-    now = recent[-1].time_s if recent else (time.time() if now_s is None else now_s)
+    now = now_s if now_s is not None else recent[-1].time_s if recent else time.time()
     start = now - seconds
-    first = recent[0].time_s if recent else now
+    first = before_s if before_s is not None else recent[0].time_s if recent else now
     if first - start <= max(resolution_s, 1.0):
         return recent, 0.0  # memory holds the whole window
     older, resolution = past.past_samples(start, first, resolution_s, rows)

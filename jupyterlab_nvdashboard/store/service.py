@@ -355,7 +355,9 @@ class HistoryStore:
     def tier_for(self, start_s: float, resolution_s: float) -> int:
         """The coarsest tier no coarser than ``resolution_s`` that still holds ``start_s``;
         the finest that holds it when both are coarser; the longest-kept one otherwise."""
-        now = self.clock.time()
+        # A minute's leeway: a 24-hour window asked for a moment after the last prune still
+        # reads the 24-hour tier (its oldest minute may be gone: a short gap at the start).
+        now = self.clock.time() - 60
         holding = [tier for tier, kept in self.retention_s.items() if start_s >= now - kept]
         fine_enough = [t for t in holding if TIER_WIDTHS_S[t] <= resolution_s]
         if fine_enough:

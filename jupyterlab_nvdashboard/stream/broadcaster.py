@@ -142,8 +142,8 @@ class Family:
         if self.feed.mode == "replace":
             samples = window[-1:]
         else:  # everything up to self.seq is published already, closed buckets included
-            samples = self._with_past(window) if reset else [s for s in window
-                                                             if s.seq > since]
+            samples = self._with_past(window, history) if reset else [
+                s for s in window if s.seq > since]
         rows = self._rows(samples)  # no samples yet: empty columns, still named
         return encode(rows, -1 if reset else since, self.seq, reset)
 
@@ -158,7 +158,7 @@ class Family:
             new = history.window(self.window_s)
         publishable = self._publishable(new)
         if reset and self.feed.mode == "append":
-            publishable = self._with_past(publishable)
+            publishable = self._with_past(publishable, history)
         if not publishable:
             return None
         if self.feed.mode == "replace" and not reset:
@@ -170,13 +170,17 @@ class Family:
         self.seq, self.last_sent_s = publishable[-1].seq, time.monotonic()
         return frame
 
-    def _with_past(self, window: list[Sample]) -> list[Sample]:
+    def _with_past(self, window: list[Sample], history: History) -> list[Sample]:
         """The window's samples with, before them, what the store kept (a whole-window
-        frame of a window longer than the history)."""
-        if self.past is None or self.feed.mode != "append" or not window:
+        frame of a window longer than the history): up to the history's oldest sample,
+        published or not, so that the live frames to come continue it in time order."""
+        if self.past is None or self.feed.mode != "append":
             return window
+        memory = history.window(self.window_s)
         samples, _ = prepend_past(window, self.window_s, self.past,
-                                  self.bucket_s or self.interval_s)
+                                  self.bucket_s or self.interval_s,
+                                  now_s=memory[-1].time_s if memory else None,
+                                  before_s=memory[0].time_s if memory else None)
         return samples
 
     def _too_soon(self) -> bool:
