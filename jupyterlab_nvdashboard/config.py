@@ -588,6 +588,16 @@ def load_config(
     )
 
 
+START_WITH_JUPYTER_VARIABLE = "NVDASHBOARD_START_WITH_JUPYTER"
+
+
+def start_with_jupyter(environ: Mapping[str, str]) -> bool:
+    """Whether the Jupyter server extension starts the dashboard server with Jupyter
+    (``NVDASHBOARD_START_WITH_JUPYTER``, on by default); ConfigError for a bad value."""
+    text = environ.get(START_WITH_JUPYTER_VARIABLE, "")
+    return True if not text.strip() else _boolean(START_WITH_JUPYTER_VARIABLE)(text)
+
+
 def check_interval_ms(unused_session_lifetime_ms: int) -> int:
     """How often to discard unused sessions: a third of their lifetime, 100 ms to 5 s."""
     return max(100, min(5_000, unused_session_lifetime_ms // 3))
