@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..diagnosis.live import DeviceDiagnoses
 from ..jupyter_sessions import JupyterSessions
-from ..metrics import Metrics
+from ..metrics import Metrics, Sample, prepend_past
 from ..runs.service import WorkloadService
 from ..store import HistoryStore
 from .components import timeline_windows
@@ -44,6 +44,24 @@ class DashboardSources:
 
     def __post_init__(self) -> None:
         self.diagnoses = DeviceDiagnoses(self.metrics, past=self.store)
+        # The stored part of ``history_since``: (its span, its samples). What the store holds
+        # of the past does not change, so pages refreshing every second read it once.
+        self._stored: tuple[tuple[int, int], list[Sample]] = ((0, 0), [])
+
+    def history_since(self, start_s: float, now_s: float) -> list[Sample]:
+        """The samples from ``start_s`` (epoch seconds) to ``now_s``: the in-memory history's,
+        and before its oldest, the store's 5-second means (1-minute past their retention).
+        A run that finished before a restart is judged from them (``apps/workload.py``)."""
+        recent = self.metrics.history.window(now_s - start_s + 1)
+        if self.store is None:
+            return recent
+        first = recent[0].time_s if recent else now_s
+        key = (int(start_s), int(first // 60))  # read again once a minute, at most
+        if key != self._stored[0]:
+            older, _ = prepend_past([], now_s - start_s, self.store, 0.0, rows="mean",
+                                    now_s=now_s, before_s=first)
+            self._stored = (key, older)
+        return [s for s in self._stored[1] if s.time_s < first] + recent
 
     @property
     def timeline_windows_s(self) -> tuple[float, ...]:
