@@ -15,6 +15,7 @@ is NaN, never 0: a bucket whose samples never had a reading has NaN there.
 from __future__ import annotations
 
 import math
+import operator
 import warnings
 import zlib
 from collections.abc import Iterable, Sequence
@@ -39,19 +40,19 @@ def column_count(layout: Sequence[int]) -> int:
     return len(layout) * PER_GPU + len(HOST_FIELDS)
 
 
-def _number(value: object) -> float:
-    return math.nan if value is None else float(value)  # type: ignore[arg-type]
+_gpu_values = operator.attrgetter(*GPU_FIELDS)
 
 
 def sample_vector(sample: Sample) -> tuple[tuple[int, ...], np.ndarray]:
     """A sample's layout and its values in column order (NaN: not available)."""
     readings = sorted(sample.gpus, key=lambda reading: reading.index)
-    values: list[float] = []
+    values: list[object] = []
     for reading in readings:
-        values += [_number(getattr(reading, name)) for name in GPU_FIELDS]
+        values += _gpu_values(reading)
         values.append(1.0 if reading.lost else 0.0)
-    values += [_number(value) for value in sample.host]
-    return tuple(r.index for r in readings), np.array(values, dtype=float)
+    values += sample.host
+    return (tuple(r.index for r in readings),
+            np.array([math.nan if v is None else v for v in values], dtype=float))
 
 
 @dataclass
@@ -120,11 +121,14 @@ def fold_samples(samples: Iterable[Sample], width_s: float) -> list[Bucket]:
         if key is None or not group:
             return
         stack = np.stack(group)
-        with warnings.catch_warnings():  # an all-NaN column stays NaN: not available
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean, low, high = (np.nanmean(stack, axis=0), np.nanmin(stack, axis=0),
-                               np.nanmax(stack, axis=0))
-        buckets.append(Bucket(key[0], width_s, key[1], len(group), mean, low, high))
+        known = ~np.isnan(stack)
+        counted = known.sum(axis=0)
+        # An all-NaN column stays NaN (not available): fmin/fmax skip NaN, and the mean of
+        # no values is left NaN.
+        mean = np.divide(np.where(known, stack, 0.0).sum(axis=0), counted,
+                         out=np.full(stack.shape[1], math.nan), where=counted > 0)
+        buckets.append(Bucket(key[0], width_s, key[1], len(group), mean,
+                              np.fmin.reduce(stack, axis=0), np.fmax.reduce(stack, axis=0)))
 
     for sample in samples:
         layout, vector = sample_vector(sample)
