@@ -1,6 +1,7 @@
 """What the history store (store/) costs, measured side by side with the store on and off.
 
     python benchmarks/store_cost.py [--rounds 3] [--seconds 60] [--fills 3] [--draws 5]
+        [--parts size,draw,cpu]
 
 1. **CPU**: a real server (``--simulate 8``, a sample every 200 ms, idle interval 200 ms so
    the sampler runs at its busy rate with no page open) is run ``--seconds`` with the store
@@ -194,38 +195,55 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--fills", type=int, default=3)
     parser.add_argument("--draws", type=int, default=5)
+    parser.add_argument("--parts", default="size,draw,cpu",
+                        help="which measurements, comma-separated (draw fills a store if "
+                        "size did not)")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     folder = Path(tempfile.mkdtemp(prefix="nvdashboard-store-bench-"))
     try:
-        print(f"machine: {os.cpu_count()} CPUs, {GPUS} simulated GPUs, python "
-              f"{sys.version.split()[0]}")
+        print(f"machine: {os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f}), "
+              f"{GPUS} simulated GPUs, python {sys.version.split()[0]}")
         sizes, fill_s = [], []
-        for seed in range(args.fills):
+        for seed in range(args.fills if "size" in parts else 0):
             path = folder / f"fill{seed}" / "history.sqlite"
             fill_s.append(fill(path, seed))
             sizes.append(size_of(path) / 2**20)
             print(f"  fill {seed}: {sizes[-1]:.1f} MiB in {fill_s[-1]:.0f} s", flush=True)
-        print(f"size after 30 days, store on: {summary(sizes, 'MiB', 1)}; store off: 0 MiB")
-
-        week = draw_times(folder / "fill0" / "history.sqlite", 7 * DAY_S, args.draws)
-        memory = draw_times(None, 1800, args.draws)
-        print(f"first frame of the 7-day window, store on: {summary(week, 's')}")
-        print(f"first frame of the longest window, store off (30 min): {summary(memory, 's')}")
-
-        on_server, on_writer, off_server = [], [], []
-        for round_number in range(args.rounds):
-            store = folder / f"cpu{round_number}" / "history.sqlite"
-            server, writer = cpu_round(store, args.seconds)
-            on_server.append(server)
-            on_writer.append(writer or 0.0)
-            off_server.append(cpu_round(None, args.seconds)[0])
-            print(f"  round {round_number}: on {server:.2f}% (writer {writer:.3f}%), "
-                  f"off {off_server[-1]:.2f}%", flush=True)
-        print(f"store writer thread, % of a core: {summary(on_writer, '%')}")
-        print(f"whole server, % of a core: store on {summary(on_server, '%', 2)}; "
-              f"store off {summary(off_server, '%', 2)}")
+        if sizes:
+            print(f"size after 30 days, store on: {summary(sizes, 'MiB', 1)}; store off: "
+                  "0 MiB")
+        if "draw" in parts:
+            measure_draws(folder, args.draws, filled=bool(sizes))
+        if "cpu" in parts:
+            measure_cpu(folder, args.rounds, args.seconds)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def measure_draws(folder: Path, draws: int, filled: bool) -> None:
+    store = folder / "fill0" / "history.sqlite"
+    if not filled:
+        print(f"  filled 8 days in {fill(store, 0, days=8):.0f} s", flush=True)
+    week = draw_times(store, 7 * DAY_S, draws)
+    memory = draw_times(None, 1800, draws)
+    print(f"first frame of the 7-day window, store on: {summary(week, 's')}")
+    print(f"first frame of the longest window, store off (30 min): {summary(memory, 's')}")
+
+
+def measure_cpu(folder: Path, rounds: int, seconds: float) -> None:
+    on_server, on_writer, off_server = [], [], []
+    for round_number in range(rounds):
+        store = folder / f"cpu{round_number}" / "history.sqlite"
+        server, writer = cpu_round(store, seconds)
+        on_server.append(server)
+        on_writer.append(writer or 0.0)
+        off_server.append(cpu_round(None, seconds)[0])
+        print(f"  round {round_number}: on {server:.2f}% (writer {writer or 0:.3f}%), "
+              f"off {off_server[-1]:.2f}%", flush=True)
+    print(f"store writer thread, % of a core: {summary(on_writer, '%')}")
+    print(f"whole server, % of a core: store on {summary(on_server, '%', 2)}; "
+          f"store off {summary(off_server, '%', 2)}")
 
 
 if __name__ == "__main__":

@@ -141,72 +141,124 @@ def fold_samples(samples: Iterable[Sample], width_s: float) -> list[Bucket]:
     return buckets
 
 
-def fold_buckets(buckets: Sequence[Bucket], width_s: float) -> list[Bucket]:
-    """Finer buckets rolled up into buckets of ``width_s``: consecutive buckets of one span
-    and one layout become one (minimum of minima, maximum of maxima, means weighted by
-    sample count). Vectorized: a 7-day window folds 10,080 minutes at once."""
-    out: list[Bucket] = []
-    position = 0
-    while position < len(buckets):
-        layout = buckets[position].layout
-        end = position
-        while end < len(buckets) and buckets[end].layout == layout:
-            end += 1
-        out += _fold_run(buckets[position:end], width_s)
-        position = end
-    return out
+@dataclass
+class BucketRun:
+    """Consecutive buckets of one layout and width as arrays, one row per bucket: what a
+    long window reads (10,080 minutes for 7 days) is folded without a Python object each."""
 
+    layout: tuple[int, ...]
+    width_s: float
+    starts: np.ndarray  # (n,) epoch seconds
+    samples: np.ndarray  # (n,)
+    mean: np.ndarray  # (n, columns), and low and high the same
+    low: np.ndarray
+    high: np.ndarray
 
-def _fold_run(run: Sequence[Bucket], width_s: float) -> list[Bucket]:
-    """``fold_buckets`` over buckets that share one layout."""
-    starts = np.array([bucket_start(b.start_s, width_s) for b in run])
-    breaks = np.flatnonzero(np.r_[True, starts[1:] != starts[:-1]])
-    counts = np.array([b.samples for b in run], dtype=float)
-    means = np.stack([b.mean for b in run])
-    known = ~np.isnan(means)
-    weights = np.where(known, counts[:, None], 0.0)
-    with warnings.catch_warnings():  # an all-NaN group stays NaN: not available
-        warnings.simplefilter("ignore", RuntimeWarning)
-        sums = np.add.reduceat(np.where(known, means, 0.0) * weights, breaks, axis=0)
+    @classmethod
+    def of(cls, buckets: Sequence[Bucket]) -> BucketRun:
+        return cls(buckets[0].layout, buckets[0].width_s,
+                   np.array([b.start_s for b in buckets], dtype=float),
+                   np.array([b.samples for b in buckets], dtype=float),
+                   np.stack([b.mean for b in buckets]), np.stack([b.low for b in buckets]),
+                   np.stack([b.high for b in buckets]))
+
+    @classmethod
+    def decode(cls, layout: tuple[int, ...], width_s: float, starts: Sequence[float],
+               samples: Sequence[int], blobs: Sequence[bytes]) -> BucketRun:
+        """Stored buckets of one layout, decoded at once; a blob that is damaged or of
+        another size costs its own bucket only (dropped)."""
+        columns = column_count(layout)
+        size = 3 * columns * 4
+        kept, raw = [], []
+        for position, blob in enumerate(blobs):
+            try:
+                data = zlib.decompress(blob)
+            except zlib.error:
+                continue
+            if len(data) == size:
+                kept.append(position)
+                raw.append(data)
+        values = np.frombuffer(b"".join(raw), dtype="<f4").astype(float)
+        values = values.reshape(len(raw), 3, columns)
+        return cls(layout, width_s, np.asarray(starts, dtype=float)[kept],
+                   np.asarray(samples, dtype=float)[kept], values[:, 0], values[:, 1],
+                   values[:, 2])
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def buckets(self) -> list[Bucket]:
+        return [Bucket(float(self.starts[i]), self.width_s, self.layout, int(self.samples[i]),
+                       self.mean[i], self.low[i], self.high[i]) for i in range(len(self))]
+
+    def folded(self, width_s: float) -> BucketRun:
+        """Rolled up into buckets of ``width_s``: consecutive rows of one span become one
+        (minimum of minima, maximum of maxima, means weighted by sample count)."""
+        if not len(self):
+            return self
+        starts = np.floor(self.starts / width_s) * width_s
+        breaks = np.flatnonzero(np.r_[True, starts[1:] != starts[:-1]])
+        known = ~np.isnan(self.mean)
+        weights = np.where(known, self.samples[:, None], 0.0)
+        sums = np.add.reduceat(np.where(known, self.mean, 0.0) * weights, breaks, axis=0)
         weight = np.add.reduceat(weights, breaks, axis=0)
-        mean = np.where(weight > 0, sums / np.maximum(weight, 1e-300), np.nan)
-        low = np.fmin.reduceat(np.stack([b.low for b in run]), breaks, axis=0)
-        high = np.fmax.reduceat(np.stack([b.high for b in run]), breaks, axis=0)
-    samples = np.add.reduceat(counts, breaks)
-    layout = run[0].layout
-    return [Bucket(float(starts[at]), width_s, layout, int(samples[i]), mean[i], low[i],
-                   high[i]) for i, at in enumerate(breaks)]
+        # A column never known in a span stays NaN: not available.
+        mean = np.divide(sums, weight, out=np.full(sums.shape, math.nan), where=weight > 0)
+        return BucketRun(self.layout, width_s, starts[breaks],
+                         np.add.reduceat(self.samples, breaks),
+                         mean, np.fmin.reduceat(self.low, breaks, axis=0),
+                         np.fmax.reduceat(self.high, breaks, axis=0))
 
 
-def gap_after(previous: Bucket, following: Bucket, slack_s: float) -> bool:
-    """Whether nothing was recorded between two buckets (the server was not running): more
-    than ``slack_s`` between the end of one and the start of the next."""
-    return following.start_s - (previous.start_s + previous.width_s) > slack_s
+def runs_of(buckets: Sequence[Bucket]) -> list[BucketRun]:
+    """Buckets cut into runs of one layout, in order."""
+    runs, position = [], 0
+    while position < len(buckets):
+        end = position
+        while end < len(buckets) and buckets[end].layout == buckets[position].layout:
+            end += 1
+        runs.append(BucketRun.of(buckets[position:end]))
+        position = end
+    return runs
 
 
-def _gpu(index: int, values: np.ndarray, lost: bool) -> GpuReading:
-    readings = {name: (None if math.isnan(value) else float(value))
-                for name, value in zip(GPU_FIELDS, values, strict=True)}
-    return GpuReading(index=index, lost=lost, pcie_is_snapshot=False, **readings)
+def fold_buckets(buckets: Sequence[Bucket], width_s: float) -> list[Bucket]:
+    """Finer buckets rolled up into buckets of ``width_s`` (``BucketRun.folded``), run by
+    run of one layout."""
+    return [bucket for run in runs_of(buckets) for bucket in run.folded(width_s).buckets()]
 
 
-def _host(values: np.ndarray) -> HostReading:
-    return HostReading(*(None if math.isnan(value) else float(value) for value in values))
+# Where pcie_is_snapshot sits among GpuReading's fields after index and lost: the stored
+# fields are GpuReading's own in its order, with that flag (never stored) between them.
+_SNAPSHOT_AT = GpuReading._fields.index("pcie_is_snapshot") - 2
+assert GpuReading._fields[2:2 + len(GPU_FIELDS) + 1] == (
+    *GPU_FIELDS[:_SNAPSHOT_AT], "pcie_is_snapshot", *GPU_FIELDS[_SNAPSHOT_AT:])
 
 
-def bucket_sample(bucket: Bucket, values: np.ndarray, time_s: float,
-                  monotonic_s: float | None) -> Sample:
-    """One of a bucket's rows (its means, minima or maxima) as a ``Sample`` at ``time_s``,
-    so every reader of samples (feeds, diagnosis, the CSV) reads stored history unchanged.
-    Its sequence number is -1: it is not in the in-memory history."""
-    gpus = []
-    for position, index in enumerate(bucket.layout):
-        part = values[position * PER_GPU:(position + 1) * PER_GPU]
-        lost = bool(bucket.high[position * PER_GPU + PER_GPU - 1] >= 0.5)
-        gpus.append(_gpu(index, part[:-1], lost))
-    host = _host(values[len(bucket.layout) * PER_GPU:])
-    return Sample(-1, time_s, tuple(gpus), host, gpu_age_s=None, extra={},
-                  monotonic_s=monotonic_s)
+def bucket_samples(layout: tuple[int, ...], rows: np.ndarray, highs: np.ndarray,
+                   times_s: Sequence[float], monotonic_s: Sequence[float | None]
+                   ) -> list[Sample]:
+    """Rows of buckets of one layout (their means, minima or maxima) as ``Sample``s at
+    ``times_s``, so every reader of samples (feeds, diagnosis, the CSV) reads stored history
+    unchanged; ``highs``, each row's bucket's maxima, say which GPUs were lost. Their
+    sequence number is -1: they are not in the in-memory history. NaN becomes None in one
+    pass over the whole array (a 7-day window makes 2,000 samples at once)."""
+    cells = rows.astype(object)
+    cells[np.isnan(rows)] = None
+    lost_columns = [p * PER_GPU + PER_GPU - 1 for p in range(len(layout))]
+    lost = (highs[:, lost_columns] >= 0.5).tolist()
+    host_at = len(layout) * PER_GPU
+    samples = []
+    for row, gone, time_s, monotonic in zip(cells.tolist(), lost, times_s, monotonic_s,
+                                            strict=True):
+        gpus = []
+        for position, index in enumerate(layout):
+            part = row[position * PER_GPU:position * PER_GPU + PER_GPU - 1]
+            gpus.append(GpuReading(index, gone[position], *part[:_SNAPSHOT_AT], False,
+                                   *part[_SNAPSHOT_AT:]))
+        samples.append(Sample(-1, time_s, tuple(gpus), HostReading(*row[host_at:]),
+                              gpu_age_s=None, extra={}, monotonic_s=monotonic))
+    return samples
 
 
 def gap_sample(layout: Sequence[int], time_s: float, monotonic_s: float | None) -> Sample:

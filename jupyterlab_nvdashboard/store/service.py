@@ -35,10 +35,10 @@ import numpy as np
 from ..metrics import History, Sample
 from .buckets import (
     Bucket,
-    bucket_sample,
+    BucketRun,
+    bucket_samples,
     fold_buckets,
     fold_samples,
-    gap_after,
     gap_sample,
 )
 from .file import (
@@ -335,22 +335,35 @@ class HistoryStore:
         """The longest span the store keeps (0 without a store)."""
         return 0.0 if self.role == "off" else max(self.retention_s.values())
 
-    def _read_buckets(self, connection: sqlite3.Connection, tier: int, start_s: float,
-                      end_s: float) -> list[Bucket]:
+    def _read_runs(self, connection: sqlite3.Connection, tier: int, start_s: float,
+                   end_s: float) -> list[BucketRun]:
+        """The tier's buckets that overlap ``start_s`` to ``end_s``, in runs of one layout."""
         width = TIER_WIDTHS_S[tier]
         rows = connection.execute(
             "SELECT b.start_s, l.gpus, b.samples, b.data FROM buckets b JOIN layouts l "
-            "ON l.id = b.layout WHERE b.tier=? AND b.start_s >= ? AND b.start_s < ? "
+            "ON l.id = b.layout WHERE b.tier=? AND b.start_s > ? AND b.start_s < ? "
             "ORDER BY b.start_s, b.layout",
-            (tier, int(start_s) - int(width), end_s if end_s != float("inf") else 2**62))
-        buckets = []
-        for start, gpus, samples, blob in rows:
+            (tier, start_s - width, end_s if end_s != float("inf") else 2**62)).fetchall()
+        runs: list[BucketRun] = []
+        position = 0
+        while position < len(rows):
+            gpus = rows[position][1]
+            end = position
+            while end < len(rows) and rows[end][1] == gpus:
+                end += 1
+            part = rows[position:end]
             layout = tuple(int(i) for i in gpus.split(",")) if gpus else ()
-            try:
-                buckets.append(Bucket.decode(float(start), width, layout, samples, blob))
-            except ValueError:
-                continue  # one damaged bucket costs that bucket only
-        return [b for b in buckets if b.start_s + width > start_s]
+            run = BucketRun.decode(layout, width, [r[0] for r in part], [r[2] for r in part],
+                                   [r[3] for r in part])
+            if len(run):
+                runs.append(run)
+            position = end
+        return runs
+
+    def _read_buckets(self, connection: sqlite3.Connection, tier: int, start_s: float,
+                      end_s: float) -> list[Bucket]:
+        return [b for run in self._read_runs(connection, tier, start_s, end_s)
+                for b in run.buckets()]
 
     def tier_for(self, start_s: float, resolution_s: float) -> int:
         """The coarsest tier no coarser than ``resolution_s`` that still holds ``start_s``;
@@ -381,7 +394,7 @@ class HistoryStore:
         try:
             connection = connect(self.path, read_only=True)
             try:
-                stored = self._read_buckets(connection, tier, start_s, end_s)
+                stored = self._read_runs(connection, tier, start_s, end_s)
             finally:
                 connection.close()
         except sqlite3.Error as error:
@@ -389,21 +402,29 @@ class HistoryStore:
             return PastWindow(width, resolution)
         # Monotonic times for these samples, as if read now: windows cut by it line them up.
         offset = self.clock.monotonic() - self.clock.time()
-        gaps = [(a.start_s + a.width_s, b.start_s, b.layout)
-                for a, b in zip(stored, stored[1:], strict=False)
-                if gap_after(a, b, self.slack_s)]
-        samples: list[Sample] = []
-        for bucket in fold_buckets(stored, resolution) if stored else []:
-            middle = bucket.start_s + resolution / 2
-            if rows == "mean":
-                samples.append(bucket_sample(bucket, bucket.mean, middle, middle + offset))
-            else:
-                samples.append(bucket_sample(bucket, bucket.low, bucket.start_s,
-                                             bucket.start_s + offset))
-                samples.append(bucket_sample(bucket, bucket.high, middle, middle + offset))
-        if stored and end_s - (stored[-1].start_s + width) > self.slack_s:
+        gaps: list[tuple[float, float, tuple[int, ...]]] = []
+        previous_end = None
+        for run in stored:  # nothing stored for longer than the slack: not running
+            ends = run.starts + width
+            if previous_end is not None and run.starts[0] - previous_end > self.slack_s:
+                gaps.append((previous_end, float(run.starts[0]), run.layout))
+            apart = np.flatnonzero(run.starts[1:] - ends[:-1] > self.slack_s)
+            gaps += [(float(ends[i]), float(run.starts[i + 1]), run.layout) for i in apart]
+            previous_end = float(ends[-1])
+        if previous_end is not None and end_s - previous_end > self.slack_s:
             # Nothing recorded from the last bucket to the end: the server was not running.
-            gaps.append((stored[-1].start_s + width, end_s, stored[-1].layout))
+            gaps.append((previous_end, end_s, stored[-1].layout))
+        samples: list[Sample] = []
+        for run in (run.folded(resolution) for run in stored):
+            middles = run.starts + resolution / 2
+            if rows == "mean":
+                times, values, highs = middles, run.mean, run.high
+            else:  # each bucket's minima at its start, maxima at its middle
+                times = np.column_stack([run.starts, middles]).ravel()
+                values = np.stack([run.low, run.high], axis=1).reshape(-1, run.low.shape[1])
+                highs = np.repeat(run.high, 2, axis=0)
+            samples += bucket_samples(run.layout, values, highs, times.tolist(),
+                                      (times + offset).tolist())
         for gap_start, gap_end, layout in gaps:
             middle = (gap_start + gap_end) / 2
             samples.append(gap_sample(layout, middle, middle + offset))
