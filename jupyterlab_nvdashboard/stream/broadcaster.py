@@ -107,6 +107,9 @@ class Family:
     # Where the samples older than the history come from (None: the history only).
     past: PastSource | None = None
     interval_s: float = 0.0
+    # The last read of ``past``: (which span, its samples); a page that opens the same long
+    # window within one of its buckets gets it without reading the store again.
+    past_read: tuple[tuple[int, int], list[Sample]] | None = None
 
     def _publishable(self, samples: list[Sample]) -> list[Sample]:
         """The samples whose rows can go out now (oldest first)."""
@@ -177,11 +180,16 @@ class Family:
         if self.past is None or self.feed.mode != "append":
             return window
         memory = history.window(self.window_s)
-        samples, _ = prepend_past(window, self.window_s, self.past,
-                                  self.bucket_s or self.interval_s,
-                                  now_s=memory[-1].time_s if memory else None,
-                                  before_s=memory[0].time_s if memory else None)
-        return samples
+        now_s = memory[-1].time_s if memory else time.time()
+        before_s = memory[0].time_s if memory else now_s
+        resolution = self.bucket_s or self.interval_s
+        span = (int(now_s // max(resolution, 5.0)), int(before_s // max(resolution, 5.0)))
+        if self.past_read is None or self.past_read[0] != span:
+            older, _ = prepend_past([], self.window_s, self.past, resolution, now_s=now_s,
+                                    before_s=before_s)
+            self.past_read = (span, older)
+        first = window[0].time_s if window else before_s
+        return [s for s in self.past_read[1] if s.time_s < first] + window
 
     def _too_soon(self) -> bool:
         """Whether the feed's ``refresh_s`` (0: none) has not passed since the last frame:
