@@ -19,6 +19,9 @@
    30 days end now); a page's stream is opened for the 7-day window of /GPU-Resources and
    timed until its catch-up frame is decoded (what the page draws first), ``--draws`` times.
    Side by side: the longest window without a store (30 minutes, from memory), the same way.
+   On a machine shared with other jobs wall time includes waiting for a core, so the
+   server's part is also timed in this process as CPU time (``thread_time``): the
+   catch-up frame of a new page on each window (the store's read, the rows, the encode).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from jupyterlab_nvdashboard.metrics import GpuReading, History, HostReading  # noqa: E402
 from jupyterlab_nvdashboard.store import HistoryStore  # noqa: E402
 from tests.support.servers import free_port  # noqa: E402
+from tests.support.store_clock import ScriptedClock  # noqa: E402
 from tests.support.stream_client import open_stream  # noqa: E402
 
 GPUS = 8
@@ -115,17 +119,6 @@ def cpu_round(store: Path | None, seconds: float) -> tuple[float, float | None]:
     return server, writer
 
 
-class ScriptedClock:
-    def __init__(self, wall: float) -> None:
-        self.wall, self.mono = wall, 0.0
-
-    def time(self) -> float:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.mono
-
-
 def fill(path: Path, seed: int, days: float = 30, end_s: float | None = None) -> float:
     """A store of ``days`` of 8 varying GPUs ending at ``end_s``; returns seconds taken."""
     rng = np.random.default_rng(seed)
@@ -153,8 +146,7 @@ def fill(path: Path, seed: int, days: float = 30, end_s: float | None = None) ->
                            float(rng.uniform(0, 1e7)), float(rng.uniform(0, 1e7)))
         history.append(clock.wall, gpus, host, monotonic_s=clock.mono)
         every = 5.0 if clock.wall >= end - DAY_S else 60.0
-        clock.wall += every
-        clock.mono += every
+        clock.advance(every)
         if step % 720 == 0:  # many samples per batch: the file is the same
             store.step()
     store.stop()
@@ -229,6 +221,47 @@ def measure_draws(folder: Path, draws: int, filled: bool) -> None:
     memory = draw_times(None, 1800, draws)
     print(f"first frame of the 7-day window, store on: {summary(week, 's')}")
     print(f"first frame of the longest window, store off (30 min): {summary(memory, 's')}")
+    week_cpu = catch_up_cpu(store, 7 * DAY_S, draws)
+    memory_cpu = catch_up_cpu(None, 1800, draws)
+    print(f"  its CPU time in the server, 7 days, store on: {summary(week_cpu, 's')}")
+    print(f"  its CPU time in the server, 30 min, store off: {summary(memory_cpu, 's')}")
+
+
+def catch_up_cpu(store: Path | None, window_s: float, draws: int) -> list[float]:
+    """CPU seconds of the catch-up frame of a new page on ``window_s`` (8 GPUs, in-process)."""
+    from jupyterlab_nvdashboard.apps.gpu import gpu_resources
+    from jupyterlab_nvdashboard.composition import create_metrics
+    from jupyterlab_nvdashboard.config import Config, SimulationConfig
+    from jupyterlab_nvdashboard.stream.broadcaster import Broadcaster
+
+    metrics = create_metrics(Config(history_s=1800, simulation=SimulationConfig(
+        gpu_count=GPUS, profile="h200")), environ={})
+    metrics.nvml.ensure_initialized()
+    for _ in range(9000 if store is None else 50):  # a full 30 minutes without a store
+        metrics.sampler.tick()
+    past = None
+    if store is not None:
+        past = HistoryStore(store)
+        past.open()
+    feed = gpu_resources(metrics)
+    took = []
+    for _ in range(draws):
+        broadcaster = Broadcaster(metrics.history, 0.2, lambda route: feed, (window_s,),
+                                  past=past)
+        started = time.thread_time()
+        broadcaster.subscribe("/GPU-Resources", window_s, -1, _Page())
+        took.append(time.thread_time() - started)
+    if past is not None:
+        past.close()
+    return took
+
+
+class _Page:
+    def send(self, frame: bytes) -> None:
+        pass
+
+    def close(self, code: int | None = None, reason: str | None = None) -> None:
+        pass
 
 
 def measure_cpu(folder: Path, rounds: int, seconds: float) -> None:

@@ -16,6 +16,7 @@ from jupyterlab_nvdashboard.metrics import GpuReading, History, HostReading
 from jupyterlab_nvdashboard.store import HistoryStore
 from tests.support.browser import chromium, screenshot, watch
 from tests.support.servers import cli_server, with_token
+from tests.support.store_clock import ScriptedClock
 
 pytestmark = pytest.mark.browser
 
@@ -31,17 +32,6 @@ COLUMN_JS = """(key) => {
           gaps: times.filter((t, i) => !Number.isFinite(values[i])),
           first: Math.min(...times)};
 }"""
-
-
-class ScriptedClock:
-    def __init__(self, wall: float) -> None:
-        self.wall, self.mono = wall, 0.0
-
-    def time(self) -> float:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.mono
 
 
 def off(time_s: float, now: float) -> bool:
@@ -69,8 +59,7 @@ def scripted_store(path: Path, now: float) -> None:
                          for i, value in ((0, day), (1, training)))
             history.append(clock.wall, gpus, host, monotonic_s=clock.mono)
             count += 1
-        clock.wall += 60
-        clock.mono += 60
+        clock.advance(60)
         if count % 1000 == 0:
             store.step()
     store.stop()

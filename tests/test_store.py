@@ -24,19 +24,9 @@ from jupyterlab_nvdashboard.store import (
     HistoryStore,
 )
 from jupyterlab_nvdashboard.store.buckets import is_gap
+from tests.support.store_clock import ScriptedClock
 
 START_S = 1_699_999_980.0  # a multiple of 60: bucket edges are easy to reason about
-
-
-class ScriptedClock:
-    def __init__(self) -> None:
-        self.wall, self.mono = START_S, 5_000.0
-
-    def time(self) -> float:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.mono
 
 
 def gpu(index: int, utilization: float | None) -> GpuReading:
@@ -67,8 +57,7 @@ class Feeder:
         for _ in range(int(round(seconds / self.interval_s))):
             self.history.append(self.clock.wall, (gpu(0, value(self.clock.wall)), gpu(1, 7.0)),
                                 HOST, monotonic_s=self.clock.mono)
-            self.clock.wall += self.interval_s
-            self.clock.mono += self.interval_s
+            self.clock.advance(self.interval_s)
             if self.clock.mono - self.last_step >= self.store.batch_s:
                 self.store.step()
                 self.last_step = self.clock.mono
@@ -88,7 +77,7 @@ def open_writer(path: Path, clock: ScriptedClock, **kwargs: float) -> HistorySto
 
 
 def test_tiers_roll_up_with_mean_min_and_max(folder: Path) -> None:
-    clock = ScriptedClock()
+    clock = ScriptedClock(START_S, 5_000.0)
     store = open_writer(folder / "history.sqlite", clock)
     feeder = Feeder(store, clock)
     # GPU 0 climbs 0, 1, 2, ... one step a second for three minutes.
@@ -110,7 +99,7 @@ def test_tiers_roll_up_with_mean_min_and_max(folder: Path) -> None:
 
 
 def test_buckets_past_their_retention_are_deleted(folder: Path) -> None:
-    clock = ScriptedClock()
+    clock = ScriptedClock(START_S, 5_000.0)
     store = open_writer(folder / "history.sqlite", clock, retention_5s_s=60,
                         retention_1min_s=3600)
     feeder = Feeder(store, clock, interval_s=5.0)
@@ -126,7 +115,7 @@ def test_buckets_past_their_retention_are_deleted(folder: Path) -> None:
 
 def test_wall_clock_step_back_merges_into_stored_buckets_and_prunes_nothing(
         folder: Path) -> None:
-    clock = ScriptedClock()
+    clock = ScriptedClock(START_S, 5_000.0)
     store = open_writer(folder / "history.sqlite", clock, retention_5s_s=600)
     feeder = Feeder(store, clock)
     feeder.run(120, value=lambda t: 10.0)
@@ -144,7 +133,7 @@ def test_wall_clock_step_back_merges_into_stored_buckets_and_prunes_nothing(
 
 def test_wall_clock_step_forward_is_a_gap_and_monotonic_jump_flushes_once(
         folder: Path) -> None:
-    clock = ScriptedClock()
+    clock = ScriptedClock(START_S, 5_000.0)
     store = open_writer(folder / "history.sqlite", clock)
     feeder = Feeder(store, clock)
     feeder.run(60)
@@ -161,7 +150,7 @@ def test_wall_clock_step_forward_is_a_gap_and_monotonic_jump_flushes_once(
 
 def test_kill_loses_at_most_the_open_bucket_and_a_restart_rolls_up_the_rest(
         folder: Path) -> None:
-    clock = ScriptedClock()
+    clock = ScriptedClock(START_S, 5_000.0)
     path = folder / "history.sqlite"
     store = open_writer(path, clock)
     feeder = Feeder(store, clock)
@@ -179,7 +168,7 @@ def test_kill_loses_at_most_the_open_bucket_and_a_restart_rolls_up_the_rest(
 def test_two_stores_on_one_file_one_writes_the_other_reads_then_takes_over(
         folder: Path) -> None:
     path = folder / "history.sqlite"
-    clock = ScriptedClock()
+    clock = ScriptedClock(START_S, 5_000.0)
     first = open_writer(path, clock)
     second = HistoryStore(path, clock=clock)
     second.open()
@@ -207,7 +196,7 @@ def one_line(caplog: pytest.LogCaptureFixture) -> str:
 def test_a_damaged_store_is_set_aside_and_a_new_one_made(
         folder: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = folder / "history.sqlite"
-    clock = ScriptedClock()
+    clock = ScriptedClock(START_S, 5_000.0)
     store = open_writer(path, clock)
     Feeder(store, clock).run(60)
     store.stop()
@@ -229,7 +218,7 @@ def test_a_store_that_is_not_usable_gives_one_line_and_no_store(
         folder: Path, caplog: pytest.LogCaptureFixture, case: str) -> None:
     path = folder / "state" / "history.sqlite"
     path.parent.mkdir()
-    clock = ScriptedClock()
+    clock = ScriptedClock(START_S, 5_000.0)
     holder = None
     if case == "not-sqlite":
         path.write_text("my notes, not a database\n")
@@ -282,7 +271,7 @@ def test_a_store_that_is_not_usable_gives_one_line_and_no_store(
 
 def test_a_new_store_is_ours_and_private(folder: Path) -> None:
     path = folder / "new" / "history.sqlite"
-    store = open_writer(path, ScriptedClock())
+    store = open_writer(path, ScriptedClock(START_S, 5_000.0))
     store.close()
     assert int.from_bytes(path.read_bytes()[68:72], "big") == APPLICATION_ID
     assert path.stat().st_mode & 0o077 == 0 and path.parent.stat().st_mode & 0o077 == 0
@@ -295,7 +284,7 @@ def test_an_older_schema_is_migrated(folder: Path, monkeypatch: pytest.MonkeyPat
     from jupyterlab_nvdashboard.store import file
 
     path = folder / "history.sqlite"
-    clock = ScriptedClock()
+    clock = ScriptedClock(START_S, 5_000.0)
     store = open_writer(path, clock)
     Feeder(store, clock).run(30)
     store.stop()
@@ -311,7 +300,7 @@ def test_an_older_schema_is_migrated(folder: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_not_available_stays_not_available(folder: Path) -> None:
-    clock = ScriptedClock()
+    clock = ScriptedClock(START_S, 5_000.0)
     store = open_writer(folder / "history.sqlite", clock)
     feeder = Feeder(store, clock)
     feeder.run(10, value=lambda t: None)

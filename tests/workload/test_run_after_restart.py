@@ -14,22 +14,9 @@ from jupyterlab_nvdashboard.config import Config, SimulationConfig
 from jupyterlab_nvdashboard.metrics import GpuReading, History, HostReading
 from jupyterlab_nvdashboard.runs.service import WorkloadService
 from jupyterlab_nvdashboard.store import HistoryStore
+from tests.support.store_clock import ScriptedClock
 
 RUN_START = 1_799_999_940.0  # epoch seconds, a whole minute
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.wall, self.mono = now, 1000.0
-
-    def time(self) -> float:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.mono
-
-    def __call__(self) -> float:
-        return self.wall
 
 
 def event(kind: str, time_s: float, **fields: Any) -> dict[str, Any]:
@@ -43,7 +30,7 @@ def test_a_finished_runs_verdict_and_gpu_after_a_restart(tmp_path: Path) -> None
     metrics.nvml.ensure_initialized()  # the facts, without the sampler's threads
     facts = metrics.facts
     # The first server: five minutes of GPU 1 busy at 97 %, GPU 0 idle, written to the store.
-    clock = Clock(RUN_START)
+    clock = ScriptedClock(RUN_START, 1000.0)
     first = HistoryStore(store_path, clock=clock)
     first.open()
     history = History(10_000)
@@ -53,8 +40,7 @@ def test_a_finished_runs_verdict_and_gpu_after_a_restart(tmp_path: Path) -> None
         gpus = tuple(GpuReading(i, False, 97.0 if i == 1 else 0.0, 40.0, 3e10, 1.4e11, None,
                                 1e8, 1e8, False, 0.0, 0.0, 60.0, 600.0) for i in (0, 1))
         history.append(clock.wall, gpus, host, monotonic_s=clock.mono)
-        clock.wall += 0.2
-        clock.mono += 0.2
+        clock.advance(0.2)
     first.stop()  # the first server stops; the run finished before it did
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -70,7 +56,7 @@ def test_a_finished_runs_verdict_and_gpu_after_a_restart(tmp_path: Path) -> None
                            interrupted=False)]:
             events.write(json.dumps(item) + "\n")
     # The restarted server, an hour later: an empty in-memory history, the same store.
-    later = Clock(RUN_START + 3600)
+    later = ScriptedClock(RUN_START + 3600, 1000.0)
     store = HistoryStore(store_path, clock=later)
     store.open()
     sources = DashboardSources(metrics, WorkloadService(runs), store=store)
