@@ -413,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds between samples while no page is open (default 2)")
     parser.add_argument("--exit-after-idle", type=_exit_after_idle, metavar="SECONDS",
                         help="exit after this long with no page open; 0 never (default: "
-                        "never standalone, 1800 behind jupyter-server-proxy)")
+                        "never; 1800 behind jupyter-server-proxy with --no-store)")
     parser.add_argument("--allow-websocket-origin", action="append", metavar="HOST[:PORT]",
                         type=_origin,
                         help="allow browser pages from this origin (repeatable; default: this "

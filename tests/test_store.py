@@ -310,3 +310,15 @@ def test_not_available_stays_not_available(folder: Path) -> None:
     assert sample.gpus[1].utilization_pct == 7.0 and not is_gap(sample)
     assert not math.isnan(np.float64(sample.host.cpu_pct))
     store.close()
+
+
+def test_behind_jupyter_a_server_with_a_store_keeps_sampling_when_idle() -> None:
+    from jupyterlab_nvdashboard.config import load_config
+
+    proxy = ["--jupyter-proxy", "--unix-socket", "/tmp/nvdashboard-x.sock"]
+    assert load_config(proxy, {}).idle_exit_s == 0  # the idle interval, never an exit
+    assert load_config(proxy + ["--no-store"], {}).idle_exit_s == 1800
+    assert load_config(proxy + ["--exit-after-idle", "60"], {}).idle_exit_s == 60
+    assert load_config([], {"XDG_STATE_HOME": "/state"}).store_path == \
+        Path("/state/nvdashboard/history.sqlite")
+    assert load_config(["--store", "off"], {}).store_path is None
