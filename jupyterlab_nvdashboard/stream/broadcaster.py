@@ -160,10 +160,10 @@ class Family:
         if reset:
             new = history.window(self.window_s)
         publishable = self._publishable(new)
-        if reset and self.feed.mode == "append":
-            publishable = self._with_past(publishable, history)
         if not publishable:
             return None
+        if reset and self.feed.mode == "append":
+            publishable = self._with_past(publishable, history)
         if self.feed.mode == "replace" and not reset:
             return self._replacement(publishable)
         if not reset and self._too_soon():  # the rows wait in the history for the next one
