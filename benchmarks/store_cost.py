@@ -237,8 +237,14 @@ def catch_up_cpu(store: Path | None, window_s: float, draws: int) -> list[float]
     metrics = create_metrics(Config(history_s=1800, simulation=SimulationConfig(
         gpu_count=GPUS, profile="h200")), environ={})
     metrics.nvml.ensure_initialized()
-    for _ in range(9000 if store is None else 50):  # a full 30 minutes without a store
-        metrics.sampler.tick()
+    template = metrics.sampler.tick()
+    # The history a server holds: a full 30 minutes at 200 ms (the same readings each tick:
+    # the frame's cost does not depend on the values), ending now.
+    ticks = 9000 if store is None else 50
+    now = time.time()
+    for tick in range(ticks):
+        at = now - (ticks - tick) * 0.2
+        metrics.history.append(at, template.gpus, template.host, monotonic_s=at)
     past = None
     if store is not None:
         past = HistoryStore(store)
