@@ -322,3 +322,24 @@ def test_behind_jupyter_a_server_with_a_store_keeps_sampling_when_idle() -> None
     assert load_config([], {"XDG_STATE_HOME": "/state"}).store_path == \
         Path("/state/nvdashboard/history.sqlite")
     assert load_config(["--store", "off"], {}).store_path is None
+
+
+def test_a_failed_write_keeps_its_samples_for_the_next_try(
+        folder: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyterlab_nvdashboard.store import file
+
+    monkeypatch.setattr(file, "BUSY_TIMEOUT_S", 0.05)  # a locked write fails at once
+    clock = ScriptedClock(START_S, 5_000.0)
+    path = folder / "history.sqlite"
+    store = open_writer(path, clock)
+    feeder = Feeder(store, clock)
+    feeder.run(20)
+    with contextlib.closing(sqlite3.connect(path, timeout=0)) as other:
+        other.execute("BEGIN EXCLUSIVE")  # another program holds the write lock a while
+        feeder.run(20)
+        other.rollback()
+    assert store.stats.errors > 0
+    assert "kept" in one_line(caplog)
+    store.step(final=True)
+    assert sum(n for _, n in stored(path, FINE_TIER)) == 40  # none lost
+    store.close()

@@ -58,6 +58,8 @@ TIER_WIDTHS_S = {FINE_TIER: 5.0, COARSE_TIER: 60.0}
 BATCH_S = 5.0  # one transaction this often: what kill -9 may lose
 PRUNE_EVERY_S = 60.0
 TAKE_OVER_EVERY_S = 30.0  # how often a reading server tries to become the writer
+# Samples kept for the next try while writes fail (a full disk): an hour at 200 ms.
+MAX_PENDING_SAMPLES = 18_000
 
 
 class Clock(Protocol):
@@ -185,8 +187,8 @@ class HistoryStore:
         except sqlite3.Error as error:
             self.stats.errors += 1
             if self.stats.errors == 1 or self.stats.errors % 100 == 0:
-                log.warning("history store %s: a write failed (%s); the samples stay in "
-                            "memory and are tried again", self.path, error)
+                log.warning("history store %s: a write failed (%s); its samples are kept "
+                            "(an hour at most) and written at the next try", self.path, error)
         finally:
             self.stats.cpu_s += time.thread_time() - started
 
@@ -201,30 +203,38 @@ class HistoryStore:
             self._try_take_over()
         if self.role != "writer" or self._connection is None:
             return
-        fine = fold_samples([*self._open_fine, *new], TIER_WIDTHS_S[FINE_TIER])
+        samples = [*self._open_fine, *new]
+        fine = fold_samples(samples, TIER_WIDTHS_S[FINE_TIER])
         closed_fine = fine if final else fine[:-1]
         still_open = [] if final or not fine else fine[-1:]
-        # The open bucket's own samples stay in memory; the rest are folded.
-        self._open_fine = [s for s in [*self._open_fine, *new]
-                           if still_open and _in(s, still_open[0])]
         minutes: list[Bucket] = []
+        open_coarse = list(self._open_coarse)
         for bucket in closed_fine:
             start = _floor(bucket.start_s, TIER_WIDTHS_S[COARSE_TIER])
-            if self._open_coarse and (
-                    _floor(self._open_coarse[0].start_s, TIER_WIDTHS_S[COARSE_TIER]) != start
-                    or self._open_coarse[0].layout != bucket.layout):
-                minutes += fold_buckets(self._open_coarse, TIER_WIDTHS_S[COARSE_TIER])
-                self._open_coarse = []
-            self._open_coarse.append(bucket)
-        if final and self._open_coarse:
-            minutes += fold_buckets(self._open_coarse, TIER_WIDTHS_S[COARSE_TIER])
-            self._open_coarse = []
+            if open_coarse and (
+                    _floor(open_coarse[0].start_s, TIER_WIDTHS_S[COARSE_TIER]) != start
+                    or open_coarse[0].layout != bucket.layout):
+                minutes += fold_buckets(open_coarse, TIER_WIDTHS_S[COARSE_TIER])
+                open_coarse = []
+            open_coarse.append(bucket)
+        if final and open_coarse:
+            minutes += fold_buckets(open_coarse, TIER_WIDTHS_S[COARSE_TIER])
+            open_coarse = []
         if closed_fine or minutes:
-            with self._connection:
-                self._write(FINE_TIER, closed_fine)
-                self._write(COARSE_TIER, minutes)
+            try:
+                with self._connection:
+                    self._write(FINE_TIER, closed_fine)
+                    self._write(COARSE_TIER, minutes)
+            except sqlite3.Error:
+                # Nothing of this batch was written (the transaction rolled back): its
+                # samples wait for the next step, an hour of them at most.
+                self._open_fine = samples[-MAX_PENDING_SAMPLES:]
+                raise
             self.stats.batches += 1
             self._newest_s = max([self._newest_s, *(b.start_s for b in closed_fine)])
+        # The open bucket's own samples stay in memory until a later sample closes it.
+        self._open_fine = [s for s in samples if still_open and _in(s, still_open[0])]
+        self._open_coarse = open_coarse
         now = self.clock.monotonic()
         if final or now - self._last_prune >= PRUNE_EVERY_S:
             self._last_prune = now
