@@ -1,7 +1,9 @@
 """NVDashboard: live GPU and machine dashboards for JupyterLab.
 
-Public entry points: ``launch_server()`` (the jupyter-server-proxy entry point) and
-``_jupyter_labextension_paths()`` (where JupyterLab finds the frontend).
+Public entry points: ``launch_server()`` (the jupyter-server-proxy entry point),
+``_jupyter_labextension_paths()`` (where JupyterLab finds the frontend) and
+``_jupyter_server_extension_points()`` (the server extension that starts the dashboard
+server with Jupyter: ``jupyter_extension.py``).
 """
 
 from __future__ import annotations
@@ -51,3 +53,7 @@ def launch_server() -> dict[str, Any]:
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "jupyterlab-nvdashboard"}]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "jupyterlab_nvdashboard.jupyter_extension"}]

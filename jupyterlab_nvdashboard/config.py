@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .paths import default_runs_dir, expand_path
+from .paths import default_runs_dir, default_store_path, expand_path
 
 MIN_INTERVAL_S = 0.05
 DEFAULT_PORT = 8000
@@ -104,6 +104,12 @@ class Config:
     metrics_hostname_label: str = "hostname"
     # A Dask scheduler whose workers publish their GPUs (cluster/): /Cluster-GPUs.
     dask_scheduler: str | None = None
+    # The history store (store/): one SQLite file that outlives the server. None: no store
+    # (--no-store; and a Config built by hand, as tests do, unless they name one).
+    store_path: Path | None = None
+    # How long each tier of the store keeps its buckets (mean, min, max of each reading).
+    store_retention_5s_s: float = 24 * 3600.0
+    store_retention_1min_s: float = 30 * 24 * 3600.0
 
     @property
     def run_control(self) -> bool:
@@ -123,10 +129,14 @@ class Config:
 
     @property
     def idle_exit_s(self) -> float:
-        """Seconds with no viewers before the server exits (0: never)."""
+        """Seconds with no viewers before the server exits (0: never).
+
+        With a store, a server behind jupyter-server-proxy no longer exits when idle: it
+        keeps sampling at the idle interval, so the long windows have no hole for the time
+        nobody watched (README, "History that outlives the server")."""
         if self.exit_after_idle_s is not None:
             return self.exit_after_idle_s
-        return PROXY_IDLE_EXIT_S if self.jupyter_proxy else 0.0
+        return PROXY_IDLE_EXIT_S if self.jupyter_proxy and self.store_path is None else 0.0
 
     @property
     def history_length(self) -> int:
@@ -171,6 +181,24 @@ _interval = _seconds("interval", MIN_INTERVAL_S, 60, f"{MIN_INTERVAL_S} and 60 s
 _history = _seconds("history", 1, 7 * 24 * 3600, "1 second and 7 days")
 _idle_interval = _seconds("idle interval", MIN_INTERVAL_S, 60, f"{MIN_INTERVAL_S} and 60 seconds")
 _exit_after_idle = _seconds("exit after idle", 0, 30 * 24 * 3600, "0 (never) and 30 days")
+_retention_5s = _seconds("store retention of 5-second buckets", 60, 7 * 24 * 3600,
+                         "60 seconds and 7 days")
+_retention_1min = _seconds("store retention of 1-minute buckets", 3600, 366 * 24 * 3600,
+                           "1 hour and 366 days")
+
+
+STORE_OFF = "off"
+
+
+def _store(text: str) -> Path | str:
+    """NVDASHBOARD_STORE: the store file, or off (``STORE_OFF``: no store)."""
+    if text.strip().lower() in ("off", "0", "false", "no", "none"):
+        return STORE_OFF
+    path = expand_path(text.strip())
+    if path.name in ("", ".", "..") or text.strip().endswith(os.sep):
+        raise ConfigError(f"store must name a file (e.g. ~/nvdashboard/history.sqlite), "
+                          f"got {text!r}")
+    return path
 
 
 def _boolean(name: str):
@@ -354,6 +382,9 @@ _ENVIRONMENT = {
     "runs_dir": ("NVDASHBOARD_RUNS_DIR", _runs_dir),
     "keep_runs": ("NVDASHBOARD_KEEP_RUNS", _keep_runs),
     "unused_session_lifetime": ("NVDASHBOARD_UNUSED_SESSION_LIFETIME_MS", _milliseconds),
+    "store": ("NVDASHBOARD_STORE", _store),
+    "store_retention_5s": ("NVDASHBOARD_STORE_RETENTION_5S", _retention_5s),
+    "store_retention_1min": ("NVDASHBOARD_STORE_RETENTION_1MIN", _retention_1min),
     # No --token flag on purpose: a command line is visible to every user in `ps`.
     "token": ("NVDASHBOARD_TOKEN", _token),
 }
@@ -383,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds between samples while no page is open (default 2)")
     parser.add_argument("--exit-after-idle", type=_exit_after_idle, metavar="SECONDS",
                         help="exit after this long with no page open; 0 never (default: "
-                        "never standalone, 1800 behind jupyter-server-proxy)")
+                        "never; 1800 behind jupyter-server-proxy with --no-store)")
     parser.add_argument("--allow-websocket-origin", action="append", metavar="HOST[:PORT]",
                         type=_origin,
                         help="allow browser pages from this origin (repeatable; default: this "
@@ -423,6 +454,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep-runs", type=_keep_runs, metavar="N",
                         help="run event files kept in the runs directory; older ones are "
                         "deleted (default 200)")
+    parser.add_argument("--store", type=_store, metavar="FILE",
+                        help="the history store, which keeps 5-second and 1-minute buckets "
+                        "across restarts (default: $XDG_STATE_HOME/nvdashboard/"
+                        "history.sqlite, else Jupyter's data folder; off: none)")
+    parser.add_argument("--no-store", action="store_true",
+                        help="keep no history on disk: the in-memory --history only")
+    parser.add_argument("--store-retention-5s", type=_retention_5s, metavar="SECONDS",
+                        help="how long the store keeps 5-second buckets (default 86400)")
+    parser.add_argument("--store-retention-1min", type=_retention_1min, metavar="SECONDS",
+                        help="how long the store keeps 1-minute buckets (default 2592000, "
+                        "30 days)")
     parser.add_argument("--no-token", action="store_true",
                         help="ask for no access token: anyone who can reach the port may watch "
                         "the dashboards, and the /Workload run panel is disabled (view only)")
@@ -462,6 +504,7 @@ def load_config(
     args = vars(build_parser().parse_args([] if argv is None else list(argv)))
     positional_port = args.pop("port_positional")
     no_token, jupyter_proxy = args.pop("no_token"), args.pop("jupyter_proxy")
+    no_store = args.pop("no_store")
     if args["port"] is None:
         args["port"] = positional_port
     elif positional_port is not None and positional_port != args["port"]:
@@ -508,6 +551,15 @@ def load_config(
         allow = [network for networks in allow for network in networks]  # type: ignore[union-attr]
     if allow and not merged.get("metrics"):
         raise ConfigError("--metrics-allow needs --metrics (NVDASHBOARD_METRICS=1)")
+    store = merged.get("store", default_store_path(environ))
+    store_path = None if no_store or store == STORE_OFF else store
+    retention_5s = float(merged.get("store_retention_5s",  # type: ignore[arg-type]
+                                    defaults.store_retention_5s_s))
+    retention_1min = float(merged.get("store_retention_1min",  # type: ignore[arg-type]
+                                      defaults.store_retention_1min_s))
+    if retention_1min < retention_5s:
+        raise ConfigError("store retention of 1-minute buckets must be at least that of "
+                          "5-second buckets")
     return Config(
         address=str(merged.get("address", defaults.address)),
         port=int(merged.get("port", defaults.port)),  # type: ignore[arg-type]
@@ -531,7 +583,20 @@ def load_config(
         metrics_allow=tuple(allow),  # type: ignore[arg-type]
         metrics_hostname_label=str(merged.get("metrics_hostname_label", "hostname")),
         dask_scheduler=merged.get("dask_scheduler"),  # type: ignore[arg-type]
+        store_path=store_path,  # type: ignore[arg-type]
+        store_retention_5s_s=retention_5s,
+        store_retention_1min_s=retention_1min,
     )
+
+
+START_WITH_JUPYTER_VARIABLE = "NVDASHBOARD_START_WITH_JUPYTER"
+
+
+def start_with_jupyter(environ: Mapping[str, str]) -> bool:
+    """Whether the Jupyter server extension starts the dashboard server with Jupyter
+    (``NVDASHBOARD_START_WITH_JUPYTER``, on by default); ConfigError for a bad value."""
+    text = environ.get(START_WITH_JUPYTER_VARIABLE, "")
+    return True if not text.strip() else _boolean(START_WITH_JUPYTER_VARIABLE)(text)
 
 
 def check_interval_ms(unused_session_lifetime_ms: int) -> int:

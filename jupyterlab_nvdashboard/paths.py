@@ -1,4 +1,5 @@
-"""Where workload runs are written: the one place a runs-directory path is expanded.
+"""Where workload runs are written: the one place a runs-directory path is expanded; and
+where the history store lives by default.
 
 Both the server (``config.py``) and the workload (``workload/config.py``) take the runs
 directory from here, so ``NVDASHBOARD_RUNS_DIR=~/x`` or ``$SCRATCH/runs`` names the same
@@ -26,3 +27,25 @@ def default_runs_dir(environ: Mapping[str, str] | None = None) -> Path:
     if value:
         return expand_path(value)
     return Path.home() / ".cache" / "nvdashboard" / "runs"
+
+
+STORE_FILE_NAME = "history.sqlite"
+
+
+def default_store_path(environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_STATE_HOME/nvdashboard/history.sqlite`` where XDG_STATE_HOME is set, else
+    ``nvdashboard/history.sqlite`` in Jupyter's data folder (``$JUPYTER_DATA_DIR``, else
+    ``~/.local/share/jupyter`` on Linux)."""
+    env = os.environ if environ is None else environ
+    state = env.get("XDG_STATE_HOME")
+    if state and os.path.isabs(os.path.expanduser(state)):  # the spec ignores relative ones
+        return expand_path(state) / "nvdashboard" / STORE_FILE_NAME
+    data = env.get("JUPYTER_DATA_DIR")
+    if data:
+        return expand_path(data) / "nvdashboard" / STORE_FILE_NAME
+    try:  # jupyter_core knows each platform's folder (it comes with jupyter-server)
+        from jupyter_core.paths import jupyter_data_dir
+
+        return Path(jupyter_data_dir()) / "nvdashboard" / STORE_FILE_NAME
+    except ImportError:
+        return Path.home() / ".local" / "share" / "jupyter" / "nvdashboard" / STORE_FILE_NAME

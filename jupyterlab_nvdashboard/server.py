@@ -12,9 +12,12 @@ and open the URL it prints: it carries this launch's random access token
 It serves one route per dashboard (from ``apps/registry.py``) with its live-data socket
 ``<route>/stream`` (``stream/broadcaster.py``), ``/index.json`` (the dashboards this machine
 can fill), ``/info.json`` (NVML state and devices), ``/history.csv?seconds=N`` (the history
-as CSV) and ``/`` (the GPU overview and a link to every dashboard, which is also
-jupyter-server-proxy's readiness check). With no page open the sampler slows down, and a
-server started by jupyter-server-proxy exits after ``--exit-after-idle`` seconds.
+as CSV; past the in-memory history, the store's buckets) and ``/`` (the GPU overview and a
+link to every dashboard, which is also jupyter-server-proxy's readiness check). With no page
+open the sampler slows down; a server started by jupyter-server-proxy without a store exits
+after ``--exit-after-idle`` seconds (with one it keeps sampling at the idle interval, so the
+stored history has no hole).
+The history store (``store/``) keeps 5-second and 1-minute buckets across restarts.
 BokehJS is served by this server itself, with page-relative URLs, so pages render with no
 internet and behind a path prefix. Bad input is reported as one line with exit code 2.
 """
@@ -62,7 +65,6 @@ from .apps.cluster import (
     cluster_title,
     cluster_windows,
 )
-from .apps.components import timeline_windows
 from .apps.document import THEMES, build_document, gpus_being_read, no_gpu_notice
 from .apps.overview import root_page
 from .apps.processes import glance, processes_json
@@ -80,8 +82,10 @@ from .export.collector import (
 )
 from .export.local import LocalScrape
 from .jupyter_sessions import JupyterSessions, find_parent_server
-from .metrics import GpuReading, HostReading, Metrics, Sample
+from .metrics import GpuReading, HostReading, Metrics, Sample, window_with_past
 from .runs.service import WorkloadService
+from .store import HistoryStore
+from .store.buckets import is_gap
 from .stream.broadcaster import Broadcaster, StreamSocket
 
 log = logging.getLogger("nvdashboard")
@@ -162,7 +166,8 @@ class ViewerWatch:
 
 
 def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None,
-                broadcaster: Broadcaster | None = None) -> dict[str, Any]:
+                broadcaster: Broadcaster | None = None,
+                store: HistoryStore | None = None) -> dict[str, Any]:
     """The ``/info.json`` body."""
     latest = metrics.history.latest()
     lost = {reading.index for reading in latest.gpus if reading.lost} if latest else set()
@@ -185,6 +190,8 @@ def server_info(metrics: Metrics, live_sessions: LiveSessions | None = None,
         "history_s": metrics.history_s,
         "live_sessions": 0 if live_sessions is None else live_sessions(),
         "sampler_idle": metrics.sampler.idle,
+        # The history store: where, whether this server writes or reads it, how big it is.
+        "store": store.info() if store is not None else None,
     }
     if broadcaster is not None:
         stats = broadcaster.stats
@@ -227,7 +234,8 @@ class IndexHandler(_JsonHandler):
 
 class InfoHandler(_JsonHandler):
     def body(self) -> dict[str, Any]:
-        return server_info(self.metrics, self.live_sessions, self.broadcaster)
+        return server_info(self.metrics, self.live_sessions, self.broadcaster,
+                           self.sources.store)
 
 
 class ProcessesHandler(_JsonHandler):
@@ -246,12 +254,18 @@ class GlanceHandler(_JsonHandler):
         return glance(self.sources)
 
 
-def history_csv(samples: list[Sample], gpu_indices: list[int]) -> str:
-    """One row per sample; every column's unit is the end of its name; empty = not available."""
+def history_csv(samples: list[Sample], gpu_indices: list[int], interval_s: float = 0.0,
+                store_resolution_s: float = 0.0) -> str:
+    """One row per sample; every column's unit is the end of its name; empty = not available.
+
+    ``resolution_s``, the last column, is the span a row stands for: the sampling interval
+    for a sample of the in-memory history, the bucket width for a row from the store (the
+    means of its bucket, at the bucket's middle)."""
     gpu_fields = [name for name in GpuReading._fields if name != "index"]
     header = ["time_unix_s", "gpu_age_s"]
     header += [f"gpu{index}_{name}" for index in gpu_indices for name in gpu_fields]
     header += [f"host_{name}" for name in HostReading._fields]
+    header += ["resolution_s"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
@@ -262,12 +276,16 @@ def history_csv(samples: list[Sample], gpu_indices: list[int]) -> str:
         return int(value) if isinstance(value, bool) else value
 
     for sample in samples:
+        stored = sample.seq < 0
+        if stored and is_gap(sample):
+            continue  # a gap marker: the time the server was not running has no row
         readings = {reading.index: reading for reading in sample.gpus}
         row: list[object] = [f"{sample.time_s:.3f}", cell(sample.gpu_age_s)]
         for index in gpu_indices:
             reading = readings.get(index)
             row += [cell(getattr(reading, name)) if reading else "" for name in gpu_fields]
         row += [cell(value) for value in sample.host]
+        row.append(f"{store_resolution_s if stored else interval_s:g}")
         writer.writerow(row)
     return out.getvalue()
 
@@ -282,20 +300,24 @@ class DiagnosisHandler(_JsonHandler):
             seconds = float(text)
         except ValueError:
             seconds = math.nan
-        if not 1 <= seconds <= self.metrics.history_s:  # also refuses NaN
-            raise HTTPError(400, reason=f"seconds must be a number from 1 to "
-                                        f"{self.metrics.history_s:g}")
-        # A 30-minute window of 8 GPUs costs over 100 ms of CPU: off the event loop.
+        longest = max(self.metrics.history_s, self.sources.store.longest_s
+                      if self.sources.store is not None else 0.0)
+        if not 1 <= seconds <= longest:  # also refuses NaN
+            raise HTTPError(400, reason=f"seconds must be a number from 1 to {longest:g}")
+        # A 30-minute window of 8 GPUs costs over 100 ms of CPU (a stored week more): off
+        # the event loop.
         self.write_json(await IOLoop.current().run_in_executor(
             None, self.sources.diagnoses.as_json, seconds))
 
 
 class HistoryCsvHandler(GuardedHandler):
-    """``/history.csv?seconds=N``: the last N seconds of samples (default: all of them)."""
+    """``/history.csv?seconds=N``: the last N seconds of samples (default: all the in-memory
+    history); before the history's oldest sample, the store's finest buckets that reach that
+    far back (the header ``X-Store-Resolution-S`` and each row's ``resolution_s`` say)."""
 
     def initialize(self, access: Access, sources: DashboardSources, **_: object) -> None:
         super().initialize(access)
-        self.metrics = sources.metrics
+        self.metrics, self.store = sources.metrics, sources.store
 
     async def get(self) -> None:
         text = self.get_argument("seconds", str(self.metrics.history_s))
@@ -305,10 +327,19 @@ class HistoryCsvHandler(GuardedHandler):
             seconds = math.nan
         if not 0 < seconds <= 366 * 24 * 3600:  # also refuses NaN
             raise HTTPError(400, reason="seconds must be a positive number")
-        samples = self.metrics.history.window(seconds)
         indices = [facts.index for facts in self.metrics.facts]
-        # Up to 30 minutes of every GPU: built off the event loop, which keeps serving pages.
-        body = await IOLoop.current().run_in_executor(None, history_csv, samples, indices)
+
+        def build() -> tuple[str, float]:
+            # The store's finest tier that still holds the window's start: 5 s, or 1 min.
+            samples, resolution = window_with_past(self.metrics.history, seconds, self.store,
+                                                   0.0, rows="mean")
+            return history_csv(samples, indices, self.metrics.interval_s, resolution), \
+                resolution
+
+        # Up to 30 minutes of every GPU (and a month of the store's minutes): built off the
+        # event loop, which keeps serving pages.
+        body, resolution = await IOLoop.current().run_in_executor(None, build)
+        self.set_header("X-Store-Resolution-S", f"{resolution:g}")
         self.set_header("Content-Type", "text/csv; charset=utf-8")
         self.set_header("Content-Disposition", 'attachment; filename="nvdashboard-history.csv"')
         self.set_header("Cache-Control", "no-store")
@@ -473,7 +504,7 @@ def make_server(config: Config, sources: DashboardSources,
     metrics = sources.metrics
     feeds = RouteFeeds(metrics, sources)
     broadcaster = Broadcaster(metrics.history, metrics.interval_s, feeds,
-                              timeline_windows(metrics.history_s))
+                              sources.timeline_windows_s, past=sources.store)
     streams = [(rf"{key}/stream", StreamSocket,
                 {"route": key, "broadcaster": broadcaster, "allows": access.allows})
                for route in ROUTES for key in route.stream_keys]
@@ -555,7 +586,21 @@ def compose_sources(config: Config, metrics: Metrics) -> DashboardSources:
 
         cluster = ClusterView.connect_to(config.dask_scheduler)
     return DashboardSources(metrics, workload, run_control=config.run_control,
-                            jupyter=jupyter, cluster=cluster)
+                            jupyter=jupyter, cluster=cluster, store=compose_store(config, metrics))
+
+
+def compose_store(config: Config, metrics: Metrics) -> HistoryStore | None:
+    """The history store over the sampler's history (None with --no-store). It opens the
+    file on its own thread when started: start-up never waits on the disk."""
+    if config.store_path is None:
+        return None
+    store = HistoryStore(config.store_path, config.store_retention_5s_s,
+                         config.store_retention_1min_s,
+                         # A missing 5-second bucket is a gap; a sampler slowed below one
+                         # sample per bucket (a long idle interval) may leave some empty.
+                         slack_s=max(5.0, 3 * config.idle_interval_s))
+    store.attach(metrics.history)
+    return store
 
 
 def unix_socket_problem(path: str) -> str | None:

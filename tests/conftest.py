@@ -21,6 +21,9 @@ SYSTEM_TEMP = tempfile.gettempdir()
 SESSION_TEMP = tempfile.mkdtemp(prefix="nvdashboard-tests-", dir=SYSTEM_TEMP)
 os.environ["TMPDIR"] = SESSION_TEMP
 tempfile.tempdir = SESSION_TEMP
+# Every server the suite starts keeps its history store in the session's folder, never in
+# the user's own state folder (a test that needs a store of its own names one).
+os.environ["XDG_STATE_HOME"] = os.path.join(SESSION_TEMP, "state")
 # Names the suite's own helpers give what they make (tests/support/); each must be gone by
 # the end of the session.
 # (fake_cupy's build folder lives as long as the process, and goes at exit.)

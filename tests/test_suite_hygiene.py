@@ -36,7 +36,7 @@ def test_jupyterlab_keeps_its_state_in_its_own_folder(tmp_path: Path) -> None:
     environment = lab_environment(str(tmp_path), str(tmp_path / "settings"), 2)
     for variable in ("JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR", "JUPYTER_DATA_DIR",
                      "IPYTHONDIR", "JUPYTERLAB_SETTINGS_DIR", "JUPYTERLAB_WORKSPACES_DIR",
-                     "NVDASHBOARD_RUNS_DIR"):
+                     "NVDASHBOARD_RUNS_DIR", "NVDASHBOARD_STORE"):
         assert environment[variable].startswith(str(tmp_path)), variable
 
 

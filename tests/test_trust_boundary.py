@@ -309,6 +309,11 @@ MALFORMED = {
     "NVDASHBOARD_METRICS": ["maybe"],
     "NVDASHBOARD_METRICS_ALLOW": ["not-an-ip", ",,", "10.0.0.300"],
     "DASK_SCHEDULER_ADDRESS": ["http://x y", "tcp://host:port:1"],
+    # A store file that cannot be used is one log line at run time (tests/test_store.py);
+    # these do not name a file at all.
+    "NVDASHBOARD_STORE": ["/", ".", "some/folder/"],
+    "NVDASHBOARD_STORE_RETENTION_5S": ["nan", "inf", "-1", "59", "1e9", "a day"],
+    "NVDASHBOARD_STORE_RETENTION_1MIN": ["nan", "inf", "3599", "1e12", "a month"],
 }
 # Variables that only mean something in simulate mode get simulated GPUs.
 NEEDS_SIMULATION = {"NVDASHBOARD_SIMULATE_NVLINK", "NVDASHBOARD_SIMULATE_FAULTS",

@@ -36,7 +36,6 @@ from .components import (
     gpu_label,
     gpu_value,
     scaled,
-    timeline_windows,
     window_label,
 )
 from .in_place import IN_PLACE_JS
@@ -192,7 +191,7 @@ class ActivityDashboard:
         self.diagnoses = sources.diagnoses
         lacking = without_gpm(metrics)
         children = []
-        self.windows_s = timeline_windows(metrics.history_s)
+        self.windows_s = sources.timeline_windows_s
         self.lines = [Div(text="", sizing_mode="stretch_width", name=f"diagnosis-{w:g}",
                           visible=position == 0, syncable=False)
                       for position, w in enumerate(self.windows_s)]
@@ -207,7 +206,7 @@ class ActivityDashboard:
             children.append(self.notice)
         else:
             self.notice = None
-        self.timeline = Timeline(feed, timeline_windows(metrics.history_s),
+        self.timeline = Timeline(feed, sources.timeline_windows_s,
                                  metrics.interval_s,
                                  gpu_names={f.index: f.label for f in metrics.facts}) \
             if feed.panels else None

@@ -247,14 +247,22 @@ TIME_AXIS_HEIGHT = 30
 TOOLS = "xpan,xwheel_zoom,reset"  # x only: every panel shares the time range
 # Timelines show 2 minutes by default; a picker offers the longer ones the history holds.
 TIMELINE_WINDOWS_S = (120.0, 600.0, 1800.0)
+# ... and, with a history store (store/), these, drawn from it before the history's start.
+STORED_WINDOWS_S = (6 * 3600.0, 24 * 3600.0, 7 * 24 * 3600.0)
 
 
-def timeline_windows(history_s: float) -> tuple[float, ...]:
-    """The windows a timeline offers: those the history can fill, at least one."""
-    return tuple(w for w in TIMELINE_WINDOWS_S if w <= history_s) or (history_s,)
+def timeline_windows(history_s: float, stored_s: float = 0.0) -> tuple[float, ...]:
+    """The windows a timeline offers: those the history can fill (at least one), then the
+    long ones the store keeps (``stored_s``: its longest retention; 0 without a store)."""
+    memory = tuple(w for w in TIMELINE_WINDOWS_S if w <= history_s) or (history_s,)
+    return memory + tuple(w for w in STORED_WINDOWS_S if memory[-1] < w <= stored_s)
 
 
 def window_label(seconds: float) -> str:
+    if seconds >= 2 * 24 * 3600:
+        return f"{seconds / 86400:g} d"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:g} h"
     return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
 
 

@@ -66,7 +66,6 @@ from .components import (
     gpu_color,
     gpu_label,
     row_offset,
-    timeline_windows,
 )
 from .in_place import IN_PLACE_JS
 from .live import LiveView
@@ -388,7 +387,7 @@ class HealthDashboard:
             args={"source": self.source, "div": self.table, "style": TABLE_STYLE,
                   "columns": [[key, title] for key, title in HEALTH_COLUMNS.items()]},
             code=RENDER_TABLE_JS))
-        self.timeline = Timeline(feed.timeline, timeline_windows(metrics.history_s),
+        self.timeline = Timeline(feed.timeline, sources.timeline_windows_s,
                                  metrics.interval_s,
                                  gpu_names={fact.index: fact.label for fact in metrics.facts})
         limit_title = Div(text=f"<div style='font-size:12px;margin:0.6em 1em 0'>"

@@ -10,7 +10,7 @@ from typing import Any
 from ..metrics import Metrics
 from ..stream.broadcaster import Feed
 from . import activity, gpu, health, machine, overview, processes, workload
-from .components import BarsFeed, PerGpuBars, Timeline, TimelineFeed, timeline_windows
+from .components import BarsFeed, PerGpuBars, Timeline, TimelineFeed
 from .document import Component
 from .sources import DashboardSources
 
@@ -21,7 +21,7 @@ def standard_view(sources: DashboardSources, feed: Feed | None) -> Component:
     if isinstance(feed, BarsFeed):
         return PerGpuBars(feed)
     assert isinstance(feed, TimelineFeed), "a standard view draws a feed"
-    return Timeline(feed, timeline_windows(metrics.history_s), metrics.interval_s,
+    return Timeline(feed, sources.timeline_windows_s, metrics.interval_s,
                     gpu_names={facts.index: facts.label for facts in metrics.facts})
 
 

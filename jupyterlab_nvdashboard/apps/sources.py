@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING
 
 from ..diagnosis.live import DeviceDiagnoses
 from ..jupyter_sessions import JupyterSessions
-from ..metrics import Metrics
+from ..metrics import Metrics, Sample, prepend_past
 from ..runs.service import WorkloadService
+from ..store import HistoryStore
+from .components import timeline_windows
 
 if TYPE_CHECKING:  # distributed is an optional extra, imported only in cluster mode
     from ..cluster.view import ClusterView
@@ -34,16 +36,44 @@ class DashboardSources:
     jupyter: JupyterSessions | None = None
     # The GPUs of a Dask cluster's workers (--dask-scheduler); None outside cluster mode.
     cluster: ClusterView | None = None
+    # The history store (store/): windows longer than the in-memory history read it.
+    store: HistoryStore | None = None
     # Every device's diagnosis over a window, shared by /diagnosis.json, /GPU-Activity and
     # the /metrics gauge (made from ``metrics``).
     diagnoses: DeviceDiagnoses = field(init=False)
 
     def __post_init__(self) -> None:
-        self.diagnoses = DeviceDiagnoses(self.metrics)
+        self.diagnoses = DeviceDiagnoses(self.metrics, past=self.store)
+        # The stored part of ``history_since``: (its span, its samples). What the store holds
+        # of the past does not change, so pages refreshing every second read it once.
+        self._stored: tuple[tuple[int, int], list[Sample]] = ((0, 0), [])
 
-    def _services(self) -> list[Metrics | WorkloadService | JupyterSessions | ClusterView]:
+    def history_since(self, start_s: float, now_s: float) -> list[Sample]:
+        """The samples from ``start_s`` (epoch seconds) to ``now_s``: the in-memory history's,
+        and before its oldest, the store's 5-second means (1-minute past their retention).
+        A run that finished before a restart is judged from them (``apps/workload.py``)."""
+        recent = self.metrics.history.window(now_s - start_s + 1)
+        if self.store is None:
+            return recent
+        first = recent[0].time_s if recent else now_s
+        key = (int(start_s), int(first // 60))  # read again once a minute, at most
+        if key != self._stored[0]:
+            older, _ = prepend_past([], now_s - start_s, self.store, 0.0, rows="mean",
+                                    now_s=now_s, before_s=first)
+            self._stored = (key, older)
+        return [s for s in self._stored[1] if s.time_s < first] + recent
+
+    @property
+    def timeline_windows_s(self) -> tuple[float, ...]:
+        """The windows every timeline offers: the history's, then the store's long ones."""
+        stored = self.store.longest_s if self.store is not None else 0.0
+        return timeline_windows(self.metrics.history_s, stored)
+
+    def _services(self) -> list[Metrics | WorkloadService | JupyterSessions | ClusterView
+                                | HistoryStore]:
         """What runs beside the pages, metrics first; the others only where configured."""
-        return [service for service in (self.metrics, self.workload, self.jupyter, self.cluster)
+        return [service for service in (self.metrics, self.workload, self.jupyter, self.cluster,
+                                         self.store)
                 if service is not None]
 
     def start(self) -> None:

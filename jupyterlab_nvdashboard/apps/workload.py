@@ -66,7 +66,6 @@ from .components import (
     gpu_color,
     gpu_value,
     scaled,
-    timeline_windows,
 )
 from .sources import DashboardSources
 
@@ -415,6 +414,8 @@ class WorkloadDashboard:
         assert sources.workload is not None, "the server starts a WorkloadService"
         metrics = sources.metrics
         self.metrics, self.service = metrics, sources.workload
+        # The history, and before it the store: a finished run is judged after a restart.
+        self.history_since = sources.history_since
         self.run_control = sources.run_control
         self.clock = clock  # epoch seconds, as the run events say time
         # Simulated GPUs cannot run anything: only real ones are offered to GPU runs.
@@ -422,7 +423,7 @@ class WorkloadDashboard:
         # The GPU timeline streams like every other; the run panel and table are this
         # page's own and refresh from the server.
         names = {f.index: f.label for f in metrics.facts}
-        self.timeline = Timeline(feed, timeline_windows(metrics.history_s), metrics.interval_s,
+        self.timeline = Timeline(feed, sources.timeline_windows_s, metrics.interval_s,
                                  default_window_s=WORKLOAD_WINDOW_S, gpu_names=names) \
             if feed.panels else None
         self.live = self.timeline.live if self.timeline else None
@@ -688,7 +689,7 @@ class WorkloadDashboard:
         now = latest.time_s if latest else self.clock()
         # One pass over the history for all runs; each run then takes its own slice.
         oldest = min((run.started_s or now for run in runs), default=now)
-        history = self.metrics.history.window(now - oldest + 1)
+        history = self.history_since(oldest - 1, now)
         facts = self.metrics.facts
         # Newest first: the run just started is the table's top row.
         rows = [summary_row(run, runs, history, facts, self.metrics.simulated, now)

@@ -3,8 +3,9 @@
 The one part of ``diagnosis/`` that holds state: a cache, so that ``/diagnosis.json``, each
 open ``/GPU-Activity`` page and each ``/metrics`` scrape do not each diagnose every GPU.
 Each window is diagnosed at most once every ``every_s`` (or a sixtieth of the window, if
-longer); the rules stay pure (``rules.py``),
-and nothing here reads hardware: it reads the history the sampler already filled.
+longer); the rules stay pure (``rules.py``), and nothing here reads hardware: it reads the
+history the sampler already filled, and before its oldest sample, for a longer window, what
+the store kept (``past``: the means of its buckets, about ``MAX_STORED_ROWS`` of them).
 
 ``current`` is called on the event loop, so it diagnoses there only windows up to
 ``INLINE_WINDOW_S``. A longer one (30 minutes of 8 GPUs: 130-185 ms of CPU, over a second
@@ -21,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..metrics import Metrics
+from ..metrics import Metrics, PastSource, window_with_past
 from .findings import Diagnosis
 from .rules import diagnose
 
@@ -31,15 +32,18 @@ REFRESH_S = 2.0
 WINDOWS_PER_REFRESH = 60  # a window is redone after 1/60 of it has passed (2 s at least)
 DEFAULT_WINDOW_S = 120.0  # what /GPU-Activity shows first: its 2-minute window
 INLINE_WINDOW_S = DEFAULT_WINDOW_S  # longer windows are diagnosed off the caller's thread
+MAX_STORED_ROWS = 2000  # a long window's stored part is read at window / this, or coarser
 
 
 class DeviceDiagnoses:
     """``current(window_s)``: every device row's diagnosis over the last ``window_s``."""
 
     def __init__(self, metrics: Metrics, every_s: float = REFRESH_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 past: PastSource | None = None) -> None:
         self.metrics, self.every_s, self._clock = metrics, every_s, clock
-        self._cache: dict[float, tuple[float, int, list[Diagnosis]]] = {}
+        self.past = past
+        self._cache: dict[float, tuple[float, int, list[Diagnosis], float]] = {}
         self._lock = threading.Lock()
         self._running: dict[float, threading.Thread] = {}  # long windows being diagnosed
         self._failing: set[tuple[int, str]] = set()  # (row, error) already logged
@@ -48,6 +52,12 @@ class DeviceDiagnoses:
     def current(self, window_s: float = DEFAULT_WINDOW_S) -> list[Diagnosis]:
         """The diagnoses over ``window_s``, never waiting for a long window: until its
         first diagnosis is done, that is an empty list."""
+        return self.current_with_resolution(window_s)[0]
+
+    def current_with_resolution(self, window_s: float = DEFAULT_WINDOW_S
+                                ) -> tuple[list[Diagnosis], float]:
+        """``current``, and the resolution of the part of the window read from the store
+        (0: the whole window came from the in-memory history)."""
         key = float(window_s)
         fresh, cached, due = self._lookup(key)
         if fresh is not None:
@@ -64,7 +74,9 @@ class DeviceDiagnoses:
 
     def compute(self, window_s: float = DEFAULT_WINDOW_S) -> list[Diagnosis]:
         """``current``, waiting for a long window's diagnosis (off the event loop only)."""
-        key = float(window_s)
+        return self._compute(float(window_s))[0]
+
+    def _compute(self, key: float) -> tuple[list[Diagnosis], float]:
         fresh, _, due = self._lookup(key)
         if fresh is not None:
             return fresh
@@ -75,9 +87,10 @@ class DeviceDiagnoses:
             return self._lookup(key)[1]
         return self._diagnose(key, *due)
 
-    def _lookup(self, key: float) -> tuple[list[Diagnosis] | None, list[Diagnosis],
-                                           tuple[float, int]]:
-        """(the cached diagnoses if still fresh, the newest ones held, (now, newest seq))."""
+    def _lookup(self, key: float) -> tuple[tuple[list[Diagnosis], float] | None,
+                                           tuple[list[Diagnosis], float], tuple[float, int]]:
+        """(the cached diagnoses and resolution if still fresh, the newest ones held,
+        (now, newest seq))."""
         latest = self.metrics.history.latest()
         seq = latest.seq if latest is not None else -1
         now = self._clock()
@@ -85,14 +98,16 @@ class DeviceDiagnoses:
             cached = self._cache.get(key)
         # A longer window changes more slowly: a 30-minute one is redone every 30 s.
         every_s = max(self.every_s, key / WINDOWS_PER_REFRESH)
+        held = (cached[2], cached[3]) if cached is not None else ([], 0.0)
         if cached is not None and (cached[1] == seq or now - cached[0] < every_s):
-            return cached[2], cached[2], (now, seq)
-        return None, cached[2] if cached is not None else [], (now, seq)
+            return held, held, (now, seq)
+        return None, held, (now, seq)
 
-    def _diagnose(self, key: float, now: float, seq: int) -> list[Diagnosis]:
+    def _diagnose(self, key: float, now: float, seq: int) -> tuple[list[Diagnosis], float]:
         metrics = self.metrics
         try:
-            samples = metrics.history.window(key)
+            samples, resolution = window_with_past(metrics.history, key, self.past,
+                                                   key / MAX_STORED_ROWS, rows="mean")
             result = []
             for fact in metrics.facts:
                 try:
@@ -101,11 +116,11 @@ class DeviceDiagnoses:
                 except Exception as error:  # noqa: BLE001 - one device must not hide the rest
                     self._failed(fact.label, fact.index, error)
             with self._lock:
-                self._cache[key] = (now, seq, result)
+                self._cache[key] = (now, seq, result, resolution)
                 if len(self._cache) > 16:  # a client asking for many windows: keep it bounded
                     self._cache.pop(next(iter(self._cache)))
                 self.computed += 1
-            return result
+            return result, resolution
         finally:
             with self._lock:
                 if self._running.get(key) is threading.current_thread():
@@ -120,7 +135,13 @@ class DeviceDiagnoses:
                         label, type(error).__name__, error)
 
     def as_json(self, window_s: float = DEFAULT_WINDOW_S) -> dict[str, object]:
-        """``/diagnosis.json``: the window, and each device's findings (waits for a long
-        window: call it off the event loop)."""
+        """``/diagnosis.json``: the window, the resolution it was read at (every sample of
+        the in-memory history; where the window reaches past it, the store's bucket means
+        at ``store_resolution_s``), and each device's findings (waits for a long window:
+        call it off the event loop)."""
+        diagnoses, resolution = self._compute(float(window_s))
         return {"window_s": window_s, "simulated": self.metrics.simulated,
-                "devices": [diagnosis.to_json() for diagnosis in self.compute(window_s)]}
+                "sample_interval_s": self.metrics.interval_s,
+                "store_resolution_s": resolution or None,
+                "resolution_s": max(resolution, self.metrics.interval_s),
+                "devices": [diagnosis.to_json() for diagnosis in diagnoses]}

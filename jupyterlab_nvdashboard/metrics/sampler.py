@@ -139,6 +139,46 @@ class History:
             return self._next_seq - 1
 
 
+class PastSource(Protocol):
+    """Samples from before the history's oldest one (the store, ``store/``; composed by the
+    server: this layer never imports it)."""
+
+    def past_samples(self, start_s: float, end_s: float, resolution_s: float,
+                     rows: str = "minmax") -> tuple[list[Sample], float]:
+        """Samples from ``start_s`` to ``end_s`` (epoch seconds), oldest first, one row
+        ("mean") or two ("minmax": minima, then maxima) per ``resolution_s`` or coarser; and
+        the resolution they have (0: there are none)."""
+        ...
+
+
+def window_with_past(history: History, seconds: float, past: PastSource | None,
+                     resolution_s: float, rows: str = "minmax",
+                     now_s: float | None = None) -> tuple[list[Sample], float]:
+    """The last ``seconds``: the history's samples, and before the oldest of them what
+    ``past`` kept (at ``resolution_s`` or coarser). Returns the samples, oldest first, and
+    the resolution of the part read from ``past`` (0: everything came from memory)."""
+    return prepend_past(history.window(seconds), seconds, past, resolution_s, rows, now_s)
+
+
+def prepend_past(recent: list[Sample], seconds: float, past: PastSource | None,
+                 resolution_s: float, rows: str = "minmax", now_s: float | None = None,
+                 before_s: float | None = None) -> tuple[list[Sample], float]:
+    """``recent`` (the newest samples of a window of ``seconds``, oldest first) with, before
+    them, what ``past`` kept of the rest of the window (``window_with_past``). The window
+    ends at ``now_s`` (default: the newest of ``recent``, else the wall clock); ``past`` is
+    read up to ``before_s`` (default: the oldest of ``recent``), where the history starts."""
+    if past is None:
+        return recent, 0.0
+    now = now_s if now_s is not None else recent[-1].time_s if recent else time.time()
+    start = now - seconds
+    first = before_s if before_s is not None else recent[0].time_s if recent else now
+    if first - start <= max(resolution_s, 1.0):
+        return recent, 0.0  # memory holds the whole window
+    older, resolution = past.past_samples(start, first, resolution_s, rows)
+    older = [sample for sample in older if sample.time_s < first]
+    return (older + recent, resolution) if older else (recent, 0.0)
+
+
 def _stale(readings: tuple[GpuReading, ...]) -> tuple[GpuReading, ...]:
     """Readings too old to show: keep which GPU is lost, drop every value."""
     return tuple(GpuReading.unavailable(reading.index, reading.lost) for reading in readings)

@@ -10,6 +10,11 @@ costs nothing. Families over long windows publish min/max buckets
 (bars, tables) sends nothing when its picture did not change, and no more often than its
 feed's ``refresh_s`` (tables that people read, not watch, say 1 s).
 
+A window longer than the in-memory history (6 h, 24 h, 7 d) is drawn, before the history's
+oldest sample, from the store (``past``, composed by the server): its catch-up reads the
+stored buckets at the family's own bucket width, with a gap wherever the server was not
+running; what comes after is live, as for every window.
+
 A page subscribes through ``<route>/stream?since=SEQ&window=SECONDS``. Its first frame is a
 catch-up, encoded for it alone, that takes it from ``since`` to where its family is, so a
 reconnect neither loses nor repeats a row; ``since=-1`` (or a ``since`` the history no
@@ -38,7 +43,7 @@ from tornado.ioloop import IOLoop
 from tornado.web import HTTPError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
-from ..metrics import History, Sample
+from ..metrics import History, PastSource, Sample, prepend_past
 from .downsample import bucket_seconds, complete_buckets, min_max
 from .frames import Rows, encode
 
@@ -101,6 +106,12 @@ class Family:
     # not resent. Any mode: when the last live frame went out (a feed's ``refresh_s``).
     last_rows: bytes | None = None
     last_sent_s: float = -math.inf
+    # Where the samples older than the history come from (None: the history only).
+    past: PastSource | None = None
+    interval_s: float = 0.0
+    # The last read of ``past``: (which span, its samples); a page that opens the same long
+    # window within one of its buckets gets it without reading the store again.
+    past_read: tuple[tuple[int, int], list[Sample]] | None = None
 
     def _publishable(self, samples: list[Sample]) -> list[Sample]:
         """The samples whose rows can go out now (oldest first)."""
@@ -137,7 +148,8 @@ class Family:
         if self.feed.mode == "replace":
             samples = window[-1:]
         else:  # everything up to self.seq is published already, closed buckets included
-            samples = window if reset else [s for s in window if s.seq > since]
+            samples = self._with_past(window, history) if reset else [
+                s for s in window if s.seq > since]
         rows = self._rows(samples)  # no samples yet: empty columns, still named
         return encode(rows, -1 if reset else since, self.seq, reset)
 
@@ -153,6 +165,8 @@ class Family:
         publishable = self._publishable(new)
         if not publishable:
             return None
+        if reset and self.feed.mode == "append":
+            publishable = self._with_past(publishable, history)
         if self.feed.mode == "replace" and not reset:
             return self._replacement(publishable)
         if not reset and self._too_soon():  # the rows wait in the history for the next one
@@ -161,6 +175,24 @@ class Family:
                        publishable[-1].seq, reset)
         self.seq, self.last_sent_s = publishable[-1].seq, time.monotonic()
         return frame
+
+    def _with_past(self, window: list[Sample], history: History) -> list[Sample]:
+        """The window's samples with, before them, what the store kept (a whole-window
+        frame of a window longer than the history): up to the history's oldest sample,
+        published or not, so that the live frames to come continue it in time order."""
+        if self.past is None or self.feed.mode != "append":
+            return window
+        memory = history.window(self.window_s)
+        now_s = memory[-1].time_s if memory else time.time()
+        before_s = memory[0].time_s if memory else now_s
+        resolution = self.bucket_s or self.interval_s
+        span = (int(now_s // max(resolution, 5.0)), int(before_s // max(resolution, 5.0)))
+        if self.past_read is None or self.past_read[0] != span:
+            older, _ = prepend_past([], self.window_s, self.past, resolution, now_s=now_s,
+                                    before_s=before_s)
+            self.past_read = (span, older)
+        first = window[0].time_s if window else before_s
+        return [s for s in self.past_read[1] if s.time_s < first] + window
 
     def _too_soon(self) -> bool:
         """Whether the feed's ``refresh_s`` (0: none) has not passed since the last frame:
@@ -201,8 +233,9 @@ class Broadcaster:
 
     def __init__(self, history: History, interval_s: float,
                  feed_for: Callable[[str], Feed | None],
-                 windows_s: Sequence[float]) -> None:
+                 windows_s: Sequence[float], past: PastSource | None = None) -> None:
         self.history, self.interval_s = history, interval_s
+        self.past = past
         self.feed_for = feed_for
         self.windows_s = tuple(windows_s)
         self.families: dict[tuple[str, float], Family] = {}
@@ -242,7 +275,8 @@ class Broadcaster:
             if family is not None:
                 self._close_all(family, CLOSE_LAYOUT_CHANGED, "dashboard layout changed")
             family = self.families[key] = Family(
-                route, key[1], feed, feed_bucket_seconds(feed, key[1], self.interval_s))
+                route, key[1], feed, feed_bucket_seconds(feed, key[1], self.interval_s),
+                past=self.past, interval_s=self.interval_s)
         name = f"{route}@{family.window_s:g}s"
         try:
             if not family.subscribers:

@@ -101,6 +101,8 @@ def lab_environment(home: str, settings: str, simulate: int,
             "JUPYTERLAB_WORKSPACES_DIR": os.path.join(home, "workspaces"),
             # The proxied server's runs folder (default ~/.cache/nvdashboard/runs) too.
             "NVDASHBOARD_RUNS_DIR": os.path.join(home, "runs"),
+            # And its history store (default: in the user's state folder).
+            "NVDASHBOARD_STORE": os.path.join(home, "state", "history.sqlite"),
             **(extra_env or {})}
 
 

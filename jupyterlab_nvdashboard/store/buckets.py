@@ -1,0 +1,275 @@
+"""Buckets of samples: the mean, minimum and maximum of every reading over a span of time.
+
+Pure functions and small value types, no I/O: the writer (``service.py``) folds samples into
+5-second buckets and those into 1-minute buckets (the roll-up), and the reader folds stored
+buckets into the coarser buckets a long window draws. Time is the samples' wall clock
+(``Sample.time_s``), the clock the charts show and the only one that means anything after a
+restart; buckets are aligned to the epoch, so a restart inside a bucket, or a wall-clock step
+back, adds to the bucket that is already stored instead of starting a second one.
+
+A bucket's columns are, for each GPU of its ``layout`` (the GPU indices, in order),
+``GPU_FIELDS`` then whether the GPU was lost (0 or 1), then ``HOST_FIELDS``. "Not available"
+is NaN, never 0: a bucket whose samples never had a reading has NaN there.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import warnings
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..metrics import GpuReading, HostReading, Sample
+
+# The gauges of a GPU reading worth keeping. The cumulative counters (pcie_*_total,
+# nvlink_bytes_total) are left out: a mean of a counter means nothing, and their rates are
+# already here. Changing this list changes the stored format: it needs a schema migration.
+GPU_FIELDS = ("utilization_pct", "memory_utilization_pct", "memory_used_bytes",
+              "memory_total_bytes", "memory_reserved_bytes", "pcie_tx_bytes_per_s",
+              "pcie_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s",
+              "temperature_c", "power_w")
+HOST_FIELDS = HostReading._fields
+PER_GPU = len(GPU_FIELDS) + 1  # and the "lost" flag
+
+
+def column_count(layout: Sequence[int]) -> int:
+    return len(layout) * PER_GPU + len(HOST_FIELDS)
+
+
+_gpu_values = operator.attrgetter(*GPU_FIELDS)
+
+
+def sample_vector(sample: Sample) -> tuple[tuple[int, ...], np.ndarray]:
+    """A sample's layout and its values in column order (NaN: not available)."""
+    readings = sorted(sample.gpus, key=lambda reading: reading.index)
+    values: list[object] = []
+    for reading in readings:
+        values += _gpu_values(reading)
+        values.append(1.0 if reading.lost else 0.0)
+    values += sample.host
+    return (tuple(r.index for r in readings),
+            np.array([math.nan if v is None else v for v in values], dtype=float))
+
+
+@dataclass
+class Bucket:
+    """One bucket: ``start_s`` (epoch seconds, a multiple of ``width_s``), how many samples it
+    holds, and per column their mean, minimum and maximum."""
+
+    start_s: float
+    width_s: float
+    layout: tuple[int, ...]
+    samples: int
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+    def merged(self, other: Bucket) -> Bucket:
+        """This bucket and another of the same span and layout, as one (means weighted by
+        sample count; a column NaN in one of them takes the other's)."""
+        total = self.samples + other.samples
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            weights = np.stack([np.where(np.isnan(self.mean), 0, self.samples),
+                                np.where(np.isnan(other.mean), 0, other.samples)])
+            sums = np.nansum(np.stack([self.mean * self.samples,
+                                       other.mean * other.samples]), axis=0)
+            counted = weights.sum(axis=0)
+            mean = np.where(counted > 0, sums / np.maximum(counted, 1), np.nan)
+        return Bucket(self.start_s, self.width_s, self.layout, total, mean,
+                      np.fmin(self.low, other.low), np.fmax(self.high, other.high))
+
+    def encode(self) -> bytes:
+        """The stored form: mean, minimum and maximum rows as little-endian float32,
+        compressed (what a bucket of a constant reading repeats costs next to nothing)."""
+        packed = np.stack([self.mean, self.low, self.high]).astype("<f4").tobytes()
+        return zlib.compress(packed, 1)
+
+    @classmethod
+    def decode(cls, start_s: float, width_s: float, layout: tuple[int, ...], samples: int,
+               blob: bytes) -> Bucket:
+        """Raises ValueError when the blob does not hold this layout's columns."""
+        try:
+            values = np.frombuffer(zlib.decompress(blob), dtype="<f4").astype(float)
+        except zlib.error as error:
+            raise ValueError(f"bucket at {start_s:.0f}: {error}") from None
+        columns = column_count(layout)
+        if values.size != 3 * columns:
+            raise ValueError(f"bucket at {start_s:.0f}: {values.size} values, expected "
+                             f"{3 * columns}")
+        mean, low, high = values.reshape(3, columns)
+        return cls(start_s, width_s, layout, samples, mean, low, high)
+
+
+def bucket_start(time_s: float, width_s: float) -> float:
+    return math.floor(time_s / width_s) * width_s
+
+
+def fold_samples(samples: Iterable[Sample], width_s: float) -> list[Bucket]:
+    """Consecutive samples grouped into buckets of ``width_s``; a sample in another bucket
+    than the one before it (later, or earlier after a wall-clock step back), or with other
+    GPUs, starts a new bucket. Buckets come out in the order their samples came."""
+    buckets: list[Bucket] = []
+    group: list[np.ndarray] = []
+    key: tuple[float, tuple[int, ...]] | None = None
+
+    def close() -> None:
+        if key is None or not group:
+            return
+        stack = np.stack(group)
+        known = ~np.isnan(stack)
+        counted = known.sum(axis=0)
+        # An all-NaN column stays NaN (not available): fmin/fmax skip NaN, and the mean of
+        # no values is left NaN.
+        mean = np.divide(np.where(known, stack, 0.0).sum(axis=0), counted,
+                         out=np.full(stack.shape[1], math.nan), where=counted > 0)
+        buckets.append(Bucket(key[0], width_s, key[1], len(group), mean,
+                              np.fmin.reduce(stack, axis=0), np.fmax.reduce(stack, axis=0)))
+
+    for sample in samples:
+        layout, vector = sample_vector(sample)
+        this = (bucket_start(sample.time_s, width_s), layout)
+        if this != key:
+            close()
+            key, group = this, []
+        group.append(vector)
+    close()
+    return buckets
+
+
+@dataclass
+class BucketRun:
+    """Consecutive buckets of one layout and width as arrays, one row per bucket: what a
+    long window reads (10,080 minutes for 7 days) is folded without a Python object each."""
+
+    layout: tuple[int, ...]
+    width_s: float
+    starts: np.ndarray  # (n,) epoch seconds
+    samples: np.ndarray  # (n,)
+    mean: np.ndarray  # (n, columns), and low and high the same
+    low: np.ndarray
+    high: np.ndarray
+
+    @classmethod
+    def of(cls, buckets: Sequence[Bucket]) -> BucketRun:
+        return cls(buckets[0].layout, buckets[0].width_s,
+                   np.array([b.start_s for b in buckets], dtype=float),
+                   np.array([b.samples for b in buckets], dtype=float),
+                   np.stack([b.mean for b in buckets]), np.stack([b.low for b in buckets]),
+                   np.stack([b.high for b in buckets]))
+
+    @classmethod
+    def decode(cls, layout: tuple[int, ...], width_s: float, starts: Sequence[float],
+               samples: Sequence[int], blobs: Sequence[bytes]) -> BucketRun:
+        """Stored buckets of one layout, decoded at once; a blob that is damaged or of
+        another size costs its own bucket only (dropped)."""
+        columns = column_count(layout)
+        size = 3 * columns * 4
+        kept, raw = [], []
+        for position, blob in enumerate(blobs):
+            try:
+                data = zlib.decompress(blob)
+            except zlib.error:
+                continue
+            if len(data) == size:
+                kept.append(position)
+                raw.append(data)
+        values = np.frombuffer(b"".join(raw), dtype="<f4").astype(float)
+        values = values.reshape(len(raw), 3, columns)
+        return cls(layout, width_s, np.asarray(starts, dtype=float)[kept],
+                   np.asarray(samples, dtype=float)[kept], values[:, 0], values[:, 1],
+                   values[:, 2])
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def buckets(self) -> list[Bucket]:
+        return [Bucket(float(self.starts[i]), self.width_s, self.layout, int(self.samples[i]),
+                       self.mean[i], self.low[i], self.high[i]) for i in range(len(self))]
+
+    def folded(self, width_s: float) -> BucketRun:
+        """Rolled up into buckets of ``width_s``: consecutive rows of one span become one
+        (minimum of minima, maximum of maxima, means weighted by sample count)."""
+        if not len(self):
+            return self
+        starts = np.floor(self.starts / width_s) * width_s
+        breaks = np.flatnonzero(np.r_[True, starts[1:] != starts[:-1]])
+        known = ~np.isnan(self.mean)
+        weights = np.where(known, self.samples[:, None], 0.0)
+        sums = np.add.reduceat(np.where(known, self.mean, 0.0) * weights, breaks, axis=0)
+        weight = np.add.reduceat(weights, breaks, axis=0)
+        # A column never known in a span stays NaN: not available.
+        mean = np.divide(sums, weight, out=np.full(sums.shape, math.nan), where=weight > 0)
+        return BucketRun(self.layout, width_s, starts[breaks],
+                         np.add.reduceat(self.samples, breaks),
+                         mean, np.fmin.reduceat(self.low, breaks, axis=0),
+                         np.fmax.reduceat(self.high, breaks, axis=0))
+
+
+def runs_of(buckets: Sequence[Bucket]) -> list[BucketRun]:
+    """Buckets cut into runs of one layout, in order."""
+    runs, position = [], 0
+    while position < len(buckets):
+        end = position
+        while end < len(buckets) and buckets[end].layout == buckets[position].layout:
+            end += 1
+        runs.append(BucketRun.of(buckets[position:end]))
+        position = end
+    return runs
+
+
+def fold_buckets(buckets: Sequence[Bucket], width_s: float) -> list[Bucket]:
+    """Finer buckets rolled up into buckets of ``width_s`` (``BucketRun.folded``), run by
+    run of one layout."""
+    return [bucket for run in runs_of(buckets) for bucket in run.folded(width_s).buckets()]
+
+
+# Where pcie_is_snapshot sits among GpuReading's fields after index and lost: the stored
+# fields are GpuReading's own in its order, with that flag (never stored) between them.
+_SNAPSHOT_AT = GpuReading._fields.index("pcie_is_snapshot") - 2
+assert GpuReading._fields[2:2 + len(GPU_FIELDS) + 1] == (
+    *GPU_FIELDS[:_SNAPSHOT_AT], "pcie_is_snapshot", *GPU_FIELDS[_SNAPSHOT_AT:])
+
+
+def bucket_samples(layout: tuple[int, ...], rows: np.ndarray, highs: np.ndarray,
+                   times_s: Sequence[float], monotonic_s: Sequence[float | None]
+                   ) -> list[Sample]:
+    """Rows of buckets of one layout (their means, minima or maxima) as ``Sample``s at
+    ``times_s``, so every reader of samples (feeds, diagnosis, the CSV) reads stored history
+    unchanged; ``highs``, each row's bucket's maxima, say which GPUs were lost. Their
+    sequence number is -1: they are not in the in-memory history. NaN becomes None in one
+    pass over the whole array (a 7-day window makes 2,000 samples at once)."""
+    cells = rows.astype(object)
+    cells[np.isnan(rows)] = None
+    lost_columns = [p * PER_GPU + PER_GPU - 1 for p in range(len(layout))]
+    lost = (highs[:, lost_columns] >= 0.5).tolist()
+    host_at = len(layout) * PER_GPU
+    samples = []
+    for row, gone, time_s, monotonic in zip(cells.tolist(), lost, times_s, monotonic_s,
+                                            strict=True):
+        gpus = []
+        for position, index in enumerate(layout):
+            part = row[position * PER_GPU:position * PER_GPU + PER_GPU - 1]
+            gpus.append(GpuReading(index, gone[position], *part[:_SNAPSHOT_AT], False,
+                                   *part[_SNAPSHOT_AT:]))
+        samples.append(Sample(-1, time_s, tuple(gpus), HostReading(*row[host_at:]),
+                              gpu_age_s=None, extra={}, monotonic_s=monotonic))
+    return samples
+
+
+def gap_sample(layout: Sequence[int], time_s: float, monotonic_s: float | None) -> Sample:
+    """A sample where nothing is available: a chart's line breaks there."""
+    return Sample(-1, time_s, tuple(GpuReading.unavailable(index, False) for index in layout),
+                  HostReading(*([None] * len(HOST_FIELDS))), gpu_age_s=None, extra={},
+                  monotonic_s=monotonic_s)
+
+
+def is_gap(sample: Sample) -> bool:
+    """Whether ``sample`` is a gap marker (``gap_sample``): nothing in it is available."""
+    return (all(value is None for value in sample.host)
+            and all(reading.utilization_pct is None and reading.memory_used_bytes is None
+                    for reading in sample.gpus))

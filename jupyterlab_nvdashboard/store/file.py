@@ -1,0 +1,274 @@
+"""The store's file: opening it safely, its schema and its migrations.
+
+What may be found at the store's path, and what happens (one log line each, never a crash):
+
+- nothing: a new store is made (its folder too, private to the user);
+- our store (SQLite, ``APPLICATION_ID``, owned by this user) at this or an older schema
+  version: used, migrated first when older;
+- our store from a newer version of nvdashboard: left as it is (that version still uses it),
+  and this server keeps no store;
+- our store, damaged: renamed aside (``history.sqlite.corrupt-<time>``, nothing deleted) and
+  a new one made;
+- a file that is not ours (not SQLite, another program's database, another user's file), a
+  symbolic link, or not a regular file: never opened, never touched; no store;
+- a folder that cannot be written, or a store another program keeps locked: no store.
+
+The project only ever deletes what it made itself: the buckets past their retention.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("nvdashboard")
+
+# 'NVDB' in the SQLite header's application_id field (bytes 68-71): marks the file as ours.
+APPLICATION_ID = 0x4E564442
+SQLITE_MAGIC = b"SQLite format 3\x00"
+# Seconds a connection waits on another's lock before it reports "database is locked".
+BUSY_TIMEOUT_S = 5.0
+
+# Version -> the statements that bring a store from the version before it to this one.
+# Version 1 is the first layout; a new version appends its statements here, never edits old
+# ones, so every older store can be brought forward step by step.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        # A bucket of one tier: its start (epoch seconds), the GPUs it has columns for, how
+        # many samples it holds, and its mean, min and max rows (buckets.Bucket.encode).
+        """CREATE TABLE buckets (
+               tier INTEGER NOT NULL, start_s INTEGER NOT NULL, layout INTEGER NOT NULL,
+               samples INTEGER NOT NULL, data BLOB NOT NULL,
+               PRIMARY KEY (tier, start_s, layout)) WITHOUT ROWID""",
+        # The GPU indices a bucket's columns are for, as text ("0,1,2"); one row per set.
+        "CREATE TABLE layouts (id INTEGER PRIMARY KEY, gpus TEXT NOT NULL UNIQUE)",
+        # A finished workload run's verdict row (apps/workload.py), kept past the history.
+        """CREATE TABLE runs (source TEXT PRIMARY KEY, finished_s REAL NOT NULL,
+               row TEXT NOT NULL)""",
+    ),
+}
+SCHEMA_VERSION = max(MIGRATIONS)
+
+
+class StoreUnusable(Exception):
+    """The store cannot be used; the message is the one log line that says why."""
+
+
+@dataclass(frozen=True)
+class Opened:
+    connection: sqlite3.Connection
+    path: Path
+    migrated_from: int  # the schema version found (0: a new store)
+
+
+def _header(path: Path) -> bytes:
+    with open(path, "rb") as file:  # noqa: PTH123 - the first 100 bytes only
+        return file.read(100)
+
+
+def _inspect(path: Path) -> str:
+    """'new', 'ours' or 'empty'; raises StoreUnusable for what must not be opened."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return "new"
+    except OSError as error:
+        raise StoreUnusable(f"cannot read {path}: {error.strerror}") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise StoreUnusable(f"{path} is a symbolic link; the store never follows one "
+                            "(name the real file with --store)")
+    if not stat.S_ISREG(info.st_mode):
+        raise StoreUnusable(f"{path} is not a regular file")
+    if info.st_uid != os.getuid():
+        raise StoreUnusable(f"{path} belongs to another user; left untouched")
+    if info.st_size == 0:
+        return "empty"  # made by us and killed before the first write: SQLite starts it
+    try:
+        header = _header(path)
+    except OSError as error:
+        raise StoreUnusable(f"cannot read {path}: {error.strerror}") from None
+    if not header.startswith(SQLITE_MAGIC):
+        raise StoreUnusable(f"{path} is not an nvdashboard store (not a SQLite file); "
+                            "left untouched")
+    application = int.from_bytes(header[68:72], "big") if len(header) >= 72 else 0
+    if application != APPLICATION_ID:
+        raise StoreUnusable(f"{path} is another program's SQLite database; left untouched")
+    # The schema version (SQLite's user_version, bytes 60-63), read before opening: a
+    # store of a newer nvdashboard is not even opened for writing.
+    version = int.from_bytes(header[60:64], "big") if len(header) >= 64 else 0
+    if version > SCHEMA_VERSION:
+        raise StoreUnusable(f"{path} was written by a newer nvdashboard (store version "
+                            f"{version}, this one knows {SCHEMA_VERSION}); left as it is, so "
+                            "that version keeps its history")
+    return "ours"
+
+
+def set_aside(path: Path, why: str) -> Path:
+    """Rename a damaged store of ours (and its WAL and shared-memory files) out of the way."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        source = Path(f"{path}{suffix}")
+        if source.exists() and not source.is_symlink():
+            os.replace(source, f"{aside}{suffix}")
+    log.warning("history store %s: %s; set aside as %s, starting a new one", path, why,
+                aside.name)
+    return aside
+
+
+def check_readable(path: Path) -> None:
+    """Raises StoreUnusable when another server's store at ``path`` cannot be read by this
+    one (not ours, or a newer schema); a store not made yet is fine (its writer makes it)."""
+    if _inspect(path) != "ours":
+        return
+    try:
+        connection = connect(path, read_only=True)
+        try:
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+        finally:
+            connection.close()
+    except sqlite3.Error as error:
+        raise StoreUnusable(f"cannot read {path}: {error}") from None
+    if version > SCHEMA_VERSION:
+        raise StoreUnusable(f"{path} was written by a newer nvdashboard (store version "
+                            f"{version}, this one knows {SCHEMA_VERSION}); left as it is")
+
+
+def connect(path: Path, read_only: bool = False) -> sqlite3.Connection:
+    """A connection with the store's settings: WAL, so readers never wait on the writer."""
+    if read_only:
+        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
+                                     check_same_thread=False)
+    else:
+        connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+    return connection
+
+
+def _prepare(path: Path) -> Opened:
+    """Open (and make or migrate) our store at ``path``; raises StoreUnusable, or
+    sqlite3.DatabaseError when the file is damaged."""
+    kind = _inspect(path)
+    if kind == "new":
+        # Private to the user (SQLite gives its WAL files the same mode), and never through
+        # a link that appeared since the look above.
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY
+                         | getattr(os, "O_NOFOLLOW", 0), 0o600))
+    connection = connect(path)
+    try:
+        if kind == "ours":
+            # Reads the whole file's structure: a damaged page shows here, not mid-write.
+            problem = connection.execute("PRAGMA quick_check").fetchone()[0]
+            if problem != "ok":
+                raise sqlite3.DatabaseError(str(problem)[:200])
+        version = connection.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreUnusable(f"{path} was written by a newer nvdashboard (store version "
+                                f"{version}, this one knows {SCHEMA_VERSION}); left as it "
+                                "is, so that version keeps its history")
+        mode = connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreUnusable(f"{path}: the file system does not allow SQLite's WAL mode")
+        # A commit survives the process being killed; only a power loss may cost the
+        # newest transactions (never the file's consistency).
+        connection.execute("PRAGMA synchronous=NORMAL")
+        migrate(connection, version)
+        # The header, with its application id and version, into the main file now: that is
+        # what another server (and the next start) looks at before opening it.
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return Opened(connection, path, version)
+    except BaseException:
+        connection.close()
+        raise
+
+
+def migrate(connection: sqlite3.Connection, version: int) -> None:
+    """Apply each migration after ``version``, each in its own transaction."""
+    for target in sorted(v for v in MIGRATIONS if v > version):
+        with connection:
+            for statement in MIGRATIONS[target]:
+                connection.execute(statement)
+            connection.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            connection.execute(f"PRAGMA user_version={target}")
+
+
+def make_folder(path: Path) -> None:
+    """The store's folder, made private to the user when it is new; StoreUnusable if not."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as error:
+        raise StoreUnusable(f"cannot make the store's folder {path.parent}: "
+                            f"{error.strerror}") from None
+
+
+def open_store(path: Path, on_set_aside: Callable[[Path], None] | None = None) -> Opened:
+    """Our store at ``path``, ready to use; raises StoreUnusable (its one log line) when
+    there can be none. A damaged store of ours is set aside and a new one made."""
+    make_folder(path)
+    try:
+        return _prepare(path)
+    except StoreUnusable:
+        raise
+    except sqlite3.OperationalError as error:
+        # Locked by a program that holds its lock (not another nvdashboard: those share
+        # it), a read-only folder (WAL needs to make its files), a full disk.
+        raise StoreUnusable(f"cannot use {path}: {error}") from None
+    except sqlite3.DatabaseError as error:
+        try:
+            aside = set_aside(path, f"damaged ({error})")
+        except OSError as rename_error:
+            raise StoreUnusable(f"{path} is damaged ({error}) and cannot be set aside: "
+                                f"{rename_error.strerror}") from None
+        if on_set_aside is not None:
+            on_set_aside(aside)
+        try:
+            return _prepare(path)
+        except (StoreUnusable, sqlite3.Error) as again:
+            raise StoreUnusable(f"cannot start a new store at {path}: {again}") from None
+    except OSError as error:
+        raise StoreUnusable(f"cannot use {path}: {error.strerror or error}") from None
+
+
+class WriterLock:
+    """Which server of this user writes the store: the one holding an exclusive lock on
+    ``<store>.writer`` (a file the store makes next to itself). The others read; the lock
+    goes with the process, however it ends, so a reader takes over from a killed writer."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(f"{path}.writer")
+        self._descriptor: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._descriptor is not None
+
+    def try_acquire(self) -> bool:
+        """True when this process holds the lock now; False when another one does. Raises
+        StoreUnusable when the lock file cannot be made (a read-only folder, a link)."""
+        import fcntl
+
+        if self._descriptor is not None:
+            return True
+        flags = (os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_CLOEXEC", 0))
+        try:
+            descriptor = os.open(self.path, flags, 0o600)
+        except OSError as error:
+            raise StoreUnusable(f"cannot make {self.path}: {error.strerror}") from None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(descriptor)
+            return False
+        self._descriptor = descriptor
+        return True
+
+    def release(self) -> None:
+        if self._descriptor is not None:
+            os.close(self._descriptor)  # closing releases the lock
+            self._descriptor = None

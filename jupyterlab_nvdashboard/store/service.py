@@ -1,0 +1,470 @@
+"""The history store: a consumer of the sampler's history that outlives the server.
+
+It listens to ``History`` like the broadcaster does (a queue put per sample, on the sampler's
+thread) and owns one thread that, every ``batch_s`` (5 s), folds the new samples into
+5-second buckets and those into 1-minute buckets (mean, min and max of every reading), writes
+what closed in one transaction, and now and then deletes buckets past their tier's
+retention. The newest open bucket stays in memory until a later sample closes it, so
+``kill -9`` loses at most that bucket and the batch not yet committed; a clean stop writes
+everything. At start the 1-minute tier is rebuilt from the 5-second buckets a kill left
+un-rolled.
+
+Two servers of one user share one store: the one holding the writer lock writes, the
+others only read (and take over the lock when that server ends). Readers never wait on the
+writer (WAL).
+
+Windows longer than the in-memory history read it through ``past``: the buckets of the
+coarsest tier fine enough, folded into the width the window draws, with a gap wherever
+nothing was recorded (the server was not running).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from ..metrics import History, Sample
+from .buckets import (
+    Bucket,
+    BucketRun,
+    bucket_samples,
+    fold_buckets,
+    fold_samples,
+    gap_sample,
+)
+from .file import (
+    Opened,
+    StoreUnusable,
+    WriterLock,
+    check_readable,
+    connect,
+    make_folder,
+    open_store,
+)
+
+log = logging.getLogger("nvdashboard")
+
+FINE_TIER, COARSE_TIER = 0, 1
+TIER_WIDTHS_S = {FINE_TIER: 5.0, COARSE_TIER: 60.0}
+BATCH_S = 5.0  # one transaction this often: what kill -9 may lose
+PRUNE_EVERY_S = 60.0
+TAKE_OVER_EVERY_S = 30.0  # how often a reading server tries to become the writer
+# Samples kept for the next try while writes fail (a full disk): an hour at 200 ms.
+MAX_PENDING_SAMPLES = 18_000
+
+
+class Clock(Protocol):
+    def time(self) -> float: ...
+
+    def monotonic(self) -> float: ...
+
+
+class SystemClock:
+    def time(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+@dataclass
+class StoreStats:
+    """What the writer did (``/info.json`` shows it; benchmarks read its CPU time)."""
+
+    batches: int = 0
+    buckets_written: int = 0
+    merged: int = 0  # buckets added to one already stored (a restart or a clock step back)
+    pruned: int = 0
+    cpu_s: float = 0.0  # the writer thread's own CPU time
+    errors: int = 0
+
+
+@dataclass(frozen=True)
+class PastWindow:
+    """Stored history over a span: ``resolution_s`` is the width each row stands for, read
+    from the tier of ``tier_s`` buckets; samples are oldest first."""
+
+    tier_s: float
+    resolution_s: float
+    samples: list[Sample] = field(default_factory=list)
+
+
+class HistoryStore:
+    """One store file, its writer thread (when this server is the writer) and its reader."""
+
+    def __init__(self, path: Path, retention_5s_s: float = 24 * 3600.0,
+                 retention_1min_s: float = 30 * 24 * 3600.0, slack_s: float = 10.0,
+                 clock: Clock | None = None, batch_s: float = BATCH_S) -> None:
+        self.path = Path(path)
+        self.retention_s = {FINE_TIER: retention_5s_s, COARSE_TIER: retention_1min_s}
+        # More than this between two buckets is a gap (the idle interval may leave a 5 s
+        # bucket empty now and then; the server calls it with twice that interval).
+        self.slack_s = slack_s
+        self.clock: Clock = clock or SystemClock()
+        self.batch_s = batch_s
+        self.stats = StoreStats()
+        self.role = "starting"  # "writer", "reader" or "off"
+        self.problem = ""  # why "off", in one line
+        self._queue: queue.SimpleQueue[Sample] = queue.SimpleQueue()
+        self._lock = WriterLock(self.path)
+        self._connection: sqlite3.Connection | None = None
+        self._open_fine: list[Sample] = []  # samples of the 5-second bucket still open
+        self._open_coarse: list[Bucket] = []  # 5-second buckets of the open minute
+        self._layout_ids: dict[tuple[int, ...], int] = {}
+        self._layouts: dict[int, tuple[int, ...]] = {}
+        self._newest_s = -float("inf")  # the latest wall-clock time written (prunes by it)
+        self._last_prune = -float("inf")
+        self._last_take_over = -float("inf")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def attach(self, history: History) -> None:
+        """Hear every sample ``history`` appends (a queue put on the sampler's thread)."""
+        history.add_listener(self._queue.put)
+
+    def open(self) -> None:
+        """Take the writer's role if free (making or migrating the store), else read. One log
+        line, never an exception, when there can be no store."""
+        if self.role == "off":
+            return
+        try:
+            make_folder(self.path)
+            if self._lock.try_acquire():
+                opened = open_store(self.path)
+                self._become_writer(opened)
+            else:
+                check_readable(self.path)
+                self.role = "reader"
+                log.info("history store %s: another nvdashboard server writes it; this one "
+                         "reads it", self.path)
+        except StoreUnusable as error:
+            self._turn_off(str(error))
+        except (sqlite3.Error, OSError) as error:
+            self._turn_off(f"cannot use {self.path}: {error}")
+
+    def _turn_off(self, why: str) -> None:
+        self._lock.release()
+        self.role, self.problem = "off", why
+        log.warning("history store: %s; the server carries on without one", why)
+
+    def _become_writer(self, opened: Opened) -> None:
+        self._connection = opened.connection
+        self.role = "writer"
+        with self._connection:
+            newest = self._connection.execute("SELECT max(start_s) FROM buckets").fetchone()[0]
+            if newest is not None:
+                self._newest_s = float(newest)
+            self._roll_up_left_over()
+
+    def _roll_up_left_over(self) -> None:
+        """Fold into minutes the 5-second buckets newer than the newest minute: what a
+        server killed mid-minute wrote to the fine tier only."""
+        assert self._connection is not None
+        newest_minute = self._connection.execute(
+            "SELECT max(start_s) FROM buckets WHERE tier=?", (COARSE_TIER,)).fetchone()[0]
+        since = -1 if newest_minute is None else newest_minute + TIER_WIDTHS_S[COARSE_TIER]
+        fine = self._read_buckets(self._connection, FINE_TIER, since, float("inf"))
+        if fine:
+            self._write(COARSE_TIER, fold_buckets(fine, TIER_WIDTHS_S[COARSE_TIER]))
+
+    def step(self, final: bool = False) -> None:
+        """Write what the samples since the last step closed, in one transaction (and every
+        open bucket when ``final``); prune now and then. Public: tests drive it by hand."""
+        started = time.thread_time()
+        try:
+            self._step(final)
+        except sqlite3.Error as error:
+            self.stats.errors += 1
+            if self.stats.errors == 1 or self.stats.errors % 100 == 0:
+                log.warning("history store %s: a write failed (%s); its samples are kept "
+                            "(an hour at most) and written at the next try", self.path, error)
+        finally:
+            self.stats.cpu_s += time.thread_time() - started
+
+    def _step(self, final: bool) -> None:
+        new: list[Sample] = []
+        while True:
+            try:
+                new.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        if self.role == "reader":
+            self._try_take_over()
+        if self.role != "writer" or self._connection is None:
+            return
+        samples = [*self._open_fine, *new]
+        fine = fold_samples(samples, TIER_WIDTHS_S[FINE_TIER])
+        closed_fine = fine if final else fine[:-1]
+        still_open = [] if final or not fine else fine[-1:]
+        minutes: list[Bucket] = []
+        open_coarse = list(self._open_coarse)
+        for bucket in closed_fine:
+            start = _floor(bucket.start_s, TIER_WIDTHS_S[COARSE_TIER])
+            if open_coarse and (
+                    _floor(open_coarse[0].start_s, TIER_WIDTHS_S[COARSE_TIER]) != start
+                    or open_coarse[0].layout != bucket.layout):
+                minutes += fold_buckets(open_coarse, TIER_WIDTHS_S[COARSE_TIER])
+                open_coarse = []
+            open_coarse.append(bucket)
+        if final and open_coarse:
+            minutes += fold_buckets(open_coarse, TIER_WIDTHS_S[COARSE_TIER])
+            open_coarse = []
+        if closed_fine or minutes:
+            try:
+                with self._connection:
+                    self._write(FINE_TIER, closed_fine)
+                    self._write(COARSE_TIER, minutes)
+            except sqlite3.Error:
+                # Nothing of this batch was written (the transaction rolled back): its
+                # samples wait for the next step, an hour of them at most.
+                self._open_fine = samples[-MAX_PENDING_SAMPLES:]
+                raise
+            self.stats.batches += 1
+            self._newest_s = max([self._newest_s, *(b.start_s for b in closed_fine)])
+        # The open bucket's own samples stay in memory until a later sample closes it.
+        self._open_fine = [s for s in samples if still_open and _in(s, still_open[0])]
+        self._open_coarse = open_coarse
+        now = self.clock.monotonic()
+        if final or now - self._last_prune >= PRUNE_EVERY_S:
+            self._last_prune = now
+            self._prune()
+
+    def _try_take_over(self) -> None:
+        now = self.clock.monotonic()
+        if now - self._last_take_over < TAKE_OVER_EVERY_S:
+            return
+        self._last_take_over = now
+        try:
+            if not self._lock.try_acquire():
+                return
+            self._become_writer(open_store(self.path))
+            log.info("history store %s: the server that wrote it has stopped; this one "
+                     "writes it now", self.path)
+        except StoreUnusable as error:
+            self._turn_off(str(error))
+
+    def _layout_id(self, layout: tuple[int, ...]) -> int:
+        assert self._connection is not None
+        known = self._layout_ids.get(layout)
+        if known is not None:
+            return known
+        text = ",".join(map(str, layout))
+        self._connection.execute("INSERT OR IGNORE INTO layouts (gpus) VALUES (?)", (text,))
+        layout_id = self._connection.execute("SELECT id FROM layouts WHERE gpus=?",
+                                             (text,)).fetchone()[0]
+        self._layout_ids[layout] = layout_id
+        return layout_id
+
+    def _write(self, tier: int, buckets: Sequence[Bucket]) -> None:
+        """Insert each bucket; one already there (a restart inside its span, a wall-clock
+        step back) is merged with it."""
+        assert self._connection is not None
+        for bucket in buckets:
+            layout = self._layout_id(bucket.layout)
+            key = (tier, int(bucket.start_s), layout)
+            inserted = self._connection.execute(
+                "INSERT OR IGNORE INTO buckets (tier, start_s, layout, samples, data) "
+                "VALUES (?, ?, ?, ?, ?)", (*key, bucket.samples, bucket.encode())).rowcount
+            if not inserted:
+                samples, blob = self._connection.execute(
+                    "SELECT samples, data FROM buckets WHERE tier=? AND start_s=? AND "
+                    "layout=?", key).fetchone()
+                try:
+                    stored = Bucket.decode(bucket.start_s, bucket.width_s, bucket.layout,
+                                           samples, blob)
+                    bucket = stored.merged(bucket)
+                except ValueError:
+                    pass  # a damaged bucket is replaced by the new one
+                self._connection.execute(
+                    "UPDATE buckets SET samples=?, data=? WHERE tier=? AND start_s=? AND "
+                    "layout=?", (bucket.samples, bucket.encode(), *key))
+                self.stats.merged += 1
+            self.stats.buckets_written += 1
+
+    def _prune(self) -> None:
+        """Delete each tier's buckets older than its retention, counted back from the
+        newest bucket written (a wall-clock step back deletes nothing)."""
+        assert self._connection is not None
+        if self._newest_s == -float("inf"):
+            return
+        with self._connection:
+            for tier, retention in self.retention_s.items():
+                self.stats.pruned += self._connection.execute(
+                    "DELETE FROM buckets WHERE tier=? AND start_s < ?",
+                    (tier, int(self._newest_s - retention))).rowcount
+
+    def start(self) -> None:
+        """Open the store and start the writer thread (never blocks the caller)."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="nvdashboard-store",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        self.open()
+        while self.role != "off" and not self._stop.wait(self.batch_s):
+            self.step()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Write every open bucket, then close: a clean stop loses nothing."""
+        thread, self._thread = self._thread, None
+        self._stop.set()
+        if thread is not None:
+            thread.join(timeout_s)
+        if self.role == "writer":
+            self.step(final=True)
+        self.close()
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        self._lock.release()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def readable(self) -> bool:
+        return self.role in ("writer", "reader")
+
+    @property
+    def longest_s(self) -> float:
+        """The longest span the store keeps (0 without a store)."""
+        return 0.0 if self.role == "off" else max(self.retention_s.values())
+
+    def _read_runs(self, connection: sqlite3.Connection, tier: int, start_s: float,
+                   end_s: float) -> list[BucketRun]:
+        """The tier's buckets that overlap ``start_s`` to ``end_s``, in runs of one layout."""
+        width = TIER_WIDTHS_S[tier]
+        rows = connection.execute(
+            "SELECT b.start_s, l.gpus, b.samples, b.data FROM buckets b JOIN layouts l "
+            "ON l.id = b.layout WHERE b.tier=? AND b.start_s > ? AND b.start_s < ? "
+            "ORDER BY b.start_s, b.layout",
+            (tier, start_s - width, end_s if end_s != float("inf") else 2**62)).fetchall()
+        runs: list[BucketRun] = []
+        position = 0
+        while position < len(rows):
+            gpus = rows[position][1]
+            end = position
+            while end < len(rows) and rows[end][1] == gpus:
+                end += 1
+            part = rows[position:end]
+            layout = tuple(int(i) for i in gpus.split(",")) if gpus else ()
+            run = BucketRun.decode(layout, width, [r[0] for r in part], [r[2] for r in part],
+                                   [r[3] for r in part])
+            if len(run):
+                runs.append(run)
+            position = end
+        return runs
+
+    def _read_buckets(self, connection: sqlite3.Connection, tier: int, start_s: float,
+                      end_s: float) -> list[Bucket]:
+        return [b for run in self._read_runs(connection, tier, start_s, end_s)
+                for b in run.buckets()]
+
+    def tier_for(self, start_s: float, resolution_s: float) -> int:
+        """The coarsest tier no coarser than ``resolution_s`` that still holds ``start_s``;
+        the finest that holds it when both are coarser; the longest-kept one otherwise."""
+        # A minute's leeway: a 24-hour window asked for a moment after the last prune still
+        # reads the 24-hour tier (its oldest minute may be gone: a short gap at the start).
+        now = self.clock.time() - 60
+        holding = [tier for tier, kept in self.retention_s.items() if start_s >= now - kept]
+        fine_enough = [t for t in holding if TIER_WIDTHS_S[t] <= resolution_s]
+        if fine_enough:
+            return max(fine_enough, key=TIER_WIDTHS_S.__getitem__)
+        if holding:
+            return min(holding, key=TIER_WIDTHS_S.__getitem__)
+        return max(self.retention_s, key=self.retention_s.__getitem__)
+
+    def past(self, start_s: float, end_s: float, resolution_s: float,
+             rows: str = "minmax") -> PastWindow:
+        """Stored history from ``start_s`` to ``end_s`` (epoch seconds), one row per
+        ``resolution_s`` (at least the tier's width): "minmax", each span's minima at its
+        start and maxima at its middle (what a chart's min/max downsampling draws), or
+        "mean", each span's means at its middle (what diagnosis and the CSV read). A gap
+        sample (nothing available) marks each span where nothing was recorded."""
+        if not self.readable or end_s <= start_s:
+            return PastWindow(0.0, 0.0)
+        tier = self.tier_for(start_s, resolution_s)
+        width = TIER_WIDTHS_S[tier]
+        resolution = max(resolution_s, width)
+        try:
+            connection = connect(self.path, read_only=True)
+            try:
+                stored = self._read_runs(connection, tier, start_s, end_s)
+            finally:
+                connection.close()
+        except sqlite3.Error as error:
+            log.warning("history store %s: cannot read it: %s", self.path, error)
+            return PastWindow(width, resolution)
+        # Monotonic times for these samples, as if read now: windows cut by it line them up.
+        offset = self.clock.monotonic() - self.clock.time()
+        gaps: list[tuple[float, float, tuple[int, ...]]] = []
+        previous_end = None
+        for run in stored:  # nothing stored for longer than the slack: not running
+            ends = run.starts + width
+            if previous_end is not None and run.starts[0] - previous_end > self.slack_s:
+                gaps.append((previous_end, float(run.starts[0]), run.layout))
+            apart = np.flatnonzero(run.starts[1:] - ends[:-1] > self.slack_s)
+            gaps += [(float(ends[i]), float(run.starts[i + 1]), run.layout) for i in apart]
+            previous_end = float(ends[-1])
+        if previous_end is not None and end_s - previous_end > self.slack_s:
+            # Nothing recorded from the last bucket to the end: the server was not running.
+            gaps.append((previous_end, end_s, stored[-1].layout))
+        samples: list[Sample] = []
+        for run in (run.folded(resolution) for run in stored):
+            middles = run.starts + resolution / 2
+            if rows == "mean":
+                times, values, highs = middles, run.mean, run.high
+            else:  # each bucket's minima at its start, maxima at its middle
+                times = np.column_stack([run.starts, middles]).ravel()
+                values = np.stack([run.low, run.high], axis=1).reshape(-1, run.low.shape[1])
+                highs = np.repeat(run.high, 2, axis=0)
+            samples += bucket_samples(run.layout, values, highs, times.tolist(),
+                                      (times + offset).tolist())
+        for gap_start, gap_end, layout in gaps:
+            middle = (gap_start + gap_end) / 2
+            samples.append(gap_sample(layout, middle, middle + offset))
+        samples.sort(key=lambda sample: sample.time_s)
+        return PastWindow(width, resolution, samples)
+
+    def past_samples(self, start_s: float, end_s: float, resolution_s: float,
+                     rows: str = "minmax") -> tuple[list[Sample], float]:
+        """``past`` as ``metrics.PastSource`` reads it."""
+        window = self.past(start_s, end_s, resolution_s, rows)
+        return window.samples, window.resolution_s
+
+    def info(self) -> dict[str, object]:
+        """``/info.json``'s ``store``."""
+        try:
+            size = sum(Path(f"{self.path}{s}").stat().st_size for s in ("", "-wal")
+                       if Path(f"{self.path}{s}").exists())
+        except OSError:
+            size = None
+        return {"path": str(self.path), "role": self.role, "problem": self.problem,
+                "size_bytes": size if self.role != "off" else None,
+                "retention_s": {f"{TIER_WIDTHS_S[t]:g}": kept
+                                for t, kept in self.retention_s.items()},
+                "batches": self.stats.batches, "buckets_written": self.stats.buckets_written,
+                "writer_cpu_s": round(self.stats.cpu_s, 4)}
+
+
+def _floor(time_s: float, width_s: float) -> float:
+    return float(np.floor(time_s / width_s) * width_s)
+
+
+def _in(sample: Sample, bucket: Bucket) -> bool:
+    return bucket.start_s <= sample.time_s < bucket.start_s + bucket.width_s

@@ -1,0 +1,98 @@
+"""The long windows of /GPU-Resources in Chromium, from a scripted store: a week of two GPUs
+(GPU 0 follows the day, GPU 1 trains six hours on, six off) with two stretches the server was
+off (6 hours three days ago, 2 hours ten hours ago). The 24-hour and 7-day windows draw the
+stored history up to the live samples, with the time off as a gap."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyterlab_nvdashboard.metrics import GpuReading, History, HostReading
+from jupyterlab_nvdashboard.store import HistoryStore
+from tests.support.browser import chromium, screenshot, watch
+from tests.support.servers import cli_server, with_token
+from tests.support.store_clock import ScriptedClock
+
+pytestmark = pytest.mark.browser
+
+DAY_S = 86400.0
+LIVE = "window.nvdashboardLive"
+# Rows of GPU 0's utilization the page holds: finite ones, and gaps (NaN).
+COLUMN_JS = """(key) => {
+  const source = Array.from(Bokeh.documents[0].all_models).find(
+    (m) => m.type === 'ColumnDataSource' && m.data.time && m.data[key]);
+  const values = Array.from(source.data[key]);
+  const times = Array.from(source.data.time);
+  return {finite: values.filter(Number.isFinite).length,
+          gaps: times.filter((t, i) => !Number.isFinite(values[i])),
+          first: Math.min(...times)};
+}"""
+
+
+def off(time_s: float, now: float) -> bool:
+    return (now - 3 * DAY_S <= time_s < now - 3 * DAY_S + 6 * 3600
+            or now - 10 * 3600 <= time_s < now - 8 * 3600)
+
+
+def scripted_store(path: Path, now: float) -> None:
+    """Eight days ending at ``now``, one sample a minute (every 1-minute bucket, which the
+    24-hour and 7-day windows read)."""
+    clock = ScriptedClock(now - 8 * DAY_S)
+    store = HistoryStore(path, clock=clock)
+    store.open()
+    history = History(10)
+    store.attach(history)
+    host = HostReading(20.0, 8e9, 6.4e10, 0.0, 0.0, 0.0, 0.0)
+    count = 0
+    while clock.wall < now - 120:
+        if not off(clock.wall, now):
+            day = 50 + 45 * math.sin(2 * math.pi * clock.wall / DAY_S)
+            training = 92.0 if int(clock.wall // (6 * 3600)) % 2 else 3.0
+            gpus = tuple(GpuReading(i, False, value, value * 0.4, 1.4e11 * value / 100 + 1e9,
+                                    1.4e11, None, 1e9 * value / 100, 5e8, False, None, None,
+                                    40 + value / 3, 100 + 5 * value)
+                         for i, value in ((0, day), (1, training)))
+            history.append(clock.wall, gpus, host, monotonic_s=clock.mono)
+            count += 1
+        clock.advance(60)
+        if count % 1000 == 0:
+            store.step()
+    store.stop()
+
+
+def test_24_hour_and_7_day_windows_from_the_store() -> None:
+    with tempfile.TemporaryDirectory(prefix="nvdashboard-store-") as folder:
+        store = Path(folder) / "history.sqlite"
+        now = time.time()
+        scripted_store(store, now)
+        with cli_server(["--simulate", "2", "--interval", "0.2"],
+                        env={"NVDASHBOARD_STORE": str(store)}) as (url, _), \
+                chromium() as browser:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            watched = watch(page)
+            page.goto(with_token(url + "/"))
+            page.goto(f"{url}/GPU-Resources")
+            page.wait_for_function(f"() => {LIVE} && {LIVE}.draws > 2", timeout=30_000)
+            for label, window_s, gap_start, gap_end in (
+                    ("24 h", DAY_S, now - 10 * 3600, now - 8 * 3600),
+                    ("7 d", 7 * DAY_S, now - 3 * DAY_S, now - 3 * DAY_S + 6 * 3600)):
+                resets = page.evaluate(f"() => {LIVE}.resets")
+                page.get_by_text(label, exact=True).click()
+                page.wait_for_function(f"() => {LIVE}.window === {window_s:g} && "
+                                       f"{LIVE}.resets > {resets} && {LIVE}.draws > 0",
+                                       timeout=30_000)
+                page.wait_for_timeout(1500)  # the draw after the reset
+                rows = page.evaluate(f"({COLUMN_JS})('utilization1')")
+                # The stored week (or day), about 1000 buckets of two rows each ...
+                assert rows["finite"] > 600, rows["finite"]
+                assert rows["first"] / 1000 < now - window_s + 0.05 * window_s
+                # ... and the time the server was off, drawn as a gap.
+                gaps = [t / 1000 for t in rows["gaps"]]
+                assert any(gap_start <= t <= gap_end for t in gaps), (label, gaps[:10])
+                screenshot(page, f"long-window-{label.replace(' ', '')}-gpu-resources")
+            watched.assert_clean()

@@ -1,0 +1,345 @@
+"""The history store (store/) on a scripted clock: tiers, roll-up, pruning, clock steps, bad
+files, two servers on one file. No server, no waiting: the writer is stepped by hand."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jupyterlab_nvdashboard.metrics import GpuReading, History, HostReading
+from jupyterlab_nvdashboard.store import (
+    APPLICATION_ID,
+    COARSE_TIER,
+    FINE_TIER,
+    SCHEMA_VERSION,
+    HistoryStore,
+)
+from jupyterlab_nvdashboard.store.buckets import is_gap
+from tests.support.store_clock import ScriptedClock
+
+START_S = 1_699_999_980.0  # a multiple of 60: bucket edges are easy to reason about
+
+
+def gpu(index: int, utilization: float | None) -> GpuReading:
+    return GpuReading(index, False, utilization, 10.0, 2e9, 8e10, None, 1e6, 2e6, False, None,
+                      None, 50.0, 250.0)
+
+
+HOST = HostReading(12.0, 4e9, 16e9, 0.0, 0.0, 0.0, 0.0)
+
+
+@pytest.fixture
+def folder() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="nvdashboard-store-") as name:
+        yield Path(name)
+
+
+class Feeder:
+    """Appends samples to a history the store listens to, as the sampler would, stepping the
+    writer every ``batch_s`` of monotonic time."""
+
+    def __init__(self, store: HistoryStore, clock: ScriptedClock, interval_s: float = 1.0):
+        self.store, self.clock, self.interval_s = store, clock, interval_s
+        self.history = History(100_000)
+        store.attach(self.history)
+        self.last_step = clock.mono
+
+    def run(self, seconds: float, value=lambda t: 50.0) -> None:
+        for _ in range(int(round(seconds / self.interval_s))):
+            self.history.append(self.clock.wall, (gpu(0, value(self.clock.wall)), gpu(1, 7.0)),
+                                HOST, monotonic_s=self.clock.mono)
+            self.clock.advance(self.interval_s)
+            if self.clock.mono - self.last_step >= self.store.batch_s:
+                self.store.step()
+                self.last_step = self.clock.mono
+
+
+def stored(path: Path, tier: int) -> list[tuple[int, int]]:
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        return connection.execute("SELECT start_s, samples FROM buckets WHERE tier=? "
+                                  "ORDER BY start_s", (tier,)).fetchall()
+
+
+def open_writer(path: Path, clock: ScriptedClock, **kwargs: float) -> HistoryStore:
+    store = HistoryStore(path, clock=clock, **kwargs)
+    store.open()
+    assert store.role == "writer", store.problem
+    return store
+
+
+def test_tiers_roll_up_with_mean_min_and_max(folder: Path) -> None:
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = open_writer(folder / "history.sqlite", clock)
+    feeder = Feeder(store, clock)
+    # GPU 0 climbs 0, 1, 2, ... one step a second for three minutes.
+    feeder.run(180, value=lambda t: t - START_S)
+    store.step(final=True)
+    fine, coarse = stored(store.path, FINE_TIER), stored(store.path, COARSE_TIER)
+    assert [start for start, _ in fine] == [int(START_S) + 5 * i for i in range(36)]
+    assert all(samples == 5 for _, samples in fine)
+    assert coarse == [(int(START_S) + 60 * i, 60) for i in range(3)]
+    window = store.past(START_S, START_S + 180, 60, rows="mean")
+    assert window.tier_s == 60 and window.resolution_s == 60
+    means = [s.gpus[0].utilization_pct for s in window.samples]
+    assert means == pytest.approx([29.5, 89.5, 149.5])
+    minmax = store.past(START_S, START_S + 180, 60)
+    assert [s.gpus[0].utilization_pct for s in minmax.samples] == [0, 59, 60, 119, 120, 179]
+    # The finest tier that is fine enough: 5-second buckets for a 5-second resolution.
+    assert store.past(START_S, START_S + 180, 5).tier_s == 5
+    store.close()
+
+
+def test_buckets_past_their_retention_are_deleted(folder: Path) -> None:
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = open_writer(folder / "history.sqlite", clock, retention_5s_s=60,
+                        retention_1min_s=3600)
+    feeder = Feeder(store, clock, interval_s=5.0)
+    feeder.run(2 * 3600)
+    store.step(final=True)
+    newest = stored(store.path, FINE_TIER)[-1][0]
+    assert stored(store.path, FINE_TIER)[0][0] >= newest - 60
+    minutes = [start for start, _ in stored(store.path, COARSE_TIER)]
+    assert minutes[0] >= newest - 3600 and len(minutes) <= 61
+    assert store.stats.pruned > 0
+    store.close()
+
+
+def test_wall_clock_step_back_merges_into_stored_buckets_and_prunes_nothing(
+        folder: Path) -> None:
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = open_writer(folder / "history.sqlite", clock, retention_5s_s=600)
+    feeder = Feeder(store, clock)
+    feeder.run(120, value=lambda t: 10.0)
+    clock.wall -= 60  # NTP steps the wall clock a minute back; monotonic time goes on
+    feeder.run(60, value=lambda t: 90.0)
+    store.step(final=True)
+    fine = dict(stored(store.path, FINE_TIER))
+    # The second minute was recorded twice: its buckets hold both runs' samples, merged.
+    assert fine[int(START_S) + 60] == 10 and fine[int(START_S)] == 5
+    minute = store.past(START_S + 60, START_S + 120, 60, rows="mean").samples
+    assert minute[0].gpus[0].utilization_pct == pytest.approx(50.0)
+    assert store.stats.merged > 0 and store.stats.pruned == 0
+    store.close()
+
+
+def test_wall_clock_step_forward_is_a_gap_and_monotonic_jump_flushes_once(
+        folder: Path) -> None:
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = open_writer(folder / "history.sqlite", clock)
+    feeder = Feeder(store, clock)
+    feeder.run(60)
+    clock.wall += 3600  # wall clock jumps an hour (suspend, NTP)
+    clock.mono += 7200  # and the monotonic clock by more: one batch, nothing counted twice
+    feeder.run(60)
+    store.step(final=True)
+    window = store.past(START_S, clock.wall, 5)
+    gaps = [s for s in window.samples if is_gap(s)]
+    assert len(gaps) == 1 and START_S + 60 < gaps[0].time_s < START_S + 3660
+    assert sum(samples for _, samples in stored(store.path, FINE_TIER)) == 120
+    store.close()
+
+
+def test_kill_loses_at_most_the_open_bucket_and_a_restart_rolls_up_the_rest(
+        folder: Path) -> None:
+    clock = ScriptedClock(START_S, 5_000.0)
+    path = folder / "history.sqlite"
+    store = open_writer(path, clock)
+    feeder = Feeder(store, clock)
+    feeder.run(90)  # a minute and a half, stepped every 5 s; then killed: no final step
+    store.close()  # what kill -9 leaves: the connection gone, nothing more written
+    fine = stored(path, FINE_TIER)
+    assert fine[-1][0] + 5 >= START_S + 90 - store.batch_s - 5  # at most the last batch
+    assert [start for start, _ in stored(path, COARSE_TIER)] == [int(START_S)]
+    again = open_writer(path, clock)  # the next server rolls up the minute the kill left
+    assert [start for start, _ in stored(path, COARSE_TIER)] == [int(START_S),
+                                                                 int(START_S) + 60]
+    again.close()
+
+
+def test_two_stores_on_one_file_one_writes_the_other_reads_then_takes_over(
+        folder: Path) -> None:
+    path = folder / "history.sqlite"
+    clock = ScriptedClock(START_S, 5_000.0)
+    first = open_writer(path, clock)
+    second = HistoryStore(path, clock=clock)
+    second.open()
+    assert second.role == "reader"
+    Feeder(first, clock).run(30)
+    first.step(final=True)
+    Feeder(second, clock).run(30)  # the reader's own samples are not written
+    second.step()
+    assert sum(n for _, n in stored(path, FINE_TIER)) == 30
+    assert len(second.past(START_S, START_S + 30, 5).samples) == 12  # it reads the writer's
+    first.stop()  # the writer ends; the reader takes over at its next try
+    clock.mono += 60
+    second.step()
+    assert second.role == "writer"
+    second.close()
+
+
+def one_line(caplog: pytest.LogCaptureFixture) -> str:
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1, lines
+    assert "\n" not in lines[0] and "Traceback" not in lines[0]
+    return lines[0]
+
+
+def test_a_damaged_store_is_set_aside_and_a_new_one_made(
+        folder: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = folder / "history.sqlite"
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = open_writer(path, clock)
+    Feeder(store, clock).run(60)
+    store.stop()
+    data = bytearray(path.read_bytes())
+    data[4096:8192] = os.urandom(4096)  # a damaged page, the header still ours
+    path.write_bytes(bytes(data))
+    store = HistoryStore(path, clock=clock)
+    store.open()
+    line = one_line(caplog)
+    assert store.role == "writer" and "set aside" in line
+    aside = [p for p in folder.iterdir() if ".corrupt-" in p.name]
+    assert aside and aside[0].read_bytes()[:4096] == bytes(data[:4096])  # kept, not deleted
+    store.close()
+
+
+@pytest.mark.parametrize("case", ["not-sqlite", "another-program", "newer-schema", "symlink",
+                                  "read-only-folder", "locked"])
+def test_a_store_that_is_not_usable_gives_one_line_and_no_store(
+        folder: Path, caplog: pytest.LogCaptureFixture, case: str) -> None:
+    path = folder / "state" / "history.sqlite"
+    path.parent.mkdir()
+    clock = ScriptedClock(START_S, 5_000.0)
+    holder = None
+    if case == "not-sqlite":
+        path.write_text("my notes, not a database\n")
+    elif case == "another-program":
+        with contextlib.closing(sqlite3.connect(path)) as other:
+            other.execute("CREATE TABLE t (x)")
+            other.commit()
+    elif case == "newer-schema":
+        open_writer(path, clock).close()
+        with contextlib.closing(sqlite3.connect(path)) as newer:
+            newer.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    elif case == "symlink":
+        target = folder / "elsewhere.sqlite"
+        target.write_bytes(b"")
+        path.symlink_to(target)
+    elif case == "read-only-folder":
+        if os.geteuid() == 0:  # root writes into any folder of a writable file system
+            path = Path("/sys/nvdashboard-history.sqlite")
+        else:
+            path.parent.chmod(0o500)
+    elif case == "locked":
+        ready = open_writer(path, clock)
+        ready.close()
+        holder = sqlite3.connect(path, timeout=0)
+        holder.execute("PRAGMA journal_mode=DELETE")  # another program's lock mode
+        holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+        holder.execute("BEGIN EXCLUSIVE")
+        holder.execute("CREATE TABLE held (x)")
+    before = {p.name: p.read_bytes() for p in path.parent.iterdir() if p.is_file()} \
+        if path.parent.parent == folder else {}
+    store = HistoryStore(path, clock=clock)
+    store.open()
+    try:
+        assert store.role == "off"
+        line = one_line(caplog)
+        assert str(path) in line or str(path.parent) in line
+        assert store.past(START_S - 60, START_S, 5).samples == []
+        assert store.readable is False and store.longest_s == 0
+        after = {p.name: p.read_bytes() for p in path.parent.iterdir()
+                 if p.is_file() and p.name in before}
+        assert after == before  # nothing it did not make was changed, renamed or deleted
+        if case == "symlink":
+            assert path.is_symlink() and (folder / "elsewhere.sqlite").read_bytes() == b""
+    finally:
+        store.close()
+        if holder is not None:
+            holder.close()
+        (folder / "state").chmod(0o700)
+
+
+def test_a_new_store_is_ours_and_private(folder: Path) -> None:
+    path = folder / "new" / "history.sqlite"
+    store = open_writer(path, ScriptedClock(START_S, 5_000.0))
+    store.close()
+    assert int.from_bytes(path.read_bytes()[68:72], "big") == APPLICATION_ID
+    assert path.stat().st_mode & 0o077 == 0 and path.parent.stat().st_mode & 0o077 == 0
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_an_older_schema_is_migrated(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyterlab_nvdashboard.store import file
+
+    path = folder / "history.sqlite"
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = open_writer(path, clock)
+    Feeder(store, clock).run(30)
+    store.stop()
+    migrations = {**file.MIGRATIONS, SCHEMA_VERSION + 1: ("CREATE TABLE notes (text TEXT)",)}
+    monkeypatch.setattr(file, "MIGRATIONS", migrations)
+    monkeypatch.setattr(file, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    store = open_writer(path, clock)
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+        assert connection.execute("SELECT count(*) FROM notes").fetchone()[0] == 0
+    assert len(store.past(START_S, START_S + 30, 5).samples) == 12  # the history kept
+    store.close()
+
+
+def test_not_available_stays_not_available(folder: Path) -> None:
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = open_writer(folder / "history.sqlite", clock)
+    feeder = Feeder(store, clock)
+    feeder.run(10, value=lambda t: None)
+    store.step(final=True)
+    sample = store.past(START_S, START_S + 10, 5, rows="mean").samples[0]
+    assert sample.gpus[0].utilization_pct is None  # never 0
+    assert sample.gpus[1].utilization_pct == 7.0 and not is_gap(sample)
+    assert not math.isnan(np.float64(sample.host.cpu_pct))
+    store.close()
+
+
+def test_behind_jupyter_a_server_with_a_store_keeps_sampling_when_idle() -> None:
+    from jupyterlab_nvdashboard.config import load_config
+
+    proxy = ["--jupyter-proxy", "--unix-socket", "/tmp/nvdashboard-x.sock"]
+    assert load_config(proxy, {}).idle_exit_s == 0  # the idle interval, never an exit
+    assert load_config(proxy + ["--no-store"], {}).idle_exit_s == 1800
+    assert load_config(proxy + ["--exit-after-idle", "60"], {}).idle_exit_s == 60
+    assert load_config([], {"XDG_STATE_HOME": "/state"}).store_path == \
+        Path("/state/nvdashboard/history.sqlite")
+    assert load_config(["--store", "off"], {}).store_path is None
+
+
+def test_a_failed_write_keeps_its_samples_for_the_next_try(
+        folder: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyterlab_nvdashboard.store import file
+
+    monkeypatch.setattr(file, "BUSY_TIMEOUT_S", 0.05)  # a locked write fails at once
+    clock = ScriptedClock(START_S, 5_000.0)
+    path = folder / "history.sqlite"
+    store = open_writer(path, clock)
+    feeder = Feeder(store, clock)
+    feeder.run(20)
+    with contextlib.closing(sqlite3.connect(path, timeout=0)) as other:
+        other.execute("BEGIN EXCLUSIVE")  # another program holds the write lock a while
+        feeder.run(20)
+        other.rollback()
+    assert store.stats.errors > 0
+    assert "kept" in one_line(caplog)
+    store.step(final=True)
+    assert sum(n for _, n in stored(path, FINE_TIER)) == 40  # none lost
+    store.close()
