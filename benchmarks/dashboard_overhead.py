@@ -22,6 +22,7 @@ Run it from the project root::
         [--source DIR]    # import the server from DIR instead of this checkout
         [--routes /GPU-Resources,/GPU-Health,/]  # the Chromium runs, one route after another
         [--profile DIR]   # a CDP CPU profile of each Chromium page, and its top functions
+        [--rounds N]      # every run N times, sources alternating first; medians and ranges
 
 Chromium pages are 1280x800. A route the baseline does not serve (``/index.json`` lacks it)
 is skipped for the baseline; ``/`` is measured as a plain page (it has no Bokeh document).
@@ -84,6 +85,7 @@ class Result:
     # Chromium: the pages' repaints inside the window. None where a visible page of a live
     # route drew nothing: it never received its frames, so its figure is not a page's cost.
     draws: int | None = None
+    round_index: int = 0  # --rounds: which round measured it
     route: str = ROUTE
 
     def percentile(self, q: float) -> str:
@@ -478,6 +480,32 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def rounds_table(results: list[Result], sources: list[Path]) -> str:
+    """Client CPU per (route, kind, K): each source's median and range over the rounds, and
+    each round's ratio of this tree to the first source (measured one right after the other)."""
+    head = ("| route | client | K | " + " | ".join(f"{s.name} median (range)" for s in sources)
+            + (" | ratio per round | ratio of medians |" if len(sources) > 1 else " |"))
+    lines = [head, "|" + "---|" * (3 + len(sources) + (2 if len(sources) > 1 else 0))]
+    cases = dict.fromkeys((r.route, r.kind, r.viewers) for r in results
+                          if r.client_cpu_pct is not None)
+    for route, kind, viewers in cases:
+        measured = [{r.round_index: r.client_cpu_pct for r in results if r.source == s.name
+                     and (r.route, r.kind, r.viewers) == (route, kind, viewers)
+                     and r.client_cpu_pct is not None and r.draws != 0} for s in sources]
+        per_source = [list(by_round.values()) for by_round in measured]
+        cells = [f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f}), {len(v)} runs"
+                 if v else "-" for v in per_source]
+        line = f"| {route} | {kind} | {viewers} | " + " | ".join(cells)
+        if len(sources) > 1:
+            first, last = measured[0], measured[-1]
+            ratios = [last[i] / first[i] for i in sorted(first) if i in last and first[i]]
+            line += " | " + ", ".join(f"{r:.2f}" for r in ratios) + " | " + (
+                f"{statistics.median(last.values()) / statistics.median(first.values()):.2f}"
+                if first and last and statistics.median(first.values()) else "-")
+        lines.append(line + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--window", type=float, default=20.0, help="seconds measured per K")
@@ -491,6 +519,9 @@ def main() -> int:
                         help="git ref to measure side by side (extracted to a temp dir)")
     parser.add_argument("--routes", default=ROUTE,
                         help="routes the Chromium runs open, comma-separated")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="repeat every run this many times, alternating which source "
+                             "goes first, and print each source's median and range")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="write a CDP CPU profile of each Chromium run's first page to "
                              "DIR and print its top functions (the profiler costs CPU too)")
@@ -519,10 +550,13 @@ def measure(args: argparse.Namespace, routes: list[str], counts: dict[str, list[
           f"4 simulated GPUs, routes {routes}, sources {[str(s) for s in sources]}", flush=True)
     results = []
     runs = (("raw", run_raw), ("chromium", run_browser), ("chromium-hidden", run_hidden_browser))
-    for kind, run in runs:
+    for round_index, kind, run in ((r, kind, run) for r in range(args.rounds)
+                                   for kind, run in runs):
         for route in routes if kind != "raw" else [ROUTE]:
             for viewers in counts[kind]:
-                for source in sources:
+                # Each round swaps which source goes first, so neither always follows the
+                # other on a machine whose load drifts.
+                for source in sources if round_index % 2 == 0 else sources[::-1]:
                     print(f"... {source.name} {kind} {route} K={viewers}", file=sys.stderr,
                           flush=True)
                     extra = {} if kind == "raw" else {"route": route,
@@ -531,12 +565,15 @@ def measure(args: argparse.Namespace, routes: list[str], counts: dict[str, list[
                     if measured is None:
                         print("    (not served there: skipped)", file=sys.stderr, flush=True)
                         continue
+                    measured.round_index = round_index
                     results.append(measured)
                     latencies = results[-1].latencies_ms
                     if latencies:
                         print(f"    latency mean {statistics.mean(latencies):.0f} ms over "
                               f"{len(latencies)} updates", file=sys.stderr, flush=True)
     print(table(results))
+    if args.rounds > 1:
+        print(rounds_table(results, sources))
     rss = {(r.source, r.viewers): r.rss_end_mb for r in results if r.kind == "raw"}
     for source in sources:
         low, high = min(counts["raw"], default=0), max(counts["raw"], default=0)

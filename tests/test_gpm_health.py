@@ -496,6 +496,13 @@ def test_the_near_a_limit_chart_has_only_readings_where_higher_is_worse() -> Non
     title = dashboard.root.select_one({"name": "limit-title"}).text
     assert "100 = at the limit" in title and "slowdown threshold" in title \
         and "power limit" in title
+    # Its legend is HTML in that title, in the bars' colours: a legend in the canvas would be
+    # drawn again at every update.
+    from bokeh.models import Legend
+
+    assert not list(dashboard.root.select({"type": Legend}))
+    assert "temperature, % of its slowdown threshold" in title and "#d62728" in title
+    assert "power, % of its power limit" in title and "#ff7f0e" in title
 
 
 @pytest.mark.parametrize("route", ["/GPU-Health", "/GPU-Activity"])
