@@ -85,7 +85,7 @@ HEALTH_COLUMNS = {
 }
 # Temperature, power and clocks drift over seconds, and the table is read, not watched: the
 # table and the timelines go out (and so repaint) every 5 s, which keeps an open Health tab
-# at about 3% of a core in software rendering (benchmarks/dashboard_overhead.py). A
+# at about 2% of a core in software rendering (benchmarks/dashboard_overhead.py). A
 # throttle of one tick still shows: every sample travels, five seconds of them a frame.
 HEALTH_REFRESH_S = 5.0
 # assess() group -> the column its mark goes on.
