@@ -9,7 +9,8 @@ measures over a fixed window:
 * websocket bytes per second per client, server to client, and client to server;
 * raw clients: update latency from a sample's own timestamp (the streamed ``time`` column,
   epoch ms) to its arrival at the client, p50 and p99;
-* Chromium clients: the browser's CPU per open page (all chromium processes / pages);
+* Chromium clients: the browser's CPU per open page (all chromium processes / pages), and
+  on stderr the same split by Chromium process type (renderer, GPU process, browser);
   ``chromium-hidden`` is one page told it is hidden, as the JupyterLab extension tells a
   background tab;
 * encodes per published tick and RSS per extra viewer, where the server reports them.
@@ -20,6 +21,8 @@ Run it from the project root::
         [--baseline REF]  # also measure git REF (e.g. the per-session path), side by side
         [--source DIR]    # import the server from DIR instead of this checkout
         [--routes /GPU-Resources,/GPU-Health,/]  # the Chromium runs, one route after another
+        [--profile DIR]   # a CDP CPU profile of each Chromium page, and its top functions
+        [--rounds N]      # every run N times, sources alternating first; medians and ranges
 
 Chromium pages are 1280x800. A route the baseline does not serve (``/index.json`` lacks it)
 is skipped for the baseline; ``/`` is measured as a plain page (it has no Bokeh document).
@@ -79,6 +82,10 @@ class Result:
     up_messages_per_s: float | None = None
     latencies_ms: list[float] = field(default_factory=list)
     client_cpu_pct: float | None = None  # this process (raw) or per page (browser)
+    # Chromium: the pages' repaints inside the window. None where a visible page of a live
+    # route drew nothing: it never received its frames, so its figure is not a page's cost.
+    draws: int | None = None
+    round_index: int = 0  # --rounds: which round measured it
     route: str = ROUTE
 
     def percentile(self, q: float) -> str:
@@ -299,16 +306,50 @@ def run_raw(source: Path, viewers: int, window_s: float, interval_s: float) -> R
 
 
 # ----- real Chromium pages -------------------------------------------------------------
-def _chromium_cpu_s() -> float:
-    total = 0.0
+def _chromium_cpu_s() -> dict[str, float]:
+    """CPU seconds so far of each Chromium process type (browser, renderer, gpu-process,
+    utility...), summed over this process's Chromium children."""
+    by_type: dict[str, float] = {}
     for child in psutil.Process().children(recursive=True):
         try:
             if "chrom" in child.name().lower():
+                kind = next((part.split("=", 1)[1] for part in child.cmdline()
+                             if part.startswith("--type=")), "browser")
                 times = child.cpu_times()
-                total += times.user + times.system
+                by_type[kind] = by_type.get(kind, 0.0) + times.user + times.system
         except psutil.Error:
             continue
-    return total
+    return by_type
+
+
+def _per_process_pct(before: dict[str, float], after: dict[str, float],
+                     window_s: float) -> dict[str, float]:
+    return {kind: 100 * (cpu - before.get(kind, 0.0)) / window_s
+            for kind, cpu in sorted(after.items(), key=lambda item: -item[1])}
+
+
+# Repaints so far of every live view on the pages (apps/live_client.js counts them); -1 on
+# a page without the counter (an older tree), which is then not judged by it.
+DRAWS_JS = ("() => window.nvdashboardStreams ? Object.values(window.nvdashboardStreams)"
+            ".reduce((sum, view) => sum + view.draws, 0) : -1")
+
+
+def _draws(pages: list) -> int:
+    return sum(page.evaluate(DRAWS_JS) for page in pages)
+
+
+def top_functions(profile: dict, count: int = 12) -> list[tuple[float, str]]:
+    """(ms of self time, "function file:line") of a CDP ``Profiler.stop`` profile, the
+    largest first; idle and the profiler's own ``(program)`` bucket included, by name."""
+    nodes = {node["id"]: node["callFrame"] for node in profile["nodes"]}
+    self_us: dict[str, float] = {}
+    for node_id, delta in zip(profile["samples"], profile["timeDeltas"], strict=False):
+        frame = nodes[node_id]
+        name = (f"{frame['functionName'] or '(anonymous)'} "
+                f"{frame['url'].rsplit('/', 1)[-1].split('?')[0]}:{frame['lineNumber']}")
+        self_us[name] = self_us.get(name, 0.0) + delta
+    ranked = sorted(self_us.items(), key=lambda item: -item[1])[:count]
+    return [(us / 1000, name) for name, us in ranked]
 
 
 def served_routes(url: str, timeout_s: float = 30.0) -> dict:
@@ -324,12 +365,15 @@ def served_routes(url: str, timeout_s: float = 30.0) -> dict:
 
 
 def run_hidden_browser(source: Path, viewers: int, window_s: float,
-                       interval_s: float, route: str = ROUTE) -> Result | None:
-    return run_browser(source, viewers, window_s, interval_s, hidden=True, route=route)
+                       interval_s: float, route: str = ROUTE,
+                       profile_dir: Path | None = None) -> Result | None:
+    return run_browser(source, viewers, window_s, interval_s, hidden=True, route=route,
+                       profile_dir=profile_dir)
 
 
 def run_browser(source: Path, viewers: int, window_s: float, interval_s: float,
-                hidden: bool = False, route: str = ROUTE) -> Result | None:
+                hidden: bool = False, route: str = ROUTE,
+                profile_dir: Path | None = None) -> Result | None:
     from playwright.sync_api import sync_playwright
 
     result = Result("chromium-hidden" if hidden else "chromium", viewers, source.name,
@@ -377,12 +421,31 @@ def run_browser(source: Path, viewers: int, window_s: float, interval_s: float,
             time.sleep(2.0)
             for key in counters:
                 counters[key] = 0
+            profiler = None
+            if profile_dir is not None:  # the first page's JavaScript, sampled (CDP)
+                profiler = pages[0].context.new_cdp_session(pages[0])
+                profiler.send("Profiler.enable")
+                profiler.send("Profiler.start")
             browser_cpu = _chromium_cpu_s()
+            draws_before = _draws(pages)
             _window_start(server, result)
             # Let playwright dispatch websocket events while the window runs.
             pages[0].wait_for_timeout(window_s * 1000)
             _window_end(server, result, window_s)
-            result.client_cpu_pct = 100 * (_chromium_cpu_s() - browser_cpu) / window_s / viewers
+            by_process = _per_process_pct(browser_cpu, _chromium_cpu_s(), window_s)
+            result.client_cpu_pct = sum(by_process.values()) / viewers
+            result.draws = _draws(pages) - draws_before
+            print("    chromium CPU by process, % of a core: " + ", ".join(
+                f"{kind} {pct:.2f}" for kind, pct in by_process.items())
+                + f"; repaints in the window: {result.draws}", file=sys.stderr, flush=True)
+            if profiler is not None and profile_dir is not None:
+                profile = profiler.send("Profiler.stop")["profile"]
+                name = f"{source.name}{route.replace('/', '-') or '-root'}.cpuprofile"
+                profile_dir.mkdir(parents=True, exist_ok=True)
+                (profile_dir / name).write_text(json.dumps(profile))
+                print(f"    CDP profile {profile_dir / name}; self time, ms:", file=sys.stderr)
+                for ms, function in top_functions(profile):
+                    print(f"      {ms:9.1f}  {function}", file=sys.stderr)
             result.down_bytes_per_s = counters["down"] / window_s / viewers
             result.up_bytes_per_s = counters["up"] / window_s / viewers
             result.up_messages_per_s = counters["up_messages"] / window_s / viewers
@@ -404,6 +467,8 @@ def table(results: list[Result]) -> str:
         up_messages = "-" if r.up_messages_per_s is None else f"{r.up_messages_per_s:.1f}"
         client = "-" if r.client_cpu_pct is None else (
             f"{r.client_cpu_pct:.1f}" + (" per page" if r.kind == "chromium" else " (all)"))
+        if r.kind == "chromium" and r.route != "/" and r.draws == 0:
+            client += " (no repaint: not a live page's figure)"
         encodes = "-" if r.encodes_per_tick is None else f"{r.encodes_per_tick:.2f}"
         lines.append(
             f"| {r.source} | {r.route} | {r.kind} | {r.viewers} | "
@@ -412,6 +477,32 @@ def table(results: list[Result]) -> str:
             f"{r.rss_start_mb:.0f}→{r.rss_end_mb:.0f} | {down} | {up} | {up_messages} | "
             f"{r.percentile(0.5)}/{r.percentile(0.99)} | {client} |"
         )
+    return "\n".join(lines)
+
+
+def rounds_table(results: list[Result], sources: list[Path]) -> str:
+    """Client CPU per (route, kind, K): each source's median and range over the rounds, and
+    each round's ratio of this tree to the first source (measured one right after the other)."""
+    head = ("| route | client | K | " + " | ".join(f"{s.name} median (range)" for s in sources)
+            + (" | ratio per round | ratio of medians |" if len(sources) > 1 else " |"))
+    lines = [head, "|" + "---|" * (3 + len(sources) + (2 if len(sources) > 1 else 0))]
+    cases = dict.fromkeys((r.route, r.kind, r.viewers) for r in results
+                          if r.client_cpu_pct is not None)
+    for route, kind, viewers in cases:
+        measured = [{r.round_index: r.client_cpu_pct for r in results if r.source == s.name
+                     and (r.route, r.kind, r.viewers) == (route, kind, viewers)
+                     and r.client_cpu_pct is not None and r.draws != 0} for s in sources]
+        per_source = [list(by_round.values()) for by_round in measured]
+        cells = [f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f}), {len(v)} runs"
+                 if v else "-" for v in per_source]
+        line = f"| {route} | {kind} | {viewers} | " + " | ".join(cells)
+        if len(sources) > 1:
+            first, last = measured[0], measured[-1]
+            ratios = [last[i] / first[i] for i in sorted(first) if i in last and first[i]]
+            line += " | " + ", ".join(f"{r:.2f}" for r in ratios) + " | " + (
+                f"{statistics.median(last.values()) / statistics.median(first.values()):.2f}"
+                if first and last and statistics.median(first.values()) else "-")
+        lines.append(line + " |")
     return "\n".join(lines)
 
 
@@ -428,6 +519,12 @@ def main() -> int:
                         help="git ref to measure side by side (extracted to a temp dir)")
     parser.add_argument("--routes", default=ROUTE,
                         help="routes the Chromium runs open, comma-separated")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="repeat every run this many times, alternating which source "
+                             "goes first, and print each source's median and range")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="write a CDP CPU profile of each Chromium run's first page to "
+                             "DIR and print its top functions (the profiler costs CPU too)")
     args = parser.parse_args()
     routes = [route for route in args.routes.split(",") if route]
     counts = {"raw": [int(k) for k in args.raw.split(",") if k],
@@ -453,23 +550,30 @@ def measure(args: argparse.Namespace, routes: list[str], counts: dict[str, list[
           f"4 simulated GPUs, routes {routes}, sources {[str(s) for s in sources]}", flush=True)
     results = []
     runs = (("raw", run_raw), ("chromium", run_browser), ("chromium-hidden", run_hidden_browser))
-    for kind, run in runs:
+    for round_index, kind, run in ((r, kind, run) for r in range(args.rounds)
+                                   for kind, run in runs):
         for route in routes if kind != "raw" else [ROUTE]:
             for viewers in counts[kind]:
-                for source in sources:
+                # Each round swaps which source goes first, so neither always follows the
+                # other on a machine whose load drifts.
+                for source in sources if round_index % 2 == 0 else sources[::-1]:
                     print(f"... {source.name} {kind} {route} K={viewers}", file=sys.stderr,
                           flush=True)
-                    extra = {} if kind == "raw" else {"route": route}
+                    extra = {} if kind == "raw" else {"route": route,
+                                                      "profile_dir": args.profile}
                     measured = run(source, viewers, args.window, args.interval, **extra)
                     if measured is None:
                         print("    (not served there: skipped)", file=sys.stderr, flush=True)
                         continue
+                    measured.round_index = round_index
                     results.append(measured)
                     latencies = results[-1].latencies_ms
                     if latencies:
                         print(f"    latency mean {statistics.mean(latencies):.0f} ms over "
                               f"{len(latencies)} updates", file=sys.stderr, flush=True)
     print(table(results))
+    if args.rounds > 1:
+        print(rounds_table(results, sources))
     rss = {(r.source, r.viewers): r.rss_end_mb for r in results if r.kind == "raw"}
     for source in sources:
         low, high = min(counts["raw"], default=0), max(counts["raw"], default=0)

@@ -12,14 +12,19 @@ from tests.support.servers import cli_server, with_token
 
 pytestmark = pytest.mark.browser
 
-# Every line renderer of the page: its y column, visibility and colour.
+# Every series the page draws: its key, whether it is drawn, its colour and dash. A panel's
+# series are the rows of one MultiLine (apps/components.py); a row is drawn when it is marked
+# visible and holds the streamed points.
 LINES_JS = """() => {
   const doc = Bokeh.documents[0];
   const out = {};
   for (const model of doc.all_models) {
-    if (model.type === 'GlyphRenderer' && model.glyph.y && model.glyph.y.field)
-      out[model.glyph.y.field] = {visible: model.visible, color: model.glyph.line_color,
-                                  dash: model.glyph.line_dash};
+    if (model.type !== 'GlyphRenderer' || model.glyph.type !== 'MultiLine') continue;
+    const data = model.data_source.data;
+    data.key.forEach((key, i) => {
+      out[key] = {visible: model.visible && Boolean(data.visible[i]) && data.ys[i].length > 0,
+                  color: data.color[i], dash: data.dash[i]};
+    });
   }
   return out;
 }"""

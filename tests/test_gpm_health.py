@@ -18,6 +18,7 @@ from jupyterlab_nvdashboard.apps.activity import ActivityDashboard, gpu_activity
 from jupyterlab_nvdashboard.apps.health import (
     REASON_ROWS,
     TIMELINE_STREAM,
+    HealthDashboard,
     HealthFeed,
     gpu_health,
     health_cells,
@@ -521,3 +522,40 @@ def test_the_near_a_limit_chart_has_only_readings_where_higher_is_worse() -> Non
     title = dashboard.root.select_one({"name": "limit-title"}).text
     assert "100 = at the limit" in title and "slowdown threshold" in title \
         and "power limit" in title
+    # Its legend is HTML in that title, in the bars' colours: a legend in the canvas would be
+    # drawn again at every update.
+    from bokeh.models import Legend
+
+    assert not list(dashboard.root.select({"type": Legend}))
+    assert "temperature, % of its slowdown threshold" in title and "#d62728" in title
+    assert "power, % of its power limit" in title and "#ff7f0e" in title
+
+
+@pytest.mark.parametrize("route", ["/GPU-Health", "/GPU-Activity"])
+def test_each_timeline_panel_draws_its_series_as_one_multiline(route: str) -> None:
+    """BokehJS updates every renderer of a source at each stream, shown or not (five glyph
+    views each): the streamed source has one renderer per panel (its unseen hover line), and
+    a panel's series, each in its colour and dash, are the rows of one MultiLine."""
+    from bokeh.models import GlyphRenderer, MultiLine
+
+    metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=4, profile="mixed")),
+                             environ={})
+    metrics.nvml.ensure_initialized()
+    metrics.sampler.tick()
+    sources = DashboardSources(metrics)
+    if route == "/GPU-Health":
+        timeline = HealthDashboard(sources, gpu_health(metrics)).timeline
+    else:
+        timeline = ActivityDashboard(sources, gpu_activity(metrics)).timeline
+    assert timeline is not None
+    renderers = list(timeline.root.select({"type": GlyphRenderer}))
+    streamed = [r for r in renderers if r.data_source is timeline.source]
+    assert len(streamed) == len(timeline.feed.panels)
+    multilines = [r for r in renderers if isinstance(r.glyph, MultiLine)]
+    assert len(multilines) == len(timeline.feed.panels)
+    by_keys = {tuple(r.data_source.data["key"]): r.data_source.data for r in multilines}
+    for panel in timeline.feed.panels:
+        data = by_keys[tuple(series.key for series in panel.series)]
+        assert data["color"] == [series.color for series in panel.series]
+        assert data["dash"] == [series.dash for series in panel.series]
+    assert sum(len(panel.series) for panel in timeline.feed.panels) > 2 * len(multilines)

@@ -32,12 +32,12 @@ from bokeh.models import (
     Div,
     FactorRange,
     FixedTicker,
-    GlyphRenderer,
     Grid,
     HoverTool,
     LabelSet,
     LayoutDOM,
     Line,
+    MultiLine,
     RadioButtonGroup,
     Range1d,
 )
@@ -355,7 +355,7 @@ class Timeline:
         # pulls from 27.6 kB to 13.8 kB.
         time_ticker, shared_view = DatetimeTicker(), CDSView()
         children: list[LayoutDOM] = []
-        lines: dict[str, GlyphRenderer] = {}
+        lines: list[ColumnDataSource] = []
         panel_gpus: list[int | None] = []
         plots: list[LayoutDOM] = []
         for position, panel in enumerate(feed.panels):
@@ -384,31 +384,35 @@ class Timeline:
                 plot.add_layout(DatetimeAxis(ticker=time_ticker), "above")
             # The page's script follows the newest sample again after a reset.
             plot.js_on_event(Reset, CustomJS(code=FOLLOW_AGAIN_JS))
-            renderers = []
-            for series in panel.series:
-                # add_glyph leaves the selection and muted looks to BokehJS ("auto")
-                # instead of adding two more Line models per series, as plot.line does.
-                renderer = plot.add_glyph(self.source, Line(
-                    x=TIME_KEY, y=series.key, line_color=series.color,
-                    line_width=4 if rows else 2,
-                    line_dash=series.dash), view=shared_view, visible=series.visible)
-                lines[series.key] = renderer
-                renderers.append(renderer)
-            # Hovering shows every series of the panel at that time; one renderer answers,
-            # since all the series share the source's rows.
+            # An unseen line along the bottom answers the hover at every time (a series'
+            # own line has gaps where it is not available, or, in a panel of rows, wherever
+            # its GPU is not on that row); it is the plot's first renderer.
+            hover_line = plot.add_glyph(self.source, Line(
+                x=TIME_KEY, y=y_range.start, line_alpha=0), view=shared_view)
+            # All the panel's series are one MultiLine, a row per series, which the page's
+            # script fills from the streamed columns at each repaint, leaving out what the
+            # legend and the GPU filter hide. BokehJS updates every renderer of a source on
+            # each stream (five glyph views each), whether it is shown or not: /GPU-Health's
+            # 53 lines were most of what a repaint cost (benchmarks/README.md).
+            keys = [series.key for series in panel.series]
+            panel_lines = ColumnDataSource({
+                "xs": [[] for _ in keys], "ys": [[] for _ in keys], "key": keys,
+                "color": [series.color for series in panel.series],
+                "dash": [series.dash for series in panel.series],
+                "visible": [series.visible for series in panel.series]}, syncable=False)
+            plot.add_glyph(panel_lines, MultiLine(
+                xs="xs", ys="ys", line_color="color", line_dash="dash",
+                line_width=4 if rows else 2))
+            lines.append(panel_lines)
+            # Hovering shows every series of the panel at that time, from the streamed rows.
             tooltips = [(series.label, f"@{{{series.key}}}{{0.[00]}} {panel.unit}".rstrip())
                         for series in panel.series]
             formatters: dict[str, object] = {f"@{TIME_KEY}": "datetime"}
-            hover_renderers = renderers[:1]
             if rows:
                 tooltips, row_formatters = rows_hover(panel, self.source)
                 formatters.update(row_formatters)
-                # An unseen line along the bottom answers the hover at every time: each
-                # row's own line has gaps wherever its GPU is not on it.
-                hover_renderers = [plot.add_glyph(self.source, Line(
-                    x=TIME_KEY, y=-0.5, line_alpha=0), view=shared_view)]
             plot.add_tools(HoverTool(
-                renderers=hover_renderers, mode="vline", formatters=formatters,
+                renderers=[hover_line], mode="vline", formatters=formatters,
                 tooltips=[("time", f"@{TIME_KEY}{{%H:%M:%S}}"), *tooltips]))
             heading = Div(text=panel_heading(panel), sizing_mode="stretch_width",
                           syncable=False)

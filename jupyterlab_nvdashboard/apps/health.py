@@ -24,6 +24,7 @@ sample without a health reading is a gap, never 0.
 
 from __future__ import annotations
 
+import html
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -37,8 +38,6 @@ from bokeh.models import (
     Div,
     FactorRange,
     HoverTool,
-    Legend,
-    LegendItem,
     Range1d,
     Span,
 )
@@ -85,7 +84,7 @@ HEALTH_COLUMNS = {
 }
 # Temperature, power and clocks drift over seconds, and the table is read, not watched: the
 # table and the timelines go out (and so repaint) every 5 s, which keeps an open Health tab
-# at about 3% of a core in software rendering (benchmarks/dashboard_overhead.py). A
+# at about 2% of a core in software rendering (benchmarks/dashboard_overhead.py). A
 # throttle of one tick still shows: every sample travels, five seconds of them a frame.
 HEALTH_REFRESH_S = 5.0
 # assess() group -> the column its mark goes on.
@@ -350,6 +349,15 @@ table.health .why { font-weight: 600; margin-top: 2px; }
 </style>"""
 
 
+def limit_legend() -> str:
+    """The bars' legend as HTML above the chart: BokehJS would draw a legend inside the
+    canvas again at every update (benchmarks/README.md)."""
+    return "".join(
+        f"<span style='margin-right:1.5em;white-space:nowrap'><span style='display:inline-block;"
+        f"width:0.9em;height:0.9em;background:{color};vertical-align:middle'></span> "
+        f"{html.escape(label)}</span>" for label, color in LIMIT_BARS.values())
+
+
 class HealthDashboard:
     """The timelines, then the limit bars above the per-GPU table (one streamed source)."""
 
@@ -365,13 +373,9 @@ class HealthDashboard:
                       x_axis_label=LIMIT_AXIS_LABEL,
                       height=90 + 40 * len(labels), sizing_mode="stretch_width",
                       toolbar_location=None, tools="", syncable=False)
-        items = []
-        for position, (key, (label, color)) in enumerate(LIMIT_BARS.items()):
-            bars = plot.hbar(y=dodge("y", 0.15 - 0.3 * position, range=y_range), right=key,
-                             height=0.28, color=color, source=self.source)
-            items.append(LegendItem(label=label, renderers=[bars]))
-        plot.add_layout(Legend(items=items, orientation="horizontal", location="top_right",
-                               label_text_font_size="11px"), "above")
+        for position, (key, (_, color)) in enumerate(LIMIT_BARS.items()):
+            plot.hbar(y=dodge("y", 0.15 - 0.3 * position, range=y_range), right=key,
+                      height=0.28, color=color, source=self.source)
         plot.add_layout(Span(location=100, dimension="height", line_color="#d62728",
                              line_dash="dashed", line_width=1))
         plot.add_tools(HoverTool(tooltips=[("GPU", "@y"), ("temperature", "@temperature"),
@@ -391,8 +395,8 @@ class HealthDashboard:
                                  metrics.interval_s,
                                  gpu_names={fact.index: fact.label for fact in metrics.facts})
         limit_title = Div(text=f"<div style='font-size:12px;margin:0.6em 1em 0'>"
-                          f"{LIMIT_TITLE}</div>", sizing_mode="stretch_width",
-                          name="limit-title")
+                          f"{LIMIT_TITLE}<div>{limit_legend()}</div></div>",
+                          sizing_mode="stretch_width", name="limit-title")
         self.root = column(self.timeline.root, limit_title, plot, explanation, self.table,
                            sizing_mode="stretch_width")
         self.live = LiveView(self.source)

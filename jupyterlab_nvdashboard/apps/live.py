@@ -25,7 +25,6 @@ from bokeh.models import (
     ColumnDataSource,
     CustomJS,
     Div,
-    GlyphRenderer,
     LayoutDOM,
     RadioButtonGroup,
     Range1d,
@@ -72,7 +71,8 @@ class LiveView:
     window_s: float | None = None
     units: dict[str, str] = field(default_factory=dict)
     rollover: dict[str, int] = field(default_factory=dict)  # rows kept, per window
-    lines: dict[str, GlyphRenderer] = field(default_factory=dict)  # series key -> its line
+    # Each panel's lines: one MultiLine source, a row per series (key, colour, dash, visible).
+    lines: Sequence[ColumnDataSource] = ()
     series_gpu: dict[str, int | None] = field(default_factory=dict)  # series key -> GPU row
     gpu_filter: CheckboxButtonGroup | None = None  # its buttons are ``filter_gpus``, in order
     filter_gpus: Sequence[int] = ()
@@ -105,7 +105,7 @@ def attach(doc: Document, view: LiveView) -> None:
         "source": view.source, "x_range": view.x_range,
         "following": [y_range for y_range, _ in view.following],
         "headings": list(view.headings),
-        "picker": view.picker, "spec": spec, "lines": view.lines,
+        "picker": view.picker, "spec": spec, "lines": list(view.lines),
         "gpu_filter": view.gpu_filter, "panels": list(view.panels),
     }
     doc.js_on_event(DocumentReady, CustomJS(args=args, code=CLIENT_JS))

@@ -11,8 +11,11 @@ const live = {
 // nvdashboardStreams; nvdashboardLive is the one with a time axis (its reset tool's).
 (window.nvdashboardStreams = window.nvdashboardStreams || {})[spec.stream || ""] = live;
 if (x_range || !window.nvdashboardLive) window.nvdashboardLive = live;
-// What the legend and the GPU filter hide: series keys, and GPU rows.
-const hiddenKeys = new Set(Object.keys(lines || {}).filter((key) => !lines[key].visible));
+// What the legend and the GPU filter hide: series keys, and GPU rows. `lines` holds each
+// panel's MultiLine source, a row per series (apps/components.py).
+const lineKeys = (lines || []).flatMap((panel) => panel.data.key);
+const hiddenKeys = new Set((lines || []).flatMap(
+  (panel) => panel.data.key.filter((_, i) => !panel.data.visible[i])));
 const hiddenGpus = new Set();
 // Frames received but not yet drawn: drawn together at the next animation frame.
 let pending = null, frameRequested = false, drawTimer = null;
@@ -151,11 +154,19 @@ function isHidden(key) {
   return hiddenKeys.has(key) || (gpu !== undefined && gpu !== null && hiddenGpus.has(gpu));
 }
 
-function applyVisibility() {
-  for (const key of Object.keys(lines || {})) {
-    const visible = !isHidden(key);
-    if (lines[key].visible !== visible) lines[key].visible = visible;
+function drawLines() {
+  // Each panel's series that are shown, as rows of its MultiLine, from the streamed columns.
+  const times = source.data.time;
+  for (const panel of lines || []) {
+    const visible = panel.data.key.map((key) => !isHidden(key));
+    const columns = (key, i) => (visible[i] ? source.data[key] : []);
+    panel.data = {...panel.data, visible, ys: panel.data.key.map(columns),
+                  xs: panel.data.key.map((key, i) => (visible[i] ? times : []))};
   }
+}
+
+function applyVisibility() {
+  drawLines();
   (spec.panel_gpus || []).forEach((gpu, i) => {
     if (gpu === null || gpu === undefined) return;
     const visible = !hiddenGpus.has(gpu);
@@ -191,6 +202,7 @@ function draw() {
   } else if (data[Object.keys(data)[0]].length) {
     source.stream(data, spec.rollover[String(live.window)], {sync: false});
   }
+  drawLines();
   live.draws++;
   live.lastDraw = Date.now();
   if (x_range) moveAxes();
@@ -266,7 +278,7 @@ if (gpu_filter) {
 
 // A click on a legend entry (in a Div's shadow root) hides or shows its line; a GPU's entry
 // hides or shows that GPU on every chart, through the GPU filter.
-if (lines && Object.keys(lines).length) {
+if (lineKeys.length) {
   document.addEventListener("click", (event) => {
     const item = event.composedPath().find((el) => el instanceof Element && el.dataset &&
                                             el.dataset.series !== undefined);
