@@ -17,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
-SYSTEM_TEMP = tempfile.gettempdir()
+# pytest-xdist's workers inherit the controller's TMPDIR (its session folder): each makes its
+# own folder beside the controller's, not inside it, since a Unix socket's path must stay
+# under 108 bytes.
+SYSTEM_TEMP = os.environ.setdefault("PYTEST_NVDASHBOARD_SYSTEM_TEMP", tempfile.gettempdir())
 SESSION_TEMP = tempfile.mkdtemp(prefix="nvdashboard-tests-", dir=SYSTEM_TEMP)
 os.environ["TMPDIR"] = SESSION_TEMP
 tempfile.tempdir = SESSION_TEMP

@@ -23,7 +23,7 @@ from tests.test_browser_lab import dashboard_frame, open_lab, show_sidebar
 from tests.test_containers import ROOT, hold_in_kernel
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
 
-pytestmark = [pytest.mark.browser,
+pytestmark = [pytest.mark.browser, pytest.mark.lab,
               pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))]
 GB = 10**9
 TABLE_SAYS = """() => window.Bokeh && Bokeh.documents.length > 0 &&

@@ -29,7 +29,7 @@ from tests.test_browser_lab import dashboard_frame, open_lab, show_sidebar
 from tests.test_browser_lab_keyboard import STATUS_ITEM, tab_until
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.lab]
 GIB = 2**30
 SIDEBAR = "#nvdashboard-sidebar"
 MEMORY = re.compile(r"\d+(?:\.\d)? (?:GiB|MiB) of \d+(?:\.\d)? (?:GiB|MiB)")

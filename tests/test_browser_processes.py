@@ -69,7 +69,7 @@ def test_status_bar_sidebar_kernels_and_process_table(lab, processes_file) -> No
         show_sidebar(page)
         row = f'.nvdashboard-kernel[data-kernel-id="{kernel_id}"]'
         page.wait_for_selector(row, timeout=60_000)
-        assert "train.ipynb" in page.inner_text(row) and "4 GB on GPU 0" in page.inner_text(row)
+        assert "train.ipynb" in page.inner_text(row) and "3.7 GiB on GPU 0" in page.inner_text(row)
 
         # The status bar and the bars follow the simulated load (a wave, 17 s period).
         item = ".nvdashboard-statusbar-item"

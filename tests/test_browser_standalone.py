@@ -80,7 +80,7 @@ SUMMARY_COLUMN_JS = """(column) => {
 }"""
 
 
-def _wait_for_run(page, path: str, *statuses: str, timeout_s: float = 120) -> None:  # noqa: ANN001
+def _wait_for_run(page, path: str, *statuses: str, timeout_s: float = 240) -> None:  # noqa: ANN001
     page.wait_for_function(
         f"""() => {{
           const get = {SUMMARY_COLUMN_JS};

@@ -38,7 +38,8 @@ from tests.support.jupyter import JupyterLab, jupyter_lab
 from tests.support.pidns import PidNamespace, namespace_pids, pid_inside, unavailable
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid, table
 
-pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+pytestmark = [pytest.mark.lab,
+              pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))]
 
 GB = 10**9
 ROOT = str(Path(__file__).resolve().parents[1])

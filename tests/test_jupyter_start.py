@@ -18,6 +18,8 @@ from jupyterlab_nvdashboard import jupyter_extension
 from jupyterlab_nvdashboard.config import ConfigError, start_with_jupyter
 from tests.support.jupyter import jupyter_lab
 
+pytestmark = pytest.mark.lab
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -140,7 +140,9 @@ def test_nvml_init_fails_first_then_dashboards_fill_themselves() -> None:
         assert "/GPU-Utilization" in json.loads(get(server.url + "/index.json")[1])
         samples = server.metrics.history.since(-1)
         gaps = [b.time_s - a.time_s for a, b in zip(samples, samples[1:], strict=False)]
-        assert max(gaps) < 3 * INTERVAL_S  # host ticks never waited for NVML
+        # A tick that waited for the GPU reader would wait out a slow pass (2 GPUs x ~6 calls
+        # x 0.3 s); a busy machine delays a tick by tenths of a second at most.
+        assert max(gaps) < 1.0, max(gaps)  # host ticks never waited for NVML
         assert samples[-1].gpus and samples[-1].gpus[0].utilization_pct is not None
 
 

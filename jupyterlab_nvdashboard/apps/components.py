@@ -46,7 +46,7 @@ from bokeh.plotting import figure
 
 from ..export.dcgm import mig_profile
 from ..metrics import GpuFacts, GpuReading, Sample, parent_facts
-from ..metrics.rates import rows_total
+from ..metrics.sampler import rows_total
 from ..stream.broadcaster import TIME_KEY
 from ..stream.downsample import bucket_seconds
 from ..stream.frames import Rows

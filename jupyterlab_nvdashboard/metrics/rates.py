@@ -24,13 +24,8 @@ Nothing here assumes the sampling interval: a rate is (counter delta) / (time de
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .nvml import GpuReading
-    from .sampler import Sample
 
 TIMESTAMP_TOLERANCE_S = 1.0
 HOLD_S = 2.0
@@ -121,11 +116,3 @@ def total(parts: Iterable[float | None]) -> float | None:
     """The sum of ``parts``; None (not available) when any part is, or there is none."""
     values = list(parts)
     return None if not values or None in values else sum(values)  # type: ignore[arg-type]
-
-
-def rows_total(sample: Sample, rows: Sequence[int],
-               read: Callable[[GpuReading], float | None]) -> float | None:
-    """``total`` of one reading of the device ``rows`` in ``sample`` (a row the sample
-    lacks is an unknown part)."""
-    by_row = {reading.index: reading for reading in sample.gpus}
-    return total(read(by_row[row]) if row in by_row else None for row in rows)

@@ -33,6 +33,7 @@ from typing import Protocol
 
 from .host import HostReader, HostReading
 from .nvml import GpuReading, NvmlReader
+from .rates import total
 
 log = logging.getLogger(__name__)
 
@@ -388,3 +389,11 @@ class Sampler:
         for thread in threads:
             if thread is not None:
                 thread.join(timeout_s)
+
+
+def rows_total(sample: Sample, rows: Sequence[int],
+               read: Callable[[GpuReading], float | None]) -> float | None:
+    """``rates.total`` of one reading of the device ``rows`` in ``sample`` (a row the sample
+    lacks is an unknown part)."""
+    by_row = {reading.index: reading for reading in sample.gpus}
+    return total(read(by_row[row]) if row in by_row else None for row in rows)

@@ -27,7 +27,7 @@ from operator import attrgetter
 
 from ..diagnosis import Figure, Finding, mean
 from ..metrics import GpuFacts, Sample
-from ..metrics.rates import rows_total
+from ..metrics.sampler import rows_total
 from .verdict import Verdict, judge, samples_in, timed_window
 from .watcher import Run
 
