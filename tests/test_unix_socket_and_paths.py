@@ -8,8 +8,12 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.support.bokeh_client import TEST_TOKEN
 from tests.support.servers import cli_server, free_port, get, server_output
@@ -72,8 +76,17 @@ def test_a_directory_as_the_unix_socket_is_one_line(tmp_path: Path) -> None:
     assert plain.read_text() == "mine"
 
 
-def test_a_live_socket_is_not_taken_over_and_a_clean_stop_removes_it(tmp_path: Path) -> None:
-    path = str(tmp_path / "nvdashboard.sock")
+@pytest.fixture
+def socket_folder() -> Iterator[Path]:
+    """A folder with a short path: a Unix socket's path must stay under 108 bytes, and
+    pytest-xdist's tmp_path is longer than that allows."""
+    with tempfile.TemporaryDirectory(prefix="nvdashboard-sock-") as folder:
+        yield Path(folder)
+
+
+def test_a_live_socket_is_not_taken_over_and_a_clean_stop_removes_it(
+        tmp_path: Path, socket_folder: Path) -> None:
+    path = str(socket_folder / "nvdashboard.sock")
     first = _serve_on_socket(tmp_path, path)
     try:
         line = _one_line_exit_2(_run(tmp_path, "--unix-socket", path))
@@ -86,8 +99,8 @@ def test_a_live_socket_is_not_taken_over_and_a_clean_stop_removes_it(tmp_path: P
     assert not os.path.exists(path), "the socket file was left after a clean stop"
 
 
-def test_a_stale_socket_left_by_a_crash_is_replaced(tmp_path: Path) -> None:
-    path = str(tmp_path / "stale.sock")
+def test_a_stale_socket_left_by_a_crash_is_replaced(tmp_path: Path, socket_folder: Path) -> None:
+    path = str(socket_folder / "stale.sock")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stale:
         stale.bind(path)  # closed without unlinking: what a kill -9 leaves
     second = _serve_on_socket(tmp_path, path)
