@@ -89,10 +89,11 @@ def test_workload_verdict_and_activity_lines_are_whole_at_1280x800(theme: str) -
         for _ in range(60):
             page.wait_for_timeout(500)
             every = page.evaluate(BOXES_JS, ".nvdashboard-diagnosis li")
-            if len(every) == 6 and "so far" not in " ".join(b["text"] for b in every):
+            if len(every) == 12 and "so far" not in " ".join(b["text"] for b in every):
                 break
         lines = [box for box in every if box["bottom"] > box["top"]]  # the window shown
-        assert len(lines) == 2 and len(every) == 6, every  # one per GPU; 3 windows
+        # One per GPU and window: 2, 10 and 30 minutes, and the store's 6 h, 24 h and 7 d.
+        assert len(lines) == 2 and len(every) == 12, every
         assert_whole(lines, "diagnosis line")
         assert all(line["text"].startswith("SIMULATED GPU ") for line in lines)
         screenshot(page, f"diagnosis-gpu-activity-{theme}")
