@@ -76,11 +76,6 @@ def memory_texts_on_dashboard(frame) -> list[str]:  # noqa: ANN001
     }""")
 
 
-# Known failure on the merged tree, run in one process: the sidebar's "why slow" section
-# never shows its two lines within 60 s (it did under the load of four workers, and on its
-# own branch under a loaded machine). Issue 30 stays open until this is found and fixed.
-@pytest.mark.xfail(reason="the sidebar's why-slow lines do not appear on a quiet machine "
-                          "(issue 30, open)", strict=False)
 def test_the_sidebar_reads_at_a_glance(lab, processes_file) -> None:  # noqa: ANN001
     kernels = start_kernels(lab, processes_file)
     index = lab.dashboard_index()

@@ -23,6 +23,16 @@ BASE_URL = "/user/alice/"
 BUILT = Path(__file__).resolve().parents[2] / "jupyterlab_nvdashboard" / "labextension"
 
 
+def stale_sources(build: Path) -> list[str]:
+    """The frontend sources changed after ``build`` was written, relative to the checkout."""
+    root = BUILT.parents[1]
+    built_at = build.stat().st_mtime
+    return sorted(str(path.relative_to(root)) for folder in ("src", "style", "schema")
+                  for path in (root / folder).rglob("*")
+                  if path.is_file() and "__tests__" not in path.parts
+                  and path.stat().st_mtime > built_at)
+
+
 def this_build(share: str) -> dict[str, str]:
     """The environment that makes a lab load the extension built from this checkout
     (``jlpm build`` writes ``jupyterlab_nvdashboard/labextension``): put first on Jupyter's
@@ -30,6 +40,11 @@ def this_build(share: str) -> dict[str, str]:
     no build: the lab loads the installed extension."""
     if not (BUILT / "package.json").exists():
         return {}
+    stale = stale_sources(BUILT / "package.json")
+    if stale:
+        # A build older than its sources fails tests with no sign of why (a sidebar that
+        # lacks what the sources draw): say so instead.
+        raise RuntimeError(f"{BUILT} is older than {', '.join(stale[:3])}: run `jlpm build`")
     labextensions = Path(share) / "labextensions"
     labextensions.mkdir()
     (labextensions / "jupyterlab-nvdashboard").symlink_to(BUILT)
