@@ -57,6 +57,9 @@ JUPYTERLAB_OWN_CONSOLE_ERRORS = (
     # A widget or signal torn down while a pending promise still held it, at page unload or
     # when a tab closes: JupyterLab's own lifecycle, now and then.
     "Disposed",
+    # The debugger asks each new kernel for its state; a kernel shut down before it answers
+    # (what Shut down tests do) cancels the request, and the debugger logs that it could not.
+    "Could not restore the debugger state",
 )
 JUPYTERLAB_CODE = "/static/lab/"  # where JupyterLab serves its core bundles
 OUR_CODE = ("jupyterlab-nvdashboard", "jupyterlab_nvdashboard", "/nvdashboard/")
