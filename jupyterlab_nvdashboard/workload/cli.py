@@ -19,6 +19,7 @@ defaults to ``$NVDASHBOARD_RUNS_DIR`` or ``~/.cache/nvdashboard/runs``. Exit sta
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any, NoReturn
 
@@ -126,9 +127,25 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+# The ci preset's matrices (batch 256 by 32 units) are too small for BLAS threads to pay,
+# and beside other work OpenBLAS's waiting threads spin against the run: 4,000 steps of the
+# numpy path took 3.4 s of wall time (3.3-6.4) with one thread against 6.8 s (3.6-18.8) with
+# two, and 3.4 s of CPU against 9.6 s (benchmarks/README.md). A user's own setting wins.
+ONE_BLAS_THREAD_PRESETS = ("ci",)
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def use_one_blas_thread(preset: str) -> None:
+    """Before numpy is imported: one BLAS thread for the presets too small for more."""
+    if preset in ONE_BLAS_THREAD_PRESETS:
+        for variable in BLAS_THREAD_VARIABLES:
+            os.environ.setdefault(variable, "1")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
+    use_one_blas_thread(args.preset)
     try:
         cfg = make_config(
             args.preset,

@@ -264,7 +264,7 @@ _FIELDS: dict[str, dict[str, Field]] = {
               "pid": (_pid, False), "pid_start_ticks": (_count, False),
               "config": (_config, False), "iterations": (_count, False),
               "warmup": (_count, False), "gpu": (_gpu, False), "events_file": (_text, False),
-              "shards": (_shards, False)},
+              "shards": (_shards, False), "blas_threads": (_text, False)},
     "warmup_step": {"step": (_positive, True), "ms": (_step_ms, False)},
     "warmup_end": {"shards": (_shards, False)},
     "iteration": {"iteration": (_count, False), "ms": (_step_ms, True),

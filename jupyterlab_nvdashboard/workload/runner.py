@@ -266,6 +266,8 @@ def run(
             warmup=warmup,
             events_file=str(events_path),
             gpu=run_gpu(device),
+            # What the machine's BLAS was allowed (unset: its own default, one per core).
+            blas_threads=os.environ.get("OPENBLAS_NUM_THREADS"),
             **({} if shards is None else {"shards": {"count": shards, "placement": placement,
                                                      "backend": backend}}),
         )

@@ -56,6 +56,23 @@ def test_cli_numpy_path_with_events_flag(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(("preset", "set_by_user", "threads"),
+                         [("ci", None, "1"), ("ci", "2", "2"), ("densedemo", None, None)])
+def test_the_ci_preset_runs_on_one_blas_thread_unless_the_user_says(
+        tmp_path, preset, set_by_user, threads):
+    # A tiny preset's BLAS threads only spin against other work on a busy machine.
+    events_file = tmp_path / "e.jsonl"
+    env = {k: v for k, v in _env(tmp_path).items() if not k.endswith("_NUM_THREADS")}
+    if set_by_user:
+        env["OPENBLAS_NUM_THREADS"] = set_by_user
+    cmd = [sys.executable, "-m", "jupyterlab_nvdashboard.workload", "--path", "numpy",
+           "--preset", preset, "--iterations", "1", "--warmup", "0",
+           "--events", str(events_file)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert read_events(events_file)[0].get("blas_threads") == threads
+
+
 @pytest.mark.parametrize(
     "args",
     [
