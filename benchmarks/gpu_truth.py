@@ -679,6 +679,9 @@ class Settings:
     warmup_s: float = 1.5
     interval_s: float = 0.5
     slow_interval_s: float = 1.0
+    # A phase's figures (intervals, rates) need two samples: a phase runs past its seconds
+    # until it has them (nvidia-smi on a busy machine can take longer than a short phase).
+    min_samples: int = 2
 
 
 def take_sample(reader: Any, smi: NvidiaSmi, facts: Sequence[Any],
@@ -704,7 +707,8 @@ def take_sample(reader: Any, smi: NvidiaSmi, facts: Sequence[Any],
 
 def sample_for(seconds: float, reader: Any, settings: Settings,
                take: Callable[[], dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Read the reader every ``interval_s`` for ``seconds``; with ``take``, record samples.
+    """Read the reader every ``interval_s`` for ``seconds``; with ``take``, record samples,
+    at least ``settings.min_samples`` of them however long that takes.
 
     Without ``take`` the reader is still read, so the counter-based rates of the first
     recorded sample cover an interval inside the phase.
@@ -715,10 +719,10 @@ def sample_for(seconds: float, reader: Any, settings: Settings,
     last_slow = -math.inf
     while True:
         now = time.monotonic()
-        if now >= deadline:
+        if now >= deadline and (take is None or len(samples) >= settings.min_samples):
             return samples
         if now < next_tick:
-            time.sleep(min(next_tick - now, deadline - now))
+            time.sleep((next_tick if now >= deadline else min(next_tick, deadline)) - now)
             continue
         next_tick = max(next_tick + settings.interval_s, now)  # fell behind: no burst
         if take is not None:

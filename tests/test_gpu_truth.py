@@ -500,6 +500,21 @@ def test_measure_on_the_simulated_nvml_with_a_fake_nvidia_smi(tmp_path: Path) ->
     assert "PCIe RX" in gpu_truth.format_table(rows)
 
 
+def test_a_phase_shorter_than_one_sample_still_records_two() -> None:
+    # On a busy machine one nvidia-smi run can outlast a short phase; a phase of one sample
+    # has no interval and no rate, so it runs on until it has two.
+    class Reader:
+        def read(self) -> list:
+            return []
+
+    def slow_sample() -> dict[str, Any]:
+        time.sleep(0.3)
+        return {}
+
+    samples = gpu_truth.sample_for(0.1, Reader(), Settings(interval_s=0.05), slow_sample)
+    assert len(samples) == 2
+
+
 def test_measure_cannot_run_when_no_gpu_matches(tmp_path: Path) -> None:
     reader = NvmlReader(binding_loader(SimulatedNvml(gpu_count=1).library))
     reader.ensure_initialized()
