@@ -42,7 +42,7 @@ def test_it_reports_every_function_the_reader_calls_and_a_ratio_per_interval(
         tmp_path: Path) -> None:
     out = tmp_path / "gpu_cost.json"
     done = run_script("--simulate", str(GPUS), "--simulate-profile", PROFILE, "--rounds", "2",
-                      "--seconds", "0.05", "--latency-seconds", "0.5", "--json", str(out))
+                      "--seconds", "0.05", "--latency-seconds", "3", "--json", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["driver"] == "simulated"
@@ -56,7 +56,10 @@ def test_it_reports_every_function_the_reader_calls_and_a_ratio_per_interval(
     assert expected - set(functions) == set(), "functions the reader calls are missing"
     for function in expected:
         figures = functions[function]
-        latency = figures["idle"] if figures["when"] == "recurring" else figures["startup"]
+        # A once-a-second reading can miss a short idle window on a busy machine; the runs
+        # under load time it too.
+        latency = (figures["idle"] or figures["under_load"]) \
+            if figures["when"] == "recurring" else figures["startup"]
         assert latency is not None, function
         assert latency["n"] >= 1 and latency["median_us"] <= latency["p99_us"], function
         assert f"| {function} |" in done.stdout

@@ -95,7 +95,8 @@ def test_init_failure_still_serves_machine_dashboard(code: int) -> None:
         assert count_live_frames(server.url, "/Machine-Resources") >= 3
 
 
-SAMPLER_THREADS = {"nvdashboard-gpu-reader", "nvdashboard-slow-reader"}
+# The sampler's own threads (metrics/sampler.py): the tick reads NVML too.
+SAMPLER_THREADS = {"nvdashboard-gpu-reader", "nvdashboard-slow-reader", "nvdashboard-sampler"}
 
 
 async def _watch(server, viewers: int, frames_each: int) -> tuple[Counter, int, list[int]]:
@@ -103,6 +104,11 @@ async def _watch(server, viewers: int, frames_each: int) -> tuple[Counter, int, 
     each; returns the NVML calls (by function) and GPU passes the sampler made meanwhile, and
     how many rows each page received."""
     simulator, sampler = server.simulator, server.metrics.sampler
+    # Start-up reads NVML on its own thread, then starts the reader threads; on a busy
+    # machine it may still be going: the pages are watched once the reader has run.
+    deadline = time.monotonic() + 60
+    while sampler.gpu_reads < 3 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
     by_function_before = Counter(simulator.calls)
     calls_before = sum(simulator.calls_by_thread[name] for name in SAMPLER_THREADS)
     reads_before = sampler.gpu_reads
