@@ -599,6 +599,55 @@ def start_with_jupyter(environ: Mapping[str, str]) -> bool:
     return True if not text.strip() else _boolean(START_WITH_JUPYTER_VARIABLE)(text)
 
 
+# The GPU-aware cull of idle kernels (the Jupyter server extension, idle_cull.py).
+CULL_AFTER_VARIABLE = "NVDASHBOARD_CULL_AFTER_MINUTES"
+CULL_IDLE_VARIABLE = "NVDASHBOARD_CULL_IDLE_MINUTES"
+CULL_MIN_GIB_VARIABLE = "NVDASHBOARD_CULL_MIN_GIB"
+# The issue's defaults for an idle holder: at least 1 GiB held, no GPU work for 30 minutes.
+CULL_IDLE_MINUTES_DEFAULT = 30.0
+CULL_MIN_GIB_DEFAULT = 1.0
+_MINUTES_MAX = 30 * 24 * 60
+
+
+@dataclass(frozen=True)
+class CullSettings:
+    """The admin's cull: off (``after_minutes`` None) unless NVDASHBOARD_CULL_AFTER_MINUTES
+    says how long after the user was told an idle holder is shut down."""
+
+    after_minutes: float | None = None
+    idle_minutes: float = CULL_IDLE_MINUTES_DEFAULT
+    min_gib: float = CULL_MIN_GIB_DEFAULT
+
+
+def _non_negative(name: str, unit: str, high: float):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} must be a number of {unit}, got {text!r}") from None
+        if not 0 <= value <= high:  # also rejects NaN
+            raise ConfigError(f"{name} must be between 0 and {high:g} {unit}, got {text}")
+        return value
+
+    return parse
+
+
+def cull_settings(environ: Mapping[str, str]) -> CullSettings:
+    """The cull's settings from ``NVDASHBOARD_CULL_*``; ConfigError (one line) for a bad one.
+    Unset, empty or 0 minutes after the notice: the cull is off."""
+    def read(name: str, unit: str, high: float, default: float | None) -> float | None:
+        text = environ.get(name, "").strip()
+        return default if not text else _non_negative(name, unit, high)(text)
+
+    after = read(CULL_AFTER_VARIABLE, "minutes", _MINUTES_MAX, None)
+    return CullSettings(
+        after_minutes=after or None,
+        idle_minutes=read(CULL_IDLE_VARIABLE, "minutes", _MINUTES_MAX,  # type: ignore[arg-type]
+                          CULL_IDLE_MINUTES_DEFAULT),
+        min_gib=read(CULL_MIN_GIB_VARIABLE, "GiB", 1e6,  # type: ignore[arg-type]
+                     CULL_MIN_GIB_DEFAULT))
+
+
 def check_interval_ms(unused_session_lifetime_ms: int) -> int:
     """How often to discard unused sessions: a third of their lifetime, 100 ms to 5 s."""
     return max(100, min(5_000, unused_session_lifetime_ms // 3))
