@@ -86,7 +86,7 @@ describe('the plugin', () => {
     expect(plugin.id).toBe(PLUGIN_ID);
     expect(plugin.autoStart).toBe(true);
     expect(plugin.requires ?? []).toEqual([]);
-    expect(plugin.optional).toHaveLength(7);
+    expect(plugin.optional).toHaveLength(8);
   });
 
   it('registers the open command, the restorer and the sidebar with the kernels first', () => {
@@ -185,13 +185,13 @@ describe('the plugin', () => {
     panel.model.dispose();
   });
 
-  it('asks nothing for the glance with the status item off and the sidebar closed', async () => {
+  it('asks nothing for the glance with the status item, the sidebar and the idle notice off', async () => {
     const urls: string[] = [];
     (globalThis as { fetch?: unknown }).fetch = (input: unknown) => {
       urls.push(typeof input === 'string' ? input : (input as Request).url);
       return Promise.reject(new TypeError('Failed to fetch'));
     };
-    const { added } = activate({ showStatusItem: false });
+    const { added } = activate({ showStatusItem: false, idleNotice: false });
     for (let i = 0; i < 30; i++) {
       jest.advanceTimersByTime(2000);
       await settle();
@@ -199,6 +199,26 @@ describe('the plugin', () => {
     // The dashboard list was asked for (requests are seen), the glance never.
     expect(urls.some(url => url.includes('index.json'))).toBe(true);
     expect(urls.filter(url => url.includes('glance.json'))).toEqual([]);
+    const sidebar = added.find(a => a.area === 'left')!
+      .widget as DashboardSidebar;
+    (sidebar.widgets[1] as GlancePanel).model.dispose();
+    sidebar.dispose();
+  });
+
+  it('reads the glance for the idle notice with the status item off and the sidebar closed', async () => {
+    const urls: string[] = [];
+    (globalThis as { fetch?: unknown }).fetch = (input: unknown) => {
+      urls.push(typeof input === 'string' ? input : (input as Request).url);
+      return Promise.reject(new TypeError('Failed to fetch'));
+    };
+    const { added } = activate({ showStatusItem: false });
+    for (let i = 0; i < 10; i++) {
+      jest.advanceTimersByTime(2000);
+      await settle();
+    }
+    expect(urls.some(url => url.includes('glance.json'))).toBe(true);
+    // The admin's cull is asked about once (the server extension's route).
+    expect(urls.some(url => url.includes('nvdashboard-idle/culls'))).toBe(true);
     const sidebar = added.find(a => a.area === 'left')!
       .widget as DashboardSidebar;
     (sidebar.widgets[1] as GlancePanel).model.dispose();
@@ -216,7 +236,26 @@ describe('the plugin', () => {
       refreshRate: 2,
       dashboardListRefreshRate: 15,
       showStatusItem: true,
-      statusFigure: 'busiest'
+      statusFigure: 'busiest',
+      idleNotice: {
+        enabled: true,
+        memoryGiB: 1,
+        idleMinutes: 30,
+        snoozeMinutes: 60
+      }
+    });
+    expect(
+      readSettings({
+        idleNotice: false,
+        idleNoticeMemoryGiB: 4,
+        idleNoticeMinutes: -3,
+        idleNoticeSnoozeMinutes: 0.1
+      }).idleNotice
+    ).toEqual({
+      enabled: false,
+      memoryGiB: 4,
+      idleMinutes: 30,
+      snoozeMinutes: 0.1
     });
   });
 
