@@ -137,6 +137,7 @@ class IdleCuller:
         self.notices: dict[str, Notice] = {}
         self.culls: deque[dict[str, Any]] = deque(maxlen=MAX_CULLS)
         self._culls_made = 0
+        self.checks = 0  # passes made: a client can wait for "the next pass" by counting
         self._glance_failing = False
         self._periodic: Any = None
 
@@ -161,10 +162,17 @@ class IdleCuller:
 
     def state(self) -> dict[str, Any]:
         """What ``GET nvdashboard-idle/culls`` answers: the policy and the culls done."""
-        return {"policy": self.policy.as_json(), "culls": list(self.culls)}
+        return {"policy": self.policy.as_json(), "culls": list(self.culls),
+                "checks": self.checks}
 
     async def check(self) -> list[dict[str, Any]]:
         """Shut down every kernel whose notice is due and whose judgment still allows it."""
+        try:
+            return await self._check()
+        finally:
+            self.checks += 1  # counted once the pass is done
+
+    async def _check(self) -> list[dict[str, Any]]:
         for kernel_id in [k for k in self.notices if not self.is_kernel(k)]:
             del self.notices[kernel_id]  # shut down by the user, or gone
         if not self.policy.on or not self.notices:

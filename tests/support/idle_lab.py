@@ -1,0 +1,92 @@
+"""Helpers for the idle-kernel tests under a real ``jupyter lab``: notebooks with real
+kernels, code run in a kernel as a user would (through its own connection file), the
+user's JupyterLab settings written through Jupyter's settings API, and ``/glance.json``
+read through the proxy."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from tests.support.jupyter import JupyterLab
+from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
+
+GIB = 2**30
+PLUGIN = "jupyterlab-nvdashboard:plugin"
+
+
+def start_notebook(lab: JupyterLab, name: str) -> tuple[str, int]:
+    """A notebook with a running kernel: (kernel id, kernel PID)."""
+    call(lab, "PUT", f"api/contents/{name}", {"type": "notebook", "content": NOTEBOOK})
+    session = call(lab, "POST", "api/sessions", {"path": name, "name": name,
+                                                 "type": "notebook",
+                                                 "kernel": {"name": "python3"}})
+    kernel_id = session["kernel"]["id"]  # type: ignore[index]
+    return kernel_id, kernel_pid(lab, kernel_id)
+
+
+def connection_file(pid: int, kernel_id: str) -> Path:
+    """The kernel's connection file, from its command line."""
+    return next(Path(arg) for arg in psutil.Process(pid).cmdline()
+                if arg.endswith(f"kernel-{kernel_id}.json"))
+
+
+def run_cell(pid: int, kernel_id: str, code: str, wait: bool = True) -> None:
+    """Run ``code`` in the kernel; with ``wait``, until the kernel says it is done."""
+    from jupyter_client import BlockingKernelClient
+
+    client = BlockingKernelClient(connection_file=str(connection_file(pid, kernel_id)))
+    client.load_connection_file()
+    client.start_channels()
+    try:
+        msg_id = client.execute(code)
+        if wait:
+            while True:
+                reply = client.get_shell_msg(timeout=60)
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    break
+    finally:
+        client.stop_channels()
+
+
+def write_settings(lab: JupyterLab, values: dict[str, Any]) -> None:
+    """The user's GPU Dashboards settings, as the Settings Editor saves them."""
+    call(lab, "PUT", f"lab/api/settings/{PLUGIN}", {"raw": json.dumps(values)})
+
+
+def glance(lab: JupyterLab) -> dict:
+    status, body = lab.get("nvdashboard/glance.json")
+    assert status == 200, body[:300]
+    return json.loads(body)
+
+
+def kernel_entry(data: dict, kernel_id: str) -> dict | None:
+    return next((k for k in data.get("kernels", []) if k["kernel_id"] == kernel_id), None)
+
+
+def wait_glance(lab: JupyterLab, predicate: Callable[[dict], bool], what: str,
+                timeout_s: float = 90.0) -> dict:
+    """Read ``/glance.json`` until ``predicate`` holds (generous: the machine is shared)."""
+    deadline = time.monotonic() + timeout_s
+    data: dict = {}
+    while time.monotonic() < deadline:
+        data = glance(lab)
+        if predicate(data):
+            return data
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: {json.dumps(data)[:3000]}")
+
+
+def judged(data: dict, kernel_id: str, state: str) -> bool:
+    entry = kernel_entry(data, kernel_id)
+    return bool(entry and (entry.get("idle") or {}).get("state") == state)
+
+
+def place(processes_file: Path, processes: list[dict]) -> None:
+    """What the simulated driver lists (each process listed while its PID lives)."""
+    processes_file.write_text(json.dumps([{"until_exit": True, **p} for p in processes]))
