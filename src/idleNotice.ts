@@ -579,7 +579,7 @@ export class IdleNotifier {
         }
       },
       {
-        label: trans.__('Open notebook'),
+        label: trans.__('Open'),
         caption: trans.__('Open %1', kernel.path),
         callback: () => {
           done();
@@ -599,8 +599,11 @@ export class IdleNotifier {
         }
       },
       {
-        label: trans.__("Don't ask for this notebook"),
-        caption: trans.__('Never ask about %1 again', kernel.path),
+        label: trans.__("Don't ask again"),
+        caption: trans.__(
+          'Never ask about %1 again (this notebook only)',
+          kernel.path
+        ),
         displayType: 'link',
         callback: () => {
           done();

@@ -32,11 +32,13 @@ import pytest
 from tests.support.browser import chromium, screenshot, watch
 from tests.support.idle_lab import (
     GIB,
+    TOAST,
     judged,
     kernel_entry,
     place,
     run_cell,
     start_notebook,
+    toasts_in_place,
     wait_glance,
     write_settings,
 )
@@ -46,10 +48,9 @@ from tests.test_lab_processes import call
 
 pytestmark = [pytest.mark.browser, pytest.mark.lab]
 GRACE_S = 15.0
-TOAST = ".Toastify__toast"
 WARNING = re.compile(r"^(\w)\.ipynb holds 4\.0 GiB on .+ and has done no GPU work for "
                      r"\d+ (s|min)\. If it stays idle, it is shut down in 15 s\.$")
-CULLED = re.compile(r"^GPU idle cull shut down the kernel of x\.ipynb: 4\.0 GiB on .*GPU 1, "
+CULLED = re.compile(r"^GPU idle cull shut down the kernel of x\.ipynb: 4\.0 GiB on GPU 1\b.*, "
                     r"no GPU work for \d+ (s|min), told \d+ s before\.$")
 
 
@@ -119,6 +120,7 @@ def test_the_gpu_idle_cull(lab, processes_file: Path) -> None:  # noqa: ANN001
                                                 "els => els.map(e => e.textContent)"))
         assert [WARNING.match(text).group(1) if WARNING.match(text) else text
                 for text in said] == ["x", "y"], said
+        toasts_in_place(page)
         screenshot(page, "idle-cull-warnings")
 
         # z cannot be told apart: posting a notice for it changes nothing.
@@ -154,6 +156,7 @@ def test_the_gpu_idle_cull(lab, processes_file: Path) -> None:  # noqa: ANN001
         assert CULLED.match(told), told
         page.wait_for_selector(f'#nvdashboard-sidebar [data-kernel-id="{ids["x"]}"]',
                                state="detached", timeout=30_000)
+        toasts_in_place(page)
         screenshot(page, "idle-cull-done")
 
         # y (busy since its notice) and z (cannot tell) are kept, passes later.

@@ -333,9 +333,9 @@ describe('IdleNotifier', () => {
     expect(h.shown[0].type).toBe('info');
     expect(h.shown[0].actions.map(a => a.label)).toEqual([
       'Shut down kernel',
-      'Open notebook',
+      'Open',
       'Not now',
-      "Don't ask for this notebook"
+      "Don't ask again"
     ]);
     expect(h.posted).toEqual([['k1', 'k1:1000']]);
     // A new idle episode (the kernel worked in between) is told again.
@@ -380,7 +380,7 @@ describe('IdleNotifier', () => {
   it('opens the notebook', async () => {
     const h = new Harness([IDLE]);
     await h.poll();
-    h.click('Open notebook');
+    h.click('Open');
     expect(h.opened).toEqual(['work/a.ipynb']);
     h.dispose();
   });
@@ -415,7 +415,7 @@ describe('IdleNotifier', () => {
     );
     await first.poll();
     expect(first.shown).toHaveLength(2);
-    first.click("Don't ask for this notebook"); // b.ipynb, the last one
+    first.click("Don't ask again"); // b.ipynb, the last one
     await settled(Promise.resolve());
     first.dispose();
     const saved = (await state.fetch(

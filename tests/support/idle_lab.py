@@ -21,13 +21,21 @@ PLUGIN = "jupyterlab-nvdashboard:plugin"
 
 
 def start_notebook(lab: JupyterLab, name: str) -> tuple[str, int]:
-    """A notebook with a running kernel: (kernel id, kernel PID)."""
+    """A notebook with a running kernel that Jupyter knows to be idle, as once JupyterLab
+    has opened it: (kernel id, kernel PID). Jupyter says "starting" until the kernel has
+    answered a first request."""
     call(lab, "PUT", f"api/contents/{name}", {"type": "notebook", "content": NOTEBOOK})
     session = call(lab, "POST", "api/sessions", {"path": name, "name": name,
                                                  "type": "notebook",
                                                  "kernel": {"name": "python3"}})
     kernel_id = session["kernel"]["id"]  # type: ignore[index]
-    return kernel_id, kernel_pid(lab, kernel_id)
+    pid = kernel_pid(lab, kernel_id)
+    run_cell(pid, kernel_id, "pass")
+    deadline = time.monotonic() + 60
+    while call(lab, "GET", f"api/kernels/{kernel_id}")["execution_state"] != "idle":  # type: ignore[index]
+        assert time.monotonic() < deadline, f"{name}'s kernel never idle in Jupyter"
+        time.sleep(0.2)
+    return kernel_id, pid
 
 
 def connection_file(pid: int, kernel_id: str) -> Path:
@@ -42,14 +50,20 @@ def run_cell(pid: int, kernel_id: str, code: str, wait: bool = True) -> None:
 
     client = BlockingKernelClient(connection_file=str(connection_file(pid, kernel_id)))
     client.load_connection_file()
-    client.start_channels()
+    client.start_channels(hb=False)
     try:
+        # Until a kernel_info reply and an IOPub message arrive: IOPub is a subscription,
+        # and what the kernel publishes before it is connected is lost.
+        client.wait_for_ready(timeout=60)
         msg_id = client.execute(code)
-        if wait:
-            while True:
-                reply = client.get_shell_msg(timeout=60)
-                if reply["parent_header"].get("msg_id") == msg_id:
-                    break
+        # Until it is done, or (not waiting) until the kernel says it runs it.
+        while True:
+            message = client.get_iopub_msg(timeout=60)
+            if message["parent_header"].get("msg_id") != msg_id \
+                    or message["msg_type"] != "status":
+                continue
+            if message["content"]["execution_state"] == ("idle" if wait else "busy"):
+                break
     finally:
         client.stop_channels()
 
@@ -90,3 +104,14 @@ def judged(data: dict, kernel_id: str, state: str) -> bool:
 def place(processes_file: Path, processes: list[dict]) -> None:
     """What the simulated driver lists (each process listed while its PID lives)."""
     processes_file.write_text(json.dumps([{"until_exit": True, **p} for p in processes]))
+
+
+TOAST = ".Toastify__toast"
+
+
+def toasts_in_place(page) -> None:  # noqa: ANN001 - playwright Page
+    """Wait until every notification has slid fully into the window (for a screenshot)."""
+    page.wait_for_function(f"""() => [...document.querySelectorAll('{TOAST}')].every(t => {{
+      const box = t.getBoundingClientRect();
+      return box.right <= innerWidth && box.left >= 0;
+    }})""", timeout=10_000)
