@@ -30,6 +30,7 @@ from bokeh.models import (
     TableColumn,
 )
 
+from ..diagnosis.idle import DEFAULT_IDLE_S
 from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
 from ..metrics.identity import OTHER, PAIRED, SAME, SHARED, UNKNOWN, UNLISTED
 from ..stream.frames import Rows
@@ -43,6 +44,7 @@ from .components import (
 )
 from .document import gpus_being_read
 from .live import LiveView
+from .usage import idle_json
 
 if TYPE_CHECKING:
     from ..jupyter_sessions import JupyterSessions
@@ -51,6 +53,9 @@ if TYPE_CHECKING:
 
 # How far back to look for the newest process reading: a few idle-rate passes.
 LOOKBACK_S = 10.0
+# A device unused this long is listed in /glance.json's unused_devices (issue 28: "no work
+# for 30 minutes", the same default as the notice's).
+UNUSED_AFTER_S = DEFAULT_IDLE_S
 OPEN_NOTEBOOK_MESSAGE = "nvdashboard:open-notebook"
 # A server anyone on the network may watch (--no-token) does not show command lines, which
 # can carry secrets; notebook paths, users and PIDs it shows.
@@ -393,8 +398,9 @@ def process_view(sources: DashboardSources, feed: Any) -> ProcessTable:
 
 
 def glance(sources: DashboardSources) -> dict[str, Any]:
-    """``/glance.json``: each device's utilization and memory now, and the current user's
-    kernels that hold GPU memory (what the JupyterLab status bar and sidebar show)."""
+    """``/glance.json``: each device's utilization and memory now, the current user's
+    kernels that hold GPU memory (what the JupyterLab status bar and sidebar show), each
+    with its ``idle`` judgment (``usage.py``), and the devices unused for the threshold."""
     metrics = sources.metrics
     latest = metrics.history.latest()
     readings = {reading.index: reading for reading in latest.gpus} if latest else {}
@@ -410,6 +416,7 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
         })
     kernels: dict[str, dict[str, Any]] = {}
     kernel_rows: set[int] = set()
+    user = current_user()
     for row in process_rows(sources):
         if not row.mine or not row.kernel_id or row.notebook is None:
             continue
@@ -428,6 +435,10 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
             kernel["memory_bytes"] += row.memory_bytes
         if row.gpu not in kernel["devices"]:
             kernel["devices"].append(row.gpu)
+    for kernel in kernels.values():
+        kernel["idle"] = idle_json(
+            sources.usage.judgment(user or "", kernel["kernel_id"]), kernel["path"],
+            kernel["kernel_id"], kernel["memory_bytes"], kernel["devices"])
     # Why the GPUs that hold the user's own kernels are slow (the shared cache: cheap).
     diagnoses = [{"index": d.row, "label": d.label, "cause": d.cause, "brief": d.brief(),
                   "line": d.line(), "advice": d.first.advice}
@@ -435,7 +446,8 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
         if kernel_rows else []
     return {"time": latest.time_s if latest else None, "devices": devices,
             "kernels": sorted(kernels.values(), key=lambda k: -k["memory_bytes"]),
-            "diagnoses": diagnoses, "user": current_user(),
+            "diagnoses": diagnoses, "user": user,
+            "unused_devices": sources.usage.unused_devices(UNUSED_AFTER_S),
             # No device yet may mean "still reading" (ask again soon) or "no GPU" (don't).
             "reading_gpus": gpus_being_read(metrics)}
 
