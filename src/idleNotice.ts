@@ -1,8 +1,8 @@
 /**
  * The idle-kernel notice: when one of the user's kernels holds GPU memory
  * and has done no GPU work for a while, JupyterLab's notification says so,
- * with its figures, and offers Shut down kernel, Open notebook, Not now and
- * Don't ask for this notebook.
+ * with its figures, and offers Shut down kernel, Open notebook, Not now
+ * (snooze) and Don't ask for this notebook.
  *
  * - Once per idle episode (the server's `idle.episode`: a new one starts
  *   when the kernel runs a cell or uses the GPU again). "Not now" is quiet
@@ -323,6 +323,12 @@ export function parseCulls(body: unknown): {
   return { policy, culls };
 }
 
+/** A notice on screen: its notification's id and the idle episode it is about. */
+export interface IShownNotice {
+  notification: string;
+  episode: string;
+}
+
 /** A notification's button (JupyterLab's `Notification.IAction`). */
 export interface INoticeAction {
   label: string;
@@ -419,8 +425,8 @@ export class IdleNotifier {
     return this._memory;
   }
 
-  /** The notices on screen now: kernel id → notification id. */
-  get shown(): ReadonlyMap<string, string> {
+  /** The notices on screen now: kernel id → notification id and episode. */
+  get shown(): ReadonlyMap<string, IShownNotice> {
     return this._shown;
   }
 
@@ -524,16 +530,23 @@ export class IdleNotifier {
   }
 
   /**
-   * A kernel gone from the list (shut down, or its memory freed) has its
-   * notice taken off the screen; one this server no longer runs needs no
-   * memory either.
+   * A notice whose idle episode is over (the kernel is gone, freed its
+   * memory, works again, or can no longer be told apart) is taken off the
+   * screen: its figures are out of date. A kernel this server no longer
+   * runs needs no memory either.
    */
   private _forgetGone(glance: IGlance): void {
     const present = new Set(glance.kernels.map(k => k.kernel_id));
-    for (const [id, notification] of this._shown) {
-      if (!present.has(id)) {
+    const episodes = new Map(
+      glance.kernels.map(k => [
+        k.kernel_id,
+        k.idle?.state === 'idle' ? k.idle.episode : null
+      ])
+    );
+    for (const [id, shown] of this._shown) {
+      if (episodes.get(id) !== shown.episode) {
         this._shown.delete(id);
-        this._options.dismiss(notification);
+        this._options.dismiss(shown.notification);
       }
     }
     let changed = false;
@@ -563,7 +576,7 @@ export class IdleNotifier {
     // A notice from an earlier episode is out of date.
     const earlier = this._shown.get(id);
     if (earlier !== undefined) {
-      this._options.dismiss(earlier);
+      this._options.dismiss(earlier.notification);
     }
     const done = (): void => {
       this._shown.delete(id);
@@ -579,8 +592,9 @@ export class IdleNotifier {
         }
       },
       {
-        label: trans.__('Open'),
+        label: trans.__('Open notebook'),
         caption: trans.__('Open %1', kernel.path),
+        displayType: 'link',
         callback: () => {
           done();
           this._options.openPath(kernel.path);
@@ -599,11 +613,8 @@ export class IdleNotifier {
         }
       },
       {
-        label: trans.__("Don't ask again"),
-        caption: trans.__(
-          'Never ask about %1 again (this notebook only)',
-          kernel.path
-        ),
+        label: trans.__("Don't ask for this notebook"),
+        caption: trans.__('Never ask about %1 again', kernel.path),
         displayType: 'link',
         callback: () => {
           done();
@@ -616,7 +627,7 @@ export class IdleNotifier {
       reason === 'cull' || this._policy.on ? 'warning' : 'info',
       actions
     );
-    this._shown.set(id, shown);
+    this._shown.set(id, { notification: shown, episode });
     void this._options.postNotice(id, episode).catch(error =>
       // The cull then waits for the next notice; the user saw this one.
       console.warn('nvdashboard: the server was not told of the notice', error)
@@ -668,7 +679,7 @@ export class IdleNotifier {
   private _memory: INoticeMemory = emptyMemory();
   private _loaded = false;
   private _disposed = false;
-  private _shown = new Map<string, string>();
+  private _shown = new Map<string, IShownNotice>();
   private _culls: Poller;
   private _wake: ReturnType<typeof setTimeout> | undefined = undefined;
 }

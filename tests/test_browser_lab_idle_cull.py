@@ -114,14 +114,17 @@ def test_the_gpu_idle_cull(lab, processes_file: Path) -> None:  # noqa: ANN001
         show_sidebar(page)
         page.wait_for_function(f"() => document.querySelectorAll('{TOAST}').length >= 2",
                                timeout=60_000)
-        # y turns busy within the grace time, and stays so.
-        run_cell(kernels["y"][1], ids["y"], "import time; time.sleep(600)", wait=False)
         said = sorted(page.eval_on_selector_all(f"{TOAST} .jp-toast-message",
                                                 "els => els.map(e => e.textContent)"))
         assert [WARNING.match(text).group(1) if WARNING.match(text) else text
                 for text in said] == ["x", "y"], said
         toasts_in_place(page)
         screenshot(page, "idle-cull-warnings")
+        # y turns busy within the grace time, and stays so.
+        run_cell(kernels["y"][1], ids["y"], "import time; time.sleep(600)", wait=False)
+        # Busy now: its warning is over, and goes from the screen.
+        page.locator(TOAST, has_text="y.ipynb holds").wait_for(state="detached",
+                                                               timeout=60_000)
 
         # z cannot be told apart: posting a notice for it changes nothing.
         z_episode = kernel_entry(data, ids["z"])["idle"]["episode"]

@@ -8,7 +8,7 @@ base_url /user/alice/, 4 simulated GPUs), with real kernels the simulated driver
 - "Shut down kernel" ends e.ipynb's kernel and its row goes;
 - "Not now" on a.ipynb is quiet for the snooze time (6 s here, a setting), then the notice
   comes once more;
-- "Don't ask again" (for this notebook) survives a reload, even once a.ipynb is in a new idle
+- "Don't ask for this notebook" survives a reload, even once a.ipynb is in a new idle
   episode (a cell ran in it), which would otherwise be told again.
 
 The user's settings (through Jupyter's settings API): told after 0 minutes, snooze 0.1
@@ -154,7 +154,8 @@ def test_the_idle_notice(lab, processes_file: Path) -> None:  # noqa: ANN001
                 assert page.is_hidden(row), name
             buttons = toast_for(page, "a.ipynb").locator(".jp-toast-button").all_inner_texts()
             assert [b.strip() for b in buttons] == [
-                "Shut down kernel", "Open", "Not now", "Don't ask again"]
+                "Shut down kernel", "Open notebook", "Not now",
+                "Don't ask for this notebook"]
             toasts_in_place(page)
             screenshot(page, "idle-notice-two-holders")
 
@@ -182,7 +183,7 @@ def test_the_idle_notice(lab, processes_file: Path) -> None:  # noqa: ANN001
             episode = kernel_entry(wait_glance(lab, lambda d: judged(d, ids["a"], "idle"),
                                                "a idle"), ids["a"])["idle"]["episode"]
             toast_for(page, "a.ipynb").get_by_role(
-                "button", name="Don't ask again").click()
+                "button", name="Don't ask for this notebook").click()
             deadline = time.monotonic() + 30
             while "a.ipynb" not in saved_memory(lab).get("dontAsk", []):
                 assert time.monotonic() < deadline, saved_memory(lab)

@@ -333,9 +333,9 @@ describe('IdleNotifier', () => {
     expect(h.shown[0].type).toBe('info');
     expect(h.shown[0].actions.map(a => a.label)).toEqual([
       'Shut down kernel',
-      'Open',
+      'Open notebook',
       'Not now',
-      "Don't ask again"
+      "Don't ask for this notebook"
     ]);
     expect(h.posted).toEqual([['k1', 'k1:1000']]);
     // A new idle episode (the kernel worked in between) is told again.
@@ -345,6 +345,13 @@ describe('IdleNotifier', () => {
     await h.poll();
     expect(h.shown).toHaveLength(2);
     expect(h.dismissed).toEqual(['n1']); // the out-of-date one goes
+    // It runs a cell: the notice is over, and goes from the screen.
+    h.kernels = [
+      kernelJson('k1', 'work/a.ipynb', judgment('busy', null, 'k1:busy'))
+    ];
+    await h.poll();
+    expect(h.dismissed).toEqual(['n1', 'n2']);
+    expect(h.notifier.shown.size).toBe(0);
     h.dispose();
   });
 
@@ -380,7 +387,7 @@ describe('IdleNotifier', () => {
   it('opens the notebook', async () => {
     const h = new Harness([IDLE]);
     await h.poll();
-    h.click('Open');
+    h.click('Open notebook');
     expect(h.opened).toEqual(['work/a.ipynb']);
     h.dispose();
   });
@@ -415,7 +422,7 @@ describe('IdleNotifier', () => {
     );
     await first.poll();
     expect(first.shown).toHaveLength(2);
-    first.click("Don't ask again"); // b.ipynb, the last one
+    first.click("Don't ask for this notebook"); // b.ipynb, the last one
     await settled(Promise.resolve());
     first.dispose();
     const saved = (await state.fetch(

@@ -110,8 +110,8 @@ TOAST = ".Toastify__toast"
 
 
 def toasts_in_place(page) -> None:  # noqa: ANN001 - playwright Page
-    """Wait until every notification has slid fully into the window (for a screenshot)."""
-    page.wait_for_function(f"""() => [...document.querySelectorAll('{TOAST}')].every(t => {{
-      const box = t.getBoundingClientRect();
-      return box.right <= innerWidth && box.left >= 0;
-    }})""", timeout=10_000)
+    """Wait until every notification has slid into the window (for a screenshot)."""
+    # Its entrance is a finite animation (a hidden progress bar runs for ever).
+    page.wait_for_function(f"""() => [...document.querySelectorAll('{TOAST}')].every(
+      t => t.getAnimations({{subtree: true}}).every(a => a.playState !== 'running'
+        || a.effect.getComputedTiming().iterations === Infinity))""", timeout=10_000)
