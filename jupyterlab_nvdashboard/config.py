@@ -164,12 +164,12 @@ def _positive_int(name: str, low: int, high: int):
     return parse
 
 
-def _seconds(name: str, low: float, high: float, range_text: str):
+def _seconds(name: str, low: float, high: float, range_text: str, unit: str = "seconds"):
     def parse(text: str) -> float:
         try:
             value = float(text)
         except (TypeError, ValueError):
-            raise ConfigError(f"{name} must be a number of seconds, got {text!r}") from None
+            raise ConfigError(f"{name} must be a number of {unit}, got {text!r}") from None
         if not low <= value <= high:  # also rejects NaN
             raise ConfigError(f"{name} must be between {range_text}, got {text}")
         return value
@@ -619,25 +619,13 @@ class CullSettings:
     min_gib: float = CULL_MIN_GIB_DEFAULT
 
 
-def _non_negative(name: str, unit: str, high: float):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{name} must be a number of {unit}, got {text!r}") from None
-        if not 0 <= value <= high:  # also rejects NaN
-            raise ConfigError(f"{name} must be between 0 and {high:g} {unit}, got {text}")
-        return value
-
-    return parse
-
-
 def cull_settings(environ: Mapping[str, str]) -> CullSettings:
     """The cull's settings from ``NVDASHBOARD_CULL_*``; ConfigError (one line) for a bad one.
     Unset, empty or 0 minutes after the notice: the cull is off."""
     def read(name: str, unit: str, high: float, default: float | None) -> float | None:
         text = environ.get(name, "").strip()
-        return default if not text else _non_negative(name, unit, high)(text)
+        return default if not text else \
+            _seconds(name, 0, high, f"0 and {high:g} {unit}", unit)(text)
 
     after = read(CULL_AFTER_VARIABLE, "minutes", _MINUTES_MAX, None)
     return CullSettings(
