@@ -33,6 +33,7 @@ from ..diagnosis.idle import (
     judge,
     unused_for,
 )
+from ..export.usage import HolderUsage
 from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading, device_reading
 from ..metrics.identity import SHARED
@@ -49,6 +50,9 @@ HolderKey = tuple[str, str]
 # the oldest are forgotten beyond this. Our choice: a busy shared server sees a few dozen
 # kernels a day; this keeps memory bounded whatever it sees.
 MAX_HOLDERS = 256
+# A holder that stopped holding memory stays on /metrics this long: Prometheus scrapes
+# every 15 s to 1 min by default, so its last increment is seen.
+ENDED_KEEP_S = 300.0
 
 
 def holder_of(owner: ProcessOwner | None) -> HolderKey | None:
@@ -148,6 +152,7 @@ class GpuUsage:
         owners = self._owners
         memory: dict[HolderKey, float | None] = {}
         sm: dict[HolderKey, float | None] = {}
+        since: dict[HolderKey, float] = {}
         entry_holders: list[HolderKey | None] = []
         for entry in entries:
             if entry.identity == SHARED and entry.group is not None:
@@ -167,13 +172,15 @@ class GpuUsage:
             held = memory.get(sole, 0.0)
             memory[sole] = None if held is None or entry.used_memory_bytes is None \
                 else held + entry.used_memory_bytes
+            if entry.seen_since_s is not None:
+                since[sole] = min(since.get(sole, entry.seen_since_s), entry.seen_since_s)
             top = sm.get(sole)
             if entry.sm_pct is not None and (top is None or entry.sm_pct > top):
                 top = entry.sm_pct
             sm[sole] = top
         return [(key, DeviceEvidence(
             row, label, memory[key], sm.get(key),
-            all(holder == key for holder in entry_holders), pct, signal))
+            all(holder == key for holder in entry_holders), pct, signal, since.get(key)))
             for key in memory]
 
     def _forget_oldest(self) -> None:
@@ -198,15 +205,43 @@ class GpuUsage:
                  ) -> IdleJudgment | None:
         """The idle judgment of ``user``'s kernel ``kernel_id`` now (None: never seen
         holding memory), with Jupyter's word on whether the kernel is running."""
-        now_s = time.time() if now_s is None else now_s
         with self._lock:
             track = self.holders.get((user, kernel_id))
         if track is None:
             return None
+        return self._judge((user, kernel_id), track, time.time() if now_s is None else now_s)
+
+    def _judge(self, key: HolderKey, track: HolderTrack, now_s: float) -> IdleJudgment:
+        """A kernel's judgment takes Jupyter's execution state (none known: cannot tell);
+        processes outside any kernel are judged by their GPU work alone."""
+        user, kernel_id = key
         sessions = self.jupyter.sessions if self.jupyter is not None else {}
-        session = sessions.get(kernel_id)
-        return judge(kernel_id, track, now_s, session.execution_state if session else None,
+        session = sessions.get(kernel_id) if kernel_id else None
+        state = session.execution_state if session else None if kernel_id else "idle"
+        return judge(kernel_id or f"{user}:", track, now_s, state,
                      session.last_activity_s if session else None)
+
+    def holder_usage(self, now_s: float | None = None) -> list[HolderUsage]:
+        """Each holder's usage of each device row, for ``/metrics``: the holders of the
+        newest pass, and those that stopped holding in the last ``ENDED_KEEP_S`` (so that
+        Prometheus scrapes their last increment)."""
+        now_s = time.time() if now_s is None else now_s
+        holders, rows, _, current = self.snapshot()
+        out = []
+        for (key, row), track in rows.items():
+            holder = holders.get(key)
+            if holder is None or (key not in current and
+                                  now_s - track.last_pass_s > ENDED_KEEP_S):
+                continue
+            holding = key in current and track.last_pass_s == holder.last_pass_s
+            idle_s = None
+            if holding:
+                judgment = self._judge(key, holder, now_s)
+                idle_s = judgment.idle_s if judgment.state == IDLE else \
+                    None if judgment.state == CANNOT_TELL else 0.0
+            out.append(HolderUsage(key[0], key[1], row, track.held_bytes if holding else 0.0,
+                                   idle_s, track.byte_seconds, track.held_s, track.no_work_s))
+        return out
 
     def unused_devices(self, threshold_s: float, now_s: float | None = None
                        ) -> list[dict[str, Any]]:
