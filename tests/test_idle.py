@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -383,3 +384,42 @@ def test_a_kernel_in_another_pid_namespace() -> None:
         assert signal in idle["signal"] and idle["held_bytes"] == 12 * GIB, (behaviour, idle)
     [busy] = verdicts["busy"]
     assert busy["idle"]["state"] == BUSY and "only process" in busy["idle"]["text"], busy
+
+
+def test_held_but_unused_devices_on_the_overview_and_in_glance(tmp_path: Path) -> None:
+    """A scripted 40 minutes: GPU 0 works until 5 minutes ago; GPU 1 is held by a process
+    (4 GiB) and does nothing throughout. GPU 1 is held but unused for the threshold (30
+    minutes, issue 28); GPU 0 is not, yet."""
+    from jupyterlab_nvdashboard.apps.overview import build_overview, overview_html
+    from jupyterlab_nvdashboard.metrics import PROCESS_FAMILY, GpuReading, ProcessReading
+
+    config = Config(interval_s=0.1, token=None, runs_dir=tmp_path,
+                    simulation=SimulationConfig(gpu_count=2))
+    metrics = create_metrics(config, environ={})
+    metrics.nvml.ensure_initialized()
+    sources = DashboardSources(metrics, jupyter=JupyterSessions(None))
+    host = metrics.sampler.host.read()
+    now = time.time()
+    holder = ProcessReading(1, os.getpid(), "compute", 4 * GIB, None, None, now - 2400)
+    for t in range(-2400, 1, 2):
+        gpus = (GpuReading.unavailable(0, False)._replace(
+                    utilization_pct=60.0 if t < -300 else 0.0),
+                GpuReading.unavailable(1, False)._replace(utilization_pct=0.0))
+        metrics.history.append(now + t, gpus, host, extra={PROCESS_FAMILY: (holder,)})
+    unused = glance(sources)["unused_devices"]
+    assert [device["index"] for device in unused] == [1], unused
+    [gpu1] = unused
+    assert gpu1["held_bytes"] == 4 * GIB and gpu1["unused_s"] == pytest.approx(2400, abs=5)
+    assert gpu1["uuid"] == metrics.facts[1].uuid and gpu1["label"] == "GPU 1"
+    assert gpu1["why"].startswith("GPU 1: held by 1 process (4.0 GiB); no GPU work")
+    assert "40 min" in gpu1["why"]
+    rows = build_overview(sources).rows
+    assert rows[1].unused is not None and rows[0].unused is None
+    page = overview_html(sources, {})
+    assert page.count("data-unused") == 1 and "held, unused 40 min" in page
+    assert "Unused for 30 min or more:" in page
+    # The threshold decides: GPU 0, unused for 5 minutes, is listed from a 4-minute one.
+    sources.usage.unused_after_s = 10 * 60.0
+    assert [d["index"] for d in glance(sources)["unused_devices"]] == [1]
+    sources.usage.unused_after_s = 4 * 60.0
+    assert [d["index"] for d in glance(sources)["unused_devices"]] == [0, 1]

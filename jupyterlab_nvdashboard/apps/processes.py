@@ -30,7 +30,6 @@ from bokeh.models import (
     TableColumn,
 )
 
-from ..diagnosis.idle import DEFAULT_IDLE_S
 from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
 from ..metrics.identity import OTHER, PAIRED, SAME, SHARED, UNKNOWN, UNLISTED
 from ..stream.frames import Rows
@@ -53,9 +52,6 @@ if TYPE_CHECKING:
 
 # How far back to look for the newest process reading: a few idle-rate passes.
 LOOKBACK_S = 10.0
-# A device unused this long is listed in /glance.json's unused_devices (issue 28: "no work
-# for 30 minutes", the same default as the notice's).
-UNUSED_AFTER_S = DEFAULT_IDLE_S
 OPEN_NOTEBOOK_MESSAGE = "nvdashboard:open-notebook"
 # A server anyone on the network may watch (--no-token) does not show command lines, which
 # can carry secrets; notebook paths, users and PIDs it shows.
@@ -447,7 +443,7 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
     return {"time": latest.time_s if latest else None, "devices": devices,
             "kernels": sorted(kernels.values(), key=lambda k: -k["memory_bytes"]),
             "diagnoses": diagnoses, "user": user,
-            "unused_devices": sources.usage.unused_devices(UNUSED_AFTER_S),
+            "unused_devices": sources.usage.unused_devices(),
             # No device yet may mean "still reading" (ask again soon) or "no GPU" (don't).
             "reading_gpus": gpus_being_read(metrics)}
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..diagnosis.idle import (
     CANNOT_TELL,
+    DEFAULT_IDLE_S,
     IDLE,
     DeviceEvidence,
     DeviceTrack,
@@ -91,8 +92,12 @@ class GpuUsage:
     """The tracks of every holder and device; fed by the history, read by the pages."""
 
     def __init__(self, metrics: Metrics, jupyter: JupyterSessions | None = None,
-                 max_holders: int = MAX_HOLDERS) -> None:
+                 max_holders: int = MAX_HOLDERS, unused_after_s: float = DEFAULT_IDLE_S
+                 ) -> None:
         self.metrics, self.jupyter, self.max_holders = metrics, jupyter, max_holders
+        # A device unused this long is "held but unused" on the overview and in
+        # /glance.json (issue 28: "no work for 30 minutes", the notice's default too).
+        self.unused_after_s = unused_after_s
         self._lock = threading.Lock()
         self._owners: Mapping[int, ProcessOwner] = {}
         self._activity: dict[int, _Activity] = {}
@@ -243,10 +248,11 @@ class GpuUsage:
                                    idle_s, track.byte_seconds, track.held_s, track.no_work_s))
         return out
 
-    def unused_devices(self, threshold_s: float, now_s: float | None = None
-                       ) -> list[dict[str, Any]]:
-        """The devices unused for at least ``threshold_s``, as ``/glance.json`` lists them."""
+    def unused_devices(self, now_s: float | None = None) -> list[dict[str, Any]]:
+        """The devices unused for at least ``unused_after_s``, as ``/glance.json`` lists
+        them."""
         now_s = time.time() if now_s is None else now_s
+        threshold_s = self.unused_after_s
         facts = {f.index: f for f in self.metrics.facts}
         out = []
         for row, track in sorted(self.snapshot()[2].items()):
