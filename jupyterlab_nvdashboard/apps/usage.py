@@ -105,6 +105,9 @@ class GpuUsage:
         self.holder_rows: dict[tuple[HolderKey, int], HolderTrack] = {}
         self.devices: dict[int, DeviceTrack] = {}
         self.current: frozenset[HolderKey] = frozenset()  # holders in the newest pass
+        # Kernel id -> the notebook it last served, kept after the session ends, so that a
+        # notebook's usage since the server started includes its ended kernels.
+        self.paths: dict[str, str] = {}
         self.passes = 0
         history = metrics.history
         for sample in history.window(metrics.history_s + 1):  # what came before this object
@@ -141,7 +144,11 @@ class GpuUsage:
                                                    len(entries), sum(known))
             for key, device in self._holders_on(fact.label, row, entries, pct, signal):
                 evidence.setdefault(key, []).append(device)
+        sessions = self.jupyter.sessions if self.jupyter is not None else {}
         for key, devices in evidence.items():
+            session = sessions.get(key[1]) if key[1] else None
+            if session is not None:
+                self.paths[key[1]] = session.path
             self.holders[key] = advance(self.holders.get(key), now_s, devices)
             for device in devices:
                 self.holder_rows[(key, device.row)] = advance(
@@ -196,6 +203,7 @@ class GpuUsage:
                       key=lambda k: self.holders[k].last_pass_s)[:excess]
         for key in gone:
             del self.holders[key]
+            self.paths.pop(key[1], None)
         for key, row in [k for k in self.holder_rows if k[0] in gone]:
             del self.holder_rows[(key, row)]
 
@@ -225,6 +233,25 @@ class GpuUsage:
         state = session.execution_state if session else None if kernel_id else "idle"
         return judge(kernel_id or f"{user}:", track, now_s, state,
                      session.last_activity_s if session else None)
+
+    def notebook_usage(self) -> dict[str, NotebookUsage]:
+        """Each notebook's GPU usage since the server started (issue 28 item 6), over every
+        kernel that served it: memory held x time, time held, and the share of the time
+        whose GPU work could be told that its GPU was working."""
+        with self._lock:
+            holders, paths = dict(self.holders), dict(self.paths)
+        out: dict[str, NotebookUsage] = {}
+        for (_, kernel_id), track in holders.items():
+            path = paths.get(kernel_id)
+            if not kernel_id or path is None:
+                continue
+            before = out.get(path, NotebookUsage(path, 0, 0.0, 0.0, 0.0, 0.0))
+            out[path] = NotebookUsage(path, before.kernels + 1,
+                                      before.byte_seconds + track.byte_seconds,
+                                      before.held_s + track.held_s,
+                                      before.working_s + track.working_s,
+                                      before.known_s + track.known_s)
+        return out
 
     def holder_usage(self, now_s: float | None = None) -> list[HolderUsage]:
         """Each holder's usage of each device row, for ``/metrics``: the holders of the
@@ -268,6 +295,25 @@ class GpuUsage:
                         "why": f"{fact.label}: {held}; {grounds} for "
                                f"{minutes_text(unused_s)}"})
         return out
+
+
+@dataclass(frozen=True)
+class NotebookUsage:
+    """One notebook's GPU usage since the server started."""
+
+    path: str
+    kernels: int  # kernels that served it and held GPU memory
+    byte_seconds: float  # GPU memory held x seconds
+    held_s: float
+    working_s: float  # time whose passes showed GPU work
+    known_s: float  # time whose passes told work or no work
+
+    @property
+    def working_share(self) -> float | None:
+        return self.working_s / self.known_s if self.known_s > 0 else None
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "working_share": self.working_share}
 
 
 def idle_json(judgment: IdleJudgment | None, path: str, kernel_id: str,
