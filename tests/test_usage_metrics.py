@@ -28,10 +28,11 @@ from jupyterlab_nvdashboard.diagnosis.idle import advance_device
 from jupyterlab_nvdashboard.export.collector import DcgmCollector, Scrape
 from jupyterlab_nvdashboard.export.usage import HolderUsage, usage_series
 from tests.support.bokeh_client import TEST_TOKEN
-from tests.support.servers import cli_server, free_port
+from tests.support.prometheus import PROMETHEUS, api, prometheus
+from tests.support.servers import cli_server
 
 pytest.importorskip("prometheus_client")
-PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
+PROMTOOL = shutil.which("promtool")
 needs_prometheus = pytest.mark.skipif(PROMETHEUS is None or PROMTOOL is None,
                                       reason="needs Debian's prometheus package")
 GIB = 2**30
@@ -117,14 +118,6 @@ def test_per_user_series_are_opt_in_and_need_metrics() -> None:
 
 # ----- a real Prometheus over a scripted history ------------------------------------------
 
-def api(base: str, path: str, **params: str) -> dict:
-    url = f"{base}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        body = json.load(response)
-    assert body["status"] == "success", body
-    return body["data"]
-
-
 def scalar_by(base: str, query: str, label: str) -> dict[str, float]:
     return {s["metric"].get(label, ""): float(s["value"][1])
             for s in api(base, "query", query=query)["result"]}
@@ -167,28 +160,12 @@ def test_prometheus_gpu_hours_per_user_for_a_scripted_history(tmp_path: Path) ->
     listing.write_text("[]")
     env = {"NVDASHBOARD_SIMULATE_PROCESSES": str(listing),
            "NVDASHBOARD_SIMULATE_SCENARIO": "idle"}
-    prometheus = None
-    log = (tmp_path / "prometheus.log").open("w")
     try:
         with cli_server(["--simulate", "2", "--metrics", "--metrics-per-user", "20",
-                         "--interval", "0.5", "--idle-interval", "0.5"], env=env) as (url, _):
-            # The body the server serves: the new series pass promtool as they are.
+                         "--interval", "0.5", "--idle-interval", "0.5"], env=env) as (url, _), \
+                prometheus(tmp_path, urllib.parse.urlsplit(url).netloc) as base:
             request = urllib.request.Request(url + "/metrics",
                                              headers={"Authorization": f"token {TEST_TOKEN}"})
-            target = urllib.parse.urlsplit(url).netloc
-            config = tmp_path / "prometheus.yml"
-            config.write_text(
-                "global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
-                "scrape_configs:\n"
-                "  - job_name: nvdashboard\n"
-                f"    authorization: {{type: Bearer, credentials: {TEST_TOKEN}}}\n"
-                f"    static_configs: [{{targets: ['{target}']}}]\n")
-            port = free_port()
-            base = f"http://127.0.0.1:{port}"
-            prometheus = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={config}",  # type: ignore[list-item]
-                 f"--storage.tsdb.path={tmp_path / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
             wait_until(lambda: api(base, "query", query="up == 1")["result"], "a first scrape")
             # The script: both processes hold memory and do no GPU work from now on; the
             # kernel is ended after about 20 s, the plain process goes on.
@@ -212,7 +189,8 @@ def test_prometheus_gpu_hours_per_user_for_a_scripted_history(tmp_path: Path) ->
             with urllib.request.urlopen(request, timeout=10) as response:
                 body = response.read().decode()
             plain_held_s = time.monotonic() - started
-            # The kernel is a kernel no Jupyter told about: its idle time cannot be told.
+            # Idle-held time is GPU time without GPU work, whatever Jupyter says (here no
+            # Jupyter tells about the kernel: its idle gauge is absent, its counters are not).
             hours = scalar_by(base, readme_query("sum by (user) (increase("
                                                  "nvdashboard_user_gpu_held_seconds_total"),
                               "user")
@@ -234,13 +212,6 @@ def test_prometheus_gpu_hours_per_user_for_a_scripted_history(tmp_path: Path) ->
         for process in (kernel, plain):
             process.kill()
             process.wait()
-        if prometheus is not None:
-            prometheus.terminate()
-            try:
-                prometheus.wait(15)
-            except subprocess.TimeoutExpired:
-                prometheus.kill()
-        log.close()
     from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
     # Only the new families (the parser refuses the DCGM counters' names, which keep no
