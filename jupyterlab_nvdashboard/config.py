@@ -102,6 +102,10 @@ class Config:
     # The host label of /metrics: dcgm-exporter's current "hostname", or the "Hostname" it
     # used before its change #655 (May 2026), for boards that still select on that.
     metrics_hostname_label: str = "hostname"
+    # Per-user GPU usage series on /metrics (issue 28 item 5): off (0) by default, else at
+    # most this many (user, kernel, GPU) series, so the label count stays bounded
+    # (README "Prometheus": NVIDIA/dcgm-exporter#585).
+    metrics_per_user: int = 0
     # A Dask scheduler whose workers publish their GPUs (cluster/): /Cluster-GPUs.
     dask_scheduler: str | None = None
     # The history store (store/): one SQLite file that outlives the server. None: no store
@@ -341,6 +345,9 @@ def _scheduler(text: str) -> str:
 
 _port = _positive_int("port", 1, 65535)
 _keep_runs = _positive_int("keep-runs", 1, 1_000_000)
+# A bound on the per-user series; 10,000 (x 5 series) is well within what one Prometheus
+# target is expected to carry, and far above a single-user server's handful.
+_metrics_per_user = _positive_int("metrics-per-user", 0, 10_000)
 _simulate = _positive_int("simulate", 0, 64)
 _milliseconds = _positive_int("milliseconds", 100, 3_600_000)
 
@@ -377,6 +384,7 @@ _ENVIRONMENT = {
     "metrics": ("NVDASHBOARD_METRICS", _boolean("NVDASHBOARD_METRICS")),
     "metrics_allow": ("NVDASHBOARD_METRICS_ALLOW", _networks),
     "metrics_hostname_label": ("NVDASHBOARD_METRICS_HOSTNAME_LABEL", _hostname_label),
+    "metrics_per_user": ("NVDASHBOARD_METRICS_PER_USER", _metrics_per_user),
     # Dask's own variable (dask-labextension and dask-jobqueue set it): cluster mode.
     "dask_scheduler": ("DASK_SCHEDULER_ADDRESS", _scheduler),
     "runs_dir": ("NVDASHBOARD_RUNS_DIR", _runs_dir),
@@ -446,6 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="hostname|Hostname",
                         help="the host label of /metrics: hostname (dcgm-exporter's current "
                         "name, the default) or Hostname (its name before May 2026)")
+    parser.add_argument("--metrics-per-user", type=_metrics_per_user, metavar="N",
+                        help="also export GPU memory held and idle time per user and Jupyter "
+                        "kernel, at most N (user, kernel, GPU) series (off: 0, the default)")
     parser.add_argument("--dask-scheduler", type=_scheduler, metavar="tcp://HOST:PORT",
                         help="show the GPUs of this Dask cluster's workers on /Cluster-GPUs "
                         "(default: $DASK_SCHEDULER_ADDRESS)")
@@ -551,6 +562,8 @@ def load_config(
         allow = [network for networks in allow for network in networks]  # type: ignore[union-attr]
     if allow and not merged.get("metrics"):
         raise ConfigError("--metrics-allow needs --metrics (NVDASHBOARD_METRICS=1)")
+    if merged.get("metrics_per_user") and not merged.get("metrics"):
+        raise ConfigError("--metrics-per-user needs --metrics (NVDASHBOARD_METRICS=1)")
     store = merged.get("store", default_store_path(environ))
     store_path = None if no_store or store == STORE_OFF else store
     retention_5s = float(merged.get("store_retention_5s",  # type: ignore[arg-type]
@@ -582,6 +595,7 @@ def load_config(
         metrics_enabled=bool(merged.get("metrics", False)),
         metrics_allow=tuple(allow),  # type: ignore[arg-type]
         metrics_hostname_label=str(merged.get("metrics_hostname_label", "hostname")),
+        metrics_per_user=int(merged.get("metrics_per_user", 0)),  # type: ignore[arg-type]
         dask_scheduler=merged.get("dask_scheduler"),  # type: ignore[arg-type]
         store_path=store_path,  # type: ignore[arg-type]
         store_retention_5s_s=retention_5s,

@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -383,3 +384,96 @@ def test_a_kernel_in_another_pid_namespace() -> None:
         assert signal in idle["signal"] and idle["held_bytes"] == 12 * GIB, (behaviour, idle)
     [busy] = verdicts["busy"]
     assert busy["idle"]["state"] == BUSY and "only process" in busy["idle"]["text"], busy
+
+
+def test_held_but_unused_devices_on_the_overview_and_in_glance(tmp_path: Path) -> None:
+    """A scripted 40 minutes: GPU 0 works until 5 minutes ago; GPU 1 is held by a process
+    (4 GiB) and does nothing throughout. GPU 1 is held but unused for the threshold (30
+    minutes, issue 28); GPU 0 is not, yet."""
+    from jupyterlab_nvdashboard.apps.overview import build_overview, overview_html
+    from jupyterlab_nvdashboard.metrics import PROCESS_FAMILY, GpuReading, ProcessReading
+
+    config = Config(interval_s=0.1, token=None, runs_dir=tmp_path,
+                    simulation=SimulationConfig(gpu_count=2))
+    metrics = create_metrics(config, environ={})
+    metrics.nvml.ensure_initialized()
+    sources = DashboardSources(metrics, jupyter=JupyterSessions(None))
+    host = metrics.sampler.host.read()
+    now = time.time()
+    holder = ProcessReading(1, os.getpid(), "compute", 4 * GIB, None, None, now - 2400)
+    for t in range(-2400, 1, 2):
+        gpus = (GpuReading.unavailable(0, False)._replace(
+                    utilization_pct=60.0 if t < -300 else 0.0),
+                GpuReading.unavailable(1, False)._replace(utilization_pct=0.0))
+        metrics.history.append(now + t, gpus, host, extra={PROCESS_FAMILY: (holder,)})
+    unused = glance(sources)["unused_devices"]
+    assert [device["index"] for device in unused] == [1], unused
+    [gpu1] = unused
+    assert gpu1["held_bytes"] == 4 * GIB and gpu1["unused_s"] == pytest.approx(2400, abs=5)
+    assert gpu1["uuid"] == metrics.facts[1].uuid and gpu1["label"] == "GPU 1"
+    assert gpu1["why"].startswith("GPU 1: held by 1 process (4.0 GiB); no GPU work")
+    assert "40 min" in gpu1["why"]
+    rows = build_overview(sources).rows
+    assert rows[1].unused is not None and rows[0].unused is None
+    page = overview_html(sources, {})
+    assert page.count("data-unused") == 1 and "held, unused 40 min" in page
+    assert "Unused for 30 min or more:" in page
+    # The threshold decides: GPU 0, unused for 5 minutes, is listed from a 4-minute one.
+    sources.usage.unused_after_s = 10 * 60.0
+    assert [d["index"] for d in glance(sources)["unused_devices"]] == [1]
+    sources.usage.unused_after_s = 4 * 60.0
+    assert [d["index"] for d in glance(sources)["unused_devices"]] == [0, 1]
+
+
+def test_per_notebook_usage_since_the_server_started(tmp_path: Path) -> None:
+    """A scripted history: a notebook's first kernel holds 4 GiB on GPU 0 for 600 s and works
+    for the first 150 s of it, then ends; its second kernel holds 2 GiB for 300 s and does
+    nothing. /GPU-Processes gives the notebook 3000 GiB·s (0.83 GiB·h), its GPU working
+    150 s of 900 (17%), both kernels counted."""
+    from jupyterlab_nvdashboard.apps.processes import ProcessTableFeed, processes_json
+    from jupyterlab_nvdashboard.apps.processes import process_rows as rows_of
+    from jupyterlab_nvdashboard.metrics import (
+        OWNER_FAMILY,
+        PROCESS_FAMILY,
+        GpuReading,
+        ProcessOwner,
+        ProcessReading,
+    )
+
+    config = Config(interval_s=0.1, token=None, runs_dir=tmp_path,
+                    simulation=SimulationConfig(gpu_count=2))
+    metrics = create_metrics(config, environ={})
+    metrics.nvml.ensure_initialized()
+    jupyter = JupyterSessions(None)
+    jupyter.sessions = {"k1": Session("work/a.ipynb", "notebook", "a.ipynb", "idle"),
+                        "k2": Session("work/a.ipynb", "notebook", "a.ipynb", "idle")}
+    sources = DashboardSources(metrics, jupyter=jupyter)
+    host = metrics.sampler.host.read()
+    gpus = (GpuReading.unavailable(0, False)._replace(utilization_pct=0.0),
+            GpuReading.unavailable(1, False)._replace(utilization_pct=0.0))
+    now = time.time()
+    start = now - 1000
+    first, second = 2_000_001, os.getpid()
+    owners = {pid: ProcessOwner(pid, "ok", "alice", "python -m ipykernel", start, kernel,
+                                pid, (pid,)) for pid, kernel in ((first, "k1"), (second, "k2"))}
+
+    def play(pid: int, memory: float, begin: float, seconds: int, working_s: int) -> None:
+        for t in range(seconds + 1):
+            reading = ProcessReading(0, pid, "compute", memory,
+                                     50.0 if 0 < t <= working_s else 0.0, 0.0, begin)
+            metrics.history.append(begin + t, gpus, host, extra={
+                PROCESS_FAMILY: (reading,), OWNER_FAMILY: owners})
+
+    play(first, 4 * GIB, start, 600, 150)
+    metrics.history.append(start + 650, gpus, host, extra={PROCESS_FAMILY: ()})
+    play(second, 2 * GIB, now - 300, 300, 0)
+    [usage] = processes_json(sources)["notebooks"]
+    assert usage["path"] == "work/a.ipynb" and usage["kernels"] == 2
+    assert usage["byte_seconds"] == pytest.approx((4 * 600 + 2 * 300) * GIB)
+    assert usage["held_s"] == pytest.approx(900)
+    assert usage["working_share"] == pytest.approx(150 / 900)
+    [row] = rows_of(sources)
+    assert row.pid == second and row.notebook == "work/a.ipynb"
+    assert row.notebook_byte_seconds == pytest.approx(3000 * GIB)
+    table = ProcessTableFeed(sources).rows([]).text
+    assert table["notebook_held"] == ["0.83 GiB·h"] and table["notebook_working"] == ["17%"]

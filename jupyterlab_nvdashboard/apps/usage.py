@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..diagnosis.idle import (
     CANNOT_TELL,
+    DEFAULT_IDLE_S,
     IDLE,
     DeviceEvidence,
     DeviceTrack,
@@ -33,6 +34,7 @@ from ..diagnosis.idle import (
     judge,
     unused_for,
 )
+from ..export.usage import HolderUsage
 from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading, device_reading
 from ..metrics.identity import SHARED
@@ -49,6 +51,9 @@ HolderKey = tuple[str, str]
 # the oldest are forgotten beyond this. Our choice: a busy shared server sees a few dozen
 # kernels a day; this keeps memory bounded whatever it sees.
 MAX_HOLDERS = 256
+# A holder that stopped holding memory stays on /metrics this long: Prometheus scrapes
+# every 15 s to 1 min by default, so its last increment is seen.
+ENDED_KEEP_S = 300.0
 
 
 def holder_of(owner: ProcessOwner | None) -> HolderKey | None:
@@ -87,8 +92,12 @@ class GpuUsage:
     """The tracks of every holder and device; fed by the history, read by the pages."""
 
     def __init__(self, metrics: Metrics, jupyter: JupyterSessions | None = None,
-                 max_holders: int = MAX_HOLDERS) -> None:
+                 max_holders: int = MAX_HOLDERS, unused_after_s: float = DEFAULT_IDLE_S
+                 ) -> None:
         self.metrics, self.jupyter, self.max_holders = metrics, jupyter, max_holders
+        # A device unused this long is "held but unused" on the overview and in
+        # /glance.json (issue 28: "no work for 30 minutes", the notice's default too).
+        self.unused_after_s = unused_after_s
         self._lock = threading.Lock()
         self._owners: Mapping[int, ProcessOwner] = {}
         self._activity: dict[int, _Activity] = {}
@@ -96,6 +105,9 @@ class GpuUsage:
         self.holder_rows: dict[tuple[HolderKey, int], HolderTrack] = {}
         self.devices: dict[int, DeviceTrack] = {}
         self.current: frozenset[HolderKey] = frozenset()  # holders in the newest pass
+        # Kernel id -> the notebook it last served, kept after the session ends, so that a
+        # notebook's usage since the server started includes its ended kernels.
+        self.paths: dict[str, str] = {}
         self.passes = 0
         history = metrics.history
         for sample in history.window(metrics.history_s + 1):  # what came before this object
@@ -132,7 +144,11 @@ class GpuUsage:
                                                    len(entries), sum(known))
             for key, device in self._holders_on(fact.label, row, entries, pct, signal):
                 evidence.setdefault(key, []).append(device)
+        sessions = self.jupyter.sessions if self.jupyter is not None else {}
         for key, devices in evidence.items():
+            session = sessions.get(key[1]) if key[1] else None
+            if session is not None:
+                self.paths[key[1]] = session.path
             self.holders[key] = advance(self.holders.get(key), now_s, devices)
             for device in devices:
                 self.holder_rows[(key, device.row)] = advance(
@@ -148,6 +164,7 @@ class GpuUsage:
         owners = self._owners
         memory: dict[HolderKey, float | None] = {}
         sm: dict[HolderKey, float | None] = {}
+        since: dict[HolderKey, float] = {}
         entry_holders: list[HolderKey | None] = []
         for entry in entries:
             if entry.identity == SHARED and entry.group is not None:
@@ -167,13 +184,15 @@ class GpuUsage:
             held = memory.get(sole, 0.0)
             memory[sole] = None if held is None or entry.used_memory_bytes is None \
                 else held + entry.used_memory_bytes
+            if entry.seen_since_s is not None:
+                since[sole] = min(since.get(sole, entry.seen_since_s), entry.seen_since_s)
             top = sm.get(sole)
             if entry.sm_pct is not None and (top is None or entry.sm_pct > top):
                 top = entry.sm_pct
             sm[sole] = top
         return [(key, DeviceEvidence(
             row, label, memory[key], sm.get(key),
-            all(holder == key for holder in entry_holders), pct, signal))
+            all(holder == key for holder in entry_holders), pct, signal, since.get(key)))
             for key in memory]
 
     def _forget_oldest(self) -> None:
@@ -184,6 +203,7 @@ class GpuUsage:
                       key=lambda k: self.holders[k].last_pass_s)[:excess]
         for key in gone:
             del self.holders[key]
+            self.paths.pop(key[1], None)
         for key, row in [k for k in self.holder_rows if k[0] in gone]:
             del self.holder_rows[(key, row)]
 
@@ -198,20 +218,68 @@ class GpuUsage:
                  ) -> IdleJudgment | None:
         """The idle judgment of ``user``'s kernel ``kernel_id`` now (None: never seen
         holding memory), with Jupyter's word on whether the kernel is running."""
-        now_s = time.time() if now_s is None else now_s
         with self._lock:
             track = self.holders.get((user, kernel_id))
         if track is None:
             return None
+        return self._judge((user, kernel_id), track, time.time() if now_s is None else now_s)
+
+    def _judge(self, key: HolderKey, track: HolderTrack, now_s: float) -> IdleJudgment:
+        """A kernel's judgment takes Jupyter's execution state (none known: cannot tell);
+        processes outside any kernel are judged by their GPU work alone."""
+        user, kernel_id = key
         sessions = self.jupyter.sessions if self.jupyter is not None else {}
-        session = sessions.get(kernel_id)
-        return judge(kernel_id, track, now_s, session.execution_state if session else None,
+        session = sessions.get(kernel_id) if kernel_id else None
+        state = session.execution_state if session else None if kernel_id else "idle"
+        return judge(kernel_id or f"{user}:", track, now_s, state,
                      session.last_activity_s if session else None)
 
-    def unused_devices(self, threshold_s: float, now_s: float | None = None
-                       ) -> list[dict[str, Any]]:
-        """The devices unused for at least ``threshold_s``, as ``/glance.json`` lists them."""
+    def notebook_usage(self) -> dict[str, NotebookUsage]:
+        """Each notebook's GPU usage since the server started (issue 28 item 6), over every
+        kernel that served it: memory held x time, time held, and the share of the time
+        whose GPU work could be told that its GPU was working."""
+        with self._lock:
+            holders, paths = dict(self.holders), dict(self.paths)
+        out: dict[str, NotebookUsage] = {}
+        for (_, kernel_id), track in holders.items():
+            path = paths.get(kernel_id)
+            if not kernel_id or path is None:
+                continue
+            before = out.get(path, NotebookUsage(path, 0, 0.0, 0.0, 0.0, 0.0))
+            out[path] = NotebookUsage(path, before.kernels + 1,
+                                      before.byte_seconds + track.byte_seconds,
+                                      before.held_s + track.held_s,
+                                      before.working_s + track.working_s,
+                                      before.known_s + track.known_s)
+        return out
+
+    def holder_usage(self, now_s: float | None = None) -> list[HolderUsage]:
+        """Each holder's usage of each device row, for ``/metrics``: the holders of the
+        newest pass, and those that stopped holding in the last ``ENDED_KEEP_S`` (so that
+        Prometheus scrapes their last increment)."""
         now_s = time.time() if now_s is None else now_s
+        holders, rows, _, current = self.snapshot()
+        out = []
+        for (key, row), track in rows.items():
+            holder = holders.get(key)
+            if holder is None or (key not in current and
+                                  now_s - track.last_pass_s > ENDED_KEEP_S):
+                continue
+            holding = key in current and track.last_pass_s == holder.last_pass_s
+            idle_s = None
+            if holding:
+                judgment = self._judge(key, holder, now_s)
+                idle_s = judgment.idle_s if judgment.state == IDLE else \
+                    None if judgment.state == CANNOT_TELL else 0.0
+            out.append(HolderUsage(key[0], key[1], row, track.held_bytes if holding else 0.0,
+                                   idle_s, track.byte_seconds, track.held_s, track.no_work_s))
+        return out
+
+    def unused_devices(self, now_s: float | None = None) -> list[dict[str, Any]]:
+        """The devices unused for at least ``unused_after_s``, as ``/glance.json`` lists
+        them."""
+        now_s = time.time() if now_s is None else now_s
+        threshold_s = self.unused_after_s
         facts = {f.index: f for f in self.metrics.facts}
         out = []
         for row, track in sorted(self.snapshot()[2].items()):
@@ -227,6 +295,25 @@ class GpuUsage:
                         "why": f"{fact.label}: {held}; {grounds} for "
                                f"{minutes_text(unused_s)}"})
         return out
+
+
+@dataclass(frozen=True)
+class NotebookUsage:
+    """One notebook's GPU usage since the server started."""
+
+    path: str
+    kernels: int  # kernels that served it and held GPU memory
+    byte_seconds: float  # GPU memory held x seconds
+    held_s: float
+    working_s: float  # time whose passes showed GPU work
+    known_s: float  # time whose passes told work or no work
+
+    @property
+    def working_share(self) -> float | None:
+        return self.working_s / self.known_s if self.known_s > 0 else None
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "working_share": self.working_share}
 
 
 def idle_json(judgment: IdleJudgment | None, path: str, kernel_id: str,

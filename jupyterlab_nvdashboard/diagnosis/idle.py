@@ -78,6 +78,10 @@ class DeviceEvidence:
     only_holder: bool  # its processes are the device's only entries
     device_pct: float | None  # the device's highest activity since the previous pass
     device_signal: str = "utilization"  # "SM activity" (GPM) or "utilization"
+    # When the reader first listed the holder's processes there (wall time; None: not
+    # known): a holder's first pass comes only once its processes' owners are known, a
+    # few slow passes later, and the time held before it counts too.
+    since_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,8 @@ def advance(track: HolderTrack | None, now_s: float, devices: Sequence[DeviceEvi
     gpus = tuple(dict.fromkeys(d.label for d in devices))
     if track is None:
         track = HolderTrack(now_s, now_s, evidence)
-        dt = 0.0
+        listed = [d.since_s for d in devices if d.since_s is not None]
+        dt = min(max(0.0, now_s - min(listed)), MAX_PASS_GAP_S) if listed else 0.0
     else:
         dt = min(max(0.0, now_s - track.last_pass_s), MAX_PASS_GAP_S)
     changes: dict[str, Any] = {
@@ -179,6 +184,8 @@ def advance(track: HolderTrack | None, now_s: float, devices: Sequence[DeviceEvi
         "held_known": len(known) == len(devices), "gpus": gpus,
         "byte_seconds": track.byte_seconds + held * dt,
         "held_s": track.held_s + (dt if devices else 0.0)}
+    if track.first_s == now_s:
+        dt = 0.0  # before its first pass, whether it worked was not seen
     if evidence.kind == WORK:
         changes.update(last_evidence_s=now_s, last_work_s=now_s, quiet_since_s=None,
                        quiet_passes=0, quiet_max_pct=None, known_s=track.known_s + dt,
