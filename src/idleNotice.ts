@@ -436,8 +436,9 @@ export class IdleNotifier {
     try {
       parsed = parseCulls(await this._options.fetchCulls());
     } catch {
-      // No server extension (disabled, an older one): no cull to tell of.
-      parsed = { policy: CULL_OFF, culls: [] };
+      // No answer: what was known stands (off until the server said; no
+      // server extension, disabled or older, never says).
+      return;
     }
     this._policy = parsed.policy;
     this._use();

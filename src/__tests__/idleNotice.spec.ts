@@ -275,7 +275,12 @@ class Harness {
       postNotice: async (id, episode) => {
         this.posted.push([id, episode]);
       },
-      fetchCulls: async () => this.culls,
+      fetchCulls: async () => {
+        if (this.culls instanceof Error) {
+          throw this.culls;
+        }
+        return this.culls;
+      },
       store: this.state,
       now: () => this.clock,
       autoStart: false
@@ -483,6 +488,18 @@ describe('IdleNotifier', () => {
       'GPU idle cull shut down the kernel of a.ipynb: 38.0 GiB on GPU 1, ' +
         'no GPU work for 57 min, told 15 min before.'
     ]);
+    h.dispose();
+  });
+
+  it('keeps what it knew of the cull when the server does not answer', async () => {
+    const h = new Harness([IDLE], {
+      culls: { policy: { on: true, after_notice_minutes: 15 }, culls: [] }
+    });
+    await h.notifier.readCulls();
+    expect(h.notifier.policy.on).toBe(true);
+    h.culls = new Error('no answer');
+    await h.notifier.readCulls();
+    expect(h.notifier.policy.on).toBe(true);
     h.dispose();
   });
 
