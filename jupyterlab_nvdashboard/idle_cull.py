@@ -220,7 +220,7 @@ class IdleCuller:
             self._log.warning("nvdashboard: the GPU idle cull could not shut down kernel %s "
                               "(%s: %s)", kernel_id, type(error).__name__, error)
             return None
-        del self.notices[kernel_id]
+        self.notices.pop(kernel_id, None)
         self._culls_made += 1
         held = _number(idle.get("held_bytes")) or 0.0
         cull = {"id": self._culls_made, "at": now, "kernel_id": kernel_id,
