@@ -61,6 +61,8 @@ EVIDENCE_GAP_S = 10.0
 # Jupyter's execution states in which the kernel is running or about to run (jupyter_server
 # ``kernels/kernelmanager.py`` sets "starting", "restarting", "autorestarting" and the
 # kernel's own iopub "busy"/"idle" status). Issue 28: "A busy kernel is never called idle".
+# Jupyter says "starting" until the kernel first answers a request (JupyterLab asks for its
+# kernel_info on connecting): a kernel no client ever connected to is never called idle.
 BUSY_STATES = frozenset({"busy", "starting", "restarting", "autorestarting"})
 
 WORK, NO_WORK, UNKNOWN = "work", "no_work", "unknown"
@@ -235,7 +237,8 @@ def judge(key: str, track: HolderTrack, now_s: float, execution_state: str | Non
     if execution_state in BUSY_STATES:
         return IdleJudgment(BUSY, "Jupyter's execution state", idle_s=None,
                             episode=f"{key}:busy", reason=f"the kernel is {execution_state} "
-                            "in Jupyter (running a cell)", **common)
+                            "in Jupyter" + (" (running a cell)" if execution_state == "busy"
+                                            else ""), **common)
     last = track.last
     if last.kind == WORK:
         return IdleJudgment(BUSY, last.signal, idle_s=None, episode=f"{key}:busy",
