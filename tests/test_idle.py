@@ -477,3 +477,12 @@ def test_per_notebook_usage_since_the_server_started(tmp_path: Path) -> None:
     assert row.notebook_byte_seconds == pytest.approx(3000 * GIB)
     table = ProcessTableFeed(sources).rows([]).text
     assert table["notebook_held"] == ["0.83 GiB·h"] and table["notebook_working"] == ["17%"]
+
+
+def test_time_a_holder_was_absent_is_not_counted_held() -> None:
+    track = None
+    for t in list(range(0, 101)) + list(range(131, 201)):  # absent from 101 s to 130 s
+        track = advance(track, T0 + t, [on(held=2 * GIB)], T0 + t - 1)
+    assert track is not None
+    assert track.held_s == pytest.approx(170)  # 100 s, then 1 s back at 131, then 69 s
+    assert track.byte_seconds == pytest.approx(2 * GIB * 170)

@@ -109,6 +109,7 @@ class GpuUsage:
         # notebook's usage since the server started includes its ended kernels.
         self.paths: dict[str, str] = {}
         self.passes = 0
+        self._last_pass_s: float | None = None
         history = metrics.history
         for sample in history.window(metrics.history_s + 1):  # what came before this object
             self.on_sample(sample)
@@ -149,11 +150,14 @@ class GpuUsage:
             session = sessions.get(key[1]) if key[1] else None
             if session is not None:
                 self.paths[key[1]] = session.path
-            self.holders[key] = advance(self.holders.get(key), now_s, devices)
+            self.holders[key] = advance(self.holders.get(key), now_s, devices,
+                                        self._last_pass_s)
             for device in devices:
                 self.holder_rows[(key, device.row)] = advance(
-                    self.holder_rows.get((key, device.row)), now_s, [device])
+                    self.holder_rows.get((key, device.row)), now_s, [device],
+                    self._last_pass_s)
         self.current = frozenset(evidence)
+        self._last_pass_s = now_s
         self.passes += 1
         self._forget_oldest()
 

@@ -168,9 +168,12 @@ class HolderTrack:
 MAX_PASS_GAP_S = 60.0
 
 
-def advance(track: HolderTrack | None, now_s: float, devices: Sequence[DeviceEvidence]
-            ) -> HolderTrack:
-    """The track after one more pass at ``now_s`` (wall time) over the holder's devices."""
+def advance(track: HolderTrack | None, now_s: float, devices: Sequence[DeviceEvidence],
+            previous_pass_s: float | None = None) -> HolderTrack:
+    """The track after one more pass at ``now_s`` (wall time) over the holder's devices.
+    ``previous_pass_s``: the reader's pass before this one; a holder absent from it (its
+    memory freed, or its owner not known then) is counted held from it, not across the
+    passes it missed."""
     evidence = pass_evidence(devices)
     known = [d.held_bytes for d in devices if d.held_bytes is not None]
     held = math.fsum(known)
@@ -180,7 +183,9 @@ def advance(track: HolderTrack | None, now_s: float, devices: Sequence[DeviceEvi
         listed = [d.since_s for d in devices if d.since_s is not None]
         dt = min(max(0.0, now_s - min(listed)), MAX_PASS_GAP_S) if listed else 0.0
     else:
-        dt = min(max(0.0, now_s - track.last_pass_s), MAX_PASS_GAP_S)
+        since = track.last_pass_s if previous_pass_s is None else \
+            max(track.last_pass_s, previous_pass_s)
+        dt = min(max(0.0, now_s - since), MAX_PASS_GAP_S)
     changes: dict[str, Any] = {
         "last_pass_s": now_s, "last": evidence, "held_bytes": held,
         "held_known": len(known) == len(devices), "gpus": gpus,
