@@ -486,3 +486,15 @@ def test_time_a_holder_was_absent_is_not_counted_held() -> None:
     assert track is not None
     assert track.held_s == pytest.approx(170)  # 100 s, then 1 s back at 131, then 69 s
     assert track.byte_seconds == pytest.approx(2 * GIB * 170)
+
+
+def test_the_sentence_says_when_memory_is_held_with_other_processes() -> None:
+    from jupyterlab_nvdashboard.apps.usage import idle_json
+
+    judgment = judge("k1", play(every(1, 3000, [on(held=None)])), T0 + 3000, "idle", None)
+    shared = idle_json(judgment, "work/a.ipynb", "k1", 0.0, ["GPU 1 (CUDA 1)"], 35 * 10**9)
+    assert shared["text"] == ("a.ipynb holds part of 32.6 GiB held with other processes on "
+                              "GPU 1 and has done no GPU work for 50 min.")
+    plain = idle_json(judgment, "work/a.ipynb", "k1", 2 * GIB, ["GPU 1 (CUDA 1)"])
+    assert plain["text"].startswith("a.ipynb holds 2.0 GiB on GPU 1 and")
+    assert plain["gpus"] == ["GPU 1 (CUDA 1)"]

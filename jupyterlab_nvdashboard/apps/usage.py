@@ -321,12 +321,20 @@ class NotebookUsage:
 
 
 def idle_json(judgment: IdleJudgment | None, path: str, kernel_id: str,
-              held_bytes: float, gpus: Sequence[str]) -> dict[str, Any]:
-    """The contract's ``idle`` object of one kernel in ``/glance.json``."""
+              held_bytes: float, gpus: Sequence[str], shared_bytes: float | None = None
+              ) -> dict[str, Any]:
+    """The contract's ``idle`` object of one kernel in ``/glance.json``. ``shared_bytes``:
+    memory the kernel holds only together with other processes of its container (identity
+    ``shared``), whose own share the driver's PIDs cannot tell."""
     name = os.path.basename(path) or path
     # The sentence names devices as nvidia-smi does ("GPU 1"); ``gpus`` are the page's labels.
     where = ", ".join(judgment.gpus if judgment is not None and judgment.gpus else gpus)
-    holds = f"{name} holds {format_memory(held_bytes)} on {where}"
+    memory = format_memory(held_bytes)
+    if shared_bytes:
+        memory = (f"{memory} and part of {format_memory(shared_bytes)} held with other "
+                  "processes" if held_bytes else
+                  f"part of {format_memory(shared_bytes)} held with other processes")
+    holds = f"{name} holds {memory} on {where}"
     if judgment is None:
         return {"state": CANNOT_TELL, "signal": "none", "held_bytes": held_bytes,
                 "gpus": list(gpus), "idle_s": None, "episode": f"{kernel_id}:unknown",
