@@ -288,7 +288,7 @@ class GpuUsage:
         out = []
         for row, track in sorted(self.snapshot()[2].items()):
             fact = facts.get(row)
-            unused_s, grounds = unused_for(track, now_s)
+            unused_s, grounds, since_start = unused_for(track, now_s)
             if fact is None or unused_s < threshold_s:
                 continue
             held = (f"held by {track.processes} process{'es' if track.processes != 1 else ''}"
@@ -297,7 +297,8 @@ class GpuUsage:
             out.append({"index": row, "label": fact.label, "uuid": fact.uuid,
                         "held_bytes": track.held_bytes, "unused_s": unused_s,
                         "why": f"{fact.label}: {held}; {grounds} for "
-                               f"{minutes_text(unused_s)}"})
+                               f"{minutes_text(unused_s)}"
+                               + (" (since this server started)" if since_start else "")})
         return out
 
 

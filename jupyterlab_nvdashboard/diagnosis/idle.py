@@ -303,16 +303,13 @@ def advance_device(track: DeviceTrack | None, now_s: float, activity_pct: float 
         idle_held_s=track.idle_held_s + (dt if processes and quiet else 0.0))
 
 
-def unused_for(track: DeviceTrack, now_s: float) -> tuple[float, str]:
-    """How long the device has been unused, and on what grounds: no work by its activity
-    readings where it has them (held or not), else no process listed. Counted from the
-    server's first pass at most: before it, nothing was seen."""
+def unused_for(track: DeviceTrack, now_s: float) -> tuple[float, str, bool]:
+    """How long the device has been unused; what it did not do, in words ("no GPU work",
+    by its activity readings where it has them, held or not; else "no process on it");
+    and whether that is since the server's first pass (before it, nothing was seen)."""
     if track.activity_known:
-        since = track.last_work_s if track.last_work_s is not None else track.first_s
-        grounds = "no GPU work (its activity readings)"
+        last, grounds = track.last_work_s, "no GPU work"
     else:
-        since = track.last_held_s if track.last_held_s is not None else track.first_s
-        grounds = "no process listed on it (it gives no activity readings)"
-    if track.last_work_s is None and track.last_held_s is None:
-        grounds += ", since this server started"
-    return max(0.0, now_s - since), grounds
+        last, grounds = track.last_held_s, "no process on it"
+    since = last if last is not None else track.first_s
+    return max(0.0, now_s - since), grounds, last is None
