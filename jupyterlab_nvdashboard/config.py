@@ -106,6 +106,9 @@ class Config:
     # most this many (user, kernel, GPU) series, so the label count stays bounded
     # (README "Prometheus": NVIDIA/dcgm-exporter#585).
     metrics_per_user: int = 0
+    # A GPU that did no work this long is "unused" on the overview and in /glance.json
+    # (issue 28 item 4: "no work for 30 minutes" is the issue's default).
+    unused_after_s: float = 1800.0
     # A Dask scheduler whose workers publish their GPUs (cluster/): /Cluster-GPUs.
     dask_scheduler: str | None = None
     # The history store (store/): one SQLite file that outlives the server. None: no store
@@ -185,6 +188,7 @@ _interval = _seconds("interval", MIN_INTERVAL_S, 60, f"{MIN_INTERVAL_S} and 60 s
 _history = _seconds("history", 1, 7 * 24 * 3600, "1 second and 7 days")
 _idle_interval = _seconds("idle interval", MIN_INTERVAL_S, 60, f"{MIN_INTERVAL_S} and 60 seconds")
 _exit_after_idle = _seconds("exit after idle", 0, 30 * 24 * 3600, "0 (never) and 30 days")
+_unused_after = _seconds("unused after", 1, 30 * 24 * 3600, "1 second and 30 days")
 _retention_5s = _seconds("store retention of 5-second buckets", 60, 7 * 24 * 3600,
                          "60 seconds and 7 days")
 _retention_1min = _seconds("store retention of 1-minute buckets", 3600, 366 * 24 * 3600,
@@ -385,6 +389,7 @@ _ENVIRONMENT = {
     "metrics_allow": ("NVDASHBOARD_METRICS_ALLOW", _networks),
     "metrics_hostname_label": ("NVDASHBOARD_METRICS_HOSTNAME_LABEL", _hostname_label),
     "metrics_per_user": ("NVDASHBOARD_METRICS_PER_USER", _metrics_per_user),
+    "unused_after": ("NVDASHBOARD_UNUSED_AFTER", _unused_after),
     # Dask's own variable (dask-labextension and dask-jobqueue set it): cluster mode.
     "dask_scheduler": ("DASK_SCHEDULER_ADDRESS", _scheduler),
     "runs_dir": ("NVDASHBOARD_RUNS_DIR", _runs_dir),
@@ -457,6 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics-per-user", type=_metrics_per_user, metavar="N",
                         help="also export GPU memory held and idle time per user and Jupyter "
                         "kernel, at most N (user, kernel, GPU) series (off: 0, the default)")
+    parser.add_argument("--unused-after", type=_unused_after, metavar="SECONDS",
+                        help="call a GPU unused on the overview and in /glance.json after "
+                        "it did no work this long (default 1800)")
     parser.add_argument("--dask-scheduler", type=_scheduler, metavar="tcp://HOST:PORT",
                         help="show the GPUs of this Dask cluster's workers on /Cluster-GPUs "
                         "(default: $DASK_SCHEDULER_ADDRESS)")
@@ -596,6 +604,8 @@ def load_config(
         metrics_allow=tuple(allow),  # type: ignore[arg-type]
         metrics_hostname_label=str(merged.get("metrics_hostname_label", "hostname")),
         metrics_per_user=int(merged.get("metrics_per_user", 0)),  # type: ignore[arg-type]
+        unused_after_s=float(merged.get("unused_after",  # type: ignore[arg-type]
+                                        defaults.unused_after_s)),
         dask_scheduler=merged.get("dask_scheduler"),  # type: ignore[arg-type]
         store_path=store_path,  # type: ignore[arg-type]
         store_retention_5s_s=retention_5s,

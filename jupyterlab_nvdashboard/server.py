@@ -592,8 +592,11 @@ def compose_sources(config: Config, metrics: Metrics) -> DashboardSources:
         from .cluster.view import ClusterView
 
         cluster = ClusterView.connect_to(config.dask_scheduler)
-    return DashboardSources(metrics, workload, run_control=config.run_control,
-                            jupyter=jupyter, cluster=cluster, store=compose_store(config, metrics))
+    sources = DashboardSources(metrics, workload, run_control=config.run_control,
+                               jupyter=jupyter, cluster=cluster,
+                               store=compose_store(config, metrics))
+    sources.usage.unused_after_s = config.unused_after_s
+    return sources
 
 
 def compose_store(config: Config, metrics: Metrics) -> HistoryStore | None:

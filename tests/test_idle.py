@@ -181,14 +181,16 @@ def test_unused_device_by_activity_or_by_no_process() -> None:
     for t in range(0, 1801):
         device = advance_device(device, T0 + t, 50.0 if t < 100 else 0.0, 1, 2 * GIB)
     assert device is not None
-    unused, why = unused_for(device, T0 + 1800)
-    assert unused == pytest.approx(1701) and "no GPU work" in why
+    unused, why, since_start = unused_for(device, T0 + 1800)
+    assert unused == pytest.approx(1701) and why == "no GPU work" and not since_start
     assert device.idle_held_s == pytest.approx(1701) and device.held_s == pytest.approx(1800)
     blind = None  # a device without activity readings: unused while no process is listed
     for t in range(0, 601):
         blind = advance_device(blind, T0 + t, None, 1 if t <= 200 else 0, 0.0)
     assert blind is not None
-    assert unused_for(blind, T0 + 600)[0] == pytest.approx(400)
+    assert unused_for(blind, T0 + 600) == (pytest.approx(400), "no process on it", False)
+    never = advance_device(advance_device(None, T0, 0.0, 0, 0.0), T0 + 60, 0.0, 0, 0.0)
+    assert unused_for(never, T0 + 60) == (60.0, "no GPU work", True)
 
 
 def test_sessions_carry_the_kernels_execution_state_and_last_activity() -> None:
@@ -477,3 +479,34 @@ def test_per_notebook_usage_since_the_server_started(tmp_path: Path) -> None:
     assert row.notebook_byte_seconds == pytest.approx(3000 * GIB)
     table = ProcessTableFeed(sources).rows([]).text
     assert table["notebook_held"] == ["0.83 GiB·h"] and table["notebook_working"] == ["17%"]
+
+
+def test_time_a_holder_was_absent_is_not_counted_held() -> None:
+    track = None
+    for t in list(range(0, 101)) + list(range(131, 201)):  # absent from 101 s to 130 s
+        track = advance(track, T0 + t, [on(held=2 * GIB)], T0 + t - 1)
+    assert track is not None
+    assert track.held_s == pytest.approx(170)  # 100 s, then 1 s back at 131, then 69 s
+    assert track.byte_seconds == pytest.approx(2 * GIB * 170)
+
+
+def test_the_sentence_says_when_memory_is_held_with_other_processes() -> None:
+    from jupyterlab_nvdashboard.apps.usage import idle_json
+
+    judgment = judge("k1", play(every(1, 3000, [on(held=None)])), T0 + 3000, "idle", None)
+    shared = idle_json(judgment, "work/a.ipynb", "k1", 0.0, ["GPU 1 (CUDA 1)"], 35 * 10**9)
+    assert shared["text"] == ("a.ipynb holds part of 32.6 GiB held with other processes on "
+                              "GPU 1 and has done no GPU work for 50 min.")
+    plain = idle_json(judgment, "work/a.ipynb", "k1", 2 * GIB, ["GPU 1 (CUDA 1)"])
+    assert plain["text"].startswith("a.ipynb holds 2.0 GiB on GPU 1 and")
+    assert plain["gpus"] == ["GPU 1 (CUDA 1)"]
+
+
+def test_unused_after_is_a_setting_of_its_own() -> None:
+    from jupyterlab_nvdashboard.config import ConfigError, load_config
+
+    assert load_config([], environ={}).unused_after_s == 1800.0  # issue 28: 30 minutes
+    assert load_config(["--unused-after", "600"], environ={}).unused_after_s == 600.0
+    assert load_config([], environ={"NVDASHBOARD_UNUSED_AFTER": "90"}).unused_after_s == 90.0
+    with pytest.raises(ConfigError, match="between 1 second and 30 days"):
+        load_config(["--unused-after", "0"], environ={})

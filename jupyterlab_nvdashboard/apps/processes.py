@@ -459,7 +459,8 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
     for kernel in kernels.values():
         kernel["idle"] = idle_json(
             sources.usage.judgment(user or "", kernel["kernel_id"]), kernel["path"],
-            kernel["kernel_id"], kernel["memory_bytes"], kernel["devices"])
+            kernel["kernel_id"], kernel["memory_bytes"], kernel["devices"],
+            kernel.get("shared_memory_bytes"))
     # Why the GPUs that hold the user's own kernels are slow (the shared cache: cheap).
     diagnoses = [{"index": d.row, "label": d.label, "cause": d.cause, "brief": d.brief(),
                   "line": d.line(), "advice": d.first.advice}

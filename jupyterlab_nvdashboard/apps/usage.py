@@ -109,6 +109,7 @@ class GpuUsage:
         # notebook's usage since the server started includes its ended kernels.
         self.paths: dict[str, str] = {}
         self.passes = 0
+        self._last_pass_s: float | None = None
         history = metrics.history
         for sample in history.window(metrics.history_s + 1):  # what came before this object
             self.on_sample(sample)
@@ -149,11 +150,14 @@ class GpuUsage:
             session = sessions.get(key[1]) if key[1] else None
             if session is not None:
                 self.paths[key[1]] = session.path
-            self.holders[key] = advance(self.holders.get(key), now_s, devices)
+            self.holders[key] = advance(self.holders.get(key), now_s, devices,
+                                        self._last_pass_s)
             for device in devices:
                 self.holder_rows[(key, device.row)] = advance(
-                    self.holder_rows.get((key, device.row)), now_s, [device])
+                    self.holder_rows.get((key, device.row)), now_s, [device],
+                    self._last_pass_s)
         self.current = frozenset(evidence)
+        self._last_pass_s = now_s
         self.passes += 1
         self._forget_oldest()
 
@@ -284,7 +288,7 @@ class GpuUsage:
         out = []
         for row, track in sorted(self.snapshot()[2].items()):
             fact = facts.get(row)
-            unused_s, grounds = unused_for(track, now_s)
+            unused_s, grounds, since_start = unused_for(track, now_s)
             if fact is None or unused_s < threshold_s:
                 continue
             held = (f"held by {track.processes} process{'es' if track.processes != 1 else ''}"
@@ -293,7 +297,8 @@ class GpuUsage:
             out.append({"index": row, "label": fact.label, "uuid": fact.uuid,
                         "held_bytes": track.held_bytes, "unused_s": unused_s,
                         "why": f"{fact.label}: {held}; {grounds} for "
-                               f"{minutes_text(unused_s)}"})
+                               f"{minutes_text(unused_s)}"
+                               + (" (since this server started)" if since_start else "")})
         return out
 
 
@@ -317,12 +322,20 @@ class NotebookUsage:
 
 
 def idle_json(judgment: IdleJudgment | None, path: str, kernel_id: str,
-              held_bytes: float, gpus: Sequence[str]) -> dict[str, Any]:
-    """The contract's ``idle`` object of one kernel in ``/glance.json``."""
+              held_bytes: float, gpus: Sequence[str], shared_bytes: float | None = None
+              ) -> dict[str, Any]:
+    """The contract's ``idle`` object of one kernel in ``/glance.json``. ``shared_bytes``:
+    memory the kernel holds only together with other processes of its container (identity
+    ``shared``), whose own share the driver's PIDs cannot tell."""
     name = os.path.basename(path) or path
     # The sentence names devices as nvidia-smi does ("GPU 1"); ``gpus`` are the page's labels.
     where = ", ".join(judgment.gpus if judgment is not None and judgment.gpus else gpus)
-    holds = f"{name} holds {format_memory(held_bytes)} on {where}"
+    memory = format_memory(held_bytes)
+    if shared_bytes:
+        memory = (f"{memory} and part of {format_memory(shared_bytes)} held with other "
+                  "processes" if held_bytes else
+                  f"part of {format_memory(shared_bytes)} held with other processes")
+    holds = f"{name} holds {memory} on {where}"
     if judgment is None:
         return {"state": CANNOT_TELL, "signal": "none", "held_bytes": held_bytes,
                 "gpus": list(gpus), "idle_s": None, "episode": f"{kernel_id}:unknown",

@@ -61,6 +61,8 @@ EVIDENCE_GAP_S = 10.0
 # Jupyter's execution states in which the kernel is running or about to run (jupyter_server
 # ``kernels/kernelmanager.py`` sets "starting", "restarting", "autorestarting" and the
 # kernel's own iopub "busy"/"idle" status). Issue 28: "A busy kernel is never called idle".
+# Jupyter says "starting" until the kernel first answers a request (JupyterLab asks for its
+# kernel_info on connecting): a kernel no client ever connected to is never called idle.
 BUSY_STATES = frozenset({"busy", "starting", "restarting", "autorestarting"})
 
 WORK, NO_WORK, UNKNOWN = "work", "no_work", "unknown"
@@ -166,9 +168,12 @@ class HolderTrack:
 MAX_PASS_GAP_S = 60.0
 
 
-def advance(track: HolderTrack | None, now_s: float, devices: Sequence[DeviceEvidence]
-            ) -> HolderTrack:
-    """The track after one more pass at ``now_s`` (wall time) over the holder's devices."""
+def advance(track: HolderTrack | None, now_s: float, devices: Sequence[DeviceEvidence],
+            previous_pass_s: float | None = None) -> HolderTrack:
+    """The track after one more pass at ``now_s`` (wall time) over the holder's devices.
+    ``previous_pass_s``: the reader's pass before this one; a holder absent from it (its
+    memory freed, or its owner not known then) is counted held from it, not across the
+    passes it missed."""
     evidence = pass_evidence(devices)
     known = [d.held_bytes for d in devices if d.held_bytes is not None]
     held = math.fsum(known)
@@ -178,7 +183,9 @@ def advance(track: HolderTrack | None, now_s: float, devices: Sequence[DeviceEvi
         listed = [d.since_s for d in devices if d.since_s is not None]
         dt = min(max(0.0, now_s - min(listed)), MAX_PASS_GAP_S) if listed else 0.0
     else:
-        dt = min(max(0.0, now_s - track.last_pass_s), MAX_PASS_GAP_S)
+        since = track.last_pass_s if previous_pass_s is None else \
+            max(track.last_pass_s, previous_pass_s)
+        dt = min(max(0.0, now_s - since), MAX_PASS_GAP_S)
     changes: dict[str, Any] = {
         "last_pass_s": now_s, "last": evidence, "held_bytes": held,
         "held_known": len(known) == len(devices), "gpus": gpus,
@@ -235,7 +242,8 @@ def judge(key: str, track: HolderTrack, now_s: float, execution_state: str | Non
     if execution_state in BUSY_STATES:
         return IdleJudgment(BUSY, "Jupyter's execution state", idle_s=None,
                             episode=f"{key}:busy", reason=f"the kernel is {execution_state} "
-                            "in Jupyter (running a cell)", **common)
+                            "in Jupyter" + (" (running a cell)" if execution_state == "busy"
+                                            else ""), **common)
     last = track.last
     if last.kind == WORK:
         return IdleJudgment(BUSY, last.signal, idle_s=None, episode=f"{key}:busy",
@@ -295,16 +303,13 @@ def advance_device(track: DeviceTrack | None, now_s: float, activity_pct: float 
         idle_held_s=track.idle_held_s + (dt if processes and quiet else 0.0))
 
 
-def unused_for(track: DeviceTrack, now_s: float) -> tuple[float, str]:
-    """How long the device has been unused, and on what grounds: no work by its activity
-    readings where it has them (held or not), else no process listed. Counted from the
-    server's first pass at most: before it, nothing was seen."""
+def unused_for(track: DeviceTrack, now_s: float) -> tuple[float, str, bool]:
+    """How long the device has been unused; what it did not do, in words ("no GPU work",
+    by its activity readings where it has them, held or not; else "no process on it");
+    and whether that is since the server's first pass (before it, nothing was seen)."""
     if track.activity_known:
-        since = track.last_work_s if track.last_work_s is not None else track.first_s
-        grounds = "no GPU work (its activity readings)"
+        last, grounds = track.last_work_s, "no GPU work"
     else:
-        since = track.last_held_s if track.last_held_s is not None else track.first_s
-        grounds = "no process listed on it (it gives no activity readings)"
-    if track.last_work_s is None and track.last_held_s is None:
-        grounds += ", since this server started"
-    return max(0.0, now_s - since), grounds
+        last, grounds = track.last_held_s, "no process on it"
+    since = last if last is not None else track.first_s
+    return max(0.0, now_s - since), grounds, last is None
