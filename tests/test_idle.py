@@ -510,3 +510,39 @@ def test_unused_after_is_a_setting_of_its_own() -> None:
     assert load_config([], environ={"NVDASHBOARD_UNUSED_AFTER": "90"}).unused_after_s == 90.0
     with pytest.raises(ConfigError, match="between 1 second and 30 days"):
         load_config(["--unused-after", "0"], environ={})
+
+
+@pytest.mark.parametrize("second_sm, state", [(None, CANNOT_TELL), (0.0, IDLE), (40.0, BUSY)])
+def test_a_kernel_process_the_samples_left_out_is_not_taken_for_idle(
+        tmp_path: Path, second_sm: float | None, state: str) -> None:
+    """A kernel's two processes share GPU 0 with another user's busy process (utilization
+    70%). The kernel's first process was sampled at 0% SM; if its second was not sampled at
+    all, its own samples do not say the kernel did nothing: cannot tell."""
+    from jupyterlab_nvdashboard.metrics import (
+        OWNER_FAMILY,
+        PROCESS_FAMILY,
+        GpuReading,
+        ProcessOwner,
+        ProcessReading,
+    )
+
+    config = Config(interval_s=0.1, token=None, runs_dir=tmp_path,
+                    simulation=SimulationConfig(gpu_count=1))
+    metrics = create_metrics(config, environ={})
+    metrics.nvml.ensure_initialized()
+    jupyter = JupyterSessions(None)
+    jupyter.sessions = {"k1": Session("a.ipynb", "notebook", "a.ipynb", "idle")}
+    sources = DashboardSources(metrics, jupyter=jupyter)
+    owners = {1001: ProcessOwner(1001, "ok", "alice", "kernel", 0.0, "k1", 1001),
+              1002: ProcessOwner(1002, "ok", "alice", "worker", 0.0, "k1", 1001),
+              1003: ProcessOwner(1003, "ok", "bob", "train.py", 0.0, None, None)}
+    readings = (ProcessReading(0, 1001, "compute", 2 * GIB, 0.0, 0.0),
+                ProcessReading(0, 1002, "compute", 1 * GIB, second_sm, 0.0),
+                ProcessReading(0, 1003, "compute", 9 * GIB, 70.0, 30.0))
+    gpus = (GpuReading.unavailable(0, False)._replace(utilization_pct=70.0),)
+    now = time.time()
+    for t in range(-20, 1):
+        metrics.history.append(now + t, gpus, metrics.sampler.host.read(),
+                               extra={PROCESS_FAMILY: readings, OWNER_FAMILY: owners})
+    judgment = sources.usage.judgment("alice", "k1", now)
+    assert judgment is not None and judgment.state == state, judgment

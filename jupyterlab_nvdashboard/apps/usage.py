@@ -25,6 +25,7 @@ from ..diagnosis.idle import (
     CANNOT_TELL,
     DEFAULT_IDLE_S,
     IDLE,
+    WORK_PCT,
     DeviceEvidence,
     DeviceTrack,
     HolderTrack,
@@ -169,6 +170,7 @@ class GpuUsage:
         memory: dict[HolderKey, float | None] = {}
         sm: dict[HolderKey, float | None] = {}
         since: dict[HolderKey, float] = {}
+        unsampled: set[HolderKey] = set()  # holders with a process the samples left out
         entry_holders: list[HolderKey | None] = []
         for entry in entries:
             if entry.identity == SHARED and entry.group is not None:
@@ -191,11 +193,21 @@ class GpuUsage:
             if entry.seen_since_s is not None:
                 since[sole] = min(since.get(sole, entry.seen_since_s), entry.seen_since_s)
             top = sm.get(sole)
-            if entry.sm_pct is not None and (top is None or entry.sm_pct > top):
+            if entry.sm_pct is None:
+                unsampled.add(sole)
+            elif top is None or entry.sm_pct > top:
                 top = entry.sm_pct
             sm[sole] = top
+
+        def own_samples(key: HolderKey) -> float | None:
+            """Its processes' highest SM %: work if any worked; "no work" only when every
+            one of them was sampled (else the device's activity decides)."""
+            top = sm.get(key)
+            return top if top is not None and (top >= WORK_PCT or key not in unsampled) \
+                else None
+
         return [(key, DeviceEvidence(
-            row, label, memory[key], sm.get(key),
+            row, label, memory[key], own_samples(key),
             all(holder == key for holder in entry_holders), pct, signal, since.get(key)))
             for key in memory]
 
