@@ -41,7 +41,14 @@ from jupyterlab_nvdashboard.diagnosis.idle import (
     unused_for,
 )
 from jupyterlab_nvdashboard.jupyter_sessions import JupyterSessions, Session, parse_sessions
-from jupyterlab_nvdashboard.metrics import Metrics
+from jupyterlab_nvdashboard.metrics import (
+    OWNER_FAMILY,
+    PROCESS_FAMILY,
+    GpuReading,
+    Metrics,
+    ProcessOwner,
+    ProcessReading,
+)
 from jupyterlab_nvdashboard.simnvml.processes import SimulatedProcess
 from tests.support import pidns
 
@@ -388,18 +395,25 @@ def test_a_kernel_in_another_pid_namespace() -> None:
     assert busy["idle"]["state"] == BUSY and "only process" in busy["idle"]["text"], busy
 
 
+def scripted(tmp_path: Path, gpus: int, sessions: dict[str, Session] | None = None
+             ) -> tuple[Metrics, DashboardSources]:
+    """Simulated GPUs whose history a test writes by hand (nothing samples them), and the
+    pages' sources over it, with these Jupyter sessions."""
+    metrics = create_metrics(Config(interval_s=0.1, token=None, runs_dir=tmp_path,
+                                    simulation=SimulationConfig(gpu_count=gpus)), environ={})
+    metrics.nvml.ensure_initialized()
+    jupyter = JupyterSessions(None)
+    jupyter.sessions = sessions or {}
+    return metrics, DashboardSources(metrics, jupyter=jupyter)
+
+
 def test_held_but_unused_devices_on_the_overview_and_in_glance(tmp_path: Path) -> None:
     """A scripted 40 minutes: GPU 0 works until 5 minutes ago; GPU 1 is held by a process
     (4 GiB) and does nothing throughout. GPU 1 is held but unused for the threshold (30
     minutes, issue 28); GPU 0 is not, yet."""
     from jupyterlab_nvdashboard.apps.overview import build_overview, overview_html
-    from jupyterlab_nvdashboard.metrics import PROCESS_FAMILY, GpuReading, ProcessReading
 
-    config = Config(interval_s=0.1, token=None, runs_dir=tmp_path,
-                    simulation=SimulationConfig(gpu_count=2))
-    metrics = create_metrics(config, environ={})
-    metrics.nvml.ensure_initialized()
-    sources = DashboardSources(metrics, jupyter=JupyterSessions(None))
+    metrics, sources = scripted(tmp_path, 2)
     host = metrics.sampler.host.read()
     now = time.time()
     holder = ProcessReading(1, os.getpid(), "compute", 4 * GIB, None, None, now - 2400)
@@ -434,22 +448,9 @@ def test_per_notebook_usage_since_the_server_started(tmp_path: Path) -> None:
     150 s of 900 (17%), both kernels counted."""
     from jupyterlab_nvdashboard.apps.processes import ProcessTableFeed, processes_json
     from jupyterlab_nvdashboard.apps.processes import process_rows as rows_of
-    from jupyterlab_nvdashboard.metrics import (
-        OWNER_FAMILY,
-        PROCESS_FAMILY,
-        GpuReading,
-        ProcessOwner,
-        ProcessReading,
-    )
 
-    config = Config(interval_s=0.1, token=None, runs_dir=tmp_path,
-                    simulation=SimulationConfig(gpu_count=2))
-    metrics = create_metrics(config, environ={})
-    metrics.nvml.ensure_initialized()
-    jupyter = JupyterSessions(None)
-    jupyter.sessions = {"k1": Session("work/a.ipynb", "notebook", "a.ipynb", "idle"),
-                        "k2": Session("work/a.ipynb", "notebook", "a.ipynb", "idle")}
-    sources = DashboardSources(metrics, jupyter=jupyter)
+    metrics, sources = scripted(tmp_path, 2, {
+        kernel: Session("work/a.ipynb", "notebook", "a.ipynb", "idle") for kernel in ("k1", "k2")})
     host = metrics.sampler.host.read()
     gpus = (GpuReading.unavailable(0, False)._replace(utilization_pct=0.0),
             GpuReading.unavailable(1, False)._replace(utilization_pct=0.0))
@@ -518,21 +519,9 @@ def test_a_kernel_process_the_samples_left_out_is_not_taken_for_idle(
     """A kernel's two processes share GPU 0 with another user's busy process (utilization
     70%). The kernel's first process was sampled at 0% SM; if its second was not sampled at
     all, its own samples do not say the kernel did nothing: cannot tell."""
-    from jupyterlab_nvdashboard.metrics import (
-        OWNER_FAMILY,
-        PROCESS_FAMILY,
-        GpuReading,
-        ProcessOwner,
-        ProcessReading,
-    )
 
-    config = Config(interval_s=0.1, token=None, runs_dir=tmp_path,
-                    simulation=SimulationConfig(gpu_count=1))
-    metrics = create_metrics(config, environ={})
-    metrics.nvml.ensure_initialized()
-    jupyter = JupyterSessions(None)
-    jupyter.sessions = {"k1": Session("a.ipynb", "notebook", "a.ipynb", "idle")}
-    sources = DashboardSources(metrics, jupyter=jupyter)
+    metrics, sources = scripted(tmp_path, 1, {"k1": Session("a.ipynb", "notebook", "a.ipynb",
+                                                            "idle")})
     owners = {1001: ProcessOwner(1001, "ok", "alice", "kernel", 0.0, "k1", 1001),
               1002: ProcessOwner(1002, "ok", "alice", "worker", 0.0, "k1", 1001),
               1003: ProcessOwner(1003, "ok", "bob", "train.py", 0.0, None, None)}
