@@ -349,6 +349,46 @@ export const NOTICE_STATE_ID = 'jupyterlab-nvdashboard:idle-notice';
 /** How often the cull's list is read while the cull is on (ms). */
 export const CULLS_INTERVAL_MS = 10_000;
 
+/**
+ * The longest wait between readings of the glance for the notice alone
+ * (ms). Its thresholds are minutes (idle 30 min by default), so a notice a
+ * minute late changes nothing, while a poll every 2 s that no view shows
+ * costs a request each time and keeps the dashboard server from its idle
+ * exit. The status item and the open sidebar still read at the refresh rate.
+ */
+export const NOTICE_INTERVAL_MS = 60_000;
+
+/**
+ * A shorter threshold is read at this fraction of itself, so a notice comes
+ * at most a tenth of its threshold late (5 min idle: every 30 s). Thresholds
+ * of seconds (tests, or an impatient user) are read at the refresh rate,
+ * which the glance poll never goes below.
+ */
+export const NOTICE_LATENESS = 0.1;
+
+/**
+ * How often the notice needs the glance read (ms): a fraction of its
+ * shortest threshold in force (the user's idle time while notices are on,
+ * the snooze, and the admin's cull idle time while the cull is on), at
+ * most NOTICE_INTERVAL_MS.
+ */
+export function noticeInterval(
+  settings: IIdleNoticeSettings,
+  policy: ICullPolicy
+): number {
+  const minutes = [settings.snoozeMinutes];
+  if (settings.enabled) {
+    minutes.push(settings.idleMinutes);
+  }
+  if (policy.on) {
+    minutes.push(policy.idleMinutes);
+  }
+  return Math.min(
+    NOTICE_INTERVAL_MS,
+    NOTICE_LATENESS * Math.min(...minutes) * 60_000
+  );
+}
+
 export namespace IdleNotifier {
   export interface IOptions {
     model: GlanceModel;
@@ -500,12 +540,19 @@ export class IdleNotifier {
     this.check();
   }
 
-  /** Read the glance while a notice may be due; read the culls while one may act. */
+  /**
+   * Read the glance while a notice may be due, only as often as its
+   * thresholds need; read the culls while one may act.
+   */
   private _use(): void {
     if (this._disposed) {
       return;
     }
-    this._options.model.use(this, this._settings.enabled || this._policy.on);
+    this._options.model.use(
+      this,
+      this._settings.enabled || this._policy.on,
+      noticeInterval(this._settings, this._policy)
+    );
     this._culls.use(this, this._policy.on);
   }
 

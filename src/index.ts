@@ -219,9 +219,11 @@ function activate(
   shell.add(sidebar, 'left', { rank: 200 });
   restorer?.add(sidebar, SIDEBAR_ID);
 
-  // One poll of glance.json feeds the status-bar item and the sidebar's
-  // meters and kernel list; it runs only while JupyterLab is visible and one
-  // of them is in use (the item enabled, the sidebar open).
+  // One poll of glance.json feeds the status-bar item, the sidebar's meters
+  // and kernel list, and the idle notice; it runs only while JupyterLab is
+  // visible and one of them is in use (the item enabled, the sidebar open,
+  // notices on), at the refresh rate for the views, far less often for the
+  // notice alone.
   // A poll that gets no answer within its interval (at least 1 s) has failed.
   const glance: GlanceModel = new GlanceModel({
     fetch: () => fetchGlance(settings, Math.max(1000, glance.interval))

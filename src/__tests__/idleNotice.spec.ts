@@ -16,6 +16,7 @@ import {
   INoticeMemory,
   emptyMemory,
   MEMORY_BOUND,
+  NOTICE_INTERVAL_MS,
   noticeDue,
   noticeMessage,
   NOTICE_STATE_ID,
@@ -510,6 +511,35 @@ describe('IdleNotifier', () => {
     expect(h.model.poller.running).toBe(false);
     h.notifier.settings = DEFAULT_NOTICE_SETTINGS;
     expect(h.model.poller.running).toBe(true);
+    h.dispose();
+  });
+
+  it('reads the glance only as often as its thresholds need', async () => {
+    const h = new Harness([IDLE]);
+    await h.notifier.ready;
+    // Idle 30 min, snooze 60 min: once a minute, not at the 2 s refresh rate.
+    expect(h.model.interval).toBe(2000);
+    expect(h.model.currentInterval).toBe(NOTICE_INTERVAL_MS);
+    // Shorter thresholds: a tenth of the shortest, never below the refresh rate.
+    h.notifier.settings = { ...DEFAULT_NOTICE_SETTINGS, idleMinutes: 5 };
+    expect(h.model.currentInterval).toBe(30_000);
+    h.notifier.settings = { ...DEFAULT_NOTICE_SETTINGS, snoozeMinutes: 1 };
+    expect(h.model.currentInterval).toBe(6000);
+    h.notifier.settings = { ...DEFAULT_NOTICE_SETTINGS, idleMinutes: 0 };
+    expect(h.model.currentInterval).toBe(2000);
+    // Notices off, the admin's cull on: the cull's idle time counts.
+    h.notifier.settings = { ...DEFAULT_NOTICE_SETTINGS, enabled: false };
+    h.culls = {
+      policy: { on: true, after_notice_minutes: 15, idle_minutes: 2 },
+      culls: []
+    };
+    await h.notifier.readCulls();
+    expect(h.model.currentInterval).toBe(12_000);
+    // A view that uses it too reads at the refresh rate.
+    h.model.use('sidebar', true);
+    expect(h.model.currentInterval).toBe(2000);
+    h.model.use('sidebar', false);
+    expect(h.model.currentInterval).toBe(12_000);
     h.dispose();
   });
 });
