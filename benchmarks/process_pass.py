@@ -7,8 +7,10 @@ Prints the median and range (min–max) of one ``ProcessReader.read_all()`` (the
 lists and per-process utilization, on the GPU reader thread), and, beside it, one
 attribution pass (``ProcessAttributor``, psutil, on the slow thread) over the same 400 PIDs
 once its (pid, create time) cache is warm, and the /GPU-Processes table rows the event
-loop encodes (rebuilt at most once a second, else cached). The PIDs are this benchmark's own child
-processes, so psutil reads real /proc entries.
+loop encodes (rebuilt at most once a second, else cached), and the idle-holder tracking
+(``apps/usage.py``, issue 28) the sampler's tick thread runs as a history listener: on a
+sample with a process pass, and on one without (most ticks), and ``/glance.json``. The PIDs
+are this benchmark's own child processes, so psutil reads real /proc entries.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's package
 
-from jupyterlab_nvdashboard.apps.processes import ProcessTableFeed
+from jupyterlab_nvdashboard.apps.processes import ProcessTableFeed, glance
 from jupyterlab_nvdashboard.apps.sources import DashboardSources
 from jupyterlab_nvdashboard.composition import create_metrics
 from jupyterlab_nvdashboard.config import Config, SimulationConfig
+from jupyterlab_nvdashboard.metrics import PROCESS_FAMILY
 from jupyterlab_nvdashboard.metrics.attribution import ProcessAttributor
 from jupyterlab_nvdashboard.metrics.binding import binding_loader
 from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
@@ -76,7 +79,8 @@ def main() -> int:
         metrics.sampler.tick()
         metrics.sampler.read_slow()
         metrics.sampler.tick()
-        feed = ProcessTableFeed(DashboardSources(metrics))
+        sources = DashboardSources(metrics)
+        feed = ProcessTableFeed(sources)
 
         def rebuild() -> None:
             feed._cache = None
@@ -84,11 +88,20 @@ def main() -> int:
 
         rebuild_times = timed(rebuild, args.repeats)
         tick_times = timed(lambda: feed.rows([]), args.repeats)
+        samples = metrics.history.window(metrics.history_s)
+        with_pass = next(s for s in reversed(samples) if PROCESS_FAMILY in s.extra)
+        plain = with_pass.__class__(**{**with_pass.__dict__, "extra": {}})
+        usage_pass_times = timed(lambda: sources.usage.on_sample(with_pass), args.repeats)
+        usage_tick_times = timed(lambda: sources.usage.on_sample(plain), args.repeats)
+        glance_times = timed(lambda: glance(sources), args.repeats)
         print(f"{GPUS} simulated GPUs x {PER_GPU} processes; Python {sys.version.split()[0]}")
         print(line("process pass (NVML lists + utilization)", nvml_times))
         print(line("attribution pass (/proc stat, cache warm)", owner_times))
         print(line("table rows, rebuilt (event loop, <= 1/s)", rebuild_times))
         print(line("table rows, per tick (event loop, cached)", tick_times))
+        print(line("idle tracking, sample with a pass (tick thr.)", usage_pass_times))
+        print(line("idle tracking, sample without (tick thread)", usage_tick_times))
+        print(line("/glance.json with idle judgments (loop)", glance_times))
     finally:
         for child in children:
             child.kill()

@@ -102,6 +102,13 @@ class Config:
     # The host label of /metrics: dcgm-exporter's current "hostname", or the "Hostname" it
     # used before its change #655 (May 2026), for boards that still select on that.
     metrics_hostname_label: str = "hostname"
+    # Per-user GPU usage series on /metrics (issue 28 item 5): off (0) by default, else at
+    # most this many (user, kernel, GPU) series, so the label count stays bounded
+    # (README "Prometheus": NVIDIA/dcgm-exporter#585).
+    metrics_per_user: int = 0
+    # A GPU that did no work this long is "unused" on the overview and in /glance.json
+    # (issue 28 item 4: "no work for 30 minutes" is the issue's default).
+    unused_after_s: float = 1800.0
     # A Dask scheduler whose workers publish their GPUs (cluster/): /Cluster-GPUs.
     dask_scheduler: str | None = None
     # The history store (store/): one SQLite file that outlives the server. None: no store
@@ -164,12 +171,12 @@ def _positive_int(name: str, low: int, high: int):
     return parse
 
 
-def _seconds(name: str, low: float, high: float, range_text: str):
+def _seconds(name: str, low: float, high: float, range_text: str, unit: str = "seconds"):
     def parse(text: str) -> float:
         try:
             value = float(text)
         except (TypeError, ValueError):
-            raise ConfigError(f"{name} must be a number of seconds, got {text!r}") from None
+            raise ConfigError(f"{name} must be a number of {unit}, got {text!r}") from None
         if not low <= value <= high:  # also rejects NaN
             raise ConfigError(f"{name} must be between {range_text}, got {text}")
         return value
@@ -181,6 +188,7 @@ _interval = _seconds("interval", MIN_INTERVAL_S, 60, f"{MIN_INTERVAL_S} and 60 s
 _history = _seconds("history", 1, 7 * 24 * 3600, "1 second and 7 days")
 _idle_interval = _seconds("idle interval", MIN_INTERVAL_S, 60, f"{MIN_INTERVAL_S} and 60 seconds")
 _exit_after_idle = _seconds("exit after idle", 0, 30 * 24 * 3600, "0 (never) and 30 days")
+_unused_after = _seconds("unused after", 1, 30 * 24 * 3600, "1 second and 30 days")
 _retention_5s = _seconds("store retention of 5-second buckets", 60, 7 * 24 * 3600,
                          "60 seconds and 7 days")
 _retention_1min = _seconds("store retention of 1-minute buckets", 3600, 366 * 24 * 3600,
@@ -341,6 +349,9 @@ def _scheduler(text: str) -> str:
 
 _port = _positive_int("port", 1, 65535)
 _keep_runs = _positive_int("keep-runs", 1, 1_000_000)
+# A bound on the per-user series; 10,000 (x 5 series) is well within what one Prometheus
+# target is expected to carry, and far above a single-user server's handful.
+_metrics_per_user = _positive_int("metrics-per-user", 0, 10_000)
 _simulate = _positive_int("simulate", 0, 64)
 _milliseconds = _positive_int("milliseconds", 100, 3_600_000)
 
@@ -377,6 +388,8 @@ _ENVIRONMENT = {
     "metrics": ("NVDASHBOARD_METRICS", _boolean("NVDASHBOARD_METRICS")),
     "metrics_allow": ("NVDASHBOARD_METRICS_ALLOW", _networks),
     "metrics_hostname_label": ("NVDASHBOARD_METRICS_HOSTNAME_LABEL", _hostname_label),
+    "metrics_per_user": ("NVDASHBOARD_METRICS_PER_USER", _metrics_per_user),
+    "unused_after": ("NVDASHBOARD_UNUSED_AFTER", _unused_after),
     # Dask's own variable (dask-labextension and dask-jobqueue set it): cluster mode.
     "dask_scheduler": ("DASK_SCHEDULER_ADDRESS", _scheduler),
     "runs_dir": ("NVDASHBOARD_RUNS_DIR", _runs_dir),
@@ -446,6 +459,12 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="hostname|Hostname",
                         help="the host label of /metrics: hostname (dcgm-exporter's current "
                         "name, the default) or Hostname (its name before May 2026)")
+    parser.add_argument("--metrics-per-user", type=_metrics_per_user, metavar="N",
+                        help="also export GPU memory held and idle time per user and Jupyter "
+                        "kernel, at most N (user, kernel, GPU) series (off: 0, the default)")
+    parser.add_argument("--unused-after", type=_unused_after, metavar="SECONDS",
+                        help="call a GPU unused on the overview and in /glance.json after "
+                        "it did no work this long (default 1800)")
     parser.add_argument("--dask-scheduler", type=_scheduler, metavar="tcp://HOST:PORT",
                         help="show the GPUs of this Dask cluster's workers on /Cluster-GPUs "
                         "(default: $DASK_SCHEDULER_ADDRESS)")
@@ -551,6 +570,8 @@ def load_config(
         allow = [network for networks in allow for network in networks]  # type: ignore[union-attr]
     if allow and not merged.get("metrics"):
         raise ConfigError("--metrics-allow needs --metrics (NVDASHBOARD_METRICS=1)")
+    if merged.get("metrics_per_user") and not merged.get("metrics"):
+        raise ConfigError("--metrics-per-user needs --metrics (NVDASHBOARD_METRICS=1)")
     store = merged.get("store", default_store_path(environ))
     store_path = None if no_store or store == STORE_OFF else store
     retention_5s = float(merged.get("store_retention_5s",  # type: ignore[arg-type]
@@ -582,6 +603,9 @@ def load_config(
         metrics_enabled=bool(merged.get("metrics", False)),
         metrics_allow=tuple(allow),  # type: ignore[arg-type]
         metrics_hostname_label=str(merged.get("metrics_hostname_label", "hostname")),
+        metrics_per_user=int(merged.get("metrics_per_user", 0)),  # type: ignore[arg-type]
+        unused_after_s=float(merged.get("unused_after",  # type: ignore[arg-type]
+                                        defaults.unused_after_s)),
         dask_scheduler=merged.get("dask_scheduler"),  # type: ignore[arg-type]
         store_path=store_path,  # type: ignore[arg-type]
         store_retention_5s_s=retention_5s,
@@ -597,6 +621,43 @@ def start_with_jupyter(environ: Mapping[str, str]) -> bool:
     (``NVDASHBOARD_START_WITH_JUPYTER``, on by default); ConfigError for a bad value."""
     text = environ.get(START_WITH_JUPYTER_VARIABLE, "")
     return True if not text.strip() else _boolean(START_WITH_JUPYTER_VARIABLE)(text)
+
+
+# The GPU-aware cull of idle kernels (the Jupyter server extension, idle_cull.py).
+CULL_AFTER_VARIABLE = "NVDASHBOARD_CULL_AFTER_MINUTES"
+CULL_IDLE_VARIABLE = "NVDASHBOARD_CULL_IDLE_MINUTES"
+CULL_MIN_GIB_VARIABLE = "NVDASHBOARD_CULL_MIN_GIB"
+# The issue's defaults for an idle holder: at least 1 GiB held, no GPU work for 30 minutes.
+CULL_IDLE_MINUTES_DEFAULT = 30.0
+CULL_MIN_GIB_DEFAULT = 1.0
+_MINUTES_MAX = 30 * 24 * 60
+
+
+@dataclass(frozen=True)
+class CullSettings:
+    """The admin's cull: off (``after_minutes`` None) unless NVDASHBOARD_CULL_AFTER_MINUTES
+    says how long after the user was told an idle holder is shut down."""
+
+    after_minutes: float | None = None
+    idle_minutes: float = CULL_IDLE_MINUTES_DEFAULT
+    min_gib: float = CULL_MIN_GIB_DEFAULT
+
+
+def cull_settings(environ: Mapping[str, str]) -> CullSettings:
+    """The cull's settings from ``NVDASHBOARD_CULL_*``; ConfigError (one line) for a bad one.
+    Unset, empty or 0 minutes after the notice: the cull is off."""
+    def read(name: str, unit: str, high: float, default: float | None) -> float | None:
+        text = environ.get(name, "").strip()
+        return default if not text else \
+            _seconds(name, 0, high, f"0 and {high:g} {unit}", unit)(text)
+
+    after = read(CULL_AFTER_VARIABLE, "minutes", _MINUTES_MAX, None)
+    return CullSettings(
+        after_minutes=after or None,
+        idle_minutes=read(CULL_IDLE_VARIABLE, "minutes", _MINUTES_MAX,  # type: ignore[arg-type]
+                          CULL_IDLE_MINUTES_DEFAULT),
+        min_gib=read(CULL_MIN_GIB_VARIABLE, "GiB", 1e6,  # type: ignore[arg-type]
+                     CULL_MIN_GIB_DEFAULT))
 
 
 def check_interval_ms(unused_session_lifetime_ms: int) -> int:

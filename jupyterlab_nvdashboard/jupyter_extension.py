@@ -12,15 +12,23 @@ a server that fails to start) is one log line.
 On by default (``jupyter_server_config.d/jupyterlab_nvdashboard.json`` enables it). Turn it
 off with ``NVDASHBOARD_START_WITH_JUPYTER=0``, or with ``jupyter server extension disable
 jupyterlab_nvdashboard``; the dashboards then start with the first page, as before.
+
+It also serves the idle-kernel notice's two routes (authenticated by Jupyter, XSRF-checked
+as Jupyter's own API): ``POST <base_url>nvdashboard-idle/notices`` (JupyterLab showed the
+notice for a kernel's idle episode) and ``GET <base_url>nvdashboard-idle/culls`` (the
+admin's cull policy and what it shut down), and runs that cull when an admin turned it on
+(``idle_cull.py``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import Any
 
-from .config import ConfigError, start_with_jupyter
+from .config import ConfigError, CullSettings, cull_settings, start_with_jupyter
+from .idle_cull import CULLS_PATH, NOTICES_PATH, CullPolicy, IdleCuller, notice_from_body
 
 # jupyter-server-proxy's name for this server (the entry point in pyproject.toml).
 PROXY_NAME = "nvdashboard"
@@ -32,6 +40,12 @@ REQUEST_TIMEOUT_S = 90.0
 
 def start_url(serverapp: Any) -> str | None:
     """Where this Jupyter server answers on this machine (None: a unix socket)."""
+    return proxy_url(serverapp, "info.json")
+
+
+def proxy_url(serverapp: Any, name: str) -> str | None:
+    """``name`` of the dashboard server, through this Jupyter's proxy on this machine (None:
+    Jupyter listens on a unix socket)."""
     if getattr(serverapp, "sock", ""):
         return None
     ip = serverapp.ip or "127.0.0.1"
@@ -42,7 +56,7 @@ def start_url(serverapp: Any) -> str | None:
     host = f"[{ip}]" if ":" in ip else ip
     scheme = "https" if getattr(serverapp, "certfile", "") else "http"
     base = serverapp.base_url if serverapp.base_url.endswith("/") else serverapp.base_url + "/"
-    return f"{scheme}://{host}:{serverapp.port}{base}{PROXY_NAME}/info.json"
+    return f"{scheme}://{host}:{serverapp.port}{base}{PROXY_NAME}/{name}"
 
 
 def jupyter_token(serverapp: Any) -> str:
@@ -52,22 +66,31 @@ def jupyter_token(serverapp: Any) -> str:
     return token or os.environ.get("JUPYTERHUB_API_TOKEN", "")
 
 
+async def fetch_from_proxy(serverapp: Any, url: str) -> bytes:
+    """GET ``url`` from this Jupyter with its own token (raises as tornado's client does)."""
+    from tornado.httpclient import AsyncHTTPClient
+
+    token = jupyter_token(serverapp)
+    headers = {"Authorization": f"token {token}"} if token else {}
+    response = await AsyncHTTPClient().fetch(url, headers=headers,
+                                             request_timeout=REQUEST_TIMEOUT_S,
+                                             follow_redirects=False,
+                                             # Jupyter's own certificate, on this machine.
+                                             validate_cert=False)
+    return response.body
+
+
 async def start_dashboard_server(serverapp: Any, log: logging.Logger) -> bool:
     """Ask jupyter-server-proxy for the dashboard server; True when it answered."""
-    from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+    from tornado.httpclient import HTTPClientError
 
     url = start_url(serverapp)
     if url is None:
         log.info("nvdashboard: Jupyter listens on a unix socket; the dashboard server starts "
                  "with the first dashboard page instead")
         return False
-    token = jupyter_token(serverapp)
-    headers = {"Authorization": f"token {token}"} if token else {}
     try:
-        await AsyncHTTPClient().fetch(url, headers=headers, request_timeout=REQUEST_TIMEOUT_S,
-                                      follow_redirects=False,
-                                      # Jupyter's own certificate, on this machine.
-                                      validate_cert=False)
+        await fetch_from_proxy(serverapp, url)
     except HTTPClientError as error:
         why = ("Jupyter asks for a login this extension cannot give"
                if error.code in (302, 401, 403) else f"HTTP {error.code}")
@@ -83,8 +106,74 @@ async def start_dashboard_server(serverapp: Any, log: logging.Logger) -> bool:
     return True
 
 
+def idle_handlers(culler: IdleCuller) -> list[tuple[str, Any, dict[str, Any]]]:
+    """The notice's routes, relative to Jupyter's base URL, with Jupyter's own login and
+    permission checks (the ``kernels`` resource: what they touch is the user's kernels)."""
+    from jupyter_server.auth.decorator import authorized
+    from jupyter_server.base.handlers import APIHandler
+    from tornado import web
+
+    class IdleHandler(APIHandler):
+        auth_resource = "kernels"
+
+        def initialize(self, culler: IdleCuller) -> None:
+            self.culler = culler
+
+    class NoticesHandler(IdleHandler):
+        @web.authenticated
+        @authorized
+        def post(self) -> None:
+            try:
+                body = json.loads(self.request.body or b"null")
+            except ValueError:
+                body = None
+            notice = notice_from_body(body)
+            if notice is None:
+                raise web.HTTPError(400, "expected {kernel_id, episode}, two short strings")
+            if not self.culler.is_kernel(notice[0]):
+                raise web.HTTPError(404, "no such kernel in this Jupyter server")
+            self.finish(json.dumps({"cull_at": self.culler.record_notice(*notice)}))
+
+    class CullsHandler(IdleHandler):
+        @web.authenticated
+        @authorized
+        def get(self) -> None:
+            self.finish(json.dumps(self.culler.state()))
+
+    return [(NOTICES_PATH, NoticesHandler, {"culler": culler}),
+            (CULLS_PATH, CullsHandler, {"culler": culler})]
+
+
+def add_idle_cull(serverapp: Any, log: logging.Logger) -> IdleCuller:
+    """The notice's routes, and the cull when NVDASHBOARD_CULL_AFTER_MINUTES turns it on."""
+    try:
+        settings = cull_settings(os.environ)
+    except ConfigError as error:
+        log.warning("nvdashboard: %s; the GPU idle cull is off", error)
+        settings = CullSettings()
+    policy = CullPolicy.from_settings(settings)
+
+    async def read_glance() -> Any:
+        url = proxy_url(serverapp, "glance.json")
+        if url is None:
+            raise OSError("Jupyter listens on a unix socket")
+        return json.loads(await fetch_from_proxy(serverapp, url))
+
+    culler = IdleCuller(policy, serverapp.kernel_manager, read_glance, log)
+    base = serverapp.base_url if serverapp.base_url.endswith("/") else serverapp.base_url + "/"
+    serverapp.web_app.add_handlers(".*$", [(base + path, handler, kwargs)
+                                           for path, handler, kwargs in idle_handlers(culler)])
+    if policy.on:
+        log.info("nvdashboard: the GPU idle cull is on: a kernel with no GPU work for %.0f "
+                 "min, holding %.1f GiB or more, is shut down %.1f min after its user was "
+                 "told", settings.idle_minutes, settings.min_gib, settings.after_minutes)
+        culler.start()
+    return culler
+
+
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     log = serverapp.log
+    add_idle_cull(serverapp, log)
     try:
         wanted = start_with_jupyter(os.environ)
     except ConfigError as error:

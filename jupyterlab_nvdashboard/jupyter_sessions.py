@@ -4,10 +4,11 @@ dashboard runs under.
 Started by jupyter-server-proxy, the dashboard's parent process is the Jupyter server. That
 server wrote ``jpserver-<pid>.json`` into Jupyter's runtime directory with its URL and its
 own token; ``GET <url>api/sessions`` with that token lists every session: kernel id, path,
-type. ``JupyterSessions`` refreshes that list on a thread of its own, about once a second and
-only while some GPU process belongs to a kernel, so a renamed notebook shows its new name
-within one refresh and the event loop never waits for Jupyter. Without a Jupyter parent
-(a standalone server) it finds nothing and does nothing.
+type, and each kernel's execution state and last activity. ``JupyterSessions`` refreshes
+that list on a thread of its own, about once a second and only while some GPU process
+belongs to a kernel, so a renamed notebook shows its new name within one refresh and the
+event loop never waits for Jupyter. Without a Jupyter parent (a standalone server) it finds
+nothing and does nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -47,6 +49,10 @@ class Session:
     path: str
     kind: str  # "notebook", "console", "file"
     name: str
+    # The kernel as Jupyter last said: "idle", "busy", "starting", ... (None: not said), and
+    # when it last sent anything (unix time; None: not said or not readable).
+    execution_state: str | None = None
+    last_activity_s: float | None = None
 
 
 def runtime_dir(environ: Mapping[str, str]) -> Path | None:
@@ -85,6 +91,17 @@ def _fetch_sessions(server: JupyterServer) -> Any:
         return json.loads(response.read())
 
 
+def parse_time(text: Any) -> float | None:
+    """Jupyter's ISO 8601 time ("2026-12-02T08:40:26.123456Z") as unix time; None if not one."""
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+
+
 def parse_sessions(body: Any) -> dict[str, Session]:
     """kernel id -> session, from the sessions API's body; malformed entries are skipped."""
     sessions: dict[str, Session] = {}
@@ -93,8 +110,11 @@ def parse_sessions(body: Any) -> dict[str, Session]:
         if not isinstance(kernel, dict) or not isinstance(kernel.get("id"), str):
             continue
         path = str(item.get("path") or "")
+        state = kernel.get("execution_state")
         sessions[kernel["id"]] = Session(path, str(item.get("type") or "notebook"),
-                                         str(item.get("name") or os.path.basename(path)))
+                                         str(item.get("name") or os.path.basename(path)),
+                                         state if isinstance(state, str) else None,
+                                         parse_time(kernel.get("last_activity")))
     return sessions
 
 

@@ -81,6 +81,7 @@ from .export.collector import (
     import_prometheus_client,
 )
 from .export.local import LocalScrape
+from .export.usage import usage_series
 from .jupyter_sessions import JupyterSessions, find_parent_server
 from .metrics import GpuReading, HostReading, Metrics, Sample, window_with_past
 from .runs.service import WorkloadService
@@ -420,9 +421,15 @@ def make_metrics_collector(config: Config, sources: DashboardSources, watch: Vie
     if not config.metrics_enabled:
         return None
     metrics = sources.metrics
-    local = LocalScrape(metrics, this_host(config),
-                        lambda: server_health(metrics, watch, broadcaster),
-                        sources.diagnoses.current)
+    hostname, usage = this_host(config), sources.usage
+
+    def health() -> list[HealthValue]:
+        now = time.time()
+        return server_health(metrics, watch, broadcaster) + usage_series(
+            usage.snapshot()[2], usage.holder_usage(now) if config.metrics_per_user else [],
+            metrics.facts, hostname, now, config.metrics_per_user)
+
+    local = LocalScrape(metrics, hostname, health, sources.diagnoses.current)
     cluster = sources.cluster
 
     def snapshot() -> Scrape:
@@ -585,8 +592,11 @@ def compose_sources(config: Config, metrics: Metrics) -> DashboardSources:
         from .cluster.view import ClusterView
 
         cluster = ClusterView.connect_to(config.dask_scheduler)
-    return DashboardSources(metrics, workload, run_control=config.run_control,
-                            jupyter=jupyter, cluster=cluster, store=compose_store(config, metrics))
+    sources = DashboardSources(metrics, workload, run_control=config.run_control,
+                               jupyter=jupyter, cluster=cluster,
+                               store=compose_store(config, metrics))
+    sources.usage.unused_after_s = config.unused_after_s
+    return sources
 
 
 def compose_store(config: Config, metrics: Metrics) -> HistoryStore | None:

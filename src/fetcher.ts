@@ -7,7 +7,7 @@ import { ServerConnection } from '@jupyterlab/services';
 
 import { FetchError, NetworkFailure } from './model';
 import { IDashboardFetcher } from './tokens';
-import { glanceUrl, indexUrl, infoUrl } from './urls';
+import { cullsUrl, glanceUrl, indexUrl, infoUrl, noticesUrl } from './urls';
 
 /** How long the dashboard list waits for an answer before it counts as none. */
 export const INDEX_TIMEOUT_MS = 10_000;
@@ -62,6 +62,39 @@ export function fetchGlance(
   timeoutMs = 2000
 ): Promise<unknown> {
   return getJson(glanceUrl(settings.baseUrl), settings, timeoutMs);
+}
+
+/** The admin's GPU idle cull and the kernels it shut down (Jupyter's own route). */
+export function fetchCulls(
+  settings: ServerConnection.ISettings
+): Promise<unknown> {
+  return getJson(cullsUrl(settings.baseUrl), settings, INDEX_TIMEOUT_MS);
+}
+
+/**
+ * Tell the Jupyter server that the user was shown the idle notice for this
+ * kernel's idle episode (the cull never acts before that).
+ */
+export async function postNotice(
+  settings: ServerConnection.ISettings,
+  kernelId: string,
+  episode: string
+): Promise<void> {
+  const url = noticesUrl(settings.baseUrl);
+  const response = await ServerConnection.makeRequest(
+    url,
+    {
+      method: 'POST',
+      body: JSON.stringify({ kernel_id: kernelId, episode })
+    },
+    settings
+  );
+  if (!response.ok) {
+    throw new FetchError(
+      response.status,
+      `POST ${url} answered ${response.status} ${response.statusText}`.trim()
+    );
+  }
 }
 
 /** A fetcher bound to one set of server settings. */

@@ -24,6 +24,28 @@ export interface IGlanceDevice {
   memory_total_bytes: number | null;
 }
 
+/** How a kernel's idle judgment came out (`busy` whenever Jupyter runs a cell). */
+export type IdleState = 'idle' | 'busy' | 'cannot_tell';
+
+/**
+ * Whether a kernel that holds GPU memory does GPU work, as the server
+ * judged it: the signal used, its figures, and for an idle one how long.
+ */
+export interface IKernelIdle {
+  state: IdleState;
+  /** The signal used, in words ('none' when it cannot tell). */
+  signal: string;
+  /** GPU memory the kernel and its children hold now. */
+  held_bytes: number;
+  gpus: string[];
+  /** Idle: seconds with no GPU work and no cell run; null otherwise. */
+  idle_s: number | null;
+  /** Stable while the kernel stays idle; new once it works again. */
+  episode: string;
+  /** The judgment in one sentence. */
+  text: string;
+}
+
 /** One of the current user's kernels that holds GPU memory. */
 export interface IGpuKernel {
   kernel_id: string;
@@ -32,6 +54,8 @@ export interface IGpuKernel {
   /** False when the driver did not report some of its processes' memory. */
   memory_known: boolean;
   devices: string[];
+  /** The idle judgment; null from a server that does not judge. */
+  idle: IKernelIdle | null;
 }
 
 /** Why a GPU that holds one of the user's kernels is slow: its first finding. */
@@ -82,6 +106,37 @@ export const STATUS_ITEM_CLASS = 'nvdashboard-statusbar-item';
 export const DIAGNOSIS_CLASS = 'nvdashboard-diagnoses';
 export const STALE_CLASS = 'nvdashboard-stale';
 
+function strings(value: unknown): string[] {
+  return Array.isArray(value)
+    ? value.filter((x): x is string => typeof x === 'string')
+    : [];
+}
+
+const IDLE_STATES: ReadonlyArray<string> = ['idle', 'busy', 'cannot_tell'];
+
+/** A kernel's `idle` object, or null when it is missing or malformed. */
+export function parseIdle(value: unknown): IKernelIdle | null {
+  const i = (value ?? {}) as Record<string, unknown>;
+  if (
+    typeof i.state !== 'string' ||
+    !IDLE_STATES.includes(i.state) ||
+    typeof i.episode !== 'string'
+  ) {
+    return null;
+  }
+  const idleS = numberOrNull(i.idle_s);
+  return {
+    state: i.state as IdleState,
+    signal: typeof i.signal === 'string' ? i.signal : '',
+    held_bytes: numberOrNull(i.held_bytes) ?? 0,
+    gpus: strings(i.gpus),
+    // Only an idle kernel has been idle for some time.
+    idle_s: i.state === 'idle' && idleS !== null && idleS >= 0 ? idleS : null,
+    episode: i.episode,
+    text: typeof i.text === 'string' ? i.text : ''
+  };
+}
+
 /** Validate `glance.json`; anything malformed is left out, never thrown. */
 export function parseGlance(body: unknown): IGlance {
   const data = (body ?? {}) as Record<string, unknown>;
@@ -111,9 +166,8 @@ export function parseGlance(body: unknown): IGlance {
       path: k.path,
       memory_bytes: numberOrNull(k.memory_bytes) ?? 0,
       memory_known: k.memory_known !== false,
-      devices: Array.isArray(k.devices)
-        ? k.devices.filter((x): x is string => typeof x === 'string')
-        : []
+      devices: strings(k.devices),
+      idle: parseIdle(k.idle)
     });
   }
   const diagnoses: IGlanceDiagnosis[] = [];

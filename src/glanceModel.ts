@@ -3,7 +3,9 @@
  * item and the sidebar's live section.
  *
  * It polls only while one of them uses it (the status item while enabled,
- * the sidebar section while shown) and JupyterLab is visible. It compares
+ * the sidebar section while shown, the idle notice while on) and JupyterLab
+ * is visible, as often as the most demanding of them needs: the views at the
+ * refresh rate, the idle notice alone far less often. It compares
  * each answer with the last and emits only on a change, or on a failure,
  * whose age the views show. An answer with no device (a machine without a
  * GPU) and a failure that will not heal (404, a bad body) make it wait
@@ -26,7 +28,10 @@ export namespace GlanceModel {
   export interface IOptions {
     /** Resolve with `glance.json`'s parsed body. */
     fetch: () => Promise<unknown>;
-    /** Milliseconds between polls, and between retries after a failure. */
+    /**
+     * Milliseconds between polls, and between retries after a failure, for
+     * a user that names no interval (the views); the shortest wait.
+     */
     interval?: number;
     /** The longest wait after answers that will not heal. */
     stuckMax?: number;
@@ -88,7 +93,10 @@ export class GlanceModel {
     return this._now();
   }
 
-  /** Milliseconds between polls; a change applies at once. */
+  /**
+   * Milliseconds between polls for the views (the refresh rate), and the
+   * shortest wait; a change applies at once.
+   */
   get interval(): number {
     return this._poller.interval;
   }
@@ -97,9 +105,17 @@ export class GlanceModel {
     this._poller.interval = value;
   }
 
-  /** Say whether `user` shows what this reads; it polls while one does. */
-  use(user: unknown, inUse: boolean): void {
-    this._poller.use(user, inUse);
+  /** Milliseconds between polls now: what the most demanding user needs. */
+  get currentInterval(): number {
+    return this._poller.currentInterval;
+  }
+
+  /**
+   * Say whether `user` shows what this reads, and how often it needs a
+   * reading (ms; by default `interval`); it polls while one does.
+   */
+  use(user: unknown, inUse: boolean, intervalMs?: number): void {
+    this._poller.use(user, inUse, intervalMs);
   }
 
   /**

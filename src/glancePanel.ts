@@ -31,6 +31,12 @@ import {
   staleWords
 } from './glance';
 import { GlanceModel } from './glanceModel';
+import {
+  DEFAULT_NOTICE_SETTINGS,
+  IIdleThresholds,
+  idleWords,
+  userThresholds
+} from './idleNotice';
 import { formatMemory, formatPercent, memoryUsage, NULL_BUNDLE } from './model';
 
 export namespace GlancePanel {
@@ -145,7 +151,11 @@ class KernelRow {
     this._name.addEventListener('click', () => onOpen(this));
     this._stop.type = 'button';
     this._stop.addEventListener('click', () => onStop(this));
-    this.node.append(this._name, this._detail, this._stop, this._elsewhere);
+    // The memory line ends with "idle on GPU for 42 min" for an idle holder.
+    const line = element('span', 'nvdashboard-kernel-memory');
+    line.append(this._detail, this._idle);
+    this.node.append(line, this._stop, this._elsewhere);
+    this.node.prepend(this._name);
   }
 
   readonly node: HTMLElement;
@@ -155,6 +165,7 @@ class KernelRow {
     kernel: IGpuKernel,
     local: boolean,
     stopping: boolean,
+    idle: string | null,
     trans: TranslationBundle
   ): void {
     this.kernel = kernel;
@@ -171,6 +182,15 @@ class KernelRow {
             memory,
             kernel.devices.join(trans.__(', '))
           )
+    );
+    // "idle on GPU for 42 min" beside an idle holder, with the judgment's
+    // own sentence (its signal and figures) as the tooltip.
+    this._idle.hidden = idle === null;
+    setText(this._idle, idle ?? '');
+    setAttr(
+      this._idle,
+      'title',
+      idle === null ? null : (kernel.idle?.text ?? null)
     );
     this._stop.hidden = !local;
     this._elsewhere.hidden = local;
@@ -196,7 +216,8 @@ class KernelRow {
   }
 
   private _name = element('button', 'nvdashboard-kernel-path jp-mod-styled');
-  private _detail = element('span', 'nvdashboard-kernel-memory');
+  private _detail = element('span', 'nvdashboard-kernel-held');
+  private _idle = element('span', 'nvdashboard-kernel-idle');
   private _stop = element(
     'button',
     'nvdashboard-kernel-shutdown jp-mod-styled'
@@ -262,6 +283,16 @@ export class GlancePanel extends RenderOnShow {
   /** The model this section shows. */
   get model(): GlanceModel {
     return this._options.model;
+  }
+
+  /** Which kernels the rows call idle (the user's notice thresholds). */
+  get idleThresholds(): IIdleThresholds {
+    return this._idleThresholds;
+  }
+
+  set idleThresholds(value: IIdleThresholds) {
+    this._idleThresholds = value;
+    this.invalidate();
   }
 
   /** Kernel ids being shut down now (their buttons are disabled). */
@@ -355,6 +386,7 @@ export class GlancePanel extends RenderOnShow {
         kernel,
         isLocal(kernel.kernel_id),
         this._stopping.has(kernel.kernel_id),
+        idleWords(kernel, this._idleThresholds, this._trans),
         this._trans
       );
       wanted.push(row.node);
@@ -518,6 +550,7 @@ export class GlancePanel extends RenderOnShow {
   private _options: GlancePanel.IOptions;
   private _trans: TranslationBundle;
   private _stopping = new Set<string>();
+  private _idleThresholds = userThresholds(DEFAULT_NOTICE_SETTINGS);
   private _refocus: string | null = null;
   private _rows = new Map<string, KernelRow>();
   private _deviceRows = new Map<number, DeviceRow>();

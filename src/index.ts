@@ -8,8 +8,12 @@
  * - Above the list, the live section: "Your GPU kernels", each GPU's
  *   meters, and why the GPUs of your kernels are slow; the status-bar item
  *   shows the busiest GPU (or each GPU). Both read one poll of glance.json.
+ * - The idle-kernel notice (idleNotice.ts): a kernel of yours that holds
+ *   GPU memory and does no GPU work is told once per idle episode, with
+ *   Shut down kernel, Open notebook, Not now and Don't ask; what was told
+ *   is kept in the state database; the admin's GPU idle cull is told too.
  * - Settings (schema/plugin.json): refresh rates, whether the status item
- *   shows and which figure; changes apply at once.
+ *   shows and which figure, the idle notice; changes apply at once.
  * - Dashboard pages follow JupyterLab's light/dark theme.
  */
 import {
@@ -21,6 +25,7 @@ import {
   Dialog,
   ICommandPalette,
   IThemeManager,
+  Notification,
   showDialog,
   showErrorMessage,
   WidgetTracker
@@ -28,16 +33,28 @@ import {
 import { IDocumentManager } from '@jupyterlab/docmanager';
 import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { IStateDB } from '@jupyterlab/statedb';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { IDisposable } from '@lumino/disposable';
 
-import { createServerFetcher, fetchGlance } from './fetcher';
+import {
+  createServerFetcher,
+  fetchCulls,
+  fetchGlance,
+  postNotice
+} from './fetcher';
 import { GLANCE_INTERVAL_MS, StatusFigure } from './glance';
 import { GlanceModel } from './glanceModel';
 import { GlancePanel } from './glancePanel';
 import { GlanceStatusItem } from './statusItem';
 import { gpuIcon } from './icon';
+import {
+  DEFAULT_NOTICE_SETTINGS,
+  IdleNotifier,
+  IIdleNoticeSettings,
+  userThresholds
+} from './idleNotice';
 import { TRANSLATION_DOMAIN } from './model';
 import { openOrActivate, toOpenArgs } from './opener';
 import { DashboardSidebar } from './sidebar';
@@ -62,13 +79,15 @@ export interface INvdashboardSettings {
   dashboardListRefreshRate: number;
   showStatusItem: boolean;
   statusFigure: StatusFigure;
+  idleNotice: IIdleNoticeSettings;
 }
 
 export const DEFAULT_SETTINGS: INvdashboardSettings = {
   refreshRate: GLANCE_INTERVAL_MS / 1000,
   dashboardListRefreshRate: 15,
   showStatusItem: true,
-  statusFigure: 'busiest'
+  statusFigure: 'busiest',
+  idleNotice: DEFAULT_NOTICE_SETTINGS
 };
 
 /** Read the composite settings, falling back to the defaults for anything odd. */
@@ -78,6 +97,7 @@ export function readSettings(composite: unknown): INvdashboardSettings {
     typeof value === 'number' && Number.isFinite(value) && value >= min
       ? value
       : fallback;
+  const notice = DEFAULT_NOTICE_SETTINGS;
   return {
     refreshRate: seconds(c.refreshRate, DEFAULT_SETTINGS.refreshRate, 0.5),
     dashboardListRefreshRate: seconds(
@@ -86,7 +106,13 @@ export function readSettings(composite: unknown): INvdashboardSettings {
       1
     ),
     showStatusItem: c.showStatusItem !== false,
-    statusFigure: c.statusFigure === 'each' ? 'each' : 'busiest'
+    statusFigure: c.statusFigure === 'each' ? 'each' : 'busiest',
+    idleNotice: {
+      enabled: c.idleNotice !== false,
+      memoryGiB: seconds(c.idleNoticeMemoryGiB, notice.memoryGiB, 0),
+      idleMinutes: seconds(c.idleNoticeMinutes, notice.idleMinutes, 0),
+      snoozeMinutes: seconds(c.idleNoticeSnoozeMinutes, notice.snoozeMinutes, 0)
+    }
   };
 }
 
@@ -119,7 +145,8 @@ function activate(
   statusBar: IStatusBar | null,
   settingRegistry: ISettingRegistry | null,
   translator: ITranslator | null,
-  docManager: IDocumentManager | null
+  docManager: IDocumentManager | null,
+  state: IStateDB | null
 ): void {
   const { commands, shell } = app;
   const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
@@ -192,15 +219,33 @@ function activate(
   shell.add(sidebar, 'left', { rank: 200 });
   restorer?.add(sidebar, SIDEBAR_ID);
 
-  // One poll of glance.json feeds the status-bar item and the sidebar's
-  // meters and kernel list; it runs only while JupyterLab is visible and one
-  // of them is in use (the item enabled, the sidebar open).
+  // One poll of glance.json feeds the status-bar item, the sidebar's meters
+  // and kernel list, and the idle notice; it runs only while JupyterLab is
+  // visible and one of them is in use (the item enabled, the sidebar open,
+  // notices on), at the refresh rate for the views, far less often for the
+  // notice alone.
   // A poll that gets no answer within its interval (at least 1 s) has failed.
   const glance: GlanceModel = new GlanceModel({
     fetch: () => fetchGlance(settings, Math.max(1000, glance.interval))
   });
   const kernels = app.serviceManager.kernels;
   const askedAbout = new Set<string>();
+  // Only a kernel this Jupyter server runs can be shut down from here;
+  // the server would answer 404 for any other, which reads as success.
+  const isLocalKernel = (id: string): boolean => {
+    for (const model of kernels.running()) {
+      if (model.id === id) {
+        return true;
+      }
+    }
+    // A kernel started since the kernel list was last read: ask once now
+    // rather than wait for the next refresh of that list.
+    if (!askedAbout.has(id)) {
+      askedAbout.add(id);
+      void kernels.refreshRunning().catch(() => undefined);
+    }
+    return false;
+  };
   const panel = new GlancePanel({
     model: glance,
     openPath,
@@ -218,26 +263,33 @@ function activate(
       ).button.accept,
     shutdownKernel: id => kernels.shutdown(id),
     showError: (title, error) => showErrorMessage(title, error as Error),
-    // Only a kernel this Jupyter server runs can be shut down from here;
-    // the server would answer 404 for any other, which reads as success.
-    isLocalKernel: id => {
-      for (const model of kernels.running()) {
-        if (model.id === id) {
-          return true;
-        }
-      }
-      // A kernel started since the kernel list was last read: ask once now
-      // rather than wait for the next refresh of that list.
-      if (!askedAbout.has(id)) {
-        askedAbout.add(id);
-        void kernels.refreshRunning().catch(() => undefined);
-      }
-      return false;
-    },
+    isLocalKernel,
     localKernelsChanged: kernels.runningChanged
   });
   // "Your GPU kernels" sits right under the sidebar's title.
   sidebar.insertWidget(1, panel);
+
+  // Without a state database (a stripped-down JupyterLab) the notice
+  // remembers for this page only.
+  const memory = new Map<string, unknown>();
+  const notifier = new IdleNotifier({
+    model: glance,
+    notify: (message, type, actions) =>
+      Notification.emit(message, type, { autoClose: false, actions }),
+    dismiss: id => Notification.dismiss(id),
+    shutdownKernel: id => kernels.shutdown(id),
+    openPath,
+    isLocalKernel,
+    localKernelsChanged: kernels.runningChanged,
+    postNotice: (id, episode) => postNotice(settings, id, episode),
+    fetchCulls: () => fetchCulls(settings),
+    store: state ?? {
+      fetch: async id => memory.get(id),
+      save: async (id, value) => memory.set(id, value)
+    },
+    showError: (title, error) => void showErrorMessage(title, error as Error),
+    trans
+  });
 
   // Off until the settings say whether the user wants it, so a user who
   // turned it off never has the glance polled for it; without a status bar
@@ -263,6 +315,8 @@ function activate(
     sidebar.interval = values.dashboardListRefreshRate * 1000;
     item.enabled = statusBar !== null && values.showStatusItem;
     item.figure = values.statusFigure;
+    notifier.settings = values.idleNotice;
+    panel.idleThresholds = userThresholds(values.idleNotice);
   };
   if (settingRegistry) {
     settingRegistry
@@ -321,7 +375,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     IStatusBar,
     ISettingRegistry,
     ITranslator,
-    IDocumentManager
+    IDocumentManager,
+    IStateDB
   ],
   activate
 };

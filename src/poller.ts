@@ -10,6 +10,10 @@
  *   404 or a machine with no GPU: the wait grows, up to `stuckMax`).
  * - It polls only while something uses it (`use(user, true)`): a poll that
  *   nothing reads costs the dashboard server its idle exit.
+ * - Each user may say how often it needs an answer (`use(user, true, ms)`);
+ *   it polls as often as the most demanding user needs, never more often
+ *   than `interval` (the rate the user chose), so a user that needs an
+ *   answer once a minute does not make it ask every 2 s.
  */
 import { IDisposable } from '@lumino/disposable';
 import { IPoll, Poll } from '@lumino/polling';
@@ -26,7 +30,10 @@ export namespace Poller {
     name: string;
     /** One request; resolves with how it went (a rejection counts as `stuck`). */
     request: () => Promise<PollOutcome>;
-    /** Milliseconds between polls after an `ok` answer. */
+    /**
+     * Milliseconds between polls after an `ok` answer, for a user that names
+     * no interval of its own; no user makes it poll more often.
+     */
     interval: number;
     /** The first wait after a `retry` answer (default: `interval`). */
     retryInterval?: number;
@@ -77,7 +84,10 @@ export class Poller implements IDisposable {
     return this._poll.isDisposed;
   }
 
-  /** Milliseconds between polls after an `ok` answer; a change applies at once. */
+  /**
+   * The shortest wait between polls after an `ok` answer (the rate the user
+   * chose), and the wait for a user that names none; a change applies at once.
+   */
   get interval(): number {
     return this._interval;
   }
@@ -86,12 +96,23 @@ export class Poller implements IDisposable {
     if (!(value > 0) || value === this._interval) {
       return;
     }
+    const before = this.currentInterval;
     this._interval = value;
-    this._poll.frequency = this.frequency(this._outcome ?? 'ok');
-    // The timer already set runs to the old interval: start over now.
-    if (this.running && this._poll.state.phase !== 'constructed') {
-      void this._poll.refresh();
+    this._retime(before);
+  }
+
+  /**
+   * The wait between polls after an `ok` answer now: the shortest any
+   * current user needs, but not below `interval`.
+   */
+  get currentInterval(): number {
+    let wanted = Infinity;
+    for (const needed of this._users.values()) {
+      wanted = Math.min(wanted, needed ?? this._interval);
     }
+    return Number.isFinite(wanted)
+      ? Math.max(this._interval, wanted)
+      : this._interval;
   }
 
   /**
@@ -104,7 +125,7 @@ export class Poller implements IDisposable {
    * comes back could wait many intervals.
    */
   frequency(outcome: PollOutcome): IPoll.Frequency {
-    const interval = this._interval;
+    const interval = this.currentInterval;
     if (outcome === 'ok') {
       return { interval, backoff: false, max: interval };
     }
@@ -122,22 +143,31 @@ export class Poller implements IDisposable {
   }
 
   /**
-   * Say whether `user` reads what this polls. It polls while at least one
-   * user does; the first one starts it at once.
+   * Say whether `user` reads what this polls, and how often it needs an
+   * answer (milliseconds; by default `interval`). It polls while at least one
+   * user does, as often as the most demanding one needs; the first one
+   * starts it at once, and one that needs it more often than it polls now
+   * gets an answer at once.
    */
-  use(user: unknown, inUse: boolean): void {
+  use(user: unknown, inUse: boolean, intervalMs?: number): void {
     if (this.isDisposed) {
       return;
     }
-    const before = this.running;
+    const wasRunning = this.running;
+    const before = this.currentInterval;
     if (inUse) {
-      this._users.add(user);
+      this._users.set(
+        user,
+        intervalMs !== undefined && intervalMs > 0 ? intervalMs : undefined
+      );
     } else {
       this._users.delete(user);
     }
-    if (this.running === before || !this._autoStart) {
+    if (this.running === wasRunning || !this._autoStart) {
+      this._retime(before);
       return;
     }
+    this._poll.frequency = this.frequency(this._outcome ?? 'ok');
     if (this.running) {
       void this._poll.start();
     } else {
@@ -166,6 +196,29 @@ export class Poller implements IDisposable {
   dispose(): void {
     this._users.clear();
     this._poll.dispose();
+  }
+
+  /**
+   * Apply a change of `currentInterval` from `before`. A wait already set
+   * runs to the old pace: when the new one is faster (the sidebar opened
+   * while only the idle notice read the glance), ask now; when it is slower,
+   * that wait stands and the next follows the new pace.
+   */
+  private _retime(before: number): void {
+    const now = this.currentInterval;
+    if (now === before) {
+      return;
+    }
+    this._poll.frequency = this.frequency(this._outcome ?? 'ok');
+    const phase = this._poll.state.phase;
+    if (
+      now < before &&
+      this.running &&
+      phase !== 'constructed' &&
+      phase !== 'stopped'
+    ) {
+      void this._poll.refresh();
+    }
   }
 
   private _send(): Promise<PollOutcome> {
@@ -198,7 +251,7 @@ export class Poller implements IDisposable {
       outcome === 'stuck'
         ? this._stuckWait
           ? 2 * this._stuckWait
-          : this._interval
+          : this.currentInterval
         : 0;
     this._poll.frequency = this.frequency(outcome);
     if (outcome === 'retry') {
@@ -213,7 +266,8 @@ export class Poller implements IDisposable {
   private _stuckMax: number;
   private _autoStart: boolean;
   private _poll: Poll;
-  private _users = new Set<unknown>();
+  /** Each user, and the interval it needs (undefined: `interval`). */
+  private _users = new Map<unknown, number | undefined>();
   private _outcome: PollOutcome | null = null;
   private _stuckWait = 0;
   private _inFlight: Promise<PollOutcome> | null = null;

@@ -11,6 +11,12 @@ export const COMMAND_OPEN = 'nvdashboard:open';
 /** The name the Bokeh server is registered under in jupyter-server-proxy. */
 export const PROXY_NAME = 'nvdashboard';
 
+/**
+ * Where the Jupyter server extension serves the idle notice's routes
+ * (`notices`, `culls`), under Jupyter's base URL (jupyter_extension.py).
+ */
+export const IDLE_API = 'nvdashboard-idle';
+
 /** Namespace of the widget tracker used for layout restoration. */
 export const TRACKER_NAMESPACE = 'nvdashboard';
 

@@ -5,7 +5,12 @@
  */
 import { URLExt } from '@jupyterlab/coreutils';
 
-import { DashboardTheme, PROXY_NAME, WIDGET_ID_PREFIX } from './tokens';
+import {
+  DashboardTheme,
+  IDLE_API,
+  PROXY_NAME,
+  WIDGET_ID_PREFIX
+} from './tokens';
 
 /**
  * The route without leading/trailing slashes, e.g. `GPU-Utilization`.
@@ -35,6 +40,16 @@ export function infoUrl(baseUrl: string): string {
 /** `{baseUrl}nvdashboard/glance.json` */
 export function glanceUrl(baseUrl: string): string {
   return URLExt.join(baseUrl, PROXY_NAME, 'glance.json');
+}
+
+/** `{baseUrl}nvdashboard-idle/notices`: JupyterLab showed an idle notice. */
+export function noticesUrl(baseUrl: string): string {
+  return URLExt.join(baseUrl, IDLE_API, 'notices');
+}
+
+/** `{baseUrl}nvdashboard-idle/culls`: the admin's cull and what it did. */
+export function cullsUrl(baseUrl: string): string {
+  return URLExt.join(baseUrl, IDLE_API, 'culls');
 }
 
 /** `{baseUrl}nvdashboard/<Route>?theme=dark|light` */

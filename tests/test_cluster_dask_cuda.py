@@ -34,6 +34,7 @@ pytest.importorskip("prometheus_client")
 
 from tests.support.bokeh_client import TEST_TOKEN  # noqa: E402
 from tests.support.dask_cluster import DaskCluster, start_scheduler  # noqa: E402
+from tests.support.prometheus import api  # noqa: E402
 from tests.support.servers import cli_server, free_port, get  # noqa: E402
 
 PROMETHEUS = shutil.which("prometheus")
@@ -46,14 +47,6 @@ PROFILE = {"NVDASHBOARD_SIMULATE_PROFILE": "h200"}  # GPM, power and clocks on e
 # periods is 0.5. Prometheus' window below is three periods.
 TRAFFIC_KIB_PER_S = 8e9 * 0.5 / 1024
 WINDOW_S = 33
-
-
-def api(base: str, path: str, **params: str) -> Any:
-    url = f"{base}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        body = json.load(response)
-    assert body["status"] == "success", body
-    return body["data"]
 
 
 @pytest.fixture(scope="module")

@@ -93,6 +93,8 @@ def test_a_setting_turns_the_start_with_jupyter_off(monkeypatch: pytest.MonkeyPa
             scheduled.append(args)
 
     monkeypatch.setattr("tornado.ioloop.IOLoop.current", lambda: Loop())
+    # The idle notice's routes are added whatever this setting says (test_lab_idle_cull.py).
+    monkeypatch.setattr(jupyter_extension, "add_idle_cull", lambda *args: None)
     monkeypatch.setenv("NVDASHBOARD_START_WITH_JUPYTER", "off")
     jupyter_extension._load_jupyter_server_extension(App())
     assert scheduled == []

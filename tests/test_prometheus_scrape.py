@@ -5,9 +5,6 @@ that match dcgm-exporter's own list, and no series for a metric the GPUs do not 
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -15,42 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.bokeh_client import TEST_TOKEN
 from tests.support.dcgm_reference import DCGM_LABELS, DCGM_REFERENCE
-from tests.support.servers import cli_server, free_port
+from tests.support.prometheus import PROMETHEUS, api, prometheus
+from tests.support.servers import cli_server
 
-PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus package")
 pytest.importorskip("prometheus_client")
 SCRAPES_WANTED = 8  # at one scrape a second: about 10 s of scraping with the start-up
-
-
-def api(base: str, path: str, **params: str) -> dict:
-    url = f"{base}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        body = json.load(response)
-    assert body["status"] == "success", body
-    return body["data"]
 
 
 def test_prometheus_scrapes_dcgm_names_from_a_simulated_server(tmp_path: Path) -> None:
     env = {"NVDASHBOARD_SIMULATE_FAULTS": "unsupported=power"}
     with cli_server(["--simulate", "4", "--metrics", "--interval", "0.5"], env=env) as (url, _):
         target = urllib.parse.urlsplit(url).netloc
-        config = tmp_path / "prometheus.yml"
-        config.write_text(
-            "global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
-            "scrape_configs:\n"
-            "  - job_name: nvdashboard\n"
-            f"    authorization: {{type: Bearer, credentials: {TEST_TOKEN}}}\n"
-            f"    static_configs: [{{targets: ['{target}']}}]\n")
-        port = free_port()
-        base = f"http://127.0.0.1:{port}"
-        log = (tmp_path / "prometheus.log").open("w")
-        prometheus = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
-        try:
+        with prometheus(tmp_path, target) as base:
             scrapes, deadline = 0.0, time.monotonic() + 60
             while scrapes < SCRAPES_WANTED and time.monotonic() < deadline:
                 time.sleep(1)
@@ -95,10 +70,3 @@ def test_prometheus_scrapes_dcgm_names_from_a_simulated_server(tmp_path: Path) -
             # Power is unsupported on these GPUs: no series at all, not zeros.
             assert "DCGM_FI_DEV_POWER_USAGE" not in metadata
             assert api(base, "query", query="DCGM_FI_DEV_POWER_USAGE")["result"] == []
-        finally:
-            prometheus.terminate()
-            try:
-                prometheus.wait(15)
-            except subprocess.TimeoutExpired:
-                prometheus.kill()
-            log.close()

@@ -4,8 +4,9 @@ What a user of a shared machine asks first: which GPU is free, and who is on GPU
 has the name and indices, utilization and SM activity, memory used of total (GiB, as
 nvidia-smi counts them), temperature, power of its limit, the SM clock with the reasons it
 is held down in words, whether the device is lost or cannot report a reading (and why), how
-many processes hold it and whose (user, notebook), a link to each dashboard for that GPU,
-and the device's diagnosis line (``diagnosis/``). The busiest device is marked.
+many processes hold it and whose (user, notebook), whether it has been held but unused for
+the threshold (``usage.py``, issue 28), a link to each dashboard for that GPU, and the
+device's diagnosis line (``diagnosis/``). The busiest device is marked.
 
 The table is built here once per refresh, from what the sampler already stored, as one HTML
 string (``overview_html``); the stream sends it to every page (``OverviewFeed``, mode
@@ -37,6 +38,7 @@ from .in_place import IN_PLACE_JS
 from .live import STREAM_CLIENT_JS, LiveView
 from .processes import ANOTHER_CONTAINER, ProcessRow, newest_family, process_rows
 from .sources import DashboardSources
+from .usage import minutes_text
 
 OVERVIEW_PATH = "/GPU-Overview"
 OVERVIEW_TITLE = "GPU Overview"
@@ -72,6 +74,7 @@ STYLE = """<style>
 .nvo .badge { display: inline-block; padding: 0 5px; border-radius: 3px; font-size: 11px;
               font-weight: 600; color: #fff; background: #d62728; margin-right: 3px; }
 .nvo .busiest { background: #76b900; color: #000; }
+.nvo .unused { background: #b45309; }
 .nvo .ok { background: rgba(128,128,128,.35); color: inherit; }
 .nvo tr.lost td { background: rgba(214,39,40,.14); }
 .nvo a { color: #3b82f6; text-decoration: none; margin-right: 6px; white-space: nowrap; }
@@ -99,6 +102,8 @@ class DeviceRow:
     diagnosis: Diagnosis | None
     busiest: bool = False
     no_gpm: str = ""  # why this device cannot report SM activity (GPM), or ""
+    # Held but unused for the threshold (issue 28 item 4): {"unused_s", "why", ...} or None.
+    unused: dict[str, Any] | None = None
 
     @property
     def lost(self) -> bool:
@@ -144,6 +149,7 @@ def build_overview(sources: DashboardSources) -> Overview:
     processes = process_rows(sources)
     diagnoses = {diagnosis.row: diagnosis for diagnosis in sources.diagnoses.current()}
     no_gpm = {fact.index: reason for fact, reason in without_gpm(metrics)}
+    unused = {device["index"]: device for device in sources.usage.unused_devices()}
     rows = []
     for facts in metrics.facts:
         held = tuple(p for p in processes if p.device == facts.index
@@ -157,7 +163,7 @@ def build_overview(sources: DashboardSources) -> Overview:
             health_reading if isinstance(health_reading, HealthReading) else None,
             gpm_reading if isinstance(gpm_reading, GpmReading) else None,
             unavailable.get(facts.index, {}), held, diagnoses.get(facts.index),
-            no_gpm=no_gpm.get(facts.index, "")))
+            no_gpm=no_gpm.get(facts.index, ""), unused=unused.get(facts.index)))
     busy = [(row.busy_pct, position) for position, row in enumerate(rows)
             if row.busy_pct is not None and not row.lost]
     if busy:
@@ -277,9 +283,18 @@ def _clock_cell(row: DeviceRow) -> str:
     return f"{health.sm_clock_mhz:.0f}{top} MHz<br>{badges}"
 
 
+def _unused_badge(row: DeviceRow) -> str:
+    """"held, unused 42 min" (or "unused 42 min" with no process), the grounds on hover."""
+    if row.unused is None:
+        return ""
+    words = f"{'held, ' if row.processes else ''}unused {minutes_text(row.unused['unused_s'])}"
+    return (f"<br><span class='badge unused' data-unused title='{_esc(row.unused['why'])}'>"
+            f"{_esc(words)}</span>")
+
+
 def _procs_cell(row: DeviceRow) -> str:
     if not row.processes:
-        return "<span class='why'>none</span>"
+        return "<span class='why'>none</span>" + _unused_badge(row)
     people: dict[str, list[str]] = {}
     for process in row.processes:
         who = (process.user or "?") + (" (you)" if process.mine else "")
@@ -295,7 +310,7 @@ def _procs_cell(row: DeviceRow) -> str:
                                                  if books else "")
                       for user, books in people.items())
     count = len(row.processes)
-    return f"{count} process{'es' if count != 1 else ''}: {whose}"
+    return f"{count} process{'es' if count != 1 else ''}: {whose}" + _unused_badge(row)
 
 
 def _links_cell(row: DeviceRow, routes: dict[str, str], prefix: str) -> str:
@@ -347,6 +362,11 @@ def overview_html(sources: DashboardSources, routes: dict[str, str],
                     f"<td class='links'>{links}</td>"
                     f"<td colspan='{len(COLUMNS) - 1}'>{_diagnosis_cell(row)}</td></tr>")
     empty = "" if overview.any_process else f"<p class='empty'>{_esc(NO_PROCESSES)}.</p>"
+    unused = [row.unused["why"] for row in overview.rows if row.unused is not None]
+    if unused:  # what an admin reclaims a server by, said in words under the table
+        empty += (f"<p class='why unused-summary'><b>Unused for "
+                  f"{minutes_text(sources.usage.unused_after_s)} or more:</b> "
+                  f"{_esc('; '.join(unused))}.</p>")
     stamp = time.strftime("%H:%M:%S")
     return (f"{STYLE}<div class='nvo'><table><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table>{empty}"

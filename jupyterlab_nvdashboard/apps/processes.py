@@ -34,6 +34,7 @@ from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading
 from ..metrics.identity import OTHER, PAIRED, SAME, SHARED, UNKNOWN, UNLISTED
 from ..stream.frames import Rows
 from .components import (
+    GIB,
     NOT_AVAILABLE,
     THEMED_TABLE_CSS,
     duration_text,
@@ -43,6 +44,7 @@ from .components import (
 )
 from .document import gpus_being_read
 from .live import LiveView
+from .usage import idle_json
 
 if TYPE_CHECKING:
     from ..jupyter_sessions import JupyterSessions
@@ -63,7 +65,8 @@ ANOTHER_CONTAINER = "another container's process"
 NO_PROCESSES_TEXT = ("<b>No process holds a GPU context on these GPUs.</b> Memory the GPUs "
                      "show in use is held by the driver, or by processes this server cannot "
                      "list (another container, or a MIG device's peers).")
-_TEXT_COLUMNS = ("gpu", "pid", "user", "what", "memory", "sm", "memory_activity", "held")
+_TEXT_COLUMNS = ("gpu", "pid", "user", "what", "memory", "sm", "memory_activity", "held",
+                 "notebook_held", "notebook_working")
 
 
 def current_user() -> str | None:
@@ -108,6 +111,10 @@ class ProcessRow:
     identity_text: str = ""
     driver_pid: int | None = None  # the PID NVML names it by
     group_memory_bytes: float | None = None  # a "shared" group's memory together
+    # The row's notebook since the server started, over all its kernels (issue 28 item 6):
+    # GPU memory held x seconds, and the share of that time its GPU was working.
+    notebook_byte_seconds: float | None = None
+    notebook_working_share: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -167,6 +174,7 @@ def process_rows(sources: DashboardSources, now: float | None = None) -> list[Pr
     facts = {f.index: f for f in metrics.facts}
     user = current_user()
     runs = _workload_runs(sources)
+    notebooks = sources.usage.notebook_usage()
     now = time.time() if now is None else now
     rows = []
     groups_done: set[tuple[int, Any]] = set()
@@ -201,6 +209,7 @@ def process_rows(sources: DashboardSources, now: float | None = None) -> list[Pr
             else:
                 what = owner.command or "?"
         total = device.memory_total_bytes if device else None
+        usage = notebooks.get(notebook) if notebook is not None else None
         return ProcessRow(
             reading.device, gpu, pid, reading.kind, owner.user if owner else None,
             bool(user and owner and owner.user == user), what, notebook, lab_url, kernel_id,
@@ -208,7 +217,8 @@ def process_rows(sources: DashboardSources, now: float | None = None) -> list[Pr
             reading.sm_pct, reading.memory_pct,
             None if reading.seen_since_s is None else max(0.0, now - reading.seen_since_s),
             reading.identity, words,
-            None if reading.identity == SHARED else reading.pid or None, group_memory)
+            None if reading.identity == SHARED else reading.pid or None, group_memory,
+            usage.byte_seconds if usage else None, usage.working_share if usage else None)
 
     for reading in readings:
         device = facts.get(reading.device)
@@ -239,6 +249,11 @@ def process_rows(sources: DashboardSources, now: float | None = None) -> list[Pr
     rows.sort(key=lambda row: (not row.mine, -(row.memory_bytes or -1.0), row.device,
                                row.pid or 0))
     return rows
+
+
+def gib_hours_text(byte_seconds: float | None) -> str:
+    """GPU memory x time as ``3.25 GiB·h`` ("" for none)."""
+    return "" if byte_seconds is None else f"{byte_seconds / 3600 / GIB:.2f} GiB·h"
 
 
 def _what_html(row: ProcessRow) -> str:
@@ -301,6 +316,11 @@ class ProcessTableFeed:
             text["memory_activity"].append(format_pct(row.memory_pct))
             text["held"].append(NOT_AVAILABLE if row.held_s is None
                                 else duration_text(row.held_s))
+            text["notebook_held"].append(gib_hours_text(row.notebook_byte_seconds))
+            text["notebook_working"].append(
+                "" if row.notebook_byte_seconds is None else
+                format_pct(None if row.notebook_working_share is None
+                           else 100 * row.notebook_working_share))
         memory = np.array([np.nan if r.memory_bytes is None else r.memory_bytes for r in table],
                           dtype=float)
         return Rows({"memory_bytes": memory}, text)
@@ -346,12 +366,15 @@ class ProcessTable:
             TableColumn(field="gpu", title="GPU", width=110),
             TableColumn(field="pid", title="PID", width=80),
             TableColumn(field="user", title="User", width=90, formatter=html_cell),
-            TableColumn(field="what", title="Notebook or command", width=420,
+            TableColumn(field="what", title="Notebook or command", width=370,
                         formatter=html_cell),
             TableColumn(field="memory", title="GPU memory", width=150, formatter=html_cell),
             TableColumn(field="sm", title="SM %", width=60),
             TableColumn(field="memory_activity", title="Memory %", width=70),
             TableColumn(field="held", title="Held for", width=80),
+            # The notebook's since the server started (all its kernels), not the process's.
+            TableColumn(field="notebook_held", title="Notebook GiB·h", width=125),
+            TableColumn(field="notebook_working", title="GPU working", width=90),
         ]
         sheets = [InlineStyleSheet(css=_TABLE_CSS)]
         self.table = DataTable(source=self.source, columns=columns, index_position=None,
@@ -376,7 +399,10 @@ class ProcessTable:
 def attribution_note(sources: DashboardSources) -> str:
     owners = sources.metrics.owners
     parts = ["GPU memory is what the driver reports per process; SM % and Memory % are the "
-             "process's share of the last second, where the driver samples them."]
+             "process's share of the last second, where the driver samples them. Notebook "
+             "GiB·h is the GPU memory its kernels have held since this server started, x "
+             "hours; GPU working, the share of that time they did GPU work (where it could "
+             "be told)."]
     if owners is not None and owners.host_namespace is False:
         parts.append("This server runs in a container (a PID namespace of its own): its own "
                      "processes are found by the GPU device nodes they hold, and paired with "
@@ -393,8 +419,9 @@ def process_view(sources: DashboardSources, feed: Any) -> ProcessTable:
 
 
 def glance(sources: DashboardSources) -> dict[str, Any]:
-    """``/glance.json``: each device's utilization and memory now, and the current user's
-    kernels that hold GPU memory (what the JupyterLab status bar and sidebar show)."""
+    """``/glance.json``: each device's utilization and memory now, the current user's
+    kernels that hold GPU memory (what the JupyterLab status bar and sidebar show), each
+    with its ``idle`` judgment (``usage.py``), and the devices unused for the threshold."""
     metrics = sources.metrics
     latest = metrics.history.latest()
     readings = {reading.index: reading for reading in latest.gpus} if latest else {}
@@ -410,6 +437,7 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
         })
     kernels: dict[str, dict[str, Any]] = {}
     kernel_rows: set[int] = set()
+    user = current_user()
     for row in process_rows(sources):
         if not row.mine or not row.kernel_id or row.notebook is None:
             continue
@@ -428,6 +456,11 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
             kernel["memory_bytes"] += row.memory_bytes
         if row.gpu not in kernel["devices"]:
             kernel["devices"].append(row.gpu)
+    for kernel in kernels.values():
+        kernel["idle"] = idle_json(
+            sources.usage.judgment(user or "", kernel["kernel_id"]), kernel["path"],
+            kernel["kernel_id"], kernel["memory_bytes"], kernel["devices"],
+            kernel.get("shared_memory_bytes"))
     # Why the GPUs that hold the user's own kernels are slow (the shared cache: cheap).
     diagnoses = [{"index": d.row, "label": d.label, "cause": d.cause, "brief": d.brief(),
                   "line": d.line(), "advice": d.first.advice}
@@ -435,7 +468,8 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
         if kernel_rows else []
     return {"time": latest.time_s if latest else None, "devices": devices,
             "kernels": sorted(kernels.values(), key=lambda k: -k["memory_bytes"]),
-            "diagnoses": diagnoses, "user": current_user(),
+            "diagnoses": diagnoses, "user": user,
+            "unused_devices": sources.usage.unused_devices(),
             # No device yet may mean "still reading" (ask again soon) or "no GPU" (don't).
             "reading_gpus": gpus_being_read(metrics)}
 
@@ -445,6 +479,9 @@ def processes_json(sources: DashboardSources) -> dict[str, Any]:
     jupyter, reader = sources.jupyter, sources.metrics.processes
     return {"user": current_user(), "rows": [row.as_json() for row in process_rows(sources)],
             "note": attribution_note(sources),
+            # Each notebook's GPU usage since the server started, ended kernels included.
+            "notebooks": [usage.as_json() for usage in sorted(
+                sources.usage.notebook_usage().values(), key=lambda u: -u.byte_seconds)],
             # How many process passes and sessions refreshes have happened: a client can
             # wait for "the next refresh" by counting instead of timing.
             "process_passes": reader.passes if reader is not None else 0,

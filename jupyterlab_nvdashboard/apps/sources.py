@@ -20,6 +20,7 @@ from ..metrics import Metrics, Sample, prepend_past
 from ..runs.service import WorkloadService
 from ..store import HistoryStore
 from .components import timeline_windows
+from .usage import GpuUsage
 
 if TYPE_CHECKING:  # distributed is an optional extra, imported only in cluster mode
     from ..cluster.view import ClusterView
@@ -41,9 +42,12 @@ class DashboardSources:
     # Every device's diagnosis over a window, shared by /diagnosis.json, /GPU-Activity and
     # the /metrics gauge (made from ``metrics``).
     diagnoses: DeviceDiagnoses = field(init=False)
+    # Who holds GPU memory and whether they use it (issue 28), fed by the history.
+    usage: GpuUsage = field(init=False)
 
     def __post_init__(self) -> None:
         self.diagnoses = DeviceDiagnoses(self.metrics, past=self.store)
+        self.usage = GpuUsage(self.metrics, self.jupyter)
         # The stored part of ``history_since``: (its span, its samples). What the store holds
         # of the past does not change, so pages refreshing every second read it once.
         self._stored: tuple[tuple[int, int], list[Sample]] = ((0, 0), [])

@@ -47,6 +47,8 @@ DIAGNOSIS_HELP = ("Why this GPU is slow: 1 for the cause of its first finding ov
 
 
 class HealthValue(NamedTuple):
+    """One value; values of one name must carry the same label names."""
+
     name: str  # a counter's name without _total: prometheus_client adds it
     kind: str  # "gauge" or "counter"
     help: str
@@ -78,7 +80,7 @@ class DcgmCollector:
         self.snapshot, self.hostname_label = snapshot, hostname_label
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+        from prometheus_client.core import GaugeMetricFamily, Metric
 
         scrape = self.snapshot()
         for position, dcgm in enumerate(FIELDS):
@@ -107,17 +109,18 @@ class DcgmCollector:
                     self.hostname_label if name == HOSTNAME_LABEL else name: value
                     for name, value in labels.items()}, 1.0)
             yield family
+        # Values of one name (the usage series: one per GPU or holder) are one family; a
+        # MIG device's carry GPU_I_ID beside its GPU's labels, so each sample has its own.
+        families: dict[str, Any] = {}
         for item in scrape.health:
-            names, values = list(item.labels), list(item.labels.values())
-            if item.kind == "counter":
-                counter = CounterMetricFamily(item.name, item.help, labels=names)
-                counter.add_metric(values, item.value)
-                yield counter
-            else:
-                gauge = GaugeMetricFamily(item.name, item.help, labels=names)
-                gauge.add_metric(values, item.value)
-                yield gauge
-
+            labels = {self.hostname_label if name == HOSTNAME_LABEL else name: value
+                      for name, value in item.labels.items()}
+            family = families.get(item.name)
+            if family is None:
+                family = families[item.name] = Metric(item.name, item.help, item.kind)
+            family.add_sample(item.name + ("_total" if item.kind == "counter" else ""),
+                              labels, item.value)
+        yield from families.values()
 
 def render(collector: DcgmCollector) -> tuple[bytes, str]:
     """The OpenMetrics text of one scrape, and its content type."""

@@ -127,6 +127,16 @@ class GpuIdentity(NamedTuple):
         return labels
 
 
+def device_labels(identity: GpuIdentity, hostname: str,
+                  hostname_label: str = HOSTNAME_LABEL) -> dict[str, str]:
+    """``gpu``, ``UUID`` and the host label as the DCGM series have them, and a MIG
+    device's ``GPU_I_ID``: the short set the nvdashboard_gpu_* series carry."""
+    labels = {"gpu": str(identity.gpu), "UUID": identity.uuid, hostname_label: hostname}
+    if identity.gpu_instance_id is not None:
+        labels["GPU_I_ID"] = str(identity.gpu_instance_id)
+    return labels
+
+
 class ExportedGpu(NamedTuple):
     """One GPU (or MIG device) as ``/metrics`` shows it: ``values`` in ``FIELDS`` order."""
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from ..diagnosis import Diagnosis
 from ..metrics import GpuFacts, Metrics, Sample
 from .collector import HealthValue, Scrape
-from .dcgm import HOSTNAME_LABEL, ExportedGpu, exported_gpus, identities
+from .dcgm import HOSTNAME_LABEL, ExportedGpu, device_labels, exported_gpus, identities
 
 
 class GpuExport:
@@ -35,11 +35,8 @@ def diagnosis_labels(diagnoses: Sequence[Diagnosis], facts: Sequence[GpuFacts],
         identity = ids.get(diagnosis.row)
         if identity is None:
             continue
-        labels = {"gpu": str(identity.gpu), "UUID": identity.uuid, hostname_label: hostname}
-        if identity.gpu_instance_id is not None:
-            labels["GPU_I_ID"] = str(identity.gpu_instance_id)
-        labels["cause"] = diagnosis.cause
-        out.append(labels)
+        out.append({**device_labels(identity, hostname, hostname_label),
+                    "cause": diagnosis.cause})
     return out
 
 

@@ -775,6 +775,29 @@ describe('the glance poll runs only while something shows it', () => {
     m.dispose();
   });
 
+  it('polls as often as its most demanding user needs, never more often than its interval', () => {
+    const { m } = counting(GLANCE);
+    m.interval = 2000;
+    const pace = (): number => m.poller.poll.frequency.interval;
+    m.use('notice', true, 60_000);
+    expect([m.currentInterval, pace()]).toEqual([60_000, 60_000]);
+    m.use('sidebar', true);
+    expect([m.currentInterval, pace()]).toEqual([2000, 2000]);
+    m.use('eager', true, 5);
+    expect(m.currentInterval).toBe(2000);
+    m.use('eager', false);
+    m.use('sidebar', false);
+    expect([m.currentInterval, pace()]).toEqual([60_000, 60_000]);
+    // The refresh rate changes: a user that named none follows it.
+    m.use('sidebar', true);
+    m.interval = 5000;
+    expect([m.currentInterval, pace()]).toEqual([5000, 5000]);
+    m.use('notice', false);
+    m.use('sidebar', false);
+    expect(m.poller.running).toBe(false);
+    m.dispose();
+  });
+
   it('waits longer each time on a 404, and on a machine with no GPU stops for the status item', async () => {
     for (const answer of [
       new FetchError(404, 'GET glance.json answered 404 Not Found'),

@@ -4,6 +4,7 @@ import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
 import { GlancePanel } from '../glancePanel';
+import { NOTICE_INTERVAL_MS } from '../idleNotice';
 import { GlanceStatusItem } from '../statusItem';
 import plugin, {
   pathOpener,
@@ -86,7 +87,7 @@ describe('the plugin', () => {
     expect(plugin.id).toBe(PLUGIN_ID);
     expect(plugin.autoStart).toBe(true);
     expect(plugin.requires ?? []).toEqual([]);
-    expect(plugin.optional).toHaveLength(7);
+    expect(plugin.optional).toHaveLength(8);
   });
 
   it('registers the open command, the restorer and the sidebar with the kernels first', () => {
@@ -169,7 +170,8 @@ describe('the plugin', () => {
       ]
     )[1].item;
     expect(panel.model.interval).toBe(5000);
-    expect(panel.model.poller.poll.frequency.interval).toBe(5000);
+    // Only the idle notice reads it: at the notice's pace, not the refresh rate.
+    expect(panel.model.poller.poll.frequency.interval).toBe(NOTICE_INTERVAL_MS);
     expect(item.enabled).toBe(false);
     expect(item.figure).toBe('each');
     settings.composite = {
@@ -185,13 +187,13 @@ describe('the plugin', () => {
     panel.model.dispose();
   });
 
-  it('asks nothing for the glance with the status item off and the sidebar closed', async () => {
+  it('asks nothing for the glance with the status item, the sidebar and the idle notice off', async () => {
     const urls: string[] = [];
     (globalThis as { fetch?: unknown }).fetch = (input: unknown) => {
       urls.push(typeof input === 'string' ? input : (input as Request).url);
       return Promise.reject(new TypeError('Failed to fetch'));
     };
-    const { added } = activate({ showStatusItem: false });
+    const { added } = activate({ showStatusItem: false, idleNotice: false });
     for (let i = 0; i < 30; i++) {
       jest.advanceTimersByTime(2000);
       await settle();
@@ -202,6 +204,90 @@ describe('the plugin', () => {
     const sidebar = added.find(a => a.area === 'left')!
       .widget as DashboardSidebar;
     (sidebar.widgets[1] as GlancePanel).model.dispose();
+    sidebar.dispose();
+  });
+
+  it('reads the glance for the idle notice with the status item off and the sidebar closed', async () => {
+    const urls: string[] = [];
+    (globalThis as { fetch?: unknown }).fetch = (input: unknown) => {
+      urls.push(typeof input === 'string' ? input : (input as Request).url);
+      return Promise.reject(new TypeError('Failed to fetch'));
+    };
+    const { added } = activate({ showStatusItem: false });
+    for (let i = 0; i < 10; i++) {
+      jest.advanceTimersByTime(2000);
+      await settle();
+    }
+    expect(urls.some(url => url.includes('glance.json'))).toBe(true);
+    // The admin's cull is asked about once (the server extension's route).
+    expect(urls.some(url => url.includes('nvdashboard-idle/culls'))).toBe(true);
+    const sidebar = added.find(a => a.area === 'left')!
+      .widget as DashboardSidebar;
+    (sidebar.widgets[1] as GlancePanel).model.dispose();
+    sidebar.dispose();
+  });
+
+  it('reads the glance for the idle notice alone once a minute, and at the refresh rate while the sidebar is open', async () => {
+    // glance.json answers with a GPU (an `ok` answer: the next poll comes
+    // at the interval, with none of Lumino's random retry waits).
+    const urls: string[] = [];
+    const device = {
+      index: 0,
+      label: 'GPU 0',
+      kind: 'gpu',
+      utilization_pct: 0,
+      memory_used_bytes: 0,
+      memory_total_bytes: 2 ** 30
+    };
+    (globalThis as { fetch?: unknown }).fetch = (input: unknown) => {
+      const url = typeof input === 'string' ? input : (input as Request).url;
+      urls.push(url);
+      return url.includes('glance.json')
+        ? Promise.resolve({
+            ok: true,
+            status: 200,
+            statusText: 'OK',
+            json: () => Promise.resolve({ devices: [device], kernels: [] })
+          })
+        : Promise.reject(new TypeError('Failed to fetch'));
+    };
+    const glanceReads = (): number =>
+      urls.filter(url => url.includes('glance.json')).length;
+    const readsIn = async (ms: number): Promise<number> => {
+      const before = glanceReads();
+      for (let t = 0; t < ms; t += 1000) {
+        await jest.advanceTimersByTimeAsync(1000);
+        await settle();
+      }
+      return glanceReads() - before;
+    };
+    // Notices on (the default), the status item off, the sidebar closed.
+    const { added } = activate({ showStatusItem: false });
+    const sidebar = added.find(a => a.area === 'left')!
+      .widget as DashboardSidebar;
+    const model = (sidebar.widgets[1] as GlancePanel).model;
+    expect(await readsIn(1000)).toBe(1); // the first reading, at once
+    expect(model.currentInterval).toBe(NOTICE_INTERVAL_MS);
+    // Five minutes: one reading a minute, not 150 at the 2 s refresh rate.
+    const slow = await readsIn(5 * 60_000);
+    expect(slow).toBeGreaterThanOrEqual(4);
+    expect(slow).toBeLessThanOrEqual(6);
+
+    // The sidebar opens: a reading at once, then every 2 s again.
+    Widget.attach(sidebar, document.body);
+    expect(await readsIn(1000)).toBe(1);
+    expect(model.currentInterval).toBe(2000);
+    const fast = await readsIn(20_000);
+    expect(fast).toBeGreaterThanOrEqual(9);
+    expect(fast).toBeLessThanOrEqual(11);
+
+    // It closes: once a minute again (after the 2 s wait already set).
+    sidebar.hide();
+    expect(model.currentInterval).toBe(NOTICE_INTERVAL_MS);
+    const slowAgain = await readsIn(5 * 60_000);
+    expect(slowAgain).toBeGreaterThanOrEqual(4);
+    expect(slowAgain).toBeLessThanOrEqual(7);
+    model.dispose();
     sidebar.dispose();
   });
 
@@ -216,7 +302,26 @@ describe('the plugin', () => {
       refreshRate: 2,
       dashboardListRefreshRate: 15,
       showStatusItem: true,
-      statusFigure: 'busiest'
+      statusFigure: 'busiest',
+      idleNotice: {
+        enabled: true,
+        memoryGiB: 1,
+        idleMinutes: 30,
+        snoozeMinutes: 60
+      }
+    });
+    expect(
+      readSettings({
+        idleNotice: false,
+        idleNoticeMemoryGiB: 4,
+        idleNoticeMinutes: -3,
+        idleNoticeSnoozeMinutes: 0.1
+      }).idleNotice
+    ).toEqual({
+      enabled: false,
+      memoryGiB: 4,
+      idleMinutes: 30,
+      snoozeMinutes: 0.1
     });
   });
 

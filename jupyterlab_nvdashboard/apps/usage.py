@@ -1,0 +1,363 @@
+"""Who holds GPU memory, whether they use it, and for how long: the state behind the
+``idle`` judgment of each kernel in ``/glance.json``, its ``unused_devices``, the usage
+series on ``/metrics`` and the per-notebook usage on ``/GPU-Processes`` (issue 28).
+
+``GpuUsage`` listens to the history (``History.add_listener``): on every sample it keeps
+each device's highest activity (GPM SM activity, else utilization), and on every process
+pass it turns the readings, their owners (``metrics/attribution.py``: a kernel's children
+count as the kernel) and their identity (``metrics/identity.py``: which local process an
+entry is, in a container too) into one ``DeviceEvidence`` per holder and device, and
+advances the pure tracks of ``diagnosis/idle.py``. A holder is one user's kernel, or that
+user's processes outside any kernel. It runs on the sampler's thread, a few dictionary
+updates per pass; readers take a copy under the lock.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..diagnosis.idle import (
+    CANNOT_TELL,
+    DEFAULT_IDLE_S,
+    IDLE,
+    WORK_PCT,
+    DeviceEvidence,
+    DeviceTrack,
+    HolderTrack,
+    IdleJudgment,
+    advance,
+    advance_device,
+    judge,
+    unused_for,
+)
+from ..export.usage import HolderUsage
+from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
+from ..metrics.families import GPM_FAMILY, GpmReading, device_reading
+from ..metrics.identity import SHARED
+from .components import duration_text, format_memory
+
+if TYPE_CHECKING:
+    from ..jupyter_sessions import JupyterSessions
+    from ..metrics import Metrics
+
+# (user, kernel id): a kernel and its children, or ("alice", "") for alice's processes
+# outside any kernel.
+HolderKey = tuple[str, str]
+# Holders kept after they stopped holding memory (their usage since the server started):
+# the oldest are forgotten beyond this. Our choice: a busy shared server sees a few dozen
+# kernels a day; this keeps memory bounded whatever it sees.
+MAX_HOLDERS = 256
+# A holder that stopped holding memory stays on /metrics this long: Prometheus scrapes
+# every 15 s to 1 min by default, so its last increment is seen.
+ENDED_KEEP_S = 300.0
+
+
+def holder_of(owner: ProcessOwner | None) -> HolderKey | None:
+    """The holder a local process counts for; None when it cannot be told."""
+    if owner is None or owner.status != "ok":
+        return None
+    return (owner.user or "", owner.kernel_id or "")
+
+
+def minutes_text(seconds: float) -> str:
+    """``42 min`` (whole minutes from a minute on), ``35 s`` below."""
+    return duration_text(seconds) if seconds < 60 else f"{int(seconds // 60)} min"
+
+
+@dataclass
+class _Activity:
+    """A device's highest readings since the previous process pass."""
+
+    gpm_pct: float | None = None
+    utilization_pct: float | None = None
+
+    def add(self, gpm: float | None, utilization: float | None) -> None:
+        if gpm is not None and (self.gpm_pct is None or gpm > self.gpm_pct):
+            self.gpm_pct = gpm
+        if utilization is not None and (self.utilization_pct is None
+                                        or utilization > self.utilization_pct):
+            self.utilization_pct = utilization
+
+    def best(self) -> tuple[float | None, str]:
+        if self.gpm_pct is not None:
+            return self.gpm_pct, "SM activity"
+        return self.utilization_pct, "utilization"
+
+
+class GpuUsage:
+    """The tracks of every holder and device; fed by the history, read by the pages."""
+
+    def __init__(self, metrics: Metrics, jupyter: JupyterSessions | None = None,
+                 max_holders: int = MAX_HOLDERS, unused_after_s: float = DEFAULT_IDLE_S
+                 ) -> None:
+        self.metrics, self.jupyter, self.max_holders = metrics, jupyter, max_holders
+        # A device unused this long is "held but unused" on the overview and in
+        # /glance.json (issue 28: "no work for 30 minutes", the notice's default too).
+        self.unused_after_s = unused_after_s
+        self._lock = threading.Lock()
+        self._owners: Mapping[int, ProcessOwner] = {}
+        self._activity: dict[int, _Activity] = {}
+        self.holders: dict[HolderKey, HolderTrack] = {}
+        self.holder_rows: dict[tuple[HolderKey, int], HolderTrack] = {}
+        self.devices: dict[int, DeviceTrack] = {}
+        self.current: frozenset[HolderKey] = frozenset()  # holders in the newest pass
+        # Kernel id -> the notebook it last served, kept after the session ends, so that a
+        # notebook's usage since the server started includes its ended kernels.
+        self.paths: dict[str, str] = {}
+        self.passes = 0
+        self._last_pass_s: float | None = None
+        history = metrics.history
+        for sample in history.window(metrics.history_s + 1):  # what came before this object
+            self.on_sample(sample)
+        history.add_listener(self.on_sample)
+
+    # ----- fed by the history, on the sampler's thread -----------------------------------
+    def on_sample(self, sample: Sample) -> None:
+        with self._lock:
+            for reading in sample.gpus:
+                gpm = device_reading(sample.extra, GPM_FAMILY, reading.index, GpmReading)
+                self._activity.setdefault(reading.index, _Activity()).add(
+                    gpm.sm_activity_pct if gpm is not None else None, reading.utilization_pct)
+            owners = sample.extra.get(OWNER_FAMILY)
+            if isinstance(owners, dict):
+                self._owners = owners
+            readings = sample.extra.get(PROCESS_FAMILY)
+            if isinstance(readings, tuple):
+                self._pass(sample.time_s, readings)
+
+    def _pass(self, now_s: float, readings: tuple[ProcessReading, ...]) -> None:
+        facts = {f.index: f for f in self.metrics.facts}
+        by_row: dict[int, list[ProcessReading]] = {}
+        for reading in readings:
+            by_row.setdefault(reading.device, []).append(reading)
+        evidence: dict[HolderKey, list[DeviceEvidence]] = {}
+        for row, fact in facts.items():
+            activity = self._activity.pop(row, _Activity())
+            pct, signal = activity.best()
+            entries = by_row.get(row, [])
+            known = [r.used_memory_bytes for r in entries if r.used_memory_bytes is not None]
+            if not fact.mig_enabled:  # its MIG devices list the processes and are judged
+                self.devices[row] = advance_device(self.devices.get(row), now_s, pct,
+                                                   len(entries), sum(known))
+            for key, device in self._holders_on(fact.label, row, entries, pct, signal):
+                evidence.setdefault(key, []).append(device)
+        sessions = self.jupyter.sessions if self.jupyter is not None else {}
+        for key, devices in evidence.items():
+            session = sessions.get(key[1]) if key[1] else None
+            if session is not None:
+                self.paths[key[1]] = session.path
+            self.holders[key] = advance(self.holders.get(key), now_s, devices,
+                                        self._last_pass_s)
+            for device in devices:
+                self.holder_rows[(key, device.row)] = advance(
+                    self.holder_rows.get((key, device.row)), now_s, [device],
+                    self._last_pass_s)
+        self.current = frozenset(evidence)
+        self._last_pass_s = now_s
+        self.passes += 1
+        self._forget_oldest()
+
+    def _holders_on(self, label: str, row: int, entries: Sequence[ProcessReading],
+                    pct: float | None, signal: str) -> list[tuple[HolderKey, DeviceEvidence]]:
+        """Each holder's evidence on one device row. An entry belongs to a holder when its
+        local process (or every local process of a ``shared`` group it may be) does."""
+        owners = self._owners
+        memory: dict[HolderKey, float | None] = {}
+        sm: dict[HolderKey, float | None] = {}
+        since: dict[HolderKey, float] = {}
+        unsampled: set[HolderKey] = set()  # holders with a process the samples left out
+        entry_holders: list[HolderKey | None] = []
+        for entry in entries:
+            if entry.identity == SHARED and entry.group is not None:
+                keys = {holder_of(owners.get(pid)) for pid in entry.group.holders}
+                sole = next(iter(keys)) if len(keys) == 1 and \
+                    entry.group.entries == len(entry.group.holders) else None
+                for key in keys - {None}:
+                    if key != sole:  # among others': its share is not known on its own
+                        memory[key] = None
+                        sm.setdefault(key, None)
+            else:
+                pid = entry.local_pid
+                sole = holder_of(owners.get(pid)) if pid is not None else None
+            entry_holders.append(sole)
+            if sole is None:
+                continue
+            held = memory.get(sole, 0.0)
+            memory[sole] = None if held is None or entry.used_memory_bytes is None \
+                else held + entry.used_memory_bytes
+            if entry.seen_since_s is not None:
+                since[sole] = min(since.get(sole, entry.seen_since_s), entry.seen_since_s)
+            top = sm.get(sole)
+            if entry.sm_pct is None:
+                unsampled.add(sole)
+            elif top is None or entry.sm_pct > top:
+                top = entry.sm_pct
+            sm[sole] = top
+
+        def own_samples(key: HolderKey) -> float | None:
+            """Its processes' highest SM %: work if any worked; "no work" only when every
+            one of them was sampled (else the device's activity decides)."""
+            top = sm.get(key)
+            return top if top is not None and (top >= WORK_PCT or key not in unsampled) \
+                else None
+
+        return [(key, DeviceEvidence(
+            row, label, memory[key], own_samples(key),
+            all(holder == key for holder in entry_holders), pct, signal, since.get(key)))
+            for key in memory]
+
+    def _forget_oldest(self) -> None:
+        excess = len(self.holders) - self.max_holders
+        if excess <= 0:
+            return
+        gone = sorted((k for k in self.holders if k not in self.current),
+                      key=lambda k: self.holders[k].last_pass_s)[:excess]
+        for key in gone:
+            del self.holders[key]
+            self.paths.pop(key[1], None)
+        for key, row in [k for k in self.holder_rows if k[0] in gone]:
+            del self.holder_rows[(key, row)]
+
+    # ----- read by the pages and /metrics ------------------------------------------------
+    def snapshot(self) -> tuple[dict[HolderKey, HolderTrack],
+                                dict[tuple[HolderKey, int], HolderTrack],
+                                dict[int, DeviceTrack], frozenset[HolderKey]]:
+        with self._lock:
+            return dict(self.holders), dict(self.holder_rows), dict(self.devices), self.current
+
+    def judgment(self, user: str, kernel_id: str, now_s: float | None = None
+                 ) -> IdleJudgment | None:
+        """The idle judgment of ``user``'s kernel ``kernel_id`` now (None: never seen
+        holding memory), with Jupyter's word on whether the kernel is running."""
+        with self._lock:
+            track = self.holders.get((user, kernel_id))
+        if track is None:
+            return None
+        return self._judge((user, kernel_id), track, time.time() if now_s is None else now_s)
+
+    def _judge(self, key: HolderKey, track: HolderTrack, now_s: float) -> IdleJudgment:
+        """A kernel's judgment takes Jupyter's execution state (none known: cannot tell);
+        processes outside any kernel are judged by their GPU work alone."""
+        user, kernel_id = key
+        sessions = self.jupyter.sessions if self.jupyter is not None else {}
+        session = sessions.get(kernel_id) if kernel_id else None
+        state = session.execution_state if session else None if kernel_id else "idle"
+        return judge(kernel_id or f"{user}:", track, now_s, state,
+                     session.last_activity_s if session else None)
+
+    def notebook_usage(self) -> dict[str, NotebookUsage]:
+        """Each notebook's GPU usage since the server started (issue 28 item 6), over every
+        kernel that served it: memory held x time, time held, and the share of the time
+        whose GPU work could be told that its GPU was working."""
+        with self._lock:
+            holders, paths = dict(self.holders), dict(self.paths)
+        out: dict[str, NotebookUsage] = {}
+        for (_, kernel_id), track in holders.items():
+            path = paths.get(kernel_id)
+            if not kernel_id or path is None:
+                continue
+            before = out.get(path, NotebookUsage(path, 0, 0.0, 0.0, 0.0, 0.0))
+            out[path] = NotebookUsage(path, before.kernels + 1,
+                                      before.byte_seconds + track.byte_seconds,
+                                      before.held_s + track.held_s,
+                                      before.working_s + track.working_s,
+                                      before.known_s + track.known_s)
+        return out
+
+    def holder_usage(self, now_s: float | None = None) -> list[HolderUsage]:
+        """Each holder's usage of each device row, for ``/metrics``: the holders of the
+        newest pass, and those that stopped holding in the last ``ENDED_KEEP_S`` (so that
+        Prometheus scrapes their last increment)."""
+        now_s = time.time() if now_s is None else now_s
+        holders, rows, _, current = self.snapshot()
+        out = []
+        for (key, row), track in rows.items():
+            holder = holders.get(key)
+            if holder is None or (key not in current and
+                                  now_s - track.last_pass_s > ENDED_KEEP_S):
+                continue
+            holding = key in current and track.last_pass_s == holder.last_pass_s
+            idle_s = None
+            if holding:
+                judgment = self._judge(key, holder, now_s)
+                idle_s = judgment.idle_s if judgment.state == IDLE else \
+                    None if judgment.state == CANNOT_TELL else 0.0
+            out.append(HolderUsage(key[0], key[1], row, track.held_bytes if holding else 0.0,
+                                   idle_s, track.byte_seconds, track.held_s, track.no_work_s))
+        return out
+
+    def unused_devices(self, now_s: float | None = None) -> list[dict[str, Any]]:
+        """The devices unused for at least ``unused_after_s``, as ``/glance.json`` lists
+        them."""
+        now_s = time.time() if now_s is None else now_s
+        threshold_s = self.unused_after_s
+        facts = {f.index: f for f in self.metrics.facts}
+        out = []
+        for row, track in sorted(self.snapshot()[2].items()):
+            fact = facts.get(row)
+            unused_s, grounds, since_start = unused_for(track, now_s)
+            if fact is None or unused_s < threshold_s:
+                continue
+            held = (f"held by {track.processes} process{'es' if track.processes != 1 else ''}"
+                    f" ({format_memory(track.held_bytes)})") if track.processes \
+                else "no process holds it"
+            out.append({"index": row, "label": fact.label, "uuid": fact.uuid,
+                        "held_bytes": track.held_bytes, "unused_s": unused_s,
+                        "why": f"{fact.label}: {held}; {grounds} for "
+                               f"{minutes_text(unused_s)}"
+                               + (" (since this server started)" if since_start else "")})
+        return out
+
+
+@dataclass(frozen=True)
+class NotebookUsage:
+    """One notebook's GPU usage since the server started."""
+
+    path: str
+    kernels: int  # kernels that served it and held GPU memory
+    byte_seconds: float  # GPU memory held x seconds
+    held_s: float
+    working_s: float  # time whose passes showed GPU work
+    known_s: float  # time whose passes told work or no work
+
+    @property
+    def working_share(self) -> float | None:
+        return self.working_s / self.known_s if self.known_s > 0 else None
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "working_share": self.working_share}
+
+
+def idle_json(judgment: IdleJudgment | None, path: str, kernel_id: str,
+              held_bytes: float, gpus: Sequence[str], shared_bytes: float | None = None
+              ) -> dict[str, Any]:
+    """The contract's ``idle`` object of one kernel in ``/glance.json``. ``shared_bytes``:
+    memory the kernel holds only together with other processes of its container (identity
+    ``shared``), whose own share the driver's PIDs cannot tell."""
+    name = os.path.basename(path) or path
+    # The sentence names devices as nvidia-smi does ("GPU 1"); ``gpus`` are the page's labels.
+    where = ", ".join(judgment.gpus if judgment is not None and judgment.gpus else gpus)
+    memory = format_memory(held_bytes)
+    if shared_bytes:
+        memory = (f"{memory} and part of {format_memory(shared_bytes)} held with other "
+                  "processes" if held_bytes else
+                  f"part of {format_memory(shared_bytes)} held with other processes")
+    holds = f"{name} holds {memory} on {where}"
+    if judgment is None:
+        return {"state": CANNOT_TELL, "signal": "none", "held_bytes": held_bytes,
+                "gpus": list(gpus), "idle_s": None, "episode": f"{kernel_id}:unknown",
+                "figures": {}, "text": f"{holds}; whether it works cannot be told yet: no "
+                                       "process reading has been judged."}
+    if judgment.state == IDLE:
+        assert judgment.idle_s is not None
+        text = f"{holds} and has done no GPU work for {minutes_text(judgment.idle_s)}."
+    else:
+        text = f"{holds}; {judgment.reason}."
+    return {"state": judgment.state, "signal": judgment.signal, "held_bytes": held_bytes,
+            "gpus": list(gpus), "idle_s": judgment.idle_s, "episode": judgment.episode,
+            "figures": judgment.figures, "text": text}

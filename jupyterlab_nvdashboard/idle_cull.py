@@ -1,0 +1,262 @@
+"""The GPU-aware cull of idle kernels, for admins: off by default.
+
+A kernel that holds GPU memory and does no GPU work (the judgment ``idle`` on each kernel of
+``/glance.json``) is first told to its user by JupyterLab's notice; the frontend then posts
+``<base_url>nvdashboard-idle/notices`` {kernel_id, episode}. With
+``NVDASHBOARD_CULL_AFTER_MINUTES=M`` set (Zero to JupyterHub: ``singleuser.extraEnv``), this
+server extension shuts that kernel down through Jupyter's own kernel manager M minutes after
+the notice, and only when, at that moment, all of these hold (``why_kept`` says which did not):
+
+- the notice was for the same idle episode (a cell run or GPU work since starts a new one);
+- the judgment is ``idle`` (never ``busy``, never ``cannot_tell``);
+- it has done no GPU work for ``NVDASHBOARD_CULL_IDLE_MINUTES`` (default 30) and holds at
+  least ``NVDASHBOARD_CULL_MIN_GIB`` (default 1 GiB): the user's own, lower notice
+  thresholds never make the cull come sooner;
+- Jupyter's own execution state of the kernel is ``idle``.
+
+Each cull is logged at WARNING with its evidence (the judgment as served), and is listed at
+``GET <base_url>nvdashboard-idle/culls``, from which JupyterLab tells the user what was done
+and why. Nothing is read while no notice waits: the cull costs nothing until it may act.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .config import CullSettings
+
+GIB = 2**30
+NOTICES_PATH = "nvdashboard-idle/notices"
+CULLS_PATH = "nvdashboard-idle/culls"
+# Bounds on what a client can make this server remember.
+MAX_NOTICES = 1000
+MAX_CULLS = 100
+MAX_ID_CHARS = 200
+
+
+@dataclass(frozen=True)
+class CullPolicy:
+    """The cull's thresholds in seconds and bytes; ``after_notice_s`` None: off."""
+
+    after_notice_s: float | None
+    idle_s: float
+    min_held_bytes: float
+
+    @classmethod
+    def from_settings(cls, settings: CullSettings) -> CullPolicy:
+        after = settings.after_minutes
+        return cls(None if not after else after * 60.0, settings.idle_minutes * 60.0,
+                   settings.min_gib * GIB)
+
+    @property
+    def on(self) -> bool:
+        return self.after_notice_s is not None
+
+    @property
+    def check_interval_s(self) -> float:
+        """How often a waiting notice is checked: a sixth of the grace, 1 s to 60 s."""
+        return max(1.0, min(60.0, (self.after_notice_s or 60.0) / 6))
+
+    def as_json(self) -> dict[str, Any]:
+        return {"on": self.on,
+                "after_notice_minutes": None if self.after_notice_s is None
+                else self.after_notice_s / 60,
+                "idle_minutes": self.idle_s / 60, "min_held_bytes": self.min_held_bytes}
+
+
+@dataclass(frozen=True)
+class Notice:
+    """The user was shown the notice for this kernel's idle episode at ``shown_at``."""
+
+    kernel_id: str
+    episode: str
+    shown_at: float  # time.time()
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
+
+
+def why_kept(policy: CullPolicy, notice: Notice | None, idle: Mapping[str, Any] | None,
+             execution_state: str | None, now: float) -> str | None:
+    """None when the kernel is to be shut down now; else why it is kept, in words.
+
+    ``idle``: the kernel's ``idle`` object from ``/glance.json`` (None: the kernel holds no
+    GPU memory now); ``execution_state``: Jupyter's own (None: not a kernel of this server).
+    """
+    if not policy.on:
+        return "the cull is off"
+    if notice is None:
+        return "the user was not told"
+    if execution_state is None:
+        return "not a kernel of this Jupyter server"
+    if not isinstance(idle, Mapping):
+        return "it holds no GPU memory now"
+    state = idle.get("state")
+    if state != "idle":
+        return f"the judgment is {state!r}, not 'idle'"
+    if idle.get("episode") != notice.episode:
+        return "it worked since the user was told (another idle episode)"
+    told_s = now - notice.shown_at
+    if told_s < (policy.after_notice_s or 0.0):
+        return f"told {told_s:.0f} s ago, the cull waits {policy.after_notice_s:.0f} s"
+    idle_s = _number(idle.get("idle_s"))
+    if idle_s is None or idle_s < policy.idle_s:
+        return f"no GPU work for {idle_s or 0:.0f} s, the cull needs {policy.idle_s:.0f} s"
+    held = _number(idle.get("held_bytes"))
+    if held is None or held < policy.min_held_bytes:
+        return f"holds {held or 0:.0f} bytes, the cull needs {policy.min_held_bytes:.0f}"
+    if execution_state != "idle":
+        return f"Jupyter says the kernel is {execution_state!r}"
+    return None
+
+
+class IdleCuller:
+    """The notices shown and the culls done in this Jupyter server; ``check()`` acts.
+
+    ``kernel_manager``: Jupyter's (``serverapp.kernel_manager``); ``read_glance``: resolves
+    with ``/glance.json``'s body (through jupyter-server-proxy, as the user would read it).
+    """
+
+    def __init__(self, policy: CullPolicy, kernel_manager: Any,
+                 read_glance: Callable[[], Awaitable[Any]], log: logging.Logger,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.policy = policy
+        self._kernels = kernel_manager
+        self._read_glance = read_glance
+        self._log = log
+        self._clock = clock
+        self.notices: dict[str, Notice] = {}
+        self.culls: deque[dict[str, Any]] = deque(maxlen=MAX_CULLS)
+        self._culls_made = 0
+        self.checks = 0  # passes made: a client can wait for "the next pass" by counting
+        self._glance_failing = False
+        self._periodic: Any = None
+
+    def is_kernel(self, kernel_id: str) -> bool:
+        return kernel_id in self._kernels
+
+    def execution_state(self, kernel_id: str) -> str | None:
+        if kernel_id not in self._kernels:
+            return None
+        return str(getattr(self._kernels.get_kernel(kernel_id), "execution_state", "unknown"))
+
+    def record_notice(self, kernel_id: str, episode: str) -> float | None:
+        """The user was told now; returns when the cull may act (epoch s), None when off."""
+        if not self.policy.on:
+            return None
+        old = self.notices.get(kernel_id)
+        if old is None or old.episode != episode:  # a repeat keeps the first time told
+            if old is None and len(self.notices) >= MAX_NOTICES:
+                self.notices.pop(next(iter(self.notices)))
+            self.notices[kernel_id] = Notice(kernel_id, episode, self._clock())
+        return self.notices[kernel_id].shown_at + (self.policy.after_notice_s or 0.0)
+
+    def state(self) -> dict[str, Any]:
+        """What ``GET nvdashboard-idle/culls`` answers: the policy and the culls done."""
+        return {"policy": self.policy.as_json(), "culls": list(self.culls),
+                "checks": self.checks}
+
+    async def check(self) -> list[dict[str, Any]]:
+        """Shut down every kernel whose notice is due and whose judgment still allows it."""
+        try:
+            return await self._check()
+        finally:
+            self.checks += 1  # counted once the pass is done
+
+    async def _check(self) -> list[dict[str, Any]]:
+        for kernel_id in [k for k in self.notices if not self.is_kernel(k)]:
+            del self.notices[kernel_id]  # shut down by the user, or gone
+        if not self.policy.on or not self.notices:
+            return []
+        try:
+            body = await self._read_glance()
+        except Exception as error:  # noqa: BLE001 - one line per outage; Jupyter carries on
+            if not self._glance_failing:
+                self._log.warning("nvdashboard: the GPU idle cull cannot read the GPU "
+                                  "judgment (%s: %s); no kernel is shut down meanwhile",
+                                  type(error).__name__, error)
+            self._glance_failing = True
+            return []
+        self._glance_failing = False
+        entries = {k.get("kernel_id"): k for k in (body or {}).get("kernels") or []
+                   if isinstance(k, dict)} if isinstance(body, dict) else {}
+        done = []
+        for kernel_id, notice in list(self.notices.items()):
+            entry = entries.get(kernel_id) or {}
+            idle = entry.get("idle") if isinstance(entry.get("idle"), dict) else None
+            if idle is not None and idle.get("state") == "idle" \
+                    and idle.get("episode") != notice.episode:
+                del self.notices[kernel_id]  # it worked since: that notice is spent
+                continue
+            now = self._clock()
+            if why_kept(self.policy, notice, idle, self.execution_state(kernel_id), now):
+                continue
+            cull = await self._cull(notice, entry, idle or {}, now)
+            if cull is not None:
+                done.append(cull)
+        return done
+
+    async def _cull(self, notice: Notice, entry: Mapping[str, Any], idle: Mapping[str, Any],
+                    now: float) -> dict[str, Any] | None:
+        kernel_id = notice.kernel_id
+        evidence = {"kernel_id": kernel_id, "path": entry.get("path"), "idle": dict(idle),
+                    "execution_state": self.execution_state(kernel_id),
+                    "told_s_ago": round(now - notice.shown_at, 1),
+                    "policy": self.policy.as_json()}
+        try:
+            result = self._kernels.shutdown_kernel(kernel_id)
+            if inspect.isawaitable(result):
+                await result
+        except Exception as error:  # noqa: BLE001 - one line; the next pass tries again
+            self._log.warning("nvdashboard: the GPU idle cull could not shut down kernel %s "
+                              "(%s: %s)", kernel_id, type(error).__name__, error)
+            return None
+        self.notices.pop(kernel_id, None)
+        self._culls_made += 1
+        held = _number(idle.get("held_bytes")) or 0.0
+        cull = {"id": self._culls_made, "at": now, "kernel_id": kernel_id,
+                "path": str(entry.get("path") or ""), "held_bytes": held,
+                "gpus": [str(g) for g in idle.get("gpus") or []],
+                "idle_s": _number(idle.get("idle_s")), "told_s_ago": now - notice.shown_at,
+                "signal": str(idle.get("signal") or ""), "evidence": evidence}
+        self.culls.append(cull)
+        self._log.warning(
+            "nvdashboard: the GPU idle cull shut down kernel %s (%s): %s The user was told "
+            "%.1f min before. Evidence: %s", kernel_id, cull["path"] or "?",
+            idle.get("text") or "idle on its GPUs.", cull["told_s_ago"] / 60,
+            json.dumps(evidence, sort_keys=True, default=str))
+        return cull
+
+    def start(self) -> None:
+        """Check on Jupyter's event loop while the cull is on."""
+        if not self.policy.on or self._periodic is not None:
+            return
+        from tornado.ioloop import PeriodicCallback
+
+        self._periodic = PeriodicCallback(self.check, self.policy.check_interval_s * 1000)
+        self._periodic.start()
+
+    def stop(self) -> None:
+        if self._periodic is not None:
+            self._periodic.stop()
+            self._periodic = None
+
+
+def notice_from_body(body: object) -> tuple[str, str] | None:
+    """(kernel_id, episode) from a POSTed notice, or None when malformed."""
+    if not isinstance(body, dict):
+        return None
+    kernel_id, episode = body.get("kernel_id"), body.get("episode")
+    if not (isinstance(kernel_id, str) and isinstance(episode, str)
+            and 0 < len(kernel_id) <= MAX_ID_CHARS and 0 < len(episode) <= MAX_ID_CHARS):
+        return None
+    return kernel_id, episode

@@ -1,0 +1,586 @@
+import { StateDB } from '@jupyterlab/statedb';
+import { Widget } from '@lumino/widgets';
+
+import { IGpuKernel, parseGlance, parseIdle } from '../glance';
+import { GlanceModel } from '../glanceModel';
+import { GlancePanel } from '../glancePanel';
+import {
+  CULL_OFF,
+  cullMessage,
+  DEFAULT_NOTICE_SETTINGS,
+  ICullPolicy,
+  IdleNotifier,
+  idleWords,
+  IIdleNoticeSettings,
+  INoticeAction,
+  INoticeMemory,
+  emptyMemory,
+  MEMORY_BOUND,
+  NOTICE_INTERVAL_MS,
+  noticeDue,
+  noticeMessage,
+  NOTICE_STATE_ID,
+  parseCulls,
+  parseMemory,
+  userThresholds
+} from '../idleNotice';
+import { settled } from './fakes';
+
+const GIB = 2 ** 30;
+const MIN = 60_000;
+
+/** An `idle` object shaped as the server sends it (the contract of issue 28). */
+function judgment(
+  state: string,
+  idleS: number | null,
+  episode = 'k1:1000',
+  heldBytes = 38 * GIB
+): Record<string, unknown> {
+  return {
+    state,
+    signal: 'per-process SM samples',
+    held_bytes: heldBytes,
+    gpus: ['GPU 1'],
+    idle_s: idleS,
+    episode,
+    figures: { max_sm_pct: 0, samples: 120 },
+    text: 'Untitled3.ipynb holds 38 GiB on GPU 1 and has done no GPU work for 42 min.'
+  };
+}
+
+function kernelJson(
+  id: string,
+  path: string,
+  idle: Record<string, unknown> | null
+): Record<string, unknown> {
+  return {
+    kernel_id: id,
+    path,
+    memory_bytes: 38 * GIB,
+    memory_known: true,
+    devices: ['GPU 1'],
+    idle
+  };
+}
+
+function kernel(idle: Record<string, unknown> | null, id = 'k1'): IGpuKernel {
+  return parseGlance({
+    kernels: [kernelJson(id, 'work/Untitled3.ipynb', idle)]
+  }).kernels[0];
+}
+
+const DEVICES = [
+  {
+    index: 1,
+    label: 'GPU 1',
+    kind: 'gpu',
+    utilization_pct: 0,
+    memory_used_bytes: 38 * GIB,
+    memory_total_bytes: 80 * GIB
+  }
+];
+
+const CULL_ON: ICullPolicy = {
+  on: true,
+  afterNoticeMinutes: 15,
+  idleMinutes: 30,
+  minHeldBytes: GIB
+};
+
+describe('parseIdle', () => {
+  it('keeps the judgment, and an idle time only for an idle kernel', () => {
+    expect(parseIdle(judgment('idle', 2520))).toEqual({
+      state: 'idle',
+      signal: 'per-process SM samples',
+      held_bytes: 38 * GIB,
+      gpus: ['GPU 1'],
+      idle_s: 2520,
+      episode: 'k1:1000',
+      text: expect.stringContaining('no GPU work')
+    });
+    expect(parseIdle(judgment('busy', 2520))?.idle_s).toBeNull();
+    expect(parseIdle(judgment('sleepy', 2520))).toBeNull();
+    expect(parseIdle({ state: 'idle' })).toBeNull();
+    expect(parseIdle(undefined)).toBeNull();
+    expect(kernel(null).idle).toBeNull();
+  });
+});
+
+describe('noticeDue', () => {
+  const memory = emptyMemory();
+  const on = DEFAULT_NOTICE_SETTINGS;
+  const now = 1e12;
+
+  it.each([
+    ['an idle holder', judgment('idle', 42 * 60), on, CULL_OFF, 'user'],
+    ['a busy kernel', judgment('busy', null), on, CULL_OFF, null],
+    ['cannot tell', judgment('cannot_tell', null), on, CULL_OFF, null],
+    ['cannot tell, cull on', judgment('cannot_tell', null), on, CULL_ON, null],
+    ['idle too briefly', judgment('idle', 29 * 60), on, CULL_OFF, null],
+    [
+      'holding too little',
+      judgment('idle', 42 * 60, 'k1:1000', 0.5 * GIB),
+      on,
+      CULL_OFF,
+      null
+    ],
+    [
+      'notices off',
+      judgment('idle', 42 * 60),
+      { ...on, enabled: false },
+      CULL_OFF,
+      null
+    ],
+    [
+      'notices off, cull on',
+      judgment('idle', 42 * 60),
+      { ...on, enabled: false },
+      CULL_ON,
+      'cull'
+    ],
+    [
+      'a lower own threshold',
+      judgment('idle', 6 * 60),
+      { ...on, idleMinutes: 5 },
+      CULL_OFF,
+      'user'
+    ]
+  ] as Array<
+    [
+      string,
+      Record<string, unknown>,
+      IIdleNoticeSettings,
+      ICullPolicy,
+      string | null
+    ]
+  >)('%s', (_, idle, settings, policy, expected) => {
+    expect(noticeDue(kernel(idle), settings, policy, memory, now)).toBe(
+      expected
+    );
+  });
+
+  it('is due once per idle episode, not while snoozed, never after "Don\'t ask"', () => {
+    const idle = kernel(judgment('idle', 42 * 60));
+    const told: INoticeMemory = {
+      ...emptyMemory(),
+      noticed: { k1: 'k1:1000' }
+    };
+    expect(noticeDue(idle, on, CULL_OFF, told, now)).toBeNull();
+    const again = kernel(judgment('idle', 42 * 60, 'k1:2000'));
+    expect(noticeDue(again, on, CULL_OFF, told, now)).toBe('user');
+    const snoozed = { ...emptyMemory(), snoozed: { k1: now + 1 } };
+    expect(noticeDue(idle, on, CULL_OFF, snoozed, now)).toBeNull();
+    expect(noticeDue(idle, on, CULL_OFF, snoozed, now + 2)).toBe('user');
+    const declined = { ...emptyMemory(), dontAsk: ['work/Untitled3.ipynb'] };
+    expect(noticeDue(idle, on, CULL_OFF, declined, now)).toBeNull();
+    // The admin's cull is never unannounced.
+    expect(noticeDue(idle, on, CULL_ON, declined, now)).toBe('cull');
+  });
+});
+
+describe('the words', () => {
+  it('says what the kernel holds, where, and for how long it did nothing', () => {
+    const idle = kernel(judgment('idle', 42 * 60));
+    expect(noticeMessage(idle, CULL_OFF)).toBe(
+      'Untitled3.ipynb holds 38.0 GiB on GPU 1 and has done no GPU work for 42 min.'
+    );
+    const warning = noticeMessage(idle, CULL_ON);
+    expect(warning).toBe(
+      'Untitled3.ipynb holds 38.0 GiB on GPU 1 and has done no GPU work for 42 min. ' +
+        'If it stays idle, it is shut down in 15 min.'
+    );
+    // JupyterLab cuts a notification at 140 characters.
+    expect(warning.length).toBeLessThanOrEqual(140);
+    expect(idleWords(idle, userThresholds(DEFAULT_NOTICE_SETTINGS))).toBe(
+      'idle on GPU for 42 min'
+    );
+    expect(
+      idleWords(
+        kernel(judgment('busy', null)),
+        userThresholds(DEFAULT_NOTICE_SETTINGS)
+      )
+    ).toBeNull();
+    const [cull] = parseCulls({
+      policy: { on: true, after_notice_minutes: 15 },
+      culls: [
+        {
+          at: 5,
+          kernel_id: 'k1',
+          path: 'work/Untitled3.ipynb',
+          held_bytes: 38 * GIB,
+          gpus: ['GPU 1'],
+          idle_s: 57 * 60,
+          told_s_ago: 15 * 60
+        }
+      ]
+    }).culls;
+    const told = cullMessage(cull);
+    expect(told).toBe(
+      'GPU idle cull shut down the kernel of Untitled3.ipynb: 38.0 GiB on GPU 1, ' +
+        'no GPU work for 57 min, told 15 min before.'
+    );
+    expect(told.length).toBeLessThanOrEqual(140);
+  });
+
+  it('reads odd cull answers and memories as nothing', () => {
+    expect(parseCulls('junk')).toEqual({ policy: CULL_OFF, culls: [] });
+    expect(
+      parseCulls({ policy: { on: true, after_notice_minutes: 0 } }).policy
+    ).toEqual(CULL_OFF);
+    expect(
+      parseMemory({ noticed: { k1: 3 }, snoozed: { k1: 'x' }, dontAsk: [1] })
+    ).toEqual(emptyMemory());
+    const many: Record<string, string> = {};
+    for (let i = 0; i < MEMORY_BOUND + 50; i++) {
+      many[`k${i}`] = 'e';
+    }
+    const kept = parseMemory({ noticed: many }).noticed;
+    expect(Object.keys(kept)).toHaveLength(MEMORY_BOUND);
+    expect(kept[`k${MEMORY_BOUND + 49}`]).toBe('e'); // the newest stay
+  });
+});
+
+/** A notifier over a real glance model and a real (in-memory) state database. */
+class Harness {
+  constructor(
+    kernels: Array<Record<string, unknown>>,
+    options: {
+      state?: StateDB;
+      settings?: Partial<IIdleNoticeSettings>;
+      culls?: unknown;
+      local?: string[];
+    } = {}
+  ) {
+    this.kernels = kernels;
+    this.state = options.state ?? new StateDB();
+    this.culls = options.culls ?? { policy: { on: false }, culls: [] };
+    const local = options.local ?? ['k1', 'k2'];
+    this.model = new GlanceModel({
+      fetch: () => Promise.resolve({ devices: DEVICES, kernels: this.kernels }),
+      autoStart: false,
+      standby: 'never'
+    });
+    this.notifier = new IdleNotifier({
+      model: this.model,
+      notify: (message, type, actions) => {
+        this.shown.push({ message, type, actions });
+        return `n${this.shown.length}`;
+      },
+      dismiss: id => this.dismissed.push(id),
+      shutdownKernel: async id => {
+        this.shutDown.push(id);
+        this.kernels = this.kernels.filter(k => k.kernel_id !== id);
+      },
+      openPath: path => this.opened.push(path),
+      isLocalKernel: id => local.includes(id),
+      postNotice: async (id, episode) => {
+        this.posted.push([id, episode]);
+      },
+      fetchCulls: async () => {
+        if (this.culls instanceof Error) {
+          throw this.culls;
+        }
+        return this.culls;
+      },
+      store: this.state,
+      now: () => this.clock,
+      autoStart: false
+    });
+    this.notifier.settings = {
+      ...DEFAULT_NOTICE_SETTINGS,
+      ...options.settings
+    };
+  }
+
+  async poll(): Promise<void> {
+    await this.notifier.ready;
+    await settled(this.model.refresh());
+  }
+
+  /** Click the action labelled `label` of the last notification. */
+  click(label: string): void {
+    const action = this.shown[this.shown.length - 1].actions.find(
+      a => a.label === label
+    );
+    expect(action).toBeDefined();
+    action!.callback(new MouseEvent('click'));
+  }
+
+  dispose(): void {
+    this.notifier.dispose();
+    this.model.dispose();
+  }
+
+  kernels: Array<Record<string, unknown>>;
+  state: StateDB;
+  culls: unknown;
+  model: GlanceModel;
+  notifier: IdleNotifier;
+  clock = 1e12;
+  shown: Array<{ message: string; type: string; actions: INoticeAction[] }> =
+    [];
+  dismissed: string[] = [];
+  shutDown: string[] = [];
+  opened: string[] = [];
+  posted: Array<[string, string]> = [];
+}
+
+const IDLE = kernelJson('k1', 'work/a.ipynb', judgment('idle', 42 * 60));
+
+describe('IdleNotifier', () => {
+  it('tells an idle holder once, with its figures and four actions, and tells the server', async () => {
+    const h = new Harness([IDLE]);
+    await h.poll();
+    await h.poll();
+    expect(h.shown).toHaveLength(1);
+    expect(h.shown[0].message).toBe(
+      'a.ipynb holds 38.0 GiB on GPU 1 and has done no GPU work for 42 min.'
+    );
+    expect(h.shown[0].type).toBe('info');
+    expect(h.shown[0].actions.map(a => a.label)).toEqual([
+      'Shut down kernel',
+      'Open notebook',
+      'Not now',
+      "Don't ask for this notebook"
+    ]);
+    expect(h.posted).toEqual([['k1', 'k1:1000']]);
+    // A new idle episode (the kernel worked in between) is told again.
+    h.kernels = [
+      kernelJson('k1', 'work/a.ipynb', judgment('idle', 31 * 60, 'k1:9000'))
+    ];
+    await h.poll();
+    expect(h.shown).toHaveLength(2);
+    expect(h.dismissed).toEqual(['n1']); // the out-of-date one goes
+    // It runs a cell: the notice is over, and goes from the screen.
+    h.kernels = [
+      kernelJson('k1', 'work/a.ipynb', judgment('busy', null, 'k1:busy'))
+    ];
+    await h.poll();
+    expect(h.dismissed).toEqual(['n1', 'n2']);
+    expect(h.notifier.shown.size).toBe(0);
+    h.dispose();
+  });
+
+  it('says nothing for a busy kernel, cannot-tell, or a kernel another server runs', async () => {
+    const h = new Harness(
+      [
+        kernelJson('k1', 'busy.ipynb', judgment('busy', null)),
+        kernelJson('k2', 'shared.ipynb', judgment('cannot_tell', null, 'k2:1')),
+        kernelJson('k3', 'elsewhere.ipynb', judgment('idle', 3600, 'k3:1'))
+      ],
+      { culls: { policy: { on: true, after_notice_minutes: 1 }, culls: [] } }
+    );
+    await h.poll();
+    await h.notifier.readCulls();
+    await h.poll();
+    expect(h.notifier.policy.on).toBe(true);
+    expect(h.shown).toEqual([]);
+    expect(h.posted).toEqual([]);
+    h.dispose();
+  });
+
+  it('shuts the kernel down, and its row goes from the reading', async () => {
+    const h = new Harness([IDLE]);
+    await h.poll();
+    h.click('Shut down kernel');
+    await settled(Promise.resolve());
+    await h.poll();
+    expect(h.shutDown).toEqual(['k1']);
+    expect(h.model.glance?.kernels).toEqual([]);
+    h.dispose();
+  });
+
+  it('opens the notebook', async () => {
+    const h = new Harness([IDLE]);
+    await h.poll();
+    h.click('Open notebook');
+    expect(h.opened).toEqual(['work/a.ipynb']);
+    h.dispose();
+  });
+
+  it('"Not now" is quiet for the snooze time, then tells once more', async () => {
+    const h = new Harness([IDLE], { settings: { snoozeMinutes: 10 } });
+    await h.poll();
+    h.click('Not now');
+    // The server's idle time grows with the clock, in the same episode.
+    const later = (minutes: number): void => {
+      h.clock += minutes * MIN;
+      h.kernels = [
+        kernelJson('k1', 'work/a.ipynb', judgment('idle', (42 + minutes) * 60))
+      ];
+    };
+    later(9);
+    await h.poll();
+    expect(h.shown).toHaveLength(1);
+    later(11);
+    await h.poll();
+    await h.poll();
+    expect(h.shown).toHaveLength(2);
+    expect(h.shown[1].message).toContain('for 53 min');
+    h.dispose();
+  });
+
+  it('remembers "Don\'t ask" and what was told across a reload', async () => {
+    const state = new StateDB();
+    const first = new Harness(
+      [IDLE, kernelJson('k2', 'work/b.ipynb', judgment('idle', 3600, 'k2:1'))],
+      { state }
+    );
+    await first.poll();
+    expect(first.shown).toHaveLength(2);
+    first.click("Don't ask for this notebook"); // b.ipynb, the last one
+    await settled(Promise.resolve());
+    first.dispose();
+    const saved = (await state.fetch(
+      NOTICE_STATE_ID
+    )) as unknown as INoticeMemory;
+    expect(saved.dontAsk).toEqual(['work/b.ipynb']);
+
+    // The page is reloaded: b.ipynb's next episode is not asked about, and
+    // a.ipynb's episode already told is not told again.
+    const second = new Harness(
+      [IDLE, kernelJson('k2', 'work/b.ipynb', judgment('idle', 3600, 'k2:2'))],
+      { state }
+    );
+    await second.poll();
+    expect(second.shown).toEqual([]);
+    second.dispose();
+  });
+
+  it('with the cull on, warns whatever the user set, and tells of a cull once', async () => {
+    const culls = {
+      policy: {
+        on: true,
+        after_notice_minutes: 15,
+        idle_minutes: 30,
+        min_held_bytes: GIB
+      },
+      culls: [] as unknown[]
+    };
+    const h = new Harness([IDLE], { settings: { enabled: false }, culls });
+    await h.poll();
+    await h.notifier.readCulls();
+    await h.poll();
+    expect(h.shown.map(s => [s.type, s.message])).toEqual([
+      [
+        'warning',
+        'a.ipynb holds 38.0 GiB on GPU 1 and has done no GPU work for 42 min. ' +
+          'If it stays idle, it is shut down in 15 min.'
+      ]
+    ]);
+    expect(h.posted).toEqual([['k1', 'k1:1000']]);
+    culls.culls = [
+      {
+        at: 1700000000,
+        kernel_id: 'k1',
+        path: 'work/a.ipynb',
+        held_bytes: 38 * GIB,
+        gpus: ['GPU 1'],
+        idle_s: 57 * 60,
+        told_s_ago: 15 * 60
+      }
+    ];
+    h.kernels = [];
+    await h.poll();
+    expect(h.dismissed).toEqual(['n1']); // the kernel is gone: so is its notice
+    await h.notifier.readCulls();
+    await h.notifier.readCulls();
+    expect(h.shown.map(s => s.message).slice(1)).toEqual([
+      'GPU idle cull shut down the kernel of a.ipynb: 38.0 GiB on GPU 1, ' +
+        'no GPU work for 57 min, told 15 min before.'
+    ]);
+    h.dispose();
+  });
+
+  it('keeps what it knew of the cull when the server does not answer', async () => {
+    const h = new Harness([IDLE], {
+      culls: { policy: { on: true, after_notice_minutes: 15 }, culls: [] }
+    });
+    await h.notifier.readCulls();
+    expect(h.notifier.policy.on).toBe(true);
+    h.culls = new Error('no answer');
+    await h.notifier.readCulls();
+    expect(h.notifier.policy.on).toBe(true);
+    h.dispose();
+  });
+
+  it('reads the glance only while a notice may be due', async () => {
+    const h = new Harness([IDLE], { settings: { enabled: false } });
+    await h.notifier.ready;
+    await h.notifier.readCulls();
+    expect(h.model.poller.running).toBe(false);
+    h.notifier.settings = DEFAULT_NOTICE_SETTINGS;
+    expect(h.model.poller.running).toBe(true);
+    h.dispose();
+  });
+
+  it('reads the glance only as often as its thresholds need', async () => {
+    const h = new Harness([IDLE]);
+    await h.notifier.ready;
+    // Idle 30 min, snooze 60 min: once a minute, not at the 2 s refresh rate.
+    expect(h.model.interval).toBe(2000);
+    expect(h.model.currentInterval).toBe(NOTICE_INTERVAL_MS);
+    // Shorter thresholds: a tenth of the shortest, never below the refresh rate.
+    h.notifier.settings = { ...DEFAULT_NOTICE_SETTINGS, idleMinutes: 5 };
+    expect(h.model.currentInterval).toBe(30_000);
+    h.notifier.settings = { ...DEFAULT_NOTICE_SETTINGS, snoozeMinutes: 1 };
+    expect(h.model.currentInterval).toBe(6000);
+    h.notifier.settings = { ...DEFAULT_NOTICE_SETTINGS, idleMinutes: 0 };
+    expect(h.model.currentInterval).toBe(2000);
+    // Notices off, the admin's cull on: the cull's idle time counts.
+    h.notifier.settings = { ...DEFAULT_NOTICE_SETTINGS, enabled: false };
+    h.culls = {
+      policy: { on: true, after_notice_minutes: 15, idle_minutes: 2 },
+      culls: []
+    };
+    await h.notifier.readCulls();
+    expect(h.model.currentInterval).toBe(12_000);
+    // A view that uses it too reads at the refresh rate.
+    h.model.use('sidebar', true);
+    expect(h.model.currentInterval).toBe(2000);
+    h.model.use('sidebar', false);
+    expect(h.model.currentInterval).toBe(12_000);
+    h.dispose();
+  });
+});
+
+describe('"Your GPU kernels"', () => {
+  it('says "idle on GPU for 42 min" beside an idle holder only', async () => {
+    const model = new GlanceModel({
+      fetch: () =>
+        Promise.resolve({
+          devices: DEVICES,
+          kernels: [
+            kernelJson('k1', 'a.ipynb', judgment('idle', 42 * 60)),
+            kernelJson('k2', 'b.ipynb', judgment('busy', null, 'k2:1')),
+            kernelJson('k3', 'c.ipynb', judgment('idle', 5 * 60, 'k3:1'))
+          ]
+        }),
+      autoStart: false
+    });
+    const panel = new GlancePanel({
+      model,
+      confirm: () => Promise.resolve(true),
+      shutdownKernel: () => Promise.resolve()
+    });
+    Widget.attach(panel, document.body);
+    await settled(model.refresh());
+    const idle = (id: string): HTMLElement =>
+      panel.node.querySelector(
+        `[data-kernel-id="${id}"] .nvdashboard-kernel-idle`
+      ) as HTMLElement;
+    expect(idle('k1').hidden).toBe(false);
+    expect(idle('k1').textContent).toBe('idle on GPU for 42 min');
+    expect(idle('k1').title).toContain('no GPU work');
+    expect(idle('k2').hidden).toBe(true);
+    expect(idle('k3').hidden).toBe(true); // under the 30 minutes
+    panel.idleThresholds = userThresholds({
+      ...DEFAULT_NOTICE_SETTINGS,
+      idleMinutes: 5
+    });
+    await settled(Promise.resolve());
+    expect(idle('k3').textContent).toBe('idle on GPU for 5 min');
+    panel.dispose();
+    model.dispose();
+  });
+});

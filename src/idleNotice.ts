@@ -1,0 +1,733 @@
+/**
+ * The idle-kernel notice: when one of the user's kernels holds GPU memory
+ * and has done no GPU work for a while, JupyterLab's notification says so,
+ * with its figures, and offers Shut down kernel, Open notebook, Not now
+ * (snooze) and Don't ask for this notebook.
+ *
+ * - Once per idle episode (the server's `idle.episode`: a new one starts
+ *   when the kernel runs a cell or uses the GPU again). "Not now" is quiet
+ *   for the snooze time, then the notice comes once more.
+ * - What was shown, snoozed or declined is kept in JupyterLab's state
+ *   database, so a reload neither repeats a notice nor forgets "Don't ask".
+ * - Only the user's own kernels (the server lists no other user's) that
+ *   this Jupyter server runs (only those can be shut down from here), only
+ *   when the judgment is `idle`: never for `busy` or `cannot_tell`.
+ * - When the admin's GPU idle cull is on (jupyter_extension.py), the
+ *   notice is the warning the cull waits for: it is then shown whatever the
+ *   user's own settings say, with the admin's thresholds, and says when the
+ *   kernel may be shut down; a cull that happened is told as well.
+ *
+ * The words and the rules are pure functions; `IdleNotifier` connects them
+ * to the glance poll, the notification manager and the state database.
+ */
+import { TranslationBundle } from '@jupyterlab/translation';
+import { JSONExt, JSONObject } from '@lumino/coreutils';
+import { ISignal } from '@lumino/signaling';
+
+import { IGlance, IGpuKernel } from './glance';
+import { GlanceModel } from './glanceModel';
+import { formatAge, formatMemory, NULL_BUNDLE, numberOrNull } from './model';
+import { Poller } from './poller';
+
+const GIB = 2 ** 30;
+
+/** The user's notice settings (schema/plugin.json). */
+export interface IIdleNoticeSettings {
+  /** Notify about idle kernels at all. */
+  enabled: boolean;
+  /** Only kernels holding at least this much GPU memory (GiB). */
+  memoryGiB: number;
+  /** Only after this many minutes with no GPU work. */
+  idleMinutes: number;
+  /** How long "Not now" stays quiet (minutes). */
+  snoozeMinutes: number;
+}
+
+export const DEFAULT_NOTICE_SETTINGS: IIdleNoticeSettings = {
+  enabled: true,
+  memoryGiB: 1,
+  idleMinutes: 30,
+  snoozeMinutes: 60
+};
+
+/** The admin's cull, as `GET nvdashboard-idle/culls` describes it. */
+export interface ICullPolicy {
+  on: boolean;
+  /** Minutes between the notice and the cull; null when off. */
+  afterNoticeMinutes: number | null;
+  idleMinutes: number;
+  minHeldBytes: number;
+}
+
+export const CULL_OFF: ICullPolicy = {
+  on: false,
+  afterNoticeMinutes: null,
+  idleMinutes: 30,
+  minHeldBytes: GIB
+};
+
+/** A kernel the cull shut down, with the figures it was judged on. */
+export interface ICullRecord {
+  /** `<at>:<kernel id>`: the same cull is told once. */
+  key: string;
+  kernel_id: string;
+  path: string;
+  held_bytes: number;
+  gpus: string[];
+  idle_s: number | null;
+  told_s_ago: number;
+}
+
+/** An idle holder: held and idle time, each at or above its threshold. */
+export interface IIdleThresholds {
+  minBytes: number;
+  idleSeconds: number;
+}
+
+/** The user's thresholds in bytes and seconds. */
+export function userThresholds(settings: IIdleNoticeSettings): IIdleThresholds {
+  return {
+    minBytes: settings.memoryGiB * GIB,
+    idleSeconds: settings.idleMinutes * 60
+  };
+}
+
+/** The admin's thresholds in bytes and seconds. */
+export function cullThresholds(policy: ICullPolicy): IIdleThresholds {
+  return {
+    minBytes: policy.minHeldBytes,
+    idleSeconds: policy.idleMinutes * 60
+  };
+}
+
+/** Whether the kernel is judged idle and past both thresholds. */
+export function isIdleHolder(
+  kernel: IGpuKernel,
+  thresholds: IIdleThresholds
+): boolean {
+  const idle = kernel.idle;
+  return (
+    idle !== null &&
+    idle.state === 'idle' &&
+    idle.idle_s !== null &&
+    idle.idle_s >= thresholds.idleSeconds &&
+    idle.held_bytes >= thresholds.minBytes
+  );
+}
+
+/** What the sidebar says beside an idle holder: `idle on GPU for 42 min`. */
+export function idleWords(
+  kernel: IGpuKernel,
+  thresholds: IIdleThresholds,
+  trans: TranslationBundle = NULL_BUNDLE
+): string | null {
+  if (!isIdleHolder(kernel, thresholds)) {
+    return null;
+  }
+  return trans.__(
+    'idle on GPU for %1',
+    formatAge((kernel.idle?.idle_s ?? 0) * 1000, trans)
+  );
+}
+
+/**
+ * What the notice remembers across reloads (the state database), all of
+ * it bounded: kernel id → the episode shown, kernel id → snoozed until
+ * (ms), notebook paths not to ask about, culls already told.
+ */
+export interface INoticeMemory {
+  noticed: Record<string, string>;
+  snoozed: Record<string, number>;
+  dontAsk: string[];
+  cullsTold: string[];
+}
+
+/** How many entries each part of the memory keeps (the oldest go first). */
+export const MEMORY_BOUND = 200;
+
+export function emptyMemory(): INoticeMemory {
+  return { noticed: {}, snoozed: {}, dontAsk: [], cullsTold: [] };
+}
+
+/** The last MEMORY_BOUND entries whose values pass `ok`, in their order. */
+function lastEntries<T>(
+  record: Record<string, unknown>,
+  ok: (v: unknown) => v is T = (v: unknown): v is T => true
+): Record<string, T> {
+  const kept: Record<string, T> = {};
+  for (const [key, value] of Object.entries(record)
+    .filter(entry => ok(entry[1]))
+    .slice(-MEMORY_BOUND)) {
+    kept[key] = value as T;
+  }
+  return kept;
+}
+
+function pairs<T>(
+  value: unknown,
+  ok: (v: unknown) => v is T
+): Record<string, T> {
+  if (!value || typeof value !== 'object' || Array.isArray(value)) {
+    return {};
+  }
+  return lastEntries(value as Record<string, unknown>, ok);
+}
+
+function texts(value: unknown): string[] {
+  return Array.isArray(value)
+    ? value.filter(isString).slice(-MEMORY_BOUND)
+    : [];
+}
+
+function isString(value: unknown): value is string {
+  return typeof value === 'string';
+}
+
+function isNumber(value: unknown): value is number {
+  return numberOrNull(value) !== null;
+}
+
+/** The memory from the state database; anything malformed is dropped. */
+export function parseMemory(value: unknown): INoticeMemory {
+  const m = (value ?? {}) as Record<string, unknown>;
+  return {
+    noticed: pairs(m.noticed, isString),
+    snoozed: pairs(m.snoozed, isNumber),
+    dontAsk: texts(m.dontAsk),
+    cullsTold: texts(m.cullsTold)
+  };
+}
+
+/** Whose rule makes a notice due: the user's settings, or the admin's cull. */
+export type NoticeReason = 'user' | 'cull';
+
+/**
+ * Whether the kernel's notice is due now, and by whose rule; null when it
+ * is not. Once per idle episode; not while snoozed; never for a judgment
+ * other than `idle`. With the cull on, the admin's thresholds make it due
+ * whatever the user's own settings say: the cull never comes unannounced.
+ */
+export function noticeDue(
+  kernel: IGpuKernel,
+  settings: IIdleNoticeSettings,
+  policy: ICullPolicy,
+  memory: INoticeMemory,
+  now: number
+): NoticeReason | null {
+  const idle = kernel.idle;
+  if (!idle || idle.state !== 'idle') {
+    return null;
+  }
+  const id = kernel.kernel_id;
+  if (memory.noticed[id] === idle.episode || (memory.snoozed[id] ?? 0) > now) {
+    return null;
+  }
+  if (
+    settings.enabled &&
+    !memory.dontAsk.includes(kernel.path) &&
+    isIdleHolder(kernel, userThresholds(settings))
+  ) {
+    return 'user';
+  }
+  if (policy.on && isIdleHolder(kernel, cullThresholds(policy))) {
+    return 'cull';
+  }
+  return null;
+}
+
+function baseName(path: string): string {
+  return path.split('/').pop() || path;
+}
+
+/**
+ * The notice in one line (JupyterLab cuts a notification at 140
+ * characters): `Untitled3.ipynb holds 38.0 GiB on GPU 1 and has done no
+ * GPU work for 42 min.`, and when the cull is on, when it may act.
+ */
+export function noticeMessage(
+  kernel: IGpuKernel,
+  policy: ICullPolicy,
+  trans: TranslationBundle = NULL_BUNDLE
+): string {
+  const idle = kernel.idle;
+  const held = idle?.held_bytes ?? kernel.memory_bytes;
+  const gpus = (idle?.gpus.length ? idle.gpus : kernel.devices).join(
+    trans.__(', ')
+  );
+  const text = trans.__(
+    '%1 holds %2 on %3 and has done no GPU work for %4.',
+    baseName(kernel.path),
+    formatMemory(held, trans),
+    gpus,
+    formatAge((idle?.idle_s ?? 0) * 1000, trans)
+  );
+  if (!policy.on || policy.afterNoticeMinutes === null) {
+    return text;
+  }
+  return trans.__(
+    '%1 If it stays idle, it is shut down in %2.',
+    text,
+    formatAge(policy.afterNoticeMinutes * 60_000, trans)
+  );
+}
+
+/** What the user is told after the cull shut a kernel down, and why. */
+export function cullMessage(
+  cull: ICullRecord,
+  trans: TranslationBundle = NULL_BUNDLE
+): string {
+  return trans.__(
+    'GPU idle cull shut down the kernel of %1: %2 on %3, no GPU work for %4, told %5 before.',
+    baseName(cull.path),
+    formatMemory(cull.held_bytes, trans),
+    cull.gpus.join(trans.__(', ')),
+    formatAge((cull.idle_s ?? 0) * 1000, trans),
+    formatAge(cull.told_s_ago * 1000, trans)
+  );
+}
+
+/** `GET nvdashboard-idle/culls`'s body: the policy and the culls done. */
+export function parseCulls(body: unknown): {
+  policy: ICullPolicy;
+  culls: ICullRecord[];
+} {
+  const data = (body ?? {}) as Record<string, unknown>;
+  const p = (data.policy ?? {}) as Record<string, unknown>;
+  const after = numberOrNull(p.after_notice_minutes);
+  const policy: ICullPolicy =
+    p.on === true && after !== null && after > 0
+      ? {
+          on: true,
+          afterNoticeMinutes: after,
+          idleMinutes: numberOrNull(p.idle_minutes) ?? CULL_OFF.idleMinutes,
+          minHeldBytes: numberOrNull(p.min_held_bytes) ?? CULL_OFF.minHeldBytes
+        }
+      : CULL_OFF;
+  const culls: ICullRecord[] = [];
+  for (const item of Array.isArray(data.culls) ? data.culls : []) {
+    const c = (item ?? {}) as Record<string, unknown>;
+    const at = numberOrNull(c.at);
+    if (typeof c.kernel_id !== 'string' || at === null) {
+      continue;
+    }
+    culls.push({
+      key: `${at}:${c.kernel_id}`,
+      kernel_id: c.kernel_id,
+      path: typeof c.path === 'string' ? c.path : '',
+      held_bytes: numberOrNull(c.held_bytes) ?? 0,
+      gpus: texts(c.gpus),
+      idle_s: numberOrNull(c.idle_s),
+      told_s_ago: numberOrNull(c.told_s_ago) ?? 0
+    });
+  }
+  return { policy, culls };
+}
+
+/** A notice on screen: its notification's id and the idle episode it is about. */
+export interface IShownNotice {
+  notification: string;
+  episode: string;
+}
+
+/** A notification's button (JupyterLab's `Notification.IAction`). */
+export interface INoticeAction {
+  label: string;
+  caption?: string;
+  displayType?: 'default' | 'accent' | 'warn' | 'link';
+  callback: (event: MouseEvent) => void;
+}
+
+/** The parts of JupyterLab's state database the notice uses. */
+export interface INoticeStore {
+  fetch(id: string): Promise<unknown>;
+  save(id: string, value: JSONObject): Promise<unknown>;
+}
+
+/** Where the notice keeps its memory in the state database. */
+export const NOTICE_STATE_ID = 'jupyterlab-nvdashboard:idle-notice';
+
+/** How often the cull's list is read while the cull is on (ms). */
+export const CULLS_INTERVAL_MS = 10_000;
+
+/**
+ * The longest wait between readings of the glance for the notice alone
+ * (ms). Its thresholds are minutes (idle 30 min by default), so a notice a
+ * minute late changes nothing, while a poll every 2 s that no view shows
+ * costs a request each time and keeps the dashboard server from its idle
+ * exit. The status item and the open sidebar still read at the refresh rate.
+ */
+export const NOTICE_INTERVAL_MS = 60_000;
+
+/**
+ * A shorter threshold is read at this fraction of itself, so a notice comes
+ * at most a tenth of its threshold late (5 min idle: every 30 s). Thresholds
+ * of seconds (tests, or an impatient user) are read at the refresh rate,
+ * which the glance poll never goes below.
+ */
+export const NOTICE_LATENESS = 0.1;
+
+/**
+ * How often the notice needs the glance read (ms): a fraction of its
+ * shortest threshold in force (the user's idle time while notices are on,
+ * the snooze, and the admin's cull idle time while the cull is on), at
+ * most NOTICE_INTERVAL_MS.
+ */
+export function noticeInterval(
+  settings: IIdleNoticeSettings,
+  policy: ICullPolicy
+): number {
+  const minutes = [settings.snoozeMinutes];
+  if (settings.enabled) {
+    minutes.push(settings.idleMinutes);
+  }
+  if (policy.on) {
+    minutes.push(policy.idleMinutes);
+  }
+  return Math.min(
+    NOTICE_INTERVAL_MS,
+    NOTICE_LATENESS * Math.min(...minutes) * 60_000
+  );
+}
+
+export namespace IdleNotifier {
+  export interface IOptions {
+    model: GlanceModel;
+    /** Show a notification (JupyterLab's `Notification.emit`); returns its id. */
+    notify: (
+      message: string,
+      type: 'info' | 'warning',
+      actions: INoticeAction[]
+    ) => string;
+    /** Take a notification off the screen (JupyterLab's `Notification.dismiss`). */
+    dismiss: (notificationId: string) => void;
+    /** Shut the kernel down through JupyterLab's kernel API. */
+    shutdownKernel: (kernelId: string) => Promise<void>;
+    openPath: (path: string) => void;
+    /** Whether this Jupyter server runs the kernel. */
+    isLocalKernel: (kernelId: string) => boolean;
+    /** Emitted when this server's kernels change. */
+    localKernelsChanged?: ISignal<unknown, unknown>;
+    /** Tell the server the notice was shown (the cull waits for it). */
+    postNotice: (kernelId: string, episode: string) => Promise<void>;
+    /** `GET nvdashboard-idle/culls`'s body. */
+    fetchCulls: () => Promise<unknown>;
+    store: INoticeStore;
+    showError?: (title: string, error: unknown) => void;
+    /** The clock (ms). */
+    now?: () => number;
+    /** Milliseconds between reads of the cull's list while it is on. */
+    cullsInterval?: number;
+    /** Poll by itself (default); false: tests call `check()`/`readCulls()`. */
+    autoStart?: boolean;
+    trans?: TranslationBundle;
+  }
+}
+
+/** Connects the rules above to the glance poll and JupyterLab (see the module comment). */
+export class IdleNotifier {
+  constructor(options: IdleNotifier.IOptions) {
+    this._options = options;
+    this._now = options.now ?? Date.now;
+    this._trans = options.trans ?? NULL_BUNDLE;
+    this._culls = new Poller({
+      name: 'nvdashboard:culls',
+      request: async () => {
+        await this.readCulls();
+        return this._policy.on ? 'ok' : 'stuck';
+      },
+      interval: options.cullsInterval ?? CULLS_INTERVAL_MS,
+      autoStart: options.autoStart
+    });
+    options.model.changed.connect(this._onGlance, this);
+    options.localKernelsChanged?.connect(this._onGlance, this);
+    this.ready = this._load();
+  }
+
+  /** Resolves once the memory is read (no notice is shown before). */
+  readonly ready: Promise<void>;
+
+  get settings(): IIdleNoticeSettings {
+    return this._settings;
+  }
+
+  /** The user's settings; a change applies at the next reading. */
+  set settings(value: IIdleNoticeSettings) {
+    this._settings = value;
+    this._use();
+    this.check();
+  }
+
+  get policy(): ICullPolicy {
+    return this._policy;
+  }
+
+  get memory(): INoticeMemory {
+    return this._memory;
+  }
+
+  /** The notices on screen now: kernel id → notification id and episode. */
+  get shown(): ReadonlyMap<string, IShownNotice> {
+    return this._shown;
+  }
+
+  /** Read the cull's policy and tell the user of any cull not yet told. */
+  async readCulls(): Promise<void> {
+    let parsed: ReturnType<typeof parseCulls>;
+    try {
+      parsed = parseCulls(await this._options.fetchCulls());
+    } catch {
+      // No answer: what was known stands (off until the server said; no
+      // server extension, disabled or older, never says).
+      return;
+    }
+    this._policy = parsed.policy;
+    this._use();
+    await this.ready;
+    let told = false;
+    for (const cull of parsed.culls) {
+      if (this._memory.cullsTold.includes(cull.key)) {
+        continue;
+      }
+      this._memory.cullsTold = [...this._memory.cullsTold, cull.key].slice(
+        -MEMORY_BOUND
+      );
+      told = true;
+      this._options.notify(cullMessage(cull, this._trans), 'warning', []);
+    }
+    if (told) {
+      this._save();
+    }
+  }
+
+  /** Show every notice due in the last reading. */
+  check(): void {
+    const glance = this._options.model.glance;
+    if (!this._loaded || !glance) {
+      return;
+    }
+    this._forgetGone(glance);
+    const now = this._now();
+    for (const kernel of glance.kernels) {
+      if (!this._options.isLocalKernel(kernel.kernel_id)) {
+        continue;
+      }
+      const reason = noticeDue(
+        kernel,
+        this._settings,
+        this._policy,
+        this._memory,
+        now
+      );
+      if (reason) {
+        this._show(kernel, reason);
+      }
+    }
+  }
+
+  dispose(): void {
+    if (this._disposed) {
+      return;
+    }
+    this._disposed = true;
+    this._options.model.use(this, false);
+    this._options.model.changed.disconnect(this._onGlance, this);
+    this._options.localKernelsChanged?.disconnect(this._onGlance, this);
+    clearTimeout(this._wake);
+    this._culls.dispose();
+  }
+
+  private _onGlance(): void {
+    this.check();
+  }
+
+  /**
+   * Read the glance while a notice may be due, only as often as its
+   * thresholds need; read the culls while one may act.
+   */
+  private _use(): void {
+    if (this._disposed) {
+      return;
+    }
+    this._options.model.use(
+      this,
+      this._settings.enabled || this._policy.on,
+      noticeInterval(this._settings, this._policy)
+    );
+    this._culls.use(this, this._policy.on);
+  }
+
+  private async _load(): Promise<void> {
+    try {
+      this._memory = parseMemory(
+        await this._options.store.fetch(NOTICE_STATE_ID)
+      );
+    } catch {
+      this._memory = emptyMemory();
+    }
+    this._loaded = true;
+    this._use();
+    void this.readCulls();
+    this.check();
+  }
+
+  private _save(): void {
+    const value = this._memory as unknown as JSONObject;
+    void this._options.store
+      .save(NOTICE_STATE_ID, JSONExt.deepCopy(value))
+      .catch(() => undefined);
+  }
+
+  /**
+   * A notice whose idle episode is over (the kernel is gone, freed its
+   * memory, works again, or can no longer be told apart) is taken off the
+   * screen: its figures are out of date. A kernel this server no longer
+   * runs needs no memory either.
+   */
+  private _forgetGone(glance: IGlance): void {
+    const present = new Set(glance.kernels.map(k => k.kernel_id));
+    const episodes = new Map(
+      glance.kernels.map(k => [
+        k.kernel_id,
+        k.idle?.state === 'idle' ? k.idle.episode : null
+      ])
+    );
+    for (const [id, shown] of this._shown) {
+      if (episodes.get(id) !== shown.episode) {
+        this._shown.delete(id);
+        this._options.dismiss(shown.notification);
+      }
+    }
+    let changed = false;
+    for (const part of [this._memory.noticed, this._memory.snoozed]) {
+      for (const id of Object.keys(part)) {
+        if (!present.has(id) && !this._options.isLocalKernel(id)) {
+          delete part[id];
+          changed = true;
+        }
+      }
+    }
+    if (changed) {
+      this._save();
+    }
+  }
+
+  private _show(kernel: IGpuKernel, reason: NoticeReason): void {
+    const trans = this._trans;
+    const id = kernel.kernel_id;
+    const episode = kernel.idle?.episode ?? '';
+    this._memory.noticed = lastEntries({
+      ...this._memory.noticed,
+      [id]: episode
+    });
+    delete this._memory.snoozed[id];
+    this._save();
+    // A notice from an earlier episode is out of date.
+    const earlier = this._shown.get(id);
+    if (earlier !== undefined) {
+      this._options.dismiss(earlier.notification);
+    }
+    const done = (): void => {
+      this._shown.delete(id);
+    };
+    const actions: INoticeAction[] = [
+      {
+        label: trans.__('Shut down kernel'),
+        caption: trans.__('Shut down the kernel of %1', kernel.path),
+        displayType: 'warn',
+        callback: () => {
+          done();
+          void this._shutdown(kernel);
+        }
+      },
+      {
+        label: trans.__('Open notebook'),
+        caption: trans.__('Open %1', kernel.path),
+        displayType: 'link',
+        callback: () => {
+          done();
+          this._options.openPath(kernel.path);
+        }
+      },
+      {
+        label: trans.__('Not now'),
+        caption: trans.__(
+          'Ask again in %1',
+          formatAge(this._settings.snoozeMinutes * 60_000, trans)
+        ),
+        displayType: 'link',
+        callback: () => {
+          done();
+          this._snooze(id);
+        }
+      },
+      {
+        label: trans.__("Don't ask for this notebook"),
+        caption: trans.__('Never ask about %1 again', kernel.path),
+        displayType: 'link',
+        callback: () => {
+          done();
+          this._dontAsk(kernel.path);
+        }
+      }
+    ];
+    const shown = this._options.notify(
+      noticeMessage(kernel, this._policy, trans),
+      reason === 'cull' || this._policy.on ? 'warning' : 'info',
+      actions
+    );
+    this._shown.set(id, { notification: shown, episode });
+    void this._options.postNotice(id, episode).catch(error =>
+      // The cull then waits for the next notice; the user saw this one.
+      console.warn('nvdashboard: the server was not told of the notice', error)
+    );
+  }
+
+  private _snooze(kernelId: string): void {
+    // Quiet until then; after it, the notice comes once more.
+    const ms = this._settings.snoozeMinutes * 60_000;
+    delete this._memory.noticed[kernelId];
+    this._memory.snoozed = lastEntries({
+      ...this._memory.snoozed,
+      [kernelId]: this._now() + ms
+    });
+    this._save();
+    // Looked at again when it ends, even if no reading changes by then.
+    clearTimeout(this._wake);
+    this._wake = setTimeout(() => this.check(), ms + 10);
+  }
+
+  private _dontAsk(path: string): void {
+    if (!this._memory.dontAsk.includes(path)) {
+      this._memory.dontAsk = [...this._memory.dontAsk, path].slice(
+        -MEMORY_BOUND
+      );
+      this._save();
+    }
+  }
+
+  private async _shutdown(kernel: IGpuKernel): Promise<void> {
+    try {
+      await this._options.shutdownKernel(kernel.kernel_id);
+    } catch (error) {
+      this._options.showError?.(
+        this._trans.__('Could not shut down the kernel of %1', kernel.path),
+        error
+      );
+      return;
+    }
+    // The row goes with an answer asked for after the shutdown.
+    await this._options.model.refresh();
+  }
+
+  private _options: IdleNotifier.IOptions;
+  private _now: () => number;
+  private _trans: TranslationBundle;
+  private _settings: IIdleNoticeSettings = DEFAULT_NOTICE_SETTINGS;
+  private _policy: ICullPolicy = CULL_OFF;
+  private _memory: INoticeMemory = emptyMemory();
+  private _loaded = false;
+  private _disposed = false;
+  private _shown = new Map<string, IShownNotice>();
+  private _culls: Poller;
+  private _wake: ReturnType<typeof setTimeout> | undefined = undefined;
+}

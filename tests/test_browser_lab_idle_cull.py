@@ -1,0 +1,171 @@
+"""The admin's GPU idle cull with short timeouts, under a real ``jupyter lab`` (token,
+base_url /user/alice/, the simulated ``a100-mig`` machine: GPUs 0 and 2 in MIG mode, GPUs 1
+and 3 whole A100s) with real kernels the simulated driver lists, and in Chromium at
+1280x800 for what the user sees:
+
+- x.ipynb (GPU 1) and y.ipynb (GPU 3) hold GPU memory and do no GPU work; z.ipynb holds a
+  MIG instance of GPU 0, where the driver gives neither per-process samples nor activity:
+  the judgment cannot tell.
+- While no JupyterLab is open nobody is told, and the cull shuts nothing down.
+- The page warns of x and y (the user turned the notice off: the cull's warning comes
+  anyway), never of z; y then runs a cell (busy in the grace time).
+- x is shut down through Jupyter's kernel manager no sooner than the grace after its
+  notice, logged at WARNING with its evidence, and the page says what was done and why.
+- y, busy since its notice, is kept; z is kept even with a notice posted for it.
+
+Settings: ``NVDASHBOARD_CULL_AFTER_MINUTES=0.25`` (15 s), ``NVDASHBOARD_CULL_IDLE_MINUTES=0``.
+It runs this checkout's build and, with ``PYTHONPATH`` naming this checkout, its server
+extension. Screenshots go to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.support.browser import chromium, screenshot, watch
+from tests.support.idle_lab import (
+    GIB,
+    TOAST,
+    judged,
+    kernel_entry,
+    place,
+    run_cell,
+    start_notebook,
+    toasts_in_place,
+    wait_glance,
+    write_settings,
+)
+from tests.support.jupyter import lab_with_processes
+from tests.test_browser_lab import open_lab, show_sidebar
+from tests.test_lab_processes import call
+
+pytestmark = [pytest.mark.browser, pytest.mark.lab]
+GRACE_S = 15.0
+WARNING = re.compile(r"^(\w)\.ipynb holds 4\.0 GiB on .+ and has done no GPU work for "
+                     r"\d+ (s|min)\. If it stays idle, it is shut down in 15 s\.$")
+CULLED = re.compile(r"^GPU idle cull shut down the kernel of x\.ipynb: 4\.0 GiB on GPU 1\b.*, "
+                    r"no GPU work for \d+ (s|min), told \d+ s before\.$")
+
+
+@pytest.fixture(scope="module")
+def lab(processes_file) -> Iterator[object]:  # noqa: ANN001
+    with lab_with_processes(processes_file, simulate=4, extra_env={
+            "NVDASHBOARD_SIMULATE_PROFILE": "a100-mig",
+            "NVDASHBOARD_CULL_AFTER_MINUTES": str(GRACE_S / 60),
+            "NVDASHBOARD_CULL_IDLE_MINUTES": "0"}) as running:
+        yield running
+
+
+def cull_state(lab) -> dict:  # noqa: ANN001
+    status, body = lab.get("nvdashboard-idle/culls")
+    assert status == 200, body[:300]
+    return json.loads(body)
+
+
+def wait_checks(lab, n: int) -> None:  # noqa: ANN001
+    """Wait until the cull has made ``n`` more passes."""
+    target = cull_state(lab)["checks"] + n
+    deadline = time.monotonic() + 120
+    while cull_state(lab)["checks"] < target:
+        assert time.monotonic() < deadline, "the cull stopped checking"
+        time.sleep(0.5)
+
+
+def jupyter_log(lab) -> str:  # noqa: ANN001
+    """The lab's own log (tests/support/jupyter.py writes it in the lab's home)."""
+    home = Path(psutil.Process(lab.process.pid).cwd())
+    return (home / "jupyter.log").read_text(errors="replace")
+
+
+def running_kernels(lab) -> set[str]:  # noqa: ANN001
+    return {k["id"] for k in call(lab, "GET", "api/kernels")}  # type: ignore[union-attr]
+
+
+def test_the_gpu_idle_cull(lab, processes_file: Path) -> None:  # noqa: ANN001
+    write_settings(lab, {"idleNotice": False})
+    kernels = {name: start_notebook(lab, f"{name}.ipynb") for name in "xyz"}
+    ids = {name: kernel_id for name, (kernel_id, _) in kernels.items()}
+    place(processes_file, [
+        {"gpu": 1, "pid": kernels["x"][1], "used_memory_bytes": 4 * GIB, "sm_pct": 0},
+        {"gpu": 3, "pid": kernels["y"][1], "used_memory_bytes": 4 * GIB, "sm_pct": 0},
+        {"gpu": 0, "mig": 0, "pid": kernels["z"][1], "used_memory_bytes": 4 * GIB},
+    ])
+    data = wait_glance(lab, lambda d: judged(d, ids["x"], "idle") and judged(d, ids["y"], "idle")
+                       and judged(d, ids["z"], "cannot_tell"), "the judgments")
+    policy = cull_state(lab)["policy"]
+    assert policy["on"] and policy["after_notice_minutes"] == pytest.approx(GRACE_S / 60)
+
+    # Nobody has been told: idle past every threshold, nothing is shut down.
+    wait_checks(lab, 3)
+    assert running_kernels(lab) >= set(ids.values())
+    assert cull_state(lab)["culls"] == []
+
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        watched = watch(page)
+        open_lab(page, lab)
+        show_sidebar(page)
+        page.wait_for_function(f"() => document.querySelectorAll('{TOAST}').length >= 2",
+                               timeout=60_000)
+        said = sorted(page.eval_on_selector_all(f"{TOAST} .jp-toast-message",
+                                                "els => els.map(e => e.textContent)"))
+        assert [WARNING.match(text).group(1) if WARNING.match(text) else text
+                for text in said] == ["x", "y"], said
+        toasts_in_place(page)
+        screenshot(page, "idle-cull-warnings")
+        # y turns busy within the grace time, and stays so.
+        run_cell(kernels["y"][1], ids["y"], "import time; time.sleep(600)", wait=False)
+        # Busy now: its warning is over, and goes from the screen.
+        page.locator(TOAST, has_text="y.ipynb holds").wait_for(state="detached",
+                                                               timeout=60_000)
+
+        # z cannot be told apart: posting a notice for it changes nothing.
+        z_episode = kernel_entry(data, ids["z"])["idle"]["episode"]
+        assert call(lab, "POST", "nvdashboard-idle/notices",
+                    {"kernel_id": ids["z"], "episode": z_episode})["cull_at"]
+
+        # x goes: through Jupyter's kernel manager, after the grace.
+        deadline = time.monotonic() + 120
+        while ids["x"] in running_kernels(lab):
+            assert time.monotonic() < deadline, cull_state(lab)
+            time.sleep(0.5)
+        psutil.Process(kernels["x"][1]).wait(60) if psutil.pid_exists(kernels["x"][1]) \
+            else None
+        [cull] = cull_state(lab)["culls"]
+        assert cull["kernel_id"] == ids["x"] and cull["path"] == "x.ipynb", cull
+        assert cull["told_s_ago"] >= GRACE_S, cull
+        evidence = cull["evidence"]
+        assert evidence["idle"]["state"] == "idle" and evidence["execution_state"] == "idle"
+        assert evidence["idle"]["signal"] == "per-process SM samples", evidence
+        log = jupyter_log(lab)
+        line = next((line for line in log.splitlines()
+                     if "GPU idle cull shut down kernel " + ids["x"] in line), None)
+        assert line is not None, log[-3000:]
+        assert "WARNING" in line or "[W " in line, line
+        logged = json.loads(line.split("Evidence: ", 1)[1])
+        assert logged["idle"]["episode"] == evidence["idle"]["episode"], line
+
+        # The user is told what was done and why.
+        page.locator(TOAST, has_text="GPU idle cull shut down").wait_for(timeout=60_000)
+        told = page.locator(TOAST, has_text="GPU idle cull shut down").locator(
+            ".jp-toast-message").inner_text()
+        assert CULLED.match(told), told
+        page.wait_for_selector(f'#nvdashboard-sidebar [data-kernel-id="{ids["x"]}"]',
+                               state="detached", timeout=30_000)
+        toasts_in_place(page)
+        screenshot(page, "idle-cull-done")
+
+        # y (busy since its notice) and z (cannot tell) are kept, passes later.
+        wait_checks(lab, 3)
+        assert {ids["y"], ids["z"]} <= running_kernels(lab)
+        assert [c["kernel_id"] for c in cull_state(lab)["culls"]] == [ids["x"]]
+        assert judged(wait_glance(lab, lambda d: judged(d, ids["y"], "busy"), "y busy"),
+                      ids["y"], "busy")
+        watched.assert_clean()

@@ -1,0 +1,109 @@
+"""The idle judgment in a real ``jupyter lab`` (issue 28 item 1; the notice and the cull
+read it): a notebook's real kernel, listed by the simulated driver, holding 3 GiB and doing
+no GPU work, is ``idle`` in ``/glance.json`` (read through jupyter-server-proxy); while it
+runs a cell (Jupyter's own execution state, as a ``pip install`` would) it is ``busy``, and
+afterwards idle again in a new episode counted from the end of the cell; a training loop in
+a child process of the kernel makes it ``busy`` while the kernel itself is idle in Jupyter.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.support.jupyter import JupyterLab, jupyter_lab
+from tests.test_lab_processes import NOTEBOOK, call, fork_child, kernel_pid
+
+pytestmark = pytest.mark.lab
+
+GIB = 2**30
+ROOT = str(Path(__file__).resolve().parents[1])
+
+
+def idle_of(lab: JupyterLab, kernel_id: str) -> dict | None:
+    status, body = lab.get("nvdashboard/glance.json")
+    assert status == 200, body[:300]
+    found = [k for k in json.loads(body)["kernels"] if k["kernel_id"] == kernel_id]
+    return found[0]["idle"] if found else None
+
+
+def wait_for(lab: JupyterLab, kernel_id: str, predicate, what: str,  # noqa: ANN001
+             seconds: float = 90) -> dict:
+    deadline = time.monotonic() + seconds
+    idle = None
+    while time.monotonic() < deadline:
+        idle = idle_of(lab, kernel_id)
+        if idle is not None and predicate(idle):
+            return idle
+        time.sleep(0.3)
+    raise AssertionError(f"{what}: {idle}")
+
+
+@pytest.fixture(scope="module")
+def lab(processes_file: Path):  # noqa: ANN201
+    # The proxied dashboard server imports this checkout (it runs with the lab's cwd).
+    with jupyter_lab(simulate=2, extra_env={
+            "NVDASHBOARD_SIMULATE_PROCESSES": str(processes_file),
+            "NVDASHBOARD_SIMULATE_SCENARIO": "idle", "PYTHONPATH": ROOT}) as running:
+        yield running
+
+
+def test_a_real_kernel_idle_busy_in_a_cell_and_idle_again(lab: JupyterLab,
+                                                          processes_file: Path) -> None:
+    from jupyter_client import BlockingKernelClient
+
+    call(lab, "PUT", "api/contents/held.ipynb", {"type": "notebook", "content": NOTEBOOK})
+    session = call(lab, "POST", "api/sessions", {"path": "held.ipynb", "name": "held.ipynb",
+                                                 "type": "notebook",
+                                                 "kernel": {"name": "python3"}})
+    kernel_id = session["kernel"]["id"]  # type: ignore[index]
+    pid = kernel_pid(lab, kernel_id)
+    runtime = next(Path(arg).parent for arg in psutil.Process(pid).cmdline()
+                   if arg.endswith(f"kernel-{kernel_id}.json"))
+    client = BlockingKernelClient(connection_file=str(runtime / f"kernel-{kernel_id}.json"))
+    client.load_connection_file()
+    client.start_channels()
+    try:
+        processes_file.write_text(json.dumps([{"gpu": 1, "pid": pid, "sm_pct": 0,
+                                               "used_memory_bytes": 3 * GIB,
+                                               "until_exit": True}]))
+        # Jupyter says "starting" until the kernel first answers a request (JupyterLab asks
+        # for its kernel_info on connecting): busy until then, never idle.
+        starting = wait_for(lab, kernel_id, lambda i: True, "listed")
+        assert starting["state"] == "busy" and starting["figures"]["execution_state"] == \
+            "starting", starting
+        client.kernel_info(reply=True, timeout=60)
+        first = wait_for(lab, kernel_id, lambda i: i["state"] == "idle", "idle")
+        assert first["signal"] == "per-process SM samples" and first["held_bytes"] == 3 * GIB
+        assert first["text"].startswith("held.ipynb holds 3.0 GiB on GPU 1 and has done no "
+                                        "GPU work for ")
+        # A cell that runs pip (no network here: a listing, then a wait as long as an
+        # install's), with the GPU memory held and no GPU work all along.
+        cell_end = time.time() + 12  # at the earliest
+        client.execute("import subprocess, sys, time\n"
+                       "subprocess.run([sys.executable, '-m', 'pip', 'list'], "
+                       "capture_output=True)\ntime.sleep(12)")
+        busy = wait_for(lab, kernel_id, lambda i: i["state"] == "busy", "busy in a cell")
+        assert busy["signal"] == "Jupyter's execution state" and busy["idle_s"] is None
+        assert "busy in Jupyter" in busy["text"]
+        again = wait_for(lab, kernel_id, lambda i: i["state"] == "idle", "idle again", 60)
+        # A new episode, counted from the end of the cell (Jupyter's last_activity).
+        assert again["episode"] != first["episode"]
+        assert again["idle_s"] <= time.time() - cell_end
+        # A training loop in a child of the kernel: busy, though the kernel is idle in Jupyter.
+        child = fork_child(runtime, kernel_id, processes_file.with_name("idle-child.pid"))
+        processes_file.write_text(json.dumps([
+            {"gpu": 1, "pid": pid, "sm_pct": 0, "used_memory_bytes": 3 * GIB,
+             "until_exit": True},
+            {"gpu": 0, "pid": child, "sm_pct": 90, "used_memory_bytes": 10 * GIB,
+             "until_exit": True}]))
+        training = wait_for(lab, kernel_id, lambda i: i["state"] == "busy"
+                            and i["held_bytes"] == 13 * GIB, "busy by its child")
+        assert training["signal"] == "per-process SM samples", training
+        psutil.Process(child).kill()
+    finally:
+        client.stop_channels()
