@@ -37,6 +37,7 @@ from jupyterlab_nvdashboard.diagnosis.idle import (
     HolderTrack,
     advance,
     advance_device,
+    evidence_gap_s,
     judge,
     unused_for,
 )
@@ -535,3 +536,18 @@ def test_a_kernel_process_the_samples_left_out_is_not_taken_for_idle(
                                extra={PROCESS_FAMILY: readings, OWNER_FAMILY: owners})
     judgment = sources.usage.judgment("alice", "k1", now)
     assert judgment is not None and judgment.state == state, judgment
+
+
+def test_passes_as_slow_as_the_sampler_is_set_to_still_make_an_episode() -> None:
+    """--idle-interval 30: with nobody watching, a process pass every 30 s. The episode
+    runs on; with the default gap every pass would restart it."""
+    gap = evidence_gap_s(30.0)
+    assert gap == 91.0 and evidence_gap_s(1.0) == EVIDENCE_GAP_S
+    restarted = play(every(30, 1800, [on()]))  # the default gap: each pass a new episode
+    assert judge("k", restarted, T0 + 1800, "idle", None).idle_s == pytest.approx(0)
+    slow = None
+    for t in range(0, 1801, 30):
+        slow = advance(slow, T0 + t, [on()], T0 + t - 30, gap)
+    assert slow is not None
+    assert judge("k", slow, T0 + 1810, "idle", None, gap).idle_s == pytest.approx(1810)
+    assert judge("k", slow, T0 + 1800 + 92, "idle", None, gap).state == CANNOT_TELL

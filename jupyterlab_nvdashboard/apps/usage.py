@@ -32,6 +32,7 @@ from ..diagnosis.idle import (
     IdleJudgment,
     advance,
     advance_device,
+    evidence_gap_s,
     judge,
     unused_for,
 )
@@ -39,6 +40,7 @@ from ..export.usage import HolderUsage
 from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading, device_reading
 from ..metrics.identity import SHARED
+from ..metrics.processes import PROCESS_EVERY_S
 from .components import duration_text, format_memory
 
 if TYPE_CHECKING:
@@ -111,6 +113,11 @@ class GpuUsage:
         self.paths: dict[str, str] = {}
         self.passes = 0
         self._last_pass_s: float | None = None
+        # With nobody watching, the sampler (and so the process passes) slows to its idle
+        # interval: silence that long is the reader's pace, not a gap in what it saw.
+        sampler = metrics.sampler
+        self.gap_s = evidence_gap_s(max(PROCESS_EVERY_S, sampler.interval_s,
+                                        sampler.idle_interval_s))
         history = metrics.history
         for sample in history.window(metrics.history_s + 1):  # what came before this object
             self.on_sample(sample)
@@ -152,11 +159,11 @@ class GpuUsage:
             if session is not None:
                 self.paths[key[1]] = session.path
             self.holders[key] = advance(self.holders.get(key), now_s, devices,
-                                        self._last_pass_s)
+                                        self._last_pass_s, self.gap_s)
             for device in devices:
                 self.holder_rows[(key, device.row)] = advance(
                     self.holder_rows.get((key, device.row)), now_s, [device],
-                    self._last_pass_s)
+                    self._last_pass_s, self.gap_s)
         self.current = frozenset(evidence)
         self._last_pass_s = now_s
         self.passes += 1
@@ -248,7 +255,7 @@ class GpuUsage:
         session = sessions.get(kernel_id) if kernel_id else None
         state = session.execution_state if session else None if kernel_id else "idle"
         return judge(kernel_id or f"{user}:", track, now_s, state,
-                     session.last_activity_s if session else None)
+                     session.last_activity_s if session else None, self.gap_s)
 
     def notebook_usage(self) -> dict[str, NotebookUsage]:
         """Each notebook's GPU usage since the server started (issue 28 item 6), over every

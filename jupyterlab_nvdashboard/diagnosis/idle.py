@@ -22,7 +22,8 @@ that device; else 'cannot tell', and then nothing is said"):
 A pass is ``work`` when any of the holder's devices shows work by it, ``unknown`` when any
 cannot tell, else ``no_work``. A judgment is ``busy`` when Jupyter says the kernel is
 running (its execution state) or the newest pass showed work; ``cannot_tell`` when Jupyter
-does not say the kernel is idle, or no pass has told anything for ``EVIDENCE_GAP_S``;
+does not say the kernel is idle, or no pass has told anything for ``EVIDENCE_GAP_S`` (3
+passes where they come more slowly);
 else ``idle``, counted from the later of the last GPU work (or the first pass after a
 stretch that could not be told) and the kernel's last activity in Jupyter.
 
@@ -55,8 +56,15 @@ WORK_PCT = 1.0
 # every idle interval (2 s by default, 60 s at most) with nobody watching; a driver without
 # a new utilization sample answers NotFound for a pass now and then. Our choice: 3 passes
 # at the slowest default rate (2 s idle interval) plus slack, so one missed sample does not
-# restart an episode, while a minute of silence is never counted as "no work".
+# restart an episode, while a minute of silence is never counted as "no work". A server
+# set to pass more slowly uses ``evidence_gap_s`` (3 of its passes; ``apps/usage.py``).
 EVIDENCE_GAP_S = 10.0
+
+
+def evidence_gap_s(pass_every_s: float) -> float:
+    """The gap for process passes every ``pass_every_s``: ``EVIDENCE_GAP_S``, or 3 passes
+    and a second when they come more slowly."""
+    return max(EVIDENCE_GAP_S, 3 * pass_every_s + 1.0)
 
 # Jupyter's execution states in which the kernel is running or about to run (jupyter_server
 # ``kernels/kernelmanager.py`` sets "starting", "restarting", "autorestarting" and the
@@ -169,7 +177,8 @@ MAX_PASS_GAP_S = 60.0
 
 
 def advance(track: HolderTrack | None, now_s: float, devices: Sequence[DeviceEvidence],
-            previous_pass_s: float | None = None) -> HolderTrack:
+            previous_pass_s: float | None = None, gap_s: float = EVIDENCE_GAP_S
+            ) -> HolderTrack:
     """The track after one more pass at ``now_s`` (wall time) over the holder's devices.
     ``previous_pass_s``: the reader's pass before this one; a holder absent from it (its
     memory freed, or its owner not known then) is counted held from it, not across the
@@ -198,7 +207,7 @@ def advance(track: HolderTrack | None, now_s: float, devices: Sequence[DeviceEvi
                        quiet_passes=0, quiet_max_pct=None, known_s=track.known_s + dt,
                        working_s=track.working_s + dt)
     elif evidence.kind == NO_WORK:
-        gap = track.last_evidence_s is None or now_s - track.last_evidence_s > EVIDENCE_GAP_S
+        gap = track.last_evidence_s is None or now_s - track.last_evidence_s > gap_s
         if gap or track.quiet_since_s is None:
             # Nothing vouches for the time before: the episode starts with this pass.
             changes.update(quiet_since_s=now_s, quiet_passes=1, quiet_max_pct=evidence.pct)
@@ -228,7 +237,7 @@ class IdleJudgment:
 
 
 def judge(key: str, track: HolderTrack, now_s: float, execution_state: str | None,
-          last_activity_s: float | None) -> IdleJudgment:
+          last_activity_s: float | None, gap_s: float = EVIDENCE_GAP_S) -> IdleJudgment:
     """The judgment of one holder now. ``execution_state``: Jupyter's for the kernel (None:
     not a kernel Jupyter told about); ``last_activity_s``: Jupyter's ``last_activity`` of
     the kernel (wall time), the last time it sent anything, which ends its last cell."""
@@ -253,9 +262,9 @@ def judge(key: str, track: HolderTrack, now_s: float, execution_state: str | Non
         return IdleJudgment(CANNOT_TELL, "none", idle_s=None, episode=f"{key}:unknown",
                             reason="Jupyter does not say this kernel is idle "
                             f"(execution state: {execution_state or 'not known'})", **common)
-    stale = track.last_evidence_s is None or now_s - track.last_evidence_s > EVIDENCE_GAP_S
+    stale = track.last_evidence_s is None or now_s - track.last_evidence_s > gap_s
     if stale or track.quiet_since_s is None:
-        why = last.why or f"no reading told for {EVIDENCE_GAP_S:.0f} s"
+        why = last.why or f"no reading told for {gap_s:.0f} s"
         return IdleJudgment(CANNOT_TELL, "none", idle_s=None, episode=f"{key}:unknown",
                             reason=f"whether it works cannot be told: {why}", **common)
     since = track.quiet_since_s
