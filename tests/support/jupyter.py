@@ -20,7 +20,8 @@ from pathlib import Path
 from tests.support.servers import free_port
 
 BASE_URL = "/user/alice/"
-BUILT = Path(__file__).resolve().parents[2] / "jupyterlab_nvdashboard" / "labextension"
+CHECKOUT = str(Path(__file__).resolve().parents[2])
+BUILT = Path(CHECKOUT) / "jupyterlab_nvdashboard" / "labextension"
 
 
 def stale_sources(build: Path) -> list[str]:
@@ -118,6 +119,10 @@ def lab_environment(home: str, settings: str, simulate: int,
             "NVDASHBOARD_RUNS_DIR": os.path.join(home, "runs"),
             # And its history store (default: in the user's state folder).
             "NVDASHBOARD_STORE": os.path.join(home, "state", "history.sqlite"),
+            # Jupyter runs in ``home``: this checkout's package first, so that its server
+            # extension and the proxied dashboard server are the code under test, not an
+            # older install of it.
+            "PYTHONPATH": os.pathsep.join(filter(None, [CHECKOUT, os.environ.get("PYTHONPATH")])),
             **(extra_env or {})}
 
 
