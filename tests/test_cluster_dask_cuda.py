@@ -34,7 +34,7 @@ pytest.importorskip("prometheus_client")
 
 from tests.support.bokeh_client import TEST_TOKEN  # noqa: E402
 from tests.support.dask_cluster import DaskCluster, start_scheduler  # noqa: E402
-from tests.support.prometheus import api  # noqa: E402
+from tests.support.prometheus import api, stop  # noqa: E402
 from tests.support.servers import cli_server, free_port, get  # noqa: E402
 
 PROMETHEUS = shutil.which("prometheus")
@@ -191,9 +191,4 @@ def test_dask_cuda_layout_one_reader_per_gpu_counters_prometheus_can_rate_and_th
             check_board(base, targets["cluster"], 8)
             check_board(base, targets["single"], 4)
         finally:
-            prometheus.terminate()
-            try:
-                prometheus.wait(15)
-            except subprocess.TimeoutExpired:
-                prometheus.kill()
-                prometheus.wait()
+            stop(prometheus)

@@ -48,9 +48,14 @@ def prometheus(folder: Path, target: str) -> Iterator[str]:
         try:
             yield f"http://127.0.0.1:{port}"
         finally:
-            process.terminate()
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
+
+
+def stop(process: subprocess.Popen, timeout_s: float = 15.0) -> None:
+    """End a Prometheus started by a test: SIGTERM, then SIGKILL if it lingers."""
+    process.terminate()
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
