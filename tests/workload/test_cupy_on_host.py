@@ -1,7 +1,7 @@
 """The cupy-plugin path's CUDA kernels and CuPy calls, run on the CPU.
 
 ``tests/support/fake_cupy.py`` stands in for CuPy: NumPy arrays, the real CUDA source
-compiled for the host with one thread per CUDA lane (``cuda_on_host.h``), and strict
+compiled for the host with one coroutine per CUDA lane (``cuda_on_host.h``), and strict
 checks of every kernel argument's type. What a GPU adds (timing, the memory model,
 cuBLAS) is left to ``benchmarks/gpu_check.py`` on a GPU machine.
 """
