@@ -68,8 +68,11 @@ def states(view: dict, host: str) -> set[str]:
 
 
 def all_up(view: dict) -> bool:
+    """Every worker is there and every GPU is read: in state ok, with a reading (a GPU a
+    worker has just taken up is ok before its first reading arrives)."""
     return view["workers"] == 4 and len(view["gpus"]) == ALL_GPUS and \
-        all(gpu["state"] == "ok" for gpu in view["gpus"])
+        all(gpu["state"] == "ok" and gpu["utilization_pct"] is not None
+            for gpu in view["gpus"])
 
 
 def test_every_gpu_of_the_cluster_once_with_its_host(dashboard: str) -> None:

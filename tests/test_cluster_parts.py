@@ -343,7 +343,7 @@ def test_dask_cuda_workers_each_read_their_own_gpu_whoever_starts_first(
         worker.release()
 
 
-def test_one_worker_reads_all_and_two_plain_workers_share_without_overlap(
+def test_one_worker_reads_all_and_two_plain_workers_never_overlap_nor_split(
         claims_dir: Path) -> None:
     gpus = uuids(4)
     # LocalCUDACluster(n_workers=1): CUDA_VISIBLE_DEVICES=0,1,2,3 and nobody else.
@@ -357,6 +357,14 @@ def test_one_worker_reads_all_and_two_plain_workers_share_without_overlap(
     assert second.update(rotation(gpus, 0), own_first=False) == set()
     first.release()
     assert second.update(rotation(gpus, 0), own_first=False) == set(gpus)
+    second.release()
+    # Two plain workers checking at the same moment: the one that adopts first adopts them
+    # all (here it is midway through its check, with one GPU taken), never a split.
+    first, second = GpuClaims("node-e", claims_dir), GpuClaims("node-e", claims_dir)
+    assert first.update({gpus[0]: 0}, own_first=False) == {gpus[0]}
+    assert second.update(rotation(gpus, 0), own_first=False) == set()
+    assert first.update(rotation(gpus, 0), own_first=False) == set(gpus)
+    first.release()
     second.release()
 
 

@@ -4,15 +4,16 @@
   the host's GPUs (``0,1`` and ``1,0``); the first entry is the worker's own, the one Dask's
   NVML diagnostics (``distributed/diagnostics/nvml.py``) monitor. The worker reads it.
 * **GPUs nobody owns.** A GPU that is no worker's own (no ``CUDA_VISIBLE_DEVICES``, or fewer
-  workers than GPUs) is read by one of the workers that see it: the first to adopt it. So a
-  single-worker node shows all its GPUs, and two plain workers on one node don't both read
-  them. An adopter hands a GPU over as soon as its owner appears.
+  workers than GPUs) is read by the host's adopter: the one worker that holds the host's
+  adopter claim. So a single-worker node shows all its GPUs, and two plain workers on one
+  node don't both read them, nor split them between them when they check at the same
+  moment. An adopter hands a GPU over as soon as its owner appears.
 
 The claims are ``flock`` locks on files in a folder of this user's (one file per host, GPU
-and kind of claim): the kernel drops a dead worker's locks, so its GPUs find a reader again
-at the next check, and nothing has to talk to the scheduler. The files themselves stay (a
-few bytes each): removing a lock file another process may be about to lock would let two
-processes hold "the same" lock.
+and kind of claim, and one per host for its adopter): the kernel drops a dead worker's
+locks, so its GPUs find a reader again at the next check, and nothing has to talk to the
+scheduler. The files themselves stay (a few bytes each): removing a lock file another
+process may be about to lock would let two processes hold "the same" lock.
 
 **The folder** is ``$XDG_RUNTIME_DIR/nvdashboard-gpu-claims`` where that variable names a
 folder (the XDG base directory spec: owned by the user, mode 0700), else
@@ -134,6 +135,8 @@ class GpuClaims:
         self.directory, self._private = claims_folder(directory or default_claims_dir(environ))
         self.host = _UNSAFE.sub("_", host)
         self._locks: dict[tuple[str, str], _Lock] = {}
+        # Held by one worker of the host: the one that reads the GPUs nobody owns.
+        self._adopter = _Lock(self.directory / f"{self.host}.adopter")
         self.own: str | None = None  # the UUID of this worker's own GPU, if it has one
 
     def _lock(self, kind: str, uuid: str) -> _Lock:
@@ -147,8 +150,9 @@ class GpuClaims:
                adopt: bool = True) -> frozenset[str]:
         """One check. ``positions``: every device CUDA shows this worker (UUID -> CUDA
         position); ``own_first``: whether position 0 is this worker's own (a
-        ``CUDA_VISIBLE_DEVICES`` is set, as dask-cuda sets it); ``adopt``: whether to take
-        up GPUs nobody owns or reads (adopted ones are kept either way). Returns the UUIDs
+        ``CUDA_VISIBLE_DEVICES`` is set, as dask-cuda sets it); ``adopt``: whether to become the
+        host's adopter, if no worker is, and take up the GPUs nobody owns or reads (adopted
+        ones are kept either way). Returns the UUIDs
         to read."""
         own = next((uuid for uuid, at in positions.items() if at == 0), None) \
             if own_first else None
@@ -157,6 +161,7 @@ class GpuClaims:
             self._lock("read", self.own).release()
         self.own = own
         reading: set[str] = set()
+        adopter = self._adopter.held or (adopt and self._adopter.acquire())
         # The owner waits for an adopter to hand its GPU over: never two readers at once.
         if own is not None and self._lock("own", own).acquire() and \
                 self._lock("read", own).acquire():
@@ -167,7 +172,7 @@ class GpuClaims:
             read = self._lock("read", uuid)
             if not self._lock("own", uuid).free():  # it has an owner: hand it over
                 read.release()
-            elif (read.held or adopt) and read.acquire():
+            elif (read.held or adopter) and read.acquire():
                 reading.add(uuid)
         for (_, uuid), lock in self._locks.items():
             if uuid not in positions:  # no longer visible here
@@ -178,6 +183,7 @@ class GpuClaims:
         for lock in self._locks.values():
             lock.release()
         self._locks.clear()
+        self._adopter.release()
         self.own = None
         if self._private:  # the fallback folder is this worker's alone, made by it
             shutil.rmtree(self.directory, ignore_errors=True)
