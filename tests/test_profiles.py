@@ -246,16 +246,27 @@ def test_server_on_each_profile_under_each_binding(
         assert set(index) == expected
         for route in ["/", *index]:
             assert get(server.url + route)[0] == 200, route
-        time.sleep(1.2)  # a slow pass has run: reasons learned on the first reads are in
+        unlisted = {"processes"} if expected_process_function(
+            release, PROFILES[profile].driver_major) is None else set()
+
+        def reasons_as_expected(info: dict) -> bool:
+            return all(set(device["unavailable"]) - unlisted ==
+                       set(EXPECTED_UNAVAILABLE[profile].get(row, {}))
+                       for row, device in enumerate(info["devices"]))
+
+        # Some reasons are learned by the slow pass (its own thread, about once a second):
+        # wait until they are all in, up to a deadline; then the answer is checked whole.
+        deadline = time.monotonic() + 30
         info = json.loads(get(server.url + "/info.json")[1])
+        while not reasons_as_expected(info) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            info = json.loads(get(server.url + "/info.json")[1])
         assert info["nvml_state"] == "ok" and info["simulated_profile"] == profile
         assert info["nvml_versions"]["driver"] == PROFILES[profile].driver_version
         assert info["nvml_versions"]["binding"] == release
-        unlisted = {"processes"} if expected_process_function(
-            release, PROFILES[profile].driver_major) is None else set()
         for row, device in enumerate(info["devices"]):
             assert set(device["unavailable"]) - unlisted == \
-                set(EXPECTED_UNAVAILABLE[profile].get(row, {}))
+                set(EXPECTED_UNAVAILABLE[profile].get(row, {})), (row, device["unavailable"])
 
         assert count_live_frames(server.url, "/GPU-Resources") >= 3
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
