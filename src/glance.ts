@@ -53,6 +53,12 @@ export interface IGpuKernel {
   memory_bytes: number;
   /** False when the driver did not report some of its processes' memory. */
   memory_known: boolean;
+  /**
+   * Memory the driver reports only for a group of processes together, the
+   * kernel's among them (a container's processes seen from another PID
+   * namespace); null when there is none.
+   */
+  shared_memory_bytes: number | null;
   devices: string[];
   /** The idle judgment; null from a server that does not judge. */
   idle: IKernelIdle | null;
@@ -166,6 +172,7 @@ export function parseGlance(body: unknown): IGlance {
       path: k.path,
       memory_bytes: numberOrNull(k.memory_bytes) ?? 0,
       memory_known: k.memory_known !== false,
+      shared_memory_bytes: numberOrNull(k.shared_memory_bytes),
       devices: strings(k.devices),
       idle: parseIdle(k.idle)
     });

@@ -58,6 +58,34 @@ export namespace GlancePanel {
   }
 }
 
+/**
+ * What a kernel holds, as the driver reports it: its own memory ("at least"
+ * when some of its processes' memory is not reported), memory reported only
+ * together with other processes ("shared", as /GPU-Processes says), or, with
+ * neither, that the driver did not report it: never "0 B" for memory that
+ * is held but not reported.
+ */
+export function kernelMemoryText(
+  kernel: IGpuKernel,
+  trans: TranslationBundle = NULL_BUNDLE
+): string {
+  const parts: string[] = [];
+  const own = formatMemory(kernel.memory_bytes, trans);
+  if (kernel.memory_known) {
+    parts.push(own);
+  } else if (kernel.memory_bytes > 0) {
+    parts.push(trans.__('at least %1', own));
+  }
+  if (kernel.shared_memory_bytes !== null) {
+    parts.push(
+      trans.__('%1 shared', formatMemory(kernel.shared_memory_bytes, trans))
+    );
+  }
+  return parts.length
+    ? parts.join(trans.__(', '))
+    : trans.__('memory not reported');
+}
+
 /** A meter: `role="meter"` with its value, a fill and a label on it. */
 class Meter {
   constructor(kind: string) {
@@ -172,16 +200,13 @@ class KernelRow {
     setText(this._name, kernel.path);
     setAttr(this._name, 'title', trans.__('Open %1', kernel.path));
     setAttr(this._name, 'aria-label', trans.__('Open %1', kernel.path));
-    const memory = formatMemory(kernel.memory_bytes, trans);
     setText(
       this._detail,
-      kernel.memory_known
-        ? trans.__('%1 on %2', memory, kernel.devices.join(trans.__(', ')))
-        : trans.__(
-            'at least %1 on %2',
-            memory,
-            kernel.devices.join(trans.__(', '))
-          )
+      trans.__(
+        '%1 on %2',
+        kernelMemoryText(kernel, trans),
+        kernel.devices.join(trans.__(', '))
+      )
     );
     // "idle on GPU for 42 min" beside an idle holder, with the judgment's
     // own sentence (its signal and figures) as the tooltip.

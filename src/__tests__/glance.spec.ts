@@ -540,6 +540,49 @@ describe('GlancePanel', () => {
     m.dispose();
   });
 
+  it('says what a kernel holds as the driver reports it, never 0 B for held memory', async () => {
+    const kernel = (fields: Record<string, unknown>, id: string) => ({
+      kernel_id: id,
+      path: `work/${id}.ipynb`,
+      devices: ['GPU 0'],
+      ...fields
+    });
+    const m = model([
+      {
+        ...GLANCE,
+        kernels: [
+          kernel({ memory_bytes: 3 * GIB, memory_known: true }, 'own'),
+          kernel({ memory_bytes: 2 * GIB, memory_known: false }, 'part'),
+          // Another PID namespace: the driver reports its container's processes together.
+          kernel(
+            {
+              memory_bytes: 0,
+              memory_known: false,
+              shared_memory_bytes: 6 * GIB
+            },
+            'shared'
+          ),
+          kernel({ memory_bytes: 0, memory_known: false }, 'unreported')
+        ]
+      }
+    ]);
+    const panel = panelFor(m);
+    await settled(m.refresh());
+    const rows = Array.from(
+      panel.node.querySelectorAll(`.${KERNEL_ROW_CLASS}`),
+      row => row.textContent ?? ''
+    );
+    expect(rows).toHaveLength(4);
+    const row = (id: string) => rows.find(text => text.includes(`${id}.ipynb`));
+    expect(row('own')).toContain('3.0 GiB on GPU 0');
+    expect(row('part')).toContain('at least 2.0 GiB on GPU 0');
+    expect(row('shared')).toContain('6.0 GiB shared on GPU 0');
+    expect(row('unreported')).toContain('memory not reported on GPU 0');
+    expect(rows.join(' ')).not.toContain('0 B');
+    panel.dispose();
+    m.dispose();
+  });
+
   it('gives every button a name of its own', async () => {
     const m = model([TWO_KERNELS]);
     const panel = panelFor(m);
