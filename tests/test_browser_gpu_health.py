@@ -27,8 +27,8 @@ PAGE_TEXT_JS = """() => {
   return {text: texts.join(' '), marked};
 }"""
 BACKGROUND = {"light": "rgb(255, 255, 255)", "dark": "rgb(32, 38, 43)"}
-# A page's first document and frames, waited for as conditions: beside a CPU hog and two
-# other test workers on two cores, the Health page's first XID line took over 20 s.
+# A page's first document and frames are waited for as conditions, with a deadline that
+# holds on a loaded two-core machine (beside a CPU hog and two other test workers).
 PAGE_WAIT_MS = 90_000
 
 

@@ -249,24 +249,22 @@ def test_server_on_each_profile_under_each_binding(
         unlisted = {"processes"} if expected_process_function(
             release, PROFILES[profile].driver_major) is None else set()
 
-        def reasons_as_expected(info: dict) -> bool:
-            return all(set(device["unavailable"]) - unlisted ==
-                       set(EXPECTED_UNAVAILABLE[profile].get(row, {}))
-                       for row, device in enumerate(info["devices"]))
+        def unexpected_reasons(info: dict) -> list[tuple[int, list[str]]]:
+            return [(row, device["unavailable"]) for row, device in enumerate(info["devices"])
+                    if set(device["unavailable"]) - unlisted !=
+                    set(EXPECTED_UNAVAILABLE[profile].get(row, {}))]
 
         # Some reasons are learned by the slow pass (its own thread, about once a second):
         # wait until they are all in, up to a deadline; then the answer is checked whole.
         deadline = time.monotonic() + 30
         info = json.loads(get(server.url + "/info.json")[1])
-        while not reasons_as_expected(info) and time.monotonic() < deadline:
+        while unexpected_reasons(info) and time.monotonic() < deadline:
             time.sleep(0.1)
             info = json.loads(get(server.url + "/info.json")[1])
         assert info["nvml_state"] == "ok" and info["simulated_profile"] == profile
         assert info["nvml_versions"]["driver"] == PROFILES[profile].driver_version
         assert info["nvml_versions"]["binding"] == release
-        for row, device in enumerate(info["devices"]):
-            assert set(device["unavailable"]) - unlisted == \
-                set(EXPECTED_UNAVAILABLE[profile].get(row, {})), (row, device["unavailable"])
+        assert not unexpected_reasons(info), unexpected_reasons(info)
 
         assert count_live_frames(server.url, "/GPU-Resources") >= 3
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"

@@ -150,10 +150,9 @@ class GpuClaims:
                adopt: bool = True) -> frozenset[str]:
         """One check. ``positions``: every device CUDA shows this worker (UUID -> CUDA
         position); ``own_first``: whether position 0 is this worker's own (a
-        ``CUDA_VISIBLE_DEVICES`` is set, as dask-cuda sets it); ``adopt``: whether to become the
-        host's adopter, if no worker is, and take up the GPUs nobody owns or reads (adopted
-        ones are kept either way). Returns the UUIDs
-        to read."""
+        ``CUDA_VISIBLE_DEVICES`` is set, as dask-cuda sets it); ``adopt``: whether to become
+        the host's adopter, if no worker is, and take up the GPUs nobody owns or reads
+        (adopted ones are kept either way). Returns the UUIDs to read."""
         own = next((uuid for uuid, at in positions.items() if at == 0), None) \
             if own_first else None
         if own != self.own and self.own is not None:

@@ -49,8 +49,7 @@ struct HostLaunch {
     bool warp_done[32];
     std::unique_ptr<char[]> stacks{new char[32 * STACK]};
     const std::function<void()>* body = nullptr;
-    unsigned long long warps = 0, warps_per_block = 1;
-    HostWarp* warp = nullptr;
+    unsigned long long warps = 0;
 };
 
 thread_local HostLaunch* current_launch = nullptr;
@@ -108,8 +107,8 @@ inline int cuda_on_host_launch(unsigned grid, unsigned block, const std::functio
     blockDim.x = block;
     HostLaunch launch;
     launch.body = &body;
-    launch.warps_per_block = block / 32;
-    launch.warps = grid * launch.warps_per_block;
+    const unsigned long long warps_per_block = block / 32;
+    launch.warps = grid * warps_per_block;
     std::unique_ptr<HostWarp[]> warp(new HostWarp[launch.warps]);
     current_launch = &launch;
     for (int lane = 0; lane < 32; ++lane) {
@@ -121,14 +120,14 @@ inline int cuda_on_host_launch(unsigned grid, unsigned block, const std::functio
     }
     for (unsigned long long w = 0; w < launch.warps; ++w) {
         current_warp = &warp[w];
-        blockIdx.x = (unsigned)(w / launch.warps_per_block);
+        blockIdx.x = (unsigned)(w / warps_per_block);
         std::memset(launch.warp_done, 0, sizeof launch.warp_done);
         for (int running = 32; running > 0;) {
             running = 0;
             for (int lane = 0; lane < 32; ++lane) {
                 if (launch.warp_done[lane]) continue;
                 current_lane = lane;
-                threadIdx.x = (unsigned)((w % launch.warps_per_block) * 32 + lane);
+                threadIdx.x = (unsigned)((w % warps_per_block) * 32 + lane);
                 swapcontext(&launch.scheduler, &launch.lane[lane]);
                 running += !launch.warp_done[lane];
             }
