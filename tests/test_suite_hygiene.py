@@ -6,9 +6,11 @@ error only when it is named in one list and comes from JupyterLab's own code."""
 from __future__ import annotations
 
 import ast
+import gc
 import importlib
 import os
 import tempfile
+import weakref
 from pathlib import Path
 
 from tests.conftest import SESSION_TEMP, SYSTEM_TEMP, leftovers
@@ -30,6 +32,17 @@ def test_server_helpers_remove_their_runs_folders() -> None:
         made = [name for name in leftovers(SESSION_TEMP) if name.startswith("nvdashboard-runs-")]
     assert not in_process.exists()
     assert not any((Path(SESSION_TEMP) / name).exists() for name in made)
+
+
+def test_an_in_process_server_is_freed_when_it_stops() -> None:
+    # A server kept alive by its event loop kept its history and documents in the test
+    # worker's heap: each later garbage collection walked every earlier test's server.
+    with in_process_server(gpus=1) as server:
+        server.wait_until_gpus_read()
+        metrics = weakref.ref(server.metrics)
+    del server
+    gc.collect()
+    assert metrics() is None
 
 
 def test_jupyterlab_keeps_its_state_in_its_own_folder(tmp_path: Path) -> None:

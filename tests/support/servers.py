@@ -166,7 +166,15 @@ def in_process_server(
         server.start()
         holder["server"] = server
         started.set()
-        server.io_loop.start()
+        try:
+            server.io_loop.start()
+        finally:
+            # Stopped, and its loop closed: tornado keeps every IOLoop that is not closed
+            # (keyed by its asyncio loop), and with it this server's timers, sessions and
+            # history. Left open, each test's server stayed in the worker's heap, and later
+            # tests' garbage collections walked them all.
+            server.stop()
+            server.io_loop.close(all_fds=True)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
