@@ -8,7 +8,8 @@ worker process per GPU with ``CUDA_VISIBLE_DEVICES`` rotated as dask-cuda rotate
 * each GPU is read by exactly one worker (the NVML passes of each worker, counted by its
   simulated driver, are one GPU's), and all 8 appear once;
 * ``DCGM_FI_DEV_PCIE_TX_THROUGHPUT`` never decreases over the window Prometheus scraped,
-  and ``rate()`` over it matches the simulated traffic within 10 %;
+  its growth over the scraped span is the simulated traffic, in KiB, and ``rate()`` over it
+  is that growth, as Prometheus extrapolates it over the window;
 * every panel of NVIDIA's board (``tests/support/dcgm_exporter_board.json``), with its own
   template variables, gets one series per GPU (one in all for its sum and average panels),
   from the cluster's dashboard and from a single server.
@@ -17,6 +18,7 @@ worker process per GPU with ``CUDA_VISIBLE_DEVICES`` rotated as dask-cuda rotate
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -43,9 +45,10 @@ pytestmark = [pytest.mark.cluster,
 BOARD = json.loads((Path(__file__).parent / "support" / "dcgm_exporter_board.json").read_text())
 HOSTS, GPUS_PER_HOST = ("dgx-a", "dgx-b"), 4
 PROFILE = {"NVDASHBOARD_SIMULATE_PROFILE": "h200"}  # GPM, power and clocks on every GPU
-# simnvml/machine.py: PCIe TX runs at 8e9 B/s x wave(t, period 11 s), whose mean over whole
-# periods is 0.5. Prometheus' window below is three periods.
-TRAFFIC_KIB_PER_S = 8e9 * 0.5 / 1024
+# simnvml/machine.py: PCIe TX runs at 8e9 B/s x wave(t, period 11 s), a wave between 0 and 1.
+# Prometheus' window below is three periods.
+PEAK_KIB_PER_S = 8e9 / 1024
+TRAFFIC_PERIOD_S = 11.0
 WINDOW_S = 33
 
 
@@ -87,6 +90,12 @@ def start_prometheus(tmp_path: Path, targets: dict[str, str]) -> tuple[subproces
         [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
          f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
     return process, f"http://127.0.0.1:{port}"
+
+
+def by_gpu(answer: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """An instant vector's values by (hostname, UUID)."""
+    return {(each["metric"]["hostname"], each["metric"]["UUID"]): float(each["value"][1])
+            for each in answer["result"]}
 
 
 def grafana_regex(values: list[str]) -> str:
@@ -178,13 +187,29 @@ def test_dask_cuda_layout_one_reader_per_gpu_counters_prometheus_can_rate_and_th
                 values = [float(v) for _, v in each["values"]]
                 assert len(values) >= WINDOW_S - 5, each["metric"]
                 assert all(b >= a for a, b in zip(values, values[1:], strict=False)), values
-            rates = api(base, "query", query=f"rate(DCGM_FI_DEV_PCIE_TX_THROUGHPUT"
-                                             f"{{{selector}}}[{WINDOW_S}s])")["result"]
-            assert len(rates) == 8
-            for each in rates:
-                assert float(each["value"][1]) == pytest.approx(TRAFFIC_KIB_PER_S, rel=0.10), \
-                    each
-
+            # rate() of the counter against what the counter itself says moved over the
+            # scrapes in the window, both at one evaluation time.
+            at = str(time.time())
+            rates = by_gpu(api(base, "query", time=at, query=(
+                f"rate(DCGM_FI_DEV_PCIE_TX_THROUGHPUT{{{selector}}}[{WINDOW_S}s])")))
+            scraped = api(base, "query", time=at, query=(
+                f"DCGM_FI_DEV_PCIE_TX_THROUGHPUT{{{selector}}}[{WINDOW_S}s]"))["result"]
+            assert len(rates) == 8 and len(scraped) == 8
+            for each in scraped:
+                gpu = (each["metric"]["hostname"], each["metric"]["UUID"])
+                (t_first, first), (t_last, last) = each["values"][0], each["values"][-1]
+                span_s = t_last - t_first
+                moved = (float(last) - float(first)) / span_s  # KiB/s over the scraped span
+                # The wave's mean over any span is 0.5 give or take 0.5 * period / (pi * span):
+                # in KiB, not bytes, and the traffic the simulated GPU ran.
+                off = 0.5 * TRAFFIC_PERIOD_S / (math.pi * span_s)
+                assert (0.5 - off) * PEAK_KIB_PER_S <= moved <= (0.5 + off) * PEAK_KIB_PER_S, \
+                    (gpu, moved, span_s)
+                # Prometheus extrapolates the increase from the scraped span towards the
+                # window's ends, never beyond: a scrape missed at an end lowers rate() by
+                # up to the share of the window it left unscraped.
+                assert moved * span_s / WINDOW_S * 0.98 <= rates[gpu] <= moved * 1.02, \
+                    (gpu, rates[gpu], moved, span_s)
             # NVIDIA's board, with its own variables, on both.
             instances = api(base, "label/instance/values", **{"match[]": "DCGM_FI_DEV_GPU_TEMP"})
             assert sorted(instances) == sorted(targets.values())

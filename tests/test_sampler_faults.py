@@ -1,8 +1,8 @@
 """The sampler under NVML faults (simulated): slow calls, a GPU lost and reset, a late init.
 
-In every case the tick keeps its pace for the metrics that work, the Bokeh event loop
-stays responsive, and open dashboards recover by themselves. Timing is asserted here on
-purpose: keeping the tick is the behaviour under test.
+In every case the tick carries on for the metrics that work, the Bokeh event loop stays
+responsive, and open dashboards recover by themselves. Nothing here is timed: a hung NVML
+call is held until the test releases it, and what must happen meanwhile is counted.
 """
 
 from __future__ import annotations
@@ -26,49 +26,52 @@ from tests.support.stream_client import live_frames, open_stream
 INTERVAL_S = 0.1
 
 
-def _index_latencies(url: str, stop: threading.Event, out: list[float]) -> None:
-    for _ in range(400):  # bounded: at most 400 requests
-        if stop.is_set():
-            return
-        started = time.monotonic()
-        assert get(url + "/index.json")[0] == 200
-        out.append(time.monotonic() - started)
+def _until(condition, what: str, seconds: float = 60.0):  # noqa: ANN001, ANN202
+    """``condition()``'s first true value, polled; the deadline holds on a loaded machine."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
         time.sleep(0.05)
+    raise AssertionError(f"not within {seconds:g} s: {what}")
 
 
-def test_slow_nvml_keeps_tick_and_event_loop() -> None:
+# Ticks that must happen while NVML hangs: at one tick per 0.1 s, a tick that waited for NVML
+# would never make them (the hang lasts until the test releases it).
+TICKS_WHILE_HUNG = 20
+
+
+def test_a_hung_nvml_keeps_tick_and_event_loop() -> None:
     with in_process_server(gpus=2, interval_s=INTERVAL_S) as server:
-        time.sleep(0.5)
-        history = server.metrics.history
-        first = history.last_seq
-        stop, latencies = threading.Event(), []
-        poller = threading.Thread(target=_index_latencies, args=(server.url, stop, latencies))
-        poller.start()
-        server.simulator.set_call_delay(0.3)  # every NVML call now takes 300 ms
-        time.sleep(3.0)
-        slow = history.since(first)
-        server.simulator.set_call_delay(0.0)
-        # The GPU reader may be inside a slow pass (2 GPUs x ~6 calls x 0.3 s); then fresh.
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            latest = history.latest()
-            if latest and latest.gpu_age_s is not None and latest.gpu_age_s < 0.5 \
-                    and latest.gpus[0].utilization_pct is not None:
-                break
-            time.sleep(0.1)
-        stop.set()
-        poller.join(30)
+        server.wait_until_gpus_read()
+        history, simulator = server.metrics.history, server.simulator
+        simulator.hang_calls()
+        try:
+            _until(lambda: simulator.hung_calls, "a reader thread waits inside NVML")
+            first = history.last_seq
+            stale_after_s = server.metrics.sampler.stale_after_s(INTERVAL_S)
+            # The readings go stale, and the tick carries on: the newest sample shows the
+            # GPUs as gaps, the host's metrics fresh.
+            _until(lambda: len(history.since(first)) >= TICKS_WHILE_HUNG and
+                   (history.latest().gpu_age_s or 0) > stale_after_s,
+                   f"{TICKS_WHILE_HUNG} ticks, the last with stale GPU readings")
+            # The event loop answers while NVML is still hung.
+            answers = [get(server.url + "/index.json")[0] for _ in range(5)]
+            still_hung = simulator.hung_calls
+            ticked = history.since(first)
+        finally:
+            simulator.hang_calls(False)
+        fresh = _until(lambda: (latest := history.latest()) and latest.gpu_age_s is not None
+                       and latest.gpu_age_s <= stale_after_s
+                       and latest.gpus[0].utilization_pct is not None and latest,
+                       "a fresh GPU reading after the hang")
 
-    ticks = [s.time_s for s in slow]
-    gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
-    assert len(slow) >= 0.8 * 3.0 / INTERVAL_S, len(slow)  # the tick kept its pace
-    assert max(gaps) < 3 * INTERVAL_S, max(gaps)
-    assert all(s.host.memory_used_bytes is not None for s in slow)  # host metrics fresh
-    stale = [s for s in slow if s.gpu_age_s and s.gpu_age_s > 1.0]
+    assert answers == [200] * 5 and still_hung
+    assert all(s.host.memory_used_bytes is not None for s in ticked)  # host metrics fresh
+    stale = [s for s in ticked if s.gpu_age_s and s.gpu_age_s > stale_after_s]
     assert stale and all(s.gpus[0].utilization_pct is None for s in stale)  # shown as gaps
-    assert latest.gpus[0].utilization_pct is not None and latest.gpu_age_s < 0.5
-    latencies.sort()
-    assert latencies and latencies[-1] < 0.25, latencies[-5:]  # never waited for NVML
+    assert fresh.gpus[0].utilization_pct is not None
 
 
 def test_lost_gpu_comes_back_after_reset_and_dashboard_recovers() -> None:
@@ -139,10 +142,10 @@ def test_nvml_init_fails_first_then_dashboards_fill_themselves() -> None:
         assert info["nvml_state"] == "ok" and info["gpu_count"] == 2
         assert "/GPU-Utilization" in json.loads(get(server.url + "/index.json")[1])
         samples = server.metrics.history.since(-1)
-        gaps = [b.time_s - a.time_s for a, b in zip(samples, samples[1:], strict=False)]
-        # A tick that waited for the GPU reader would wait out a slow pass (2 GPUs x ~6 calls
-        # x 0.3 s); a busy machine delays a tick by tenths of a second at most.
-        assert max(gaps) < 1.0, max(gaps)  # host ticks never waited for NVML
+        # While the driver was not loaded, the tick went on with the host's metrics.
+        without_driver = [sample for sample in samples if not sample.gpus]
+        assert without_driver
+        assert all(s.host.memory_used_bytes is not None for s in without_driver)
         assert samples[-1].gpus and samples[-1].gpus[0].utilization_pct is not None
 
 

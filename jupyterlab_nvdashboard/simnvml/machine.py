@@ -7,9 +7,9 @@ from NVIDIA's documentation, not from what the reader expects: see the profiles 
 the sources.
 
 Test hooks: ``set_unsupported``, ``inject_error``, ``lose_gpu``, ``restore_gpu``,
-``set_init_error``, ``set_call_delay``, ``set_clock``, ``step_wall_clock``, ``set_processes``
-(``processes.py``) and the ``calls`` counter. The same faults can be given as a spec string
-(``NVDASHBOARD_SIMULATE_FAULTS``)::
+``set_init_error``, ``set_call_delay``, ``hang_calls``, ``set_clock``, ``step_wall_clock``,
+``set_processes`` (``processes.py``) and the ``calls`` counter. The same faults can be
+given as a spec string (``NVDASHBOARD_SIMULATE_FAULTS``)::
 
     lose=1@5              GPU 1 is lost 5 seconds after start
     init=DriverNotLoaded  nvmlInit answers NVML_ERROR_DRIVER_NOT_LOADED
@@ -132,6 +132,10 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         self._injected: list[tuple[str, int | None, int, int | None]] = []
         self._unsupported: set[str] = set() if nvlink else {"nvlink"}
         self._delay_s = 0.0
+        # Set while calls run; cleared by ``hang_calls``: every call waits until released.
+        self._not_hung = threading.Event()
+        self._not_hung.set()
+        self.hung_calls = 0  # calls waiting in a hang now
         self._start = self._clock()
         models = self.profile.models
         # A named simulated host has UUIDs of its own, so simulated machines of a cluster
@@ -249,6 +253,14 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         """Every device call takes this long, like a driver that is busy."""
         self._delay_s = seconds
 
+    def hang_calls(self, hung: bool = True) -> None:
+        """Every call from now on waits until ``hang_calls(False)``, like a driver stuck
+        behind a GPU that stopped answering; ``hung_calls`` counts the calls waiting."""
+        if hung:
+            self._not_hung.clear()
+        else:
+            self._not_hung.set()
+
     @property
     def total_calls(self) -> int:
         with self._lock:
@@ -335,6 +347,12 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
                     raise NVMLError(code)
         if self._delay_s:
             time.sleep(self._delay_s)
+        if not self._not_hung.is_set():
+            with self._lock:
+                self.hung_calls += 1
+            self._not_hung.wait()
+            with self._lock:
+                self.hung_calls -= 1
         if function != "nvmlInit" and not self._initialized:
             raise NVMLError(E["NVML_ERROR_UNINITIALIZED"])
         if handle is None:
