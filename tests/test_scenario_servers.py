@@ -21,6 +21,9 @@ from tests.support.servers import RunningServer, get, in_process_server
 
 # GPM findings need their own readings (diagnosis/thresholds.py MIN_SAMPLES, once a second).
 SETTLE_S = 8.0
+# Until every GPU names the cause: a deadline that holds when a CPU hog and two other test
+# workers share the two cores with these servers, whose readings then come late.
+CAUSE_WITHIN_S = 120.0
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +41,7 @@ def test_a_server_playing_the_scenario_names_its_cause_first(
         name: str, playing: tuple[dict[str, RunningServer], float]) -> None:
     servers, started = playing
     server, cause = servers[name], SCENARIOS[name].cause
-    deadline = started + 3 * SETTLE_S
+    deadline = started + CAUSE_WITHIN_S
     time.sleep(max(0.0, started + SETTLE_S - time.monotonic()))
     while True:
         body = json.loads(get(server.url + "/diagnosis.json?seconds=30")[1])

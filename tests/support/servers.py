@@ -74,6 +74,12 @@ def wait_until_gpus_read(url: str, token: str | None, process: subprocess.Popen,
         time.sleep(0.05)
 
 
+# How long a request may take: a server sharing two loaded cores (a CPU hog, two other test
+# workers, and in one process several servers at 10 ticks a second) answered a history
+# query after more than 10 s. A hung server still fails the test, at this deadline.
+REQUEST_TIMEOUT_S = 60.0
+
+
 def get(url: str, headers: Mapping[str, str] | None = None,
         token: str | None = TEST_TOKEN) -> tuple[int, bytes]:
     """GET with the test token (``token=None``: without any), as (status, body)."""
@@ -82,7 +88,7 @@ def get(url: str, headers: Mapping[str, str] | None = None,
         headers = {"Authorization": f"token {token}", **headers}
     request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
