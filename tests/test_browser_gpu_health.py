@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from jupyterlab_nvdashboard.apps.health import WAITING
-from tests.support.browser import CANVAS_INK_JS, canvas_ink, chromium, screenshot, watch
+from tests.support.browser import (
+    CANVAS_INK_JS,
+    PAGE_WAIT_MS,
+    canvas_ink,
+    chromium,
+    screenshot,
+    watch,
+)
 from tests.support.servers import in_process_server, with_token
 
 pytestmark = pytest.mark.browser
@@ -28,9 +35,6 @@ PAGE_TEXT_JS = """() => {
   return {text: texts.join(' '), marked};
 }"""
 BACKGROUND = {"light": "rgb(255, 255, 255)", "dark": "rgb(32, 38, 43)"}
-# A page's first document and frames are waited for as conditions, with a deadline that
-# holds on a loaded two-core machine (beside a CPU hog and two other test workers).
-PAGE_WAIT_MS = 90_000
 
 
 def test_activity_and_health_render_in_both_themes() -> None:

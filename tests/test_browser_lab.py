@@ -12,7 +12,7 @@ import tempfile
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
-from tests.support.browser import CANVAS_INK_JS, chromium, screenshot, watch
+from tests.support.browser import CANVAS_INK_JS, PAGE_WAIT_MS, chromium, screenshot, watch
 from tests.support.jupyter import jupyter_lab, this_build
 
 pytestmark = [pytest.mark.browser, pytest.mark.lab]
@@ -20,9 +20,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.lab]
 SIDEBAR_TAB = 'li[data-id="nvdashboard-sidebar"]'
 SIDEBAR_PANEL = "#nvdashboard-sidebar"
 DARK_BACKGROUND = "rgb(32, 38, 43)"
-# Waits are on conditions; the deadline holds on a loaded two-core machine (a CPU hog and two
-# other test workers beside the Lab, its dashboard server and Chromium).
-PAGE_WAIT_MS = 90_000
 
 
 @pytest.fixture(scope="module")

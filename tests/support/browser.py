@@ -25,6 +25,9 @@ CHROMIUM_FLAGS = [
     "--disable-dev-shm-usage",
 ]
 
+# A page's waits are on conditions, with this deadline: it holds on a loaded two-core machine
+# (a CPU hog and two other test workers beside the server and Chromium).
+PAGE_WAIT_MS = 90_000
 # Sums the drawn pixels of every canvas on the page, looking inside Bokeh's shadow roots.
 CANVAS_INK_JS = """() => {
   const canvases = [];
