@@ -95,10 +95,14 @@ def start_prometheus(tmp_path: Path, targets: dict[str, str]) -> tuple[subproces
     return process, f"http://127.0.0.1:{port}"
 
 
+def gpu_of(series: dict[str, Any]) -> tuple[str, str]:
+    """A Prometheus series' GPU: (hostname, UUID)."""
+    return series["metric"]["hostname"], series["metric"]["UUID"]
+
+
 def by_gpu(answer: dict[str, Any]) -> dict[tuple[str, str], float]:
-    """An instant vector's values by (hostname, UUID)."""
-    return {(each["metric"]["hostname"], each["metric"]["UUID"]): float(each["value"][1])
-            for each in answer["result"]}
+    """An instant vector's values by GPU."""
+    return {gpu_of(each): float(each["value"][1]) for each in answer["result"]}
 
 
 def grafana_regex(values: list[str]) -> str:
@@ -180,8 +184,7 @@ def test_dask_cuda_layout_one_reader_per_gpu_counters_prometheus_can_rate_and_th
                 (tmp_path / "prometheus.log").read_text()[-2000:]
             selector = 'job="cluster"'
             series = api(base, "query", query=f"DCGM_FI_DEV_GPU_UTIL{{{selector}}}")["result"]
-            assert sorted((s["metric"]["hostname"], s["metric"]["UUID"]) for s in series) == \
-                sorted(read)
+            assert sorted(gpu_of(s) for s in series) == sorted(read)
             # The counter, sample by sample, over the window: never down.
             window = api(base, "query",
                          query=f"DCGM_FI_DEV_PCIE_TX_THROUGHPUT{{{selector}}}[{WINDOW_S}s]")
@@ -199,7 +202,7 @@ def test_dask_cuda_layout_one_reader_per_gpu_counters_prometheus_can_rate_and_th
                 f"DCGM_FI_DEV_PCIE_TX_THROUGHPUT{{{selector}}}[{WINDOW_S}s]"))["result"]
             assert len(rates) == 8 and len(scraped) == 8
             for each in scraped:
-                gpu = (each["metric"]["hostname"], each["metric"]["UUID"])
+                gpu = gpu_of(each)
                 (t_first, first), (t_last, last) = each["values"][0], each["values"][-1]
                 span_s = t_last - t_first
                 moved = (float(last) - float(first)) / span_s  # KiB/s over the scraped span

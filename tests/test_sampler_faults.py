@@ -22,19 +22,9 @@ from jupyterlab_nvdashboard.simnvml import SimulatedNvml
 from tests.support.bokeh_client import open_session
 from tests.support.servers import get, in_process_server
 from tests.support.stream_client import live_frames, open_stream
+from tests.support.waiting import until
 
 INTERVAL_S = 0.1
-
-
-def _until(condition, what: str, seconds: float = 60.0):  # noqa: ANN001, ANN202
-    """``condition()``'s first true value, polled; the deadline holds on a loaded machine."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not within {seconds:g} s: {what}")
 
 
 # Ticks that must happen while NVML hangs: at one tick per 0.1 s, a tick that waited for NVML
@@ -48,12 +38,12 @@ def test_a_hung_nvml_keeps_tick_and_event_loop() -> None:
         history, simulator = server.metrics.history, server.simulator
         simulator.hang_calls()
         try:
-            _until(lambda: simulator.hung_calls, "a reader thread waits inside NVML")
+            until(lambda: simulator.hung_calls, "a reader thread waits inside NVML")
             first = history.last_seq
             stale_after_s = server.metrics.sampler.stale_after_s(INTERVAL_S)
             # The readings go stale, and the tick carries on: the newest sample shows the
             # GPUs as gaps, the host's metrics fresh.
-            _until(lambda: len(history.since(first)) >= TICKS_WHILE_HUNG and
+            until(lambda: len(history.since(first)) >= TICKS_WHILE_HUNG and
                    (history.latest().gpu_age_s or 0) > stale_after_s,
                    f"{TICKS_WHILE_HUNG} ticks, the last with stale GPU readings")
             # The event loop answers while NVML is still hung.
@@ -62,7 +52,7 @@ def test_a_hung_nvml_keeps_tick_and_event_loop() -> None:
             ticked = history.since(first)
         finally:
             simulator.hang_calls(False)
-        fresh = _until(lambda: (latest := history.latest()) and latest.gpu_age_s is not None
+        fresh = until(lambda: (latest := history.latest()) and latest.gpu_age_s is not None
                        and latest.gpu_age_s <= stale_after_s
                        and latest.gpus[0].utilization_pct is not None and latest,
                        "a fresh GPU reading after the hang")
@@ -79,13 +69,8 @@ def test_lost_gpu_comes_back_after_reset_and_dashboard_recovers() -> None:
         history = server.metrics.history
 
         def wait_for(condition, seconds: float = 5.0):  # noqa: ANN001, ANN202
-            deadline = time.monotonic() + seconds
-            while time.monotonic() < deadline:
-                latest = history.latest()
-                if latest is not None and condition(latest):
-                    return latest
-                time.sleep(0.05)
-            raise AssertionError("condition not reached")
+            return until(lambda: (latest := history.latest()) is not None
+                         and condition(latest) and latest, "condition not reached", seconds)
 
         async def watch() -> tuple[int, int]:
             page = await open_stream(server.url, "/GPU-Resources")

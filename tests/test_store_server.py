@@ -21,6 +21,7 @@ import pytest
 from jupyterlab_nvdashboard.stream.downsample import bucket_seconds
 from tests.support.servers import cli_server, get, server_output
 from tests.support.stream_client import open_stream
+from tests.support.waiting import until
 
 ROUTE = "/GPU-Resources"
 DAY_S = 24 * 3600.0
@@ -39,12 +40,8 @@ def info(url: str) -> dict:
     return json.loads(body)
 
 
-def wait_for(condition, timeout_s: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+def wait_for(condition, timeout_s: float = 60.0, what: str = "") -> None:  # noqa: ANN001
+    until(condition, what, timeout_s, every_s=0.2)
 
 
 def wait_for_batches(url: str, batches: int) -> None:
