@@ -9,6 +9,8 @@ up after itself fails the session (``pytest_sessionfinish``).
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
 import tempfile
@@ -58,6 +60,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if left:
         print(f"\ntests left these in the temp folder: {', '.join(left[:20])}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if session.config.getoption("record_durations"):
+        record_durations(FILE_SECONDS)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -75,22 +79,53 @@ def processes_file() -> Iterator[Path]:
         yield Path(folder) / "processes.json"
 
 
-HEAVY_MARKERS = ("lab", "browser", "cluster", "slow")
+# How long each test file took (setup, call and teardown of its tests, in seconds), from a
+# quiet full run: pytest-xdist hands whole files out in the order below, longest first.
+# Refresh it with `python -m pytest --record-durations` after adding or reshaping a long file.
+DURATIONS_FILE = Path(__file__).parent / "durations.json"
+FILE_SECONDS: dict[str, float] = {}  # this run's, by file, as the reports come in
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--record-durations", action="store_true",
+                     help=f"write how long each test file took to {DURATIONS_FILE.name}")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::")[0]
+    FILE_SECONDS[path] = FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def record_durations(seconds: dict[str, float]) -> None:
+    """Write this run's file lengths over the recorded ones (files not run keep theirs)."""
+    recorded = recorded_durations()
+    recorded.update({path: round(length, 1) for path, length in seconds.items()})
+    ordered = dict(sorted(recorded.items(), key=lambda item: -item[1]))
+    DURATIONS_FILE.write_text(json.dumps(ordered, indent=0) + "\n")
+
+
+def recorded_durations() -> dict[str, float]:
+    try:
+        return json.loads(DURATIONS_FILE.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def longest_first(files: list[str], recorded: dict[str, float]) -> list[str]:
+    """The order to hand ``files`` out in: the longest recorded first, and before them any
+    file with no record (a new file may be long, and a long file handed out last keeps one
+    worker busy after the others are done)."""
+    return sorted(files, key=lambda path: -recorded.get(path, math.inf))
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
-    """Longest files first: pytest-xdist (``--dist loadfile``) hands out whole files in this
-    order, so a long file started last cannot keep one worker busy after the others are done.
-    A file's length is guessed from what its tests start (a browser, a lab, a cluster) and
-    then from how many tests it has; the order of tests within a file is kept."""
-    by_file: dict[Path, list[pytest.Item]] = {}
+    """Longest files first (``longest_first``). pytest-xdist (``--dist loadfile
+    --no-loadscope-reorder`` in ``addopts``) hands out whole files in this order; by default
+    it would sort them by how many tests they hold, and a file of one long test, a cluster
+    or a lab, went last. The order of tests within a file is kept."""
+    by_file: dict[str, list[pytest.Item]] = {}
     for item in items:
-        by_file.setdefault(item.path, []).append(item)
-
-    def length(tests: list[pytest.Item]) -> tuple[bool, int]:
-        heavy = any(test.get_closest_marker(marker) for test in tests for marker in HEAVY_MARKERS)
-        return heavy, len(tests)
-
-    items[:] = [item for tests in sorted(by_file.values(), key=length, reverse=True)
-                for item in tests]
+        by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
+    order = longest_first(list(by_file), recorded_durations())
+    items[:] = [item for path in order for item in by_file[path]]

@@ -28,6 +28,7 @@ from jupyterlab_nvdashboard.bokeh_patches import LOG_LINE_LIMIT
 from tests.support.bokeh_client import auth_headers, fetch_token, open_session
 from tests.support.servers import cli_server, get, server_output
 from tests.support.stream_client import open_stream
+from tests.support.waiting import until
 
 SEED = 20261129
 EVIL = "http://evil.example"
@@ -209,13 +210,27 @@ def _route_urls(url: str) -> list[str]:
 
 def _settings(url: str) -> dict:
     """What /info.json says about the server's configuration and devices, without the
-    running activity counters (NVML calls, stream publishes) that move on their own."""
-    info = json.loads(get(url + "/info.json")[1])
+    running activity counters (NVML calls, stream publishes, the history store's writes,
+    size and CPU) that move on their own. It waits for the store to take its role (it starts
+    as "starting", then opens the file as the writer or a reader)."""
+    info = until(lambda: _info_once_the_store_has_its_role(url), "the store takes its role")
     info.pop("nvml_calls", None)
     info.pop("sampler_idle", None)
     info["stream"] = {key: value for key, value in info.get("stream", {}).items()
                       if key != "publishes"}
+    if info.get("store"):
+        info["store"] = {key: value for key, value in info["store"].items()
+                         if key not in STORE_ACTIVITY}
     return info
+
+
+# The store's own counters: its writer thread moves them whatever a request does.
+STORE_ACTIVITY = ("size_bytes", "batches", "buckets_written", "writer_cpu_s")
+
+
+def _info_once_the_store_has_its_role(url: str) -> dict | None:
+    info = json.loads(get(url + "/info.json")[1])
+    return None if (info.get("store") or {}).get("role") == "starting" else info
 
 
 @pytest.mark.parametrize("origin", [None, EVIL])

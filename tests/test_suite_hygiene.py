@@ -1,7 +1,8 @@
 """The suite cleans up after itself: the server helpers remove the runs folders they make,
 the JupyterLab helper keeps every Jupyter and IPython folder inside its temporary home, the
 session's temp folder is its own (tests/conftest.py), and a browser test ignores a console
-error only when it is named in one list and comes from JupyterLab's own code."""
+error only when it is named in one list and comes from JupyterLab's own code. The workers
+are handed the longest files first, in the order the suite chose."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ import tempfile
 import weakref
 from pathlib import Path
 
-from tests.conftest import SESSION_TEMP, SYSTEM_TEMP, leftovers
+import pytest
+
+from tests.conftest import (
+    SESSION_TEMP,
+    SYSTEM_TEMP,
+    leftovers,
+    longest_first,
+    recorded_durations,
+)
 from tests.support.browser import JUPYTERLAB_OWN_CONSOLE_ERRORS, jupyterlab_own_error
 from tests.support.jupyter import lab_environment
 from tests.support.servers import cli_server, in_process_server
@@ -116,3 +125,22 @@ def test_every_module_that_starts_a_browser_lab_or_cluster_carries_its_marker() 
         if needed - carried:
             unmarked.append(f"{path.relative_to(TESTS)}: {sorted(needed - carried)}")
     assert not unmarked, f"modules that start these without the marker: {'; '.join(unmarked)}"
+
+
+def test_files_go_out_longest_first_and_unrecorded_files_before_them() -> None:
+    recorded = {"tests/test_a.py": 5.0, "tests/test_b.py": 60.0, "tests/test_c.py": 0.5}
+    files = ["tests/test_a.py", "tests/test_c.py", "tests/test_new.py", "tests/test_b.py"]
+    assert longest_first(files, recorded) == [
+        "tests/test_new.py", "tests/test_b.py", "tests/test_a.py", "tests/test_c.py"]
+
+
+def test_every_test_file_has_a_recorded_length() -> None:
+    here = Path(__file__).resolve().parent
+    files = {path.relative_to(here.parent).as_posix() for path in here.rglob("test_*.py")}
+    assert files - set(recorded_durations()) == set(), "python -m pytest --record-durations"
+
+
+def test_pytest_xdist_keeps_the_suites_order(request: pytest.FixtureRequest) -> None:
+    # By default pytest-xdist sorts the files by how many tests they hold, so a file of one
+    # long test (a cluster, a lab) went out last and held one worker after the others ended.
+    assert request.config.getoption("loadscopereorder") is False
