@@ -128,18 +128,25 @@ def test_the_sidebar_reads_at_a_glance(lab, processes_file) -> None:  # noqa: AN
         page.click(f"{SIDEBAR} .nvdashboard-diagnoses summary")
 
         # Memory: the status bar, the sidebar and the dashboards say it alike, in GiB.
-        status = page.inner_text(STATUS_ITEM)
-        assert MEMORY.search(status), status
         sidebar_text = gpu0_memory_in_sidebar(page)
         assert MEMORY.fullmatch(sidebar_text), sidebar_text
         # No figure in decimal GB anywhere in the sidebar ("A100-SXM4-80GB" is a name).
         assert not re.search(r"\d GB\b", page.inner_text(SIDEBAR)), page.inner_text(SIDEBAR)
-        busiest = status.split(" · ")[0].rsplit(" ", 1)[0]  # "SIMULATED GPU 2"
-        index_of = busiest.rsplit(" ", 1)[-1]
-        in_sidebar = page.get_attribute(
-            f'{SIDEBAR} .nvdashboard-glance-device[data-index="{index_of}"] '
-            ".nvdashboard-bar-memory", "aria-valuetext")
-        assert in_sidebar and in_sidebar in status, (status, in_sidebar)
+        # The status bar's busiest GPU, and that GPU's memory in the sidebar, read together:
+        # both draw one poll of glance.json, and the simulated memory moves every poll, so
+        # two reads seconds apart on a loaded machine saw two polls. Waited for until one
+        # read finds them drawn from the same poll (each draws a poll as it comes).
+        status, in_sidebar = page.wait_for_function(f"""() => {{
+          const status = document.querySelector('{STATUS_ITEM}')?.innerText || '';
+          const busiest = status.split(' · ')[0];  // "SIMULATED GPU 2 99%"
+          const name = busiest.slice(0, busiest.lastIndexOf(' '));
+          const index = name.slice(name.lastIndexOf(' ') + 1);
+          const memory = document.querySelector(
+            `{SIDEBAR} .nvdashboard-glance-device[data-index="${{index}}"] ` +
+            '.nvdashboard-bar-memory')?.getAttribute('aria-valuetext');
+          return memory && status.includes(memory) ? [status, memory] : null;
+        }}""", timeout=60_000).json_value()
+        assert MEMORY.search(status) and MEMORY.fullmatch(in_sidebar), (status, in_sidebar)
         page.click('.nvdashboard-button[data-route="/GPU-Memory"]')
         frame = dashboard_frame(page, "/GPU-Memory")
         frame.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
