@@ -90,10 +90,15 @@ def open_lab(page, lab) -> None:  # noqa: ANN001
     be undone by the restore (the left area goes back to what the saved layout shows), and
     then the sidebar stays hidden and never polls. JupyterLab removes its splash screen once
     the restore is done.
+
+    With an empty main area, JupyterLab opens its Launcher and gives it the keyboard, once
+    its file browser has read the folder: on a loaded machine, seconds after the restore.
+    A tab in the main area (the Launcher, or what the layout restored) says that is done.
     """
     page.goto(f"{lab.url}lab?token={lab.token}")
     page.wait_for_selector(SIDEBAR_TAB, timeout=PAGE_WAIT_MS)
     page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=PAGE_WAIT_MS)
+    page.wait_for_selector("#jp-main-dock-panel .lm-TabBar-tab", timeout=PAGE_WAIT_MS)
 
 
 def show_sidebar(page) -> None:  # noqa: ANN001

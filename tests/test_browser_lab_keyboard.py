@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.support.browser import chromium, screenshot, watch
 from tests.support.jupyter import lab_with_processes
@@ -91,8 +92,11 @@ def test_keyboard_only_sidebar_dashboard_shutdown_and_stale(lab, processes_file)
         tab_until(page, f"() => document.activeElement?.matches('{STATUS_ITEM}')")
         page.keyboard.press("Enter")
         page.wait_for_selector("#nvdashboard-sidebar", state="visible", timeout=10_000)
-        page.wait_for_function("() => document.querySelector('#nvdashboard-sidebar')"
-                               ".contains(document.activeElement)", timeout=10_000)
+        try:
+            page.wait_for_function("() => document.querySelector('#nvdashboard-sidebar')"
+                                   ".contains(document.activeElement)", timeout=10_000)
+        except PlaywrightTimeoutError:
+            raise AssertionError(f"the keyboard is not in the sidebar: {focused(page)}") from None
         page.wait_for_selector(row, timeout=60_000)
         assert "4.0 GiB on GPU 0" in page.inner_text(row)
         headings = page.eval_on_selector_all(

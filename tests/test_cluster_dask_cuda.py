@@ -194,8 +194,10 @@ def test_dask_cuda_layout_one_reader_per_gpu_counters_prometheus_can_rate_and_th
                 assert len(values) >= WINDOW_S - 5, each["metric"]
                 assert all(b >= a for a, b in zip(values, values[1:], strict=False)), values
             # rate() of the counter against what the counter itself says moved over the
-            # scrapes in the window, both at one evaluation time.
-            at = str(time.time())
+            # scrapes in the window, both at one evaluation time: that of a scrape already
+            # stored. A scrape is stored when it ends, stamped with its start, so at "now"
+            # the second query could see a scrape that the first did not.
+            at = str(min(each["values"][-1][0] for each in window["result"]))
             rates = by_gpu(api(base, "query", time=at, query=(
                 f"rate(DCGM_FI_DEV_PCIE_TX_THROUGHPUT{{{selector}}}[{WINDOW_S}s])")))
             scraped = api(base, "query", time=at, query=(

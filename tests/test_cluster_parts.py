@@ -404,17 +404,20 @@ def test_plugin_publishes_on_the_heartbeat_and_tears_down(monkeypatch: pytest.Mo
             # The sampler's own threads and the claims' one.
             assert _reader_threads() == threads_before + 4
             deadline = time.monotonic() + 30
-            seen = None
+            seen, identity = None, None
             while time.monotonic() < deadline:
                 await worker.heartbeat()
                 seen = scheduler.workers[worker.address].metrics.get(METRIC_KEY)
-                if seen and seen["gpus"] and worker.address in \
-                        scheduler.task_metadata.get(METRIC_KEY, {}):
+                identity = scheduler.task_metadata.get(METRIC_KEY, {}).get(worker.address)
+                # Each change of the GPUs read (they are adopted a moment after setup) is a
+                # new identity, sent to the metadata without awaiting it: wait for the one
+                # the latest snapshot names.
+                if seen and seen["gpus"] and identity and identity["e"] == seen["e"]:
                     break
                 await asyncio.sleep(0.2)
             assert seen and len(seen["gpus"]) == 2
             # The static facts are in the scheduler's metadata, once.
-            identity = scheduler.task_metadata[METRIC_KEY][worker.address]
+            assert identity is not None
             assert decode(seen, decode_identity(identity)).hostname == "node-p"
             await worker.plugin_remove(GpuMetricsPlugin.name)
             assert METRIC_KEY not in worker.metrics

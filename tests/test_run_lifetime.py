@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from jupyterlab_nvdashboard.runs.launcher import RUN_LOCK_NAME, SIGTERM_AFTER_S, RunLauncher, alive
-from jupyterlab_nvdashboard.workload.lifetime import PARENT_PID_ENV
+from jupyterlab_nvdashboard.workload.lifetime import PARENT_PID_ENV, process_start_ticks
 from tests.support.bokeh_client import BokehSession, document_models, open_session
 from tests.support.servers import cli_server, server_output
 
@@ -204,6 +204,31 @@ def test_a_run_names_its_process_by_pid_and_start_time(tmp_path: Path) -> None:
         assert isinstance(started, int) and start["pid_start_ticks"] == started
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/cmdline"), reason="Linux /proc")
+def test_a_run_is_found_by_another_server_as_soon_as_it_is_started(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Popen returns once the child's exec has begun, and Linux fills in its /proc/PID/cmdline
+    a moment later (more often than not, measured here): a server looking in between saw no
+    workload there, so no run, and would have let a second one start. The run's exec is held
+    back here by a shell that waits before it execs the workload, as a loaded machine can."""
+    real_popen = subprocess.Popen
+
+    def exec_late(argv: list[str], **options: Any) -> subprocess.Popen:
+        return real_popen(["sh", "-c", 'sleep 0.3; exec "$@"', "sh", *argv], **options)
+
+    monkeypatch.setattr(subprocess, "Popen", exec_late)
+    environ = {"PATH": os.environ.get("PATH", "")}
+    observer = RunLauncher(tmp_path, environ=environ)
+    launcher = RunLauncher(tmp_path, environ=environ)
+    launcher.start({"path": "numpy", "preset": "ci", "iterations": LONG_RUN, "device": "cpu"})
+    try:
+        assert observer.adopted() == (launcher.pid, process_start_ticks(launcher.pid))
+        with pytest.raises(ValueError, match="already in progress"):
+            observer.start({"path": "numpy", "preset": "ci", "iterations": 3, "device": "cpu"})
+    finally:
+        launcher.shutdown()
+
+
 def test_a_server_whose_own_run_finished_still_sees_another_servers_run(
         tmp_path: Path) -> None:
     """Two servers on one runs folder: after the first one's own run finished, a run the
@@ -233,7 +258,6 @@ def test_a_lock_naming_a_process_that_is_no_run_is_never_signalled(tmp_path: Pat
     """A planted lock naming one of the user's own process-group leaders (live, with its
     true start time): it is not a run, so Stop says there is none and signals nobody."""
     from jupyterlab_nvdashboard.runs.launcher import write_lock
-    from jupyterlab_nvdashboard.workload.lifetime import process_start_ticks
 
     victim = subprocess.Popen(["sleep", "60"], start_new_session=True)  # noqa: S603, S607
     try:

@@ -47,6 +47,7 @@ SHUTDOWN_SIGKILL_AFTER_S = 2.0
 STDERR_LINES_KEPT = 20
 RUN_LOCK_NAME = ".nvdashboard-run.lock"
 POLL_S = 0.1  # how often a run this server did not start is checked while it stops
+EXEC_WAIT_S = 10.0  # the longest a start waits for its run's exec to show in /proc
 
 
 def alive(pid: int, started: int | None) -> bool:
@@ -75,6 +76,23 @@ def _runs_workload(pid: int) -> bool:
     except OSError:
         return False
     return argv[1:3] == [b"-m", MODULE.encode()]
+
+
+def _wait_for_exec(process: subprocess.Popen) -> None:
+    """Return once ``process`` shows as the workload in /proc (Linux), or has exited.
+
+    Popen returns as soon as the child's exec has begun, and Linux fills in its
+    /proc/PID/cmdline a moment later; a server looking in between (``alive``) would see
+    no run there, and could start a second one."""
+    if not sys.platform.startswith("linux"):
+        return
+    deadline = time.monotonic() + EXEC_WAIT_S
+    while not _runs_workload(process.pid) and process.poll() is None:
+        if time.monotonic() > deadline:
+            log.warning("the run (pid %d) does not show as the workload after %.0f s",
+                        process.pid, EXEC_WAIT_S)
+            return
+        time.sleep(0.001)
 
 
 class PinnedGpu(NamedTuple):
@@ -157,6 +175,7 @@ class RunLauncher:
             # Read before anything waits for it: until then even a run that died at once
             # is still there (a zombie).
             started = process_start_ticks(self._process.pid)
+            _wait_for_exec(self._process)
             try:
                 write_lock(self.lock_path, self._process.pid, started)
             except OSError as error:
