@@ -157,7 +157,7 @@ def test_health_timelines_at_1280x800_in_both_themes() -> None:
             # A click on GPU 1's temperature entry hides GPU 1 on every health chart.
             page.mouse.move(5, 5)
             page.locator("[data-series='temperature_c1']").first.click()
-            page.wait_for_function(f"() => !({LINES_JS})().power_w1.visible", timeout=5_000)
+            page.wait_for_function(f"() => !({LINES_JS})().power_w1.visible", timeout=15_000)
             lines = page.evaluate(LINES_JS)
             gpu1 = [key for key in lines if key.endswith("1") or key.startswith("reasons1_")]
             gpu1 = [key for key in gpu1 if not key.startswith("reasons") or
@@ -176,5 +176,5 @@ def test_health_timelines_at_1280x800_in_both_themes() -> None:
             assert width <= 1280, width  # nothing cut off at the right
             screenshot(page, f"gpu-health-timelines-gpu1-hidden-{theme}")
             page.locator("[data-series='temperature_c1']").first.click()
-            page.wait_for_function(f"() => ({LINES_JS})().power_w1.visible", timeout=5_000)
+            page.wait_for_function(f"() => ({LINES_JS})().power_w1.visible", timeout=15_000)
         watched.assert_clean()

@@ -179,6 +179,6 @@ def test_the_sidebar_reads_at_a_glance(lab, processes_file) -> None:  # noqa: AN
         page.wait_for_selector(rows["a.ipynb"], state="detached", timeout=30_000)
         page.wait_for_function(
             "() => document.activeElement?.getAttribute('aria-label') === "
-            "'Shut down the kernel of b.ipynb'", timeout=5_000)
+            "'Shut down the kernel of b.ipynb'", timeout=15_000)
         screenshot(page, "lab-glance-focus-after-shutdown")
         watched.assert_clean()

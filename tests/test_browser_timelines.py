@@ -97,7 +97,7 @@ def test_resources_timeline_tools_at_1280x800() -> None:
             assert lines["pcie_tx"]["visible"] is False and lines["pcie_tx1"]["visible"]
             # A click on GPU 1's utilization entry hides GPU 1 on every chart.
             page.locator("[data-series='utilization1']").first.click()
-            page.wait_for_function(f"() => !({LINES_JS})().memory1.visible", timeout=5_000)
+            page.wait_for_function(f"() => !({LINES_JS})().memory1.visible", timeout=15_000)
             lines = page.evaluate(LINES_JS)
             assert not lines["utilization1"]["visible"] and not lines["pcie_rx1"]["visible"]
             assert lines["utilization0"]["visible"] and lines["memory2"]["visible"]
@@ -107,19 +107,19 @@ def test_resources_timeline_tools_at_1280x800() -> None:
             screenshot(page, f"timeline-gpu-resources-gpu1-hidden-{theme}")
             # The sum is one click away.
             page.locator("[data-series='pcie_tx']").first.click()
-            page.wait_for_function(f"() => ({LINES_JS})().pcie_tx.visible", timeout=5_000)
+            page.wait_for_function(f"() => ({LINES_JS})().pcie_tx.visible", timeout=15_000)
             # Zoom time with the wheel: the charts stop following; reset follows again.
             box = page.locator("[data-series='utilization0']").first.bounding_box()
             page.mouse.move(box["x"] + 600, box["y"] + 60)
             page.mouse.wheel(0, -400)
-            page.wait_for_function("() => !nvdashboardLive.following", timeout=5_000)
+            page.wait_for_function("() => !nvdashboardLive.following", timeout=15_000)
             end = page.evaluate("() => nvdashboardLive.xEnd")
             page.wait_for_timeout(1000)
             assert page.evaluate("() => nvdashboardLive.xEnd") == end
             page.locator(".bk-tool-icon-reset").first.click(force=True)
-            page.wait_for_function("() => nvdashboardLive.following", timeout=5_000)
-            page.wait_for_function(f"() => nvdashboardLive.xEnd > {end}", timeout=5_000)
+            page.wait_for_function("() => nvdashboardLive.following", timeout=15_000)
+            page.wait_for_function(f"() => nvdashboardLive.xEnd > {end}", timeout=15_000)
             page.locator("[data-series='utilization1']").first.click()  # GPU 1 again
-            page.wait_for_function(f"() => ({LINES_JS})().memory1.visible", timeout=5_000)
+            page.wait_for_function(f"() => ({LINES_JS})().memory1.visible", timeout=15_000)
             screenshot(page, f"timeline-gpu-resources-{theme}")
         watched.assert_clean()

@@ -119,7 +119,7 @@ def test_kill_9_of_the_server_ends_its_run_with_an_end_event(tmp_path: Path) -> 
         pid = _running_pid(tmp_path)
         process.kill()  # SIGKILL: no shutdown handler runs
         process.wait(10)
-        took = _wait_for(lambda: _ended(tmp_path, pid), 2.0, "the orphaned run's end")
+        took = _wait_for(lambda: _ended(tmp_path, pid), 30, "the orphaned run's end")
     end = _events(tmp_path)[-1]
     assert end["interrupted"] is True, end
     print(f"the run ended {took:.2f} s after the server was killed")
@@ -138,7 +138,7 @@ def test_a_second_server_sees_the_live_run_refuses_another_and_can_stop_it(
             assert str(pid) in refused
             stopping = asyncio.run(_panel(second, "Stop"))
             assert "stopping the run of another server" in stopping, stopping
-            _wait_for(lambda: _ended(tmp_path, pid), 5.0, "the stopped run's end")
+            _wait_for(lambda: _ended(tmp_path, pid), 30, "the stopped run's end")
             # Stopped: the next run may start, from either server.
             started = asyncio.run(_panel(second, "Start", iterations=5))
             assert "started numpy" in started, started
@@ -153,7 +153,7 @@ def test_stop_works_when_the_server_inherited_sigint_ignored(tmp_path: Path) -> 
         pid = _running_pid(tmp_path)
         stopped_at = time.monotonic()
         assert "stopping the run" in asyncio.run(_panel(url, "Stop"))
-        _wait_for(lambda: _ended(tmp_path, pid), 5.0, "the stopped run's end")
+        _wait_for(lambda: _ended(tmp_path, pid), 30, "the stopped run's end")
         took = time.monotonic() - stopped_at
         # Had the run kept SIGINT ignored, only the SIGTERM sent SIGTERM_AFTER_S later would
         # have stopped it.
