@@ -16,6 +16,7 @@ and the installed one where there is no build. Screenshots go to test-artifacts/
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ import pytest
 
 from tests.support.browser import chromium, screenshot, watch
 from tests.support.jupyter import lab_with_processes
+from tests.support.waiting import until
 from tests.test_browser_lab import dashboard_frame, open_lab, show_sidebar
 from tests.test_browser_lab_keyboard import STATUS_ITEM, tab_until
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
@@ -151,18 +153,28 @@ def test_the_sidebar_reads_at_a_glance(lab, processes_file) -> None:  # noqa: AN
         frame = dashboard_frame(page, "/GPU-Memory")
         frame.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
                                 timeout=30_000)
-        # The dashboard ticks at 0.2 s and the sidebar polls every 2 s, and the simulated
-        # memory moves: they agree when a figure the sidebar showed is one the dashboard
-        # showed too, read over the same seconds.
-        in_sidebar_seen: set[str] = set()
-        on_dashboard_seen: set[str] = set()
-        for _ in range(60):
-            in_sidebar_seen.add(gpu0_memory_in_sidebar(page))
-            on_dashboard_seen.update(memory_texts_on_dashboard(frame))
-            if in_sidebar_seen & on_dashboard_seen:
-                break
-            page.wait_for_timeout(500)
-        assert in_sidebar_seen & on_dashboard_seen, (in_sidebar_seen, on_dashboard_seen)
+        # The sidebar polls every 2 s and the dashboard draws at most once a second, each
+        # the newest sample then, and the simulated memory moves with every sample: two
+        # moving figures agree only by chance. So a process now holds all of GPU 0's memory
+        # (the simulated driver's "used" is never below what its processes hold), and both
+        # must come to say one figure for it.
+        total_gib = re.search(r" of (\d+(?:\.\d)?) GiB$", sidebar_text)
+        assert total_gib, sidebar_text
+        holder = {"gpu": 0, "pid": os.getpid(), "until_exit": True,
+                  "used_memory_bytes": int(float(total_gib.group(1)) * GIB)}
+        processes_file.write_text(json.dumps([*json.loads(processes_file.read_text()),
+                                              holder]))
+        seen: list[str] = []
+
+        def both_say_one_figure() -> bool:
+            seen.append(gpu0_memory_in_sidebar(page))
+            return seen[-1] in memory_texts_on_dashboard(frame)
+
+        try:
+            until(both_say_one_figure, "one figure for GPU 0's memory", every_s=0.5)
+        except AssertionError as error:
+            raise AssertionError(f"{error}: the sidebar said {seen[-3:]}, /GPU-Memory "
+                                 f"{memory_texts_on_dashboard(frame)}") from None
         screenshot(page, "lab-glance-gpu-memory")
 
         # The keyboard on a.ipynb's Shut down; after the dialog, it is on b.ipynb's row.
