@@ -4,9 +4,11 @@ off or scrolled away). Screenshots are saved to test-artifacts/."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from tests.support.browser import chromium, screenshot, watch
+from tests.support.browser import PAGE_WAIT_MS, chromium, screenshot, watch
 from tests.support.servers import cli_server, with_token
 from tests.test_browser_standalone import _start_run, _wait_for_run
 
@@ -52,6 +54,10 @@ SCROLL_JS = """(selector) => {
 }"""
 
 
+# Resolves after the next two animation frames: a layout begun by the last change is done.
+NEXT_FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
+
+
 def assert_whole(boxes: list[dict], what: str) -> None:
     assert boxes, f"no {what} on the page"
     for box in boxes:
@@ -69,12 +75,17 @@ def test_workload_verdict_and_activity_lines_are_whole_at_1280x800(theme: str) -
         page.goto(with_token(url + "/"))
         page.goto(url + f"/Workload?theme={theme}")
         page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
-                               timeout=20_000)
+                               timeout=PAGE_WAIT_MS)
         _start_run(page, "numpy", 6000)
         _wait_for_run(page, "numpy", "done")
-        page.wait_for_timeout(2500)  # the table refreshes once a second
+        # The table refreshes once a second: waited for until the drawn verdict is this
+        # run's, both lines, since a loaded machine refreshes late.
+        page.wait_for_function(f"""() => ({BOXES_JS})('.nvd-verdict').some(box =>
+            box.text.includes('not using SIMULATED GPU 0') && box.text.includes('try:'))""",
+                               timeout=PAGE_WAIT_MS)
+        page.evaluate(NEXT_FRAMES_JS)
         assert page.evaluate(SCROLL_JS, ".nvd-verdict")
-        page.wait_for_timeout(300)
+        page.evaluate(NEXT_FRAMES_JS)
         verdicts = page.evaluate(BOXES_JS, ".nvd-verdict")
         assert_whole(verdicts, "verdict")
         assert 0 <= verdicts[0]["top"] and verdicts[0]["bottom"] <= VIEWPORT["height"]
@@ -84,12 +95,15 @@ def test_workload_verdict_and_activity_lines_are_whole_at_1280x800(theme: str) -
 
         page.goto(url + f"/GPU-Activity?theme={theme}")
         page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
-                               timeout=20_000)
-        # 5 GPM readings, then the next refresh of the lines (every 5 s, apps/activity.py).
-        for _ in range(60):
+                               timeout=PAGE_WAIT_MS)
+        # 5 GPM readings, then the next refresh of the lines (every 5 s, apps/activity.py):
+        # polled to a deadline that holds on a loaded machine, not for a count of polls.
+        deadline = time.monotonic() + 120
+        while True:
             page.wait_for_timeout(500)
             every = page.evaluate(BOXES_JS, ".nvdashboard-diagnosis li")
-            if len(every) == 12 and "so far" not in " ".join(b["text"] for b in every):
+            if len(every) == 12 and "so far" not in " ".join(b["text"] for b in every) \
+                    or time.monotonic() > deadline:
                 break
         lines = [box for box in every if box["bottom"] > box["top"]]  # the window shown
         # One per GPU and window: 2, 10 and 30 minutes, and the store's 6 h, 24 h and 7 d.

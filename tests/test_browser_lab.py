@@ -8,12 +8,14 @@ lab loads the extension built from this checkout where there is one (``this_buil
 from __future__ import annotations
 
 import tempfile
+import time
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.support.browser import CANVAS_INK_JS, PAGE_WAIT_MS, chromium, screenshot, watch
 from tests.support.jupyter import jupyter_lab, this_build
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.browser, pytest.mark.lab]
 
@@ -41,7 +43,8 @@ def browser():
 
 def dashboard_frame(page, route: str):  # noqa: ANN001, ANN201
     """The iframe of ``route``, once it has navigated to the dashboard."""
-    for _ in range(100):
+    deadline = time.monotonic() + PAGE_WAIT_MS / 1000  # a deadline, not a count of polls
+    while time.monotonic() < deadline:
         for frame in page.frames:
             if frame.url.split("?")[0].endswith("nvdashboard" + route):
                 return frame
@@ -151,14 +154,13 @@ def test_sidebar_dashboards_reload_and_theme(lab, browser) -> None:
         if route in UNCHANGING_ROUTES:
             screenshot(page, "lab-light" + route.replace("/", "-").lower())
             continue
-        # Some readings refresh once a second (the PCIe snapshot on this profile's driver).
-        for _ in range(12):
-            page.wait_for_timeout(500)
+        # Some readings refresh once a second (the PCIe snapshot on this profile's driver):
+        # polled to a deadline that holds on a loaded machine, not for a count of polls.
+        def updated(frame=frame, route=route, first=first) -> bool:  # noqa: ANN001
             second = wait_for_plot(frame) if route in TABLE_ROUTES \
                 else frame.evaluate(CANVAS_INK_JS)
-            if second["checksum"] != first["checksum"]:
-                break
-        assert second["checksum"] != first["checksum"], f"{route} did not update"
+            return second["checksum"] != first["checksum"]
+        until(updated, f"{route} did not update", seconds=30, every_s=0.5)
         if route in BAR_ROUTES:
             assert mig_rows(frame) == EXPECTED_MIG_ROWS, route
         screenshot(page, "lab-light" + route.replace("/", "-").lower())
@@ -166,7 +168,9 @@ def test_sidebar_dashboards_reload_and_theme(lab, browser) -> None:
     # Clicking an open dashboard again activates its tab instead of opening a second one.
     first_route = next(iter(index))
     page.click(f'.nvdashboard-button[data-route="{first_route}"]')
-    page.wait_for_timeout(500)
+    # Either way (its tab activated, or a second one opened) it is then the current widget.
+    page.wait_for_function(f"() => window.jupyterapp.shell.currentWidget?.route === "
+                           f"'{first_route}'", timeout=PAGE_WAIT_MS)
     assert page.locator(".nvdashboard-widget").count() == len(index)
 
     page.reload()
@@ -213,7 +217,11 @@ def test_a_background_dashboard_tab_applies_no_updates_and_catches_up(lab, brows
     frame.wait_for_function("() => nvdashboardLive.hidden && !nvdashboardLive.socket",
                             timeout=PAGE_WAIT_MS)
     hidden = frame.evaluate(live)
-    page.wait_for_timeout(3000)
+    # Meanwhile the server sends 10 more frames to the dashboard in front: an event to wait
+    # for, where a fixed time means less on a loaded machine.
+    dashboard_frame(page, "/GPU-Memory").wait_for_function(
+        f"() => window.nvdashboardLive && nvdashboardLive.seq >= {hidden[2] + 10}",
+        timeout=PAGE_WAIT_MS)
     assert frame.evaluate(live) == hidden  # not one frame applied while in the background
     page.click('.nvdashboard-button[data-route="/GPU-Resources"]')
     frame.wait_for_function(f"() => !nvdashboardLive.hidden && nvdashboardLive.seq >= "

@@ -14,7 +14,7 @@ import pytest
 
 from jupyterlab_nvdashboard.metrics import GpuReading, History, HostReading
 from jupyterlab_nvdashboard.store import HistoryStore
-from tests.support.browser import chromium, screenshot, watch
+from tests.support.browser import PAGE_WAIT_MS, chromium, screenshot, watch
 from tests.support.servers import cli_server, with_token
 from tests.support.store_clock import ScriptedClock
 
@@ -86,7 +86,10 @@ def test_24_hour_and_7_day_windows_from_the_store() -> None:
                 page.wait_for_function(f"() => {LIVE}.window === {window_s:g} && "
                                        f"{LIVE}.resets > {resets} && {LIVE}.draws > 0",
                                        timeout=30_000)
-                page.wait_for_timeout(1500)  # the draw after the reset
+                # The stored window after the reset: waited for, since a loaded machine
+                # draws late.
+                page.wait_for_function(f"() => ({COLUMN_JS})('utilization1').finite > 600",
+                                       timeout=PAGE_WAIT_MS)
                 rows = page.evaluate(f"({COLUMN_JS})('utilization1')")
                 # The stored week (or day), about 1000 buckets of two rows each ...
                 assert rows["finite"] > 600, rows["finite"]

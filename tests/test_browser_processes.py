@@ -9,6 +9,7 @@ sidebar, light and dark, go to test-artifacts/.
 from __future__ import annotations
 
 import json
+import time
 
 import psutil
 import pytest
@@ -37,9 +38,10 @@ def lab(processes_file):
         yield running
 
 
-def watch_for_change(page, script: str, tries: int = 40) -> tuple[str, str]:  # noqa: ANN001
+def watch_for_change(page, script: str, seconds: float = 60) -> tuple[str, str]:  # noqa: ANN001
     first = page.evaluate(script)
-    for _ in range(tries):
+    deadline = time.monotonic() + seconds  # a deadline, not a count of polls: load slows them
+    while time.monotonic() < deadline:
         page.wait_for_timeout(500)
         now = page.evaluate(script)
         if now != first:

@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 
 from jupyterlab_nvdashboard.apps.registry import ROUTES
-from tests.support.browser import PAGE_WAIT_MS, canvas_ink, chromium, screenshot, watch
+from tests.support.browser import (
+    CANVAS_INK_JS,
+    PAGE_WAIT_MS,
+    canvas_ink,
+    chromium,
+    screenshot,
+    watch,
+)
 from tests.support.servers import cli_server, get, with_token
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.browser
 
@@ -26,25 +35,23 @@ def test_every_dashboard_renders_offline_and_updates() -> None:
         for route in routes:
             page.goto(url + route)
             page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
-                                   timeout=20_000)
-            page.wait_for_timeout(800)
+                                   timeout=PAGE_WAIT_MS)
             if route in ("/GPU-Processes", "/GPU-Overview"):  # tables: frames are applied
                 # An unchanged table is not resent: with no process, /GPU-Processes gets
                 # its first frame only; the overview's readings change every second.
                 least = 2 if route == "/GPU-Overview" else 0
                 page.wait_for_function("() => window.nvdashboardLive && "
-                                       f"nvdashboardLive.frames > {least}", timeout=20_000)
+                                       f"nvdashboardLive.frames > {least}", timeout=PAGE_WAIT_MS)
                 screenshot(page, "standalone" + route.replace("/", "-").lower())
                 continue
+            # Drawn: waited for, since a loaded machine draws late.
+            page.wait_for_function(f"() => ({CANVAS_INK_JS})().ink > 500", timeout=PAGE_WAIT_MS)
             first = canvas_ink(page)
             assert first["canvases"] > 0 and first["ink"] > 500, (route, first)
-            # A timeline repaints every 2 s at most (apps/live.py): give it a few repaints.
-            for _ in range(20):
-                page.wait_for_timeout(500)
-                if canvas_ink(page)["checksum"] != first["checksum"]:
-                    break
-            else:
-                raise AssertionError(f"{route} did not update")
+            # A timeline repaints every 2 s at most (apps/live.py): give it a few repaints,
+            # to a deadline that holds on a loaded machine, not for a count of polls.
+            until(lambda first=first: canvas_ink(page)["checksum"] != first["checksum"],
+                  f"{route} did not update", seconds=50, every_s=0.5)
             screenshot(page, "standalone" + route.replace("/", "-").lower())
         watched.assert_clean()
 
@@ -58,12 +65,17 @@ def _start_run(page, path: str, iterations: int) -> None:  # noqa: ANN001
     spinner.fill(str(iterations))
     spinner.press("Enter")
     # The previous run's process may still be exiting after its summary: then the launcher
-    # says so, and a user (like this test) clicks Start again a moment later.
-    for _ in range(30):
+    # says so, and a user (like this test) clicks Start again a moment later. The status is
+    # emptied before each click, so what is read is this click's answer (a loaded server
+    # answers late, and a refusal repeats the same text), waited for, not a stale one.
+    status_js = "() => Bokeh.documents[0].get_model_by_name('workload-status').text"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        page.evaluate("() => { Bokeh.documents[0].get_model_by_name('workload-status')"
+                      ".text = ''; }")
         page.get_by_role("button", name="Start").click()
-        page.wait_for_timeout(500)
-        status = page.evaluate(
-            "() => Bokeh.documents[0].get_model_by_name('workload-status').text")
+        page.wait_for_function(f"() => ({status_js})() !== ''", timeout=PAGE_WAIT_MS)
+        status = page.evaluate(status_js)
         if f"started {path}" in status:
             return
         assert "already in progress" in status, status[-500:]
@@ -97,7 +109,7 @@ def test_workload_dashboard_runs_native_then_plugin() -> None:
         page.on("console", lambda m: m.type == "warning" and warnings.append(m.text))
         page.goto(with_token(url + "/Workload"))
         page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
-                               timeout=20_000)
+                               timeout=PAGE_WAIT_MS)
         # Before the first run: what to do, instead of an empty chart.
         assert page.get_by_text("No runs yet").is_visible()
         # Simulated GPUs run nothing: the device menu offers the CPU only.
@@ -129,7 +141,7 @@ def test_workload_dashboard_runs_native_then_plugin() -> None:
             if (el.shadowRoot) walk(el.shadowRoot); } };
           walk(document);
           return rows.length === 2 && rows.every(row => row.includes('done'));
-        }""", timeout=10_000)
+        }""", timeout=PAGE_WAIT_MS)
         screenshot(page, "workload-native-vs-plugin")
         # A click on the older run's row shows its verdict above the table.
         runs = page.evaluate(SUMMARY_COLUMN_JS, "run")
@@ -138,7 +150,7 @@ def test_workload_dashboard_runs_native_then_plugin() -> None:
         page.get_by_text(runs[1]).first.click()
         page.wait_for_function(f"() => ({verdict_js})().includes('on run {runs[1]} (native')"
                                " && (" + verdict_js + ")().includes('selected in the table')",
-                               timeout=10_000)
+                               timeout=PAGE_WAIT_MS)
         watched.assert_clean()
 
 
@@ -157,7 +169,12 @@ def test_live_page_streams_moves_axes_and_sends_nothing_back() -> None:
         for suffix in ("/", ""):
             page.goto(url + "/GPU-Resources" + suffix)
             page.wait_for_function(f"() => {LIVE} && {LIVE}.frames > 3", timeout=PAGE_WAIT_MS)
-        page.wait_for_timeout(1000)  # past the page's start-up messages (pull, ready event)
+        # Past the page's start-up messages (pull, then its ready event, on each load):
+        # waited for, since a loaded machine sends them late.
+        deadline = time.monotonic() + PAGE_WAIT_MS / 1000
+        while sum("document_ready" in frame for frame in sent_on_bokeh_socket) < 2:
+            assert time.monotonic() < deadline, sent_on_bokeh_socket
+            page.wait_for_timeout(100)
         before = len(sent_on_bokeh_socket)
         first = page.evaluate(f"() => ({{...{LIVE}, socket: null}})")
         # 50 frames later (10 s of ticks), the time axis has moved 10 s on: waited for as a
@@ -174,7 +191,14 @@ def test_live_page_streams_moves_axes_and_sends_nothing_back() -> None:
                       "window.location.origin)")
         page.wait_for_function(f"() => {LIVE}.hidden && !{LIVE}.socket", timeout=PAGE_WAIT_MS)
         hidden = page.evaluate(f"() => [{LIVE}.frames, {LIVE}.seq]")
-        page.wait_for_timeout(3000)
+        # Meanwhile the server sends 15 more frames to a page that is shown (another tab):
+        # an event to wait for, where a fixed time means less on a loaded machine.
+        shown = browser.new_page(viewport={"width": 1000, "height": 900})
+        shown.goto(with_token(url + "/"))
+        shown.goto(url + "/GPU-Resources")
+        shown.wait_for_function(f"() => {LIVE} && {LIVE}.seq >= {hidden[1] + 15}",
+                                timeout=PAGE_WAIT_MS)
+        shown.close()
         assert page.evaluate(f"() => [{LIVE}.frames, {LIVE}.seq]") == hidden
         page.evaluate("window.postMessage({type: 'nvdashboard:visibility', visible: true}, "
                       "window.location.origin)")
@@ -211,4 +235,4 @@ def test_a_framed_page_asks_its_tab_whether_it_is_shown() -> None:
             " window.requests += 1; });</script>"
             "<iframe src='/GPU-Utilization' width=800 height=500></iframe>")))
         page.goto(parent)
-        page.wait_for_function("() => window.requests >= 1", timeout=30_000)
+        page.wait_for_function("() => window.requests >= 1", timeout=PAGE_WAIT_MS)

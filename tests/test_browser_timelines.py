@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import chromium, screenshot, watch
+from tests.support.browser import PAGE_WAIT_MS, chromium, screenshot, watch
 from tests.support.servers import cli_server, with_token
 
 pytestmark = pytest.mark.browser
@@ -113,8 +113,11 @@ def test_resources_timeline_tools_at_1280x800() -> None:
             page.mouse.move(box["x"] + 600, box["y"] + 60)
             page.mouse.wheel(0, -400)
             page.wait_for_function("() => !nvdashboardLive.following", timeout=15_000)
-            end = page.evaluate("() => nvdashboardLive.xEnd")
-            page.wait_for_timeout(1000)
+            end, frames = page.evaluate("() => [nvdashboardLive.xEnd, nvdashboardLive.frames]")
+            # Five more frames applied (a second of ticks): an event to wait for, where a
+            # fixed time means less on a loaded machine.
+            page.wait_for_function(f"() => nvdashboardLive.frames >= {frames + 5}",
+                                   timeout=PAGE_WAIT_MS)
             assert page.evaluate("() => nvdashboardLive.xEnd") == end
             page.locator(".bk-tool-icon-reset").first.click(force=True)
             page.wait_for_function("() => nvdashboardLive.following", timeout=15_000)

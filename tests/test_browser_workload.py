@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from tests.support.browser import chromium, screenshot, watch
+from tests.support.browser import PAGE_WAIT_MS, chromium, screenshot, watch
 from tests.support.servers import cli_server, with_token
-from tests.test_browser_diagnosis import BOXES_JS, VIEWPORT, assert_whole
+from tests.test_browser_diagnosis import BOXES_JS, NEXT_FRAMES_JS, VIEWPORT, assert_whole
 from tests.test_browser_standalone import SUMMARY_COLUMN_JS
 
 pytestmark = pytest.mark.browser
@@ -56,7 +56,7 @@ def test_a_first_run_shows_progress_then_its_verdict_above_the_fold(theme: str) 
         watched = watch(page)
         page.goto(with_token(url + f"/Workload?theme={theme}"))
         page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
-                               timeout=20_000)
+                               timeout=PAGE_WAIT_MS)
         assert "No run yet" in page.evaluate(MODEL_TEXT_JS, "workload-progress")
         selects = page.locator("select")
         selects.nth(0).select_option("numpy")
@@ -71,7 +71,11 @@ def test_a_first_run_shows_progress_then_its_verdict_above_the_fold(theme: str) 
         page.wait_for_function(
             f"""() => /timed iteration [0-9,]+ of {ITERATIONS:,} .*ETA [0-9]/.test(
                   ({MODEL_TEXT_JS})('workload-progress'))""", timeout=60_000)
-        page.wait_for_timeout(300)  # drawn
+        # Drawn: waited for, since a loaded machine draws late.
+        page.wait_for_function(f"""() => ({BOXES_JS})('.nvd-progress').some(box =>
+            /timed iteration [0-9,]+ of {ITERATIONS:,} .*ETA [0-9]/.test(box.text))""",
+                               timeout=PAGE_WAIT_MS)
+        page.evaluate(NEXT_FRAMES_JS)
         [progress] = page.evaluate(BOXES_JS, ".nvd-progress")
         assert_whole([progress], "progress")
         assert _on_screen(progress), progress
@@ -81,7 +85,16 @@ def test_a_first_run_shows_progress_then_its_verdict_above_the_fold(theme: str) 
         page.wait_for_function(
             f"() => ({MODEL_TEXT_JS})('workload-progress').includes('Finished')",
             timeout=180_000)
-        page.wait_for_timeout(2500)  # the table and the verdict refresh once a second
+        # The table and the verdict refresh once a second: waited for until both show the
+        # finished run as drawn, since a loaded machine refreshes late.
+        page.wait_for_function(f"""() =>
+            ({BOXES_JS})('.nvd-progress').some(box => box.text.includes(
+                'finished {ITERATIONS:,} of {ITERATIONS:,} timed iterations'))
+            && ({BOXES_JS})('.nvd-run-verdict').some(box => box.text.includes('on run ')
+                                                             && !box.text.includes('so far'))
+            && ({CELLS_JS})().some(cell => cell.text === '{ITERATIONS:,} of {ITERATIONS:,}')""",
+                               timeout=PAGE_WAIT_MS)
+        page.evaluate(NEXT_FRAMES_JS)
         [progress] = page.evaluate(BOXES_JS, ".nvd-progress")
         assert f"finished {ITERATIONS:,} of {ITERATIONS:,} timed iterations" in progress["text"]
         assert _on_screen(progress), progress
@@ -109,12 +122,11 @@ def test_a_first_run_shows_progress_then_its_verdict_above_the_fold(theme: str) 
         # A page opened now draws the judged GPU's lines only, and says which GPU.
         page.reload()
         page.wait_for_function("() => window.nvdashboardLive && nvdashboardLive.frames > 0",
-                               timeout=20_000)
-        page.wait_for_timeout(1500)  # the legends' values, about once a second
+                               timeout=PAGE_WAIT_MS)
         assert "SIMULATED GPU 0: NVIDIA H200, the GPU run" in page.evaluate(
             MODEL_TEXT_JS, "workload-gpus")
         # Struck through in the legend as the reader sees it (inside Bokeh's shadow roots).
-        hidden = page.evaluate("""() => {
+        struck_js = """() => {
           const out = {};
           const walk = (root) => {
             for (const el of root.querySelectorAll('*')) {
@@ -126,7 +138,12 @@ def test_a_first_run_shows_progress_then_its_verdict_above_the_fold(theme: str) 
           };
           walk(document);
           return out;
-        }""")
+        }"""
+        # The legends' values come about once a second: waited for until both are drawn.
+        page.wait_for_function(f"() => Object.keys(({struck_js})()).length === 2",
+                               timeout=PAGE_WAIT_MS)
+        page.evaluate(NEXT_FRAMES_JS)
+        hidden = page.evaluate(struck_js)
         assert hidden == {"gpu_util0": False, "gpu_util1": True}, hidden
         screenshot(page, f"workload-first-run-reloaded-{theme}")
         watched.assert_clean()

@@ -35,7 +35,8 @@ def call(lab: JupyterLab, method: str, path: str, body: object = None) -> object
 
 
 def kernel_pid(lab: JupyterLab, kernel_id: str) -> int:
-    for _ in range(200):
+    deadline = time.monotonic() + 120  # a deadline, not a count of polls: load slows them
+    while time.monotonic() < deadline:
         for process in psutil.Process(lab.process.pid).children(recursive=True):
             try:
                 if any(f"kernel-{kernel_id}.json" in arg for arg in process.cmdline()):
@@ -57,7 +58,8 @@ def fork_child(lab_home: Path, kernel_id: str, out: Path) -> int:
         client.execute("import os, time\n_pid = os.fork()\nif _pid == 0:\n"
                        "    time.sleep(600)\n    os._exit(0)\n"
                        f"open({str(out)!r}, 'w').write(str(_pid))\n")
-        for _ in range(300):
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
             if out.exists() and out.read_text():
                 return int(out.read_text())
             time.sleep(0.1)
@@ -72,8 +74,9 @@ def table(lab: JupyterLab) -> dict:
     return json.loads(body)
 
 
-def wait_for(lab: JupyterLab, predicate, what: str, tries: int = 150) -> dict:  # noqa: ANN001
-    for _ in range(tries):
+def wait_for(lab: JupyterLab, predicate, what: str, seconds: float = 120) -> dict:  # noqa: ANN001
+    deadline = time.monotonic() + seconds  # a deadline, not a count of polls: load slows them
+    while time.monotonic() < deadline:
         data = table(lab)
         if predicate(data):
             return data
