@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from jupyterlab_nvdashboard.runs.launcher import RUN_LOCK_NAME, SIGTERM_AFTER_S, RunLauncher, alive
+from jupyterlab_nvdashboard.runs.launcher import RUN_LOCK_NAME, RunLauncher, alive
 from jupyterlab_nvdashboard.workload.lifetime import PARENT_PID_ENV, process_start_ticks
 from tests.support.bokeh_client import BokehSession, document_models, open_session
 from tests.support.servers import cli_server, server_output
@@ -151,14 +151,14 @@ def test_stop_works_when_the_server_inherited_sigint_ignored(tmp_path: Path) -> 
                     sigint_ignored=True) as (url, process):
         assert "started numpy" in asyncio.run(_panel(url, "Start"))
         pid = _running_pid(tmp_path)
-        stopped_at = time.monotonic()
         assert "stopping the run" in asyncio.run(_panel(url, "Stop"))
         _wait_for(lambda: _ended(tmp_path, pid), 30, "the stopped run's end")
-        took = time.monotonic() - stopped_at
-        # Had the run kept SIGINT ignored, only the SIGTERM sent SIGTERM_AFTER_S later would
-        # have stopped it.
-        assert took < SIGTERM_AFTER_S, f"Stop took {took:.1f} s"
         assert _events(tmp_path)[-1]["interrupted"] is True
+        # Had the run kept SIGINT ignored, only the SIGTERM sent SIGTERM_AFTER_S later would
+        # have stopped it; the launcher says when it sends one. (A timing would say it too,
+        # but a loaded machine can take that long over the Stop click alone.)
+        output = server_output(process)
+        assert "sending SIGTERM" not in output, output[-2000:]
     # Ctrl-C still stops the server itself (cli_server sends SIGINT and waits 15 s).
     assert process.returncode == 0, server_output(process)
 

@@ -15,6 +15,7 @@ from jupyterlab_nvdashboard.simnvml import SimulatedNvml
 from tests.support.bokeh_client import open_session
 from tests.support.servers import get, in_process_server
 from tests.support.stream_client import count_live_frames, live_frames, open_stream
+from tests.support.waiting import until
 
 ALL_ROUTES = [route.path for route in ROUTES]
 
@@ -150,13 +151,15 @@ def test_nvml_cost_does_not_grow_with_viewers() -> None:
 
 def test_lost_gpu_degrades_alone_and_server_keeps_serving() -> None:
     with in_process_server(gpus=4) as server:
-        time.sleep(0.5)
+        history = server.metrics.history
+        until(lambda: history.latest() is not None, "a first sample")
         server.simulator.lose_gpu(1)
-        time.sleep(0.5)
-        before = server.metrics.history.latest()
-        time.sleep(1.0)
-        after = server.metrics.history.latest()
-        assert before is not None and after is not None and after.seq > before.seq
+        # Waited for as samples, which a loaded machine takes late: the first that reads
+        # GPU 1 as lost, and then a later one.
+        before = until(lambda: (latest := history.latest()) and latest.gpus[1].lost and latest,
+                       "a sample with GPU 1 lost")
+        after = until(lambda: (latest := history.latest()).seq > before.seq + 5 and latest,
+                      "five more samples")
         assert after.gpus[1].lost and after.gpus[1].utilization_pct is None
         for index in (0, 2, 3):
             assert not after.gpus[index].lost

@@ -1,5 +1,5 @@
 """Start-up never waits on NVML: with every simulated NVML call taking 1 s (``slow=1``),
-``/``, ``/index.json`` and ``/info.json`` answer within 2 s of the port being bound, and the
+``/``, ``/index.json`` and ``/info.json`` answer, once the port is bound, each within 2 s, and the
 pages say "reading GPUs…" until the first GPU read is done. Once it is, the GPUs appear.
 (It used to answer after 132 s; jupyter-server-proxy gives up after 60.)"""
 
@@ -52,12 +52,14 @@ def test_the_server_answers_within_2_s_under_a_slow_nvml(tmp_path: Path) -> None
             assert process.poll() is None, log_path.read_text()
             assert time.monotonic() < deadline, "the port was never bound"
             time.sleep(0.05)
-        bound_at = time.monotonic()
+        # Each request timed on its own: one after another, a loaded machine's delays would
+        # add up, where what is claimed is that no request waits on NVML.
         for route in ("/info.json", "/index.json", "/"):
+            asked_at = time.monotonic()
             status, body = get(url + route)
             assert status == 200, route
-            took = time.monotonic() - bound_at
-            assert took < ANSWER_WITHIN_S, f"{route} answered {took:.1f} s after the bind"
+            took = time.monotonic() - asked_at
+            assert took < ANSWER_WITHIN_S, f"{route} answered {took:.1f} s after it was asked"
         info = json.loads(get(url + "/info.json")[1])
         assert info["reading_gpus"] is True, info
         assert READING_GPUS in get(url + "/")[1].decode()

@@ -158,11 +158,11 @@ def test_a_session_id_the_server_never_issued_is_refused(mode: str) -> None:
             issued = re.search(r'"token":\s*"([^"]+)"',
                                get(server.url + "/GPU-Utilization")[1].decode()).group(1)
             genuine.close()
-            await asyncio.sleep(0.5)
-            before = server.live_sessions()
+            before = server.session_ids()
             for token in _forged_tokens(issued).values():
                 await _forged_session_gets_nothing(server.url, token)
-            assert server.live_sessions() == before  # no document was made for them
+            # No document was made for them (the closed one's may have gone meanwhile).
+            assert server.session_ids() <= before
 
         asyncio.run(check())
         status, _ = get(server.url + "/GPU-Utilization?bokeh-session-id=made-up-session")

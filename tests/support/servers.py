@@ -111,7 +111,10 @@ class RunningServer:
         return self.server.broadcaster  # type: ignore[attr-defined]
 
     def live_sessions(self) -> int:
-        return len(self.server.get_sessions())  # type: ignore[attr-defined]
+        return len(self.session_ids())
+
+    def session_ids(self) -> set[str]:
+        return {session.id for session in self.server.get_sessions()}  # type: ignore[attr-defined]
 
     def on_loop(self, function: Callable[[], T]) -> T:
         """``function()`` run on the server's event loop, between two of its callbacks: what
