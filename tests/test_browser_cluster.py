@@ -10,14 +10,7 @@ import pytest
 pytest.importorskip("distributed")
 
 from jupyterlab_nvdashboard.cluster.view import ClusterView  # noqa: E402
-from tests.support.browser import (  # noqa: E402
-    CANVAS_INK_JS,
-    PAGE_WAIT_MS,
-    canvas_ink,
-    chromium,
-    screenshot,
-    watch,
-)
+from tests.support.browser import chromium, drawn_canvas, screenshot, watch  # noqa: E402
 from tests.support.cluster_page import fill_cluster_history  # noqa: E402
 from tests.support.servers import in_process_server, with_token  # noqa: E402
 
@@ -72,9 +65,8 @@ def test_cluster_page_says_simulated_and_its_long_window_shows_older_columns(
             # 240 columns of 2.5 s, each as wide as what it covers.
             assert long["width"] == 2500 and long["rows"] <= 14 * 241
             assert page.evaluate("() => nvdashboardLive.window") == 600
-            # Drawn on the next animation frame: waited for, since a loaded machine draws late.
-            page.wait_for_function(f"() => ({CANVAS_INK_JS})().ink > 1000", timeout=PAGE_WAIT_MS)
-            assert canvas_ink(page)["ink"] > 1000
+            # Drawn on the next animation frame.
+            assert drawn_canvas(page, 1000)["ink"] > 1000
             screenshot(page, f"cluster-gpus-simulated-10min-{theme}")
             watched.assert_clean()
             page.close()

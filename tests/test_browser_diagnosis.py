@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.support.browser import PAGE_WAIT_MS, chromium, screenshot, watch
+from tests.support.browser import PAGE_WAIT_MS, chromium, next_frames, screenshot, watch
 from tests.support.servers import cli_server, with_token
 from tests.test_browser_standalone import _start_run, _wait_for_run
 
@@ -54,10 +54,6 @@ SCROLL_JS = """(selector) => {
 }"""
 
 
-# Resolves after the next two animation frames: a layout begun by the last change is done.
-NEXT_FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
-
-
 def assert_whole(boxes: list[dict], what: str) -> None:
     assert boxes, f"no {what} on the page"
     for box in boxes:
@@ -83,9 +79,9 @@ def test_workload_verdict_and_activity_lines_are_whole_at_1280x800(theme: str) -
         page.wait_for_function(f"""() => ({BOXES_JS})('.nvd-verdict').some(box =>
             box.text.includes('not using SIMULATED GPU 0') && box.text.includes('try:'))""",
                                timeout=PAGE_WAIT_MS)
-        page.evaluate(NEXT_FRAMES_JS)
+        next_frames(page)
         assert page.evaluate(SCROLL_JS, ".nvd-verdict")
-        page.evaluate(NEXT_FRAMES_JS)
+        next_frames(page)
         verdicts = page.evaluate(BOXES_JS, ".nvd-verdict")
         assert_whole(verdicts, "verdict")
         assert 0 <= verdicts[0]["top"] and verdicts[0]["bottom"] <= VIEWPORT["height"]

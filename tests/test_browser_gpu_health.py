@@ -7,10 +7,10 @@ import pytest
 
 from jupyterlab_nvdashboard.apps.health import WAITING
 from tests.support.browser import (
-    CANVAS_INK_JS,
     PAGE_WAIT_MS,
     canvas_ink,
     chromium,
+    drawn_canvas,
     screenshot,
     watch,
 )
@@ -50,7 +50,7 @@ def test_activity_and_health_render_in_both_themes() -> None:
             page.wait_for_function("() => getComputedStyle(document.body).backgroundColor"
                                    f" === '{BACKGROUND[theme]}'", timeout=10_000)
             # Two GPM passes and a repaint: the activity lines are drawn.
-            page.wait_for_function(f"() => ({CANVAS_INK_JS})().ink > 500", timeout=PAGE_WAIT_MS)
+            drawn_canvas(page, 500)
             content = page.evaluate(PAGE_TEXT_JS)["text"]
             assert "GPU 1 (CUDA 2): NVIDIA A100-SXM4-80GB cannot report SM activity" in content
             assert "GPU utilization (/GPU-Utilization) comes closest" in content

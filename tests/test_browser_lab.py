@@ -13,7 +13,14 @@ import time
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
-from tests.support.browser import CANVAS_INK_JS, PAGE_WAIT_MS, chromium, screenshot, watch
+from tests.support.browser import (
+    PAGE_WAIT_MS,
+    canvas_ink,
+    chromium,
+    drawn_canvas,
+    screenshot,
+    watch,
+)
 from tests.support.jupyter import jupyter_lab, this_build
 from tests.support.waiting import until
 
@@ -66,8 +73,7 @@ def wait_for_plot(frame) -> dict:  # noqa: ANN001
     if frame.url.split("?")[0].endswith(tuple(TABLE_ROUTES)):
         frame.wait_for_function(TABLE_LIVE_JS, timeout=PAGE_WAIT_MS)
         return frame.evaluate("() => ({checksum: nvdashboardLive.frames})")
-    frame.wait_for_function(f"() => ({CANVAS_INK_JS})().ink > 500", timeout=PAGE_WAIT_MS)
-    return frame.evaluate(CANVAS_INK_JS)
+    return drawn_canvas(frame, 500)
 
 
 # Per-GPU bar dashboards: one row per device, each MIG device right under its GPU.
@@ -158,7 +164,7 @@ def test_sidebar_dashboards_reload_and_theme(lab, browser) -> None:
         # polled to a deadline that holds on a loaded machine, not for a count of polls.
         def updated(frame=frame, route=route, first=first) -> bool:  # noqa: ANN001
             second = wait_for_plot(frame) if route in TABLE_ROUTES \
-                else frame.evaluate(CANVAS_INK_JS)
+                else canvas_ink(frame)
             return second["checksum"] != first["checksum"]
         until(updated, f"{route} did not update", seconds=30, every_s=0.5)
         if route in BAR_ROUTES:

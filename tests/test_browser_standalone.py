@@ -11,10 +11,10 @@ import pytest
 
 from jupyterlab_nvdashboard.apps.registry import ROUTES
 from tests.support.browser import (
-    CANVAS_INK_JS,
     PAGE_WAIT_MS,
     canvas_ink,
     chromium,
+    drawn_canvas,
     screenshot,
     watch,
 )
@@ -44,9 +44,7 @@ def test_every_dashboard_renders_offline_and_updates() -> None:
                                        f"nvdashboardLive.frames > {least}", timeout=PAGE_WAIT_MS)
                 screenshot(page, "standalone" + route.replace("/", "-").lower())
                 continue
-            # Drawn: waited for, since a loaded machine draws late.
-            page.wait_for_function(f"() => ({CANVAS_INK_JS})().ink > 500", timeout=PAGE_WAIT_MS)
-            first = canvas_ink(page)
+            first = drawn_canvas(page, 500)
             assert first["canvases"] > 0 and first["ink"] > 500, (route, first)
             # A timeline repaints every 2 s at most (apps/live.py): give it a few repaints,
             # to a deadline that holds on a loaded machine, not for a count of polls.

@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from tests.support.browser import PAGE_WAIT_MS, chromium, screenshot, watch
+from tests.support.browser import PAGE_WAIT_MS, chromium, next_frames, screenshot, watch
 from tests.support.servers import cli_server, with_token
-from tests.test_browser_diagnosis import BOXES_JS, NEXT_FRAMES_JS, VIEWPORT, assert_whole
+from tests.test_browser_diagnosis import BOXES_JS, VIEWPORT, assert_whole
 from tests.test_browser_standalone import SUMMARY_COLUMN_JS
 
 pytestmark = pytest.mark.browser
@@ -75,7 +75,7 @@ def test_a_first_run_shows_progress_then_its_verdict_above_the_fold(theme: str) 
         page.wait_for_function(f"""() => ({BOXES_JS})('.nvd-progress').some(box =>
             /timed iteration [0-9,]+ of {ITERATIONS:,} .*ETA [0-9]/.test(box.text))""",
                                timeout=PAGE_WAIT_MS)
-        page.evaluate(NEXT_FRAMES_JS)
+        next_frames(page)
         [progress] = page.evaluate(BOXES_JS, ".nvd-progress")
         assert_whole([progress], "progress")
         assert _on_screen(progress), progress
@@ -94,7 +94,7 @@ def test_a_first_run_shows_progress_then_its_verdict_above_the_fold(theme: str) 
                                                              && !box.text.includes('so far'))
             && ({CELLS_JS})().some(cell => cell.text === '{ITERATIONS:,} of {ITERATIONS:,}')""",
                                timeout=PAGE_WAIT_MS)
-        page.evaluate(NEXT_FRAMES_JS)
+        next_frames(page)
         [progress] = page.evaluate(BOXES_JS, ".nvd-progress")
         assert f"finished {ITERATIONS:,} of {ITERATIONS:,} timed iterations" in progress["text"]
         assert _on_screen(progress), progress
@@ -142,7 +142,7 @@ def test_a_first_run_shows_progress_then_its_verdict_above_the_fold(theme: str) 
         # The legends' values come about once a second: waited for until both are drawn.
         page.wait_for_function(f"() => Object.keys(({struck_js})()).length === 2",
                                timeout=PAGE_WAIT_MS)
-        page.evaluate(NEXT_FRAMES_JS)
+        next_frames(page)
         hidden = page.evaluate(struck_js)
         assert hidden == {"gpu_util0": False, "gpu_util1": True}, hidden
         screenshot(page, f"workload-first-run-reloaded-{theme}")

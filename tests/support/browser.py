@@ -130,6 +130,19 @@ def canvas_ink(page) -> dict:  # noqa: ANN001
     return page.evaluate(CANVAS_INK_JS)
 
 
+def drawn_canvas(page, least_ink: int) -> dict:  # noqa: ANN001
+    """``canvas_ink`` of a page or frame once its canvases hold more than ``least_ink`` inked
+    pixels: waited for, since a loaded machine draws late."""
+    page.wait_for_function(f"() => ({CANVAS_INK_JS})().ink > {least_ink}", timeout=PAGE_WAIT_MS)
+    return canvas_ink(page)
+
+
+def next_frames(page) -> None:  # noqa: ANN001
+    """Returns after the page's next two animation frames: a layout begun by the last change
+    is done."""
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+
 def screenshot(page, name: str) -> Path:  # noqa: ANN001
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"

@@ -10,14 +10,7 @@ from jupyterlab_nvdashboard.cluster.snapshot import encode, encode_identity
 from jupyterlab_nvdashboard.cluster.view import CLUSTER_FAMILY, ClusterView
 from jupyterlab_nvdashboard.export.dcgm import FIELDS, ExportedGpu, GpuIdentity
 from jupyterlab_nvdashboard.metrics import HostReading
-from tests.support.browser import (
-    CANVAS_INK_JS,
-    PAGE_WAIT_MS,
-    canvas_ink,
-    chromium,
-    screenshot,
-    watch,
-)
+from tests.support.browser import chromium, drawn_canvas, screenshot, watch
 from tests.support.servers import with_token
 
 
@@ -29,10 +22,8 @@ def screenshot_cluster_page(url: str, name: str) -> None:
             page.goto(with_token(f"{url}/Cluster-GPUs?theme={theme}"))
             page.wait_for_function("window.nvdashboardLive && window.nvdashboardLive.frames > 1",
                                    timeout=30_000)
-            # The bars are drawn on the next animation frame: waited for, since a loaded
-            # machine draws late.
-            page.wait_for_function(f"() => ({CANVAS_INK_JS})().ink > 1000", timeout=PAGE_WAIT_MS)
-            assert canvas_ink(page)["ink"] > 1000
+            # The bars are drawn on the next animation frame.
+            assert drawn_canvas(page, 1000)["ink"] > 1000
             # The totals name each node and its lost GPUs (Bokeh's Divs are in shadow roots,
             # which Playwright's text locators pierce).
             page.get_by_text("4 lost").first.wait_for(timeout=10_000)
