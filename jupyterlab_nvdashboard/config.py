@@ -12,7 +12,6 @@ import ipaddress
 import os
 import re
 import secrets
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -663,13 +662,3 @@ def cull_settings(environ: Mapping[str, str]) -> CullSettings:
 def check_interval_ms(unused_session_lifetime_ms: int) -> int:
     """How often to discard unused sessions: a third of their lifetime, 100 ms to 5 s."""
     return max(100, min(5_000, unused_session_lifetime_ms // 3))
-
-
-def exit_on_bad_settings(argv: Sequence[str]) -> None:
-    """Exit with code 2 and one line on stderr when the flags or NVDASHBOARD_* variables are
-    malformed, as the server's main() does; return when they are not."""
-    try:
-        load_config(argv)
-    except ConfigError as error:
-        print(f"nvdashboard: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None

@@ -27,9 +27,9 @@ from __future__ import annotations
 import sys
 
 if __name__ == "__main__":
-    # A bad flag or setting is answered before Bokeh is imported, which takes seconds on a
-    # busy machine; main() reads the same settings again.
-    from jupyterlab_nvdashboard.config import exit_on_bad_settings
+    # A bad flag, setting or address is answered before Bokeh is imported, which takes
+    # seconds on a busy machine; main() checks the same settings again.
+    from jupyterlab_nvdashboard.preflight import exit_on_bad_settings
 
     exit_on_bad_settings(sys.argv[1:])
 
@@ -57,7 +57,7 @@ from bokeh.util import logconfig as bokeh_logconfig
 from tornado.ioloop import IOLoop, PeriodicCallback
 from tornado.web import HTTPError
 
-from . import __version__, bokeh_patches
+from . import __version__, bokeh_patches, preflight
 from .apps.cluster import (
     CLUSTER_PATH,
     ClusterFeeds,
@@ -72,7 +72,7 @@ from .apps.registry import ROUTES, RouteFeeds, available_routes
 from .apps.sources import DashboardSources
 from .auth import VIEW_ONLY_REASON, Access, BokehAuth, GuardedHandler
 from .composition import create_metrics
-from .config import Config, ConfigError, load_config
+from .config import Config, ConfigError
 from .export.collector import (
     DcgmCollector,
     HealthValue,
@@ -613,38 +613,6 @@ def compose_store(config: Config, metrics: Metrics) -> HistoryStore | None:
     return store
 
 
-def unix_socket_problem(path: str) -> str | None:
-    """Why this server cannot listen on the unix socket ``path``, or None.
-
-    Tornado would raise a ValueError (a traceback) for a directory or a file there, and it
-    silently replaces a socket another server is still listening on; a stale socket left
-    by a crash (nobody answers on it) is replaced, as before.
-    """
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        return error.strerror or str(error)
-    if stat.S_ISDIR(info.st_mode):
-        return "it is a directory; name a socket file inside it"
-    if not stat.S_ISSOCK(info.st_mode):
-        return "a file that is not a socket is in the way"
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(path)
-    except (ConnectionRefusedError, FileNotFoundError):
-        return None  # stale: nobody listens on it any more
-    except OSError as error:
-        return error.strerror or str(error)
-    else:
-        return "another server is listening on it"
-    finally:
-        probe.close()
-    return None
-
-
 def remove_own_socket(path: str, identity: tuple[int, int] | None) -> None:
     """At a clean stop, remove the socket file this server made (and only that one)."""
     if identity is None:
@@ -672,10 +640,6 @@ def remove_proxy_socket_folder(path: str) -> None:
             pass
 
 
-def _where(config: Config) -> str:
-    return config.unix_socket or f"{config.address}:{config.port}"
-
-
 def dashboards_url(config: Config) -> str:
     """What to open: the URL with this launch's token, as Jupyter prints it."""
     if config.unix_socket:
@@ -696,7 +660,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     bokeh_patches.one_line_logs(logging.getLogger().handlers)
     try:
-        config = load_config(sys.argv[1:] if argv is None else argv)
+        config, simulator = preflight.check(sys.argv[1:] if argv is None else argv)
     except ConfigError as error:
         print(f"nvdashboard: error: {error}", file=sys.stderr)
         return 2
@@ -704,11 +668,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("nvdashboard: warning: listening on all interfaces; anyone on the network "
               "can watch these dashboards", file=sys.stderr)
 
-    try:
-        metrics = create_metrics(config)
-    except ConfigError as error:
-        print(f"nvdashboard: error: {error}", file=sys.stderr)
-        return 2
+    metrics = create_metrics(config, simulator=simulator)
     try:
         if config.metrics_enabled:
             import_prometheus_client()
@@ -716,17 +676,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as error:
         print(f"nvdashboard: error: {error}", file=sys.stderr)
         return 2
-    problem = unix_socket_problem(config.unix_socket) if config.unix_socket else None
-    if problem:
-        print(f"nvdashboard: error: cannot listen on {_where(config)}: {problem}",
-              file=sys.stderr)
-        return 2
     try:
         server = make_server(config, sources)
     except (OSError, ValueError) as error:
         reason = ("address already in use" if getattr(error, "errno", None) == errno.EADDRINUSE
                   else getattr(error, "strerror", None) or str(error))
-        print(f"nvdashboard: error: cannot listen on {_where(config)}: {reason}", file=sys.stderr)
+        print(f"nvdashboard: error: cannot listen on {preflight.where(config)}: {reason}",
+              file=sys.stderr)
         return 2
     socket_identity = None
     if config.unix_socket:

@@ -10,12 +10,15 @@ mode and behind the proxy alike. Bad settings (a ``*`` origin, every malformed
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import re
 import subprocess
 import sys
 import time
+from contextlib import redirect_stderr
 from typing import Any
+from unittest import mock
 
 import psutil
 import pytest
@@ -27,6 +30,7 @@ from jupyterlab_nvdashboard import config as config_module
 from jupyterlab_nvdashboard.apps.registry import ROUTES
 from jupyterlab_nvdashboard.auth import COOKIE_PREFIX, VIEW_ONLY_REASON, Access
 from jupyterlab_nvdashboard.config import ConfigError, load_config
+from jupyterlab_nvdashboard.preflight import exit_on_bad_settings
 from tests.support.bokeh_client import TEST_TOKEN, BokehSession, document_models, open_session
 from tests.support.servers import cli_server, free_port, get, in_process_server, server_output
 
@@ -252,6 +256,24 @@ def _run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
                           capture_output=True, text=True, timeout=60, env=environment)
 
 
+def _refused_in_process(env: dict[str, str]) -> subprocess.CompletedProcess:
+    """What ``python -m jupyterlab_nvdashboard.server`` does first with ``env``
+    (``preflight.exit_on_bad_settings``), run in this process: the same exit code and stderr
+    without an interpreter start for each value. Each variable's first malformed value still
+    goes through a real process."""
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith(("NVDASHBOARD_", "BOKEH_"))}
+    environment.update({"NVDASHBOARD_PORT": str(free_port()), **env})
+    stderr = io.StringIO()
+    code: object = 0
+    with mock.patch.dict(os.environ, environment, clear=True), redirect_stderr(stderr):
+        try:
+            exit_on_bad_settings([])
+        except SystemExit as exit:
+            code = exit.code
+    return subprocess.CompletedProcess(["exit_on_bad_settings"], code, "", stderr.getvalue())
+
+
 def _assert_one_line_exit_2(result: subprocess.CompletedProcess) -> str:
     assert "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -340,13 +362,14 @@ def test_every_malformed_environment_value_is_one_line_and_exit_2(variable: str,
     env = {variable: value}
     if variable in NEEDS_SIMULATION:
         env["NVDASHBOARD_SIMULATE"] = "2"
-    _assert_one_line_exit_2(_run_cli(env=env))
+    first = value == MALFORMED[variable][0]
+    _assert_one_line_exit_2(_run_cli(env=env) if first else _refused_in_process(env))
 
 
 @pytest.mark.parametrize("spec", ["lose=x@y", "lose=1@", "init=Nope", "unsupported=", "="])
 def test_a_malformed_fault_spec_names_the_variable(spec: str) -> None:
-    line = _assert_one_line_exit_2(_run_cli(env={"NVDASHBOARD_SIMULATE": "2",
-                                                 "NVDASHBOARD_SIMULATE_FAULTS": spec}))
+    line = _assert_one_line_exit_2(_refused_in_process({"NVDASHBOARD_SIMULATE": "2",
+                                                        "NVDASHBOARD_SIMULATE_FAULTS": spec}))
     assert "NVDASHBOARD_SIMULATE_FAULTS" in line
 
 
@@ -362,16 +385,25 @@ def test_history_csv_asks_for_the_token() -> None:
         assert get(server.url + "/history.csv?seconds=5")[0] == 200
 
 
-def test_a_bad_setting_is_answered_before_bokeh_is_imported() -> None:
-    """Bokeh's import takes seconds on a busy machine; a malformed setting needs none of it."""
+@pytest.mark.parametrize("setting", [
+    {"NVDASHBOARD_METRICS": "maybe"},
+    {"NVDASHBOARD_SIMULATE": "2", "NVDASHBOARD_SIMULATE_FAULTS": "slow=x"},
+    {"NVDASHBOARD_SIMULATE": "2", "NVDASHBOARD_SIMULATE_PROFILE": "nope"},
+    {"NVDASHBOARD_ADDRESS": "300.1.1.1"},
+    {"NVDASHBOARD_UNIX_SOCKET": "/nonexistent-dir/x.sock"},
+], ids=["setting", "fault-spec", "profile", "address", "unix-socket"])
+def test_a_bad_setting_is_answered_before_bokeh_is_imported(setting: dict[str, str]) -> None:
+    """Bokeh's import takes seconds on a busy machine; a malformed setting, a simulated
+    machine that cannot be, or a place nobody can listen on needs none of it."""
     environment = {key: value for key, value in os.environ.items()
                    if not key.startswith(("NVDASHBOARD_", "BOKEH_"))}
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "jupyterlab_nvdashboard.server"],
-        capture_output=True, text=True, timeout=60,
-        env={**environment, "NVDASHBOARD_METRICS": "maybe"})
+        capture_output=True, text=True, timeout=60, env={**environment, **setting})
     imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
                 if line.startswith("import time:")]
-    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+    assert result.returncode == 2 and len(errors) == 1, errors
+    assert errors[0].startswith("nvdashboard: error:"), errors
     assert "jupyterlab_nvdashboard.config" in imported
     assert not [name for name in imported if name.startswith("bokeh")]
