@@ -10,6 +10,7 @@ sampled by the real sampler over the simulated driver, judged by the verdict.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,10 +19,14 @@ from jupyterlab_nvdashboard.composition import create_metrics
 from jupyterlab_nvdashboard.config import Config, SimulationConfig
 from jupyterlab_nvdashboard.runs.launcher import PinnedGpu
 from jupyterlab_nvdashboard.runs.service import WorkloadService
-from jupyterlab_nvdashboard.runs.verdict import judge
+from jupyterlab_nvdashboard.runs.verdict import Verdict, judge
 
 
-def launch_and_judge(tmp_path: Path, params: dict, row: int = 1, timeout_s: float = 240.0):  # noqa: ANN201
+def launch_and_judge(tmp_path: Path, params: dict, row: int = 1, timeout_s: float = 240.0,  # noqa: ANN201
+                     stop_when: Callable[[Verdict], bool] | None = None):
+    """Run ``params`` to its end and judge it. With ``stop_when``, the run is stopped (Ctrl-C,
+    as the run panel's Stop does) as soon as its live verdict satisfies it: how long a run
+    needs depends on how fast the machine is, not on an iteration count."""
     metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=2, profile="h200")),
                              environ={})
     metrics.start()
@@ -34,7 +39,13 @@ def launch_and_judge(tmp_path: Path, params: dict, row: int = 1, timeout_s: floa
         facts = metrics.facts
         service.launch(params, PinnedGpu(row, facts[row].uuid))
         deadline = time.monotonic() + timeout_s
+        stopping = False
         while time.monotonic() < deadline and not any(r.end for r in service.watcher.runs()):
+            runs = service.watcher.runs()
+            if stop_when and not stopping and runs and stop_when(
+                    judge(runs[0], metrics.history.window(metrics.history_s), facts)):
+                service.launcher.stop()
+                stopping = True
             time.sleep(0.2)
         time.sleep(0.5)  # the samples of the last step
         [run] = service.watcher.runs()
@@ -45,10 +56,15 @@ def launch_and_judge(tmp_path: Path, params: dict, row: int = 1, timeout_s: floa
         metrics.stop()
 
 
+def _not_using_gpu_over_five_lists(verdict: Verdict) -> bool:
+    return verdict.cause == "not-using-gpu" and verdict.findings[0].figures[0].count >= 5
+
+
 def test_a_native_cpu_run_pinned_to_a_gpu_reads_not_using_that_gpu(tmp_path: Path) -> None:
     pytest.importorskip("tensorflow")
     verdict, run = launch_and_judge(tmp_path, {"path": "native", "preset": "ci",
-                                               "iterations": 20000, "device": "cpu"})
+                                               "iterations": 100000, "device": "cpu"},
+                                    stop_when=_not_using_gpu_over_five_lists)
     assert verdict.cause == "not-using-gpu", verdict
     assert verdict.text.startswith("not using SIMULATED GPU 1: its process held no context "
                                    "on any GPU, over ")
