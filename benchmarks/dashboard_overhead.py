@@ -23,6 +23,7 @@ Run it from the project root::
         [--routes /GPU-Resources,/GPU-Health,/]  # the Chromium runs, one route after another
         [--profile DIR]   # a CDP CPU profile of each Chromium page, and its top functions
         [--rounds N]      # every run N times, sources alternating first; medians and ranges
+        [--settle S]      # seconds from a page's document to its window (default 2)
 
 Chromium pages are 1280x800. A route the baseline does not serve (``/index.json`` lacks it)
 is skipped for the baseline; ``/`` is measured as a plain page (it has no Bokeh document).
@@ -366,14 +367,14 @@ def served_routes(url: str, timeout_s: float = 30.0) -> dict:
 
 def run_hidden_browser(source: Path, viewers: int, window_s: float,
                        interval_s: float, route: str = ROUTE,
-                       profile_dir: Path | None = None) -> Result | None:
+                       profile_dir: Path | None = None, settle_s: float = 2.0) -> Result | None:
     return run_browser(source, viewers, window_s, interval_s, hidden=True, route=route,
-                       profile_dir=profile_dir)
+                       profile_dir=profile_dir, settle_s=settle_s)
 
 
 def run_browser(source: Path, viewers: int, window_s: float, interval_s: float,
                 hidden: bool = False, route: str = ROUTE,
-                profile_dir: Path | None = None) -> Result | None:
+                profile_dir: Path | None = None, settle_s: float = 2.0) -> Result | None:
     from playwright.sync_api import sync_playwright
 
     result = Result("chromium-hidden" if hidden else "chromium", viewers, source.name,
@@ -418,7 +419,9 @@ def run_browser(source: Path, viewers: int, window_s: float, interval_s: float,
                 if hidden:  # what the extension posts to a background tab's page
                     page.evaluate("window.postMessage({type: 'nvdashboard:visibility', "
                                   "visible: false}, window.location.origin)")
-            time.sleep(2.0)
+            # Up to here Chromium is still starting its fresh profile's services and V8 is
+            # compiling and optimizing BokehJS; a longer settle measures an open tab later on.
+            pages[0].wait_for_timeout(settle_s * 1000)
             for key in counters:
                 counters[key] = 0
             profiler = None
@@ -519,6 +522,9 @@ def main() -> int:
                         help="git ref to measure side by side (extracted to a temp dir)")
     parser.add_argument("--routes", default=ROUTE,
                         help="routes the Chromium runs open, comma-separated")
+    parser.add_argument("--settle", type=float, default=2.0,
+                        help="seconds between a Chromium page's document being ready and "
+                             "the window's start")
     parser.add_argument("--rounds", type=int, default=1,
                         help="repeat every run this many times, alternating which source "
                              "goes first, and print each source's median and range")
@@ -546,7 +552,8 @@ def measure(args: argparse.Namespace, routes: list[str], counts: dict[str, list[
             sources: list[Path]) -> int:
     """Every configured run, for each source side by side; prints the table."""
     print(f"# {platform.node()} {os.cpu_count()} cores, python {platform.python_version()}, "
-          f"window {args.window:.0f} s, interval {args.interval * 1000:.0f} ms, "
+          f"window {args.window:.0f} s, settle {args.settle:g} s, "
+          f"interval {args.interval * 1000:.0f} ms, "
           f"4 simulated GPUs, routes {routes}, sources {[str(s) for s in sources]}", flush=True)
     results = []
     runs = (("raw", run_raw), ("chromium", run_browser), ("chromium-hidden", run_hidden_browser))
@@ -560,7 +567,8 @@ def measure(args: argparse.Namespace, routes: list[str], counts: dict[str, list[
                     print(f"... {source.name} {kind} {route} K={viewers}", file=sys.stderr,
                           flush=True)
                     extra = {} if kind == "raw" else {"route": route,
-                                                      "profile_dir": args.profile}
+                                                      "profile_dir": args.profile,
+                                                      "settle_s": args.settle}
                     measured = run(source, viewers, args.window, args.interval, **extra)
                     if measured is None:
                         print("    (not served there: skipped)", file=sys.stderr, flush=True)
