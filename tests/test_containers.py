@@ -53,6 +53,10 @@ def hold_in_kernel(lab_home: Path, kernel_id: str, node: int) -> None:
     client.load_connection_file()
     client.start_channels()
     try:
+        # Until a kernel_info reply and an IOPub message arrive: IOPub is a subscription, and
+        # what the kernel publishes before it is connected is lost. Without this a loaded
+        # machine lost the whole answer to the cell below and waited its 60 s out.
+        client.wait_for_ready(timeout=60)
         reply = client.execute_interactive(
             f"import os\n_nvd_node = os.open('/dev/nvidia{node}', os.O_RDWR)", timeout=60)
         assert reply["content"]["status"] == "ok", reply["content"]
