@@ -34,7 +34,7 @@ import psutil
 import pytest
 
 from jupyterlab_nvdashboard.apps.components import format_memory
-from tests.support.jupyter import JupyterLab, jupyter_lab
+from tests.support.jupyter import JupyterLab, cell_reply, jupyter_lab
 from tests.support.pidns import PidNamespace, namespace_pids, pid_inside, unavailable
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid, table
 
@@ -47,21 +47,9 @@ ROOT = str(Path(__file__).resolve().parents[1])
 
 def hold_in_kernel(lab_home: Path, kernel_id: str, node: int) -> None:
     """Make the kernel open /dev/nvidia<node> and keep it open (as cuInit does)."""
-    from jupyter_client import BlockingKernelClient
-
-    client = BlockingKernelClient(connection_file=str(lab_home / f"kernel-{kernel_id}.json"))
-    client.load_connection_file()
-    client.start_channels()
-    try:
-        # Until a kernel_info reply and an IOPub message arrive: IOPub is a subscription, and
-        # what the kernel publishes before it is connected is lost. Without this a loaded
-        # machine lost the whole answer to the cell below and waited its 60 s out.
-        client.wait_for_ready(timeout=60)
-        reply = client.execute_interactive(
-            f"import os\n_nvd_node = os.open('/dev/nvidia{node}', os.O_RDWR)", timeout=60)
-        assert reply["content"]["status"] == "ok", reply["content"]
-    finally:
-        client.stop_channels()
+    reply = cell_reply(lab_home / f"kernel-{kernel_id}.json",
+                       f"import os\n_nvd_node = os.open('/dev/nvidia{node}', os.O_RDWR)")
+    assert reply["status"] == "ok", reply
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,10 @@ import ast
 import gc
 import importlib
 import os
+import signal
 import tempfile
+import threading
+import time
 import weakref
 from pathlib import Path
 
@@ -24,7 +27,7 @@ from tests.conftest import (
     recorded_durations,
 )
 from tests.support.browser import JUPYTERLAB_OWN_CONSOLE_ERRORS, jupyterlab_own_error
-from tests.support.jupyter import lab_environment
+from tests.support.jupyter import cell_reply, lab_environment
 from tests.support.servers import cli_server, in_process_server
 
 
@@ -52,6 +55,36 @@ def test_an_in_process_server_is_freed_when_it_stops() -> None:
     del server
     gc.collect()
     assert metrics() is None
+
+
+def test_a_cell_is_answered_by_a_kernel_a_busy_machine_left_unscheduled(tmp_path: Path) -> None:
+    # CI lost both container fixtures to "Kernel died before replying to kernel_info": the
+    # helper judged the kernel by its heartbeat, which calls one missed 1 s deadline death.
+    # Here the kernel is stopped (SIGSTOP, as an unscheduled process) for 3 s across the
+    # request: the cell still runs, and its reply is read once the kernel is back.
+    from jupyter_client import KernelManager
+
+    environment = lab_environment(str(tmp_path), str(tmp_path / "settings"), 0)
+    manager = KernelManager(connection_file=str(tmp_path / "kernel.json"))
+    manager.start_kernel(env=environment, cwd=str(tmp_path))
+    try:
+        ready = manager.client()
+        ready.start_channels()
+        ready.wait_for_ready(timeout=60)
+        ready.stop_channels()
+        kernel = manager.provisioner.pid  # type: ignore[union-attr]
+        os.kill(kernel, signal.SIGSTOP)
+        resume = threading.Timer(3, os.kill, (kernel, signal.SIGCONT))
+        resume.start()
+        asked = time.monotonic()
+        try:
+            reply = cell_reply(tmp_path / "kernel.json", "6 * 7")
+        finally:
+            resume.join()
+        assert reply["status"] == "ok", reply
+        assert time.monotonic() - asked >= 3  # answered after the stall, not before it
+    finally:
+        manager.shutdown_kernel(now=True)
 
 
 def test_jupyterlab_keeps_its_state_in_its_own_folder(tmp_path: Path) -> None:

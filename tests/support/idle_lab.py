@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from tests.support.jupyter import JupyterLab
+from tests.support.jupyter import JupyterLab, cell_reply
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
 
 GIB = 2**30
@@ -45,9 +45,14 @@ def connection_file(pid: int, kernel_id: str) -> Path:
 
 
 def run_cell(pid: int, kernel_id: str, code: str, wait: bool = True) -> None:
-    """Run ``code`` in the kernel; with ``wait``, until the kernel says it is done."""
+    """Run ``code`` in the kernel; with ``wait``, until its reply says it ran without error,
+    else until the kernel says it runs it."""
     from jupyter_client import BlockingKernelClient
 
+    if wait:
+        reply = cell_reply(connection_file(pid, kernel_id), code)
+        assert reply["status"] == "ok", reply
+        return
     client = BlockingKernelClient(connection_file=str(connection_file(pid, kernel_id)))
     client.load_connection_file()
     client.start_channels(hb=False)
@@ -56,13 +61,11 @@ def run_cell(pid: int, kernel_id: str, code: str, wait: bool = True) -> None:
         # and what the kernel publishes before it is connected is lost.
         client.wait_for_ready(timeout=60)
         msg_id = client.execute(code)
-        # Until it is done, or (not waiting) until the kernel says it runs it.
         while True:
             message = client.get_iopub_msg(timeout=60)
-            if message["parent_header"].get("msg_id") != msg_id \
-                    or message["msg_type"] != "status":
-                continue
-            if message["content"]["execution_state"] == ("idle" if wait else "busy"):
+            if message["parent_header"].get("msg_id") == msg_id \
+                    and message["msg_type"] == "status" \
+                    and message["content"]["execution_state"] == "busy":
                 break
     finally:
         client.stop_channels()

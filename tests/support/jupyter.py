@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.support.servers import free_port
 
@@ -176,3 +177,21 @@ def lab_with_processes(processes_file: object, simulate: int,
                  **(extra_env or {})}
         with jupyter_lab(simulate=simulate, extra_env=extra) as running:
             yield running
+
+
+def cell_reply(connection_file: Path, code: str, timeout: float = 60) -> dict[str, Any]:
+    """Run ``code`` in the kernel of ``connection_file``; the content of its execute_reply.
+
+    The answer is waited for on the shell channel, where a request is queued until the kernel
+    reads it: no IOPub subscription (whose messages are lost until it is connected) and no
+    heartbeat (whose 1 s deadline judges a kernel dead when a busy machine leaves it
+    unscheduled for a second) stands between the cell and its reply."""
+    from jupyter_client import BlockingKernelClient
+
+    client = BlockingKernelClient(connection_file=str(connection_file))
+    client.load_connection_file()
+    client.start_channels(iopub=False, stdin=False, hb=False, control=False)
+    try:
+        return client.execute(code, reply=True, timeout=timeout)["content"]
+    finally:
+        client.stop_channels()
