@@ -9,13 +9,17 @@ a child process of the kernel makes it ``busy`` while the kernel itself is idle 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.support.jupyter import JupyterLab, jupyter_lab
+from tests.support.idle_lab import answered_in_jupyter, connection_file, kernel_state
+from tests.support.jupyter import JupyterLab, cell_reply, jupyter_lab
+from tests.support.waiting import until
 from tests.test_lab_processes import NOTEBOOK, call, fork_child, kernel_pid
 
 pytestmark = pytest.mark.lab
@@ -76,7 +80,7 @@ def test_a_real_kernel_idle_busy_in_a_cell_and_idle_again(lab: JupyterLab,
         starting = wait_for(lab, kernel_id, lambda i: True, "listed")
         assert starting["state"] == "busy" and starting["figures"]["execution_state"] == \
             "starting", starting
-        client.kernel_info(reply=True, timeout=60)
+        answered_in_jupyter(lab, pid, kernel_id)
         first = wait_for(lab, kernel_id, lambda i: i["state"] == "idle", "idle")
         assert first["signal"] == "per-process SM samples" and first["held_bytes"] == 3 * GIB
         assert first["text"].startswith("held.ipynb holds 3.0 GiB on GPU 1 and has done no "
@@ -107,3 +111,28 @@ def test_a_real_kernel_idle_busy_in_a_cell_and_idle_again(lab: JupyterLab,
         psutil.Process(child).kill()
     finally:
         client.stop_channels()
+
+
+def test_a_kernel_whose_first_answer_jupyter_missed_is_still_seen_idle(lab: JupyterLab) -> None:
+    # Jupyter learns a kernel's state from status messages on its IOPub, and what the kernel
+    # publishes before Jupyter's subscription has joined is lost to it (loaded run S left a
+    # notebook "starting" for good). Here Jupyter is stopped (SIGSTOP, as an unscheduled
+    # process) from just after it launched the kernel until the kernel has answered a cell.
+    call(lab, "PUT", "api/contents/missed.ipynb", {"type": "notebook", "content": NOTEBOOK})
+    server = lab.process.pid
+    session = call(lab, "POST", "api/sessions", {"path": "missed.ipynb", "name": "missed.ipynb",
+                                                 "type": "notebook",
+                                                 "kernel": {"name": "python3"}})
+    os.kill(server, signal.SIGSTOP)
+    try:
+        kernel_id = session["kernel"]["id"]  # type: ignore[index]
+        pid = kernel_pid(lab, kernel_id)
+        assert cell_reply(connection_file(pid, kernel_id), "pass")["status"] == "ok"
+    finally:
+        os.kill(server, signal.SIGCONT)
+    try:
+        assert kernel_state(lab, kernel_id) == "starting"  # Jupyter read none of that
+        answered_in_jupyter(lab, pid, kernel_id)
+        until(lambda: kernel_state(lab, kernel_id) == "idle", "idle in Jupyter")
+    finally:
+        call(lab, "DELETE", f"api/sessions/{session['id']}")  # type: ignore[index]

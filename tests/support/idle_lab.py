@@ -14,6 +14,7 @@ from typing import Any
 import psutil
 
 from tests.support.jupyter import JupyterLab, cell_reply
+from tests.support.waiting import until
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
 
 GIB = 2**30
@@ -22,20 +23,40 @@ PLUGIN = "jupyterlab-nvdashboard:plugin"
 
 def start_notebook(lab: JupyterLab, name: str) -> tuple[str, int]:
     """A notebook with a running kernel that Jupyter knows to be idle, as once JupyterLab
-    has opened it: (kernel id, kernel PID). Jupyter says "starting" until the kernel has
-    answered a first request."""
+    has opened it: (kernel id, kernel PID)."""
     call(lab, "PUT", f"api/contents/{name}", {"type": "notebook", "content": NOTEBOOK})
     session = call(lab, "POST", "api/sessions", {"path": name, "name": name,
                                                  "type": "notebook",
                                                  "kernel": {"name": "python3"}})
     kernel_id = session["kernel"]["id"]  # type: ignore[index]
     pid = kernel_pid(lab, kernel_id)
-    run_cell(pid, kernel_id, "pass")
-    deadline = time.monotonic() + 60
-    while call(lab, "GET", f"api/kernels/{kernel_id}")["execution_state"] != "idle":  # type: ignore[index]
-        assert time.monotonic() < deadline, f"{name}'s kernel never idle in Jupyter"
-        time.sleep(0.2)
+    answered_in_jupyter(lab, pid, kernel_id)
+    until(lambda: kernel_state(lab, kernel_id) == "idle", f"{name}'s kernel idle in Jupyter")
     return kernel_id, pid
+
+
+def kernel_state(lab: JupyterLab, kernel_id: str) -> str:
+    """The kernel's execution state as Jupyter reports it."""
+    return call(lab, "GET", f"api/kernels/{kernel_id}")["execution_state"]  # type: ignore[index,return-value]
+
+
+def answered_in_jupyter(lab: JupyterLab, pid: int, kernel_id: str) -> None:
+    """Ask the kernel for its kernel_info, as JupyterLab does on connecting, until Jupyter
+    has read an answer: it says "starting" until it reads a status on the kernel's IOPub.
+    Jupyter subscribes to IOPub only once the kernel is ready, and what the kernel published
+    before that subscription joined is lost to it, so one request is not enough: a loaded
+    machine left a notebook "starting" for good (loaded run S)."""
+    from jupyter_client import BlockingKernelClient
+
+    client = BlockingKernelClient(connection_file=str(connection_file(pid, kernel_id)))
+    client.load_connection_file()
+    client.start_channels(iopub=False, stdin=False, hb=False, control=False)
+    try:
+        until(lambda: client.kernel_info(reply=True, timeout=60)
+              and kernel_state(lab, kernel_id) != "starting",
+              "Jupyter reads the kernel's answer", every_s=0.2)
+    finally:
+        client.stop_channels()
 
 
 def connection_file(pid: int, kernel_id: str) -> Path:
