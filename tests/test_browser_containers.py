@@ -19,6 +19,7 @@ import pytest
 from tests.support.browser import chromium, screenshot, watch
 from tests.support.jupyter import jupyter_lab
 from tests.support.pidns import PidNamespace, namespace_pids, unavailable
+from tests.support.waiting import until_ended
 from tests.test_browser_lab import dashboard_frame, open_lab, show_sidebar
 from tests.test_containers import ROOT, hold_in_kernel
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
@@ -79,8 +80,7 @@ def test_status_bar_kernels_and_shutdown_in_a_container() -> None:
                     page.wait_for_selector(".jp-Dialog", timeout=10_000)
                     assert "train.ipynb" in page.inner_text(".jp-Dialog")
                     page.click(".jp-Dialog .jp-mod-accept")
-                    if psutil.pid_exists(kernel):
-                        psutil.Process(kernel).wait(60)
+                    until_ended(kernel)
                     page.wait_for_selector(row, state="detached", timeout=30_000)
                     watched.assert_clean()
             finally:

@@ -21,12 +21,11 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.support.browser import chromium, screenshot, watch
 from tests.support.jupyter import lab_with_processes
-from tests.support.waiting import until
+from tests.support.waiting import until, until_ended
 from tests.test_browser_lab import dashboard_frame, open_lab, show_sidebar
 from tests.test_browser_lab_keyboard import STATUS_ITEM, tab_until
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
@@ -187,7 +186,7 @@ def test_the_sidebar_reads_at_a_glance(lab, processes_file) -> None:  # noqa: AN
         page.keyboard.press("Enter")
         page.wait_for_selector(".jp-Dialog", timeout=10_000)
         page.keyboard.press("Enter")  # the dialog's default button: Shut Down
-        psutil.Process(pid).wait(60) if psutil.pid_exists(pid) else None
+        until_ended(pid)
         page.wait_for_selector(rows["a.ipynb"], state="detached", timeout=30_000)
         page.wait_for_function(
             "() => document.activeElement?.getAttribute('aria-label') === "

@@ -43,6 +43,7 @@ from tests.support.idle_lab import (
     write_settings,
 )
 from tests.support.jupyter import lab_with_processes
+from tests.support.waiting import until_ended
 from tests.test_browser_lab import open_lab, show_sidebar
 from tests.test_lab_processes import call
 
@@ -136,8 +137,7 @@ def test_the_gpu_idle_cull(lab, processes_file: Path) -> None:  # noqa: ANN001
         while ids["x"] in running_kernels(lab):
             assert time.monotonic() < deadline, cull_state(lab)
             time.sleep(0.5)
-        psutil.Process(kernels["x"][1]).wait(60) if psutil.pid_exists(kernels["x"][1]) \
-            else None
+        until_ended(kernels["x"][1])
         [cull] = cull_state(lab)["culls"]
         assert cull["kernel_id"] == ids["x"] and cull["path"] == "x.ipynb", cull
         assert cull["told_s_ago"] >= GRACE_S, cull

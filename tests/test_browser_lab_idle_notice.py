@@ -27,7 +27,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.support.browser import chromium, screenshot, watch
@@ -44,6 +43,7 @@ from tests.support.idle_lab import (
     write_settings,
 )
 from tests.support.jupyter import lab_with_processes
+from tests.support.waiting import until_ended
 from tests.test_browser_lab import open_lab, show_sidebar
 
 pytestmark = [pytest.mark.browser, pytest.mark.lab]
@@ -177,7 +177,7 @@ def test_the_idle_notice(lab, processes_file: Path) -> None:  # noqa: ANN001
 
             # Shut down kernel: e.ipynb's kernel ends, and its row goes.
             toast_for(page, "e.ipynb").get_by_role("button", name="Shut down kernel").click()
-            psutil.Process(kernels["e"][1]).wait(60)
+            until_ended(kernels["e"][1])
             page.wait_for_selector(f'{SIDEBAR} [data-kernel-id="{ids["e"]}"]',
                                    state="detached", timeout=30_000)
             screenshot(page, "idle-notice-after-shutdown")

@@ -23,6 +23,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.support.browser import chromium, screenshot, watch
 from tests.support.jupyter import lab_with_processes
+from tests.support.waiting import until_ended
 from tests.test_browser_lab import dashboard_frame, open_lab
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
 
@@ -133,7 +134,7 @@ def test_keyboard_only_sidebar_dashboard_shutdown_and_stale(lab, processes_file)
         assert "train.ipynb" in page.inner_text(".jp-Dialog")
         screenshot(page, "lab-keyboard-shutdown-dialog")
         page.keyboard.press("Enter")  # the dialog's default button: Shut Down
-        psutil.Process(pid).wait(60) if psutil.pid_exists(pid) else None
+        until_ended(pid)
         page.wait_for_selector(row, state="detached", timeout=30_000)
         watched.assert_clean()
 

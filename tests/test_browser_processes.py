@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import time
 
-import psutil
 import pytest
 
 from tests.support.browser import chromium, screenshot, watch
 from tests.support.jupyter import jupyter_lab
+from tests.support.waiting import until_ended
 from tests.test_browser_lab import dashboard_frame, open_lab, show_sidebar
 from tests.test_lab_processes import (
     NOTEBOOK,
@@ -124,7 +124,7 @@ def test_status_bar_sidebar_kernels_and_process_table(lab, processes_file) -> No
         page.wait_for_selector(".jp-Dialog", timeout=10_000)
         assert "train.ipynb" in page.inner_text(".jp-Dialog")
         page.click(".jp-Dialog .jp-mod-accept")
-        psutil.Process(pid).wait(60) if psutil.pid_exists(pid) else None
+        until_ended(pid)
         page.wait_for_selector(row, state="detached", timeout=30_000)
         deletes = [u for u in unsafe if u[0] == "DELETE"]
         assert deletes and all(f"api/kernels/{kernel_id}" in u[1] and not u[2]

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from tests.support.jupyter import JupyterLab, jupyter_lab
+from tests.support.waiting import until_ended
 
 pytestmark = pytest.mark.lab
 
@@ -136,8 +137,7 @@ def test_notebooks_rename_and_shutdown(lab: JupyterLab, processes_file: Path) ->
 
         # Shut beta's kernel down: its row goes within two process passes of its exit.
         call(lab, "DELETE", f"api/sessions/{sessions['beta.ipynb']['id']}")
-        if psutil.pid_exists(beta_pid):
-            psutil.Process(beta_pid).wait(30)
+        until_ended(beta_pid, 30)
         exited_after = table(lab)["process_passes"]
         data = wait_for(lab, lambda d: beta_pid not in {r["pid"] for r in d["rows"]},
                         "beta's row gone")

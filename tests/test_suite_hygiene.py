@@ -11,12 +11,15 @@ import gc
 import importlib
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 import weakref
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import (
@@ -29,6 +32,7 @@ from tests.conftest import (
 from tests.support.browser import JUPYTERLAB_OWN_CONSOLE_ERRORS, jupyterlab_own_error
 from tests.support.jupyter import cell_reply, lab_environment
 from tests.support.servers import cli_server, in_process_server
+from tests.support.waiting import until_ended
 
 
 def test_the_session_uses_a_temp_folder_of_its_own() -> None:
@@ -85,6 +89,19 @@ def test_a_cell_is_answered_by_a_kernel_a_busy_machine_left_unscheduled(tmp_path
         assert time.monotonic() - asked >= 3  # answered after the stall, not before it
     finally:
         manager.shutdown_kernel(now=True)
+
+
+def test_waiting_for_a_process_to_end_holds_when_it_already_has() -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    until_ended(gone.pid)  # psutil.Process(pid) alone raises NoSuchProcess (loaded run T)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        with pytest.raises(psutil.TimeoutExpired):
+            until_ended(sleeper.pid, 0.2)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test_jupyterlab_keeps_its_state_in_its_own_folder(tmp_path: Path) -> None:

@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+import psutil
+
 T = TypeVar("T")
 
 
@@ -20,3 +22,13 @@ def until(condition: Callable[[], T], what: str, seconds: float = 60.0,
             return value
         time.sleep(every_s)
     raise AssertionError(f"not within {seconds:g} s: {what}")
+
+
+def until_ended(pid: int, seconds: float = 60.0) -> None:
+    """Until process ``pid`` has ended, at once if it already has; psutil.TimeoutExpired
+    after ``seconds``. A process can end between any check and ``psutil.Process(pid)``,
+    which then raises: a loaded run lost the idle-notice test to that (loaded run T)."""
+    try:
+        psutil.Process(pid).wait(seconds)
+    except psutil.NoSuchProcess:
+        pass
