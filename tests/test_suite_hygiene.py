@@ -61,7 +61,8 @@ def test_an_in_process_server_is_freed_when_it_stops() -> None:
     assert metrics() is None
 
 
-def test_a_cell_is_answered_by_a_kernel_a_busy_machine_left_unscheduled(tmp_path: Path) -> None:
+def test_a_cell_is_answered_by_a_kernel_a_busy_machine_left_unscheduled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # CI lost both container fixtures to "Kernel died before replying to kernel_info": the
     # helper judged the kernel by its heartbeat, which calls one missed 1 s deadline death.
     # Here the kernel is stopped (SIGSTOP, as an unscheduled process) for 3 s across the
@@ -69,6 +70,8 @@ def test_a_cell_is_answered_by_a_kernel_a_busy_machine_left_unscheduled(tmp_path
     from jupyter_client import KernelManager
 
     environment = lab_environment(str(tmp_path), str(tmp_path / "settings"), 0)
+    # Finding the kernel's spec makes IPython's folder, in the home unless told otherwise.
+    monkeypatch.setenv("IPYTHONDIR", environment["IPYTHONDIR"])
     manager = KernelManager(connection_file=str(tmp_path / "kernel.json"))
     manager.start_kernel(env=environment, cwd=str(tmp_path))
     try:
