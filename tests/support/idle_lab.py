@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from tests.support.jupyter import JupyterLab, cell_reply
+from tests.support.jupyter import JupyterLab, cell_reply, shell_client
 from tests.support.waiting import until
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
 
@@ -46,17 +46,10 @@ def answered_in_jupyter(lab: JupyterLab, pid: int, kernel_id: str) -> None:
     Jupyter subscribes to IOPub only once the kernel is ready, and what the kernel published
     before that subscription joined is lost to it, so one request is not enough: a loaded
     machine left a notebook "starting" for good (loaded run S)."""
-    from jupyter_client import BlockingKernelClient
-
-    client = BlockingKernelClient(connection_file=str(connection_file(pid, kernel_id)))
-    client.load_connection_file()
-    client.start_channels(iopub=False, stdin=False, hb=False, control=False)
-    try:
+    with shell_client(connection_file(pid, kernel_id)) as client:
         until(lambda: client.kernel_info(reply=True, timeout=60)
               and kernel_state(lab, kernel_id) != "starting",
               "Jupyter reads the kernel's answer", every_s=0.2)
-    finally:
-        client.stop_channels()
 
 
 def connection_file(pid: int, kernel_id: str) -> Path:

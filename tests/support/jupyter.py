@@ -179,19 +179,26 @@ def lab_with_processes(processes_file: object, simulate: int,
             yield running
 
 
-def cell_reply(connection_file: Path, code: str, timeout: float = 60) -> dict[str, Any]:
-    """Run ``code`` in the kernel of ``connection_file``; the content of its execute_reply.
+@contextmanager
+def shell_client(connection_file: Path) -> Iterator[Any]:
+    """A client of the kernel of ``connection_file`` on its shell channel alone.
 
-    The answer is waited for on the shell channel, where a request is queued until the kernel
-    reads it: no IOPub subscription (whose messages are lost until it is connected) and no
-    heartbeat (whose 1 s deadline judges a kernel dead when a busy machine leaves it
-    unscheduled for a second) stands between the cell and its reply."""
+    A request there is queued until the kernel reads it, and its reply waited for: no IOPub
+    subscription (whose messages are lost until it is connected) and no heartbeat (whose
+    1 s deadline judges a kernel dead when a busy machine leaves it unscheduled for a
+    second) stands between a request and its reply."""
     from jupyter_client import BlockingKernelClient
 
     client = BlockingKernelClient(connection_file=str(connection_file))
     client.load_connection_file()
     client.start_channels(iopub=False, stdin=False, hb=False, control=False)
     try:
-        return client.execute(code, reply=True, timeout=timeout)["content"]
+        yield client
     finally:
         client.stop_channels()
+
+
+def cell_reply(connection_file: Path, code: str, timeout: float = 60) -> dict[str, Any]:
+    """Run ``code`` in the kernel of ``connection_file``; the content of its execute_reply."""
+    with shell_client(connection_file) as client:
+        return client.execute(code, reply=True, timeout=timeout)["content"]
