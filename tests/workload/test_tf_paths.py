@@ -1,26 +1,27 @@
-"""TensorFlow paths: plugin correctness against dense Adam and the NumPy reference."""
+"""TensorFlow paths: plugin correctness against dense Adam and the NumPy reference.
+
+TensorFlow is imported when the first test here runs (the ``tf`` fixture), and so are the
+workload modules that import it, not when the file is collected: importing it costs 5 s of
+CPU, and every pytest-xdist worker collects this file while only one of them runs it.
+"""
 
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+from jupyterlab_nvdashboard.workload.config import make_config
+from jupyterlab_nvdashboard.workload.data import initial_table, make_pool
+from jupyterlab_nvdashboard.workload.xp_path import ArrayTrainer
 
-from jupyterlab_nvdashboard.workload.config import make_config  # noqa: E402
-from jupyterlab_nvdashboard.workload.data import initial_table, make_pool  # noqa: E402
-from jupyterlab_nvdashboard.workload.plugin import (  # noqa: E402
-    SparseAdam,
-    SparseEmbedding,
-    embedding_lookup,
-    placed_on_gpu,
-)
-from jupyterlab_nvdashboard.workload.tf_paths import (  # noqa: E402
-    TFTrainer,
-    initial_table_variable,
-)
-from jupyterlab_nvdashboard.workload.xp_path import ArrayTrainer  # noqa: E402
+
+@pytest.fixture(scope="module", autouse=True)
+def tf():
+    return pytest.importorskip("tensorflow")
 
 
 def _train_plugin(initial, batches, weights, dense_fraction=0.5, keys=None):
+    import tensorflow as tf
+
+    from jupyterlab_nvdashboard.workload.plugin import SparseAdam, SparseEmbedding, embedding_lookup
     emb = SparseEmbedding(initial, keys=keys)
     opt = SparseAdam(learning_rate=0.01, dense_update_fraction=dense_fraction)
     for ids, w in zip(batches, weights, strict=True):
@@ -43,7 +44,7 @@ def _batches(rng, vocab, steps, always):
 
 
 @pytest.mark.parametrize("dense_fraction", [1.0, 0.0])
-def test_sparse_adam_matches_dense_adam_on_rows_touched_every_step(dense_fraction):
+def test_sparse_adam_matches_dense_adam_on_rows_touched_every_step(dense_fraction, tf):
     import keras
 
     rng = np.random.default_rng(0)
@@ -77,6 +78,7 @@ def test_lazy_semantics_and_dense_update_agree():
 
 
 def test_arbitrary_int64_keys_via_searchsorted():
+    from jupyterlab_nvdashboard.workload.plugin import SparseEmbedding, embedding_lookup
     keys = np.array([10**12, -5, 42, 7], dtype=np.int64)
     initial = np.arange(16, dtype=np.float32).reshape(4, 4)
     emb = SparseEmbedding(initial, keys=keys)
@@ -88,7 +90,8 @@ def test_arbitrary_int64_keys_via_searchsorted():
         embedding_lookup(emb, np.array([3], dtype=np.int64))
 
 
-def test_plugin_clear_errors():
+def test_plugin_clear_errors(tf):
+    from jupyterlab_nvdashboard.workload.plugin import SparseEmbedding, embedding_lookup
     emb = SparseEmbedding(np.zeros((8, 4), np.float32))
     cases = [
         (np.array([1, 8]), "outside the vocabulary"),
@@ -114,6 +117,7 @@ def test_plugin_matches_numpy_reference_for_20_steps(vocabulary):
     # matmuls vs NumPy BLAS, segment sums), so float32 would drift by ~1e-6 per step and
     # hide real differences. In float64 agreement is ~1e-15, so 1e-10 leaves no slack for
     # a wrong formula (the Keras learning rate rounded to float32 alone would show ~1e-8).
+    from jupyterlab_nvdashboard.workload.tf_paths import TFTrainer
     cfg = make_config("ci", dtype="float64", vocabulary=vocabulary)
     pool = make_pool(cfg)
     ref, tf_plugin = ArrayTrainer(cfg, pool), TFTrainer("plugin", cfg, pool)
@@ -127,6 +131,7 @@ def test_plugin_matches_numpy_reference_for_20_steps(vocabulary):
 
 @pytest.mark.parametrize("path", ["native", "native-dense", "hashtable", "plugin"])
 def test_every_tf_path_trains(path):
+    from jupyterlab_nvdashboard.workload.tf_paths import TFTrainer
     cfg = make_config("ci")
     trainer = TFTrainer(path, cfg, make_pool(cfg))
     losses = [trainer.step(i) for i in range(40)]
@@ -134,6 +139,7 @@ def test_every_tf_path_trains(path):
 
 
 def test_embedding_mode_runs():
+    from jupyterlab_nvdashboard.workload.tf_paths import TFTrainer
     cfg = make_config("ci")
     trainer = TFTrainer("plugin", cfg, make_pool(cfg), mode="embedding")
     first, later = trainer.step(0), [trainer.step(i) for i in range(1, 10)]
@@ -141,6 +147,7 @@ def test_embedding_mode_runs():
 
 
 def test_out_of_vocab_pool_is_rejected():
+    from jupyterlab_nvdashboard.workload.tf_paths import TFTrainer
     cfg = make_config("ci")
     pool = make_pool(cfg)
     pool.keys[0][0, 0, 0] = cfg.vocabulary
@@ -149,6 +156,8 @@ def test_out_of_vocab_pool_is_rejected():
 
 
 def test_table_filled_in_chunks_equals_the_whole_table_and_trains_in_place() -> None:
+    from jupyterlab_nvdashboard.workload.plugin import SparseEmbedding
+    from jupyterlab_nvdashboard.workload.tf_paths import initial_table_variable
     cfg = make_config("ci", vocabulary=1000)
     table = initial_table_variable(cfg, "t", chunk=300)  # three whole chunks and a part
     np.testing.assert_array_equal(table.numpy(), initial_table(cfg))
@@ -159,10 +168,12 @@ def test_table_filled_in_chunks_equals_the_whole_table_and_trains_in_place() -> 
 
 
 @pytest.mark.parametrize("dense_fraction", [1.0, 0.0])  # sparse and masked-dense updates
-def test_table_looked_up_twice_in_a_step_matches_dense_adam(dense_fraction):
+def test_table_looked_up_twice_in_a_step_matches_dense_adam(dense_fraction, tf):
     # Two lookups of one table give one IndexedSlices per lookup, concatenated: row 3
     # appears in both. Dense Adam sees the summed gradient; so must SparseAdam.
     import keras
+
+    from jupyterlab_nvdashboard.workload.plugin import SparseAdam, SparseEmbedding, embedding_lookup
 
     rng = np.random.default_rng(2)
     vocab = 40
@@ -194,6 +205,9 @@ def test_table_looked_up_twice_in_a_step_matches_dense_adam(dense_fraction):
 
 def _ops_run_by_traced_step(emb):
     """Op types of the graph that ``tf.function`` builds for a lookup and its gradient."""
+    import tensorflow as tf
+
+    from jupyterlab_nvdashboard.workload.plugin import embedding_lookup
 
     @tf.function(autograph=False)
     def step(ids):
@@ -211,6 +225,7 @@ def _ops_run_by_traced_step(emb):
 
 def test_gradient_kernel_follows_the_tables_placement_inside_tf_function():
     # While tracing, dy.device is "": the choice must come from where the table lives.
+    from jupyterlab_nvdashboard.workload.plugin import SparseEmbedding, placed_on_gpu
     assert placed_on_gpu("/job:localhost/replica:0/task:0/device:GPU:0")
     assert not placed_on_gpu("/job:localhost/replica:0/task:0/device:CPU:0")
     assert not placed_on_gpu("")
@@ -231,7 +246,8 @@ def test_gradient_kernel_follows_the_tables_placement_inside_tf_function():
 
 
 @pytest.mark.gpu
-def test_table_on_a_real_gpu_runs_unsorted_segment_sum_on_it():
+def test_table_on_a_real_gpu_runs_unsorted_segment_sum_on_it(tf):
+    from jupyterlab_nvdashboard.workload.plugin import SparseEmbedding
     if not tf.config.list_physical_devices("GPU"):
         pytest.skip("TensorFlow sees no GPU")
     with tf.device("/GPU:0"):
@@ -241,7 +257,8 @@ def test_table_on_a_real_gpu_runs_unsorted_segment_sum_on_it():
     assert "UnsortedSegmentSum" in ops and not {"DenseBincount", "Bincount"} & ops
 
 
-def test_tf_trainer_sets_and_reports_tf32_from_the_config():
+def test_tf_trainer_sets_and_reports_tf32_from_the_config(tf):
+    from jupyterlab_nvdashboard.workload.tf_paths import TFTrainer
     cfg = make_config("ci", tf32=False)
     try:
         trainer = TFTrainer("plugin", cfg, make_pool(cfg))
