@@ -13,6 +13,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,6 +71,18 @@ def pytest_testnodedown(node: object, error: object) -> None:
     left = getattr(node, "workeroutput", {}).get("leftovers", [])
     config: pytest.Config = node.config  # type: ignore[attr-defined]
     config.stash.setdefault(WORKER_LEFTOVERS, []).extend(left)
+
+
+# Libraries no test module may import when it is collected: every pytest-xdist worker
+# collects every file, so each worker would pay for the import (TensorFlow: 5 s of CPU),
+# where only the worker that runs the file needs it.
+KEPT_OUT_OF_COLLECTION = ("tensorflow", "torch")
+IMPORTED_AT_COLLECTION = pytest.StashKey[list[str]]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    session.config.stash[IMPORTED_AT_COLLECTION] = [
+        name for name in KEPT_OUT_OF_COLLECTION if name in sys.modules]
 
 
 @pytest.fixture(scope="module")

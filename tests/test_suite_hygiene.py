@@ -2,7 +2,8 @@
 the JupyterLab helper keeps every Jupyter and IPython folder inside its temporary home, the
 session's temp folder is its own (tests/conftest.py), and a browser test ignores a console
 error only when it is named in one list and comes from JupyterLab's own code. The workers
-are handed the longest files first, in the order the suite chose."""
+are handed the longest files first, in the order the suite chose, and collecting a file
+imports no heavy library (each worker collects every file)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import psutil
 import pytest
 
 from tests.conftest import (
+    IMPORTED_AT_COLLECTION,
     SESSION_TEMP,
     SYSTEM_TEMP,
     leftovers,
@@ -197,3 +199,10 @@ def test_pytest_xdist_keeps_the_suites_order(request: pytest.FixtureRequest) -> 
     # By default pytest-xdist sorts the files by how many tests they hold, so a file of one
     # long test (a cluster, a lab) went out last and held one worker after the others ended.
     assert request.config.getoption("loadscopereorder") is False
+
+
+def test_collecting_the_suite_imports_neither_tensorflow_nor_torch(
+    request: pytest.FixtureRequest,
+) -> None:
+    # Each worker collects every file: a module-level import there is paid once a worker.
+    assert request.config.stash[IMPORTED_AT_COLLECTION] == []
