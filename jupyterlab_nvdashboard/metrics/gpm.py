@@ -109,7 +109,8 @@ class GpmReader:
         now = nvml.clock()
         if self._latest is None or now - self._last_pass >= self.every_s:
             self._last_pass = now
-            self._latest = {device.facts.index: self._read_device(device) for device in devices}
+            self._latest = {device.facts.index: self._read_device(device, now)
+                            for device in devices}
         return self._latest
 
     def _forget(self) -> None:
@@ -163,7 +164,7 @@ class GpmReader:
             _, error = self.session.invoke("nvmlGpmMigSampleGet", parent.handle, instance, buffer)
         return error
 
-    def _read_device(self, device: Device) -> GpmReading:
+    def _read_device(self, device: Device, now: float) -> GpmReading:
         index = device.facts.index
         if device.lost or index in self._refused or not self._supported(device):
             self._drop(index)
@@ -193,6 +194,8 @@ class GpmReader:
             value = float(metric.value)
             if metric.nvmlReturn == self.session.success_code and math.isfinite(value):
                 values[field] = max(0.0, value) * GPM_METRICS[field][1]
+        # Where the PCIe counters are too narrow to rate (links.py), these are its PCIe rates.
+        device.gpm_pcie = (now, values["pcie_tx_bytes_per_s"], values["pcie_rx_bytes_per_s"])
         return GpmReading(**values)
 
     def _failed(self, device: Device, error: Any) -> None:

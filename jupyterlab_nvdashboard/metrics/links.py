@@ -7,6 +7,12 @@ GPU has no PCIe counter fields (drivers before R555), ``read_snapshots`` takes a
 slow thread, and ``read`` reports it marked as a snapshot; the counters are tried again
 every ``PCIE_REPROBE_S``. An NVLink total with a link whose rate is unknown is unknown
 (``rates.total``, the one rule for a sum with unknown parts).
+
+PCIe counters that answer 32 bits wide give no rate: on an H200 (driver 580) they wrap
+about every 72 ms at the link's full rate, several times between two reads, so a rate taken
+from them was a seventh of the real one (``benchmarks/pcie_counters_probe.py``). A GPU with
+GPM then reports GPM's PCIe rates (``gpm.py`` leaves the newest on the device, once a
+second), with no NVML call of its own; one without GPM takes the snapshot.
 """
 
 from __future__ import annotations
@@ -57,13 +63,20 @@ class LinkReader:
         tx, rx = (s.constant("NVML_FI_DEV_PCIE_COUNT_TX_BYTES"),
                   s.constant("NVML_FI_DEV_PCIE_COUNT_RX_BYTES"))
         device.pcie_reprobe_at = (s.clock() if now is None else now) + PCIE_REPROBE_S
+        narrow = False
         if tx is not None and rx is not None:
             values = s.fields(device, [tx, rx])
             if values and all(s.succeeded(value) for value in values):
-                device.pcie_counters = (tx, rx)
-                device.unavailable.pop("pcie", None)
-                return
+                narrow = any(field_reading(value)[3] <= 32 for value in values)
+                if not narrow:
+                    device.pcie_counters = (tx, rx)
+                    device.unavailable.pop("pcie", None)
+                    return
         device.pcie_counters = None
+        device.pcie_from_gpm = narrow and bool(device.facts.gpm_supported)
+        if device.pcie_from_gpm:
+            device.unavailable.pop("pcie", None)
+            return
         tx_kind = s.constant("NVML_PCIE_UTIL_TX_BYTES")
         device.pcie_snapshot_supported = not device.skips("nvmlDeviceGetPcieThroughput", tx_kind)
         if not device.pcie_snapshot_supported:
@@ -131,7 +144,7 @@ class LinkReader:
         tx_kind, rx_kind = s.constant("NVML_PCIE_UTIL_TX_BYTES"), \
             s.constant("NVML_PCIE_UTIL_RX_BYTES")
         for device in devices:
-            if device.lost or device.pcie_counters is not None or \
+            if device.lost or device.pcie_counters is not None or device.pcie_from_gpm or \
                     not device.pcie_snapshot_supported or tx_kind is None or rx_kind is None:
                 continue
             last, started = device.pcie_snapshot, s.clock()
@@ -179,10 +192,10 @@ class LinkReader:
                         values[0][2], values[1][2])
             values = None if values is None else values[2:]
         else:
-            snapshot = device.pcie_snapshot
-            fresh = snapshot is not None and now - snapshot[0] <= PCIE_SNAPSHOT_STALE_S
-            if fresh and snapshot:
-                pcie = (snapshot[1], snapshot[2], True, None, None)
+            latest = device.gpm_pcie if device.pcie_from_gpm else device.pcie_snapshot
+            fresh = latest is not None and now - latest[0] <= PCIE_SNAPSHOT_STALE_S
+            if fresh and latest:
+                pcie = (latest[1], latest[2], not device.pcie_from_gpm, None, None)
         nvlink: NvlinkReading = (None, None, None)
         if fields is not None and values is not None:
             per_link = (device.facts.nvlink_max_bytes_per_s or 0) / max(1, len(links)) or None

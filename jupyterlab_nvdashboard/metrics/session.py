@@ -102,6 +102,9 @@ class Device:
     pcie_snapshot_supported: bool = False
     pcie_reprobe_at: float = 0.0
     pcie_snapshot: tuple[float, float | None, float | None] | None = None  # (monotonic, tx, rx)
+    # The PCIe counters answer 32 bits wide and the GPU has GPM: its PCIe rates (links.py).
+    pcie_from_gpm: bool = False
+    gpm_pcie: tuple[float, float | None, float | None] | None = None  # (monotonic, tx, rx)
     nvlink_fields: NvlinkFields | None = None
     # What will not start answering: a function the binding lacks (its name), or one call
     # that answered NOT_SUPPORTED ((function, arguments)): one unsupported clock domain or

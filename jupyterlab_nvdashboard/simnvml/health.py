@@ -18,7 +18,8 @@ What they answer, and where that comes from:
 
   so SM activity stays well below utilization, as it does for real workloads that leave
   SMs idle while a kernel is resident. PCIe and NVLink rates are the byte counters' own
-  growth over ``[t1, t2]`` (the same counters as the field values), in MiB/s. A GPU instance
+  growth over ``[t1, t2]`` (the same counters as the field values, never wrapped: GPM's are
+  its own, however narrow the fields), in MiB/s. A GPU instance
   answers ``NVML_ERROR_NOT_SUPPORTED`` for the interconnect metrics (they belong to the GPU).
 - **Health.** Clocks: SM ``max * (0.55 + 0.45 L)``, memory at its maximum; P0 under load,
   P8 when idle (``L < 0.05``). One GPU throttles (GPU 1, or GPU 0 alone): its SM clock is
@@ -217,16 +218,14 @@ class HealthSimulation:
             active = [link for link in range(gpu.model.nvlink_link_count)
                       if link not in gpu.model.nvlink_down]
             counters = {
-                "NVML_GPM_METRIC_PCIE_TX_PER_SEC": self._pcie_bytes(gpu, 0),
-                "NVML_GPM_METRIC_PCIE_RX_PER_SEC": self._pcie_bytes(gpu, 1),
+                # GPM keeps its own wide counters: the field values' width is not its.
+                "NVML_GPM_METRIC_PCIE_TX_PER_SEC": self._pcie_bytes(gpu, 0, wide=True),
+                "NVML_GPM_METRIC_PCIE_RX_PER_SEC": self._pcie_bytes(gpu, 1, wide=True),
                 "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC": sum(
                     self._nvlink_bytes(gpu, 0, link) for link in active),
                 "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC": sum(
                     self._nvlink_bytes(gpu, 1, link) for link in active),
             }
-            if self.profile.pcie_counter_bits < 64:  # GPM keeps its own wide counters
-                counters.pop("NVML_GPM_METRIC_PCIE_TX_PER_SEC")
-                counters.pop("NVML_GPM_METRIC_PCIE_RX_PER_SEC")
         played = {}
         if self.scenario is not None and instance is None:
             played = {C[metric]: self.scenario.integral(gpu.index, gpu.model, figure, now)

@@ -634,14 +634,16 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         peak = 8e9 if direction == 0 else 12e9
         return peak * _wave(self._elapsed(), 11.0 + direction, gpu.index)
 
-    def _pcie_bytes(self, gpu: _Gpu, direction: int) -> int:
+    def _pcie_bytes(self, gpu: _Gpu, direction: int, wide: bool = False) -> int:
+        """The PCIe byte counter, as wide as the profile's field (``wide``: never wrapped,
+        as GPM counts)."""
         if self.scenario is not None:
             moved = int(self._played_total(gpu, _PCIE_FIGURES[direction]))
         else:
             peak = 8e9 if direction == 0 else 12e9
             moved = int(peak * _wave_integral(self._elapsed(), 11.0 + direction, gpu.index))
         counted = self.profile.pcie_counter_start + moved
-        return counted % (1 << self.profile.pcie_counter_bits)
+        return counted if wide else counted % (1 << self.profile.pcie_counter_bits)
 
     def _pcie_link_now(self, gpu: _Gpu) -> tuple[int, int]:
         """The link as trained now: the model's maximum unless the scenario trains it down."""

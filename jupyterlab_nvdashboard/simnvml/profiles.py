@@ -122,7 +122,8 @@ PROFILES: dict[str, Profile] = {profile.name: profile for profile in (
             "470.256.02", (GEFORCE,)),
     Profile("vgpu", "vGPU guest: utilization and memory only", "550.127.05",
             (VGPU,)),
-    Profile("wrap32", "PCIe byte counters 32 bits wide that wrap between two ticks",
+    Profile("wrap32", "PCIe byte counters 32 bits wide, as an H200 answered them on driver "
+            "580: they wrap more than once between two reads at a busy link's rate",
             "570.133.20", (H200,), pcie_counter_bits=32,
             pcie_counter_start=2**32 - 200_000_000),
     Profile("h100-mig", "H100 with MIG enabled (3g.40gb, 2g.20gb): GPM per GPU instance",
