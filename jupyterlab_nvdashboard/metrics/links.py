@@ -9,10 +9,11 @@ every ``PCIE_REPROBE_S``. An NVLink total with a link whose rate is unknown is u
 (``rates.total``, the one rule for a sum with unknown parts).
 
 PCIe counters that answer 32 bits wide give no rate: on an H200 (driver 580) they wrap
-about every 72 ms at the link's full rate, several times between two reads, so a rate taken
-from them was a seventh of the real one (``benchmarks/pcie_counters_probe.py``). A GPU with
-GPM then reports GPM's PCIe rates (``gpm.py`` leaves the newest on the device, once a
-second), with no NVML call of its own; one without GPM takes the snapshot.
+about every 72 ms at the link's full rate, several times between two reads, so the rates
+taken from them were 8.0 and 0.25 GB/s for 55 GB/s copies (``gpu_truth.py``,
+``benchmarks/pcie_counters_probe.py``). A GPU with GPM then reports GPM's PCIe rates
+(``gpm.py`` leaves the newest on the device, once a second), with no NVML call of its own;
+one without GPM takes the snapshot.
 """
 
 from __future__ import annotations
