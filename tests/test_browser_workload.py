@@ -71,16 +71,21 @@ def test_a_first_run_shows_progress_then_its_verdict_above_the_fold(theme: str) 
         page.wait_for_function(
             f"""() => /timed iteration [0-9,]+ of {ITERATIONS:,} .*ETA [0-9]/.test(
                   ({MODEL_TEXT_JS})('workload-progress'))""", timeout=60_000)
-        # Drawn: waited for, since a loaded machine draws late.
-        page.wait_for_function(f"""() => ({BOXES_JS})('.nvd-progress').some(box =>
+        # Drawn: waited for, since a loaded machine draws late. The box is checked as the
+        # wait found it: the run is seconds long and may finish before anything read later
+        # (loaded run Y read "Finished" two frames after the wait had matched).
+        drawn = page.wait_for_function(f"""() => ({BOXES_JS})('.nvd-progress').find(box =>
             /timed iteration [0-9,]+ of {ITERATIONS:,} .*ETA [0-9]/.test(box.text))""",
-                               timeout=PAGE_WAIT_MS)
+                                       timeout=PAGE_WAIT_MS).json_value()
+        assert re.search(rf"timed iteration [\d,]+ of {ITERATIONS:,} .*ETA \d", drawn["text"])
+        assert_whole([drawn], "progress")
+        assert _on_screen(drawn), drawn
+        screenshot(page, f"workload-first-run-progress-{theme}")
+        # ... and once its layout has settled, whatever it says by then.
         next_frames(page)
         [progress] = page.evaluate(BOXES_JS, ".nvd-progress")
         assert_whole([progress], "progress")
         assert _on_screen(progress), progress
-        assert re.search(rf"timed iteration [\d,]+ of {ITERATIONS:,} .*ETA \d", progress["text"])
-        screenshot(page, f"workload-first-run-progress-{theme}")
 
         page.wait_for_function(
             f"() => ({MODEL_TEXT_JS})('workload-progress').includes('Finished')",
