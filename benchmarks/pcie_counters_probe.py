@@ -1,12 +1,14 @@
 """What NVML's PCIe readings say during a host-to-device and a device-to-host copy loop.
 
 ``gpu_truth.py`` found the reader's PCIe rates far below the copy loop's own bytes/s on an
-H200. This reads, every ``--every`` seconds while each loop runs on GPU 0, the three PCIe
-sources NVML has, straight from nvidia-ml-py (not through the reader):
+H200. This reads, every ``--every`` seconds while each loop runs on GPU 0, two of NVML's
+PCIe sources straight from nvidia-ml-py (not through the reader):
 
 * the byte counters ``NVML_FI_DEV_PCIE_COUNT_TX_BYTES`` / ``_RX_BYTES`` (field values), raw;
-* ``nvmlDeviceGetPcieThroughput`` (KB/s over a 20 ms sample);
-* GPM's ``NVML_GPM_METRIC_PCIE_TX_PER_SEC`` / ``_RX_PER_SEC`` (MiB/s), where supported.
+* ``nvmlDeviceGetPcieThroughput`` (KB/s over a 20 ms sample).
+
+The third, GPM's ``NVML_GPM_METRIC_PCIE_TX_PER_SEC`` / ``_RX_PER_SEC``, is what the reader
+reports where the counters are 32 bits wide; ``gpu_truth.py`` checks it through the reader.
 
 It also times a read of the two counters on the idle GPU (the reader makes one per GPU per
 tick). It prints each source's median rate per loop beside the loop's own bytes/s, and the raw
