@@ -53,6 +53,7 @@ from typing import Any
 from bokeh.application import Application
 from bokeh.application.handlers.function import FunctionHandler
 from bokeh.server.server import Server
+from bokeh.settings import settings as bokeh_settings
 from bokeh.util import logconfig as bokeh_logconfig
 from tornado.ioloop import IOLoop, PeriodicCallback
 from tornado.web import HTTPError
@@ -502,6 +503,11 @@ def make_server(config: Config, sources: DashboardSources,
     ``auth.GuardedHandler``) before it answers or upgrades to a websocket.
     """
     bokeh_patches.apply()
+    # Bokeh checks a document's models each time a page is opened, a fifth of the CPU an
+    # open costs (benchmarks/page_open_cost.py). Ours are built by code, the same every
+    # time: the suite checks every route's document under every profile instead
+    # (tests/test_profiles.py).
+    bokeh_settings.perform_document_validation.set_value(False)
     access = Access.for_config(config)
     listen: dict[str, Any] = (
         {"unix_socket": config.unix_socket} if config.unix_socket

@@ -14,6 +14,7 @@ import logging
 import time
 
 import pytest
+from bokeh.core.validation.check import check_integrity
 
 from jupyterlab_nvdashboard.apps.registry import ROUTES
 from jupyterlab_nvdashboard.metrics.binding import binding_loader, load_binding
@@ -23,7 +24,7 @@ from jupyterlab_nvdashboard.metrics.processes import ProcessReader
 from jupyterlab_nvdashboard.simnvml import SimulatedNvml, nvml_h
 from jupyterlab_nvdashboard.simnvml.profiles import PROFILES
 from tests.support.bindings import OLDEST, reader_over, release_params, wheel
-from tests.support.servers import get, in_process_server
+from tests.support.servers import RunningServer, get, in_process_server
 from tests.support.stream_client import count_live_frames
 
 NVLINK_ROUTES = {"/NVLink-Throughput", "/NVLink-Timeline"}
@@ -240,6 +241,16 @@ def test_binding_12_535_serves_nvlink_rates_on_an_nvlink_profile() -> None:
         assert any(row.split(",")[column] not in ("", "0", "0.0") for row in rows)
 
 
+def documents_with_issues(server: RunningServer) -> dict[str, object]:
+    """Bokeh's errors and warnings for each open page's document, by its title."""
+    found = {}
+    for session in server.server.get_sessions():  # type: ignore[attr-defined]
+        issues = check_integrity(list(session.document.models))
+        if issues.error or issues.warning:
+            found[session.document.title] = issues
+    return found
+
+
 @pytest.mark.parametrize("profile", list(PROFILES))
 @pytest.mark.parametrize("release", release_params())
 def test_server_on_each_profile_under_each_binding(
@@ -254,6 +265,8 @@ def test_server_on_each_profile_under_each_binding(
         assert set(index) == expected
         for route in ["/", *index]:
             assert get(server.url + route)[0] == 200, route
+        # The server leaves Bokeh's check of each document to this test.
+        assert server.on_loop(lambda: documents_with_issues(server)) == {}
         unlisted = {"processes"} if expected_process_function(
             release, PROFILES[profile].driver_major) is None else set()
 
