@@ -116,3 +116,19 @@ def test_fd_scan_cost_finds_its_holders_and_prints_each_pass() -> None:
     assert "4 holding a GPU node" in done.stdout, done.stdout
     for name in ("listing /proc alone", "steady pass", "full pass", "first pass"):
         assert name in done.stdout and "median" in done.stdout, done.stdout
+
+
+def test_page_open_cost_gives_each_route_a_figure(tmp_path: Path) -> None:
+    routes = ["/GPU-Utilization", "/GPU-Health"]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "page_open_cost.py"), "--opens", "2",
+         "--rounds", "1", "--routes", ",".join(routes)],
+        env={**os.environ, "OUT": str(tmp_path)}, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "page_open_cost.json").read_text())
+    assert list(report) == ["this tree"]
+    assert list(report["this tree"]) == routes
+    for route, figures in report["this tree"].items():
+        assert len(figures) == 1 and figures[0] > 0, route  # one round, CPU ms per open
+        assert f"| `{route}` |" in done.stdout
