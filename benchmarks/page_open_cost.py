@@ -19,41 +19,35 @@ serve is left out for that tree.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from contextlib import nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.dashboard_overhead import ServerUnderTest  # noqa: E402
+from benchmarks.dashboard_overhead import ServerUnderTest, served_routes  # noqa: E402
 from benchmarks.figures import write_json  # noqa: E402
 from benchmarks.revision import revision_worktree  # noqa: E402
-from tests.support.bokeh_client import TEST_TOKEN, auth_headers  # noqa: E402
-from tests.support.servers import wait_until_gpus_read  # noqa: E402
+from tests.support.servers import get  # noqa: E402
 
 IDLE_S = 3.0
 
 
 def request(url: str) -> None:
-    with urllib.request.urlopen(urllib.request.Request(url, headers=auth_headers()),
-                                timeout=60) as response:
-        response.read()
+    status, _ = get(url)
+    if status != 200:
+        raise RuntimeError(f"{url} answered {status}")
 
 
 def measure_tree(source: Path, routes: list[str] | None, opens: int) -> dict[str, float]:
     """Route -> the server's CPU ms per page request, on a server from ``source``."""
     server = ServerUnderTest(source, interval_s=0.2)
     try:
-        wait_until_gpus_read(server.url, TEST_TOKEN, server.process)
-        with urllib.request.urlopen(urllib.request.Request(
-                server.url + "/index.json", headers=auth_headers()), timeout=60) as answer:
-            served = list(json.loads(answer.read()))
+        served = list(served_routes(server.url))  # once the GPUs have been read
         for route in served:  # the first build of each route pays for lazy imports
             request(server.url + route)
         cpu, start = server.cpu_s(), time.monotonic()
