@@ -89,21 +89,29 @@ NEWEST_JS = """() => {
   }
   return out;
 }"""
-# The reasons panel (the figure with named rows) and the hover tooltip's text.
+# The reasons band (the band with named rows, drawn in the timelines' one figure) and the
+# hover tooltip's text.
 REASONS_BOX_JS = """() => {
   const views = [];
   const walk = (view) => { views.push(view);
-    for (const child of (view.child_views || [])) walk(child); };
+    const children = typeof view.children_views === 'function' ? view.children_views()
+      : (view.child_views || []);
+    for (const child of children) walk(child); };
   for (const view of Object.values(Bokeh.index)) walk(view);
-  const names = (axis) => { const o = axis.major_label_overrides;
-    return o instanceof Map ? [...o.values()] : Object.values(o || {}); };
-  const plot = views.find((v) => v.model.type === 'Figure' && names(v.model.left[0]).length);
-  const box = plot.el.getBoundingClientRect();
+  const plot = views.find((v) => v.model.type === 'Figure' &&
+                          v.model.above.some((a) => a.type === 'DatetimeAxis'));
+  const overlay = plot.model.elements[0];
+  const root = views.find((v) => v.model === overlay).shadow_el;
+  const band = [...root.querySelectorAll('[data-band]')].find(
+    (b) => b.querySelector('[data-row-label]'));
+  const box = band.querySelector('[data-band-lines]').getBoundingClientRect();
+  const canvas = plot.el.getBoundingClientRect();
   // Where the newest sample is drawn, on screen: the hover goes there.
   const times = plot.model.renderers[0].data_source.data.time;
   const newest = plot.frame.x_scale.compute(times[times.length - 1]);
   return {left: box.left, top: box.top, right: box.right, bottom: box.bottom,
-          newest_x: box.left + newest, labels: names(plot.model.left[0])};
+          newest_x: canvas.left + newest,
+          labels: [...band.querySelectorAll('[data-row-label]')].map((l) => l.textContent)};
 }"""
 TOOLTIP_JS = """() => {
   const texts = [];

@@ -532,11 +532,14 @@ def test_the_near_a_limit_chart_has_only_readings_where_higher_is_worse() -> Non
 
 
 @pytest.mark.parametrize("route", ["/GPU-Health", "/GPU-Activity"])
-def test_each_timeline_panel_draws_its_series_as_one_multiline(route: str) -> None:
-    """BokehJS updates every renderer of a source at each stream, shown or not (five glyph
-    views each): the streamed source has one renderer per panel (its unseen hover line), and
-    a panel's series, each in its colour and dash, are the rows of one MultiLine."""
+def test_timeline_panels_are_bands_of_one_figure_each_one_multiline(route: str) -> None:
+    """A repaint costs BokehJS per figure (its axes measured and painted) and per renderer
+    of the streamed source (five glyph views each, shown or not): every panel is a band of
+    one figure, each band's series, in their colours and dashes, are the rows of one
+    MultiLine mapped into the band's own slice, and the streamed source has one renderer,
+    the unseen hover line."""
     from bokeh.models import GlyphRenderer, MultiLine
+    from bokeh.plotting import figure
 
     metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=4, profile="mixed")),
                              environ={})
@@ -548,14 +551,22 @@ def test_each_timeline_panel_draws_its_series_as_one_multiline(route: str) -> No
     else:
         timeline = ActivityDashboard(sources, gpu_activity(metrics)).timeline
     assert timeline is not None
+    assert len(timeline.feed.panels) >= 4
+    assert len(list(timeline.root.select({"type": figure}))) == 1
     renderers = list(timeline.root.select({"type": GlyphRenderer}))
     streamed = [r for r in renderers if r.data_source is timeline.source]
-    assert len(streamed) == len(timeline.feed.panels)
-    multilines = [r for r in renderers if isinstance(r.glyph, MultiLine)]
+    assert len(streamed) == 1
+    multilines = {tuple(r.data_source.data["key"]): r for r in renderers
+                  if isinstance(r.glyph, MultiLine)}
     assert len(multilines) == len(timeline.feed.panels)
-    by_keys = {tuple(r.data_source.data["key"]): r.data_source.data for r in multilines}
+    slices = []
     for panel in timeline.feed.panels:
-        data = by_keys[tuple(series.key for series in panel.series)]
+        renderer = multilines[tuple(series.key for series in panel.series)]
+        data = renderer.data_source.data
         assert data["color"] == [series.color for series in panel.series]
         assert data["dash"] == [series.dash for series in panel.series]
+        slices.append((renderer.coordinates.y_target.start, renderer.coordinates.y_target.end))
+    assert all(bottom < top for bottom, top in slices)
+    for (_, top), (bottom, _) in zip(slices[1:], slices, strict=False):
+        assert top < bottom  # each band below the one before it, none overlapping
     assert sum(len(panel.series) for panel in timeline.feed.panels) > 2 * len(multilines)

@@ -22,9 +22,9 @@ import numpy as np
 from bokeh.events import Reset
 from bokeh.layouts import column, row
 from bokeh.models import (
-    CDSView,
     CheckboxButtonGroup,
     ColumnDataSource,
+    CoordinateMapping,
     CustomJS,
     CustomJSHover,
     DatetimeAxis,
@@ -50,7 +50,7 @@ from ..metrics.sampler import rows_total
 from ..stream.broadcaster import TIME_KEY
 from ..stream.downsample import bucket_seconds
 from ..stream.frames import Rows
-from .live import LiveView
+from .live import BandsView, LiveView
 
 GB = 1e9
 MB = 1e6
@@ -241,10 +241,11 @@ def lost_key(index: int) -> str:
     return f"gpu_lost_{index}"
 
 
-PANEL_HEIGHT = 120
-ROW_HEIGHT = 18  # a panel of rows: per named row
-TIME_AXIS_HEIGHT = 30
-TOOLS = "xpan,xwheel_zoom,reset"  # x only: every panel shares the time range
+BAND_HEIGHT = 100  # the lines of a band of values, in pixels
+ROW_HEIGHT = 18  # a band of rows: per named row
+BAND_GAP = 8  # below each band's lines, before the next band's heading
+HEADING_HEIGHT = 22  # one line of heading; the page's script measures the real height
+TOOLS = "xpan,xwheel_zoom,reset"  # x only: every band shares the time range
 # Timelines show 2 minutes by default; a picker offers the longer ones the history holds.
 TIMELINE_WINDOWS_S = (120.0, 600.0, 1800.0)
 # ... and, with a history store (store/), these, drawn from it before the history's start.
@@ -267,53 +268,85 @@ def window_label(seconds: float) -> str:
 
 
 HIDDEN_STYLE = "opacity:.4;text-decoration:line-through"
+SCALE_FRACTIONS = (1.0, 0.5, 0.0)  # where a band of values is labelled, bottom 0 to top 1
+
+
+def band_lines_height(panel: Panel) -> int:
+    return max(BAND_HEIGHT, ROW_HEIGHT * len(panel.y_labels))
+
+
+def scale_width(panels: Sequence[Panel]) -> int:
+    """The left margin that holds every band's scale: its numbers, or its rows' names."""
+    longest = max((len(label) for panel in panels for label in panel.y_labels), default=0)
+    return max(48, 7 * longest + 14)
 
 
 def panel_heading(panel: Panel) -> str:
-    """The panel's title and legend as HTML above its canvas.
+    """The band's title and legend as HTML over its top.
 
     Bokeh redraws an in-canvas legend on every update: with a legend in each of four
     panels, that was a third of the browser's CPU for /GPU-Resources
     (benchmarks/README.md). This text is laid out once; the page's script writes each
-    series' current value into its entry's ``<b>`` about once a second.
+    series' current value into its entry's ``<b>`` about once a second. Only the entries
+    take the pointer: the rest lets drags and the hover through to the chart under it.
     """
     value = "" if panel.y_labels else " <b></b>"  # a row number means nothing to a reader
     items = "".join(
         f"<span data-series='{series.key}' style='margin-right:1em;white-space:nowrap;"
-        f"cursor:pointer;{'' if series.visible else HIDDEN_STYLE}' title='click to hide or "
-        f"show{' this GPU on every chart' if series.gpu is not None else ''}'>"
+        f"cursor:pointer;pointer-events:auto;{'' if series.visible else HIDDEN_STYLE}' "
+        f"title='click to hide or show"
+        f"{' this GPU on every chart' if series.gpu is not None else ''}'>"
         f"<span style='display:inline-block;width:1.4em;vertical-align:middle;"
         f"border-top:2px {series.dash} {series.color}'></span> "
         f"{html.escape(series.label)}{value}</span>"
         for series in panel.series if series.in_legend
     )
-    return (f"<div style='font-size:12px;margin:0.4em 0 0 3.5em'>"
-            f"<b style='margin-right:1.2em'>{html.escape(panel.title)}</b>{items}</div>")
+    unit = (f"<span style='opacity:.7;margin-right:1.2em'>{html.escape(panel.y_label)}</span>"
+            if panel.y_label else "")
+    return (f"<div style='font-size:12px;padding:8px 0 2px'>"
+            f"<b style='margin-right:.6em'>{html.escape(panel.title)}</b>{unit}{items}</div>")
 
 
-# The hover of a panel of rows: for GPU number ``format``, the rows it is on at that time,
-# in words. (It formats the time column, which is never NaN: BokehJS prints a NaN value as
-# "NaN" without asking the formatter, and a row's column is NaN wherever it is off.)
-ROWS_HOVER_JS = """
-const i = special_vars.index;
-const on = rows[Number(format)].filter(([key]) => Number.isFinite((source.data[key] || [])[i]));
-return on.length ? on.map(([, name]) => name).join(", ") : "not available";
-"""
+def band_scale(panel: Panel, width: int) -> str:
+    """The names of a band's rows at their heights, or empty slots for its values at
+    ``SCALE_FRACTIONS``, which the page's script fills from the band's range."""
+    def label(bottom: float, text: str, attributes: str = "") -> str:
+        return (f"<span {attributes}style='position:absolute;left:0;width:{width - 6}px;"
+                f"text-align:right;font-size:11px;opacity:.8;white-space:nowrap;"
+                f"bottom:calc({100 * bottom:.2f}% - 7px)'>{html.escape(text)}</span>")
+
+    rows = len(panel.y_labels)
+    if rows:
+        return "".join(label((row + 0.5) / rows, name, "data-row-label ")
+                       for row, name in enumerate(panel.y_labels))
+    return "".join(label(fraction, "", f"data-scale='{fraction:g}' ")
+                   for fraction in SCALE_FRACTIONS)
 
 
-def rows_hover(panel: Panel, source: ColumnDataSource) -> tuple[list[tuple[str, str]],
-                                                                dict[str, CustomJSHover]]:
-    """Tooltips and formatters for a panel of rows: one line per GPU, its rows by name."""
+def bands_html(panels: Sequence[Panel], width: int) -> str:
+    """Every band's heading over its lines' place, stacked as the bands are in the canvas:
+    the page's script reads where each band's lines ended up (``data-band-lines``) and
+    draws them there, so a heading that wraps on a narrow page pushes its band down."""
+    return "<div data-bands>" + "".join(
+        f"<div data-band='{position}'><div style='margin-left:{width}px'>"
+        f"{panel_heading(panel)}</div>"
+        f"<div data-band-lines style='position:relative;height:{band_lines_height(panel)}px;"
+        f"margin-bottom:{BAND_GAP}px'>{band_scale(panel, width)}</div></div>"
+        for position, panel in enumerate(panels)) + "</div>"
+
+
+def band_hover(panel: Panel) -> dict[str, object]:
+    """What the hover says over a band: each series' value, or, for a band of rows, the
+    rows each GPU is on (its series are a GPU's rows, bottom to top)."""
+    if not panel.y_labels:
+        return {"values": [[series.key, series.label, panel.unit] for series in panel.series]}
     by_gpu: dict[int | None, list[Series]] = {}
     for series in panel.series:
         by_gpu.setdefault(series.gpu, []).append(series)
-    rows = [[[series.key, name] for series, name in zip(members, panel.y_labels,
-                                                         strict=False)]
-            for members in by_gpu.values()]
-    tooltips = [(members[0].label, f"@{{{TIME_KEY}}}{{{position}}}")
-                for position, members in enumerate(by_gpu.values())]
-    return tooltips, {f"@{{{TIME_KEY}}}": CustomJSHover(
-        args={"source": source, "rows": rows}, code=ROWS_HOVER_JS)}
+    return {"rows": [[members[0].label,
+                      [[series.key, name] for series, name in zip(members, panel.y_labels,
+                                                                    strict=False)]]
+                     for members in by_gpu.values()]}
 
 
 def row_offset(position: int, count: int) -> float:
@@ -321,19 +354,36 @@ def row_offset(position: int, count: int) -> float:
     return 0.0 if count < 2 else 0.6 * (position / (count - 1) - 0.5)
 
 
+# The hover's text, one line per series, from the page's script (live_client.js:
+# hoverText), which knows which band the pointer is over.
+HOVER_JS = """
+const live = Object.values(window.nvdashboardStreams || {}).find((s) => s.source === source);
+return live ? live.hoverText(special_vars) : "";
+"""
+HOVER_HTML = f"<div style='white-space:pre;font-size:12px'>@{{{TIME_KEY}}}{{band}}</div>"
+
+
 class Timeline:
-    """Stacked line charts that share one x-range following the newest sample.
+    """Line charts stacked as bands of one figure, under one time axis that follows the
+    newest sample.
+
+    Each panel is a band: its own value range mapped into a slice of the one canvas
+    (Bokeh's sub-coordinates), with its heading and scale as HTML laid over the canvas. A
+    repaint of a page is BokehJS painting each figure and measuring its axes; one figure
+    instead of one per panel cost /GPU-Health and /GPU-Activity about four fifths
+    (benchmarks/README.md).
 
     The tools a reader needs on a shared machine: a click on a legend entry hides that line
     (a GPU's entry hides that GPU on every chart of the page, through the GPU filter above
-    the charts); drag pans and the wheel zooms time on every chart at once, and the reset
-    tool follows the newest sample again. One time axis sits above the first chart.
+    the charts, and a band that shows only that GPU folds away); drag pans and the wheel
+    zooms time, and the reset tool follows the newest sample again; the hover names every
+    value of the band under the pointer.
 
     Nothing here changes after the page is built: the page's script streams rows into
-    ``source`` and moves the ranges itself. The ranges are ``Range1d`` and, like the plots
-    and the source, marked unsyncable, so nothing the browser changes goes back to the
-    server: not the ranges (a ``DataRange1d`` recomputed in the browser used to send a
-    PATCH-DOC five times a second per range), not a plot's ``inner_width`` after layout.
+    ``source``, moves the ranges and places the bands itself. The ranges are ``Range1d``
+    and, like the plot and the source, marked unsyncable, so nothing the browser changes
+    goes back to the server: not the ranges (a ``DataRange1d`` recomputed in the browser
+    used to send a PATCH-DOC five times a second per range), not the plot's size.
     """
 
     def __init__(self, feed: TimelineFeed, windows_s: Sequence[float],
@@ -347,81 +397,81 @@ class Timeline:
                                         **{lost_key(index): [] for index in feed.gpu_rows}},
                                        syncable=False)
         self.x_range = Range1d(0, 1, syncable=False)
+        width = scale_width(feed.panels)
+        # Where the bands start, in pixels from the canvas's bottom, until the page's script
+        # measures the headings: the canvas's y-range is its height in pixels.
+        extents = [HEADING_HEIGHT + band_lines_height(panel) + BAND_GAP
+                   for panel in feed.panels]
+        height = sum(extents)
+        frame_range = Range1d(0, height, syncable=False)
+        time_ticker = DatetimeTicker()
+        plot = figure(x_axis_type=None, y_axis_type=None, x_range=self.x_range,
+                      y_range=frame_range, title=None, frame_height=height,
+                      min_border_left=width, min_border_bottom=0,
+                      sizing_mode="stretch_width", toolbar_location="right",
+                      tools=TOOLS, active_drag="xpan", active_scroll="xwheel_zoom",
+                      syncable=False)
+        plot.toolbar.autohide = True
+        plot.toolbar.logo = None
+        plot.add_layout(Grid(dimension=0, ticker=time_ticker))
+        # Each band's scale lines, which the page's script places with the bands.
+        plot.add_layout(Grid(dimension=1, ticker=FixedTicker(ticks=[], syncable=False),
+                            name="band-grid", syncable=False))
+        # One time axis, above the bands, so it is on screen however tall the page.
+        plot.add_layout(DatetimeAxis(ticker=time_ticker), "above")
+        # The page's script follows the newest sample again after a reset.
+        plot.js_on_event(Reset, CustomJS(code=FOLLOW_AGAIN_JS))
+        # An unseen line along the bottom answers the hover at every time (a series' own
+        # line has gaps where it is not available); the page's script says what the band
+        # under the pointer shows at that time.
+        hover_line = plot.add_glyph(self.source, Line(x=TIME_KEY, y=0, line_alpha=0))
+        plot.add_tools(HoverTool(
+            renderers=[hover_line], mode="vline", tooltips=HOVER_HTML,
+            formatters={f"@{{{TIME_KEY}}}": CustomJSHover(args={"source": self.source},
+                                                          code=HOVER_JS)}))
         following: list[tuple[Range1d, list[str]]] = []
-        headings: list[Div] = []
-        units: dict[str, str] = {}
-        # The panels share one time ticker and one view, and each line is one model, not
-        # three: /GPU-Resources went from 201 models to 97, and the document a new page
-        # pulls from 27.6 kB to 13.8 kB.
-        time_ticker, shared_view = DatetimeTicker(), CDSView()
-        children: list[LayoutDOM] = []
+        scales: list[Range1d | None] = []
+        targets: list[Range1d] = []
         lines: list[ColumnDataSource] = []
         panel_gpus: list[int | None] = []
-        plots: list[LayoutDOM] = []
-        for position, panel in enumerate(feed.panels):
+        top = float(height)
+        for panel, extent in zip(feed.panels, extents, strict=True):
             rows = len(panel.y_labels)
             y_range = Range1d(-0.5 if rows else 0, rows - 0.5 if rows else panel.y_max or 1,
                               syncable=False)
             if not panel.y_max and not rows:
                 following.append((y_range, [s.key for s in panel.series]))
-            # One time axis, above the first panel, so it is on screen however tall the
-            # page: the panels share it, and each axis costs text measuring on every repaint.
-            first = position == 0
-            plot = figure(x_axis_type=None, x_range=self.x_range, y_range=y_range,
-                          y_axis_label=panel.y_label, title=None,
-                          height=max(PANEL_HEIGHT, ROW_HEIGHT * rows + 20)
-                          + (TIME_AXIS_HEIGHT if first else 0),
-                          sizing_mode="stretch_width", toolbar_location="right",
-                          tools=TOOLS, active_drag="xpan", active_scroll="xwheel_zoom",
-                          syncable=False)
-            plot.toolbar.autohide = True
-            plot.toolbar.logo = None
-            plot.add_layout(Grid(dimension=0, ticker=time_ticker))
-            if rows:
-                plot.yaxis.ticker = FixedTicker(ticks=list(range(rows)))
-                plot.yaxis.major_label_overrides = dict(enumerate(panel.y_labels))
-            if first:
-                plot.add_layout(DatetimeAxis(ticker=time_ticker), "above")
-            # The page's script follows the newest sample again after a reset.
-            plot.js_on_event(Reset, CustomJS(code=FOLLOW_AGAIN_JS))
-            # An unseen line along the bottom answers the hover at every time (a series'
-            # own line has gaps where it is not available, or, in a panel of rows, wherever
-            # its GPU is not on that row); it is the plot's first renderer.
-            hover_line = plot.add_glyph(self.source, Line(
-                x=TIME_KEY, y=y_range.start, line_alpha=0), view=shared_view)
-            # All the panel's series are one MultiLine, a row per series, which the page's
+            scales.append(None if rows else y_range)
+            target = Range1d(top - HEADING_HEIGHT - band_lines_height(panel),
+                             top - HEADING_HEIGHT, syncable=False)
+            top -= extent
+            targets.append(target)
+            # All the band's series are one MultiLine, a row per series, which the page's
             # script fills from the streamed columns at each repaint, leaving out what the
             # legend and the GPU filter hide. BokehJS updates every renderer of a source on
             # each stream (five glyph views each), whether it is shown or not: /GPU-Health's
             # 53 lines were most of what a repaint cost (benchmarks/README.md).
             keys = [series.key for series in panel.series]
-            panel_lines = ColumnDataSource({
+            band_lines = ColumnDataSource({
                 "xs": [[] for _ in keys], "ys": [[] for _ in keys], "key": keys,
                 "color": [series.color for series in panel.series],
                 "dash": [series.dash for series in panel.series],
                 "visible": [series.visible for series in panel.series]}, syncable=False)
-            plot.add_glyph(panel_lines, MultiLine(
+            plot.add_glyph(band_lines, MultiLine(
                 xs="xs", ys="ys", line_color="color", line_dash="dash",
-                line_width=4 if rows else 2))
-            lines.append(panel_lines)
-            # Hovering shows every series of the panel at that time, from the streamed rows.
-            tooltips = [(series.label, f"@{{{series.key}}}{{0.[00]}} {panel.unit}".rstrip())
-                        for series in panel.series]
-            formatters: dict[str, object] = {f"@{TIME_KEY}": "datetime"}
-            if rows:
-                tooltips, row_formatters = rows_hover(panel, self.source)
-                formatters.update(row_formatters)
-            plot.add_tools(HoverTool(
-                renderers=[hover_line], mode="vline", formatters=formatters,
-                tooltips=[("time", f"@{TIME_KEY}{{%H:%M:%S}}"), *tooltips]))
-            heading = Div(text=panel_heading(panel), sizing_mode="stretch_width",
-                          syncable=False)
-            headings.append(heading)
-            units.update({series.key: panel.unit for series in panel.series})
+                line_width=4 if rows else 2), coordinates=CoordinateMapping(
+                    x_source=self.x_range, x_target=self.x_range,
+                    y_source=y_range, y_target=target))
+            lines.append(band_lines)
             gpus = {series.gpu for series in panel.series}
             panel_gpus.append(gpus.pop() if len(gpus) == 1 else None)
-            plots += [heading, plot]
-            children += [heading, plot]
+        # The headings and scales: HTML over the canvas, laid out once (a pointer passes
+        # through it to the chart, except on a legend entry).
+        bands = Div(text=bands_html(feed.panels, width), syncable=False, styles={
+            "position": "absolute", "left": "0", "right": "0", "bottom": "0",
+            "pointer-events": "none"})
+        plot.elements = [bands]
+        self.plot = plot
         self.picker: RadioButtonGroup | None = None
         controls: list[LayoutDOM] = []
         if len(self.windows_s) > 1:
@@ -437,17 +487,21 @@ class Timeline:
                 labels=[gpu_names.get(index, f"GPU {index}") for index in gpu_rows],
                 active=list(range(len(gpu_rows))), syncable=False, name="gpu-filter")
             controls.append(self.gpu_filter)
+        children: list[LayoutDOM] = [plot]
         if controls:
             children.insert(0, row(*controls, sizing_mode="stretch_width"))
         self.root = column(*children, sizing_mode="stretch_width")
         self.live = LiveView(
-            self.source, x_range=self.x_range, following=following, headings=headings,
-            picker=self.picker, windows_s=self.windows_s, window_s=window_s, units=units,
+            self.source, x_range=self.x_range, following=following, headings=[bands],
+            picker=self.picker, windows_s=self.windows_s, window_s=window_s,
+            units={series.key: panel.unit for panel in feed.panels for series in panel.series},
             rollover={f"{w:g}": rollover(w, interval_s) for w in self.windows_s},
             lines=lines, series_gpu={s.key: s.gpu for s in feed.series},
             lost_columns={s.key: lost_key(s.gpu) for s in feed.series if s.gpu is not None},
-            gpu_filter=self.gpu_filter, filter_gpus=gpu_rows, panels=plots,
-            panel_gpus=panel_gpus)
+            gpu_filter=self.gpu_filter, filter_gpus=gpu_rows,
+            bands=BandsView(plot=plot, frame_range=frame_range, targets=targets,
+                            scales=scales, hover=[band_hover(p) for p in feed.panels],
+                            gpus=panel_gpus))
 
 
 # Run by a plot's reset tool: the page's script (live_client.js) follows the newest again.

@@ -68,7 +68,13 @@ function viewOf(model) {
   const cached = inPlaceViews.get(model);
   if (cached && cached.el.isConnected) return cached;
   const views = [];
-  const visit = (view) => { views.push(view); for (const child of view.child_views || []) visit(child); };
+  // A plot's elements (the timelines' HTML over the canvas) are among its children_views.
+  const visit = (view) => {
+    views.push(view);
+    const children = typeof view.children_views === "function" ? view.children_views()
+      : view.child_views || [];
+    for (const child of children) visit(child);
+  };
   for (const view of Object.values((window.Bokeh && window.Bokeh.index) || {})) visit(view);
   const view = views.find((candidate) => candidate.model === model);
   if (view) inPlaceViews.set(model, view);

@@ -25,7 +25,7 @@ from bokeh.models import (
     ColumnDataSource,
     CustomJS,
     Div,
-    LayoutDOM,
+    Plot,
     RadioButtonGroup,
     Range1d,
 )
@@ -59,6 +59,20 @@ def redraw_interval_ms(window_s: float | None) -> int:
 
 
 @dataclass
+class BandsView:
+    """A timeline's bands in its one figure (``components.Timeline``): the script places
+    each band's lines where its HTML heading and scale left room, fills the scales, folds
+    away a band whose one GPU is hidden, and says in the hover what the band shows."""
+
+    plot: Plot
+    frame_range: Range1d  # the figure's y-range: its height in pixels
+    targets: Sequence[Range1d]  # where each band's lines go in it
+    scales: Sequence[Range1d | None]  # each band's value range; None: a band of rows
+    hover: Sequence[dict[str, object]]  # what the hover names over each band
+    gpus: Sequence[int | None]  # the one GPU a band shows, if it shows one
+
+
+@dataclass
 class LiveView:
     """What the page's script needs to know of one component."""
 
@@ -76,8 +90,7 @@ class LiveView:
     series_gpu: dict[str, int | None] = field(default_factory=dict)  # series key -> GPU row
     gpu_filter: CheckboxButtonGroup | None = None  # its buttons are ``filter_gpus``, in order
     filter_gpus: Sequence[int] = ()
-    panels: Sequence[LayoutDOM] = ()  # heading, plot, heading, plot, ... of each panel
-    panel_gpus: Sequence[int | None] = ()  # the one GPU a panel shows, if it shows one
+    bands: BandsView | None = None
     lost_columns: dict[str, str] = field(default_factory=dict)  # series key -> its GPU's
     # Which of the page's streams: "" for ``<page>/stream``, NAME for ``<page>/NAME/stream``
     # (a page may stream more than one view: /GPU-Health's table and its timelines).
@@ -95,7 +108,8 @@ def attach(doc: Document, view: LiveView) -> None:
         "following_keys": [keys for _, keys in view.following],
         "series_gpu": view.series_gpu,
         "filter_gpus": list(view.filter_gpus),
-        "panel_gpus": list(view.panel_gpus),
+        "band_gpus": list(view.bands.gpus) if view.bands else [],
+        "band_hover": list(view.bands.hover) if view.bands else [],
         "redraw_ms": {f"{window:g}": redraw_interval_ms(window) for window in view.windows_s}
         | {"replace": redraw_interval_ms(None)},
         "lost_columns": view.lost_columns,
@@ -106,6 +120,10 @@ def attach(doc: Document, view: LiveView) -> None:
         "following": [y_range for y_range, _ in view.following],
         "headings": list(view.headings),
         "picker": view.picker, "spec": spec, "lines": list(view.lines),
-        "gpu_filter": view.gpu_filter, "panels": list(view.panels),
+        "gpu_filter": view.gpu_filter,
+        "plot": view.bands.plot if view.bands else None,
+        "frame_range": view.bands.frame_range if view.bands else None,
+        "band_targets": list(view.bands.targets) if view.bands else [],
+        "band_scales": list(view.bands.scales) if view.bands else [],
     }
     doc.js_on_event(DocumentReady, CustomJS(args=args, code=CLIENT_JS))

@@ -1,11 +1,12 @@
 // The page's live-data client (see apps/live.py). Runs once, as a CustomJS, when the
 // document is ready. In scope: source, x_range, following, headings, picker, spec, lines,
-// gpu_filter, panels; viewOf, from in_place.js, and openStream, from stream_client.js, before it.
+// gpu_filter, plot, frame_range, band_targets, band_scales; viewOf, from in_place.js, and
+// openStream, from stream_client.js, before it.
 // Frames: see stream/frames.py. Columns are little-endian float64, as in every browser.
 const live = {
   seq: -1, frames: 0, resets: 0, rows: 0, connects: 0, hidden: false, parentHidden: false,
   window: spec.window, socket: null, retryMs: 500, xEnd: null,
-  draws: 0, following: true, moving: false, lastDraw: 0,
+  draws: 0, following: true, moving: false, lastDraw: 0, source,
 };
 // One script per view the page streams (spec.stream: "" or a name): each is in
 // nvdashboardStreams; nvdashboardLive is the one with a time axis (its reset tool's).
@@ -94,9 +95,97 @@ function moveAxes() {
       for (let j = first; j < n; j++) if (column[j] > top) top = column[j];
     }
     const end = niceCeiling(top);
-    if (range.end !== end) range.setv({start: 0, end});
+    if (range.end !== end) {
+      range.setv({start: 0, end});
+      fillScales();
+    }
   });
 }
+
+// The bands (apps/components.py Timeline): HTML headings and scales over the one canvas,
+// laid out by the browser. Each band's lines are drawn where its `data-band-lines` box is:
+// the canvas's y-range is its height in pixels, measured from its bottom.
+const bandBounds = [];  // [bottom, top] of each band shown, heading included
+function bandBlocks() {
+  const view = headings.length && plot ? viewOf(headings[0]) : null;
+  const root = view && (view.shadow_el || view.el.shadowRoot || view.el);
+  return root ? Array.from(root.querySelectorAll("[data-band]")) : [];
+}
+
+function fitBands() {
+  const blocks = bandBlocks();
+  if (!blocks.length) return;
+  const whole = blocks[0].parentElement.getBoundingClientRect();
+  if (!whole.height) return;  // not laid out: the page is hidden
+  const ticks = [];
+  blocks.forEach((block, i) => {
+    const target = band_targets[i];
+    if (block.style.display === "none") {
+      bandBounds[i] = null;
+      target.setv({start: -2, end: -1});  // below the canvas: a folded band draws nothing
+      return;
+    }
+    const box = block.getBoundingClientRect();
+    const lines = block.querySelector("[data-band-lines]").getBoundingClientRect();
+    const [bottom, top] = [whole.bottom - lines.bottom, whole.bottom - lines.top];
+    bandBounds[i] = [whole.bottom - box.bottom, whole.bottom - box.top];
+    if (target.start !== bottom || target.end !== top) target.setv({start: bottom, end: top});
+    if (band_scales[i]) ticks.push(bottom, (bottom + top) / 2, top);
+  });
+  const height = Math.round(whole.height);
+  if (frame_range.end !== height) {
+    frame_range.setv({start: 0, end: height});
+    plot.frame_height = height;
+  }
+  const grid = plot.center.find((r) => r.name === "band-grid");
+  if (grid) grid.ticker.ticks = ticks;
+}
+
+function fillScales() {
+  // Each band of values labelled at its bottom, middle and top (components.SCALE_FRACTIONS).
+  bandBlocks().forEach((block, i) => {
+    const range = band_scales[i];
+    if (!range) return;
+    for (const label of block.querySelectorAll("[data-scale]")) {
+      const value = range.start + Number(label.dataset.scale) * (range.end - range.start);
+      const text = String(Number(value.toPrecision(3)));
+      if (label.textContent !== text) label.textContent = text;
+    }
+  });
+}
+
+function bandAt(y) {
+  // The band under a height in the canvas (hover: special_vars.y).
+  let closest = -1, distance = Infinity;
+  bandBounds.forEach((bounds, i) => {
+    if (!bounds) return;
+    const d = y < bounds[0] ? bounds[0] - y : y > bounds[1] ? y - bounds[1] : 0;
+    if (d < distance) { closest = i; distance = d; }
+  });
+  return closest;
+}
+
+function timeText(ms) {
+  return new Date(ms).toISOString().slice(11, 19);  // UTC, as the time axis
+}
+
+live.hoverText = (vars) => {
+  // What the band under the pointer shows at the hovered time: a line per series, or, for
+  // a band of rows, per GPU the rows it is on.
+  const band = spec.band_hover[bandAt(vars.y)];
+  const i = vars.index;
+  if (!band || i === undefined || i === null) return "";
+  const out = [timeText(source.data.time[i])];
+  for (const [key, label, unit] of band.values || []) {
+    if (!isHidden(key)) out.push(`${label}: ${formatValue(source.data[key][i], unit)}`);
+  }
+  for (const [label, rows] of band.rows || []) {
+    if (rows.length && isHidden(rows[0][0])) continue;
+    const on = rows.filter(([key]) => Number.isFinite((source.data[key] || [])[i]));
+    out.push(`${label}: ${on.length ? on.map(([, name]) => name).join(", ") : "not available"}`);
+  }
+  return out.join("\n");
+};
 
 function formatValue(value, unit) {
   if (value === undefined || Number.isNaN(value)) return "n/a";
@@ -167,12 +256,12 @@ function drawLines() {
 
 function applyVisibility() {
   drawLines();
-  (spec.panel_gpus || []).forEach((gpu, i) => {
-    if (gpu === null || gpu === undefined) return;
-    const visible = !hiddenGpus.has(gpu);
-    for (const model of [panels[2 * i], panels[2 * i + 1]]) {
-      if (model && model.visible !== visible) model.visible = visible;
-    }
+  // A band that shows one GPU folds away with it (the resize observer places the rest).
+  const blocks = bandBlocks();
+  (spec.band_gpus || []).forEach((gpu, i) => {
+    if (gpu === null || gpu === undefined || !blocks[i]) return;
+    const display = hiddenGpus.has(gpu) ? "none" : "";
+    if (blocks[i].style.display !== display) blocks[i].style.display = display;
   });
   if (x_range) moveAxes();
   fillHeadings();
@@ -296,6 +385,22 @@ if (lineKeys.length) {
     if (hiddenKeys.has(key)) hiddenKeys.delete(key); else hiddenKeys.add(key);
     applyVisibility();
   });
+}
+
+// The bands follow their HTML: at first, and whenever it changes size (a heading that
+// wraps on a narrower page, a band folded away with its GPU).
+if (plot) {
+  const blocks = bandBlocks();
+  if (blocks.length && window.ResizeObserver) {
+    let queued = false;
+    new ResizeObserver(() => {
+      if (queued) return;
+      queued = true;
+      window.requestAnimationFrame(() => { queued = false; fitBands(); });
+    }).observe(blocks[0].parentElement);
+  }
+  fitBands();
+  fillScales();
 }
 
 // Last: every handler above is in place before the first frame can arrive.
