@@ -8,6 +8,7 @@ import pytest
 from jupyterlab_nvdashboard.apps.health import WAITING
 from tests.support.browser import (
     PAGE_WAIT_MS,
+    TOOLTIP_JS,
     canvas_ink,
     chromium,
     drawn_canvas,
@@ -74,10 +75,38 @@ def test_activity_and_health_render_in_both_themes() -> None:
             assert "software power cap" in found["text"]  # GPU 1 throttles: words, not bits
             assert found["marked"] >= 3  # ECC, remapped rows and XID on GPU 0; power cap on 1
             assert canvas_ink(page)["ink"] > 500
+            # The near-a-limit bars: HTML, each as long as its GPU's share of its limit.
+            limits = page.evaluate(LIMIT_BARS_JS)
+            assert [row["gpu"] for row in limits["rows"]] == limits["gpus"]
+            for row, temperature, power in zip(limits["rows"], limits["temperature_pct"],
+                                               limits["power_pct"], strict=True):
+                for width, pct in zip(row["widths"], (temperature, power), strict=True):
+                    expected = 0.0 if pct is None else 100 * min(max(pct, 0), 120) / 120
+                    assert abs(width - expected) < 0.1, (row, temperature, power)
+                assert "% of its limit" in row["title"], row
+            assert max(limits["power_pct"]) > 95  # GPU 1 is held at its power cap
             screenshot(page, f"gpu-health-{theme}")
         watched.assert_clean()
 
 
+# The near-a-limit bars as drawn (a row per GPU: its label, each bar's width in % of the
+# track, the hover text) and the percentages the page received.
+LIMIT_BARS_JS = """() => {
+  const doc = Bokeh.documents[0];
+  const source = nvdashboardStreams[''].source;  // the page's first stream: the table's
+  const div = doc.get_model_by_name('limit-bars');
+  const views = [];
+  const walk = (view) => { views.push(view); for (const c of (view.child_views || [])) walk(c); };
+  for (const view of Object.values(Bokeh.index)) walk(view);
+  const root = views.find((v) => v.model === div).shadow_el;
+  const rows = [...root.querySelectorAll('.limit-track')].map((track) => ({
+    gpu: track.previousElementSibling.textContent, title: track.title,
+    widths: [...track.querySelectorAll('.limit-bar')].map((bar) => parseFloat(bar.style.width)),
+  }));
+  const numbers = (column) => Array.from(column, (v) => (Number.isFinite(v) ? v : null));
+  return {rows, gpus: [...source.data.y], temperature_pct: numbers(source.data.temperature_pct),
+          power_pct: numbers(source.data.power_pct)};
+}"""
 # The page's timeline source (it has the reasons columns): the newest value of each column.
 NEWEST_JS = """() => {
   const doc = Bokeh.documents[0];
@@ -89,8 +118,7 @@ NEWEST_JS = """() => {
   }
   return out;
 }"""
-# The reasons band (the band with named rows, drawn in the timelines' one figure) and the
-# hover tooltip's text.
+# The reasons band (the band with named rows, drawn in the timelines' one figure).
 REASONS_BOX_JS = """() => {
   const views = [];
   const walk = (view) => { views.push(view);
@@ -113,17 +141,6 @@ REASONS_BOX_JS = """() => {
           newest_x: canvas.left + newest,
           labels: [...band.querySelectorAll('[data-row-label]')].map((l) => l.textContent)};
 }"""
-TOOLTIP_JS = """() => {
-  const texts = [];
-  const walk = (root) => { for (const el of root.querySelectorAll('*')) {
-    if (el.shadowRoot) { walk(el.shadowRoot); }
-    if (el.classList && el.classList.contains('bk-tooltip-content')) texts.push(el.textContent);
-  } };
-  walk(document);
-  return texts.join(' | ');
-}"""
-
-
 def test_health_timelines_at_1280x800_in_both_themes() -> None:
     """Temperature, power, SM clock and clock-event reasons over time: a thermal throttle that
     starts while the page is open shows on the reasons rows and is named in the hover; a

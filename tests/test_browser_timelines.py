@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import PAGE_WAIT_MS, chromium, screenshot, watch
-from tests.support.servers import cli_server, with_token
+from tests.support.browser import PAGE_WAIT_MS, TOOLTIP_JS, chromium, screenshot, watch
+from tests.support.servers import cli_server, in_process_server, with_token
 
 pytestmark = pytest.mark.browser
 
@@ -125,4 +125,85 @@ def test_resources_timeline_tools_at_1280x800() -> None:
             page.locator("[data-series='utilization1']").first.click()  # GPU 1 again
             page.wait_for_function(f"() => ({LINES_JS})().memory1.visible", timeout=15_000)
             screenshot(page, f"timeline-gpu-resources-{theme}")
+        watched.assert_clean()
+
+
+# Each band of the timelines' one figure: whether it is shown, where its HTML leaves room for
+# its lines (screen pixels), and where the canvas draws them (its sub-coordinates' target).
+BANDS_JS = """() => {
+  const views = [];
+  const walk = (view) => { views.push(view);
+    const children = typeof view.children_views === 'function' ? view.children_views()
+      : (view.child_views || []);
+    for (const child of children) walk(child); };
+  for (const view of Object.values(Bokeh.index)) walk(view);
+  const plot = views.find((v) => v.model.type === 'Figure' &&
+                          v.model.above.some((a) => a.type === 'DatetimeAxis'));
+  const root = views.find((v) => v.model === plot.model.elements[0]).shadow_el;
+  const top = plot.el.getBoundingClientRect().top;
+  const targets = plot.model.renderers.filter((r) => r.glyph.type === 'MultiLine')
+    .map((r) => r.coordinates.y_target);
+  return [...root.querySelectorAll('[data-band]')].map((band, i) => {
+    const box = band.querySelector('[data-band-lines]').getBoundingClientRect();
+    const heading = band.querySelector('[data-series]');
+    return {shown: band.style.display !== 'none', top: box.top, bottom: box.bottom,
+            title: band.querySelector('b').textContent,
+            heading_top: band.firstElementChild.getBoundingClientRect().top,
+            heading_bottom: band.firstElementChild.getBoundingClientRect().bottom,
+            drawn_top: top + plot.frame.y_scale.compute(targets[i].end),
+            drawn_bottom: top + plot.frame.y_scale.compute(targets[i].start),
+            entry: heading ? heading.dataset.series : null};
+  });
+}"""
+
+
+def assert_lines_where_their_bands_are(bands: list[dict]) -> None:
+    shown = [band for band in bands if band["shown"]]
+    assert shown, bands
+    for band in shown:
+        assert band["heading_bottom"] <= band["top"] + 1, band  # the heading above its lines
+        assert abs(band["drawn_top"] - band["top"]) <= 2, band
+        assert abs(band["drawn_bottom"] - band["bottom"]) <= 2, band
+    for upper, lower in zip(shown, shown[1:], strict=False):
+        assert upper["bottom"] < lower["top"], (upper, lower)
+
+
+def test_activity_bands_follow_their_headings_on_a_narrow_page() -> None:
+    """The timelines are bands of one canvas under HTML headings: on a page too narrow for a
+    heading's legend on one line, each band's lines are drawn below its wrapped heading, not
+    under it; hiding GPU 0 folds its own band away and the others close up; the hover names
+    what the band under the pointer shows, and nothing of the other bands."""
+    with in_process_server(gpus=4, profile="mixed", interval_s=0.2,
+                           idle_interval_s=0.2) as server, chromium() as browser:
+        page = browser.new_page(viewport={"width": 640, "height": 1600})
+        watched = watch(page)
+        page.goto(with_token(server.url + "/"))
+        page.goto(f"{server.url}/GPU-Activity")
+        page.wait_for_function("() => window.nvdashboardLive && nvdashboardLive.draws > 1",
+                               timeout=40_000)
+        bands = page.evaluate(BANDS_JS)
+        assert any(band["bottom"] - band["top"] > 0 for band in bands)
+        assert_lines_where_their_bands_are(bands)
+        gpu0 = [band for band in bands if band["title"].startswith("GPU 0 ")]
+        assert len(gpu0) == 1 and gpu0[0]["entry"].startswith("gpm0_"), bands
+        # The GPM band's legend wraps at 640 px onto more than one line (12 px text).
+        assert gpu0[0]["heading_bottom"] - gpu0[0]["heading_top"] > 30, gpu0
+        page.locator(f"[data-series='{gpu0[0]['entry']}']").first.click()
+        page.wait_for_function(f"() => !({BANDS_JS})()[0].shown", timeout=15_000)
+        page.wait_for_function(
+            f"() => {{ const b = ({BANDS_JS})().filter((x) => x.shown);"
+            f" return Math.abs(b[0].drawn_top - b[0].top) <= 2; }}", timeout=15_000)
+        folded = page.evaluate(BANDS_JS)
+        assert_lines_where_their_bands_are(folded)
+        shown = [band for band in folded if band["shown"]]
+        assert len(shown) == len(bands) - 1
+        assert shown[0]["top"] < gpu0[0]["top"] + 5  # the next band moved up into its place
+        screenshot(page, "timeline-bands-gpu-activity-640-gpu0-hidden")
+        # The hover over the PCIe band names its series, and nothing of the GPM bands.
+        pcie = next(band for band in shown if band["title"].startswith("PCIe"))
+        page.mouse.move(400, (pcie["top"] + pcie["bottom"]) / 2)
+        page.wait_for_function(f"() => ({TOOLTIP_JS})().includes('GPU 2 TX')", timeout=10_000)
+        tooltip = page.evaluate(TOOLTIP_JS)
+        assert "GB/s" in tooltip and "SM activity" not in tooltip, tooltip
+        assert "GPU 0 TX" not in tooltip, tooltip  # GPU 0 is hidden
         watched.assert_clean()

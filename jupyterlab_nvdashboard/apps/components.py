@@ -327,7 +327,8 @@ def bands_html(panels: Sequence[Panel], width: int) -> str:
     """Every band's heading over its lines' place, stacked as the bands are in the canvas:
     the page's script reads where each band's lines ended up (``data-band-lines``) and
     draws them there, so a heading that wraps on a narrow page pushes its band down."""
-    return "<div data-bands>" + "".join(
+    # A block of its own (flow-root), so that the last band's gap is inside its height.
+    return "<div data-bands style='display:flow-root'>" + "".join(
         f"<div data-band='{position}'><div style='margin-left:{width}px'>"
         f"{panel_heading(panel)}</div>"
         f"<div data-band-lines style='position:relative;height:{band_lines_height(panel)}px;"

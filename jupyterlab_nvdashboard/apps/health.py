@@ -32,17 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from bokeh.layouts import column
-from bokeh.models import (
-    ColumnDataSource,
-    CustomJS,
-    Div,
-    FactorRange,
-    HoverTool,
-    Range1d,
-    Span,
-)
-from bokeh.plotting import figure
-from bokeh.transform import dodge
+from bokeh.models import ColumnDataSource, CustomJS, Div
 
 from ..export.dcgm import mig_profile
 from ..metrics import GpuFacts, Metrics, Sample
@@ -97,6 +87,7 @@ LIMIT_BARS = {
     "power_pct": ("power, % of its power limit", "#ff7f0e"),
 }
 LIMIT_AXIS_LABEL = "% of each GPU's own limit (100 = at the limit)"
+LIMIT_SCALE = (0, 20, 40, 60, 80, 100, 120)  # the bars' scale: a bar past 120 stops there
 # Said above the chart, where it wraps: what 100 means for each bar.
 LIMIT_TITLE = ("<b>Near a limit</b> (higher is worse; 100 = at the limit): temperature "
                "against its slowdown threshold, where the clocks drop; power against its "
@@ -318,13 +309,30 @@ def health_timeline(facts: Sequence[GpuFacts]) -> TimelineFeed:
     return TimelineFeed(tuple(panels), refresh_s=HEALTH_REFRESH_S)
 
 
-# Draws the table from the source's rows whenever the stream replaces them; the same text
-# (only a bar moved) is not drawn again.
+# Draws the limit bars and the table from the source's rows whenever the stream replaces
+# them, as HTML set in place: a bar that moved is one width changed, and the same text is not
+# drawn again. (The bars were a Bokeh figure: its canvas and two axes, painted again at each
+# update, were an eighth of what the page cost a browser; benchmarks/README.md.)
 RENDER_TABLE_JS = IN_PLACE_JS + """
 const d = source.data;
 const n = d.gpu ? d.gpu.length : 0;
 const esc = (t) => String(t).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;",
   ">": "&gt;", '"': "&quot;", "'": "&#39;"})[c]);
+const position = (pct) => `${(100 * Math.min(Math.max(pct, 0), scale) / scale).toFixed(2)}%`;
+let bars = "<div class='limits'>";
+for (let i = 0; i < n; i++) {
+  const said = limits.map(([key, , , column]) => `${column}: ${
+    Number.isFinite(d[key][i]) ? `${d[key][i].toFixed(0)}% of its limit` : "not available"}`);
+  bars += `<div class='limit-gpu' data-key='g${i}'>${esc(d.y[i])}</div>` +
+    `<div class='limit-track' data-key='t${i}' title='${esc(said.join("; "))}'>` +
+    limits.map(([key, color]) => `<div class='limit-bar' style='width:${
+      Number.isFinite(d[key][i]) ? position(d[key][i]) : "0%"};background:${color}'></div>`)
+      .join("") + `<div class='limit-line' style='left:${position(100)}'></div></div>`;
+}
+bars += "<div></div><div class='limit-scale'>" + ticks.map((tick) =>
+  `<span style='left:${position(tick)}'>${tick}</span>`).join("") +
+  `</div><div></div><div class='limit-axis'>${esc(axis)}</div></div>`;
+setDivHtml(bars_div, style + bars);
 let html = style + "<table class='health'><thead><tr>" +
   columns.map(([, title]) => `<th>${esc(title)}</th>`).join("") + "</tr></thead><tbody>";
 for (let i = 0; i < n; i++) {
@@ -346,6 +354,15 @@ table.health td { vertical-align: top; padding: 4px 8px;
                   border-bottom: 1px solid rgba(128,128,128,.35); }
 table.health td.marked { background: rgba(214,39,40,.16); border-left: 3px solid #d62728; }
 table.health .why { font-weight: 600; margin-top: 2px; }
+.limits { display: grid; grid-template-columns: max-content 1fr; gap: 6px 8px;
+          font-size: 12px; margin: 0.4em 0 0.6em; padding: 0 2em 0 1em; width: 100%;
+          box-sizing: border-box; align-items: center; }
+.limit-track { position: relative; height: 26px; background: rgba(128,128,128,.1); }
+.limit-bar { height: 12px; margin-top: 1px; }
+.limit-line { position: absolute; top: 0; bottom: 0; border-left: 1px dashed #d62728; }
+.limit-scale { position: relative; height: 1.2em; border-top: 1px solid rgba(128,128,128,.6); }
+.limit-scale span { position: absolute; transform: translateX(-50%); opacity: .8; }
+.limit-axis { font-style: italic; text-align: center; opacity: .8; }
 </style>"""
 
 
@@ -363,24 +380,15 @@ class HealthDashboard:
 
     def __init__(self, sources: DashboardSources, feed: HealthFeed) -> None:
         metrics = sources.metrics
-        labels = feed.labels
         self.source = ColumnDataSource(
             {"y": [], **{key: [] for key in LIMIT_BARS},
              **{key: [] for key in HEALTH_COLUMNS},
              **{f"{key}_mark": [] for key in HEALTH_COLUMNS}}, syncable=False)
-        y_range = FactorRange(*reversed(labels), syncable=False)
-        plot = figure(y_range=y_range, x_range=Range1d(0, 120, syncable=False),
-                      x_axis_label=LIMIT_AXIS_LABEL,
-                      height=90 + 40 * len(labels), sizing_mode="stretch_width",
-                      toolbar_location=None, tools="", syncable=False)
-        for position, (key, (_, color)) in enumerate(LIMIT_BARS.items()):
-            plot.hbar(y=dodge("y", 0.15 - 0.3 * position, range=y_range), right=key,
-                      height=0.28, color=color, source=self.source)
-        plot.add_layout(Span(location=100, dimension="height", line_color="#d62728",
-                             line_dash="dashed", line_width=1))
-        plot.add_tools(HoverTool(tooltips=[("GPU", "@y"), ("temperature", "@temperature"),
-                                           ("power", "@power")]))
-        plot.ygrid.grid_line_color = None
+        # The bars: HTML that the table's script draws (RENDER_TABLE_JS), as wide as the page
+        # (BokehJS sets a Div's content box inline, as wide as its text).
+        self.limit_bars = Div(text="", sizing_mode="stretch_width", syncable=False,
+                              name="limit-bars",
+                              stylesheets=[".bk-clearfix { display: block !important; }"])
         explanation = Div(text=(
             "<div style='font-size:12px;margin:0.3em 1em'>A marked cell is past its threshold; "
             "the reason is written under it. XID events stay listed until the server "
@@ -389,7 +397,11 @@ class HealthDashboard:
                          syncable=False, name="health-table")
         self.source.js_on_change("data", CustomJS(
             args={"source": self.source, "div": self.table, "style": TABLE_STYLE,
-                  "columns": [[key, title] for key, title in HEALTH_COLUMNS.items()]},
+                  "columns": [[key, title] for key, title in HEALTH_COLUMNS.items()],
+                  "bars_div": self.limit_bars, "scale": LIMIT_SCALE[-1],
+                  "ticks": list(LIMIT_SCALE), "axis": LIMIT_AXIS_LABEL,
+                  "limits": [[key, color, label, label.split(",")[0]]
+                             for key, (label, color) in LIMIT_BARS.items()]},
             code=RENDER_TABLE_JS))
         self.timeline = Timeline(feed.timeline, sources.timeline_windows_s,
                                  metrics.interval_s,
@@ -397,8 +409,8 @@ class HealthDashboard:
         limit_title = Div(text=f"<div style='font-size:12px;margin:0.6em 1em 0'>"
                           f"{LIMIT_TITLE}<div>{limit_legend()}</div></div>",
                           sizing_mode="stretch_width", name="limit-title")
-        self.root = column(self.timeline.root, limit_title, plot, explanation, self.table,
-                           sizing_mode="stretch_width")
+        self.root = column(self.timeline.root, limit_title, self.limit_bars, explanation,
+                           self.table, sizing_mode="stretch_width")
         self.live = LiveView(self.source)
         self.timeline.live.stream = TIMELINE_STREAM
         self.also_live = (self.timeline.live,)

@@ -149,3 +149,15 @@ def screenshot(page, name: str) -> Path:  # noqa: ANN001
     page.screenshot(path=str(path))
     print(f"screenshot: {path}")
     return path
+
+
+# The text of every hover tooltip on the page, in Bokeh's shadow roots.
+TOOLTIP_JS = """() => {
+  const texts = [];
+  const walk = (root) => { for (const el of root.querySelectorAll('*')) {
+    if (el.shadowRoot) { walk(el.shadowRoot); }
+    if (el.classList && el.classList.contains('bk-tooltip-content')) texts.push(el.textContent);
+  } };
+  walk(document);
+  return texts.join(' | ');
+}"""
