@@ -8,6 +8,7 @@ import pytest
 from jupyterlab_nvdashboard.apps.health import WAITING
 from tests.support.browser import (
     PAGE_WAIT_MS,
+    TIMELINE_VIEWS_JS,
     TOOLTIP_JS,
     canvas_ink,
     chromium,
@@ -119,18 +120,8 @@ NEWEST_JS = """() => {
   return out;
 }"""
 # The reasons band (the band with named rows, drawn in the timelines' one figure).
-REASONS_BOX_JS = """() => {
-  const views = [];
-  const walk = (view) => { views.push(view);
-    const children = typeof view.children_views === 'function' ? view.children_views()
-      : (view.child_views || []);
-    for (const child of children) walk(child); };
-  for (const view of Object.values(Bokeh.index)) walk(view);
-  const plot = views.find((v) => v.model.type === 'Figure' &&
-                          v.model.above.some((a) => a.type === 'DatetimeAxis'));
-  const overlay = plot.model.elements[0];
-  const root = views.find((v) => v.model === overlay).shadow_el;
-  const band = [...root.querySelectorAll('[data-band]')].find(
+REASONS_BOX_JS = "() => {" + TIMELINE_VIEWS_JS + """
+  const band = [...bands.querySelectorAll('[data-band]')].find(
     (b) => b.querySelector('[data-row-label]'));
   const box = band.querySelector('[data-band-lines]').getBoundingClientRect();
   const canvas = plot.el.getBoundingClientRect();

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import PAGE_WAIT_MS, TOOLTIP_JS, chromium, screenshot, watch
+from tests.support.browser import (
+    PAGE_WAIT_MS,
+    TIMELINE_VIEWS_JS,
+    TOOLTIP_JS,
+    chromium,
+    screenshot,
+    watch,
+)
 from tests.support.servers import cli_server, in_process_server, with_token
 
 pytestmark = pytest.mark.browser
@@ -130,20 +137,11 @@ def test_resources_timeline_tools_at_1280x800() -> None:
 
 # Each band of the timelines' one figure: whether it is shown, where its HTML leaves room for
 # its lines (screen pixels), and where the canvas draws them (its sub-coordinates' target).
-BANDS_JS = """() => {
-  const views = [];
-  const walk = (view) => { views.push(view);
-    const children = typeof view.children_views === 'function' ? view.children_views()
-      : (view.child_views || []);
-    for (const child of children) walk(child); };
-  for (const view of Object.values(Bokeh.index)) walk(view);
-  const plot = views.find((v) => v.model.type === 'Figure' &&
-                          v.model.above.some((a) => a.type === 'DatetimeAxis'));
-  const root = views.find((v) => v.model === plot.model.elements[0]).shadow_el;
+BANDS_JS = "() => {" + TIMELINE_VIEWS_JS + """
   const top = plot.el.getBoundingClientRect().top;
   const targets = plot.model.renderers.filter((r) => r.glyph.type === 'MultiLine')
     .map((r) => r.coordinates.y_target);
-  return [...root.querySelectorAll('[data-band]')].map((band, i) => {
+  return [...bands.querySelectorAll('[data-band]')].map((band, i) => {
     const box = band.querySelector('[data-band-lines]').getBoundingClientRect();
     const heading = band.querySelector('[data-series]');
     return {shown: band.style.display !== 'none', top: box.top, bottom: box.bottom,

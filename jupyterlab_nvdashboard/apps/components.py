@@ -370,9 +370,9 @@ class Timeline:
 
     Each panel is a band: its own value range mapped into a slice of the one canvas
     (Bokeh's sub-coordinates), with its heading and scale as HTML laid over the canvas. A
-    repaint of a page is BokehJS painting each figure and measuring its axes; one figure
-    instead of one per panel cost /GPU-Health and /GPU-Activity about four fifths
-    (benchmarks/README.md).
+    repaint of a page is mostly BokehJS painting each figure and measuring its axes: one
+    figure instead of one per panel took /GPU-Activity's cost in a browser to 0.68 of what it
+    was, and /GPU-Health's to 0.88 (benchmarks/README.md).
 
     The tools a reader needs on a shared machine: a click on a legend entry hides that line
     (a GPU's entry hides that GPU on every chart of the page, through the GPU filter above
