@@ -4,8 +4,9 @@
 document is ready. It opens ``<page>/stream`` (``stream/broadcaster.py``), decodes each
 binary frame and streams its rows into the view's source with ``{sync: false}``, so nothing
 goes back to the server; it moves the axes (unless the reader panned or zoomed: the reset
-tool follows again), fills in the legends' current values, hides what the legend and the
-GPU filter hide, follows the window picker, repaints at most once per
+tool follows again), places a timeline's bands under their HTML headings and fills in their
+scales, the legends' current values and the hover, hides what the legend and the GPU filter
+hide (a band of one GPU folds away with it), follows the window picker, repaints at most once per
 ``redraw_interval_ms`` (all frames since the last repaint in one animation frame), closes
 the socket while the page is hidden and catches up from ``since`` when it is shown again.
 A page with two views (``LiveView.stream``) runs the script once per view, each on its own
