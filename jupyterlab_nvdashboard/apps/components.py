@@ -416,8 +416,8 @@ class Timeline:
         plot.toolbar.logo = None
         plot.add_layout(Grid(dimension=0, ticker=time_ticker))
         # Each band's scale lines, which the page's script places with the bands.
-        plot.add_layout(Grid(dimension=1, ticker=FixedTicker(ticks=[], syncable=False),
-                            name="band-grid", syncable=False))
+        grid_ticker = FixedTicker(ticks=[], syncable=False)
+        plot.add_layout(Grid(dimension=1, ticker=grid_ticker, syncable=False))
         # One time axis, above the bands, so it is on screen however tall the page.
         plot.add_layout(DatetimeAxis(ticker=time_ticker), "above")
         # The page's script follows the newest sample again after a reset.
@@ -500,9 +500,9 @@ class Timeline:
             lines=lines, series_gpu={s.key: s.gpu for s in feed.series},
             lost_columns={s.key: lost_key(s.gpu) for s in feed.series if s.gpu is not None},
             gpu_filter=self.gpu_filter, filter_gpus=gpu_rows,
-            bands=BandsView(plot=plot, frame_range=frame_range, targets=targets,
-                            scales=scales, hover=[band_hover(p) for p in feed.panels],
-                            gpus=panel_gpus))
+            bands=BandsView(plot=plot, frame_range=frame_range, grid_ticker=grid_ticker,
+                            targets=targets, scales=scales,
+                            hover=[band_hover(p) for p in feed.panels], gpus=panel_gpus))
 
 
 # Run by a plot's reset tool: the page's script (live_client.js) follows the newest again.

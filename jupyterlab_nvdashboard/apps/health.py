@@ -318,10 +318,11 @@ const d = source.data;
 const n = d.gpu ? d.gpu.length : 0;
 const esc = (t) => String(t).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;",
   ">": "&gt;", '"': "&quot;", "'": "&#39;"})[c]);
+const scale = ticks[ticks.length - 1];
 const position = (pct) => `${(100 * Math.min(Math.max(pct, 0), scale) / scale).toFixed(2)}%`;
 let bars = "<div class='limits'>";
 for (let i = 0; i < n; i++) {
-  const said = limits.map(([key, , , column]) => `${column}: ${
+  const said = limits.map(([key, , name]) => `${name}: ${
     Number.isFinite(d[key][i]) ? `${d[key][i].toFixed(0)}% of its limit` : "not available"}`);
   bars += `<div class='limit-gpu' data-key='g${i}'>${esc(d.y[i])}</div>` +
     `<div class='limit-track' data-key='t${i}' title='${esc(said.join("; "))}'>` +
@@ -398,9 +399,10 @@ class HealthDashboard:
         self.source.js_on_change("data", CustomJS(
             args={"source": self.source, "div": self.table, "style": TABLE_STYLE,
                   "columns": [[key, title] for key, title in HEALTH_COLUMNS.items()],
-                  "bars_div": self.limit_bars, "scale": LIMIT_SCALE[-1],
-                  "ticks": list(LIMIT_SCALE), "axis": LIMIT_AXIS_LABEL,
-                  "limits": [[key, color, label, label.split(",")[0]]
+                  "bars_div": self.limit_bars, "ticks": list(LIMIT_SCALE),
+                  "axis": LIMIT_AXIS_LABEL,
+                  # Each bar's key, colour and what its hover calls it ("temperature").
+                  "limits": [[key, color, label.split(",")[0]]
                              for key, (label, color) in LIMIT_BARS.items()]},
             code=RENDER_TABLE_JS))
         self.timeline = Timeline(feed.timeline, sources.timeline_windows_s,

@@ -6,8 +6,8 @@ binary frame and streams its rows into the view's source with ``{sync: false}``,
 goes back to the server; it moves the axes (unless the reader panned or zoomed: the reset
 tool follows again), places a timeline's bands under their HTML headings and fills in their
 scales, the legends' current values and the hover, hides what the legend and the GPU filter
-hide (a band of one GPU folds away with it), follows the window picker, repaints at most once per
-``redraw_interval_ms`` (all frames since the last repaint in one animation frame), closes
+hide (a band of one GPU folds away with it), follows the window picker, repaints at most
+once per ``redraw_interval_ms`` (all frames since the last repaint in one animation frame), closes
 the socket while the page is hidden and catches up from ``since`` when it is shown again.
 A page with two views (``LiveView.stream``) runs the script once per view, each on its own
 socket; ``window.nvdashboardLive`` is the one with a time axis.
@@ -26,6 +26,7 @@ from bokeh.models import (
     ColumnDataSource,
     CustomJS,
     Div,
+    FixedTicker,
     Plot,
     RadioButtonGroup,
     Range1d,
@@ -63,14 +64,16 @@ def redraw_interval_ms(window_s: float | None) -> int:
 class BandsView:
     """A timeline's bands in its one figure (``components.Timeline``): the script places
     each band's lines where its HTML heading and scale left room, fills the scales, folds
-    away a band whose one GPU is hidden, and says in the hover what the band shows."""
+    away a band whose one GPU is hidden, and says in the hover what the band shows. A view
+    without bands (bars, tables) has none of it."""
 
-    plot: Plot
-    frame_range: Range1d  # the figure's y-range: its height in pixels
-    targets: Sequence[Range1d]  # where each band's lines go in it
-    scales: Sequence[Range1d | None]  # each band's value range; None: a band of rows
-    hover: Sequence[dict[str, object]]  # what the hover names over each band
-    gpus: Sequence[int | None]  # the one GPU a band shows, if it shows one
+    plot: Plot | None = None
+    frame_range: Range1d | None = None  # the figure's y-range: its height in pixels
+    grid_ticker: FixedTicker | None = None  # the bands' scale lines, placed with them
+    targets: Sequence[Range1d] = ()  # where each band's lines go in it
+    scales: Sequence[Range1d | None] = ()  # each band's value range; None: a band of rows
+    hover: Sequence[dict[str, object]] = ()  # what the hover names over each band
+    gpus: Sequence[int | None] = ()  # the one GPU a band shows, if it shows one
 
 
 @dataclass
@@ -91,7 +94,7 @@ class LiveView:
     series_gpu: dict[str, int | None] = field(default_factory=dict)  # series key -> GPU row
     gpu_filter: CheckboxButtonGroup | None = None  # its buttons are ``filter_gpus``, in order
     filter_gpus: Sequence[int] = ()
-    bands: BandsView | None = None
+    bands: BandsView = field(default_factory=BandsView)
     lost_columns: dict[str, str] = field(default_factory=dict)  # series key -> its GPU's
     # Which of the page's streams: "" for ``<page>/stream``, NAME for ``<page>/NAME/stream``
     # (a page may stream more than one view: /GPU-Health's table and its timelines).
@@ -109,8 +112,8 @@ def attach(doc: Document, view: LiveView) -> None:
         "following_keys": [keys for _, keys in view.following],
         "series_gpu": view.series_gpu,
         "filter_gpus": list(view.filter_gpus),
-        "band_gpus": list(view.bands.gpus) if view.bands else [],
-        "band_hover": list(view.bands.hover) if view.bands else [],
+        "band_gpus": list(view.bands.gpus),
+        "band_hover": list(view.bands.hover),
         "redraw_ms": {f"{window:g}": redraw_interval_ms(window) for window in view.windows_s}
         | {"replace": redraw_interval_ms(None)},
         "lost_columns": view.lost_columns,
@@ -122,9 +125,8 @@ def attach(doc: Document, view: LiveView) -> None:
         "headings": list(view.headings),
         "picker": view.picker, "spec": spec, "lines": list(view.lines),
         "gpu_filter": view.gpu_filter,
-        "plot": view.bands.plot if view.bands else None,
-        "frame_range": view.bands.frame_range if view.bands else None,
-        "band_targets": list(view.bands.targets) if view.bands else [],
-        "band_scales": list(view.bands.scales) if view.bands else [],
+        "plot": view.bands.plot, "frame_range": view.bands.frame_range,
+        "grid_ticker": view.bands.grid_ticker, "band_targets": list(view.bands.targets),
+        "band_scales": list(view.bands.scales),
     }
     doc.js_on_event(DocumentReady, CustomJS(args=args, code=CLIENT_JS))

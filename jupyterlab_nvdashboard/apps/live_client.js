@@ -1,7 +1,7 @@
 // The page's live-data client (see apps/live.py). Runs once, as a CustomJS, when the
 // document is ready. In scope: source, x_range, following, headings, picker, spec, lines,
-// gpu_filter, plot, frame_range, band_targets, band_scales; viewOf, from in_place.js, and
-// openStream, from stream_client.js, before it.
+// gpu_filter, plot, frame_range, grid_ticker, band_targets, band_scales; viewOf, from
+// in_place.js, and openStream, from stream_client.js, before it.
 // Frames: see stream/frames.py. Columns are little-endian float64, as in every browser.
 const live = {
   seq: -1, frames: 0, resets: 0, rows: 0, connects: 0, hidden: false, parentHidden: false,
@@ -137,8 +137,7 @@ function fitBands() {
     frame_range.setv({start: 0, end: height});
     plot.frame_height = height;
   }
-  const grid = plot.center.find((r) => r.name === "band-grid");
-  if (grid) grid.ticker.ticks = ticks;
+  grid_ticker.ticks = ticks;
 }
 
 function fillScales() {
