@@ -5,7 +5,7 @@ their labels to the issue's list; the per-user series are off by default and bou
 a real Prometheus scrapes a simulated server while a scripted history plays (the simulated
 driver lists two real processes of this user: a stand-in Jupyter kernel on GPU 0 that is
 ended after a measured time, and a plain process on GPU 1 that stays), then answers the
-README's GPU-hours and idle GPU-hours queries per user with what the script did.
+docs/prometheus.md's GPU-hours and idle GPU-hours queries per user with what the script did.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ PROMTOOL = shutil.which("promtool")
 needs_prometheus = pytest.mark.skipif(PROMETHEUS is None or PROMTOOL is None,
                                       reason="needs Debian's prometheus package")
 GIB = 2**30
-README = Path(__file__).resolve().parents[1] / "README.md"
+PROMETHEUS_DOC = Path(__file__).resolve().parents[1] / "docs" / "prometheus.md"
 USER_LABELS = {"user", "kernel", "hostname", "gpu", "UUID"}
 
 
@@ -124,13 +124,13 @@ def scalar_by(base: str, query: str, label: str) -> dict[str, float]:
 
 
 def readme_query(start: str) -> str:
-    """The README's PromQL that starts with ``start``, with its window made 10 minutes."""
-    for line in README.read_text(encoding="utf-8").splitlines():
+    """docs/prometheus.md's PromQL that starts with ``start``, with its window made 10 minutes."""
+    for line in PROMETHEUS_DOC.read_text(encoding="utf-8").splitlines():
         if line.strip().startswith(start):
             query = line.strip()
             window = query[query.index("[") + 1:query.index("]")]
             return query.replace(f"[{window}]", "[10m]")
-    raise AssertionError(f"README has no PromQL starting {start!r}")
+    raise AssertionError(f"docs/prometheus.md has no PromQL starting {start!r}")
 
 
 def wait_until(predicate, what: str, seconds: float = 90):  # noqa: ANN001, ANN201
@@ -202,7 +202,7 @@ def test_prometheus_gpu_hours_per_user_for_a_scripted_history(tmp_path: Path) ->
                                      "nvdashboard_gpu_idle_held_seconds_total[10m])) / 3600",
                                      "gpu")
             # What increase() cannot see: each per-user series' first scraped value (the
-            # series appears with the holder, already counting; README says so).
+            # series appears with the holder, already counting; docs/prometheus.md says so).
             unseen = scalar_by(base, "sum by (user) (min_over_time("
                                "nvdashboard_user_gpu_held_seconds_total[10m]))", "user")
             memory = scalar_by(base, readme_query(
@@ -215,7 +215,7 @@ def test_prometheus_gpu_hours_per_user_for_a_scripted_history(tmp_path: Path) ->
     from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
     # Only the new families (the parser refuses the DCGM counters' names, which keep no
-    # _total on purpose: README "Prometheus").
+    # _total on purpose: docs/prometheus.md).
     usage = ("nvdashboard_gpu_unused_seconds", "nvdashboard_gpu_held_seconds",
              "nvdashboard_gpu_idle_held_seconds", "nvdashboard_gpu_memory_held_byte_seconds",
              "nvdashboard_user_gpu_")
