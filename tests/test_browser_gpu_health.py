@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from jupyterlab_nvdashboard.apps.health import WAITING
+from jupyterlab_nvdashboard.apps.health import REASON_ROWS, THROTTLE_WINDOW, WAITING
 from tests.support.browser import (
     PAGE_WAIT_MS,
     TIMELINE_VIEWS_JS,
@@ -16,7 +18,7 @@ from tests.support.browser import (
     screenshot,
     watch,
 )
-from tests.support.servers import in_process_server, with_token
+from tests.support.servers import get, in_process_server, with_token
 
 pytestmark = pytest.mark.browser
 
@@ -156,13 +158,14 @@ def test_health_timelines_at_1280x800_in_both_themes() -> None:
             axis = page.evaluate(AXIS_JS)
             assert 0 <= axis["top"] and axis["top"] + 40 <= 800, axis
             server.simulator.set_scenario("throttled-thermal")
-            # Row 5 is "thermal slowdown" (metrics/health.py CLOCK_EVENT_GROUPS).
+            # Row 5 is "thermal slowdown (SW)" (metrics/health.py CLOCK_EVENT_GROUPS).
             page.wait_for_function(f"() => Number.isFinite(({NEWEST_JS})().reasons1_5)",
                                    timeout=30_000)
             newest = page.evaluate(NEWEST_JS)
             assert newest["reasons1_0"] is None or newest["reasons1_0"] != newest["reasons1_0"]
             reasons = page.evaluate(REASONS_BOX_JS)
-            assert "thermal slowdown" in reasons["labels"] and "power cap" in reasons["labels"]
+            assert "thermal slowdown (SW)" in reasons["labels"] \
+                and "power cap (SW)" in reasons["labels"]
             assert reasons["bottom"] <= 800, reasons  # the reasons rows are on screen
             # The hover names the reason in words, at the newest time.
             page.mouse.move(reasons["newest_x"] - 2, (reasons["top"] + reasons["bottom"]) / 2)
@@ -193,4 +196,73 @@ def test_health_timelines_at_1280x800_in_both_themes() -> None:
             screenshot(page, f"gpu-health-timelines-gpu1-hidden-{theme}")
             page.locator("[data-series='temperature_c1']").first.click()
             page.wait_for_function(f"() => ({LINES_JS})().power_w1.visible", timeout=15_000)
+        watched.assert_clean()
+
+
+# Each GPU row of the Health table: its GPU cell and its clock-events cell, mark included.
+HEALTH_ROWS_JS = """() => {
+  const rows = [];
+  const walk = (root) => {
+    for (const el of root.querySelectorAll('*')) {
+      if (el.matches('table.health tbody tr')) {
+        const cells = [...el.children].map((td) => td.textContent);
+        rows.push({gpu: cells[0], reasons: cells[2]});
+      }
+      if (el.shadowRoot) walk(el.shadowRoot);
+    }
+  };
+  walk(document);
+  return rows;
+}"""
+# Whether any sample of a timeline column was drawn (a band row is NaN where it is off).
+EVER_ON_JS = """(key) => {
+  const source = [...Bokeh.documents[0].all_models].find((m) =>
+    m.type === 'ColumnDataSource' && m.data[key] !== undefined);
+  return Array.from(source.data[key]).some((v) => Number.isFinite(v));
+}"""
+# The throttle reasons by the names the diagnosis and the table both use (metrics/health.py).
+THROTTLE_NAMES = ("software power cap", "hardware slowdown", "software thermal slowdown",
+                  "hardware thermal slowdown", "hardware power brake")
+
+
+def _named(text: str) -> set[str]:
+    return {name for name in THROTTLE_NAMES if name in text}
+
+
+def test_health_and_the_diagnosis_agree_under_throttled_thermal() -> None:
+    """Under throttled-thermal the GPU is too hot for the hardware part of each spell and too
+    hot for the driver's clocks all through it. /diagnosis.json said "hardware thermal
+    slowdown 61%" while Health's table named only the software slowdown (at a cool moment)
+    and its "HW slowdown" band stayed empty (issue 44). Both come from one reading: the
+    table's clock events quote the diagnosis' finding for the same GPU, and the HW slowdown
+    band shows the hot spells."""
+    hardware_row = REASON_ROWS.index("HW slowdown: thermal, power brake")
+    with in_process_server(gpus=2, profile="h200", scenario="throttled-thermal",
+                           interval_s=0.2, idle_interval_s=0.2) as server, \
+            chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        watched = watch(page)
+        page.goto(with_token(server.url + "/"))
+        for theme in ("light", "dark"):
+            page.goto(f"{server.url}/GPU-Health?theme={theme}")
+            page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
+                                   timeout=PAGE_WAIT_MS)
+            page.wait_for_function(
+                f"() => {{ const rows = ({HEALTH_ROWS_JS})(); return rows.length === 2 && "
+                f"rows.every((r) => r.reasons.includes({json.dumps(THROTTLE_WINDOW)}) && "
+                f"r.reasons.includes('hardware thermal slowdown')); }}", timeout=PAGE_WAIT_MS)
+            rows = page.evaluate(HEALTH_ROWS_JS)
+            status, body = get(server.url + "/diagnosis.json")
+            assert status == 200
+            served = {d["row"]: d for d in json.loads(body)["devices"]}
+            for row, shown in enumerate(rows):
+                [throttled] = [f for f in served[row]["findings"] if f["cause"] == "throttled"]
+                assert "hardware thermal slowdown" in throttled["title"], throttled
+                # The same reasons, in the same words, as the diagnosis of that GPU.
+                window = shown["reasons"].split(THROTTLE_WINDOW, 1)[1]
+                assert _named(window) == _named(throttled["title"]), (shown, throttled)
+            for gpu in (0, 1):  # the hot spells are on the hardware slowdown band
+                page.wait_for_function(EVER_ON_JS, arg=f"reasons{gpu}_{hardware_row}",
+                                       timeout=PAGE_WAIT_MS)
+            screenshot(page, f"gpu-health-throttled-thermal-{theme}")
         watched.assert_clean()

@@ -22,11 +22,14 @@ from jupyterlab_nvdashboard.apps.health import (
     HealthFeed,
     gpu_health,
     health_cells,
+    health_feed,
     health_timeline,
+    throttle_mark,
 )
 from jupyterlab_nvdashboard.apps.sources import DashboardSources
 from jupyterlab_nvdashboard.composition import create_metrics
 from jupyterlab_nvdashboard.config import Config, SimulationConfig
+from jupyterlab_nvdashboard.diagnosis import Diagnosis, Figure, Finding
 from jupyterlab_nvdashboard.metrics.binding import binding_loader
 from jupyterlab_nvdashboard.metrics.families import GPM_FAMILY, HEALTH_FAMILY, GpmReading
 from jupyterlab_nvdashboard.metrics.gpm import CLOSEST_METRIC, NO_GPM_HARDWARE, GpmReader
@@ -246,6 +249,56 @@ def test_throttle_reasons_decode_into_words() -> None:
     assert simulator.calls["nvmlDeviceGetCurrentClocksEventReasons"] == 2
 
 
+def test_an_ecc_mark_warns_about_what_is_wrong_in_words_never_about_zero() -> None:
+    """"0 uncorrected ECC errors since the driver loaded, 1 in its lifetime" read as a
+    warning about zero (issue 44): the mark names the count that is wrong and what it means."""
+    simulator, nvml, _, _ = readers("mixed")
+    reading = HealthReader(nvml).read(nvml.read())[0]
+    old_fault = assess(reading._replace(ecc_volatile_uncorrected=0,
+                                        ecc_aggregate_uncorrected=1))["ecc"]
+    assert old_fault.startswith("1 uncorrected ECC error in this GPU's lifetime, none since "
+                                "the driver loaded"), old_fault
+    assert "0 uncorrected" not in old_fault
+    new_fault = assess(reading._replace(ecc_volatile_uncorrected=2,
+                                        ecc_aggregate_uncorrected=5))["ecc"]
+    assert new_fault.startswith("2 uncorrected ECC errors since the driver loaded (5 in its "
+                                "lifetime): GPU memory lost data"), new_fault
+    assert "ecc" not in assess(reading._replace(ecc_volatile_uncorrected=0,
+                                                ecc_aggregate_uncorrected=0))
+
+
+def test_the_clock_events_quote_the_diagnosis_of_the_same_gpu_word_for_word() -> None:
+    """Health's table and /diagnosis.json come from one reading (issue 44): a GPU whose
+    clocks are free at this moment, but that the diagnosis finds throttled by hardware
+    thermal slowdown over its window, is marked with that very finding; and under the
+    throttled-thermal scenario the server's own diagnosis is what the table says."""
+    simulator, nvml, _, _ = readers("mixed")
+    cool = HealthReader(nvml).read(nvml.read())[0]._replace(clock_event_reasons=0x20)
+    finding = Finding("throttled", "throttled: hardware thermal slowdown: too hot (61%); "
+                      "software thermal slowdown: too hot for these clocks (100%)",
+                      (Figure("time with clocks held down", 100.0, "%", 600),),
+                      "clock-events", "check cooling")
+    cells = health_cells(cool, throttled=finding)
+    assert cells["reasons"] == "now: software thermal slowdown: too hot for these clocks"
+    assert cells["reasons_mark"] == throttle_mark(finding)
+    assert "hardware thermal slowdown: too hot (61%)" in cells["reasons_mark"]
+
+    metrics = create_metrics(Config(simulation=SimulationConfig(
+        gpu_count=2, profile="mixed", scenario="throttled-thermal")), environ={})
+    metrics.nvml.ensure_initialized()
+    for _ in range(8):
+        metrics.sampler.tick()
+    sources = DashboardSources(metrics)
+    feed = health_feed(sources)
+    marks = feed.rows(metrics.history.window(60)).text["reasons_mark"]
+    served = {d.row: d for d in sources.diagnoses.current()}
+    for position, fact in enumerate(feed.gpus):
+        diagnosis: Diagnosis = served[fact.index]
+        [throttled] = [f for f in diagnosis.findings if f.cause == "throttled"]
+        assert marks[position] == throttle_mark(throttled)
+        assert "hardware thermal slowdown" in marks[position]
+
+
 def test_an_old_driver_and_binding_read_the_older_throttle_reasons_call() -> None:
     simulator, nvml, _, _ = readers("consumer")  # 470 driver, nvidia-ml-py 11.470
     health = HealthReader(nvml).read(nvml.read())
@@ -450,7 +503,7 @@ async def _timeline_pages(server, pages: int, frames: int) -> None:  # noqa: ANN
             assert math.isnan(rows[f"power_limit_w{gpu}"][-1])
             on = [row for row in range(len(REASON_ROWS))
                   if math.isfinite(rows[f"reasons{gpu}_{row}"][-1])]
-            assert [REASON_ROWS[row] for row in on] == ["power cap"]
+            assert [REASON_ROWS[row] for row in on] == ["power cap (SW)"]
 
 
 def test_health_timelines_come_from_the_history_once_per_tick_for_every_page() -> None:
@@ -491,8 +544,12 @@ def test_health_timeline_rows_say_which_reason_was_on_when_and_gap_when_unknown(
 
     for gpu in (0, 1):
         assert reasons(gpu, 0) == ["none: full speed"]
-        assert reasons(gpu, 1) == ["power cap"]
-        assert reasons(gpu, 2) == ["thermal slowdown"]
+        assert reasons(gpu, 1) == ["power cap (SW)"]
+        # Too hot for the hardware (HW thermal slowdown, a kind of HW slowdown in nvml.h) in
+        # part of each spell, too hot for the driver's clocks all through it.
+        hot = samples[2].extra[HEALTH_FAMILY][gpu].clock_event_reasons & 0x40
+        assert reasons(gpu, 2) == ["HW slowdown: thermal, power brake"] * bool(hot) + [
+            "thermal slowdown (SW)"]
         assert reasons(gpu, 3) == []  # no reading: a gap, not "none"
         for key in (f"temperature_c{gpu}", f"temperature_slowdown_c{gpu}",
                     f"power_w{gpu}", f"power_limit_w{gpu}"):

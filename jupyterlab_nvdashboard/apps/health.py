@@ -6,6 +6,12 @@ ECC counts; remapped rows; XID events. A reading past its threshold is marked an
 reason written under it (``metrics.health.assess``). XID events stay listed: every health
 reading carries all the events seen since the server started.
 
+The clock events say what the GPU does now, and under them, marked, what the diagnosis says
+of the last 2 minutes: the very ``throttled`` finding ``/diagnosis.json`` serves, from the
+server's one ``DeviceDiagnoses``, so the table and the diagnosis can never disagree (a GPU
+that cools between its hot spells reads "software thermal slowdown" now, and "hardware
+thermal slowdown 61%" over the window, in both places).
+
 The rows come from ``Sample.extra[HEALTH_FAMILY]`` through the broadcast stream like the
 bars (``HealthFeed``, mode "replace"); a bar chart of how close each GPU runs to the limits
 where higher is worse (temperature against its slowdown threshold, power against its limit)
@@ -15,11 +21,12 @@ is not drawn again.
 
 Above them, the same readings over time (``health_timeline``): temperature with the
 slowdown threshold, power with the limit, SM clock with its maximum (dashed, in the GPU's
-colour) and the clocks-event reasons as rows ("power cap", "thermal slowdown", ...), so a
-throttle five minutes ago shows when it happened and why. They stream as a second feed of
-the same route (``<route>/timeline/stream``, ``HealthFeed.timeline``): an "append" family
-per window beside the table's "replace" one, each encoded once per tick for every page. A
-sample without a health reading is a gap, never 0.
+colour) and the clocks-event reasons as rows ("power cap (SW)", "HW slowdown: thermal,
+power brake", ...), so a throttle five minutes ago shows when it happened and why. They
+stream as a second feed of the same route (``<route>/timeline/stream``,
+``HealthFeed.timeline``): an "append" family per window beside the table's "replace" one,
+each encoded once per tick for every page. A sample without a health reading is a gap,
+never 0.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ import numpy as np
 from bokeh.layouts import column
 from bokeh.models import ColumnDataSource, CustomJS, Div
 
+from ..diagnosis import Diagnosis, Finding
+from ..diagnosis.live import DEFAULT_WINDOW_S
 from ..export.dcgm import mig_profile
 from ..metrics import GpuFacts, Metrics, Sample
 from ..metrics.families import HEALTH_FAMILY, HealthReading, device_reading
@@ -55,6 +64,7 @@ from .components import (
     gpu_color,
     gpu_label,
     row_offset,
+    window_label,
 )
 from .in_place import IN_PLACE_JS
 from .live import LiveView
@@ -114,7 +124,17 @@ def _clocks(reading: HealthReading) -> str:
 def _reasons(reading: HealthReading) -> str:
     if reading.clock_event_reasons is None:
         return NOT_AVAILABLE
-    return "\n".join(clock_event_words(reading.clock_event_reasons)) or "none: full speed"
+    return "now: " + ("\n".join(clock_event_words(reading.clock_event_reasons))
+                      or "none: full speed")
+
+
+# The diagnosis' window the clock-events mark quotes: /diagnosis.json's default.
+THROTTLE_WINDOW = f"over the last {window_label(DEFAULT_WINDOW_S)} (as /diagnosis.json)"
+
+
+def throttle_mark(finding: Finding) -> str:
+    """The diagnosis' ``throttled`` finding, word for word, as the clock events' mark."""
+    return f"{THROTTLE_WINDOW}: {finding.summary()}"
 
 
 def _temperature(reading: HealthReading) -> str:
@@ -178,8 +198,10 @@ def lost_cells(reading: HealthReading | None) -> dict[str, str]:
 
 
 def health_cells(reading: HealthReading | None, lost: bool = False,
-                 unavailable: dict[str, str] | None = None) -> dict[str, str]:
-    """One GPU's table cells (without the GPU column) and the reason each is marked."""
+                 unavailable: dict[str, str] | None = None,
+                 throttled: Finding | None = None) -> dict[str, str]:
+    """One GPU's table cells (without the GPU column) and the reason each is marked;
+    ``throttled``: the diagnosis' throttled finding on this GPU over its window, if any."""
     if lost:
         return lost_cells(reading)
     if reading is None:
@@ -194,7 +216,15 @@ def health_cells(reading: HealthReading | None, lost: bool = False,
     marks = {f"{key}_mark": "" for key in HEALTH_COLUMNS}
     for group, reason in assess(reading).items():
         marks[f"{MARK_COLUMNS[group]}_mark"] = reason
+    if throttled is not None:  # the window's judgment, which the moment's must not contradict
+        marks["reasons_mark"] = throttle_mark(throttled)
     return {**cells, **marks}
+
+
+def throttled_findings(diagnoses: Sequence[Diagnosis]) -> dict[int, Finding]:
+    """Device row -> its ``throttled`` finding, where the diagnosis has one."""
+    return {diagnosis.row: finding for diagnosis in diagnoses
+            for finding in diagnosis.findings if finding.cause == "throttled"}
 
 
 @dataclass(frozen=True)
@@ -206,6 +236,9 @@ class HealthFeed:
     unavailable: Callable[[], dict[int, dict[str, str]]] = dict
     # The same readings over time, streamed beside the table (``TIMELINE_STREAM``).
     timeline: TimelineFeed = TimelineFeed(())
+    # Every device's diagnosis over /diagnosis.json's default window (the server's
+    # ``DeviceDiagnoses.current``): the clock events quote its throttled finding.
+    diagnoses: Callable[[], Sequence[Diagnosis]] = tuple
     mode = "replace"
     refresh_s = HEALTH_REFRESH_S  # a table people read, with its history above it
 
@@ -231,13 +264,15 @@ class HealthFeed:
         readings = family if isinstance(family, dict) else {}
         lost = {r.index for r in samples[-1].gpus if r.lost} if samples else set()
         unavailable = self.unavailable()
+        throttled = throttled_findings(self.diagnoses()) if samples else {}
         text: dict[str, list[str]] = {key: [] for key in HEALTH_COLUMNS}
         text.update({f"{key}_mark": [] for key in HEALTH_COLUMNS})
         numeric: dict[str, list[float]] = {key: [] for key in LIMIT_BARS}
         for fact, label in zip(self.gpus, self.labels, strict=True):
             reading = readings.get(fact.index)
             cells = health_cells(reading if isinstance(reading, HealthReading) else None,
-                                 fact.index in lost, unavailable.get(fact.index, {}))
+                                 fact.index in lost, unavailable.get(fact.index, {}),
+                                 throttled.get(fact.index))
             cells["gpu"] = gpu_label(fact) + self.mig_note(fact)
             for key, value in cells.items():
                 text[key].append(value)
@@ -418,9 +453,15 @@ class HealthDashboard:
         self.also_live = (self.timeline.live,)
 
 
-def gpu_health(metrics: Metrics) -> HealthFeed:
+def gpu_health(metrics: Metrics,
+               diagnoses: Callable[[], Sequence[Diagnosis]] = tuple) -> HealthFeed:
     facts = tuple(metrics.facts)
-    return HealthFeed(facts, metrics.nvml.unavailable, health_timeline(facts))
+    return HealthFeed(facts, metrics.nvml.unavailable, health_timeline(facts), diagnoses)
+
+
+def health_feed(sources: DashboardSources) -> HealthFeed:
+    """The route's feed: the table quotes the server's one diagnosis of each GPU."""
+    return gpu_health(sources.metrics, sources.diagnoses.current)
 
 
 def health_timeline_feed(feed: Feed) -> Feed:

@@ -54,15 +54,18 @@ CLOCK_EVENT_REASONS: tuple[tuple[int, str, bool], ...] = (
 )
 # The clocks-event reasons grouped the way a reader asks "held down by what?" (the rows of
 # /GPU-Health's reasons timeline), bottom to top: (name, the bits it covers). "none" is a
-# mask of 0: nothing held the clocks.
+# mask of 0: nothing held the clocks. Hardware and software are apart, as the diagnosis names
+# them: nvml.h documents HW thermal slowdown (0x40) and the power brake (0x80) as kinds of
+# HW slowdown (0x8), so a GPU too hot for the hardware fills the "HW slowdown" row, never
+# only a "thermal" row that reads as the driver's own (software) slowdown.
 CLOCK_EVENT_GROUPS: tuple[tuple[str, int], ...] = (
     ("none: full speed", 0x0),
     ("idle", 0x1),
     ("clocks set (apps, display)", 0x2 | 0x100),
     ("sync boost", 0x10),
-    ("HW slowdown, power brake", 0x8 | 0x80),
-    ("thermal slowdown", 0x20 | 0x40),
-    ("power cap", 0x4),
+    ("HW slowdown: thermal, power brake", 0x8 | 0x40 | 0x80),
+    ("thermal slowdown (SW)", 0x20),
+    ("power cap (SW)", 0x4),
 )
 # What well-known XIDs mean (NVIDIA's "XID Errors" guide), for the health page.
 XID_MEANINGS = {
@@ -107,6 +110,25 @@ def xid_words(event: XidEvent) -> str:
     return f"XID {event.xid}{where}: {meaning}"
 
 
+def _errors(count: int) -> str:
+    return f"{count} uncorrected ECC error{'' if count == 1 else 's'}"
+
+
+def ecc_words(since_load: int | None, lifetime: int | None) -> str:
+    """What is wrong with a GPU's memory, in words, from its uncorrected ECC counts (since the
+    driver loaded, and over the GPU's lifetime); "" when nothing is. A count of 0 is never
+    the subject of a warning: it is what is right."""
+    if since_load:
+        older = f" ({lifetime} in its lifetime)" if lifetime and lifetime > since_load else ""
+        return (f"{_errors(since_load)} since the driver loaded{older}: GPU memory lost data, "
+                "so the work on this GPU since then may be wrong; see nvidia-smi -q -d ECC, "
+                "and reset the GPU if it persists")
+    if lifetime:
+        return (f"{_errors(lifetime)} in this GPU's lifetime, none since the driver loaded: "
+                "its memory failed before; watch for new ones")
+    return ""
+
+
 def assess(reading: HealthReading) -> dict[str, str]:
     """Readings past their thresholds: {reading group: the reason, in words}."""
     marks: dict[str, str] = {}
@@ -122,12 +144,9 @@ def assess(reading: HealthReading) -> dict[str, str]:
     if reading.power_w is not None and reading.power_limit_w and \
             reading.power_w >= POWER_AT_LIMIT * reading.power_limit_w:
         marks["power"] = f"at its power limit ({reading.power_limit_w:.0f} W)"
-    uncorrected = [count for count in (reading.ecc_volatile_uncorrected,
-                                       reading.ecc_aggregate_uncorrected) if count]
-    if uncorrected:
-        marks["ecc"] = (f"{reading.ecc_volatile_uncorrected or 0} uncorrected ECC errors since "
-                        f"the driver loaded, {reading.ecc_aggregate_uncorrected or 0} in its "
-                        "lifetime")
+    ecc = ecc_words(reading.ecc_volatile_uncorrected, reading.ecc_aggregate_uncorrected)
+    if ecc:
+        marks["ecc"] = ecc
     if reading.remapped_rows_failed:
         marks["rows"] = "row remapping failed: the GPU needs service"
     elif reading.remapped_rows_pending:
