@@ -27,6 +27,7 @@ from jupyterlab_nvdashboard.store.buckets import is_gap
 from tests.support.store_clock import ScriptedClock
 
 START_S = 1_699_999_980.0  # a multiple of 60: bucket edges are easy to reason about
+DAY_S = 86400.0
 
 
 def gpu(index: int, utilization: float | None) -> GpuReading:
@@ -128,6 +129,69 @@ def test_wall_clock_step_back_merges_into_stored_buckets_and_prunes_nothing(
     minute = store.past(START_S + 60, START_S + 120, 60, rows="mean").samples
     assert minute[0].gpus[0].utilization_pct == pytest.approx(50.0)
     assert store.stats.merged > 0 and store.stats.pruned == 0
+    store.close()
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_clock_set_a_year_ahead_deletes_no_history_and_its_buckets_are_set_aside(
+        folder: Path, caplog: pytest.LogCaptureFixture) -> None:
+    clock = ScriptedClock(START_S, 5_000.0)
+    path = folder / "history.sqlite"
+    retention = {"retention_5s_s": 3600.0, "retention_1min_s": 2 * 3600.0}
+    store = open_writer(path, clock, **retention)
+    feeder = Feeder(store, clock, interval_s=5.0)
+    feeder.run(3600)  # an hour of real history
+    real_minutes = stored(path, COARSE_TIER)
+    # `date -s` a year ahead while the server runs; two minutes later the clock is put right
+    # (NTP) and the server restarts.
+    clock.wall += 365 * DAY_S
+    feeder.run(120)
+    store.stop()
+    assert stored(path, COARSE_TIER)[:len(real_minutes)] == real_minutes  # nothing deleted
+    clock.wall -= 365 * DAY_S
+    assert not warnings_of(caplog)
+    store = open_writer(path, clock, **retention)
+    feeder = Feeder(store, clock, interval_s=5.0)
+    feeder.run(600)  # ten more minutes, pruned every minute
+    store.step(final=True)
+    # The real hour is all there; what was stamped a year ahead is out of the history, kept.
+    minutes = stored(path, COARSE_TIER)
+    assert minutes[:len(real_minutes)] == real_minutes
+    assert max(start for start, _ in minutes) < clock.wall
+    assert max(start for start, _ in stored(path, FINE_TIER)) < clock.wall
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        aside = connection.execute("SELECT min(start_s), count(*) FROM set_aside").fetchone()
+    assert aside[0] > clock.wall + 300 * DAY_S and aside[1] == store.stats.set_aside > 0
+    [line] = warnings_of(caplog)
+    assert "ahead of the clock" in line and "set aside" in line
+    window = store.past(START_S, clock.wall, 60, rows="mean").samples
+    assert window[0].time_s < START_S + 60 and window[-1].time_s < clock.wall
+    # Retention still counts from now: an hour and a half later the first half hour goes.
+    feeder.run(5400)
+    store.step(final=True)
+    assert stored(path, COARSE_TIER)[0][0] >= clock.wall - 2 * 3600 - 60
+    store.close()
+
+
+def test_a_planted_future_bucket_is_set_aside_and_the_rest_kept(
+        folder: Path, caplog: pytest.LogCaptureFixture) -> None:
+    clock = ScriptedClock(START_S, 5_000.0)
+    path = folder / "history.sqlite"
+    store = open_writer(path, clock)
+    Feeder(store, clock).run(120)
+    store.stop()
+    before = stored(path, FINE_TIER)
+    with contextlib.closing(sqlite3.connect(path)) as connection, connection:
+        connection.execute("INSERT INTO buckets SELECT tier, start_s + 10 * 365 * 86400, "
+                           "layout, samples, data FROM buckets WHERE tier=1 LIMIT 1")
+    store = open_writer(path, clock)
+    Feeder(store, clock).run(60)
+    store.step(final=True)
+    assert stored(path, FINE_TIER)[:len(before)] == before
+    assert store.stats.set_aside == 1 and "ahead of the clock" in one_line(caplog)
     store.close()
 
 

@@ -52,6 +52,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         """CREATE TABLE runs (source TEXT PRIMARY KEY, finished_s REAL NOT NULL,
                row TEXT NOT NULL)""",
     ),
+    2: (
+        # Buckets taken out of the history but kept, with why: stamped ahead of the wall
+        # clock (written while it was set wrong), never trusted and never shown.
+        """CREATE TABLE set_aside (why TEXT NOT NULL, tier INTEGER NOT NULL,
+               start_s INTEGER NOT NULL, layout INTEGER NOT NULL, samples INTEGER NOT NULL,
+               data BLOB NOT NULL)""",
+    ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 

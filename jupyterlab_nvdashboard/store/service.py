@@ -4,10 +4,13 @@ It listens to ``History`` like the broadcaster does (a queue put per sample, on 
 thread) and owns one thread that, every ``batch_s`` (5 s), folds the new samples into
 5-second buckets and those into 1-minute buckets (mean, min and max of every reading), writes
 what closed in one transaction, and now and then deletes buckets past their tier's
-retention. The newest open bucket stays in memory until a later sample closes it, so
-``kill -9`` loses at most that bucket and the batch not yet committed; a clean stop writes
-everything. At start the 1-minute tier is rebuilt from the 5-second buckets a kill left
-un-rolled.
+retention, counted back from now (the wall clock). A bucket stamped more than
+``TRUSTED_AHEAD_S`` ahead of the wall clock (written while the clock was set wrong) is never
+trusted: it is set aside (kept in the ``set_aside`` table, out of every window) with one log
+line, and the rest of the history is kept. The newest open bucket stays in memory until a
+later sample closes it, so ``kill -9`` loses at most that bucket and the batch not yet
+committed; a clean stop writes everything. At start the 1-minute tier is rebuilt from the
+5-second buckets a kill left un-rolled.
 
 Two servers of one user share one store: the one holding the writer lock writes, the
 others only read (and take over the lock when that server ends). Readers never wait on the
@@ -60,6 +63,10 @@ PRUNE_EVERY_S = 60.0
 TAKE_OVER_EVERY_S = 30.0  # how often a reading server tries to become the writer
 # Samples kept for the next try while writes fail (a full disk): an hour at 200 ms.
 MAX_PENDING_SAMPLES = 18_000
+# How far ahead of the wall clock a bucket may be stamped and still be trusted: a few
+# minutes of NTP slewing or a small step back. Beyond it the bucket was written while the
+# clock was wrong (a VM restored with a wrong clock, ``date -s``, a bad NTP step).
+TRUSTED_AHEAD_S = 300.0
 
 
 class Clock(Protocol):
@@ -84,6 +91,7 @@ class StoreStats:
     buckets_written: int = 0
     merged: int = 0  # buckets added to one already stored (a restart or a clock step back)
     pruned: int = 0
+    set_aside: int = 0  # buckets stamped ahead of the clock, taken out of the history
     cpu_s: float = 0.0  # the writer thread's own CPU time
     errors: int = 0
 
@@ -121,8 +129,10 @@ class HistoryStore:
         self._open_coarse: list[Bucket] = []  # 5-second buckets of the open minute
         self._layout_ids: dict[tuple[int, ...], int] = {}
         self._layouts: dict[int, tuple[int, ...]] = {}
-        self._newest_s = -float("inf")  # the latest wall-clock time written (prunes by it)
         self._last_prune = -float("inf")
+        # The wall and monotonic clocks when this server became the writer: the present a
+        # prune counts back from never runs ahead of the monotonic clock since then.
+        self._opened_at: tuple[float, float] | None = None
         self._last_take_over = -float("inf")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -161,10 +171,11 @@ class HistoryStore:
     def _become_writer(self, opened: Opened) -> None:
         self._connection = opened.connection
         self.role = "writer"
+        self._opened_at = (self.clock.time(), self.clock.monotonic())
         with self._connection:
-            newest = self._connection.execute("SELECT max(start_s) FROM buckets").fetchone()[0]
-            if newest is not None:
-                self._newest_s = float(newest)
+            # Before the roll-up: a minute stamped in the future would hide every 5-second
+            # bucket after the real newest minute from it.
+            self._set_aside_ahead()
             self._roll_up_left_over()
 
     def _roll_up_left_over(self) -> None:
@@ -231,7 +242,6 @@ class HistoryStore:
                 self._open_fine = samples[-MAX_PENDING_SAMPLES:]
                 raise
             self.stats.batches += 1
-            self._newest_s = max([self._newest_s, *(b.start_s for b in closed_fine)])
         # The open bucket's own samples stay in memory until a later sample closes it.
         self._open_fine = [s for s in samples if still_open and _in(s, still_open[0])]
         self._open_coarse = open_coarse
@@ -293,16 +303,52 @@ class HistoryStore:
             self.stats.buckets_written += 1
 
     def _prune(self) -> None:
-        """Delete each tier's buckets older than its retention, counted back from the
-        newest bucket written (a wall-clock step back deletes nothing)."""
+        """Delete each tier's buckets older than its retention, counted back from now; set
+        aside the buckets stamped ahead of the clock first. Counting from the newest bucket
+        instead would let one bucket from a clock set a year ahead delete the whole store."""
         assert self._connection is not None
-        if self._newest_s == -float("inf"):
-            return
+        now = self._present()
         with self._connection:
+            self._set_aside_ahead()
             for tier, retention in self.retention_s.items():
                 self.stats.pruned += self._connection.execute(
                     "DELETE FROM buckets WHERE tier=? AND start_s < ?",
-                    (tier, int(self._newest_s - retention))).rowcount
+                    (tier, int(now - retention))).rowcount
+            # What was set aside goes when it is past the longest retention as well.
+            self._connection.execute("DELETE FROM set_aside WHERE start_s < ?",
+                                     (int(now - max(self.retention_s.values())),))
+
+    def _present(self) -> float:
+        """The wall clock, but never further past the time this server became the writer
+        than the monotonic clock has run since: a wall-clock step forward while it runs
+        (``date -s``, a bad NTP step) deletes nothing (a suspend only defers a deletion)."""
+        now = self.clock.time()
+        if self._opened_at is None:
+            return now
+        wall, monotonic = self._opened_at
+        return min(now, wall + self.clock.monotonic() - monotonic)
+
+    def _set_aside_ahead(self) -> None:
+        """Move the buckets stamped more than ``TRUSTED_AHEAD_S`` ahead of the wall clock
+        out of the history into ``set_aside`` (one log line); in the caller's transaction."""
+        assert self._connection is not None
+        now = self.clock.time()
+        limit = int(now + TRUSTED_AHEAD_S)
+        ahead = self._connection.execute(
+            "SELECT count(*), max(start_s) FROM buckets WHERE start_s > ?", (limit,)
+        ).fetchone()
+        if not ahead[0]:
+            return
+        self._connection.execute(
+            "INSERT INTO set_aside (why, tier, start_s, layout, samples, data) "
+            "SELECT 'ahead of the clock', tier, start_s, layout, samples, data FROM buckets "
+            "WHERE start_s > ?", (limit,))
+        self._connection.execute("DELETE FROM buckets WHERE start_s > ?", (limit,))
+        self.stats.set_aside += ahead[0]
+        log.warning("history store %s: %d buckets stamped ahead of the clock (up to %s "
+                    "UTC; the clock was wrong when they were written) are set aside, never "
+                    "trusted; the rest of the history is kept", self.path, ahead[0],
+                    time.strftime("%Y-%m-%d %H:%M", time.gmtime(ahead[1])))
 
     def start(self) -> None:
         """Open the store and start the writer thread (never blocks the caller)."""
