@@ -99,6 +99,36 @@ def test_tiers_roll_up_with_mean_min_and_max(folder: Path) -> None:
     store.close()
 
 
+def test_means_weigh_the_time_each_sample_covers_not_the_sample_count(folder: Path) -> None:
+    start = START_S + 60  # a multiple of 120: the two minutes fold into one 2-minute span
+    clock = ScriptedClock(start, 5_000.0)
+    store = open_writer(folder / "history.sqlite", clock)
+    feeder = Feeder(store, clock, interval_s=2.0)
+    feeder.run(60, value=lambda t: 100.0)  # a minute busy with nobody watching: every 2 s
+    feeder.interval_s = 0.2
+    feeder.run(60, value=lambda t: 0.0)  # a minute idle with a page open: every 200 ms
+    store.step(final=True)
+    minutes = store.past(start, start + 120, 60, rows="mean").samples
+    assert [m.gpus[0].utilization_pct for m in minutes] == pytest.approx([100.0, 0.0])
+    # Both minutes rolled into one span: half busy, as long as it was busy.
+    [both] = store.past(start, start + 120, 120, rows="mean").samples
+    assert both.gpus[0].utilization_pct == pytest.approx(50.0, abs=0.5)
+    # A restart inside a 5-second bucket merges by time too: 2 s at 100% (a sample a
+    # second), then 3 s at 0% (fifteen samples) is 40%.
+    clock.wall = round(clock.wall)  # 600 steps of 0.2 s drift by microseconds
+    assert clock.wall % 5 == 0
+    feeder.interval_s = 1.0
+    feeder.run(2, value=lambda t: 100.0)
+    store.stop()
+    store = open_writer(store.path, clock)
+    feeder = Feeder(store, clock, interval_s=0.2)
+    feeder.run(3, value=lambda t: 0.0)
+    store.step(final=True)
+    [bucket] = store.past(clock.wall - 5, clock.wall, 5, rows="mean").samples
+    assert bucket.gpus[0].utilization_pct == pytest.approx(40.0, abs=0.5)
+    store.close()
+
+
 def test_buckets_past_their_retention_are_deleted(folder: Path) -> None:
     clock = ScriptedClock(START_S, 5_000.0)
     store = open_writer(folder / "history.sqlite", clock, retention_5s_s=60,
@@ -185,8 +215,9 @@ def test_a_planted_future_bucket_is_set_aside_and_the_rest_kept(
     store.stop()
     before = stored(path, FINE_TIER)
     with contextlib.closing(sqlite3.connect(path)) as connection, connection:
-        connection.execute("INSERT INTO buckets SELECT tier, start_s + 10 * 365 * 86400, "
-                           "layout, samples, data FROM buckets WHERE tier=1 LIMIT 1")
+        connection.execute("INSERT INTO buckets (tier, start_s, layout, samples, covered_s, "
+                           "data) SELECT tier, start_s + 10 * 365 * 86400, layout, samples, "
+                           "covered_s, data FROM buckets WHERE tier=1 LIMIT 1")
     store = open_writer(path, clock)
     Feeder(store, clock).run(60)
     store.step(final=True)

@@ -7,6 +7,12 @@ buckets into the coarser buckets a long window draws. Time is the samples' wall 
 restart; buckets are aligned to the epoch, so a restart inside a bucket, or a wall-clock step
 back, adds to the bucket that is already stored instead of starting a second one.
 
+Means are weighted by time, not by sample count: the sampler reads ten times as often while a
+page is open (200 ms) as when nobody watches (2 s), so a minute at 100% unwatched and a minute
+at 0% watched average 50%, not 9%. A sample stands for the time until the next one (on the
+monotonic clock, capped where the sampler was not running), and a bucket's ``covered_s``, the
+time its samples stand for, weighs it when buckets are merged or rolled up.
+
 A bucket's columns are, for each GPU of its ``layout`` (the GPU indices, in order),
 ``GPU_FIELDS`` then whether the GPU was lost (0 or 1), then ``HOST_FIELDS``. "Not available"
 is NaN, never 0: a bucket whose samples never had a reading has NaN there.
@@ -16,9 +22,8 @@ from __future__ import annotations
 
 import math
 import operator
-import warnings
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,30 +63,23 @@ def sample_vector(sample: Sample) -> tuple[tuple[int, ...], np.ndarray]:
 @dataclass
 class Bucket:
     """One bucket: ``start_s`` (epoch seconds, a multiple of ``width_s``), how many samples it
-    holds, and per column their mean, minimum and maximum."""
+    holds and the seconds they stand for (``covered_s``), and per column their time-weighted
+    mean, minimum and maximum."""
 
     start_s: float
     width_s: float
     layout: tuple[int, ...]
     samples: int
+    covered_s: float
     mean: np.ndarray
     low: np.ndarray
     high: np.ndarray
 
     def merged(self, other: Bucket) -> Bucket:
         """This bucket and another of the same span and layout, as one (means weighted by
-        sample count; a column NaN in one of them takes the other's)."""
-        total = self.samples + other.samples
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            weights = np.stack([np.where(np.isnan(self.mean), 0, self.samples),
-                                np.where(np.isnan(other.mean), 0, other.samples)])
-            sums = np.nansum(np.stack([self.mean * self.samples,
-                                       other.mean * other.samples]), axis=0)
-            counted = weights.sum(axis=0)
-            mean = np.where(counted > 0, sums / np.maximum(counted, 1), np.nan)
-        return Bucket(self.start_s, self.width_s, self.layout, total, mean,
-                      np.fmin(self.low, other.low), np.fmax(self.high, other.high))
+        the time each covers; a column NaN in one of them takes the other's)."""
+        run = BucketRun.of([self, other]).folded(self.width_s)
+        return run.buckets()[0]
 
     def encode(self) -> bytes:
         """The stored form: mean, minimum and maximum rows as little-endian float32,
@@ -91,7 +89,7 @@ class Bucket:
 
     @classmethod
     def decode(cls, start_s: float, width_s: float, layout: tuple[int, ...], samples: int,
-               blob: bytes) -> Bucket:
+               covered_s: float, blob: bytes) -> Bucket:
         """Raises ValueError when the blob does not hold this layout's columns."""
         try:
             values = np.frombuffer(zlib.decompress(blob), dtype="<f4").astype(float)
@@ -102,41 +100,69 @@ class Bucket:
             raise ValueError(f"bucket at {start_s:.0f}: {values.size} values, expected "
                              f"{3 * columns}")
         mean, low, high = values.reshape(3, columns)
-        return cls(start_s, width_s, layout, samples, mean, low, high)
+        return cls(start_s, width_s, layout, samples, covered_s, mean, low, high)
 
 
 def bucket_start(time_s: float, width_s: float) -> float:
     return math.floor(time_s / width_s) * width_s
 
 
-def fold_samples(samples: Iterable[Sample], width_s: float) -> list[Bucket]:
+# The least time a sample stands for: two samples stamped alike still both count.
+MIN_COVER_S = 1e-3
+
+
+def sample_cover_s(samples: Sequence[Sample], longest_s: float,
+                   before: Sample | None = None) -> np.ndarray:
+    """The seconds each sample stands for: until the next sample, on the monotonic clock (a
+    wall-clock step changes nothing), at most ``longest_s`` (beyond it the sampler was not
+    running: a suspend, a stop); the last one as long as the one before it (``before``:
+    the sample before the first, when there is only one)."""
+    clock = np.array([sample.clock_s for sample in samples], dtype=float)
+    until_next = np.diff(clock)
+    if len(samples) > 1:
+        last = until_next[-1]
+    elif samples and before is not None:
+        last = clock[0] - before.clock_s
+    else:
+        last = longest_s
+    return np.clip(np.r_[until_next, last][:len(samples)], MIN_COVER_S, longest_s)
+
+
+def fold_samples(samples: Sequence[Sample], width_s: float, longest_s: float,
+                 before: Sample | None = None) -> list[Bucket]:
     """Consecutive samples grouped into buckets of ``width_s``; a sample in another bucket
     than the one before it (later, or earlier after a wall-clock step back), or with other
-    GPUs, starts a new bucket. Buckets come out in the order their samples came."""
+    GPUs, starts a new bucket. Buckets come out in the order their samples came. Each
+    sample weighs the time it stands for (``sample_cover_s``, at most ``longest_s``;
+    ``before``: the sample before these, if any)."""
     buckets: list[Bucket] = []
     group: list[np.ndarray] = []
+    weights: list[float] = []
     key: tuple[float, tuple[int, ...]] | None = None
 
     def close() -> None:
         if key is None or not group:
             return
         stack = np.stack(group)
+        weight = np.array(weights)[:, None]
         known = ~np.isnan(stack)
-        counted = known.sum(axis=0)
+        counted = np.where(known, weight, 0.0).sum(axis=0)
         # An all-NaN column stays NaN (not available): fmin/fmax skip NaN, and the mean of
         # no values is left NaN.
-        mean = np.divide(np.where(known, stack, 0.0).sum(axis=0), counted,
+        mean = np.divide(np.where(known, stack * weight, 0.0).sum(axis=0), counted,
                          out=np.full(stack.shape[1], math.nan), where=counted > 0)
-        buckets.append(Bucket(key[0], width_s, key[1], len(group), mean,
+        buckets.append(Bucket(key[0], width_s, key[1], len(group), float(weight.sum()), mean,
                               np.fmin.reduce(stack, axis=0), np.fmax.reduce(stack, axis=0)))
 
-    for sample in samples:
+    covers = sample_cover_s(samples, longest_s, before)
+    for sample, cover in zip(samples, covers, strict=True):
         layout, vector = sample_vector(sample)
         this = (bucket_start(sample.time_s, width_s), layout)
         if this != key:
             close()
-            key, group = this, []
+            key, group, weights = this, [], []
         group.append(vector)
+        weights.append(float(cover))
     close()
     return buckets
 
@@ -150,6 +176,7 @@ class BucketRun:
     width_s: float
     starts: np.ndarray  # (n,) epoch seconds
     samples: np.ndarray  # (n,)
+    covered: np.ndarray  # (n,) seconds each bucket's samples stand for: its weight
     mean: np.ndarray  # (n, columns), and low and high the same
     low: np.ndarray
     high: np.ndarray
@@ -159,12 +186,14 @@ class BucketRun:
         return cls(buckets[0].layout, buckets[0].width_s,
                    np.array([b.start_s for b in buckets], dtype=float),
                    np.array([b.samples for b in buckets], dtype=float),
+                   np.array([b.covered_s for b in buckets], dtype=float),
                    np.stack([b.mean for b in buckets]), np.stack([b.low for b in buckets]),
                    np.stack([b.high for b in buckets]))
 
     @classmethod
     def decode(cls, layout: tuple[int, ...], width_s: float, starts: Sequence[float],
-               samples: Sequence[int], blobs: Sequence[bytes]) -> BucketRun:
+               samples: Sequence[int], covered_s: Sequence[float], blobs: Sequence[bytes]
+               ) -> BucketRun:
         """Stored buckets of one layout, decoded at once; a blob that is damaged or of
         another size costs its own bucket only (dropped)."""
         columns = column_count(layout)
@@ -181,7 +210,8 @@ class BucketRun:
         values = np.frombuffer(b"".join(raw), dtype="<f4").astype(float)
         values = values.reshape(len(raw), 3, columns)
         return cls(layout, width_s, np.asarray(starts, dtype=float)[kept],
-                   np.asarray(samples, dtype=float)[kept], values[:, 0], values[:, 1],
+                   np.asarray(samples, dtype=float)[kept],
+                   np.asarray(covered_s, dtype=float)[kept], values[:, 0], values[:, 1],
                    values[:, 2])
 
     def __len__(self) -> int:
@@ -189,24 +219,26 @@ class BucketRun:
 
     def buckets(self) -> list[Bucket]:
         return [Bucket(float(self.starts[i]), self.width_s, self.layout, int(self.samples[i]),
-                       self.mean[i], self.low[i], self.high[i]) for i in range(len(self))]
+                       float(self.covered[i]), self.mean[i], self.low[i], self.high[i])
+                for i in range(len(self))]
 
     def folded(self, width_s: float) -> BucketRun:
         """Rolled up into buckets of ``width_s``: consecutive rows of one span become one
-        (minimum of minima, maximum of maxima, means weighted by sample count)."""
+        (minimum of minima, maximum of maxima, means weighted by the time each covers)."""
         if not len(self):
             return self
         starts = np.floor(self.starts / width_s) * width_s
         breaks = np.flatnonzero(np.r_[True, starts[1:] != starts[:-1]])
         known = ~np.isnan(self.mean)
-        weights = np.where(known, self.samples[:, None], 0.0)
+        weights = np.where(known, self.covered[:, None], 0.0)
         sums = np.add.reduceat(np.where(known, self.mean, 0.0) * weights, breaks, axis=0)
         weight = np.add.reduceat(weights, breaks, axis=0)
         # A column never known in a span stays NaN: not available.
         mean = np.divide(sums, weight, out=np.full(sums.shape, math.nan), where=weight > 0)
         return BucketRun(self.layout, width_s, starts[breaks],
                          np.add.reduceat(self.samples, breaks),
-                         mean, np.fmin.reduceat(self.low, breaks, axis=0),
+                         np.add.reduceat(self.covered, breaks), mean,
+                         np.fmin.reduceat(self.low, breaks, axis=0),
                          np.fmax.reduceat(self.high, breaks, axis=0))
 
 

@@ -53,11 +53,16 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
                row TEXT NOT NULL)""",
     ),
     2: (
+        # The seconds a bucket's samples stand for: its weight when buckets are merged or
+        # rolled up (buckets.py). A bucket of version 1 weighed its sample count; it now
+        # counts as fully covered, so its minute weighs as much as any other.
+        "ALTER TABLE buckets ADD COLUMN covered_s REAL NOT NULL DEFAULT 0",
+        "UPDATE buckets SET covered_s = CASE tier WHEN 0 THEN 5.0 ELSE 60.0 END",
         # Buckets taken out of the history but kept, with why: stamped ahead of the wall
         # clock (written while it was set wrong), never trusted and never shown.
         """CREATE TABLE set_aside (why TEXT NOT NULL, tier INTEGER NOT NULL,
                start_s INTEGER NOT NULL, layout INTEGER NOT NULL, samples INTEGER NOT NULL,
-               data BLOB NOT NULL)""",
+               covered_s REAL NOT NULL, data BLOB NOT NULL)""",
     ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -126,6 +126,7 @@ class HistoryStore:
         self._lock = WriterLock(self.path)
         self._connection: sqlite3.Connection | None = None
         self._open_fine: list[Sample] = []  # samples of the 5-second bucket still open
+        self._before_open: Sample | None = None  # the sample before those (its interval)
         self._open_coarse: list[Bucket] = []  # 5-second buckets of the open minute
         self._layout_ids: dict[tuple[int, ...], int] = {}
         self._layouts: dict[int, tuple[int, ...]] = {}
@@ -215,7 +216,8 @@ class HistoryStore:
         if self.role != "writer" or self._connection is None:
             return
         samples = [*self._open_fine, *new]
-        fine = fold_samples(samples, TIER_WIDTHS_S[FINE_TIER])
+        fine = fold_samples(samples, TIER_WIDTHS_S[FINE_TIER], self.slack_s,
+                            self._before_open)
         closed_fine = fine if final else fine[:-1]
         still_open = [] if final or not fine else fine[-1:]
         minutes: list[Bucket] = []
@@ -244,6 +246,8 @@ class HistoryStore:
             self.stats.batches += 1
         # The open bucket's own samples stay in memory until a later sample closes it.
         self._open_fine = [s for s in samples if still_open and _in(s, still_open[0])]
+        if len(samples) > len(self._open_fine):
+            self._before_open = samples[-len(self._open_fine) - 1]
         self._open_coarse = open_coarse
         now = self.clock.monotonic()
         if final or now - self._last_prune >= PRUNE_EVERY_S:
@@ -284,21 +288,23 @@ class HistoryStore:
             layout = self._layout_id(bucket.layout)
             key = (tier, int(bucket.start_s), layout)
             inserted = self._connection.execute(
-                "INSERT OR IGNORE INTO buckets (tier, start_s, layout, samples, data) "
-                "VALUES (?, ?, ?, ?, ?)", (*key, bucket.samples, bucket.encode())).rowcount
+                "INSERT OR IGNORE INTO buckets (tier, start_s, layout, samples, covered_s, "
+                "data) VALUES (?, ?, ?, ?, ?, ?)",
+                (*key, bucket.samples, bucket.covered_s, bucket.encode())).rowcount
             if not inserted:
-                samples, blob = self._connection.execute(
-                    "SELECT samples, data FROM buckets WHERE tier=? AND start_s=? AND "
-                    "layout=?", key).fetchone()
+                samples, covered, blob = self._connection.execute(
+                    "SELECT samples, covered_s, data FROM buckets WHERE tier=? AND start_s=? "
+                    "AND layout=?", key).fetchone()
                 try:
                     stored = Bucket.decode(bucket.start_s, bucket.width_s, bucket.layout,
-                                           samples, blob)
+                                           samples, covered, blob)
                     bucket = stored.merged(bucket)
                 except ValueError:
                     pass  # a damaged bucket is replaced by the new one
                 self._connection.execute(
-                    "UPDATE buckets SET samples=?, data=? WHERE tier=? AND start_s=? AND "
-                    "layout=?", (bucket.samples, bucket.encode(), *key))
+                    "UPDATE buckets SET samples=?, covered_s=?, data=? WHERE tier=? AND "
+                    "start_s=? AND layout=?",
+                    (bucket.samples, bucket.covered_s, bucket.encode(), *key))
                 self.stats.merged += 1
             self.stats.buckets_written += 1
 
@@ -340,9 +346,9 @@ class HistoryStore:
         if not ahead[0]:
             return
         self._connection.execute(
-            "INSERT INTO set_aside (why, tier, start_s, layout, samples, data) "
-            "SELECT 'ahead of the clock', tier, start_s, layout, samples, data FROM buckets "
-            "WHERE start_s > ?", (limit,))
+            "INSERT INTO set_aside (why, tier, start_s, layout, samples, covered_s, data) "
+            "SELECT 'ahead of the clock', tier, start_s, layout, samples, covered_s, data "
+            "FROM buckets WHERE start_s > ?", (limit,))
         self._connection.execute("DELETE FROM buckets WHERE start_s > ?", (limit,))
         self.stats.set_aside += ahead[0]
         log.warning("history store %s: %d buckets stamped ahead of the clock (up to %s "
@@ -396,7 +402,8 @@ class HistoryStore:
         """The tier's buckets that overlap ``start_s`` to ``end_s``, in runs of one layout."""
         width = TIER_WIDTHS_S[tier]
         rows = connection.execute(
-            "SELECT b.start_s, l.gpus, b.samples, b.data FROM buckets b JOIN layouts l "
+            "SELECT b.start_s, l.gpus, b.samples, b.data, b.covered_s FROM buckets b "
+            "JOIN layouts l "
             "ON l.id = b.layout WHERE b.tier=? AND b.start_s > ? AND b.start_s < ? "
             "ORDER BY b.start_s, b.layout",
             (tier, start_s - width, end_s if end_s != float("inf") else 2**62)).fetchall()
@@ -410,7 +417,7 @@ class HistoryStore:
             part = rows[position:end]
             layout = tuple(int(i) for i in gpus.split(",")) if gpus else ()
             run = BucketRun.decode(layout, width, [r[0] for r in part], [r[2] for r in part],
-                                   [r[3] for r in part])
+                                   [r[4] for r in part], [r[3] for r in part])
             if len(run):
                 runs.append(run)
             position = end
