@@ -307,6 +307,25 @@ def test_a_damaged_store_is_set_aside_and_a_new_one_made(
     store.close()
 
 
+def test_a_store_left_in_rollback_journal_mode_is_used_and_put_back_in_wal(
+        folder: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = folder / "history.sqlite"
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = open_writer(path, clock)
+    Feeder(store, clock).run(60)
+    store.stop()
+    with contextlib.closing(sqlite3.connect(path)) as shell:  # as `sqlite3` the shell might
+        assert shell.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
+    caplog.set_level(logging.INFO, logger="nvdashboard")
+    store = open_writer(path, clock)
+    assert len(store.past(START_S, START_S + 60, 5).samples) == 24  # the history kept
+    assert [r.getMessage() for r in caplog.records if "rollback-journal" in r.getMessage()]
+    assert not warnings_of(caplog)
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.close()
+
+
 @pytest.mark.parametrize("case", ["not-sqlite", "another-program", "newer-schema", "symlink",
                                   "read-only-folder", "locked"])
 def test_a_store_that_is_not_usable_gives_one_line_and_no_store(
