@@ -28,6 +28,9 @@ from tests.support.store_clock import ScriptedClock
 
 START_S = 1_699_999_980.0  # a multiple of 60: bucket edges are easy to reason about
 DAY_S = 86400.0
+# The UUID of each device row (what the server hands the store from the NVML facts).
+UUIDS = {0: "GPU-0a0a0a0a-0000-4000-8000-000000000000",
+         1: "GPU-1b1b1b1b-0000-4000-8000-000000000001"}
 
 
 def gpu(index: int, utilization: float | None) -> GpuReading:
@@ -71,7 +74,7 @@ def stored(path: Path, tier: int) -> list[tuple[int, int]]:
 
 
 def open_writer(path: Path, clock: ScriptedClock, **kwargs: float) -> HistoryStore:
-    store = HistoryStore(path, clock=clock, **kwargs)
+    store = HistoryStore(path, clock=clock, device_uuids=lambda: UUIDS, **kwargs)
     store.open()
     assert store.role == "writer", store.problem
     return store
@@ -126,6 +129,30 @@ def test_means_weigh_the_time_each_sample_covers_not_the_sample_count(folder: Pa
     store.step(final=True)
     [bucket] = store.past(clock.wall - 5, clock.wall, 5, rows="mean").samples
     assert bucket.gpus[0].utilization_pct == pytest.approx(40.0, abs=0.5)
+    store.close()
+
+
+def test_stored_series_follow_their_gpu_by_uuid_across_a_swap(folder: Path) -> None:
+    clock = ScriptedClock(START_S, 5_000.0)
+    shown = dict(UUIDS)  # what NVML enumerates now: row -> UUID
+    path = folder / "history.sqlite"
+    store = HistoryStore(path, clock=clock, device_uuids=lambda: shown)
+    store.open()
+    feeder = Feeder(store, clock)
+    feeder.run(60)  # row 0 (GPU A) at 50%, row 1 (GPU B) at 7%
+    store.stop()
+    # GPU A is taken out: B is row 0 now, and a new GPU C row 1.
+    shown.clear()
+    shown.update({0: UUIDS[1], 1: "GPU-2c2c2c2c-0000-4000-8000-000000000002"})
+    store = HistoryStore(path, clock=clock, device_uuids=lambda: shown)
+    store.open()
+    feeder = Feeder(store, clock)
+    feeder.run(60)  # row 0 (GPU B now) at 50%, row 1 (GPU C) at 7%
+    store.step(final=True)
+    before, after = store.past(START_S, START_S + 120, 60, rows="mean").samples
+    # GPU B's past under the row it has now; GPU A's under none; GPU C has no past.
+    assert [(g.index, g.utilization_pct) for g in before.gpus] == [(0, 7.0)]
+    assert [(g.index, g.utilization_pct) for g in after.gpus] == [(0, 50.0), (1, 7.0)]
     store.close()
 
 
@@ -265,7 +292,7 @@ def test_two_stores_on_one_file_one_writes_the_other_reads_then_takes_over(
     path = folder / "history.sqlite"
     clock = ScriptedClock(START_S, 5_000.0)
     first = open_writer(path, clock)
-    second = HistoryStore(path, clock=clock)
+    second = HistoryStore(path, clock=clock, device_uuids=lambda: UUIDS)
     second.open()
     assert second.role == "reader"
     Feeder(first, clock).run(30)
@@ -298,7 +325,7 @@ def test_a_damaged_store_is_set_aside_and_a_new_one_made(
     data = bytearray(path.read_bytes())
     data[4096:8192] = os.urandom(4096)  # a damaged page, the header still ours
     path.write_bytes(bytes(data))
-    store = HistoryStore(path, clock=clock)
+    store = HistoryStore(path, clock=clock, device_uuids=lambda: UUIDS)
     store.open()
     line = one_line(caplog)
     assert store.role == "writer" and "set aside" in line
@@ -363,7 +390,7 @@ def test_a_store_that_is_not_usable_gives_one_line_and_no_store(
         holder.execute("CREATE TABLE held (x)")
     before = {p.name: p.read_bytes() for p in path.parent.iterdir() if p.is_file()} \
         if path.parent.parent == folder else {}
-    store = HistoryStore(path, clock=clock)
+    store = HistoryStore(path, clock=clock, device_uuids=lambda: UUIDS)
     store.open()
     try:
         assert store.role == "off"

@@ -13,18 +13,24 @@ at 0% watched average 50%, not 9%. A sample stands for the time until the next o
 monotonic clock, capped where the sampler was not running), and a bucket's ``covered_s``, the
 time its samples stand for, weighs it when buckets are merged or rolled up.
 
-A bucket's columns are, for each GPU of its ``layout`` (the GPU indices, in order),
-``GPU_FIELDS`` then whether the GPU was lost (0 or 1), then ``HOST_FIELDS``. "Not available"
-is NaN, never 0: a bucket whose samples never had a reading has NaN there.
+A bucket's columns are, for each device of its ``layout`` (device keys, in the order of the
+rows they had), ``GPU_FIELDS`` then whether the GPU was lost (0 or 1), then ``HOST_FIELDS``.
+"Not available" is NaN, never 0: a bucket whose samples never had a reading has NaN there.
+
+A device key is the device's UUID (``device_key``), like every other piece of per-device
+state: after a GPU swap or a re-enumeration, a stored series is drawn under the row its GPU
+has now, and a GPU that is gone has its past drawn under no other.
 """
 
 from __future__ import annotations
 
 import math
 import operator
+import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,22 +47,62 @@ HOST_FIELDS = HostReading._fields
 PER_GPU = len(GPU_FIELDS) + 1  # and the "lost" flag
 
 
-def column_count(layout: Sequence[int]) -> int:
+def column_count(layout: Sequence[str]) -> int:
     return len(layout) * PER_GPU + len(HOST_FIELDS)
+
+
+# What NVML's nvmlDeviceGetUUID answers ("GPU-<uuid>"; "MIG-<uuid>", or "MIG-GPU-<uuid>/gi/ci"
+# before R470, for a MIG device); "index:N" for a row whose UUID was not known, which is
+# kept but drawn under no device. Nothing else is a device key the writer makes.
+_DEVICE_KEY = re.compile(r"(?:GPU|MIG)-[0-9A-Za-z/_.-]+|index:[0-9]+")
+
+
+def device_key(index: int, uuid: str | None) -> str:
+    """How the store names device row ``index`` whose UUID is ``uuid``."""
+    return uuid if uuid and _DEVICE_KEY.fullmatch(uuid) else f"index:{index}"
+
+
+def layout_text(layout: Sequence[str]) -> str:
+    """A layout as the ``layouts`` table holds it."""
+    return ",".join(layout)
+
+
+def parse_layout(text: object) -> tuple[str, ...] | None:
+    """The device keys of a stored layout; None when it is not one the writer makes (a
+    damaged or edited row)."""
+    if not isinstance(text, str):
+        return None
+    keys = tuple(text.split(",")) if text else ()
+    return keys if all(_DEVICE_KEY.fullmatch(key) for key in keys) else None
+
+
+def rows_now(layout: Sequence[str], uuids: Mapping[int, str]) -> list[int | None]:
+    """For each device of ``layout``, the row it has now (``uuids``: each row's UUID); None
+    for a device not shown now."""
+    row_of = {device_key(index, uuid): index for index, uuid in uuids.items()}
+    return [None if key.startswith("index:") else row_of.get(key) for key in layout]
+
+
+class IdentifiedSample(NamedTuple):
+    """A sample and the UUID of each device row when it was taken (``Sample.gpus`` carry
+    rows only): the writer keys the sample's columns by these."""
+
+    sample: Sample
+    uuids: Mapping[int, str]
 
 
 _gpu_values = operator.attrgetter(*GPU_FIELDS)
 
 
-def sample_vector(sample: Sample) -> tuple[tuple[int, ...], np.ndarray]:
+def sample_vector(sample: IdentifiedSample) -> tuple[tuple[str, ...], np.ndarray]:
     """A sample's layout and its values in column order (NaN: not available)."""
-    readings = sorted(sample.gpus, key=lambda reading: reading.index)
+    readings = sorted(sample.sample.gpus, key=lambda reading: reading.index)
     values: list[object] = []
     for reading in readings:
         values += _gpu_values(reading)
         values.append(1.0 if reading.lost else 0.0)
-    values += sample.host
-    return (tuple(r.index for r in readings),
+    values += sample.sample.host
+    return (tuple(device_key(r.index, sample.uuids.get(r.index)) for r in readings),
             np.array([math.nan if v is None else v for v in values], dtype=float))
 
 
@@ -68,7 +114,7 @@ class Bucket:
 
     start_s: float
     width_s: float
-    layout: tuple[int, ...]
+    layout: tuple[str, ...]
     samples: int
     covered_s: float
     mean: np.ndarray
@@ -88,7 +134,7 @@ class Bucket:
         return zlib.compress(packed, 1)
 
     @classmethod
-    def decode(cls, start_s: float, width_s: float, layout: tuple[int, ...], samples: int,
+    def decode(cls, start_s: float, width_s: float, layout: tuple[str, ...], samples: int,
                covered_s: float, blob: bytes) -> Bucket:
         """Raises ValueError when the blob does not hold this layout's columns."""
         try:
@@ -128,7 +174,7 @@ def sample_cover_s(samples: Sequence[Sample], longest_s: float,
     return np.clip(np.r_[until_next, last][:len(samples)], MIN_COVER_S, longest_s)
 
 
-def fold_samples(samples: Sequence[Sample], width_s: float, longest_s: float,
+def fold_samples(samples: Sequence[IdentifiedSample], width_s: float, longest_s: float,
                  before: Sample | None = None) -> list[Bucket]:
     """Consecutive samples grouped into buckets of ``width_s``; a sample in another bucket
     than the one before it (later, or earlier after a wall-clock step back), or with other
@@ -138,7 +184,7 @@ def fold_samples(samples: Sequence[Sample], width_s: float, longest_s: float,
     buckets: list[Bucket] = []
     group: list[np.ndarray] = []
     weights: list[float] = []
-    key: tuple[float, tuple[int, ...]] | None = None
+    key: tuple[float, tuple[str, ...]] | None = None
 
     def close() -> None:
         if key is None or not group:
@@ -154,10 +200,10 @@ def fold_samples(samples: Sequence[Sample], width_s: float, longest_s: float,
         buckets.append(Bucket(key[0], width_s, key[1], len(group), float(weight.sum()), mean,
                               np.fmin.reduce(stack, axis=0), np.fmax.reduce(stack, axis=0)))
 
-    covers = sample_cover_s(samples, longest_s, before)
+    covers = sample_cover_s([each.sample for each in samples], longest_s, before)
     for sample, cover in zip(samples, covers, strict=True):
         layout, vector = sample_vector(sample)
-        this = (bucket_start(sample.time_s, width_s), layout)
+        this = (bucket_start(sample.sample.time_s, width_s), layout)
         if this != key:
             close()
             key, group, weights = this, [], []
@@ -172,7 +218,7 @@ class BucketRun:
     """Consecutive buckets of one layout and width as arrays, one row per bucket: what a
     long window reads (10,080 minutes for 7 days) is folded without a Python object each."""
 
-    layout: tuple[int, ...]
+    layout: tuple[str, ...]
     width_s: float
     starts: np.ndarray  # (n,) epoch seconds
     samples: np.ndarray  # (n,)
@@ -191,7 +237,7 @@ class BucketRun:
                    np.stack([b.high for b in buckets]))
 
     @classmethod
-    def decode(cls, layout: tuple[int, ...], width_s: float, starts: Sequence[float],
+    def decode(cls, layout: tuple[str, ...], width_s: float, starts: Sequence[float],
                samples: Sequence[int], covered_s: Sequence[float], blobs: Sequence[bytes]
                ) -> BucketRun:
         """Stored buckets of one layout, decoded at once; a blob that is damaged or of
@@ -267,24 +313,27 @@ assert GpuReading._fields[2:2 + len(GPU_FIELDS) + 1] == (
     *GPU_FIELDS[:_SNAPSHOT_AT], "pcie_is_snapshot", *GPU_FIELDS[_SNAPSHOT_AT:])
 
 
-def bucket_samples(layout: tuple[int, ...], rows: np.ndarray, highs: np.ndarray,
+def bucket_samples(rows_shown: Sequence[int | None], rows: np.ndarray, highs: np.ndarray,
                    times_s: Sequence[float], monotonic_s: Sequence[float | None]
                    ) -> list[Sample]:
     """Rows of buckets of one layout (their means, minima or maxima) as ``Sample``s at
     ``times_s``, so every reader of samples (feeds, diagnosis, the CSV) reads stored history
-    unchanged; ``highs``, each row's bucket's maxima, say which GPUs were lost. Their
-    sequence number is -1: they are not in the in-memory history. NaN becomes None in one
-    pass over the whole array (a 7-day window makes 2,000 samples at once)."""
+    unchanged; ``highs``, each row's bucket's maxima, say which GPUs were lost;
+    ``rows_shown``, the row each of the layout's devices has now (``rows_now``; None: left
+    out). Their sequence number is -1: they are not in the in-memory history. NaN becomes
+    None in one pass over the whole array (a 7-day window makes 2,000 samples at once)."""
     cells = rows.astype(object)
     cells[np.isnan(rows)] = None
-    lost_columns = [p * PER_GPU + PER_GPU - 1 for p in range(len(layout))]
+    lost_columns = [p * PER_GPU + PER_GPU - 1 for p in range(len(rows_shown))]
     lost = (highs[:, lost_columns] >= 0.5).tolist()
-    host_at = len(layout) * PER_GPU
+    host_at = len(rows_shown) * PER_GPU
+    shown = sorted((index, position) for position, index in enumerate(rows_shown)
+                   if index is not None)
     samples = []
     for row, gone, time_s, monotonic in zip(cells.tolist(), lost, times_s, monotonic_s,
                                             strict=True):
         gpus = []
-        for position, index in enumerate(layout):
+        for index, position in shown:
             part = row[position * PER_GPU:position * PER_GPU + PER_GPU - 1]
             gpus.append(GpuReading(index, gone[position], *part[:_SNAPSHOT_AT], False,
                                    *part[_SNAPSHOT_AT:]))
@@ -293,9 +342,10 @@ def bucket_samples(layout: tuple[int, ...], rows: np.ndarray, highs: np.ndarray,
     return samples
 
 
-def gap_sample(layout: Sequence[int], time_s: float, monotonic_s: float | None) -> Sample:
-    """A sample where nothing is available: a chart's line breaks there."""
-    return Sample(-1, time_s, tuple(GpuReading.unavailable(index, False) for index in layout),
+def gap_sample(rows: Sequence[int], time_s: float, monotonic_s: float | None) -> Sample:
+    """A sample where nothing is available for device ``rows``: a chart's line breaks
+    there."""
+    return Sample(-1, time_s, tuple(GpuReading.unavailable(index, False) for index in rows),
                   HostReading(*([None] * len(HOST_FIELDS))), gpu_age_s=None, extra={},
                   monotonic_s=monotonic_s)
 

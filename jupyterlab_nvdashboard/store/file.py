@@ -59,6 +59,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # counts as fully covered, so its minute weighs as much as any other.
         "ALTER TABLE buckets ADD COLUMN covered_s REAL NOT NULL DEFAULT 0",
         "UPDATE buckets SET covered_s = CASE tier WHEN 0 THEN 5.0 ELSE 60.0 END",
+        # Layouts name devices by UUID (buckets.device_key). A version 1 layout named rows
+        # ("0,1"), whose GPUs are not known now: kept as "index:0,index:1", drawn under
+        # none of today's GPUs rather than under whichever has that row now.
+        "UPDATE layouts SET gpus = 'index:' || replace(gpus, ',', ',index:') WHERE gpus != ''",
         # Buckets taken out of the history but kept, with why: stamped ahead of the wall
         # clock (written while it was set wrong), never trusted and never shown.
         """CREATE TABLE set_aside (why TEXT NOT NULL, tier INTEGER NOT NULL,

@@ -28,7 +28,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -39,10 +39,14 @@ from ..metrics import History, Sample
 from .buckets import (
     Bucket,
     BucketRun,
+    IdentifiedSample,
     bucket_samples,
     fold_buckets,
     fold_samples,
     gap_sample,
+    layout_text,
+    parse_layout,
+    rows_now,
 )
 from .file import (
     Opened,
@@ -107,12 +111,18 @@ class PastWindow:
 
 
 class HistoryStore:
-    """One store file, its writer thread (when this server is the writer) and its reader."""
+    """One store file, its writer thread (when this server is the writer) and its reader.
+
+    ``device_uuids`` answers the UUID of each device row now (``GpuReading.index`` ->
+    UUID): stored series are keyed by it, and read back under the row each device has now.
+    """
 
     def __init__(self, path: Path, retention_5s_s: float = 24 * 3600.0,
                  retention_1min_s: float = 30 * 24 * 3600.0, slack_s: float = 10.0,
-                 clock: Clock | None = None, batch_s: float = BATCH_S) -> None:
+                 clock: Clock | None = None, batch_s: float = BATCH_S, *,
+                 device_uuids: Callable[[], Mapping[int, str]]) -> None:
         self.path = Path(path)
+        self.device_uuids = device_uuids
         self.retention_s = {FINE_TIER: retention_5s_s, COARSE_TIER: retention_1min_s}
         # More than this between two buckets is a gap (the idle interval may leave a 5 s
         # bucket empty now and then; the server calls it with twice that interval).
@@ -122,14 +132,14 @@ class HistoryStore:
         self.stats = StoreStats()
         self.role = "starting"  # "writer", "reader" or "off"
         self.problem = ""  # why "off", in one line
-        self._queue: queue.SimpleQueue[Sample] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[IdentifiedSample] = queue.SimpleQueue()
         self._lock = WriterLock(self.path)
         self._connection: sqlite3.Connection | None = None
-        self._open_fine: list[Sample] = []  # samples of the 5-second bucket still open
+        # Samples of the 5-second bucket still open.
+        self._open_fine: list[IdentifiedSample] = []
         self._before_open: Sample | None = None  # the sample before those (its interval)
         self._open_coarse: list[Bucket] = []  # 5-second buckets of the open minute
-        self._layout_ids: dict[tuple[int, ...], int] = {}
-        self._layouts: dict[int, tuple[int, ...]] = {}
+        self._layout_ids: dict[tuple[str, ...], int] = {}
         self._last_prune = -float("inf")
         # The wall and monotonic clocks when this server became the writer: the present a
         # prune counts back from never runs ahead of the monotonic clock since then.
@@ -141,8 +151,12 @@ class HistoryStore:
     # -- writing ---------------------------------------------------------------------------
 
     def attach(self, history: History) -> None:
-        """Hear every sample ``history`` appends (a queue put on the sampler's thread)."""
-        history.add_listener(self._queue.put)
+        """Hear every sample ``history`` appends (a queue put on the sampler's thread), with
+        the devices' UUIDs as they are when it is appended."""
+        history.add_listener(self._hear)
+
+    def _hear(self, sample: Sample) -> None:
+        self._queue.put(IdentifiedSample(sample, self.device_uuids()))
 
     def open(self) -> None:
         """Take the writer's role if free (making or migrating the store), else read. One log
@@ -205,7 +219,7 @@ class HistoryStore:
             self.stats.cpu_s += time.thread_time() - started
 
     def _step(self, final: bool) -> None:
-        new: list[Sample] = []
+        new: list[IdentifiedSample] = []
         while True:
             try:
                 new.append(self._queue.get_nowait())
@@ -247,7 +261,7 @@ class HistoryStore:
         # The open bucket's own samples stay in memory until a later sample closes it.
         self._open_fine = [s for s in samples if still_open and _in(s, still_open[0])]
         if len(samples) > len(self._open_fine):
-            self._before_open = samples[-len(self._open_fine) - 1]
+            self._before_open = samples[-len(self._open_fine) - 1].sample
         self._open_coarse = open_coarse
         now = self.clock.monotonic()
         if final or now - self._last_prune >= PRUNE_EVERY_S:
@@ -268,12 +282,12 @@ class HistoryStore:
         except StoreUnusable as error:
             self._turn_off(str(error))
 
-    def _layout_id(self, layout: tuple[int, ...]) -> int:
+    def _layout_id(self, layout: tuple[str, ...]) -> int:
         assert self._connection is not None
         known = self._layout_ids.get(layout)
         if known is not None:
             return known
-        text = ",".join(map(str, layout))
+        text = layout_text(layout)
         self._connection.execute("INSERT OR IGNORE INTO layouts (gpus) VALUES (?)", (text,))
         layout_id = self._connection.execute("SELECT id FROM layouts WHERE gpus=?",
                                              (text,)).fetchone()[0]
@@ -415,7 +429,10 @@ class HistoryStore:
             while end < len(rows) and rows[end][1] == gpus:
                 end += 1
             part = rows[position:end]
-            layout = tuple(int(i) for i in gpus.split(",")) if gpus else ()
+            layout = parse_layout(gpus)
+            if layout is None:  # not a layout the writer makes: none of its buckets is read
+                position = end
+                continue
             run = BucketRun.decode(layout, width, [r[0] for r in part], [r[2] for r in part],
                                    [r[4] for r in part], [r[3] for r in part])
             if len(run):
@@ -465,18 +482,23 @@ class HistoryStore:
             return PastWindow(width, resolution)
         # Monotonic times for these samples, as if read now: windows cut by it line them up.
         offset = self.clock.monotonic() - self.clock.time()
-        gaps: list[tuple[float, float, tuple[int, ...]]] = []
+        # Each stored device under the row it has now (by UUID); one not shown now is left out.
+        uuids = self.device_uuids()
+        shown = {run.layout: rows_now(run.layout, uuids) for run in stored}
+        gaps: list[tuple[float, float, list[int]]] = []
         previous_end = None
         for run in stored:  # nothing stored for longer than the slack: not running
             ends = run.starts + width
+            devices = [row for row in shown[run.layout] if row is not None]
             if previous_end is not None and run.starts[0] - previous_end > self.slack_s:
-                gaps.append((previous_end, float(run.starts[0]), run.layout))
+                gaps.append((previous_end, float(run.starts[0]), devices))
             apart = np.flatnonzero(run.starts[1:] - ends[:-1] > self.slack_s)
-            gaps += [(float(ends[i]), float(run.starts[i + 1]), run.layout) for i in apart]
+            gaps += [(float(ends[i]), float(run.starts[i + 1]), devices) for i in apart]
             previous_end = float(ends[-1])
         if previous_end is not None and end_s - previous_end > self.slack_s:
             # Nothing recorded from the last bucket to the end: the server was not running.
-            gaps.append((previous_end, end_s, stored[-1].layout))
+            gaps.append((previous_end, end_s,
+                         [row for row in shown[stored[-1].layout] if row is not None]))
         samples: list[Sample] = []
         for run in (run.folded(resolution) for run in stored):
             middles = run.starts + resolution / 2
@@ -486,11 +508,11 @@ class HistoryStore:
                 times = np.column_stack([run.starts, middles]).ravel()
                 values = np.stack([run.low, run.high], axis=1).reshape(-1, run.low.shape[1])
                 highs = np.repeat(run.high, 2, axis=0)
-            samples += bucket_samples(run.layout, values, highs, times.tolist(),
+            samples += bucket_samples(shown[run.layout], values, highs, times.tolist(),
                                       (times + offset).tolist())
-        for gap_start, gap_end, layout in gaps:
+        for gap_start, gap_end, devices in gaps:
             middle = (gap_start + gap_end) / 2
-            samples.append(gap_sample(layout, middle, middle + offset))
+            samples.append(gap_sample(devices, middle, middle + offset))
         samples.sort(key=lambda sample: sample.time_s)
         return PastWindow(width, resolution, samples)
 
@@ -519,5 +541,5 @@ def _floor(time_s: float, width_s: float) -> float:
     return float(np.floor(time_s / width_s) * width_s)
 
 
-def _in(sample: Sample, bucket: Bucket) -> bool:
-    return bucket.start_s <= sample.time_s < bucket.start_s + bucket.width_s
+def _in(sample: IdentifiedSample, bucket: Bucket) -> bool:
+    return bucket.start_s <= sample.sample.time_s < bucket.start_s + bucket.width_s
