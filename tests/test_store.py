@@ -25,6 +25,7 @@ from jupyterlab_nvdashboard.store import (
 )
 from jupyterlab_nvdashboard.store.buckets import is_gap
 from tests.support.store_clock import ScriptedClock
+from tests.support.waiting import until
 
 START_S = 1_699_999_980.0  # a multiple of 60: bucket edges are easy to reason about
 DAY_S = 86400.0
@@ -351,6 +352,43 @@ def test_a_store_left_in_rollback_journal_mode_is_used_and_put_back_in_wal(
     with contextlib.closing(sqlite3.connect(path)) as connection:
         assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     store.close()
+
+
+@pytest.mark.parametrize("damage", ["a layout of x", "a start that is text",
+                                    "a blob that is a number"])
+def test_a_row_the_writer_did_not_write_is_set_aside_with_one_line_and_the_rest_served(
+        folder: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
+    path = folder / "history.sqlite"
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = open_writer(path, clock)
+    Feeder(store, clock).run(60)
+    store.stop()
+    first = int(START_S)
+    with contextlib.closing(sqlite3.connect(path)) as connection, connection:
+        if damage == "a layout of x":  # a store with our marker, a row we never write
+            connection.execute("INSERT INTO layouts (gpus) VALUES ('x')")
+            connection.execute("UPDATE buckets SET layout = (SELECT id FROM layouts WHERE "
+                               "gpus = 'x') WHERE start_s = ?", (first,))
+        elif damage == "a start that is text":
+            connection.execute("UPDATE buckets SET start_s = 'x' WHERE start_s = ?", (first,))
+        else:
+            connection.execute("UPDATE buckets SET data = 7 WHERE start_s = ?", (first,))
+    # The writer's own thread opens it, as a server runs it; the batches are stepped here
+    # (the thread's own come every hour of real time: never, in this test).
+    store = HistoryStore(path, clock=clock, device_uuids=lambda: UUIDS, batch_s=3600.0)
+    store.start()
+    until(lambda: store.role != "starting", "the store to open", 30)
+    Feeder(store, clock).run(60)
+    store.stop()  # writes everything
+    assert "set aside" in one_line(caplog)
+    assert store.role == "writer" and store.stats.set_aside == 2  # the first 5 s and minute
+    # Everything else is kept, and written on: the store is repaired, not set off.
+    assert [start for start, _ in stored(path, FINE_TIER)] == [
+        first + 5 * i for i in range(1, 24)]
+    reader = HistoryStore(path, clock=clock, device_uuids=lambda: UUIDS)
+    reader.open()
+    assert len(reader.past(START_S, START_S + 120, 5, rows="mean").samples) == 23
+    reader.close()
 
 
 @pytest.mark.parametrize("case", ["not-sqlite", "another-program", "newer-schema", "symlink",

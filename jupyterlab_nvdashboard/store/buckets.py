@@ -240,15 +240,21 @@ class BucketRun:
     def decode(cls, layout: tuple[str, ...], width_s: float, starts: Sequence[float],
                samples: Sequence[int], covered_s: Sequence[float], blobs: Sequence[bytes]
                ) -> BucketRun:
-        """Stored buckets of one layout, decoded at once; a blob that is damaged or of
-        another size costs its own bucket only (dropped)."""
+        """Stored buckets of one layout, decoded at once; a bucket that is damaged (a blob
+        that does not decompress or is of another size, a value that is not a number) costs
+        itself only (dropped)."""
         columns = column_count(layout)
         size = 3 * columns * 4
         kept, raw = [], []
+        numbers = (int, float)
         for position, blob in enumerate(blobs):
+            if not (isinstance(starts[position], numbers)
+                    and isinstance(samples[position], numbers)
+                    and isinstance(covered_s[position], numbers)):
+                continue
             try:
                 data = zlib.decompress(blob)
-            except zlib.error:
+            except (zlib.error, TypeError):
                 continue
             if len(data) == size:
                 kept.append(position)

@@ -23,6 +23,7 @@ nothing was recorded (the server was not running).
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import sqlite3
@@ -188,6 +189,7 @@ class HistoryStore:
         self.role = "writer"
         self._opened_at = (self.clock.time(), self.clock.monotonic())
         with self._connection:
+            self._set_aside_damaged()
             # Before the roll-up: a minute stamped in the future would hide every 5-second
             # bucket after the real newest minute from it.
             self._set_aside_ahead()
@@ -351,24 +353,50 @@ class HistoryStore:
     def _set_aside_ahead(self) -> None:
         """Move the buckets stamped more than ``TRUSTED_AHEAD_S`` ahead of the wall clock
         out of the history into ``set_aside`` (one log line); in the caller's transaction."""
-        assert self._connection is not None
         now = self.clock.time()
-        limit = int(now + TRUSTED_AHEAD_S)
-        ahead = self._connection.execute(
-            "SELECT count(*), max(start_s) FROM buckets WHERE start_s > ?", (limit,)
-        ).fetchone()
-        if not ahead[0]:
-            return
-        self._connection.execute(
-            "INSERT INTO set_aside (why, tier, start_s, layout, samples, covered_s, data) "
-            "SELECT 'ahead of the clock', tier, start_s, layout, samples, covered_s, data "
-            "FROM buckets WHERE start_s > ?", (limit,))
-        self._connection.execute("DELETE FROM buckets WHERE start_s > ?", (limit,))
-        self.stats.set_aside += ahead[0]
-        log.warning("history store %s: %d buckets stamped ahead of the clock (up to %s "
-                    "UTC; the clock was wrong when they were written) are set aside, never "
-                    "trusted; the rest of the history is kept", self.path, ahead[0],
-                    time.strftime("%Y-%m-%d %H:%M", time.gmtime(ahead[1])))
+        ahead, newest = self._set_aside("ahead of the clock", "start_s > ?",
+                                        (int(now + TRUSTED_AHEAD_S),))
+        if ahead:
+            log.warning("history store %s: %d buckets stamped ahead of the clock (up to %s "
+                        "UTC; the clock was wrong when they were written) are set aside, "
+                        "never trusted; the rest of the history is kept", self.path, ahead,
+                        time.strftime("%Y-%m-%d %H:%M", time.gmtime(newest)))
+
+    def _set_aside_damaged(self) -> None:
+        """Move the buckets this nvdashboard would not have written (a layout that is not a
+        list of device keys, a value of the wrong type: an edited or damaged row) out of
+        the history into ``set_aside`` (one log line): the writer and every reader then
+        meet only rows they expect. In the caller's transaction."""
+        assert self._connection is not None
+        unexpected = [layout_id for layout_id, text in
+                      self._connection.execute("SELECT id, gpus FROM layouts")
+                      if parse_layout(text) is None]
+        damaged, _ = self._set_aside(
+            "damaged",
+            "typeof(start_s) != 'integer' OR typeof(samples) != 'integer' OR "
+            "typeof(covered_s) NOT IN ('integer', 'real') OR typeof(data) != 'blob' OR "
+            "layout NOT IN (SELECT id FROM layouts) OR layout IN (SELECT value FROM "
+            "json_each(?))", (json.dumps(unexpected),))
+        if damaged:
+            log.warning("history store %s: %d buckets with a layout or values this "
+                        "nvdashboard does not write (the file was edited or damaged) are set "
+                        "aside; the rest of the history is kept", self.path, damaged)
+
+    def _set_aside(self, why: str, where: str, parameters: tuple[object, ...]
+                   ) -> tuple[int, object]:
+        """Move the buckets ``where`` holds out of the history into ``set_aside``, kept
+        with ``why``; returns how many, and the newest one's start."""
+        assert self._connection is not None
+        count, newest = self._connection.execute(
+            f"SELECT count(*), max(start_s) FROM buckets WHERE {where}", parameters).fetchone()
+        if count:
+            self._connection.execute(
+                "INSERT INTO set_aside (why, tier, start_s, layout, samples, covered_s, data) "
+                f"SELECT ?, tier, start_s, layout, samples, covered_s, data FROM buckets "
+                f"WHERE {where}", (why, *parameters))
+            self._connection.execute(f"DELETE FROM buckets WHERE {where}", parameters)
+            self.stats.set_aside += count
+        return count, newest
 
     def start(self) -> None:
         """Open the store and start the writer thread (never blocks the caller)."""
@@ -380,9 +408,14 @@ class HistoryStore:
         self._thread.start()
 
     def _run(self) -> None:
-        self.open()
-        while self.role != "off" and not self._stop.wait(self.batch_s):
-            self.step()
+        try:
+            self.open()
+            while self.role != "off" and not self._stop.wait(self.batch_s):
+                self.step()
+        except Exception as error:  # a store damaged in a way no check foresaw, or a defect
+            # One line, and /info.json says "off": a writer that died silently looked alive.
+            self.close()
+            self._turn_off(f"the writer stopped: {type(error).__name__}: {error}")
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Write every open bucket, then close: a clean stop loses nothing."""
