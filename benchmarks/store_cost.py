@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from jupyterlab_nvdashboard.metrics import GpuReading, History, HostReading  # noqa: E402
 from jupyterlab_nvdashboard.store import HistoryStore  # noqa: E402
 from tests.support.servers import free_port  # noqa: E402
+from tests.support.simulated_devices import simulated_device_uuids  # noqa: E402
 from tests.support.store_clock import ScriptedClock  # noqa: E402
 from tests.support.stream_client import open_stream  # noqa: E402
 
@@ -124,7 +125,8 @@ def fill(path: Path, seed: int, days: float = 30, end_s: float | None = None) ->
     rng = np.random.default_rng(seed)
     end = time.time() if end_s is None else end_s
     clock = ScriptedClock(end - days * DAY_S)
-    store = HistoryStore(path, clock=clock)
+    uuids = simulated_device_uuids(GPUS, "h200")  # the GPUs of the server that reads it
+    store = HistoryStore(path, clock=clock, device_uuids=lambda: uuids)
     store.open()
     history = History(10)
     store.attach(history)
@@ -247,7 +249,8 @@ def catch_up_cpu(store: Path | None, window_s: float, draws: int) -> list[float]
         metrics.history.append(at, template.gpus, template.host, monotonic_s=at)
     past = None
     if store is not None:
-        past = HistoryStore(store)
+        uuids = {facts.index: facts.uuid for facts in metrics.facts}
+        past = HistoryStore(store, device_uuids=lambda: uuids)
         past.open()
     feed = gpu_resources(metrics)
     took = []

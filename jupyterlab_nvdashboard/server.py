@@ -610,11 +610,15 @@ def compose_store(config: Config, metrics: Metrics) -> HistoryStore | None:
     file on its own thread when started: start-up never waits on the disk."""
     if config.store_path is None:
         return None
+    def device_uuids() -> dict[int, str]:
+        return {facts.index: facts.uuid for facts in metrics.facts}
+
     store = HistoryStore(config.store_path, config.store_retention_5s_s,
                          config.store_retention_1min_s,
                          # A missing 5-second bucket is a gap; a sampler slowed below one
                          # sample per bucket (a long idle interval) may leave some empty.
-                         slack_s=max(5.0, 3 * config.idle_interval_s))
+                         slack_s=max(5.0, 3 * config.idle_interval_s),
+                         device_uuids=device_uuids)
     store.attach(metrics.history)
     return store
 

@@ -16,6 +16,7 @@ from jupyterlab_nvdashboard.metrics import GpuReading, History, HostReading
 from jupyterlab_nvdashboard.store import HistoryStore
 from tests.support.browser import PAGE_WAIT_MS, chromium, screenshot, watch
 from tests.support.servers import cli_server, with_token
+from tests.support.simulated_devices import simulated_device_uuids
 from tests.support.store_clock import ScriptedClock
 
 pytestmark = pytest.mark.browser
@@ -43,7 +44,8 @@ def scripted_store(path: Path, now: float) -> None:
     """Eight days ending at ``now``, one sample a minute (every 1-minute bucket, which the
     24-hour and 7-day windows read)."""
     clock = ScriptedClock(now - 8 * DAY_S)
-    store = HistoryStore(path, clock=clock)
+    uuids = simulated_device_uuids(2)  # the GPUs of the server that reads it
+    store = HistoryStore(path, clock=clock, device_uuids=lambda: uuids)
     store.open()
     history = History(10)
     store.attach(history)

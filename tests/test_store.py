@@ -25,8 +25,13 @@ from jupyterlab_nvdashboard.store import (
 )
 from jupyterlab_nvdashboard.store.buckets import is_gap
 from tests.support.store_clock import ScriptedClock
+from tests.support.waiting import until
 
 START_S = 1_699_999_980.0  # a multiple of 60: bucket edges are easy to reason about
+DAY_S = 86400.0
+# The UUID of each device row (what the server hands the store from the NVML facts).
+UUIDS = {0: "GPU-0a0a0a0a-0000-4000-8000-000000000000",
+         1: "GPU-1b1b1b1b-0000-4000-8000-000000000001"}
 
 
 def gpu(index: int, utilization: float | None) -> GpuReading:
@@ -70,7 +75,7 @@ def stored(path: Path, tier: int) -> list[tuple[int, int]]:
 
 
 def open_writer(path: Path, clock: ScriptedClock, **kwargs: float) -> HistoryStore:
-    store = HistoryStore(path, clock=clock, **kwargs)
+    store = HistoryStore(path, clock=clock, device_uuids=lambda: UUIDS, **kwargs)
     store.open()
     assert store.role == "writer", store.problem
     return store
@@ -95,6 +100,60 @@ def test_tiers_roll_up_with_mean_min_and_max(folder: Path) -> None:
     assert [s.gpus[0].utilization_pct for s in minmax.samples] == [0, 59, 60, 119, 120, 179]
     # The finest tier that is fine enough: 5-second buckets for a 5-second resolution.
     assert store.past(START_S, START_S + 180, 5).tier_s == 5
+    store.close()
+
+
+def test_means_weigh_the_time_each_sample_covers_not_the_sample_count(folder: Path) -> None:
+    start = START_S + 60  # a multiple of 120: the two minutes fold into one 2-minute span
+    clock = ScriptedClock(start, 5_000.0)
+    store = open_writer(folder / "history.sqlite", clock)
+    feeder = Feeder(store, clock, interval_s=2.0)
+    feeder.run(60, value=lambda t: 100.0)  # a minute busy with nobody watching: every 2 s
+    feeder.interval_s = 0.2
+    feeder.run(60, value=lambda t: 0.0)  # a minute idle with a page open: every 200 ms
+    store.step(final=True)
+    minutes = store.past(start, start + 120, 60, rows="mean").samples
+    assert [m.gpus[0].utilization_pct for m in minutes] == pytest.approx([100.0, 0.0])
+    # Both minutes rolled into one span: half busy, as long as it was busy.
+    [both] = store.past(start, start + 120, 120, rows="mean").samples
+    assert both.gpus[0].utilization_pct == pytest.approx(50.0, abs=0.5)
+    # A restart inside a 5-second bucket merges by time too: 2 s at 100% (a sample a
+    # second), then 3 s at 0% (fifteen samples) is 40%.
+    clock.wall = round(clock.wall)  # 600 steps of 0.2 s drift by microseconds
+    assert clock.wall % 5 == 0
+    feeder.interval_s = 1.0
+    feeder.run(2, value=lambda t: 100.0)
+    store.stop()
+    store = open_writer(store.path, clock)
+    feeder = Feeder(store, clock, interval_s=0.2)
+    feeder.run(3, value=lambda t: 0.0)
+    store.step(final=True)
+    [bucket] = store.past(clock.wall - 5, clock.wall, 5, rows="mean").samples
+    assert bucket.gpus[0].utilization_pct == pytest.approx(40.0, abs=0.5)
+    store.close()
+
+
+def test_stored_series_follow_their_gpu_by_uuid_across_a_swap(folder: Path) -> None:
+    clock = ScriptedClock(START_S, 5_000.0)
+    shown = dict(UUIDS)  # what NVML enumerates now: row -> UUID
+    path = folder / "history.sqlite"
+    store = HistoryStore(path, clock=clock, device_uuids=lambda: shown)
+    store.open()
+    feeder = Feeder(store, clock)
+    feeder.run(60)  # row 0 (GPU A) at 50%, row 1 (GPU B) at 7%
+    store.stop()
+    # GPU A is taken out: B is row 0 now, and a new GPU C row 1.
+    shown.clear()
+    shown.update({0: UUIDS[1], 1: "GPU-2c2c2c2c-0000-4000-8000-000000000002"})
+    store = HistoryStore(path, clock=clock, device_uuids=lambda: shown)
+    store.open()
+    feeder = Feeder(store, clock)
+    feeder.run(60)  # row 0 (GPU B now) at 50%, row 1 (GPU C) at 7%
+    store.step(final=True)
+    before, after = store.past(START_S, START_S + 120, 60, rows="mean").samples
+    # GPU B's past under the row it has now; GPU A's under none; GPU C has no past.
+    assert [(g.index, g.utilization_pct) for g in before.gpus] == [(0, 7.0)]
+    assert [(g.index, g.utilization_pct) for g in after.gpus] == [(0, 50.0), (1, 7.0)]
     store.close()
 
 
@@ -128,6 +187,70 @@ def test_wall_clock_step_back_merges_into_stored_buckets_and_prunes_nothing(
     minute = store.past(START_S + 60, START_S + 120, 60, rows="mean").samples
     assert minute[0].gpus[0].utilization_pct == pytest.approx(50.0)
     assert store.stats.merged > 0 and store.stats.pruned == 0
+    store.close()
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_clock_set_a_year_ahead_deletes_no_history_and_its_buckets_are_set_aside(
+        folder: Path, caplog: pytest.LogCaptureFixture) -> None:
+    clock = ScriptedClock(START_S, 5_000.0)
+    path = folder / "history.sqlite"
+    retention = {"retention_5s_s": 3600.0, "retention_1min_s": 2 * 3600.0}
+    store = open_writer(path, clock, **retention)
+    feeder = Feeder(store, clock, interval_s=5.0)
+    feeder.run(3600)  # an hour of real history
+    real_minutes = stored(path, COARSE_TIER)
+    # `date -s` a year ahead while the server runs; two minutes later the clock is put right
+    # (NTP) and the server restarts.
+    clock.wall += 365 * DAY_S
+    feeder.run(120)
+    store.stop()
+    assert stored(path, COARSE_TIER)[:len(real_minutes)] == real_minutes  # nothing deleted
+    clock.wall -= 365 * DAY_S
+    assert not warnings_of(caplog)
+    store = open_writer(path, clock, **retention)
+    feeder = Feeder(store, clock, interval_s=5.0)
+    feeder.run(600)  # ten more minutes, pruned every minute
+    store.step(final=True)
+    # The real hour is all there; what was stamped a year ahead is out of the history, kept.
+    minutes = stored(path, COARSE_TIER)
+    assert minutes[:len(real_minutes)] == real_minutes
+    assert max(start for start, _ in minutes) < clock.wall
+    assert max(start for start, _ in stored(path, FINE_TIER)) < clock.wall
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        aside = connection.execute("SELECT min(start_s), count(*) FROM set_aside").fetchone()
+    assert aside[0] > clock.wall + 300 * DAY_S and aside[1] == store.stats.set_aside > 0
+    [line] = warnings_of(caplog)
+    assert "ahead of the clock" in line and "set aside" in line
+    window = store.past(START_S, clock.wall, 60, rows="mean").samples
+    assert window[0].time_s < START_S + 60 and window[-1].time_s < clock.wall
+    # Retention still counts from now: an hour and a half later the first half hour goes.
+    feeder.run(5400)
+    store.step(final=True)
+    assert stored(path, COARSE_TIER)[0][0] >= clock.wall - 2 * 3600 - 60
+    store.close()
+
+
+def test_a_planted_future_bucket_is_set_aside_and_the_rest_kept(
+        folder: Path, caplog: pytest.LogCaptureFixture) -> None:
+    clock = ScriptedClock(START_S, 5_000.0)
+    path = folder / "history.sqlite"
+    store = open_writer(path, clock)
+    Feeder(store, clock).run(120)
+    store.stop()
+    before = stored(path, FINE_TIER)
+    with contextlib.closing(sqlite3.connect(path)) as connection, connection:
+        connection.execute("INSERT INTO buckets (tier, start_s, layout, samples, covered_s, "
+                           "data) SELECT tier, start_s + 10 * 365 * 86400, layout, samples, "
+                           "covered_s, data FROM buckets WHERE tier=1 LIMIT 1")
+    store = open_writer(path, clock)
+    Feeder(store, clock).run(60)
+    store.step(final=True)
+    assert stored(path, FINE_TIER)[:len(before)] == before
+    assert store.stats.set_aside == 1 and "ahead of the clock" in one_line(caplog)
     store.close()
 
 
@@ -170,7 +293,7 @@ def test_two_stores_on_one_file_one_writes_the_other_reads_then_takes_over(
     path = folder / "history.sqlite"
     clock = ScriptedClock(START_S, 5_000.0)
     first = open_writer(path, clock)
-    second = HistoryStore(path, clock=clock)
+    second = HistoryStore(path, clock=clock, device_uuids=lambda: UUIDS)
     second.open()
     assert second.role == "reader"
     Feeder(first, clock).run(30)
@@ -203,13 +326,69 @@ def test_a_damaged_store_is_set_aside_and_a_new_one_made(
     data = bytearray(path.read_bytes())
     data[4096:8192] = os.urandom(4096)  # a damaged page, the header still ours
     path.write_bytes(bytes(data))
-    store = HistoryStore(path, clock=clock)
+    store = HistoryStore(path, clock=clock, device_uuids=lambda: UUIDS)
     store.open()
     line = one_line(caplog)
     assert store.role == "writer" and "set aside" in line
     aside = [p for p in folder.iterdir() if ".corrupt-" in p.name]
     assert aside and aside[0].read_bytes()[:4096] == bytes(data[:4096])  # kept, not deleted
     store.close()
+
+
+def test_a_store_left_in_rollback_journal_mode_is_used_and_put_back_in_wal(
+        folder: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = folder / "history.sqlite"
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = open_writer(path, clock)
+    Feeder(store, clock).run(60)
+    store.stop()
+    with contextlib.closing(sqlite3.connect(path)) as shell:  # as `sqlite3` the shell might
+        assert shell.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
+    caplog.set_level(logging.INFO, logger="nvdashboard")
+    store = open_writer(path, clock)
+    assert len(store.past(START_S, START_S + 60, 5).samples) == 24  # the history kept
+    assert [r.getMessage() for r in caplog.records if "rollback-journal" in r.getMessage()]
+    assert not warnings_of(caplog)
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.close()
+
+
+@pytest.mark.parametrize("damage", ["a layout of x", "a start that is text",
+                                    "a blob that is a number"])
+def test_a_row_the_writer_did_not_write_is_set_aside_with_one_line_and_the_rest_served(
+        folder: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
+    path = folder / "history.sqlite"
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = open_writer(path, clock)
+    Feeder(store, clock).run(60)
+    store.stop()
+    first = int(START_S)
+    with contextlib.closing(sqlite3.connect(path)) as connection, connection:
+        if damage == "a layout of x":  # a store with our marker, a row we never write
+            connection.execute("INSERT INTO layouts (gpus) VALUES ('x')")
+            connection.execute("UPDATE buckets SET layout = (SELECT id FROM layouts WHERE "
+                               "gpus = 'x') WHERE start_s = ?", (first,))
+        elif damage == "a start that is text":
+            connection.execute("UPDATE buckets SET start_s = 'x' WHERE start_s = ?", (first,))
+        else:
+            connection.execute("UPDATE buckets SET data = 7 WHERE start_s = ?", (first,))
+    # The writer's own thread opens it, as a server runs it; the batches are stepped here
+    # (the thread's own come every hour of real time: never, in this test).
+    store = HistoryStore(path, clock=clock, device_uuids=lambda: UUIDS, batch_s=3600.0)
+    store.start()
+    until(lambda: store.role != "starting", "the store to open", 30)
+    Feeder(store, clock).run(60)
+    store.stop()  # writes everything
+    assert "set aside" in one_line(caplog)
+    assert store.role == "writer" and store.stats.set_aside == 2  # the first 5 s and minute
+    # Everything else is kept, and written on: the store is repaired, not set off.
+    assert [start for start, _ in stored(path, FINE_TIER)] == [
+        first + 5 * i for i in range(1, 24)]
+    reader = HistoryStore(path, clock=clock, device_uuids=lambda: UUIDS)
+    reader.open()
+    assert len(reader.past(START_S, START_S + 120, 5, rows="mean").samples) == 23
+    reader.close()
 
 
 @pytest.mark.parametrize("case", ["not-sqlite", "another-program", "newer-schema", "symlink",
@@ -249,7 +428,7 @@ def test_a_store_that_is_not_usable_gives_one_line_and_no_store(
         holder.execute("CREATE TABLE held (x)")
     before = {p.name: p.read_bytes() for p in path.parent.iterdir() if p.is_file()} \
         if path.parent.parent == folder else {}
-    store = HistoryStore(path, clock=clock)
+    store = HistoryStore(path, clock=clock, device_uuids=lambda: UUIDS)
     store.open()
     try:
         assert store.role == "off"

@@ -18,8 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jupyterlab_nvdashboard.metrics import GpuReading, History, HostReading
+from jupyterlab_nvdashboard.store import HistoryStore
 from jupyterlab_nvdashboard.stream.downsample import bucket_seconds
 from tests.support.servers import cli_server, get, server_output
+from tests.support.simulated_devices import simulated_device_uuids
+from tests.support.store_clock import ScriptedClock
 from tests.support.stream_client import open_stream
 from tests.support.waiting import until
 
@@ -155,3 +159,36 @@ def test_a_bad_store_gives_one_line_and_a_working_server(store_path: Path) -> No
         lines = [line for line in server_output(process).splitlines() if "history store" in line]
         assert len(lines) == 1 and "Traceback" not in server_output(process)
     assert store_path.read_text() == "not a database\n"
+
+
+def test_a_store_with_a_row_we_never_write_is_repaired_and_served(store_path: Path) -> None:
+    # Half an hour of the simulated GPU, stored by hand up to a minute ago; then a layout row
+    # of "x", which this nvdashboard never writes, under the oldest buckets.
+    uuids = simulated_device_uuids(1)
+    clock = ScriptedClock(time.time() - 1800)
+    store = HistoryStore(store_path, clock=clock, device_uuids=lambda: uuids)
+    store.open()
+    history = History(10)
+    store.attach(history)
+    while clock.wall < time.time() - 60:
+        history.append(clock.wall, (GpuReading(0, False, 40.0, 10.0, 2e9, 8e10, None, 1e6,
+                                               2e6, False, None, None, 50.0, 250.0),),
+                       HostReading(12.0, 4e9, 16e9, 0.0, 0.0, 0.0, 0.0),
+                       monotonic_s=clock.mono)
+        clock.advance(5)
+    store.stop()
+    with contextlib.closing(sqlite3.connect(store_path)) as connection, connection:
+        connection.execute("INSERT INTO layouts (gpus) VALUES ('x')")
+        connection.execute("UPDATE buckets SET layout = (SELECT id FROM layouts WHERE "
+                           "gpus = 'x') WHERE start_s < ?", (time.time() - 1500,))
+    with cli_server(FAST, env={"NVDASHBOARD_STORE": str(store_path)}) as (url, process):
+        wait_for_batches(url, 1)  # it writes on
+        assert info(url)["store"]["role"] == "writer"
+        csv_status, body = get(url + "/history.csv?seconds=1800")
+        diagnosis_status, diagnosis = get(url + "/diagnosis.json?seconds=1800")
+        assert csv_status == 200 and diagnosis_status == 200, (body[:300], diagnosis[:300])
+        rows = list(csv.DictReader(io.StringIO(body.decode())))
+        assert [row for row in rows if row["resolution_s"] == "5"]  # the rest of the store
+        output = server_output(process)
+    lines = [line for line in output.splitlines() if "history store" in line]
+    assert len(lines) == 1 and "set aside" in lines[0] and "Traceback" not in output

@@ -7,19 +7,30 @@ buckets into the coarser buckets a long window draws. Time is the samples' wall 
 restart; buckets are aligned to the epoch, so a restart inside a bucket, or a wall-clock step
 back, adds to the bucket that is already stored instead of starting a second one.
 
-A bucket's columns are, for each GPU of its ``layout`` (the GPU indices, in order),
-``GPU_FIELDS`` then whether the GPU was lost (0 or 1), then ``HOST_FIELDS``. "Not available"
-is NaN, never 0: a bucket whose samples never had a reading has NaN there.
+Means are weighted by time, not by sample count: the sampler reads ten times as often while a
+page is open (200 ms) as when nobody watches (2 s), so a minute at 100% unwatched and a minute
+at 0% watched average 50%, not 9%. A sample stands for the time until the next one (on the
+monotonic clock, capped where the sampler was not running), and a bucket's ``covered_s``, the
+time its samples stand for, weighs it when buckets are merged or rolled up.
+
+A bucket's columns are, for each device of its ``layout`` (device keys, in the order of the
+rows they had), ``GPU_FIELDS`` then whether the GPU was lost (0 or 1), then ``HOST_FIELDS``.
+"Not available" is NaN, never 0: a bucket whose samples never had a reading has NaN there.
+
+A device key is the device's UUID (``device_key``), like every other piece of per-device
+state: after a GPU swap or a re-enumeration, a stored series is drawn under the row its GPU
+has now, and a GPU that is gone has its past drawn under no other.
 """
 
 from __future__ import annotations
 
 import math
 import operator
-import warnings
+import re
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,52 +47,85 @@ HOST_FIELDS = HostReading._fields
 PER_GPU = len(GPU_FIELDS) + 1  # and the "lost" flag
 
 
-def column_count(layout: Sequence[int]) -> int:
+def column_count(layout: Sequence[str]) -> int:
     return len(layout) * PER_GPU + len(HOST_FIELDS)
+
+
+# What NVML's nvmlDeviceGetUUID answers ("GPU-<uuid>"; "MIG-<uuid>", or "MIG-GPU-<uuid>/gi/ci"
+# before R470, for a MIG device); "index:N" for a row whose UUID was not known, which is
+# kept but drawn under no device. Nothing else is a device key the writer makes.
+_DEVICE_KEY = re.compile(r"(?:GPU|MIG)-[0-9A-Za-z/_.-]+|index:[0-9]+")
+
+
+def device_key(index: int, uuid: str | None) -> str:
+    """How the store names device row ``index`` whose UUID is ``uuid``."""
+    return uuid if uuid and _DEVICE_KEY.fullmatch(uuid) else f"index:{index}"
+
+
+def layout_text(layout: Sequence[str]) -> str:
+    """A layout as the ``layouts`` table holds it."""
+    return ",".join(layout)
+
+
+def parse_layout(text: object) -> tuple[str, ...] | None:
+    """The device keys of a stored layout; None when it is not one the writer makes (a
+    damaged or edited row)."""
+    if not isinstance(text, str):
+        return None
+    keys = tuple(text.split(",")) if text else ()
+    return keys if all(_DEVICE_KEY.fullmatch(key) for key in keys) else None
+
+
+def rows_now(layout: Sequence[str], uuids: Mapping[int, str]) -> list[int | None]:
+    """For each device of ``layout``, the row it has now (``uuids``: each row's UUID); None
+    for a device not shown now."""
+    row_of = {device_key(index, uuid): index for index, uuid in uuids.items()}
+    return [None if key.startswith("index:") else row_of.get(key) for key in layout]
+
+
+class IdentifiedSample(NamedTuple):
+    """A sample and the UUID of each device row when it was taken (``Sample.gpus`` carry
+    rows only): the writer keys the sample's columns by these."""
+
+    sample: Sample
+    uuids: Mapping[int, str]
 
 
 _gpu_values = operator.attrgetter(*GPU_FIELDS)
 
 
-def sample_vector(sample: Sample) -> tuple[tuple[int, ...], np.ndarray]:
+def sample_vector(sample: IdentifiedSample) -> tuple[tuple[str, ...], np.ndarray]:
     """A sample's layout and its values in column order (NaN: not available)."""
-    readings = sorted(sample.gpus, key=lambda reading: reading.index)
+    readings = sorted(sample.sample.gpus, key=lambda reading: reading.index)
     values: list[object] = []
     for reading in readings:
         values += _gpu_values(reading)
         values.append(1.0 if reading.lost else 0.0)
-    values += sample.host
-    return (tuple(r.index for r in readings),
+    values += sample.sample.host
+    return (tuple(device_key(r.index, sample.uuids.get(r.index)) for r in readings),
             np.array([math.nan if v is None else v for v in values], dtype=float))
 
 
 @dataclass
 class Bucket:
     """One bucket: ``start_s`` (epoch seconds, a multiple of ``width_s``), how many samples it
-    holds, and per column their mean, minimum and maximum."""
+    holds and the seconds they stand for (``covered_s``), and per column their time-weighted
+    mean, minimum and maximum."""
 
     start_s: float
     width_s: float
-    layout: tuple[int, ...]
+    layout: tuple[str, ...]
     samples: int
+    covered_s: float
     mean: np.ndarray
     low: np.ndarray
     high: np.ndarray
 
     def merged(self, other: Bucket) -> Bucket:
         """This bucket and another of the same span and layout, as one (means weighted by
-        sample count; a column NaN in one of them takes the other's)."""
-        total = self.samples + other.samples
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            weights = np.stack([np.where(np.isnan(self.mean), 0, self.samples),
-                                np.where(np.isnan(other.mean), 0, other.samples)])
-            sums = np.nansum(np.stack([self.mean * self.samples,
-                                       other.mean * other.samples]), axis=0)
-            counted = weights.sum(axis=0)
-            mean = np.where(counted > 0, sums / np.maximum(counted, 1), np.nan)
-        return Bucket(self.start_s, self.width_s, self.layout, total, mean,
-                      np.fmin(self.low, other.low), np.fmax(self.high, other.high))
+        the time each covers; a column NaN in one of them takes the other's)."""
+        run = BucketRun.of([self, other]).folded(self.width_s)
+        return run.buckets()[0]
 
     def encode(self) -> bytes:
         """The stored form: mean, minimum and maximum rows as little-endian float32,
@@ -90,8 +134,8 @@ class Bucket:
         return zlib.compress(packed, 1)
 
     @classmethod
-    def decode(cls, start_s: float, width_s: float, layout: tuple[int, ...], samples: int,
-               blob: bytes) -> Bucket:
+    def decode(cls, start_s: float, width_s: float, layout: tuple[str, ...], samples: int,
+               covered_s: float, blob: bytes) -> Bucket:
         """Raises ValueError when the blob does not hold this layout's columns."""
         try:
             values = np.frombuffer(zlib.decompress(blob), dtype="<f4").astype(float)
@@ -102,41 +146,69 @@ class Bucket:
             raise ValueError(f"bucket at {start_s:.0f}: {values.size} values, expected "
                              f"{3 * columns}")
         mean, low, high = values.reshape(3, columns)
-        return cls(start_s, width_s, layout, samples, mean, low, high)
+        return cls(start_s, width_s, layout, samples, covered_s, mean, low, high)
 
 
 def bucket_start(time_s: float, width_s: float) -> float:
     return math.floor(time_s / width_s) * width_s
 
 
-def fold_samples(samples: Iterable[Sample], width_s: float) -> list[Bucket]:
+# The least time a sample stands for: two samples stamped alike still both count.
+MIN_COVER_S = 1e-3
+
+
+def sample_cover_s(samples: Sequence[Sample], longest_s: float,
+                   before: Sample | None = None) -> np.ndarray:
+    """The seconds each sample stands for: until the next sample, on the monotonic clock (a
+    wall-clock step changes nothing), at most ``longest_s`` (beyond it the sampler was not
+    running: a suspend, a stop); the last one as long as the one before it (``before``:
+    the sample before the first, when there is only one)."""
+    clock = np.array([sample.clock_s for sample in samples], dtype=float)
+    until_next = np.diff(clock)
+    if len(samples) > 1:
+        last = until_next[-1]
+    elif samples and before is not None:
+        last = clock[0] - before.clock_s
+    else:
+        last = longest_s
+    return np.clip(np.r_[until_next, last][:len(samples)], MIN_COVER_S, longest_s)
+
+
+def fold_samples(samples: Sequence[IdentifiedSample], width_s: float, longest_s: float,
+                 before: Sample | None = None) -> list[Bucket]:
     """Consecutive samples grouped into buckets of ``width_s``; a sample in another bucket
     than the one before it (later, or earlier after a wall-clock step back), or with other
-    GPUs, starts a new bucket. Buckets come out in the order their samples came."""
+    GPUs, starts a new bucket. Buckets come out in the order their samples came. Each
+    sample weighs the time it stands for (``sample_cover_s``, at most ``longest_s``;
+    ``before``: the sample before these, if any)."""
     buckets: list[Bucket] = []
     group: list[np.ndarray] = []
-    key: tuple[float, tuple[int, ...]] | None = None
+    weights: list[float] = []
+    key: tuple[float, tuple[str, ...]] | None = None
 
     def close() -> None:
         if key is None or not group:
             return
         stack = np.stack(group)
+        weight = np.array(weights)[:, None]
         known = ~np.isnan(stack)
-        counted = known.sum(axis=0)
+        counted = np.where(known, weight, 0.0).sum(axis=0)
         # An all-NaN column stays NaN (not available): fmin/fmax skip NaN, and the mean of
         # no values is left NaN.
-        mean = np.divide(np.where(known, stack, 0.0).sum(axis=0), counted,
+        mean = np.divide(np.where(known, stack * weight, 0.0).sum(axis=0), counted,
                          out=np.full(stack.shape[1], math.nan), where=counted > 0)
-        buckets.append(Bucket(key[0], width_s, key[1], len(group), mean,
+        buckets.append(Bucket(key[0], width_s, key[1], len(group), float(weight.sum()), mean,
                               np.fmin.reduce(stack, axis=0), np.fmax.reduce(stack, axis=0)))
 
-    for sample in samples:
+    covers = sample_cover_s([each.sample for each in samples], longest_s, before)
+    for sample, cover in zip(samples, covers, strict=True):
         layout, vector = sample_vector(sample)
-        this = (bucket_start(sample.time_s, width_s), layout)
+        this = (bucket_start(sample.sample.time_s, width_s), layout)
         if this != key:
             close()
-            key, group = this, []
+            key, group, weights = this, [], []
         group.append(vector)
+        weights.append(float(cover))
     close()
     return buckets
 
@@ -146,10 +218,11 @@ class BucketRun:
     """Consecutive buckets of one layout and width as arrays, one row per bucket: what a
     long window reads (10,080 minutes for 7 days) is folded without a Python object each."""
 
-    layout: tuple[int, ...]
+    layout: tuple[str, ...]
     width_s: float
     starts: np.ndarray  # (n,) epoch seconds
     samples: np.ndarray  # (n,)
+    covered: np.ndarray  # (n,) seconds each bucket's samples stand for: its weight
     mean: np.ndarray  # (n, columns), and low and high the same
     low: np.ndarray
     high: np.ndarray
@@ -159,21 +232,29 @@ class BucketRun:
         return cls(buckets[0].layout, buckets[0].width_s,
                    np.array([b.start_s for b in buckets], dtype=float),
                    np.array([b.samples for b in buckets], dtype=float),
+                   np.array([b.covered_s for b in buckets], dtype=float),
                    np.stack([b.mean for b in buckets]), np.stack([b.low for b in buckets]),
                    np.stack([b.high for b in buckets]))
 
     @classmethod
-    def decode(cls, layout: tuple[int, ...], width_s: float, starts: Sequence[float],
-               samples: Sequence[int], blobs: Sequence[bytes]) -> BucketRun:
-        """Stored buckets of one layout, decoded at once; a blob that is damaged or of
-        another size costs its own bucket only (dropped)."""
+    def decode(cls, layout: tuple[str, ...], width_s: float, starts: Sequence[float],
+               samples: Sequence[int], covered_s: Sequence[float], blobs: Sequence[bytes]
+               ) -> BucketRun:
+        """Stored buckets of one layout, decoded at once; a bucket that is damaged (a blob
+        that does not decompress or is of another size, a value that is not a number) costs
+        itself only (dropped)."""
         columns = column_count(layout)
         size = 3 * columns * 4
         kept, raw = [], []
+        numbers = (int, float)
         for position, blob in enumerate(blobs):
+            if not (isinstance(starts[position], numbers)
+                    and isinstance(samples[position], numbers)
+                    and isinstance(covered_s[position], numbers)):
+                continue
             try:
                 data = zlib.decompress(blob)
-            except zlib.error:
+            except (zlib.error, TypeError):
                 continue
             if len(data) == size:
                 kept.append(position)
@@ -181,7 +262,8 @@ class BucketRun:
         values = np.frombuffer(b"".join(raw), dtype="<f4").astype(float)
         values = values.reshape(len(raw), 3, columns)
         return cls(layout, width_s, np.asarray(starts, dtype=float)[kept],
-                   np.asarray(samples, dtype=float)[kept], values[:, 0], values[:, 1],
+                   np.asarray(samples, dtype=float)[kept],
+                   np.asarray(covered_s, dtype=float)[kept], values[:, 0], values[:, 1],
                    values[:, 2])
 
     def __len__(self) -> int:
@@ -189,24 +271,26 @@ class BucketRun:
 
     def buckets(self) -> list[Bucket]:
         return [Bucket(float(self.starts[i]), self.width_s, self.layout, int(self.samples[i]),
-                       self.mean[i], self.low[i], self.high[i]) for i in range(len(self))]
+                       float(self.covered[i]), self.mean[i], self.low[i], self.high[i])
+                for i in range(len(self))]
 
     def folded(self, width_s: float) -> BucketRun:
         """Rolled up into buckets of ``width_s``: consecutive rows of one span become one
-        (minimum of minima, maximum of maxima, means weighted by sample count)."""
+        (minimum of minima, maximum of maxima, means weighted by the time each covers)."""
         if not len(self):
             return self
         starts = np.floor(self.starts / width_s) * width_s
         breaks = np.flatnonzero(np.r_[True, starts[1:] != starts[:-1]])
         known = ~np.isnan(self.mean)
-        weights = np.where(known, self.samples[:, None], 0.0)
+        weights = np.where(known, self.covered[:, None], 0.0)
         sums = np.add.reduceat(np.where(known, self.mean, 0.0) * weights, breaks, axis=0)
         weight = np.add.reduceat(weights, breaks, axis=0)
         # A column never known in a span stays NaN: not available.
         mean = np.divide(sums, weight, out=np.full(sums.shape, math.nan), where=weight > 0)
         return BucketRun(self.layout, width_s, starts[breaks],
                          np.add.reduceat(self.samples, breaks),
-                         mean, np.fmin.reduceat(self.low, breaks, axis=0),
+                         np.add.reduceat(self.covered, breaks), mean,
+                         np.fmin.reduceat(self.low, breaks, axis=0),
                          np.fmax.reduceat(self.high, breaks, axis=0))
 
 
@@ -235,24 +319,27 @@ assert GpuReading._fields[2:2 + len(GPU_FIELDS) + 1] == (
     *GPU_FIELDS[:_SNAPSHOT_AT], "pcie_is_snapshot", *GPU_FIELDS[_SNAPSHOT_AT:])
 
 
-def bucket_samples(layout: tuple[int, ...], rows: np.ndarray, highs: np.ndarray,
+def bucket_samples(rows_shown: Sequence[int | None], rows: np.ndarray, highs: np.ndarray,
                    times_s: Sequence[float], monotonic_s: Sequence[float | None]
                    ) -> list[Sample]:
     """Rows of buckets of one layout (their means, minima or maxima) as ``Sample``s at
     ``times_s``, so every reader of samples (feeds, diagnosis, the CSV) reads stored history
-    unchanged; ``highs``, each row's bucket's maxima, say which GPUs were lost. Their
-    sequence number is -1: they are not in the in-memory history. NaN becomes None in one
-    pass over the whole array (a 7-day window makes 2,000 samples at once)."""
+    unchanged; ``highs``, each row's bucket's maxima, say which GPUs were lost;
+    ``rows_shown``, the row each of the layout's devices has now (``rows_now``; None: left
+    out). Their sequence number is -1: they are not in the in-memory history. NaN becomes
+    None in one pass over the whole array (a 7-day window makes 2,000 samples at once)."""
     cells = rows.astype(object)
     cells[np.isnan(rows)] = None
-    lost_columns = [p * PER_GPU + PER_GPU - 1 for p in range(len(layout))]
+    lost_columns = [p * PER_GPU + PER_GPU - 1 for p in range(len(rows_shown))]
     lost = (highs[:, lost_columns] >= 0.5).tolist()
-    host_at = len(layout) * PER_GPU
+    host_at = len(rows_shown) * PER_GPU
+    shown = sorted((index, position) for position, index in enumerate(rows_shown)
+                   if index is not None)
     samples = []
     for row, gone, time_s, monotonic in zip(cells.tolist(), lost, times_s, monotonic_s,
                                             strict=True):
         gpus = []
-        for position, index in enumerate(layout):
+        for index, position in shown:
             part = row[position * PER_GPU:position * PER_GPU + PER_GPU - 1]
             gpus.append(GpuReading(index, gone[position], *part[:_SNAPSHOT_AT], False,
                                    *part[_SNAPSHOT_AT:]))
@@ -261,9 +348,10 @@ def bucket_samples(layout: tuple[int, ...], rows: np.ndarray, highs: np.ndarray,
     return samples
 
 
-def gap_sample(layout: Sequence[int], time_s: float, monotonic_s: float | None) -> Sample:
-    """A sample where nothing is available: a chart's line breaks there."""
-    return Sample(-1, time_s, tuple(GpuReading.unavailable(index, False) for index in layout),
+def gap_sample(rows: Sequence[int], time_s: float, monotonic_s: float | None) -> Sample:
+    """A sample where nothing is available for device ``rows``: a chart's line breaks
+    there."""
+    return Sample(-1, time_s, tuple(GpuReading.unavailable(index, False) for index in rows),
                   HostReading(*([None] * len(HOST_FIELDS))), gpu_age_s=None, extra={},
                   monotonic_s=monotonic_s)
 

@@ -18,6 +18,7 @@ The project only ever deletes what it made itself: the buckets past their retent
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -51,6 +52,22 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # A finished workload run's verdict row (apps/workload.py), kept past the history.
         """CREATE TABLE runs (source TEXT PRIMARY KEY, finished_s REAL NOT NULL,
                row TEXT NOT NULL)""",
+    ),
+    2: (
+        # The seconds a bucket's samples stand for: its weight when buckets are merged or
+        # rolled up (buckets.py). A bucket of version 1 weighed its sample count; it now
+        # counts as fully covered, so its minute weighs as much as any other.
+        "ALTER TABLE buckets ADD COLUMN covered_s REAL NOT NULL DEFAULT 0",
+        "UPDATE buckets SET covered_s = CASE tier WHEN 0 THEN 5.0 ELSE 60.0 END",
+        # Layouts name devices by UUID (buckets.device_key). A version 1 layout named rows
+        # ("0,1"), whose GPUs are not known now: kept as "index:0,index:1", drawn under
+        # none of today's GPUs rather than under whichever has that row now.
+        "UPDATE layouts SET gpus = 'index:' || replace(gpus, ',', ',index:') WHERE gpus != ''",
+        # Buckets taken out of the history but kept, with why: stamped ahead of the wall
+        # clock (written while it was set wrong), never trusted and never shown.
+        """CREATE TABLE set_aside (why TEXT NOT NULL, tier INTEGER NOT NULL,
+               start_s INTEGER NOT NULL, layout INTEGER NOT NULL, samples INTEGER NOT NULL,
+               covered_s REAL NOT NULL, data BLOB NOT NULL)""",
     ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
@@ -130,7 +147,7 @@ def check_readable(path: Path) -> None:
     try:
         connection = connect(path, read_only=True)
         try:
-            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            version = pragma(connection, "user_version")
         finally:
             connection.close()
     except sqlite3.Error as error:
@@ -138,6 +155,13 @@ def check_readable(path: Path) -> None:
     if version > SCHEMA_VERSION:
         raise StoreUnusable(f"{path} was written by a newer nvdashboard (store version "
                             f"{version}, this one knows {SCHEMA_VERSION}); left as it is")
+
+
+def pragma(connection: sqlite3.Connection, statement: str) -> object:
+    """The first value a PRAGMA answers, its statement finished: one left open holds a
+    read lock that makes a later checkpoint fail ("database table is locked")."""
+    rows = connection.execute(f"PRAGMA {statement}").fetchall()
+    return rows[0][0] if rows else None
 
 
 def connect(path: Path, read_only: bool = False) -> sqlite3.Connection:
@@ -159,20 +183,26 @@ def _prepare(path: Path) -> Opened:
         # a link that appeared since the look above.
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY
                          | getattr(os, "O_NOFOLLOW", 0), 0o600))
+    if kind == "ours":
+        # Reads the whole file's structure: a damaged page shows here, not mid-write. On a
+        # connection of its own: after a quick_check, a connection that switches a store
+        # from rollback-journal mode to WAL cannot checkpoint ("database table is locked").
+        with contextlib.closing(connect(path)) as check:
+            problem = pragma(check, "quick_check")
+        if problem != "ok":
+            raise sqlite3.DatabaseError(str(problem)[:200])
     connection = connect(path)
     try:
-        if kind == "ours":
-            # Reads the whole file's structure: a damaged page shows here, not mid-write.
-            problem = connection.execute("PRAGMA quick_check").fetchone()[0]
-            if problem != "ok":
-                raise sqlite3.DatabaseError(str(problem)[:200])
-        version = connection.execute("PRAGMA user_version").fetchone()[0]
+        version = pragma(connection, "user_version")
         if version > SCHEMA_VERSION:
             raise StoreUnusable(f"{path} was written by a newer nvdashboard (store version "
                                 f"{version}, this one knows {SCHEMA_VERSION}); left as it "
                                 "is, so that version keeps its history")
-        mode = connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
+        if kind == "ours" and str(pragma(connection, "journal_mode")).lower() != "wal":
+            # Another tool (the sqlite3 shell, a backup) left it in rollback-journal mode.
+            log.info("history store %s: found in rollback-journal mode (another tool opened "
+                     "it); back to WAL", path)
+        if str(pragma(connection, "journal_mode=WAL")).lower() != "wal":
             raise StoreUnusable(f"{path}: the file system does not allow SQLite's WAL mode")
         # A commit survives the process being killed; only a power loss may cost the
         # newest transactions (never the file's consistency).

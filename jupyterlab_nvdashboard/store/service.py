@@ -4,10 +4,13 @@ It listens to ``History`` like the broadcaster does (a queue put per sample, on 
 thread) and owns one thread that, every ``batch_s`` (5 s), folds the new samples into
 5-second buckets and those into 1-minute buckets (mean, min and max of every reading), writes
 what closed in one transaction, and now and then deletes buckets past their tier's
-retention. The newest open bucket stays in memory until a later sample closes it, so
-``kill -9`` loses at most that bucket and the batch not yet committed; a clean stop writes
-everything. At start the 1-minute tier is rebuilt from the 5-second buckets a kill left
-un-rolled.
+retention, counted back from now (the wall clock). A bucket stamped more than
+``TRUSTED_AHEAD_S`` ahead of the wall clock (written while the clock was set wrong) is never
+trusted: it is set aside (kept in the ``set_aside`` table, out of every window) with one log
+line, and the rest of the history is kept. The newest open bucket stays in memory until a
+later sample closes it, so ``kill -9`` loses at most that bucket and the batch not yet
+committed; a clean stop writes everything. At start the 1-minute tier is rebuilt from the
+5-second buckets a kill left un-rolled.
 
 Two servers of one user share one store: the one holding the writer lock writes, the
 others only read (and take over the lock when that server ends). Readers never wait on the
@@ -20,12 +23,13 @@ nothing was recorded (the server was not running).
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -36,10 +40,14 @@ from ..metrics import History, Sample
 from .buckets import (
     Bucket,
     BucketRun,
+    IdentifiedSample,
     bucket_samples,
     fold_buckets,
     fold_samples,
     gap_sample,
+    layout_text,
+    parse_layout,
+    rows_now,
 )
 from .file import (
     Opened,
@@ -60,6 +68,10 @@ PRUNE_EVERY_S = 60.0
 TAKE_OVER_EVERY_S = 30.0  # how often a reading server tries to become the writer
 # Samples kept for the next try while writes fail (a full disk): an hour at 200 ms.
 MAX_PENDING_SAMPLES = 18_000
+# How far ahead of the wall clock a bucket may be stamped and still be trusted: a few
+# minutes of NTP slewing or a small step back. Beyond it the bucket was written while the
+# clock was wrong (a VM restored with a wrong clock, ``date -s``, a bad NTP step).
+TRUSTED_AHEAD_S = 300.0
 
 
 class Clock(Protocol):
@@ -84,6 +96,7 @@ class StoreStats:
     buckets_written: int = 0
     merged: int = 0  # buckets added to one already stored (a restart or a clock step back)
     pruned: int = 0
+    set_aside: int = 0  # buckets stamped ahead of the clock, taken out of the history
     cpu_s: float = 0.0  # the writer thread's own CPU time
     errors: int = 0
 
@@ -99,12 +112,18 @@ class PastWindow:
 
 
 class HistoryStore:
-    """One store file, its writer thread (when this server is the writer) and its reader."""
+    """One store file, its writer thread (when this server is the writer) and its reader.
+
+    ``device_uuids`` answers the UUID of each device row now (``GpuReading.index`` ->
+    UUID): stored series are keyed by it, and read back under the row each device has now.
+    """
 
     def __init__(self, path: Path, retention_5s_s: float = 24 * 3600.0,
                  retention_1min_s: float = 30 * 24 * 3600.0, slack_s: float = 10.0,
-                 clock: Clock | None = None, batch_s: float = BATCH_S) -> None:
+                 clock: Clock | None = None, batch_s: float = BATCH_S, *,
+                 device_uuids: Callable[[], Mapping[int, str]]) -> None:
         self.path = Path(path)
+        self.device_uuids = device_uuids
         self.retention_s = {FINE_TIER: retention_5s_s, COARSE_TIER: retention_1min_s}
         # More than this between two buckets is a gap (the idle interval may leave a 5 s
         # bucket empty now and then; the server calls it with twice that interval).
@@ -114,15 +133,18 @@ class HistoryStore:
         self.stats = StoreStats()
         self.role = "starting"  # "writer", "reader" or "off"
         self.problem = ""  # why "off", in one line
-        self._queue: queue.SimpleQueue[Sample] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[IdentifiedSample] = queue.SimpleQueue()
         self._lock = WriterLock(self.path)
         self._connection: sqlite3.Connection | None = None
-        self._open_fine: list[Sample] = []  # samples of the 5-second bucket still open
+        # Samples of the 5-second bucket still open.
+        self._open_fine: list[IdentifiedSample] = []
+        self._before_open: Sample | None = None  # the sample before those (its interval)
         self._open_coarse: list[Bucket] = []  # 5-second buckets of the open minute
-        self._layout_ids: dict[tuple[int, ...], int] = {}
-        self._layouts: dict[int, tuple[int, ...]] = {}
-        self._newest_s = -float("inf")  # the latest wall-clock time written (prunes by it)
+        self._layout_ids: dict[tuple[str, ...], int] = {}
         self._last_prune = -float("inf")
+        # The wall and monotonic clocks when this server became the writer: the present a
+        # prune counts back from never runs ahead of the monotonic clock since then.
+        self._opened_at: tuple[float, float] | None = None
         self._last_take_over = -float("inf")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -130,8 +152,12 @@ class HistoryStore:
     # -- writing ---------------------------------------------------------------------------
 
     def attach(self, history: History) -> None:
-        """Hear every sample ``history`` appends (a queue put on the sampler's thread)."""
-        history.add_listener(self._queue.put)
+        """Hear every sample ``history`` appends (a queue put on the sampler's thread), with
+        the devices' UUIDs as they are when it is appended."""
+        history.add_listener(self._hear)
+
+    def _hear(self, sample: Sample) -> None:
+        self._queue.put(IdentifiedSample(sample, self.device_uuids()))
 
     def open(self) -> None:
         """Take the writer's role if free (making or migrating the store), else read. One log
@@ -161,10 +187,12 @@ class HistoryStore:
     def _become_writer(self, opened: Opened) -> None:
         self._connection = opened.connection
         self.role = "writer"
+        self._opened_at = (self.clock.time(), self.clock.monotonic())
         with self._connection:
-            newest = self._connection.execute("SELECT max(start_s) FROM buckets").fetchone()[0]
-            if newest is not None:
-                self._newest_s = float(newest)
+            self._set_aside_damaged()
+            # Before the roll-up: a minute stamped in the future would hide every 5-second
+            # bucket after the real newest minute from it.
+            self._set_aside_ahead()
             self._roll_up_left_over()
 
     def _roll_up_left_over(self) -> None:
@@ -193,7 +221,7 @@ class HistoryStore:
             self.stats.cpu_s += time.thread_time() - started
 
     def _step(self, final: bool) -> None:
-        new: list[Sample] = []
+        new: list[IdentifiedSample] = []
         while True:
             try:
                 new.append(self._queue.get_nowait())
@@ -204,7 +232,8 @@ class HistoryStore:
         if self.role != "writer" or self._connection is None:
             return
         samples = [*self._open_fine, *new]
-        fine = fold_samples(samples, TIER_WIDTHS_S[FINE_TIER])
+        fine = fold_samples(samples, TIER_WIDTHS_S[FINE_TIER], self.slack_s,
+                            self._before_open)
         closed_fine = fine if final else fine[:-1]
         still_open = [] if final or not fine else fine[-1:]
         minutes: list[Bucket] = []
@@ -231,9 +260,10 @@ class HistoryStore:
                 self._open_fine = samples[-MAX_PENDING_SAMPLES:]
                 raise
             self.stats.batches += 1
-            self._newest_s = max([self._newest_s, *(b.start_s for b in closed_fine)])
         # The open bucket's own samples stay in memory until a later sample closes it.
         self._open_fine = [s for s in samples if still_open and _in(s, still_open[0])]
+        if len(samples) > len(self._open_fine):
+            self._before_open = samples[-len(self._open_fine) - 1].sample
         self._open_coarse = open_coarse
         now = self.clock.monotonic()
         if final or now - self._last_prune >= PRUNE_EVERY_S:
@@ -254,12 +284,12 @@ class HistoryStore:
         except StoreUnusable as error:
             self._turn_off(str(error))
 
-    def _layout_id(self, layout: tuple[int, ...]) -> int:
+    def _layout_id(self, layout: tuple[str, ...]) -> int:
         assert self._connection is not None
         known = self._layout_ids.get(layout)
         if known is not None:
             return known
-        text = ",".join(map(str, layout))
+        text = layout_text(layout)
         self._connection.execute("INSERT OR IGNORE INTO layouts (gpus) VALUES (?)", (text,))
         layout_id = self._connection.execute("SELECT id FROM layouts WHERE gpus=?",
                                              (text,)).fetchone()[0]
@@ -274,35 +304,99 @@ class HistoryStore:
             layout = self._layout_id(bucket.layout)
             key = (tier, int(bucket.start_s), layout)
             inserted = self._connection.execute(
-                "INSERT OR IGNORE INTO buckets (tier, start_s, layout, samples, data) "
-                "VALUES (?, ?, ?, ?, ?)", (*key, bucket.samples, bucket.encode())).rowcount
+                "INSERT OR IGNORE INTO buckets (tier, start_s, layout, samples, covered_s, "
+                "data) VALUES (?, ?, ?, ?, ?, ?)",
+                (*key, bucket.samples, bucket.covered_s, bucket.encode())).rowcount
             if not inserted:
-                samples, blob = self._connection.execute(
-                    "SELECT samples, data FROM buckets WHERE tier=? AND start_s=? AND "
-                    "layout=?", key).fetchone()
+                samples, covered, blob = self._connection.execute(
+                    "SELECT samples, covered_s, data FROM buckets WHERE tier=? AND start_s=? "
+                    "AND layout=?", key).fetchone()
                 try:
                     stored = Bucket.decode(bucket.start_s, bucket.width_s, bucket.layout,
-                                           samples, blob)
+                                           samples, covered, blob)
                     bucket = stored.merged(bucket)
                 except ValueError:
                     pass  # a damaged bucket is replaced by the new one
                 self._connection.execute(
-                    "UPDATE buckets SET samples=?, data=? WHERE tier=? AND start_s=? AND "
-                    "layout=?", (bucket.samples, bucket.encode(), *key))
+                    "UPDATE buckets SET samples=?, covered_s=?, data=? WHERE tier=? AND "
+                    "start_s=? AND layout=?",
+                    (bucket.samples, bucket.covered_s, bucket.encode(), *key))
                 self.stats.merged += 1
             self.stats.buckets_written += 1
 
     def _prune(self) -> None:
-        """Delete each tier's buckets older than its retention, counted back from the
-        newest bucket written (a wall-clock step back deletes nothing)."""
+        """Delete each tier's buckets older than its retention, counted back from now; set
+        aside the buckets stamped ahead of the clock first. Counting from the newest bucket
+        instead would let one bucket from a clock set a year ahead delete the whole store."""
         assert self._connection is not None
-        if self._newest_s == -float("inf"):
-            return
+        now = self._present()
         with self._connection:
+            self._set_aside_ahead()
             for tier, retention in self.retention_s.items():
                 self.stats.pruned += self._connection.execute(
                     "DELETE FROM buckets WHERE tier=? AND start_s < ?",
-                    (tier, int(self._newest_s - retention))).rowcount
+                    (tier, int(now - retention))).rowcount
+            # What was set aside goes when it is past the longest retention as well.
+            self._connection.execute("DELETE FROM set_aside WHERE start_s < ?",
+                                     (int(now - max(self.retention_s.values())),))
+
+    def _present(self) -> float:
+        """The wall clock, but never further past the time this server became the writer
+        than the monotonic clock has run since: a wall-clock step forward while it runs
+        (``date -s``, a bad NTP step) deletes nothing (a suspend only defers a deletion)."""
+        now = self.clock.time()
+        if self._opened_at is None:
+            return now
+        wall, monotonic = self._opened_at
+        return min(now, wall + self.clock.monotonic() - monotonic)
+
+    def _set_aside_ahead(self) -> None:
+        """Move the buckets stamped more than ``TRUSTED_AHEAD_S`` ahead of the wall clock
+        out of the history into ``set_aside`` (one log line); in the caller's transaction."""
+        now = self.clock.time()
+        ahead, newest = self._set_aside("ahead of the clock", "start_s > ?",
+                                        (int(now + TRUSTED_AHEAD_S),))
+        if ahead:
+            log.warning("history store %s: %d buckets stamped ahead of the clock (up to %s "
+                        "UTC; the clock was wrong when they were written) are set aside, "
+                        "never trusted; the rest of the history is kept", self.path, ahead,
+                        time.strftime("%Y-%m-%d %H:%M", time.gmtime(newest)))
+
+    def _set_aside_damaged(self) -> None:
+        """Move the buckets this nvdashboard would not have written (a layout that is not a
+        list of device keys, a value of the wrong type: an edited or damaged row) out of
+        the history into ``set_aside`` (one log line): the writer and every reader then
+        meet only rows they expect. In the caller's transaction."""
+        assert self._connection is not None
+        unexpected = [layout_id for layout_id, text in
+                      self._connection.execute("SELECT id, gpus FROM layouts")
+                      if parse_layout(text) is None]
+        damaged, _ = self._set_aside(
+            "damaged",
+            "typeof(start_s) != 'integer' OR typeof(samples) != 'integer' OR "
+            "typeof(covered_s) NOT IN ('integer', 'real') OR typeof(data) != 'blob' OR "
+            "layout NOT IN (SELECT id FROM layouts) OR layout IN (SELECT value FROM "
+            "json_each(?))", (json.dumps(unexpected),))
+        if damaged:
+            log.warning("history store %s: %d buckets with a layout or values this "
+                        "nvdashboard does not write (the file was edited or damaged) are set "
+                        "aside; the rest of the history is kept", self.path, damaged)
+
+    def _set_aside(self, why: str, where: str, parameters: tuple[object, ...]
+                   ) -> tuple[int, object]:
+        """Move the buckets ``where`` holds out of the history into ``set_aside``, kept
+        with ``why``; returns how many, and the newest one's start."""
+        assert self._connection is not None
+        count, newest = self._connection.execute(
+            f"SELECT count(*), max(start_s) FROM buckets WHERE {where}", parameters).fetchone()
+        if count:
+            self._connection.execute(
+                "INSERT INTO set_aside (why, tier, start_s, layout, samples, covered_s, data) "
+                f"SELECT ?, tier, start_s, layout, samples, covered_s, data FROM buckets "
+                f"WHERE {where}", (why, *parameters))
+            self._connection.execute(f"DELETE FROM buckets WHERE {where}", parameters)
+            self.stats.set_aside += count
+        return count, newest
 
     def start(self) -> None:
         """Open the store and start the writer thread (never blocks the caller)."""
@@ -314,9 +408,14 @@ class HistoryStore:
         self._thread.start()
 
     def _run(self) -> None:
-        self.open()
-        while self.role != "off" and not self._stop.wait(self.batch_s):
-            self.step()
+        try:
+            self.open()
+            while self.role != "off" and not self._stop.wait(self.batch_s):
+                self.step()
+        except Exception as error:  # a store damaged in a way no check foresaw, or a defect
+            # One line, and /info.json says "off": a writer that died silently looked alive.
+            self.close()
+            self._turn_off(f"the writer stopped: {type(error).__name__}: {error}")
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Write every open bucket, then close: a clean stop loses nothing."""
@@ -350,7 +449,8 @@ class HistoryStore:
         """The tier's buckets that overlap ``start_s`` to ``end_s``, in runs of one layout."""
         width = TIER_WIDTHS_S[tier]
         rows = connection.execute(
-            "SELECT b.start_s, l.gpus, b.samples, b.data FROM buckets b JOIN layouts l "
+            "SELECT b.start_s, l.gpus, b.samples, b.data, b.covered_s FROM buckets b "
+            "JOIN layouts l "
             "ON l.id = b.layout WHERE b.tier=? AND b.start_s > ? AND b.start_s < ? "
             "ORDER BY b.start_s, b.layout",
             (tier, start_s - width, end_s if end_s != float("inf") else 2**62)).fetchall()
@@ -362,9 +462,12 @@ class HistoryStore:
             while end < len(rows) and rows[end][1] == gpus:
                 end += 1
             part = rows[position:end]
-            layout = tuple(int(i) for i in gpus.split(",")) if gpus else ()
+            layout = parse_layout(gpus)
+            if layout is None:  # not a layout the writer makes: none of its buckets is read
+                position = end
+                continue
             run = BucketRun.decode(layout, width, [r[0] for r in part], [r[2] for r in part],
-                                   [r[3] for r in part])
+                                   [r[4] for r in part], [r[3] for r in part])
             if len(run):
                 runs.append(run)
             position = end
@@ -412,18 +515,23 @@ class HistoryStore:
             return PastWindow(width, resolution)
         # Monotonic times for these samples, as if read now: windows cut by it line them up.
         offset = self.clock.monotonic() - self.clock.time()
-        gaps: list[tuple[float, float, tuple[int, ...]]] = []
+        # Each stored device under the row it has now (by UUID); one not shown now is left out.
+        uuids = self.device_uuids()
+        shown = {run.layout: rows_now(run.layout, uuids) for run in stored}
+        gaps: list[tuple[float, float, list[int]]] = []
         previous_end = None
         for run in stored:  # nothing stored for longer than the slack: not running
             ends = run.starts + width
+            devices = [row for row in shown[run.layout] if row is not None]
             if previous_end is not None and run.starts[0] - previous_end > self.slack_s:
-                gaps.append((previous_end, float(run.starts[0]), run.layout))
+                gaps.append((previous_end, float(run.starts[0]), devices))
             apart = np.flatnonzero(run.starts[1:] - ends[:-1] > self.slack_s)
-            gaps += [(float(ends[i]), float(run.starts[i + 1]), run.layout) for i in apart]
+            gaps += [(float(ends[i]), float(run.starts[i + 1]), devices) for i in apart]
             previous_end = float(ends[-1])
         if previous_end is not None and end_s - previous_end > self.slack_s:
             # Nothing recorded from the last bucket to the end: the server was not running.
-            gaps.append((previous_end, end_s, stored[-1].layout))
+            gaps.append((previous_end, end_s,
+                         [row for row in shown[stored[-1].layout] if row is not None]))
         samples: list[Sample] = []
         for run in (run.folded(resolution) for run in stored):
             middles = run.starts + resolution / 2
@@ -433,11 +541,11 @@ class HistoryStore:
                 times = np.column_stack([run.starts, middles]).ravel()
                 values = np.stack([run.low, run.high], axis=1).reshape(-1, run.low.shape[1])
                 highs = np.repeat(run.high, 2, axis=0)
-            samples += bucket_samples(run.layout, values, highs, times.tolist(),
+            samples += bucket_samples(shown[run.layout], values, highs, times.tolist(),
                                       (times + offset).tolist())
-        for gap_start, gap_end, layout in gaps:
+        for gap_start, gap_end, devices in gaps:
             middle = (gap_start + gap_end) / 2
-            samples.append(gap_sample(layout, middle, middle + offset))
+            samples.append(gap_sample(devices, middle, middle + offset))
         samples.sort(key=lambda sample: sample.time_s)
         return PastWindow(width, resolution, samples)
 
@@ -466,5 +574,5 @@ def _floor(time_s: float, width_s: float) -> float:
     return float(np.floor(time_s / width_s) * width_s)
 
 
-def _in(sample: Sample, bucket: Bucket) -> bool:
-    return bucket.start_s <= sample.time_s < bucket.start_s + bucket.width_s
+def _in(sample: IdentifiedSample, bucket: Bucket) -> bool:
+    return bucket.start_s <= sample.sample.time_s < bucket.start_s + bucket.width_s

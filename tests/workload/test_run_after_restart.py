@@ -29,9 +29,10 @@ def test_a_finished_runs_verdict_and_gpu_after_a_restart(tmp_path: Path) -> None
                              environ={})
     metrics.nvml.ensure_initialized()  # the facts, without the sampler's threads
     facts = metrics.facts
+    uuids = {fact.index: fact.uuid for fact in facts}
     # The first server: five minutes of GPU 1 busy at 97 %, GPU 0 idle, written to the store.
     clock = ScriptedClock(RUN_START, 1000.0)
-    first = HistoryStore(store_path, clock=clock)
+    first = HistoryStore(store_path, clock=clock, device_uuids=lambda: uuids)
     first.open()
     history = History(10_000)
     first.attach(history)
@@ -57,7 +58,7 @@ def test_a_finished_runs_verdict_and_gpu_after_a_restart(tmp_path: Path) -> None
             events.write(json.dumps(item) + "\n")
     # The restarted server, an hour later: an empty in-memory history, the same store.
     later = ScriptedClock(RUN_START + 3600, 1000.0)
-    store = HistoryStore(store_path, clock=later)
+    store = HistoryStore(store_path, clock=later, device_uuids=lambda: uuids)
     store.open()
     sources = DashboardSources(metrics, WorkloadService(runs), store=store)
     page = WorkloadDashboard(sources, workload_feed(metrics), clock=later)
