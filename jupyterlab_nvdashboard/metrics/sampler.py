@@ -87,7 +87,14 @@ class History:
 
     def add_listener(self, listener: Callable[[Sample], None]) -> None:
         """Call ``listener(sample)`` after each append, on the appending thread; keep it short."""
-        self._listeners.append(listener)
+        # A new list, never one changed in place: ``append`` may be iterating the old one on
+        # the sampler's thread.
+        self._listeners = [*self._listeners, listener]
+
+    def remove_listener(self, listener: Callable[[Sample], None]) -> None:
+        """Stop calling ``listener`` (from any thread; an append under way may still call it
+        once)."""
+        self._listeners = [known for known in self._listeners if known != listener]
 
     def append(self, time_s: float, gpus: tuple[GpuReading, ...], host: HostReading,
                gpu_age_s: float | None = 0.0, extra: dict[str, object] | None = None,
