@@ -741,7 +741,8 @@ export class IdleNotifier {
    * The server's word on the cull's warnings: one it no longer holds goes
    * from the screen (its episode is over, or the kernel was kept or shut
    * down); one it holds stays, is shown again if it is not on screen (a
-   * reload, an action that closed it), and is reported on screen.
+   * reload, an action that closed it) once a reading judges the kernel idle
+   * in that episode, and is reported on screen.
    */
   private _followServer(armed: IArmedWarning[], ask: number): void {
     const held = new Map(armed.map(w => [w.kernel_id, w]));
@@ -770,8 +771,12 @@ export class IdleNotifier {
         this._post(id, shown);
         continue;
       }
-      const kernel = kernels.get(id) ?? shown?.kernel;
-      if (kernel) {
+      // Shown again only as it was first shown: for the same idle episode.
+      const kernel = kernels.get(id);
+      if (
+        kernel?.idle?.state === 'idle' &&
+        kernel.idle.episode === warning.episode
+      ) {
         this._show(kernel, 'cull', warning);
       }
     }

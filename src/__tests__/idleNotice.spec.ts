@@ -2,6 +2,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 
 import { StateDB } from '@jupyterlab/statedb';
+import { JSONObject } from '@lumino/coreutils';
 import { Widget } from '@lumino/widgets';
 
 import { IGpuKernel, parseGlance, parseIdle } from '../glance';
@@ -671,8 +672,11 @@ describe('the warning follows the server through the shared readings', () => {
       }
       // What the server holds armed at this step (test_idle_cull.py checks
       // that it does), and the cull where it happened.
+      // (the episode of the idle reading it was shown for).
+      const idleEpisode =
+        step.idle?.state === 'idle' ? (step.idle.episode as string) : null;
       const armed: string | null = step.warning
-        ? ((step.idle?.episode as string | undefined) ?? episode)
+        ? (idleEpisode ?? episode)
         : null;
       episode = armed ?? episode;
       culls.warnings = armed
@@ -718,6 +722,33 @@ describe('the warning follows the server through the shared readings', () => {
     expect(h.dismissed).toEqual([]);
     expect(h.shown[0].message).toContain(
       `Shut down at ${deadlineWords(h.cullAt * 1000, 1)} `
+    );
+    h.dispose();
+  });
+
+  it('a reload shows the warning the server holds armed again, told before or not', async () => {
+    const state = new StateDB();
+    const told: INoticeMemory = {
+      ...emptyMemory(),
+      noticed: { k1: 'k1:1000' }
+    };
+    await state.save(NOTICE_STATE_ID, told as unknown as JSONObject);
+    const culls = {
+      policy,
+      warnings: [{ kernel_id: 'k1', episode: 'k1:1000', cull_at: 1e9 + 60 }],
+      culls: []
+    };
+    const h = new Harness([IDLE], {
+      state,
+      settings: { enabled: false },
+      culls
+    });
+    await h.poll();
+    expect(h.shown).toEqual([]); // told before this page: not due by itself
+    await h.notifier.readCulls();
+    expect(h.shown).toHaveLength(1);
+    expect(h.shown[0].message).toContain(
+      `Shut down at ${deadlineWords((1e9 + 60) * 1000, 1)} `
     );
     h.dispose();
   });
