@@ -2,17 +2,30 @@
 
 A kernel that holds GPU memory and does no GPU work (the judgment ``idle`` on each kernel of
 ``/glance.json``) is first told to its user by JupyterLab's notice; the frontend then posts
-``<base_url>nvdashboard-idle/notices`` {kernel_id, episode}. With
+``<base_url>nvdashboard-idle/notices`` {kernel_id, episode}, and posts it again at each read of
+the culls while the warning is on screen. With
 ``NVDASHBOARD_CULL_AFTER_MINUTES=M`` set (Zero to JupyterHub: ``singleuser.extraEnv``), this
 server extension shuts that kernel down through Jupyter's own kernel manager M minutes after
 the notice, and only when, at that moment, all of these hold (``why_kept`` says which did not):
 
 - the notice was for the same idle episode (a cell run or GPU work since starts a new one);
+- its warning has been on screen for the whole grace time: a JupyterLab said so at least
+  every ``seen_gap_s``; after a longer silence the grace starts again when it is next seen;
+- Jupyter's kernel manager itself saw no activity of the kernel since the user was told
+  (the judgment served by the dashboard is a copy, and may be older);
 - the judgment is ``idle`` (never ``busy``, never ``cannot_tell``);
 - it has done no GPU work for ``NVDASHBOARD_CULL_IDLE_MINUTES`` (default 30) and holds at
   least ``NVDASHBOARD_CULL_MIN_GIB`` (default 1 GiB): the user's own, lower notice
   thresholds never make the cull come sooner;
 - Jupyter's own execution state of the kernel is ``idle``.
+
+One rule decides when a warning's idle episode is over (``episode_over``): the kernel is
+gone, works again, starts another idle episode, or the user kept it ("Keep this kernel":
+``POST <base_url>nvdashboard-idle/keeps`` holds the cull off for ``keep_s``). A reading that
+misses the kernel, or cannot tell, ends nothing: the warning stays armed, and the cull waits.
+JupyterLab shows a warning exactly while it is listed in ``warnings`` of
+``GET <base_url>nvdashboard-idle/culls``, so the warning on screen and the cull never
+disagree.
 
 Each cull is logged at WARNING with its evidence (the judgment as served), and is listed at
 ``GET <base_url>nvdashboard-idle/culls``, from which JupyterLab tells the user what was done
@@ -27,14 +40,17 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from .config import CullSettings
+from .diagnosis.idle import BUSY, BUSY_STATES, IDLE
 
 GIB = 2**30
 NOTICES_PATH = "nvdashboard-idle/notices"
 CULLS_PATH = "nvdashboard-idle/culls"
+KEEPS_PATH = "nvdashboard-idle/keeps"
 # Bounds on what a client can make this server remember.
 MAX_NOTICES = 1000
 MAX_CULLS = 100
@@ -61,23 +77,42 @@ class CullPolicy:
 
     @property
     def check_interval_s(self) -> float:
-        """How often a waiting notice is checked: a sixth of the grace, 1 s to 60 s."""
+        """How often a waiting notice is checked, and how often JupyterLab says its warning
+        is on screen: a sixth of the grace, 1 s to 60 s."""
         return max(1.0, min(60.0, (self.after_notice_s or 60.0) / 6))
+
+    @property
+    def seen_gap_s(self) -> float:
+        """The longest silence from JupyterLab that still counts as "on screen": three of
+        its reports (one lost to a slow request is no gap) and a little slack."""
+        return 3 * self.check_interval_s + 2.0
+
+    @property
+    def keep_s(self) -> float:
+        """How long "Keep this kernel" holds the cull off: the admin's idle time, and never
+        less than one grace."""
+        return max(self.idle_s, self.after_notice_s or 0.0)
 
     def as_json(self) -> dict[str, Any]:
         return {"on": self.on,
                 "after_notice_minutes": None if self.after_notice_s is None
                 else self.after_notice_s / 60,
-                "idle_minutes": self.idle_s / 60, "min_held_bytes": self.min_held_bytes}
+                "idle_minutes": self.idle_s / 60, "min_held_bytes": self.min_held_bytes,
+                "report_every_s": self.check_interval_s, "keep_minutes": self.keep_s / 60}
 
 
 @dataclass(frozen=True)
 class Notice:
-    """The user was shown the notice for this kernel's idle episode at ``shown_at``."""
+    """The warning for this kernel's idle episode has been on screen since ``shown_at``
+    (time.time()), the last JupyterLab report of it being at ``seen_at``."""
 
     kernel_id: str
     episode: str
-    shown_at: float  # time.time()
+    shown_at: float
+    seen_at: float
+
+    def cull_at(self, policy: CullPolicy) -> float:
+        return self.shown_at + (policy.after_notice_s or 0.0)
 
 
 def _number(value: object) -> float | None:
@@ -85,12 +120,36 @@ def _number(value: object) -> float | None:
         else None
 
 
+def episode_over(notice: Notice, idle: Mapping[str, Any] | None, execution_state: str | None,
+                 last_activity_s: float | None) -> str | None:
+    """Why the idle episode the user was warned of is over, in words; None while it goes on.
+
+    The one rule for a warning's life: JupyterLab shows it while the server keeps it. A
+    reading without the kernel, or one that cannot tell, ends nothing (``why_kept`` still
+    keeps the kernel meanwhile). ``last_activity_s``: Jupyter's kernel manager's own.
+    """
+    if execution_state is None:
+        return "the kernel is gone"
+    if execution_state in BUSY_STATES:
+        return f"Jupyter says the kernel is {execution_state!r}"
+    if last_activity_s is not None and last_activity_s > notice.shown_at:
+        return "Jupyter saw the kernel active since the user was told"
+    if isinstance(idle, Mapping):
+        if idle.get("state") == BUSY:
+            return "it works again"
+        if idle.get("state") == IDLE and idle.get("episode") != notice.episode:
+            return "it worked since the user was told (another idle episode)"
+    return None
+
+
 def why_kept(policy: CullPolicy, notice: Notice | None, idle: Mapping[str, Any] | None,
-             execution_state: str | None, now: float) -> str | None:
+             execution_state: str | None, last_activity_s: float | None, now: float
+             ) -> str | None:
     """None when the kernel is to be shut down now; else why it is kept, in words.
 
     ``idle``: the kernel's ``idle`` object from ``/glance.json`` (None: the kernel holds no
-    GPU memory now); ``execution_state``: Jupyter's own (None: not a kernel of this server).
+    GPU memory now); ``execution_state`` and ``last_activity_s``: Jupyter's kernel
+    manager's own (None: not a kernel of this server; not said).
     """
     if not policy.on:
         return "the cull is off"
@@ -98,17 +157,25 @@ def why_kept(policy: CullPolicy, notice: Notice | None, idle: Mapping[str, Any] 
         return "the user was not told"
     if execution_state is None:
         return "not a kernel of this Jupyter server"
+    unseen_s = now - notice.seen_at
+    if unseen_s > policy.seen_gap_s:
+        return f"its warning was not reported on screen for {unseen_s:.0f} s"
+    if last_activity_s is None:
+        return "Jupyter does not say when the kernel was last active"
+    over = episode_over(notice, idle, execution_state, last_activity_s)
+    if over is not None:
+        return over
     if not isinstance(idle, Mapping):
         return "it holds no GPU memory now"
     state = idle.get("state")
     if state != "idle":
         return f"the judgment is {state!r}, not 'idle'"
-    if idle.get("episode") != notice.episode:
-        return "it worked since the user was told (another idle episode)"
     told_s = now - notice.shown_at
     if told_s < (policy.after_notice_s or 0.0):
         return f"told {told_s:.0f} s ago, the cull waits {policy.after_notice_s:.0f} s"
-    idle_s = _number(idle.get("idle_s"))
+    # The served idle time is a copy; Jupyter's own record of the kernel bounds it.
+    served_s = _number(idle.get("idle_s"))
+    idle_s = None if served_s is None else min(served_s, now - last_activity_s)
     if idle_s is None or idle_s < policy.idle_s:
         return f"no GPU work for {idle_s or 0:.0f} s, the cull needs {policy.idle_s:.0f} s"
     held = _number(idle.get("held_bytes"))
@@ -135,6 +202,7 @@ class IdleCuller:
         self._log = log
         self._clock = clock
         self.notices: dict[str, Notice] = {}
+        self.kept: dict[str, float] = {}  # kernel id -> "Keep this kernel" until (epoch s)
         self.culls: deque[dict[str, Any]] = deque(maxlen=MAX_CULLS)
         self._culls_made = 0
         self.checks = 0  # passes made: a client can wait for "the next pass" by counting
@@ -149,21 +217,54 @@ class IdleCuller:
             return None
         return str(getattr(self._kernels.get_kernel(kernel_id), "execution_state", "unknown"))
 
+    def last_activity(self, kernel_id: str) -> float | None:
+        """When Jupyter's kernel manager last saw the kernel active (unix time; None: not
+        said). Read here, in Jupyter, never from a copy of ``/api/sessions``."""
+        if kernel_id not in self._kernels:
+            return None
+        moment = getattr(self._kernels.get_kernel(kernel_id), "last_activity", None)
+        return moment.timestamp() if isinstance(moment, datetime) else None
+
     def record_notice(self, kernel_id: str, episode: str) -> float | None:
-        """The user was told now; returns when the cull may act (epoch s), None when off."""
+        """A JupyterLab shows the warning now; returns when the cull may act (epoch s), None
+        when the cull is off or the user kept the kernel."""
         if not self.policy.on:
             return None
+        now = self._clock()
+        if self.kept.get(kernel_id, 0.0) > now:
+            return None
         old = self.notices.get(kernel_id)
-        if old is None or old.episode != episode:  # a repeat keeps the first time told
+        if old is None or old.episode != episode or now - old.seen_at > self.policy.seen_gap_s:
+            # A new warning, or one off every screen for too long: the grace starts now.
             if old is None and len(self.notices) >= MAX_NOTICES:
                 self.notices.pop(next(iter(self.notices)))
-            self.notices[kernel_id] = Notice(kernel_id, episode, self._clock())
-        return self.notices[kernel_id].shown_at + (self.policy.after_notice_s or 0.0)
+            self.notices[kernel_id] = Notice(kernel_id, episode, now, now)
+        else:  # still on screen: the grace goes on
+            self.notices[kernel_id] = replace(old, seen_at=now)
+        return self.notices[kernel_id].cull_at(self.policy)
+
+    def keep(self, kernel_id: str) -> float | None:
+        """"Keep this kernel": no warning and no cull until the returned time (epoch s);
+        None when the cull is off."""
+        if not self.policy.on:
+            return None
+        if kernel_id not in self.kept and len(self.kept) >= MAX_NOTICES:
+            self.kept.pop(next(iter(self.kept)))
+        until = self._clock() + self.policy.keep_s
+        self.kept[kernel_id] = until
+        self.notices.pop(kernel_id, None)
+        return until
+
+    def warnings(self) -> list[dict[str, Any]]:
+        """The warnings armed now: JupyterLab shows exactly these while the cull is on."""
+        return [{"kernel_id": n.kernel_id, "episode": n.episode, "shown_at": n.shown_at,
+                 "cull_at": n.cull_at(self.policy)} for n in self.notices.values()]
 
     def state(self) -> dict[str, Any]:
-        """What ``GET nvdashboard-idle/culls`` answers: the policy and the culls done."""
-        return {"policy": self.policy.as_json(), "culls": list(self.culls),
-                "checks": self.checks}
+        """What ``GET nvdashboard-idle/culls`` answers: the policy, the warnings armed and
+        the culls done."""
+        return {"policy": self.policy.as_json(), "warnings": self.warnings(),
+                "culls": list(self.culls), "checks": self.checks}
 
     async def check(self) -> list[dict[str, Any]]:
         """Shut down every kernel whose notice is due and whose judgment still allows it."""
@@ -173,8 +274,12 @@ class IdleCuller:
             self.checks += 1  # counted once the pass is done
 
     async def _check(self) -> list[dict[str, Any]]:
+        now = self._clock()
         for kernel_id in [k for k in self.notices if not self.is_kernel(k)]:
             del self.notices[kernel_id]  # shut down by the user, or gone
+        for kernel_id in [k for k, until in self.kept.items()
+                          if until <= now or not self.is_kernel(k)]:
+            del self.kept[kernel_id]
         if not self.policy.on or not self.notices:
             return []
         try:
@@ -193,12 +298,12 @@ class IdleCuller:
         for kernel_id, notice in list(self.notices.items()):
             entry = entries.get(kernel_id) or {}
             idle = entry.get("idle") if isinstance(entry.get("idle"), dict) else None
-            if idle is not None and idle.get("state") == "idle" \
-                    and idle.get("episode") != notice.episode:
-                del self.notices[kernel_id]  # it worked since: that notice is spent
+            state, activity = self.execution_state(kernel_id), self.last_activity(kernel_id)
+            if episode_over(notice, idle, state, activity) is not None:
+                del self.notices[kernel_id]  # that warning is spent
                 continue
             now = self._clock()
-            if why_kept(self.policy, notice, idle, self.execution_state(kernel_id), now):
+            if why_kept(self.policy, notice, idle, state, activity, now):
                 continue
             cull = await self._cull(notice, entry, idle or {}, now)
             if cull is not None:
@@ -249,6 +354,13 @@ class IdleCuller:
         if self._periodic is not None:
             self._periodic.stop()
             self._periodic = None
+
+
+def kernel_from_body(body: object) -> str | None:
+    """The kernel id of a POSTed keep, or None when malformed."""
+    kernel_id = body.get("kernel_id") if isinstance(body, dict) else None
+    return kernel_id if isinstance(kernel_id, str) and 0 < len(kernel_id) <= MAX_ID_CHARS \
+        else None
 
 
 def notice_from_body(body: object) -> tuple[str, str] | None:

@@ -13,11 +13,12 @@ On by default (``jupyter_server_config.d/jupyterlab_nvdashboard.json`` enables i
 off with ``NVDASHBOARD_START_WITH_JUPYTER=0``, or with ``jupyter server extension disable
 jupyterlab_nvdashboard``; the dashboards then start with the first page, as before.
 
-It also serves the idle-kernel notice's two routes (authenticated by Jupyter, XSRF-checked
-as Jupyter's own API): ``POST <base_url>nvdashboard-idle/notices`` (JupyterLab showed the
-notice for a kernel's idle episode) and ``GET <base_url>nvdashboard-idle/culls`` (the
-admin's cull policy and what it shut down), and runs that cull when an admin turned it on
-(``idle_cull.py``).
+It also serves the idle-kernel notice's routes (authenticated by Jupyter, XSRF-checked
+as Jupyter's own API): ``POST <base_url>nvdashboard-idle/notices`` (JupyterLab shows the
+notice for a kernel's idle episode), ``POST <base_url>nvdashboard-idle/keeps`` (the user
+chose "Keep this kernel") and ``GET <base_url>nvdashboard-idle/culls`` (the admin's cull
+policy, the warnings armed and what it shut down), and runs that cull when an admin turned
+it on (``idle_cull.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,15 @@ import os
 from typing import Any
 
 from .config import ConfigError, CullSettings, cull_settings, start_with_jupyter
-from .idle_cull import CULLS_PATH, NOTICES_PATH, CullPolicy, IdleCuller, notice_from_body
+from .idle_cull import (
+    CULLS_PATH,
+    KEEPS_PATH,
+    NOTICES_PATH,
+    CullPolicy,
+    IdleCuller,
+    kernel_from_body,
+    notice_from_body,
+)
 
 # jupyter-server-proxy's name for this server (the entry point in pyproject.toml).
 PROXY_NAME = "nvdashboard"
@@ -134,6 +143,21 @@ def idle_handlers(culler: IdleCuller) -> list[tuple[str, Any, dict[str, Any]]]:
                 raise web.HTTPError(404, "no such kernel in this Jupyter server")
             self.finish(json.dumps({"cull_at": self.culler.record_notice(*notice)}))
 
+    class KeepsHandler(IdleHandler):
+        @web.authenticated
+        @authorized
+        def post(self) -> None:
+            try:
+                body = json.loads(self.request.body or b"null")
+            except ValueError:
+                body = None
+            kernel_id = kernel_from_body(body)
+            if kernel_id is None:
+                raise web.HTTPError(400, "expected {kernel_id}, a short string")
+            if not self.culler.is_kernel(kernel_id):
+                raise web.HTTPError(404, "no such kernel in this Jupyter server")
+            self.finish(json.dumps({"kept_until": self.culler.keep(kernel_id)}))
+
     class CullsHandler(IdleHandler):
         @web.authenticated
         @authorized
@@ -141,6 +165,7 @@ def idle_handlers(culler: IdleCuller) -> list[tuple[str, Any, dict[str, Any]]]:
             self.finish(json.dumps(self.culler.state()))
 
     return [(NOTICES_PATH, NoticesHandler, {"culler": culler}),
+            (KEEPS_PATH, KeepsHandler, {"culler": culler}),
             (CULLS_PATH, CullsHandler, {"culler": culler})]
 
 

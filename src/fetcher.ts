@@ -7,7 +7,14 @@ import { ServerConnection } from '@jupyterlab/services';
 
 import { FetchError, NetworkFailure } from './model';
 import { IDashboardFetcher } from './tokens';
-import { cullsUrl, glanceUrl, indexUrl, infoUrl, noticesUrl } from './urls';
+import {
+  cullsUrl,
+  glanceUrl,
+  indexUrl,
+  infoUrl,
+  keepsUrl,
+  noticesUrl
+} from './urls';
 
 /** How long the dashboard list waits for an answer before it counts as none. */
 export const INDEX_TIMEOUT_MS = 10_000;
@@ -71,22 +78,15 @@ export function fetchCulls(
   return getJson(cullsUrl(settings.baseUrl), settings, INDEX_TIMEOUT_MS);
 }
 
-/**
- * Tell the Jupyter server that the user was shown the idle notice for this
- * kernel's idle episode (the cull never acts before that).
- */
-export async function postNotice(
+/** POST `body` to one of Jupyter's idle routes; its JSON answer. */
+async function postIdle(
   settings: ServerConnection.ISettings,
-  kernelId: string,
-  episode: string
-): Promise<void> {
-  const url = noticesUrl(settings.baseUrl);
+  url: string,
+  body: Record<string, string>
+): Promise<Record<string, unknown>> {
   const response = await ServerConnection.makeRequest(
     url,
-    {
-      method: 'POST',
-      body: JSON.stringify({ kernel_id: kernelId, episode })
-    },
+    { method: 'POST', body: JSON.stringify(body) },
     settings
   );
   if (!response.ok) {
@@ -95,6 +95,42 @@ export async function postNotice(
       `POST ${url} answered ${response.status} ${response.statusText}`.trim()
     );
   }
+  const answer: unknown = await response.json().catch(() => null);
+  return answer && typeof answer === 'object'
+    ? (answer as Record<string, unknown>)
+    : {};
+}
+
+/**
+ * Tell the Jupyter server that the idle notice for this kernel's idle
+ * episode is on screen (the cull never acts before it was for a whole
+ * grace); resolves with when the cull may act (epoch s), null when it will
+ * not.
+ */
+export async function postNotice(
+  settings: ServerConnection.ISettings,
+  kernelId: string,
+  episode: string
+): Promise<number | null> {
+  const answer = await postIdle(settings, noticesUrl(settings.baseUrl), {
+    kernel_id: kernelId,
+    episode
+  });
+  return typeof answer.cull_at === 'number' ? answer.cull_at : null;
+}
+
+/**
+ * "Keep this kernel": the cull holds off; resolves with until when (epoch
+ * s), null when the cull is off.
+ */
+export async function postKeep(
+  settings: ServerConnection.ISettings,
+  kernelId: string
+): Promise<number | null> {
+  const answer = await postIdle(settings, keepsUrl(settings.baseUrl), {
+    kernel_id: kernelId
+  });
+  return typeof answer.kept_until === 'number' ? answer.kept_until : null;
 }
 
 /** A fetcher bound to one set of server settings. */

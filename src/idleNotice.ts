@@ -2,7 +2,8 @@
  * The idle-kernel notice: when one of the user's kernels holds GPU memory
  * and has done no GPU work for a while, JupyterLab's notification says so,
  * with its figures, and offers Shut down kernel, Open notebook, Not now
- * (snooze) and Don't ask for this notebook.
+ * (snooze) and Don't ask for this notebook (with the cull on: Shut down
+ * kernel, Open notebook and Keep this kernel).
  *
  * - Once per idle episode (the server's `idle.episode`: a new one starts
  *   when the kernel runs a cell or uses the GPU again). "Not now" is quiet
@@ -14,8 +15,14 @@
  *   when the judgment is `idle`: never for `busy` or `cannot_tell`.
  * - When the admin's GPU idle cull is on (jupyter_extension.py), the
  *   notice is the warning the cull waits for: it is then shown whatever the
- *   user's own settings say, with the admin's thresholds, and says when the
- *   kernel may be shut down; a cull that happened is told as well.
+ *   user's own settings say, with the admin's thresholds, and says first
+ *   when the kernel may be shut down; a cull that happened is told as well.
+ *   The server then judges the warning's life (idle_cull.py): a warning is
+ *   on screen exactly while the server lists it armed, so a reading that
+ *   misses the kernel never takes it away while the cull stays armed, and
+ *   one the server armed comes back after a reload. Each read of the culls
+ *   reports the warnings on screen: the cull acts only on a warning that
+ *   was on screen for its whole grace.
  *
  * The words and the rules are pure functions; `IdleNotifier` connects them
  * to the glance poll, the notification manager and the state database.
@@ -30,6 +37,12 @@ import { formatAge, formatMemory, NULL_BUNDLE, numberOrNull } from './model';
 import { Poller } from './poller';
 
 const GIB = 2 ** 30;
+
+/** How often the cull's list is read while the server has not said (s). */
+export const CULLS_INTERVAL_S = 10;
+
+/** JupyterLab cuts a notification's message at this many characters. */
+export const NOTICE_MAX_CHARS = 140;
 
 /** The user's notice settings (schema/plugin.json). */
 export interface IIdleNoticeSettings {
@@ -57,14 +70,28 @@ export interface ICullPolicy {
   afterNoticeMinutes: number | null;
   idleMinutes: number;
   minHeldBytes: number;
+  /** How often the warnings on screen are reported (s). */
+  reportEveryS: number;
+  /** How long "Keep this kernel" holds the cull off (minutes). */
+  keepMinutes: number;
 }
 
 export const CULL_OFF: ICullPolicy = {
   on: false,
   afterNoticeMinutes: null,
   idleMinutes: 30,
-  minHeldBytes: GIB
+  minHeldBytes: GIB,
+  reportEveryS: CULLS_INTERVAL_S,
+  keepMinutes: 30
 };
+
+/** A warning the cull holds armed (`GET nvdashboard-idle/culls`'s `warnings`). */
+export interface IArmedWarning {
+  kernel_id: string;
+  episode: string;
+  /** When the cull may act (epoch s). */
+  cull_at: number;
+}
 
 /** A kernel the cull shut down, with the figures it was judged on. */
 export interface ICullRecord {
@@ -240,35 +267,73 @@ function baseName(path: string): string {
 }
 
 /**
- * The notice in one line (JupyterLab cuts a notification at 140
- * characters): `Untitled3.ipynb holds 38.0 GiB on GPU 1 and has done no
- * GPU work for 42 min.`, and when the cull is on, when it may act.
+ * The time of day the cull may act, as the user's clock shows it; with
+ * seconds when the grace is short enough for them to matter.
+ */
+export function deadlineWords(cullAtMs: number, graceMinutes: number): string {
+  return new Date(cullAtMs).toLocaleTimeString([], {
+    hour: '2-digit',
+    minute: '2-digit',
+    ...(graceMinutes < 10 ? { second: '2-digit' } : {})
+  });
+}
+
+/** `name` cut in its middle to at most `max` characters. */
+function shortened(name: string, max: number): string {
+  if (name.length <= max) {
+    return name;
+  }
+  const keep = Math.max(1, max - 1);
+  const tail = Math.ceil(keep / 2);
+  return `${name.slice(0, keep - tail)}…${name.slice(name.length - tail)}`;
+}
+
+/**
+ * The notice in one line, within JupyterLab's cut of NOTICE_MAX_CHARS:
+ * `Untitled3.ipynb holds 38.0 GiB on GPU 1 and has done no GPU work for 42
+ * min.` With the cull on, the deadline comes first, so no cut can hide it
+ * (`cullAtMs`: when the server said the cull may act; null: not yet said,
+ * a whole grace from now), and a long GPU list or notebook name is
+ * shortened instead: `Shut down at 14:05 if it stays idle: …`.
  */
 export function noticeMessage(
   kernel: IGpuKernel,
   policy: ICullPolicy,
+  cullAtMs: number | null = null,
+  now: number = Date.now(),
   trans: TranslationBundle = NULL_BUNDLE
 ): string {
   const idle = kernel.idle;
-  const held = idle?.held_bytes ?? kernel.memory_bytes;
-  const gpus = (idle?.gpus.length ? idle.gpus : kernel.devices).join(
-    trans.__(', ')
-  );
-  const text = trans.__(
-    '%1 holds %2 on %3 and has done no GPU work for %4.',
-    baseName(kernel.path),
-    formatMemory(held, trans),
-    gpus,
-    formatAge((idle?.idle_s ?? 0) * 1000, trans)
-  );
+  const held = formatMemory(idle?.held_bytes ?? kernel.memory_bytes, trans);
+  const gpuList = idle?.gpus.length ? idle.gpus : kernel.devices;
+  const age = formatAge((idle?.idle_s ?? 0) * 1000, trans);
+  const name = baseName(kernel.path);
   if (!policy.on || policy.afterNoticeMinutes === null) {
-    return text;
+    return trans.__(
+      '%1 holds %2 on %3 and has done no GPU work for %4.',
+      name,
+      held,
+      gpuList.join(trans.__(', ')),
+      age
+    );
   }
-  return trans.__(
-    '%1 If it stays idle, it is shut down in %2.',
-    text,
-    formatAge(policy.afterNoticeMinutes * 60_000, trans)
-  );
+  const grace = policy.afterNoticeMinutes;
+  const deadline = deadlineWords(cullAtMs ?? now + grace * 60_000, grace);
+  const words = (notebook: string, gpus: string): string =>
+    trans.__(
+      'Shut down at %1 if it stays idle: %2 holds %3 on %4, no GPU work for %5.',
+      deadline,
+      notebook,
+      held,
+      gpus,
+      age
+    );
+  let gpus = gpuList.join(trans.__(', '));
+  if (words(name, gpus).length > NOTICE_MAX_CHARS && gpuList.length > 1) {
+    gpus = trans.__('%1 GPUs', gpuList.length);
+  }
+  const room = NOTICE_MAX_CHARS - words('', gpus).length;
+  return words(shortened(name, room), gpus);
 }
 
 /** What the user is told after the cull shut a kernel down, and why. */
@@ -289,6 +354,7 @@ export function cullMessage(
 /** `GET nvdashboard-idle/culls`'s body: the policy and the culls done. */
 export function parseCulls(body: unknown): {
   policy: ICullPolicy;
+  warnings: IArmedWarning[];
   culls: ICullRecord[];
 } {
   const data = (body ?? {}) as Record<string, unknown>;
@@ -300,9 +366,25 @@ export function parseCulls(body: unknown): {
           on: true,
           afterNoticeMinutes: after,
           idleMinutes: numberOrNull(p.idle_minutes) ?? CULL_OFF.idleMinutes,
-          minHeldBytes: numberOrNull(p.min_held_bytes) ?? CULL_OFF.minHeldBytes
+          minHeldBytes: numberOrNull(p.min_held_bytes) ?? CULL_OFF.minHeldBytes,
+          reportEveryS:
+            positive(numberOrNull(p.report_every_s)) ?? CULL_OFF.reportEveryS,
+          keepMinutes:
+            positive(numberOrNull(p.keep_minutes)) ?? CULL_OFF.keepMinutes
         }
       : CULL_OFF;
+  const warnings: IArmedWarning[] = [];
+  for (const item of Array.isArray(data.warnings) ? data.warnings : []) {
+    const w = (item ?? {}) as Record<string, unknown>;
+    const at = numberOrNull(w.cull_at);
+    if (isString(w.kernel_id) && isString(w.episode) && at !== null) {
+      warnings.push({
+        kernel_id: w.kernel_id,
+        episode: w.episode,
+        cull_at: at
+      });
+    }
+  }
   const culls: ICullRecord[] = [];
   for (const item of Array.isArray(data.culls) ? data.culls : []) {
     const c = (item ?? {}) as Record<string, unknown>;
@@ -320,13 +402,29 @@ export function parseCulls(body: unknown): {
       told_s_ago: numberOrNull(c.told_s_ago) ?? 0
     });
   }
-  return { policy, culls };
+  return { policy, warnings, culls };
+}
+
+function positive(value: number | null): number | null {
+  return value !== null && value > 0 ? value : null;
 }
 
 /** A notice on screen: its notification's id and the idle episode it is about. */
 export interface IShownNotice {
   notification: string;
   episode: string;
+  /** The cull's warning (the cull was on): the server judges its life. */
+  warning: boolean;
+  /**
+   * The reads of the culls asked for before the server had this warning
+   * (null: it never said it had): an answer to a later one lacking it means
+   * the server ended its episode.
+   */
+  postedAsk: number | null;
+  /** When the cull may act, as the message says (epoch ms; null: not said). */
+  cullAtMs: number | null;
+  kernel: IGpuKernel;
+  actions: INoticeAction[];
 }
 
 /** A notification's button (JupyterLab's `Notification.IAction`). */
@@ -345,9 +443,6 @@ export interface INoticeStore {
 
 /** Where the notice keeps its memory in the state database. */
 export const NOTICE_STATE_ID = 'jupyterlab-nvdashboard:idle-notice';
-
-/** How often the cull's list is read while the cull is on (ms). */
-export const CULLS_INTERVAL_MS = 10_000;
 
 /**
  * The longest wait between readings of the glance for the notice alone
@@ -398,6 +493,16 @@ export namespace IdleNotifier {
       type: 'info' | 'warning',
       actions: INoticeAction[]
     ) => string;
+    /**
+     * Say something else in a notification on screen, in place (JupyterLab's
+     * `Notification.update`): it never leaves the screen meanwhile.
+     */
+    reword: (
+      notificationId: string,
+      message: string,
+      type: 'info' | 'warning',
+      actions: INoticeAction[]
+    ) => void;
     /** Take a notification off the screen (JupyterLab's `Notification.dismiss`). */
     dismiss: (notificationId: string) => void;
     /** Shut the kernel down through JupyterLab's kernel API. */
@@ -407,15 +512,23 @@ export namespace IdleNotifier {
     isLocalKernel: (kernelId: string) => boolean;
     /** Emitted when this server's kernels change. */
     localKernelsChanged?: ISignal<unknown, unknown>;
-    /** Tell the server the notice was shown (the cull waits for it). */
-    postNotice: (kernelId: string, episode: string) => Promise<void>;
+    /**
+     * Tell the server the notice is on screen (the cull waits for it a whole
+     * grace); resolves with when the cull may act (epoch s; null: never).
+     */
+    postNotice: (kernelId: string, episode: string) => Promise<number | null>;
+    /** "Keep this kernel"; resolves with until when (epoch s; null: off). */
+    postKeep: (kernelId: string) => Promise<number | null>;
     /** `GET nvdashboard-idle/culls`'s body. */
     fetchCulls: () => Promise<unknown>;
     store: INoticeStore;
     showError?: (title: string, error: unknown) => void;
     /** The clock (ms). */
     now?: () => number;
-    /** Milliseconds between reads of the cull's list while it is on. */
+    /**
+     * Milliseconds between reads of the cull's list while it is on (default:
+     * as often as the server asks to hear of the warnings on screen).
+     */
     cullsInterval?: number;
     /** Poll by itself (default); false: tests call `check()`/`readCulls()`. */
     autoStart?: boolean;
@@ -435,7 +548,7 @@ export class IdleNotifier {
         await this.readCulls();
         return this._policy.on ? 'ok' : 'stuck';
       },
-      interval: options.cullsInterval ?? CULLS_INTERVAL_MS,
+      interval: options.cullsInterval ?? CULLS_INTERVAL_S * 1000,
       autoStart: options.autoStart
     });
     options.model.changed.connect(this._onGlance, this);
@@ -470,8 +583,13 @@ export class IdleNotifier {
     return this._shown;
   }
 
-  /** Read the cull's policy and tell the user of any cull not yet told. */
+  /**
+   * Read the cull's policy, show the warnings the server holds armed (and
+   * only those), report them on screen, and tell the user of any cull not
+   * yet told.
+   */
   async readCulls(): Promise<void> {
+    const ask = ++this._asks;
     let parsed: ReturnType<typeof parseCulls>;
     try {
       parsed = parseCulls(await this._options.fetchCulls());
@@ -481,6 +599,9 @@ export class IdleNotifier {
       return;
     }
     this._policy = parsed.policy;
+    if (this._options.cullsInterval === undefined) {
+      this._culls.interval = this._policy.reportEveryS * 1000;
+    }
     this._use();
     await this.ready;
     let told = false;
@@ -496,6 +617,9 @@ export class IdleNotifier {
     }
     if (told) {
       this._save();
+    }
+    if (this._policy.on) {
+      this._followServer(parsed.warnings, ask);
     }
   }
 
@@ -580,8 +704,9 @@ export class IdleNotifier {
   /**
    * A notice whose idle episode is over (the kernel is gone, freed its
    * memory, works again, or can no longer be told apart) is taken off the
-   * screen: its figures are out of date. A kernel this server no longer
-   * runs needs no memory either.
+   * screen: its figures are out of date. Not the cull's warning: one
+   * reading cannot end its episode, the server does (`_followServer`). A
+   * kernel this server no longer runs needs no memory either.
    */
   private _forgetGone(glance: IGlance): void {
     const present = new Set(glance.kernels.map(k => k.kernel_id));
@@ -592,7 +717,8 @@ export class IdleNotifier {
       ])
     );
     for (const [id, shown] of this._shown) {
-      if (episodes.get(id) !== shown.episode) {
+      // The cull's warning goes only when the server ends its episode.
+      if (!shown.warning && episodes.get(id) !== shown.episode) {
         this._shown.delete(id);
         this._options.dismiss(shown.notification);
       }
@@ -611,10 +737,59 @@ export class IdleNotifier {
     }
   }
 
-  private _show(kernel: IGpuKernel, reason: NoticeReason): void {
+  /**
+   * The server's word on the cull's warnings: one it no longer holds goes
+   * from the screen (its episode is over, or the kernel was kept or shut
+   * down); one it holds stays, is shown again if it is not on screen (a
+   * reload, an action that closed it) once a reading judges the kernel idle
+   * in that episode, and is reported on screen.
+   */
+  private _followServer(armed: IArmedWarning[], ask: number): void {
+    const held = new Map(armed.map(w => [w.kernel_id, w]));
+    for (const [id, shown] of this._shown) {
+      const postedAsk = shown.postedAsk;
+      if (
+        shown.warning &&
+        postedAsk !== null &&
+        ask > postedAsk &&
+        held.get(id)?.episode !== shown.episode
+      ) {
+        this._shown.delete(id);
+        this._options.dismiss(shown.notification);
+      }
+    }
+    const kernels = new Map(
+      (this._options.model.glance?.kernels ?? []).map(k => [k.kernel_id, k])
+    );
+    for (const warning of armed) {
+      const id = warning.kernel_id;
+      if (!this._options.isLocalKernel(id)) {
+        continue;
+      }
+      const shown = this._shown.get(id);
+      if (shown?.episode === warning.episode) {
+        this._post(id, shown);
+        continue;
+      }
+      // Shown again only as it was first shown: for the same idle episode.
+      const kernel = kernels.get(id);
+      if (
+        kernel?.idle?.state === 'idle' &&
+        kernel.idle.episode === warning.episode
+      ) {
+        this._show(kernel, 'cull', warning);
+      }
+    }
+  }
+
+  private _show(
+    kernel: IGpuKernel,
+    reason: NoticeReason,
+    armed: IArmedWarning | null = null
+  ): void {
     const trans = this._trans;
     const id = kernel.kernel_id;
-    const episode = kernel.idle?.episode ?? '';
+    const episode = armed?.episode ?? kernel.idle?.episode ?? '';
     this._memory.noticed = lastEntries({
       ...this._memory.noticed,
       [id]: episode
@@ -629,6 +804,7 @@ export class IdleNotifier {
     const done = (): void => {
       this._shown.delete(id);
     };
+    const cull = this._policy.on;
     const actions: INoticeAction[] = [
       {
         label: trans.__('Shut down kernel'),
@@ -648,52 +824,152 @@ export class IdleNotifier {
           this._options.openPath(kernel.path);
         }
       },
-      {
-        label: trans.__('Not now'),
-        caption: trans.__(
-          'Ask again in %1',
-          formatAge(this._settings.snoozeMinutes * 60_000, trans)
-        ),
-        displayType: 'link',
-        callback: () => {
-          done();
-          this._snooze(id);
-        }
-      },
-      {
-        label: trans.__("Don't ask for this notebook"),
-        caption: trans.__('Never ask about %1 again', kernel.path),
-        displayType: 'link',
-        callback: () => {
-          done();
-          this._dontAsk(kernel.path);
-        }
-      }
+      // With the cull on, only what the cull honours: "Not now" for longer
+      // than the grace, or "Don't ask", would be a promise it breaks.
+      ...(cull
+        ? [
+            {
+              label: trans.__('Keep this kernel'),
+              caption: trans.__(
+                'No warning and no shutdown for %1',
+                formatAge(this._policy.keepMinutes * 60_000, trans)
+              ),
+              displayType: 'accent' as const,
+              callback: () => {
+                done();
+                void this._keep(kernel);
+              }
+            }
+          ]
+        : [
+            {
+              label: trans.__('Not now'),
+              caption: trans.__(
+                'Ask again in %1',
+                formatAge(this._settings.snoozeMinutes * 60_000, trans)
+              ),
+              displayType: 'link' as const,
+              callback: () => {
+                done();
+                this._snooze(
+                  id,
+                  this._now() + this._settings.snoozeMinutes * 60_000
+                );
+              }
+            },
+            {
+              label: trans.__("Don't ask for this notebook"),
+              caption: trans.__('Never ask about %1 again', kernel.path),
+              displayType: 'link' as const,
+              callback: () => {
+                done();
+                this._dontAsk(kernel.path);
+              }
+            }
+          ])
     ];
-    const shown = this._options.notify(
-      noticeMessage(kernel, this._policy, trans),
-      reason === 'cull' || this._policy.on ? 'warning' : 'info',
+    // Until the server says, a whole grace from now.
+    const cullAtMs = armed
+      ? armed.cull_at * 1000
+      : cull
+        ? this._now() + (this._policy.afterNoticeMinutes ?? 0) * 60_000
+        : null;
+    const shown: IShownNotice = {
+      notification: this._options.notify(
+        noticeMessage(kernel, this._policy, cullAtMs, this._now(), trans),
+        reason === 'cull' || cull ? 'warning' : 'info',
+        actions
+      ),
+      episode,
+      warning: cull,
+      postedAsk: null,
+      cullAtMs,
+      kernel,
       actions
-    );
-    this._shown.set(id, { notification: shown, episode });
-    void this._options.postNotice(id, episode).catch(error =>
-      // The cull then waits for the next notice; the user saw this one.
-      console.warn('nvdashboard: the server was not told of the notice', error)
-    );
+    };
+    this._shown.set(id, shown);
+    this._post(id, shown);
   }
 
-  private _snooze(kernelId: string): void {
+  /**
+   * Tell the server the notice is on screen; when its answer moves the
+   * deadline the message shows, the message says the new one.
+   */
+  private _post(id: string, shown: IShownNotice): void {
+    void this._options
+      .postNotice(id, shown.episode)
+      .then(cullAt => {
+        if (this._shown.get(id) !== shown || !shown.warning) {
+          return;
+        }
+        // A read of the culls asked for from now on knows of it.
+        shown.postedAsk = this._asks;
+        if (cullAt === null) {
+          return;
+        }
+        const grace = this._policy.afterNoticeMinutes ?? 0;
+        const before =
+          shown.cullAtMs === null ? null : deadlineWords(shown.cullAtMs, grace);
+        shown.cullAtMs = cullAt * 1000;
+        if (before !== deadlineWords(shown.cullAtMs, grace)) {
+          this._options.reword(
+            shown.notification,
+            noticeMessage(
+              shown.kernel,
+              this._policy,
+              shown.cullAtMs,
+              this._now(),
+              this._trans
+            ),
+            'warning',
+            shown.actions
+          );
+        }
+      })
+      .catch(error => {
+        // The cull then waits for the next report; the user saw this one.
+        // A server that answered (404: not its kernel) judges it by the
+        // next read of the culls, as one that took it.
+        if (this._shown.get(id) === shown) {
+          shown.postedAsk = this._asks;
+        }
+        console.warn(
+          'nvdashboard: the server was not told of the notice',
+          error
+        );
+      });
+  }
+
+  private async _keep(kernel: IGpuKernel): Promise<void> {
+    let until: number | null;
+    try {
+      until = await this._options.postKeep(kernel.kernel_id);
+    } catch (error) {
+      this._options.showError?.(
+        this._trans.__('Could not keep the kernel of %1', kernel.path),
+        error
+      );
+      return;
+    }
+    if (until !== null) {
+      this._snooze(kernel.kernel_id, until * 1000);
+    }
+  }
+
+  private _snooze(kernelId: string, untilMs: number): void {
     // Quiet until then; after it, the notice comes once more.
-    const ms = this._settings.snoozeMinutes * 60_000;
     delete this._memory.noticed[kernelId];
     this._memory.snoozed = lastEntries({
       ...this._memory.snoozed,
-      [kernelId]: this._now() + ms
+      [kernelId]: untilMs
     });
     this._save();
     // Looked at again when it ends, even if no reading changes by then.
     clearTimeout(this._wake);
-    this._wake = setTimeout(() => this.check(), ms + 10);
+    this._wake = setTimeout(
+      () => this.check(),
+      Math.max(0, untilMs - this._now()) + 10
+    );
   }
 
   private _dontAsk(path: string): void {
@@ -730,4 +1006,5 @@ export class IdleNotifier {
   private _shown = new Map<string, IShownNotice>();
   private _culls: Poller;
   private _wake: ReturnType<typeof setTimeout> | undefined = undefined;
+  private _asks = 0;
 }

@@ -42,6 +42,7 @@ import {
   createServerFetcher,
   fetchCulls,
   fetchGlance,
+  postKeep,
   postNotice
 } from './fetcher';
 import { GLANCE_INTERVAL_MS, StatusFigure } from './glance';
@@ -276,12 +277,15 @@ function activate(
     model: glance,
     notify: (message, type, actions) =>
       Notification.emit(message, type, { autoClose: false, actions }),
+    reword: (id, message, type, actions) =>
+      Notification.update({ id, message, type, autoClose: false, actions }),
     dismiss: id => Notification.dismiss(id),
     shutdownKernel: id => kernels.shutdown(id),
     openPath,
     isLocalKernel,
     localKernelsChanged: kernels.runningChanged,
     postNotice: (id, episode) => postNotice(settings, id, episode),
+    postKeep: id => postKeep(settings, id),
     fetchCulls: () => fetchCulls(settings),
     store: state ?? {
       fetch: async id => memory.get(id),

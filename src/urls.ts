@@ -47,6 +47,11 @@ export function noticesUrl(baseUrl: string): string {
   return URLExt.join(baseUrl, IDLE_API, 'notices');
 }
 
+/** `{baseUrl}nvdashboard-idle/keeps`: the user chose "Keep this kernel". */
+export function keepsUrl(baseUrl: string): string {
+  return URLExt.join(baseUrl, IDLE_API, 'keeps');
+}
+
 /** `{baseUrl}nvdashboard-idle/culls`: the admin's cull and what it did. */
 export function cullsUrl(baseUrl: string): string {
   return URLExt.join(baseUrl, IDLE_API, 'culls');

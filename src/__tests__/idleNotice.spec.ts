@@ -1,4 +1,8 @@
+import * as fs from 'fs';
+import * as path from 'path';
+
 import { StateDB } from '@jupyterlab/statedb';
+import { JSONObject } from '@lumino/coreutils';
 import { Widget } from '@lumino/widgets';
 
 import { IGpuKernel, parseGlance, parseIdle } from '../glance';
@@ -7,6 +11,7 @@ import { GlancePanel } from '../glancePanel';
 import {
   CULL_OFF,
   cullMessage,
+  deadlineWords,
   DEFAULT_NOTICE_SETTINGS,
   ICullPolicy,
   IdleNotifier,
@@ -19,6 +24,7 @@ import {
   NOTICE_INTERVAL_MS,
   noticeDue,
   noticeMessage,
+  NOTICE_MAX_CHARS,
   NOTICE_STATE_ID,
   parseCulls,
   parseMemory,
@@ -84,7 +90,9 @@ const CULL_ON: ICullPolicy = {
   on: true,
   afterNoticeMinutes: 15,
   idleMinutes: 30,
-  minHeldBytes: GIB
+  minHeldBytes: GIB,
+  reportEveryS: 60,
+  keepMinutes: 30
 };
 
 describe('parseIdle', () => {
@@ -184,13 +192,15 @@ describe('the words', () => {
     expect(noticeMessage(idle, CULL_OFF)).toBe(
       'Untitled3.ipynb holds 38.0 GiB on GPU 1 and has done no GPU work for 42 min.'
     );
-    const warning = noticeMessage(idle, CULL_ON);
+    const now = Date.UTC(2026, 11, 5, 9, 0);
+    const cullAt = now + 15 * MIN;
+    const warning = noticeMessage(idle, CULL_ON, cullAt, now);
     expect(warning).toBe(
-      'Untitled3.ipynb holds 38.0 GiB on GPU 1 and has done no GPU work for 42 min. ' +
-        'If it stays idle, it is shut down in 15 min.'
+      `Shut down at ${deadlineWords(cullAt, 15)} if it stays idle: ` +
+        'Untitled3.ipynb holds 38.0 GiB on GPU 1, no GPU work for 42 min.'
     );
-    // JupyterLab cuts a notification at 140 characters.
-    expect(warning.length).toBeLessThanOrEqual(140);
+    // Not yet said by the server: a whole grace from now.
+    expect(noticeMessage(idle, CULL_ON, null, now)).toBe(warning);
     expect(idleWords(idle, userThresholds(DEFAULT_NOTICE_SETTINGS))).toBe(
       'idle on GPU for 42 min'
     );
@@ -219,11 +229,51 @@ describe('the words', () => {
       'GPU idle cull shut down the kernel of Untitled3.ipynb: 38.0 GiB on GPU 1, ' +
         'no GPU work for 57 min, told 15 min before.'
     );
-    expect(told.length).toBeLessThanOrEqual(140);
+    expect(told.length).toBeLessThanOrEqual(NOTICE_MAX_CHARS);
+  });
+
+  it("keeps the deadline readable within JupyterLab's cut, whatever the name and GPUs", () => {
+    const now = Date.UTC(2026, 11, 5, 9, 0);
+    const cullAt = now + 15 * MIN;
+    const deadline = `Shut down at ${deadlineWords(cullAt, 15)} if it stays idle: `;
+    const gpus = ['GPU 0', 'GPU 1', 'GPU 2', 'GPU 3'];
+    const many = (path: string): IGpuKernel =>
+      parseGlance({
+        kernels: [
+          {
+            ...kernelJson('k1', path, judgment('idle', 42 * 60)),
+            devices: gpus,
+            idle: { ...judgment('idle', 42 * 60), gpus }
+          }
+        ]
+      }).kernels[0];
+    const realistic =
+      'projects/llm/finetune_llama3_8b_lora_experiment_v2.ipynb';
+    for (const path of [
+      realistic,
+      `work/${'very_long_name_'.repeat(12)}.ipynb`
+    ]) {
+      const message = noticeMessage(many(path), CULL_ON, cullAt, now);
+      expect(message.length).toBeLessThanOrEqual(NOTICE_MAX_CHARS);
+      expect(message.startsWith(deadline)).toBe(true);
+      expect(message).toContain('no GPU work for 42 min.');
+    }
+    // The realistic name is kept whole; the GPUs are counted instead.
+    expect(noticeMessage(many(realistic), CULL_ON, cullAt, now)).toBe(
+      `${deadline}finetune_llama3_8b_lora_experiment_v2.ipynb holds 38.0 GiB on ` +
+        '4 GPUs, no GPU work for 42 min.'
+    );
   });
 
   it('reads odd cull answers and memories as nothing', () => {
-    expect(parseCulls('junk')).toEqual({ policy: CULL_OFF, culls: [] });
+    expect(parseCulls('junk')).toEqual({
+      policy: CULL_OFF,
+      warnings: [],
+      culls: []
+    });
+    expect(
+      parseCulls({ warnings: [{ kernel_id: 'k1' }, 'x', null] }).warnings
+    ).toEqual([]);
     expect(
       parseCulls({ policy: { on: true, after_notice_minutes: 0 } }).policy
     ).toEqual(CULL_OFF);
@@ -266,6 +316,11 @@ class Harness {
         this.shown.push({ message, type, actions });
         return `n${this.shown.length}`;
       },
+      reword: (id, message, type, actions) => {
+        const index = Number(id.slice(1)) - 1;
+        this.shown[index] = { message, type, actions };
+        this.reworded.push(id);
+      },
       dismiss: id => this.dismissed.push(id),
       shutdownKernel: async id => {
         this.shutDown.push(id);
@@ -275,6 +330,11 @@ class Harness {
       isLocalKernel: id => local.includes(id),
       postNotice: async (id, episode) => {
         this.posted.push([id, episode]);
+        return this.cullAt;
+      },
+      postKeep: async id => {
+        this.kept.push(id);
+        return this.keptUntil;
       },
       fetchCulls: async () => {
         if (this.culls instanceof Error) {
@@ -323,6 +383,10 @@ class Harness {
   shutDown: string[] = [];
   opened: string[] = [];
   posted: Array<[string, string]> = [];
+  kept: string[] = [];
+  reworded: string[] = [];
+  cullAt: number | null = null;
+  keptUntil: number | null = null;
 }
 
 const IDLE = kernelJson('k1', 'work/a.ipynb', judgment('idle', 42 * 60));
@@ -464,9 +528,14 @@ describe('IdleNotifier', () => {
     expect(h.shown.map(s => [s.type, s.message])).toEqual([
       [
         'warning',
-        'a.ipynb holds 38.0 GiB on GPU 1 and has done no GPU work for 42 min. ' +
-          'If it stays idle, it is shut down in 15 min.'
+        `Shut down at ${deadlineWords(h.clock + 15 * MIN, 15)} if it stays ` +
+          'idle: a.ipynb holds 38.0 GiB on GPU 1, no GPU work for 42 min.'
       ]
+    ]);
+    expect(h.shown[0].actions.map(a => a.label)).toEqual([
+      'Shut down kernel',
+      'Open notebook',
+      'Keep this kernel'
     ]);
     expect(h.posted).toEqual([['k1', 'k1:1000']]);
     culls.culls = [
@@ -482,8 +551,9 @@ describe('IdleNotifier', () => {
     ];
     h.kernels = [];
     await h.poll();
-    expect(h.dismissed).toEqual(['n1']); // the kernel is gone: so is its notice
     await h.notifier.readCulls();
+    // The server no longer holds the warning: it goes from the screen.
+    expect(h.dismissed).toEqual(['n1']);
     await h.notifier.readCulls();
     expect(h.shown.map(s => s.message).slice(1)).toEqual([
       'GPU idle cull shut down the kernel of a.ipynb: 38.0 GiB on GPU 1, ' +
@@ -540,6 +610,173 @@ describe('IdleNotifier', () => {
     expect(h.model.currentInterval).toBe(2000);
     h.model.use('sidebar', false);
     expect(h.model.currentInterval).toBe(12_000);
+    h.dispose();
+  });
+});
+
+/** The readings both sides are driven through (tests/test_idle_cull.py too). */
+const SEQUENCES = JSON.parse(
+  fs.readFileSync(
+    path.join(__dirname, '../../tests/support/idle_warning_sequences.json'),
+    'utf8'
+  )
+) as {
+  policy: { after_notice_s: number; idle_s: number; min_held_bytes: number };
+  sequences: Array<{
+    name: string;
+    server_only?: boolean;
+    steps: Array<{
+      t: number;
+      idle: Record<string, unknown> | null;
+      action?: string;
+      warning: boolean;
+      culled: boolean;
+    }>;
+  }>;
+};
+
+describe('the warning follows the server through the shared readings', () => {
+  const policy = {
+    on: true,
+    after_notice_minutes: SEQUENCES.policy.after_notice_s / 60,
+    idle_minutes: SEQUENCES.policy.idle_s / 60,
+    min_held_bytes: SEQUENCES.policy.min_held_bytes,
+    report_every_s: 10,
+    keep_minutes:
+      Math.max(SEQUENCES.policy.idle_s, SEQUENCES.policy.after_notice_s) / 60
+  };
+  it.each(
+    SEQUENCES.sequences
+      .filter(s => !s.server_only)
+      .map(s => [s.name, s.steps] as const)
+  )('%s', async (_, steps) => {
+    const start = 1e12;
+    const culls = { policy, warnings: [] as unknown[], culls: [] as unknown[] };
+    const h = new Harness([], { settings: { enabled: false }, culls });
+    h.keptUntil = start / 1000 + policy.keep_minutes * 60 + 5;
+    let episode: string | null = null;
+    for (const step of steps) {
+      h.clock = start + step.t * 1000;
+      h.kernels = step.culled
+        ? []
+        : [
+            kernelJson(
+              'k1',
+              'x.ipynb',
+              step.idle && { ...judgment('idle', null), ...step.idle }
+            )
+          ];
+      if (step.action === 'keep') {
+        h.click('Keep this kernel');
+        await settled(Promise.resolve());
+      }
+      // What the server holds armed at this step (test_idle_cull.py checks
+      // that it does), and the cull where it happened.
+      // (the episode of the idle reading it was shown for).
+      const idleEpisode =
+        step.idle?.state === 'idle' ? (step.idle.episode as string) : null;
+      const armed: string | null = step.warning
+        ? (idleEpisode ?? episode)
+        : null;
+      episode = armed ?? episode;
+      culls.warnings = armed
+        ? [{ kernel_id: 'k1', episode: armed, cull_at: start / 1000 + 60 }]
+        : [];
+      culls.culls = step.culled
+        ? [{ at: start / 1000 + step.t, kernel_id: 'k1', path: 'x.ipynb' }]
+        : [];
+      await h.poll();
+      await h.notifier.readCulls();
+      await settled(Promise.resolve());
+      await h.notifier.readCulls();
+      const warned = [...h.notifier.shown.values()].map(n => n.episode);
+      expect([step.t, warned]).toEqual([step.t, armed ? [armed] : []]);
+    }
+    h.dispose();
+  });
+
+  it('reports each warning on screen at every read, so the server knows it is seen', async () => {
+    const culls = {
+      policy,
+      warnings: [{ kernel_id: 'k1', episode: 'k1:1000', cull_at: 1e9 + 60 }],
+      culls: []
+    };
+    const h = new Harness([IDLE], { settings: { enabled: false }, culls });
+    await h.notifier.readCulls();
+    await h.poll();
+    expect(h.shown).toHaveLength(1);
+    await h.notifier.readCulls();
+    await h.notifier.readCulls();
+    expect(h.posted).toEqual([
+      ['k1', 'k1:1000'],
+      ['k1', 'k1:1000'],
+      ['k1', 'k1:1000']
+    ]);
+    expect(h.shown).toHaveLength(1);
+    // The server moves the deadline (its grace restarted): the same
+    // notification says the new one, without leaving the screen.
+    h.cullAt = h.clock / 1000 + 5 * 60;
+    await h.notifier.readCulls();
+    await settled(Promise.resolve());
+    expect(h.reworded).toEqual(['n1']);
+    expect(h.dismissed).toEqual([]);
+    expect(h.shown[0].message).toContain(
+      `Shut down at ${deadlineWords(h.cullAt * 1000, 1)} `
+    );
+    h.dispose();
+  });
+
+  it('a reload shows the warning the server holds armed again, told before or not', async () => {
+    const state = new StateDB();
+    const told: INoticeMemory = {
+      ...emptyMemory(),
+      noticed: { k1: 'k1:1000' }
+    };
+    await state.save(NOTICE_STATE_ID, told as unknown as JSONObject);
+    const culls = {
+      policy,
+      warnings: [{ kernel_id: 'k1', episode: 'k1:1000', cull_at: 1e9 + 60 }],
+      culls: []
+    };
+    const h = new Harness([IDLE], {
+      state,
+      settings: { enabled: false },
+      culls
+    });
+    await h.poll();
+    expect(h.shown).toEqual([]); // told before this page: not due by itself
+    await h.notifier.readCulls();
+    expect(h.shown).toHaveLength(1);
+    expect(h.shown[0].message).toContain(
+      `Shut down at ${deadlineWords((1e9 + 60) * 1000, 1)} `
+    );
+    h.dispose();
+  });
+
+  it('"Keep this kernel" holds the warning back as long as the server keeps the kernel', async () => {
+    const culls = { policy, warnings: [] as unknown[], culls: [] };
+    const h = new Harness([IDLE], { settings: { enabled: false }, culls });
+    await h.notifier.readCulls();
+    await h.poll();
+    expect(h.shown).toHaveLength(1);
+    h.keptUntil = h.clock / 1000 + 30 * 60;
+    h.click('Keep this kernel');
+    await settled(Promise.resolve());
+    expect(h.kept).toEqual(['k1']);
+    // The server's idle time grows with the clock, in the same episode.
+    const later = (minutes: number): void => {
+      h.clock += minutes * MIN;
+      h.kernels = [
+        kernelJson('k1', 'work/a.ipynb', judgment('idle', (42 + minutes) * 60))
+      ];
+    };
+    later(29);
+    await h.poll();
+    await h.notifier.readCulls();
+    expect(h.shown).toHaveLength(1); // no second notice while kept
+    later(2);
+    await h.poll();
+    expect(h.shown).toHaveLength(2); // the keep is over: warned anew
     h.dispose();
   });
 });
