@@ -14,7 +14,8 @@
  * heal (a 404: no dashboard server behind the proxy; a bad index) makes it
  * wait longer each time, up to minutes. Nothing is drawn while the sidebar
  * is hidden, and the buttons are kept (with their focus) unless the list
- * itself changes.
+ * itself changes. It polls only while shown: collapsed, it asks nothing
+ * (it reads the list once at start for the palette).
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
@@ -95,7 +96,7 @@ export namespace DashboardSidebar {
     now?: () => number;
     /** When the poll pauses; defaults to while the page is hidden. */
     standby?: Poll.Standby | (() => boolean | Poll.Standby);
-    /** Start polling right away (default true). */
+    /** Poll while shown, and read once at start (default true). */
     autoStart?: boolean;
   }
 }
@@ -129,10 +130,8 @@ export class DashboardSidebar extends Panel {
     });
     this.addWidget(this._section);
 
-    // Lumino draws a retry's delay between the retry interval and the
-    // previous tick's interval grown by the backoff; after a 15 s success
-    // that is up to 45 s. The retry maximum is what bounds how long a
-    // returning server waits.
+    // After a 15 s success a failure is retried at the retry interval, not
+    // 15 s later; the retry maximum bounds how long a returning server waits.
     this._poller = new Poller({
       name: 'nvdashboard:index',
       request: () => this._tick(),
@@ -143,9 +142,7 @@ export class DashboardSidebar extends Panel {
       standby: options.standby,
       autoStart: options.autoStart
     });
-    // The palette lists the dashboards too: this poll runs while the
-    // sidebar exists, not only while it is shown.
-    this._poller.use(this, true);
+    this._autoStart = options.autoStart ?? true;
   }
 
   /** What is shown now. */
@@ -190,6 +187,32 @@ export class DashboardSidebar extends Panel {
    */
   refresh(): Promise<PollOutcome> {
     return this._poller.refresh();
+  }
+
+  // The list is polled only while the sidebar is shown: through the proxy
+  // each request may launch a dashboard server that had exited when idle.
+  // A sidebar that starts collapsed reads the list once, for the palette.
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    this._poller.use(this, this.isVisible);
+    if (!this.isVisible && this._autoStart && this._state.kind === 'loading') {
+      void this.refresh();
+    }
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._poller.use(this, true);
+  }
+
+  protected onBeforeHide(msg: Message): void {
+    this._poller.use(this, false);
+    super.onBeforeHide(msg);
+  }
+
+  protected onBeforeDetach(msg: Message): void {
+    this._poller.use(this, false);
+    super.onBeforeDetach(msg);
   }
 
   /** Activated (from the status bar, say): the keyboard lands in the panel. */
@@ -285,6 +308,7 @@ export class DashboardSidebar extends Panel {
   private _trans: TranslationBundle;
   private _now: () => number;
   private _poller: Poller;
+  private _autoStart: boolean;
   private _section: IndexSection;
   private _state: SidebarState = { kind: 'loading' };
   private _readAt = 0;
