@@ -82,6 +82,11 @@ export class GlanceModel {
     return this._state.error !== null;
   }
 
+  /** Whether the last poll brought a reading (what the views show is live). */
+  get live(): boolean {
+    return this._state.glance !== null && this._state.error === null;
+  }
+
   /** Whether the last answer will not heal by itself (404, no GPU). */
   get stuck(): boolean {
     return this._stuck;

@@ -42,6 +42,7 @@ import {
   COMMAND_OPEN,
   DashboardIndex,
   IDashboardFetcher,
+  ILiveReadings,
   IServerInfo,
   SIDEBAR_ID,
   STATUS_DETAIL_CLASS,
@@ -64,6 +65,8 @@ export type SidebarState =
       index: DashboardIndex;
       info: IServerInfo | null;
       infoError: string | null;
+      /** Whether `info.json` failed as a busy or starting server does (no answer, 5xx gateway). */
+      infoSlow: boolean;
       /** Set while the last poll failed: why, and when the list was read. */
       stale: { message: string; readAt: number; failedAt: number } | null;
     };
@@ -98,6 +101,11 @@ export namespace DashboardSidebar {
     standby?: Poll.Standby | (() => boolean | Poll.Standby);
     /** Poll while shown, and read once at start (default true). */
     autoStart?: boolean;
+    /**
+     * What else on the sidebar is live (the glance): while it is, a slow or
+     * failed `info.json` is not reported as the GPUs' status.
+     */
+    liveReadings?: ILiveReadings;
   }
 }
 
@@ -126,8 +134,10 @@ export class DashboardSidebar extends Panel {
       commands: options.commands,
       trans: this._trans,
       now: this._now,
-      state: () => this._state
+      state: () => this._state,
+      live: () => options.liveReadings?.live ?? false
     });
+    options.liveReadings?.changed.connect(this._onLiveChanged, this);
     this.addWidget(this._section);
 
     // After a 15 s success a failure is retried at the retry interval, not
@@ -232,8 +242,15 @@ export class DashboardSidebar extends Panel {
       return;
     }
     this._poller.dispose();
+    Signal.disconnectReceiver(this);
     Signal.clearData(this);
     super.dispose();
+  }
+
+  private _onLiveChanged(): void {
+    if (this._state.kind === 'ready' && this._state.infoError !== null) {
+      this._section.invalidate();
+    }
   }
 
   /** One poll: how it went sets the wait before the next. */
@@ -262,13 +279,24 @@ export class DashboardSidebar extends Panel {
     }
     let info: IServerInfo | null = null;
     let infoError: string | null = null;
+    let infoSlow = false;
     try {
       info = parseInfo(await this._fetcher.fetchInfo());
     } catch (error) {
       infoError = errorMessage(error);
+      infoSlow = isStartingError(error);
+      // What the server said of its GPUs before stands: it rarely changes.
+      info = this._state.kind === 'ready' ? this._state.info : null;
     }
     this._readAt = this._now();
-    this._setState({ kind: 'ready', index, info, infoError, stale: null });
+    this._setState({
+      kind: 'ready',
+      index,
+      info,
+      infoError,
+      infoSlow,
+      stale: null
+    });
     // While the server is still reading its GPUs, the GPU dashboards are about
     // to join the list: ask again as soon as a retry would, not in 15 s.
     return this._readingGpus() ? 'retry' : 'ok';
@@ -322,6 +350,8 @@ namespace IndexSection {
     trans: TranslationBundle;
     now: () => number;
     state: () => SidebarState;
+    /** Whether something else on the sidebar is live (the meters). */
+    live: () => boolean;
   }
 }
 
@@ -397,24 +427,37 @@ class IndexSection extends RenderOnShow {
         );
         break;
       case 'ready': {
-        const status = this._renderStatus(state.info, state.infoError);
+        const status = this._renderStatus(state);
         const list = this._renderList(state.index);
-        placeInOrder(this._content, [status, list]);
+        placeInOrder(this._content, status ? [status, list] : [list]);
         break;
       }
     }
   }
 
+  /**
+   * The server's GPU status; with none read yet, why, but only while nothing
+   * else on the sidebar is live: under load `info.json` can time out while
+   * the meters above keep updating, and "unavailable" beside them is false.
+   */
   private _renderStatus(
-    info: IServerInfo | null,
-    infoError: string | null
-  ): HTMLElement {
+    state: Extract<SidebarState, { kind: 'ready' }>
+  ): HTMLElement | null {
+    const { info, infoError } = state;
     const trans = this._options.trans;
-    const key = JSON.stringify([info, infoError]);
-    if (key === this._statusKey && this._status) {
+    const live = !info && this._options.live();
+    const key = JSON.stringify([
+      info,
+      live ? null : [infoError, state.infoSlow]
+    ]);
+    if (key === this._statusKey) {
       return this._status;
     }
     this._statusKey = key;
+    if (live) {
+      this._status = null;
+      return null;
+    }
     const status = element('div', 'nvdashboard-status');
     this._status = status;
     if (!info) {
@@ -423,10 +466,15 @@ class IndexSection extends RenderOnShow {
         element(
           'div',
           'nvdashboard-status-headline',
-          trans.__(
-            'GPU status unavailable: %1',
-            infoError ?? trans.__('no answer')
-          )
+          state.infoSlow
+            ? trans.__(
+                'GPU status: the dashboard server is slow to answer (%1)',
+                infoError
+              )
+            : trans.__(
+                'GPU status unavailable: %1',
+                infoError ?? trans.__('no answer')
+              )
         )
       );
       return status;

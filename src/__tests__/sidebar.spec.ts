@@ -1,5 +1,6 @@
 import { CommandRegistry } from '@lumino/commands';
 import { MessageLoop } from '@lumino/messaging';
+import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
 import { FetchError } from '../model';
@@ -293,6 +294,49 @@ describe('DashboardSidebar', () => {
     await settled(widget.refresh());
     expect(buttons(widget)).toHaveLength(3);
     expect(text(widget)).toContain('GPU status unavailable: boom');
+  });
+
+  it('reports a slow info.json only when nothing on the sidebar is live', async () => {
+    // Under load info.json timed out while the meters kept updating, and the
+    // sidebar said "GPU status unavailable" beside them (issue 44).
+    const changed = new Signal<object, unknown>({});
+    const readings = { live: true, changed };
+    const slow = new FetchError(599, 'no answer within 10 s');
+    const widget = make(new FakeFetcher([INDEX], [slow]), {
+      liveReadings: readings
+    });
+    await settled(widget.refresh());
+    MessageLoop.flush();
+    expect(buttons(widget)).toHaveLength(3);
+    expect(text(widget)).not.toContain('unavailable');
+    expect(text(widget)).not.toContain('slow to answer');
+    // The meters go stale too: now nothing is live, and it says why.
+    readings.live = false;
+    changed.emit(undefined);
+    MessageLoop.flush();
+    expect(text(widget)).toContain(
+      'GPU status: the dashboard server is slow to answer (no answer within 10 s)'
+    );
+    readings.live = true;
+    changed.emit(undefined);
+    MessageLoop.flush();
+    expect(text(widget)).not.toContain('slow to answer');
+  });
+
+  it('keeps the GPU status it read when info.json later fails', async () => {
+    const fetcher = new FakeFetcher([INDEX]);
+    const widget = make(fetcher);
+    await settled(widget.refresh());
+    const before = widget.node.querySelector(
+      '.nvdashboard-status'
+    )!.textContent;
+    fetcher.infoAnswers = [new FetchError(599, 'no answer within 10 s')];
+    await settled(widget.refresh());
+    MessageLoop.flush();
+    expect(widget.node.querySelector('.nvdashboard-status')!.textContent).toBe(
+      before
+    );
+    expect(text(widget)).not.toContain('unavailable');
   });
 
   it('says so when there are no dashboards', async () => {
