@@ -9,7 +9,10 @@
  * each answer with the last and emits only on a change, or on a failure,
  * whose age the views show. An answer with no device (a machine without a
  * GPU) and a failure that will not heal (404, a bad body) make it wait
- * longer each time; a server on its way up is asked again at the interval.
+ * twice as long each time; a server on its way up or gone (a gateway error,
+ * no answer) is asked again at the interval, then three times as long each
+ * time up to `GLANCE_RETRY_MAX_MS`: through the proxy, each request may
+ * launch the dashboard server again.
  */
 import { JSONExt, JSONObject } from '@lumino/coreutils';
 import { Poll } from '@lumino/polling';
@@ -24,6 +27,9 @@ import {
 import { errorMessage, isStartingError } from './model';
 import { PollOutcome, Poller } from './poller';
 
+/** The longest wait between retries of a server that is down or starting. */
+export const GLANCE_RETRY_MAX_MS = 30 * 1000;
+
 export namespace GlanceModel {
   export interface IOptions {
     /** Resolve with `glance.json`'s parsed body. */
@@ -33,6 +39,8 @@ export namespace GlanceModel {
      * a user that names no interval (the views); the shortest wait.
      */
     interval?: number;
+    /** The longest wait between retries (default GLANCE_RETRY_MAX_MS). */
+    retryMax?: number;
     /** The longest wait after answers that will not heal. */
     stuckMax?: number;
     /** When the poll pauses; by default while the page is hidden. */
@@ -52,6 +60,7 @@ export class GlanceModel {
       name: 'nvdashboard:glance',
       request: () => this._request(),
       interval: options.interval ?? GLANCE_INTERVAL_MS,
+      retryMax: options.retryMax ?? GLANCE_RETRY_MAX_MS,
       stuckMax: options.stuckMax,
       standby: options.standby,
       autoStart: options.autoStart
@@ -71,6 +80,11 @@ export class GlanceModel {
   /** Whether the last poll failed. */
   get stale(): boolean {
     return this._state.error !== null;
+  }
+
+  /** Whether the last poll brought a reading (what the views show is live). */
+  get live(): boolean {
+    return this._state.glance !== null && this._state.error === null;
   }
 
   /** Whether the last answer will not heal by itself (404, no GPU). */

@@ -209,17 +209,6 @@ function activate(
     tracker.forEach(widget => widget.setTheme(theme));
   });
 
-  const sidebar = new DashboardSidebar({
-    fetcher: createServerFetcher(settings),
-    commands,
-    trans
-  });
-  sidebar.id = SIDEBAR_ID;
-  sidebar.title.icon = gpuIcon;
-  sidebar.title.caption = trans.__('GPU Dashboards');
-  shell.add(sidebar, 'left', { rank: 200 });
-  restorer?.add(sidebar, SIDEBAR_ID);
-
   // One poll of glance.json feeds the status-bar item, the sidebar's meters
   // and kernel list, and the idle notice; it runs only while JupyterLab is
   // visible and one of them is in use (the item enabled, the sidebar open,
@@ -229,6 +218,18 @@ function activate(
   const glance: GlanceModel = new GlanceModel({
     fetch: () => fetchGlance(settings, Math.max(1000, glance.interval))
   });
+  const sidebar = new DashboardSidebar({
+    fetcher: createServerFetcher(settings),
+    commands,
+    trans,
+    liveReadings: glance
+  });
+  sidebar.id = SIDEBAR_ID;
+  sidebar.title.icon = gpuIcon;
+  sidebar.title.caption = trans.__('GPU Dashboards');
+  shell.add(sidebar, 'left', { rank: 200 });
+  restorer?.add(sidebar, SIDEBAR_ID);
+
   const kernels = app.serviceManager.kernels;
   const askedAbout = new Set<string>();
   // Only a kernel this Jupyter server runs can be shut down from here;

@@ -6,7 +6,7 @@
  *   answer asked for after the call (say, after a kernel was shut down).
  * - Each answer says how it went, and that sets the wait before the next:
  *   `ok` (the normal interval), `retry` (a failure that heals by itself, such
- *   as a server on its way up: soon) or `stuck` (one that will not, such as a
+ *   as a server on its way up: soon, then less often, up to `retryMax`) or `stuck` (one that will not, such as a
  *   404 or a machine with no GPU: the wait grows, up to `stuckMax`).
  * - It polls only while something uses it (`use(user, true)`): a poll that
  *   nothing reads costs the dashboard server its idle exit.
@@ -23,6 +23,9 @@ export type PollOutcome = 'ok' | 'retry' | 'stuck';
 
 /** The longest wait after answers that will not heal (a 404, no GPU). */
 export const STUCK_MAX_MS = 5 * 60 * 1000;
+
+/** How much longer each wait between retries is than the one before. */
+const RETRY_GROWTH = 3;
 
 export namespace Poller {
   export interface IOptions {
@@ -117,12 +120,9 @@ export class Poller implements IDisposable {
 
   /**
    * The wait after an answer: `ok` at the interval; `retry` from the retry
-   * interval, growing to the retry maximum; `stuck` the interval, then
-   * twice as long each time, up to the stuck maximum.
-   *
-   * A constant rate has `max` equal to `interval`: Lumino draws a retry's
-   * delay from the previous tick's interval, so otherwise a server that
-   * comes back could wait many intervals.
+   * interval, three times as long each time, up to the retry maximum;
+   * `stuck` the interval, then twice as long each time, up to the stuck
+   * maximum. The poller sets every wait itself, so `interval` is the wait.
    */
   frequency(outcome: PollOutcome): IPoll.Frequency {
     const interval = this.currentInterval;
@@ -132,7 +132,11 @@ export class Poller implements IDisposable {
     if (outcome === 'retry') {
       const retry = Math.min(this._retryInterval ?? interval, interval);
       const max = Math.max(retry, this._retryMax ?? retry);
-      return { interval: retry, backoff: max > retry, max };
+      return {
+        interval: Math.min(max, Math.max(retry, this._retryWait)),
+        backoff: false,
+        max
+      };
     }
     const max = Math.max(interval, this._stuckMax);
     return {
@@ -237,16 +241,23 @@ export class Poller implements IDisposable {
   }
 
   /**
-   * A tick. A `retry` rejects, so that Lumino waits by the retry frequency;
-   * a `stuck` answer resolves with a wait of its own, doubled each time
-   * (Lumino's backoff is drawn at random from the previous tick's interval,
-   * which at the first tick is zero).
+   * A tick. Every answer resolves, with the wait this poller chose for it:
+   * Lumino's own retry wait (after a rejection) is drawn at random between
+   * the interval and the previous tick's wait, and after a tick that ran at
+   * once (a start, a refresh) that range reaches down to 1 ms; a run of
+   * unlucky draws then asked dozens of times a second of a failing server.
    */
   private async _tick(): Promise<void> {
     const outcome = await this.refresh();
     if (this.isDisposed) {
       return;
     }
+    this._retryWait =
+      outcome === 'retry'
+        ? this._retryWait
+          ? RETRY_GROWTH * this._retryWait
+          : this.frequency('retry').interval
+        : 0;
     this._stuckWait =
       outcome === 'stuck'
         ? this._stuckWait
@@ -254,9 +265,6 @@ export class Poller implements IDisposable {
           : this.currentInterval
         : 0;
     this._poll.frequency = this.frequency(outcome);
-    if (outcome === 'retry') {
-      throw new Error(`${this._poll.name}: no answer yet`);
-    }
   }
 
   private _request: () => Promise<PollOutcome>;
@@ -270,6 +278,7 @@ export class Poller implements IDisposable {
   private _users = new Map<unknown, number | undefined>();
   private _outcome: PollOutcome | null = null;
   private _stuckWait = 0;
+  private _retryWait = 0;
   private _inFlight: Promise<PollOutcome> | null = null;
   private _queued: Promise<PollOutcome> | null = null;
 }

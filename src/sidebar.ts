@@ -14,7 +14,8 @@
  * heal (a 404: no dashboard server behind the proxy; a bad index) makes it
  * wait longer each time, up to minutes. Nothing is drawn while the sidebar
  * is hidden, and the buttons are kept (with their focus) unless the list
- * itself changes.
+ * itself changes. It polls only while shown: collapsed, it asks nothing
+ * (it reads the list once at start for the palette).
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
@@ -41,6 +42,7 @@ import {
   COMMAND_OPEN,
   DashboardIndex,
   IDashboardFetcher,
+  ILiveReadings,
   IServerInfo,
   SIDEBAR_ID,
   STATUS_DETAIL_CLASS,
@@ -63,6 +65,8 @@ export type SidebarState =
       index: DashboardIndex;
       info: IServerInfo | null;
       infoError: string | null;
+      /** Whether `info.json` failed as a busy or starting server does (no answer, 5xx gateway). */
+      infoSlow: boolean;
       /** Set while the last poll failed: why, and when the list was read. */
       stale: { message: string; readAt: number; failedAt: number } | null;
     };
@@ -95,8 +99,13 @@ export namespace DashboardSidebar {
     now?: () => number;
     /** When the poll pauses; defaults to while the page is hidden. */
     standby?: Poll.Standby | (() => boolean | Poll.Standby);
-    /** Start polling right away (default true). */
+    /** Poll while shown, and read once at start (default true). */
     autoStart?: boolean;
+    /**
+     * What else on the sidebar is live (the glance): while it is, a slow or
+     * failed `info.json` is not reported as the GPUs' status.
+     */
+    liveReadings?: ILiveReadings;
   }
 }
 
@@ -125,14 +134,14 @@ export class DashboardSidebar extends Panel {
       commands: options.commands,
       trans: this._trans,
       now: this._now,
-      state: () => this._state
+      state: () => this._state,
+      live: () => options.liveReadings?.live ?? false
     });
+    options.liveReadings?.changed.connect(this._onLiveChanged, this);
     this.addWidget(this._section);
 
-    // Lumino draws a retry's delay between the retry interval and the
-    // previous tick's interval grown by the backoff; after a 15 s success
-    // that is up to 45 s. The retry maximum is what bounds how long a
-    // returning server waits.
+    // After a 15 s success a failure is retried at the retry interval, not
+    // 15 s later; the retry maximum bounds how long a returning server waits.
     this._poller = new Poller({
       name: 'nvdashboard:index',
       request: () => this._tick(),
@@ -143,9 +152,7 @@ export class DashboardSidebar extends Panel {
       standby: options.standby,
       autoStart: options.autoStart
     });
-    // The palette lists the dashboards too: this poll runs while the
-    // sidebar exists, not only while it is shown.
-    this._poller.use(this, true);
+    this._autoStart = options.autoStart ?? true;
   }
 
   /** What is shown now. */
@@ -192,6 +199,32 @@ export class DashboardSidebar extends Panel {
     return this._poller.refresh();
   }
 
+  // The list is polled only while the sidebar is shown: through the proxy
+  // each request may launch a dashboard server that had exited when idle.
+  // A sidebar that starts collapsed reads the list once, for the palette.
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    this._poller.use(this, this.isVisible);
+    if (!this.isVisible && this._autoStart && this._state.kind === 'loading') {
+      void this.refresh();
+    }
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._poller.use(this, true);
+  }
+
+  protected onBeforeHide(msg: Message): void {
+    this._poller.use(this, false);
+    super.onBeforeHide(msg);
+  }
+
+  protected onBeforeDetach(msg: Message): void {
+    this._poller.use(this, false);
+    super.onBeforeDetach(msg);
+  }
+
   /** Activated (from the status bar, say): the keyboard lands in the panel. */
   protected onActivateRequest(msg: Message): void {
     super.onActivateRequest(msg);
@@ -209,8 +242,15 @@ export class DashboardSidebar extends Panel {
       return;
     }
     this._poller.dispose();
+    Signal.disconnectReceiver(this);
     Signal.clearData(this);
     super.dispose();
+  }
+
+  private _onLiveChanged(): void {
+    if (this._state.kind === 'ready' && this._state.infoError !== null) {
+      this._section.invalidate();
+    }
   }
 
   /** One poll: how it went sets the wait before the next. */
@@ -239,13 +279,24 @@ export class DashboardSidebar extends Panel {
     }
     let info: IServerInfo | null = null;
     let infoError: string | null = null;
+    let infoSlow = false;
     try {
       info = parseInfo(await this._fetcher.fetchInfo());
     } catch (error) {
       infoError = errorMessage(error);
+      infoSlow = isStartingError(error);
+      // What the server said of its GPUs before stands: it rarely changes.
+      info = this._state.kind === 'ready' ? this._state.info : null;
     }
     this._readAt = this._now();
-    this._setState({ kind: 'ready', index, info, infoError, stale: null });
+    this._setState({
+      kind: 'ready',
+      index,
+      info,
+      infoError,
+      infoSlow,
+      stale: null
+    });
     // While the server is still reading its GPUs, the GPU dashboards are about
     // to join the list: ask again as soon as a retry would, not in 15 s.
     return this._readingGpus() ? 'retry' : 'ok';
@@ -285,6 +336,7 @@ export class DashboardSidebar extends Panel {
   private _trans: TranslationBundle;
   private _now: () => number;
   private _poller: Poller;
+  private _autoStart: boolean;
   private _section: IndexSection;
   private _state: SidebarState = { kind: 'loading' };
   private _readAt = 0;
@@ -298,6 +350,8 @@ namespace IndexSection {
     trans: TranslationBundle;
     now: () => number;
     state: () => SidebarState;
+    /** Whether something else on the sidebar is live (the meters). */
+    live: () => boolean;
   }
 }
 
@@ -373,24 +427,37 @@ class IndexSection extends RenderOnShow {
         );
         break;
       case 'ready': {
-        const status = this._renderStatus(state.info, state.infoError);
+        const status = this._renderStatus(state);
         const list = this._renderList(state.index);
-        placeInOrder(this._content, [status, list]);
+        placeInOrder(this._content, status ? [status, list] : [list]);
         break;
       }
     }
   }
 
+  /**
+   * The server's GPU status; with none read yet, why, but only while nothing
+   * else on the sidebar is live: under load `info.json` can time out while
+   * the meters above keep updating, and "unavailable" beside them is false.
+   */
   private _renderStatus(
-    info: IServerInfo | null,
-    infoError: string | null
-  ): HTMLElement {
+    state: Extract<SidebarState, { kind: 'ready' }>
+  ): HTMLElement | null {
+    const { info, infoError } = state;
     const trans = this._options.trans;
-    const key = JSON.stringify([info, infoError]);
-    if (key === this._statusKey && this._status) {
+    const live = !info && this._options.live();
+    const key = JSON.stringify([
+      info,
+      live ? null : [infoError, state.infoSlow]
+    ]);
+    if (key === this._statusKey) {
       return this._status;
     }
     this._statusKey = key;
+    if (live) {
+      this._status = null;
+      return null;
+    }
     const status = element('div', 'nvdashboard-status');
     this._status = status;
     if (!info) {
@@ -399,10 +466,15 @@ class IndexSection extends RenderOnShow {
         element(
           'div',
           'nvdashboard-status-headline',
-          trans.__(
-            'GPU status unavailable: %1',
-            infoError ?? trans.__('no answer')
-          )
+          state.infoSlow
+            ? trans.__(
+                'GPU status: the dashboard server is slow to answer (%1)',
+                infoError
+              )
+            : trans.__(
+                'GPU status unavailable: %1',
+                infoError ?? trans.__('no answer')
+              )
         )
       );
       return status;

@@ -8,6 +8,7 @@ import { Widget } from '@lumino/widgets';
 
 import { setAttr, setText } from './dom';
 import {
+  IGlanceState,
   STATUS_ITEM_CLASS,
   statusText,
   statusTooltip,
@@ -15,6 +16,26 @@ import {
 } from './glance';
 import { GlanceModel } from './glanceModel';
 import { NULL_BUNDLE } from './model';
+
+/**
+ * The state of the item's reading in words (live, stale, unreachable, no
+ * GPU, waiting), with no figure or age in them: they change only when the
+ * state does.
+ */
+export function readingStateWords(
+  state: IGlanceState,
+  trans: TranslationBundle = NULL_BUNDLE
+): string {
+  if (state.error !== null) {
+    return state.readAt === null
+      ? trans.__('server unreachable')
+      : trans.__('readings stale');
+  }
+  if (state.glance === null) {
+    return trans.__('waiting for the first reading');
+  }
+  return state.glance.devices.length ? trans.__('live') : trans.__('no GPU');
+}
 
 export namespace GlanceStatusItem {
   export interface IOptions {
@@ -110,10 +131,16 @@ export class GlanceStatusItem extends Widget {
     const text = statusText(state, this._figure, now, this._trans);
     setText(this.node, text);
     this.node.title = statusTooltip(state, now, this._trans);
+    // The name says the state, not the figures: a name that changed at every
+    // poll was read out again and again. The figures are the item's text and
+    // its title (its description).
     setAttr(
       this.node,
       'aria-label',
-      this._trans.__('%1. Open the GPU dashboards', text)
+      this._trans.__(
+        'GPU status: %1. Open the GPU dashboards',
+        readingStateWords(state, this._trans)
+      )
     );
     this.toggleClass('nvdashboard-mod-stale', this._model.stale);
     const active = this.isActive();

@@ -140,6 +140,16 @@ export interface IDashboardFetcher {
   fetchInfo(): Promise<unknown>;
 }
 
+/**
+ * Whether something the sidebar shows is live now (the glance's meters), and
+ * when that may have changed: a slow `info.json` is reported only when
+ * nothing on the sidebar is live.
+ */
+export interface ILiveReadings {
+  readonly live: boolean;
+  readonly changed: import('@lumino/signaling').ISignal<unknown, unknown>;
+}
+
 /** postMessage type /GPU-Processes sends to open a notebook (apps/processes.py). */
 export const OPEN_NOTEBOOK_MESSAGE = 'nvdashboard:open-notebook';
 

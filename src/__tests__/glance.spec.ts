@@ -278,6 +278,54 @@ describe('GlanceStatusItem', () => {
     expect(item.hasClass('jp-mod-highlighted')).toBe(true);
   });
 
+  it('keeps its accessible name across polls, and changes it only with its state', async () => {
+    let now = 1_000_000;
+    const busier = {
+      ...GLANCE,
+      devices: [
+        { ...GLANCE.devices[0], utilization_pct: 95 },
+        GLANCE.devices[1]
+      ]
+    };
+    const m = model(
+      [
+        GLANCE,
+        busier,
+        new TypeError('Failed to fetch'),
+        new TypeError('Failed to fetch'),
+        GLANCE
+      ],
+      { now: () => now }
+    );
+    const item = new GlanceStatusItem({
+      model: m,
+      onActivate: () => undefined
+    });
+    const seen: Array<[string, string]> = [];
+    for (let i = 0; i < 5; i++) {
+      now += 2000;
+      await settled(m.refresh());
+      seen.push([
+        item.node.textContent ?? '',
+        item.node.getAttribute('aria-label') ?? ''
+      ]);
+    }
+    const text = seen.map(([t]) => t);
+    const name = seen.map(([, n]) => n);
+    // The figures (and the age) change at every poll; the name only when
+    // live readings turn stale and back.
+    expect(new Set(text.slice(0, 4)).size).toBe(4);
+    expect(name[1]).toBe(name[0]);
+    expect(name[2]).not.toBe(name[1]);
+    expect(name[3]).toBe(name[2]);
+    expect(name[4]).toBe(name[0]);
+    expect(name[0]).toBe('GPU status: live. Open the GPU dashboards');
+    expect(name[2]).toBe('GPU status: readings stale. Open the GPU dashboards');
+    // The figures stay available to assistive technology, as the description.
+    expect(item.node.title).toContain('GPU 1: 80% utilization');
+    m.dispose();
+  });
+
   it('is active only with a GPU and when the setting allows, and says when that changes', async () => {
     const m = model([{ devices: [] }, GLANCE]);
     const item = new GlanceStatusItem({
@@ -380,20 +428,60 @@ describe('stale and unreachable', () => {
         autoStart: true
       });
       m.use('test', true);
-      const ticks: Array<[string, number]> = [];
+      const waits: number[] = [];
       m.poller.poll.ticked.connect((_, state) => {
-        ticks.push([state.phase, state.interval]);
+        if (state.phase !== 'started') {
+          waits.push(state.interval);
+        }
       });
-      await waitFor(() => ticks.some(([phase]) => phase === 'reconnected'));
-      const rejected = ticks.filter(([phase]) => phase === 'rejected');
-      expect(rejected.length).toBeGreaterThan(0);
+      await waitFor(() => waits.length >= 4);
       // Lumino's backoff would wait up to 3 × the last interval; this waits one.
-      expect(rejected.every(([, interval]) => interval === 20)).toBe(true);
+      expect(waits.slice(0, 4)).toEqual([20, 20, 20, 20]);
       m.dispose();
     } finally {
       random.mockRestore();
     }
   });
+
+  it.each([
+    ['a gateway error', new FetchError(502, 'Bad Gateway')],
+    ['a server error', new FetchError(500, 'Internal Server Error')],
+    ['no answer', new TypeError('Failed to fetch')]
+  ])(
+    'waits longer after each failed poll (%s), never less than the interval',
+    async (_, failure) => {
+      // A draw at the top of Poll's range is what once made it ask dozens of
+      // times a second: after a tick that ran at once, Lumino's retry range
+      // reached down to 1 ms.
+      const random = jest.spyOn(Math, 'random').mockReturnValue(0.999);
+      try {
+        const m = model([failure], {
+          interval: 10,
+          retryMax: 200,
+          stuckMax: 200,
+          standby: 'never',
+          autoStart: true
+        });
+        const waits: number[] = [];
+        m.poller.poll.ticked.connect((_, state) => {
+          if (state.phase !== 'started') {
+            waits.push(state.interval);
+          }
+        });
+        m.use('test', true);
+        await waitFor(() => waits.length >= 4);
+        const first = waits.slice(0, 4);
+        expect(first[0]).toBe(10);
+        first.slice(1).forEach((wait, i) => {
+          expect(wait).toBeGreaterThan(first[i]);
+        });
+        expect(m.calls).toBe(waits.length);
+        m.dispose();
+      } finally {
+        random.mockRestore();
+      }
+    }
+  );
 });
 
 describe('render discipline', () => {

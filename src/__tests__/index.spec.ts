@@ -198,8 +198,8 @@ describe('the plugin', () => {
       jest.advanceTimersByTime(2000);
       await settle();
     }
-    // The dashboard list was asked for (requests are seen), the glance never.
-    expect(urls.some(url => url.includes('index.json'))).toBe(true);
+    // The admin's cull was asked about (requests are seen), the glance never.
+    expect(urls.some(url => url.includes('nvdashboard-idle/culls'))).toBe(true);
     expect(urls.filter(url => url.includes('glance.json'))).toEqual([]);
     const sidebar = added.find(a => a.area === 'left')!
       .widget as DashboardSidebar;

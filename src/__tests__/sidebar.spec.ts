@@ -1,5 +1,6 @@
 import { CommandRegistry } from '@lumino/commands';
 import { MessageLoop } from '@lumino/messaging';
+import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
 import { FetchError } from '../model';
@@ -295,6 +296,49 @@ describe('DashboardSidebar', () => {
     expect(text(widget)).toContain('GPU status unavailable: boom');
   });
 
+  it('reports a slow info.json only when nothing on the sidebar is live', async () => {
+    // Under load info.json timed out while the meters kept updating, and the
+    // sidebar said "GPU status unavailable" beside them (issue 44).
+    const changed = new Signal<object, unknown>({});
+    const readings = { live: true, changed };
+    const slow = new FetchError(599, 'no answer within 10 s');
+    const widget = make(new FakeFetcher([INDEX], [slow]), {
+      liveReadings: readings
+    });
+    await settled(widget.refresh());
+    MessageLoop.flush();
+    expect(buttons(widget)).toHaveLength(3);
+    expect(text(widget)).not.toContain('unavailable');
+    expect(text(widget)).not.toContain('slow to answer');
+    // The meters go stale too: now nothing is live, and it says why.
+    readings.live = false;
+    changed.emit(undefined);
+    MessageLoop.flush();
+    expect(text(widget)).toContain(
+      'GPU status: the dashboard server is slow to answer (no answer within 10 s)'
+    );
+    readings.live = true;
+    changed.emit(undefined);
+    MessageLoop.flush();
+    expect(text(widget)).not.toContain('slow to answer');
+  });
+
+  it('keeps the GPU status it read when info.json later fails', async () => {
+    const fetcher = new FakeFetcher([INDEX]);
+    const widget = make(fetcher);
+    await settled(widget.refresh());
+    const before = widget.node.querySelector(
+      '.nvdashboard-status'
+    )!.textContent;
+    fetcher.infoAnswers = [new FetchError(599, 'no answer within 10 s')];
+    await settled(widget.refresh());
+    MessageLoop.flush();
+    expect(widget.node.querySelector('.nvdashboard-status')!.textContent).toBe(
+      before
+    );
+    expect(text(widget)).not.toContain('unavailable');
+  });
+
   it('says so when there are no dashboards', async () => {
     const widget = make(new FakeFetcher([{}]));
     await settled(widget.refresh());
@@ -378,13 +422,14 @@ describe('DashboardSidebar', () => {
       });
       const delays: number[] = [];
       widget.poll.ticked.connect((_, state) => {
-        if (state.phase === 'rejected') {
+        if (state.phase !== 'started') {
           delays.push(state.interval);
         }
       });
-      await waitFor(() => delays.length >= 6);
-      // Delays grow threefold from the retry interval up to the maximum.
-      expect(delays.slice(1, 6)).toEqual([4, 12, 36, 100, 100]);
+      await waitFor(() => delays.length >= 5);
+      // Delays grow threefold from the retry interval up to the maximum,
+      // from the first failure on.
+      expect(delays.slice(0, 5)).toEqual([4, 12, 36, 100, 100]);
       expect(widget.state.kind).toBe('loading');
     } finally {
       random.mockRestore();
@@ -425,6 +470,51 @@ describe('DashboardSidebar', () => {
     expect(said.length).toBe(1);
     expect(text(widget)).toContain('read 15 s ago');
     stop();
+  });
+
+  it('asks nothing while collapsed, and at once when opened', async () => {
+    // A collapsed sidebar's poll used to relaunch a dashboard server that had
+    // exited when idle (issue 43).
+    jest.useFakeTimers({ doNotFake: ['queueMicrotask', 'nextTick'] });
+    try {
+      const fetcher = new FakeFetcher([INDEX]);
+      const widget = make(fetcher, { autoStart: true, interval: 1000 });
+      await jest.advanceTimersByTimeAsync(3500);
+      expect(fetcher.indexCalls).toBeGreaterThanOrEqual(3);
+      widget.hide(); // JupyterLab collapses its left area by hiding the panel
+      const calls = fetcher.indexCalls;
+      const infoCalls = fetcher.infoCalls;
+      await jest.advanceTimersByTimeAsync(60_000);
+      expect(fetcher.indexCalls).toBe(calls);
+      expect(fetcher.infoCalls).toBe(infoCalls);
+      widget.show();
+      await jest.advanceTimersByTimeAsync(0);
+      expect(fetcher.indexCalls).toBe(calls + 1);
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
+  it('started collapsed, reads the list once (for the palette) and no more', async () => {
+    jest.useFakeTimers({ doNotFake: ['queueMicrotask', 'nextTick'] });
+    try {
+      const fetcher = new FakeFetcher([INDEX]);
+      sidebar = new DashboardSidebar({
+        fetcher,
+        commands,
+        standby: 'never',
+        interval: 1000
+      });
+      const indexes: DashboardIndex[] = [];
+      sidebar.indexChanged.connect((_, index) => indexes.push(index));
+      sidebar.hide();
+      Widget.attach(sidebar, document.body);
+      await jest.advanceTimersByTimeAsync(60_000);
+      expect(fetcher.indexCalls).toBe(1);
+      expect(indexes).toEqual([INDEX]);
+    } finally {
+      jest.useRealTimers();
+    }
   });
 
   it('stops polling when disposed', async () => {
@@ -480,10 +570,12 @@ describe('DashboardSidebar', () => {
         interval: 100
       });
       const ticks = recordTicks(widget);
-      await waitFor(() => ticks.some(([phase]) => phase === 'reconnected'));
-      const rejected = ticks.filter(([phase]) => phase === 'rejected');
-      // Lumino alone would draw up to 3 × 100 ms here.
-      expect(rejected.map(([, interval]) => interval)).toEqual([20]);
+      await waitFor(() => fetcher.indexCalls >= 3);
+      const waits = ticks
+        .filter(([phase]) => phase !== 'started')
+        .map(([, interval]) => interval);
+      // Lumino alone would draw up to 3 × 100 ms after the failure.
+      expect(waits.slice(0, 2)).toEqual([100, 5]);
     } finally {
       random.mockRestore();
     }
