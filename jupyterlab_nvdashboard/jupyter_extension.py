@@ -28,6 +28,7 @@ import os
 from typing import Any
 
 from .config import ConfigError, CullSettings, cull_settings, start_with_jupyter
+from .http_edge import EVERY_RESPONSE
 from .idle_cull import CULLS_PATH, NOTICES_PATH, CullPolicy, IdleCuller, notice_from_body
 
 # jupyter-server-proxy's name for this server (the entry point in pyproject.toml).
@@ -119,13 +120,18 @@ def idle_handlers(culler: IdleCuller) -> list[tuple[str, Any, dict[str, Any]]]:
         def initialize(self, culler: IdleCuller) -> None:
             self.culler = culler
 
+        def set_default_headers(self) -> None:
+            super().set_default_headers()  # Jupyter's own, nosniff among them
+            for name, value in EVERY_RESPONSE.items():
+                self.set_header(name, value)
+
     class NoticesHandler(IdleHandler):
         @web.authenticated
         @authorized
         def post(self) -> None:
             try:
                 body = json.loads(self.request.body or b"null")
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past Python's stack
                 body = None
             notice = notice_from_body(body)
             if notice is None:
