@@ -13,8 +13,9 @@ In every mode Bokeh sessions are signed with a secret made at each launch (``ser
 so a websocket is only accepted for a session id this server issued on an allowed page.
 
 Before the token, standalone (with or without a token) every request's ``Host`` must be a
-name this server is known by (``host_allowed``): a loopback name or address, the bind
-address, or a name given with ``--allow-host``. A web page on another site that re-binds its
+well-formed host and optional port (``host_name``) whose host this server is known by
+(``host_allowed``): a loopback name or address, the bind address, or a name given with
+``--allow-host``. A web page on another site that re-binds its
 own name to 127.0.0.1 (DNS rebinding) sends its own name as Host, and is refused. Every
 websocket's ``Origin`` is then checked against the allow-list by this module itself, even
 when it equals the Host (tornado accepts those without asking). Behind Jupyter, Jupyter has
@@ -24,7 +25,7 @@ forwards (``PROXY_ORIGIN_HOST`` in ``__init__.py``), and the allow-list holds ex
 
 No credential is ever placed in a page or a log: the Bokeh session token carries no cookie,
 no header and only the ``theme`` argument (``server.py``), and library log lines have any
-``token=`` value scrubbed (``scrub_secrets``).
+``token=`` value scrubbed (``scrub_secrets``), however the name is percent-encoded.
 
 Our own tornado handlers subclass ``GuardedHandler`` (or call ``Access.require`` from
 ``prepare``); Bokeh's handlers ask ``BokehAuth``; Bokeh's static files are gated through
@@ -38,7 +39,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 from bokeh.server.auth_provider import AuthProvider
 from bokeh.server.util import check_allowlist
@@ -63,22 +64,59 @@ HOST_REFUSED = ("this server is not known by that name (Host header); start it w
 ORIGIN_REFUSED = "websocket Origin not allowed (see --allow-websocket-origin)"
 # ``token=<value>`` in a logged URL (ours, or Jupyter's forwarded through the proxy) and
 # Jupyter's ``_xsrf``: the value is replaced, as Jupyter scrubs its own request logs.
-_SECRET_ARGUMENT = re.compile(r"(?i)\b(token|_xsrf)=[^&\s;\"']*")
+_SECRET_ARGUMENT = re.compile(r"(?i)\b(token|_xsrf)=")
+# One query argument or path of a logged URL, or one word of a log line.
+_URL_PART = re.compile(r"[^\s?&;\"']+")
+# Tornado decodes an argument's name once (``?to%6ben=`` is ``token``, and authenticates);
+# the scrubber decodes a part until it stops changing, so that no name tornado accepts, and
+# no further encoding of one, carries a token into a log line. A few rounds are plenty.
+_MOST_DECODINGS = 4
+
+
+def _decoded(text: str) -> str:
+    for _ in range(_MOST_DECODINGS):
+        decoded = unquote_plus(text)
+        if decoded == text:
+            break
+        text = decoded
+    return text
 
 
 def scrub_secrets(text: str) -> str:
-    """``text`` with the value of every ``token=`` and ``_xsrf=`` replaced by ``[secret]``."""
-    return _SECRET_ARGUMENT.sub(lambda match: f"{match.group(1)}=[secret]", text)
+    """``text`` with the value of every ``token=`` and ``_xsrf=`` replaced by ``[secret]``,
+    however their names (or the ``=``) are percent-encoded."""
+
+    def scrub(match: re.Match[str]) -> str:
+        part = match.group(0)
+        if not _SECRET_ARGUMENT.search(_decoded(part)):
+            return part
+        name, equals, _ = part.partition("=")
+        if equals and _SECRET_ARGUMENT.search(_decoded(name) + "="):
+            return f"{name}=[secret]"
+        return "[secret]"  # the "=" itself was encoded: nothing of it can be kept
+
+    return _URL_PART.sub(scrub, text)
 
 
-def split_host(host: str) -> str:
-    """The name or address in a ``Host`` header (port and IPv6 brackets removed), lowercased."""
-    host = host.strip().lower()
-    if host.startswith("["):
-        return host[1:].partition("]")[0]
-    if host.count(":") == 1:
-        host = host.partition(":")[0]
-    return host.rstrip(".")
+# A Host header (RFC 9110, 7.2): an IPv6 address in brackets or a name (an IPv4 address
+# among them), then optionally ":" and a port. Anything after either is refused: a lenient
+# split took "[::1]evil.example" and "[::1]:8000junk" for ::1.
+_HOST_HEADER = re.compile(r"(?:\[(?P<literal>[0-9a-f:.]+)\]"
+                          r"|(?P<name>[a-z0-9_-]+(?:\.[a-z0-9_-]+)*\.?))"
+                          r"(?::(?P<port>[0-9]{1,5}))?")
+HIGHEST_PORT = 65535
+
+
+def host_name(host: str) -> str | None:
+    """The name or address in a ``Host`` header (port and IPv6 brackets removed, lowercased,
+    no trailing dot), or None when it is not a well-formed host and optional port."""
+    match = _HOST_HEADER.fullmatch(host.strip().lower())
+    if match is None or int(match["port"] or 0) > HIGHEST_PORT:
+        return None
+    if match["literal"] is not None:
+        literal = match["literal"]
+        return literal if isinstance(_is_ip(literal), ipaddress.IPv6Address) else None
+    return match["name"].rstrip(".")
 
 
 def _is_ip(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -106,7 +144,8 @@ class HostRule:
 
     @classmethod
     def for_config(cls, config: Config) -> HostRule:
-        address = split_host(config.address)
+        # An address as given to --address: "::1" bare, or in brackets.
+        address = config.address.strip().lower().strip("[]").rstrip(".")
         names = {name.lower() for name in config.allow_hosts}
         if address not in ("0.0.0.0", "::", ""):
             names.add(address)
@@ -117,7 +156,9 @@ class HostRule:
     def host_allowed(self, host: str) -> bool:
         if self.forwarded:
             return True
-        name = split_host(host)
+        name = host_name(host)
+        if name is None:
+            return False
         address = _is_ip(name)
         if address is not None:
             return address.is_loopback or self.any_address or name in self.names

@@ -33,6 +33,9 @@ burst of page loads, hostile input or a hostile web page:
 8. A websocket handshake without Bokeh's subprotocol or a valid session token makes
    ``WSHandler.open`` close the socket and then raise, which Tornado logs as "Uncaught
    exception" with a traceback. It is one plain line instead; the socket is still closed.
+9. Bokeh's ``Server`` builds a plain tornado ``HTTPServer``, with no way to cap how many
+   connections it holds. It builds ``http_edge.CappedHTTPServer`` instead, which takes a
+   ``max_connections`` among the ``http_server_kwargs`` (without one, it has no cap).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from types import ModuleType
 from typing import Any
 
 import bokeh.document.document as bokeh_document
+import bokeh.server.server as bokeh_server
 from bokeh.protocol.exceptions import ProtocolError
 from bokeh.protocol.messages.error import error as ErrorMessage
 from bokeh.server.views.autoload_js_handler import AutoloadJsHandler
@@ -55,6 +59,7 @@ from bokeh.util.token import get_session_id
 from tornado.web import HTTPError, RequestHandler
 
 from .auth import PAGE_HEADERS, scrub_secrets
+from .http_edge import CappedHTTPServer
 
 _applied = False
 log = logging.getLogger(__name__)
@@ -105,6 +110,8 @@ def apply() -> None:
     SessionHandler.get_session = get_well_formed_session  # type: ignore[method-assign]
 
     WSHandler.open = refuse_bad_handshake_in_one_line(WSHandler.open)  # type: ignore[method-assign]
+
+    bokeh_server.HTTPServer = CappedHTTPServer  # type: ignore[misc]
 
 
 def refuse_bad_handshake_in_one_line(open_socket: Any) -> Any:

@@ -29,6 +29,7 @@ import os
 from typing import Any
 
 from .config import ConfigError, CullSettings, cull_settings, start_with_jupyter
+from .http_edge import EVERY_RESPONSE
 from .idle_cull import (
     CULLS_PATH,
     KEEPS_PATH,
@@ -128,15 +129,24 @@ def idle_handlers(culler: IdleCuller) -> list[tuple[str, Any, dict[str, Any]]]:
         def initialize(self, culler: IdleCuller) -> None:
             self.culler = culler
 
+        def set_default_headers(self) -> None:
+            super().set_default_headers()  # Jupyter's own, nosniff among them
+            for name, value in EVERY_RESPONSE.items():
+                self.set_header(name, value)
+
+        def json_body(self) -> object:
+            """The request's JSON, or None where it is not JSON or nests past Python's stack
+            (each route then answers 400 with what it expected)."""
+            try:
+                return json.loads(self.request.body or b"null")
+            except (ValueError, RecursionError):
+                return None
+
     class NoticesHandler(IdleHandler):
         @web.authenticated
         @authorized
         def post(self) -> None:
-            try:
-                body = json.loads(self.request.body or b"null")
-            except ValueError:
-                body = None
-            notice = notice_from_body(body)
+            notice = notice_from_body(self.json_body())
             if notice is None:
                 raise web.HTTPError(400, "expected {kernel_id, episode}, two short strings")
             if not self.culler.is_kernel(notice[0]):
@@ -147,11 +157,7 @@ def idle_handlers(culler: IdleCuller) -> list[tuple[str, Any, dict[str, Any]]]:
         @web.authenticated
         @authorized
         def post(self) -> None:
-            try:
-                body = json.loads(self.request.body or b"null")
-            except ValueError:
-                body = None
-            kernel_id = kernel_from_body(body)
+            kernel_id = kernel_from_body(self.json_body())
             if kernel_id is None:
                 raise web.HTTPError(400, "expected {kernel_id}, a short string")
             if not self.culler.is_kernel(kernel_id):

@@ -58,7 +58,7 @@ from bokeh.util import logconfig as bokeh_logconfig
 from tornado.ioloop import IOLoop, PeriodicCallback
 from tornado.web import HTTPError
 
-from . import __version__, bokeh_patches, preflight
+from . import __version__, bokeh_patches, http_edge, preflight
 from .apps.cluster import (
     CLUSTER_PATH,
     ClusterFeeds,
@@ -566,6 +566,9 @@ def make_server(config: Config, sources: DashboardSources,
         include_cookies=[],
         unused_session_lifetime_milliseconds=config.unused_session_lifetime_ms,
         check_unused_sessions_milliseconds=config.check_unused_sessions_ms,
+        # A header timeout, a cap on connections, and the headers every response carries.
+        http_server_kwargs=http_edge.server_kwargs(),
+        transforms=[http_edge.EveryResponseHeaders],
         **listen,
     )
     live_sessions.server = server

@@ -5,7 +5,8 @@ truncated and oversized Bokeh protocol messages): no 500, no traceback in a resp
 crash, no traceback or megabyte line in the server's log, and another open dashboard keeps
 getting updates. Every non-GET method on every
 route is refused and changes nothing; the server binds 127.0.0.1 by default and never
-spawns a process.
+spawns a process. Clients that send their headers slowly are cut off, and connections past
+the cap are answered 503 at once, while the server keeps serving.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tornado.websocket import websocket_connect
 
 from jupyterlab_nvdashboard.apps.registry import ROUTES
 from jupyterlab_nvdashboard.bokeh_patches import LOG_LINE_LIMIT
+from jupyterlab_nvdashboard.http_edge import EVERY_RESPONSE, connection_cap
 from tests.support.bokeh_client import auth_headers, fetch_token, open_session
 from tests.support.servers import cli_server, get, server_output
 from tests.support.stream_client import open_stream
@@ -295,3 +297,82 @@ def test_autoload_js_is_not_readable_cross_origin() -> None:
         code, headers = asyncio.run(fetch())
         assert code == 200  # same-origin embedding still works
         assert not any(name.lower().startswith("access-control-") for name in headers), headers
+
+
+class SlowClients:
+    """``count`` connections that each send a request line, then one header line per
+    ``trickle()``, never the blank line that ends the headers, and carry no token."""
+
+    def __init__(self, url: str, count: int) -> None:
+        parts = urlsplit(url)
+        self.open: list[socket.socket] = []
+        self.answers: list[bytes] = []  # what the server said before it closed one
+        for _ in range(count):
+            sock = socket.create_connection((parts.hostname, parts.port), timeout=10)
+            sock.sendall(b"GET /info.json HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            sock.setblocking(False)
+            self.open.append(sock)
+
+    def trickle(self) -> int:
+        """One more header line on each connection still open; how many are."""
+        still = []
+        for sock in self.open:
+            try:
+                answer = sock.recv(4096)
+            except BlockingIOError:  # nothing to read: still open, as far as we can see
+                try:
+                    sock.send(b"X-Slow: 1\r\n")
+                    still.append(sock)
+                    continue
+                except OSError:
+                    answer = b""
+            except OSError:
+                answer = b""
+            self.answers.append(answer)
+            sock.close()
+        self.open = still
+        return len(still)
+
+    def close(self) -> None:
+        for sock in self.open:
+            sock.close()
+
+
+def test_clients_that_send_their_headers_slowly_are_cut_off() -> None:
+    with cli_server(["--simulate", "1"]) as (url, process):
+        slow = SlowClients(url, 200)
+        try:
+            # A line a second from each: the headers never end, and the server closes them.
+            until(lambda: slow.trickle() == 0, "the server closes every slow connection",
+                  every_s=1.0)
+            assert slow.answers == [b""] * 200  # closed without a word: no request was read
+            assert get(url + "/info.json")[0] == 200
+        finally:
+            slow.close()
+        assert "Traceback" not in server_output(process)
+
+
+def test_connections_past_the_cap_are_refused_at_once_and_the_server_carries_on() -> None:
+    limit = 128  # open files: the cap is half, so the server keeps descriptors of its own
+    cap = connection_cap(limit)
+    with cli_server(["--simulate", "1"], open_files_limit=limit) as (url, process):
+        held = SlowClients(url, cap)
+        extra = SlowClients(url, 10)
+        try:
+            until(lambda: extra.trickle() == 0, "the server answers the ones past the cap")
+            assert all(answer.startswith(b"HTTP/1.1 503 ") for answer in extra.answers)
+            for name, value in EVERY_RESPONSE.items():
+                assert all(f"{name}: {value}".encode() in a for a in extra.answers), name
+            assert held.trickle() == cap  # the ones it holds are still open
+            status, _ = get(url + "/info.json")  # and so is a browser, until some close
+            assert status == 503
+            # Once the slow ones are cut off, the server answers again.
+            until(lambda: held.trickle() == 0, "the slow connections are cut off",
+                  every_s=1.0)
+            assert get(url + "/info.json")[0] == 200
+        finally:
+            held.close()
+            extra.close()
+        output = server_output(process)
+        assert output.count("the most this server holds") == 1, output  # one line
+        assert "Traceback" not in output

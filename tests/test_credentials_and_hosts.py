@@ -2,9 +2,11 @@
 
 Against real servers over HTTP and websockets: every dashboard page's Bokeh session token
 is decoded and must hold no token or cookie value (standalone, and as behind Jupyter);
-pages are ``no-store`` and carry ``frame-ancestors``; a foreign ``Host`` is refused on every
-route and socket, with and without a token; a websocket whose forged Origin equals its
-forged Host is refused; library log lines carry no token.
+pages are ``no-store`` and carry ``frame-ancestors``; every response, errors and websocket
+handshakes included, carries ``nosniff`` and a ``Referrer-Policy``; a foreign or malformed
+``Host`` is refused on every route and socket, with and without a token; a websocket whose
+forged Origin equals its forged Host is refused; library log lines carry no token, however
+its name is encoded.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from tornado.websocket import websocket_connect
 from jupyterlab_nvdashboard.apps.registry import ROUTES
 from jupyterlab_nvdashboard.auth import HostRule, scrub_secrets
 from jupyterlab_nvdashboard.config import load_config
+from jupyterlab_nvdashboard.http_edge import EVERY_RESPONSE
 from tests.support.bokeh_client import SESSION_TOKEN, TEST_TOKEN
 from tests.support.servers import cli_server, get, in_process_server, server_output
+from tests.support.waiting import until
 
 # What a browser behind Jupyter sends along: Jupyter's HttpOnly login cookie and _xsrf.
 JUPYTER_COOKIE_VALUE = "2|jupyter-login-cookie-secret-value|1234"
@@ -74,6 +78,39 @@ def test_pages_are_no_store_and_framed_only_by_their_own_origin() -> None:
                 assert response.headers.get("Cache-Control") == "no-store", route
                 assert "frame-ancestors 'self'" in response.headers.get(
                     "Content-Security-Policy", ""), route
+
+        asyncio.run(check())
+
+
+def test_every_response_says_nosniff_and_keeps_its_url_from_other_sites() -> None:
+    with in_process_server(gpus=1) as server:
+        auth = {"Authorization": f"token {TEST_TOKEN}"}
+        requests = [(path, auth, 200) for path in (
+            "/", "/index.json", "/info.json", "/history.csv?seconds=5", "/diagnosis.json",
+            "/static/js/bokeh.min.js", *[route.path for route in ROUTES])]
+        requests += [("/info.json", {}, 403), ("/no-such-page", auth, 404),
+                     ("/history.csv?seconds=-1", auth, 400),
+                     ("/info.json", {**auth, "Host": "evil.example"}, 403),
+                     (ROUTES[0].path + "/ws", auth, 400)]  # not a websocket handshake
+
+        def carries_both(headers: object) -> bool:
+            return all(headers.get(name) == value  # type: ignore[attr-defined]
+                       for name, value in EVERY_RESPONSE.items())
+
+        async def check() -> None:
+            client = AsyncHTTPClient()
+            for path, headers, code in requests:
+                response = await client.fetch(server.url + path, headers=headers,
+                                              raise_error=False, request_timeout=60)
+                assert response.code == code, (path, response.code)
+                assert carries_both(response.headers), (path, dict(response.headers))
+            assert EVERY_RESPONSE["Referrer-Policy"] in ("no-referrer", "same-origin")
+            own = server.url.split("//", 1)[1]
+            socket = await websocket_connect(HTTPRequest(
+                "ws" + server.url[len("http"):] + ROUTES[0].path + "/stream",
+                headers={**auth, "Origin": f"http://{own}"}))
+            assert carries_both(socket.headers), dict(socket.headers)
+            socket.close()
 
         asyncio.run(check())
 
@@ -157,6 +194,21 @@ def test_an_origin_equal_to_its_host_is_still_checked_against_the_allow_list() -
         asyncio.run(check())
 
 
+def test_only_a_well_formed_host_and_port_pass() -> None:
+    # A loopback address followed by anything but a port, or by a port that is not one, was
+    # read as the loopback address.
+    with in_process_server(gpus=1) as server:
+        port = _port(server.url)
+        for host in ("[::1]evil.example", f"[::1]evil.example:{port}", f"[::1]:{port}junk",
+                     f"127.0.0.1:{port}junk", f"localhost:{port}:{port}", "[::1]:",
+                     "[::1]:99999", "::1", f"[127.0.0.1]:{port}", "[::1", ""):
+            status, _ = get(server.url + "/info.json", headers={"Host": host})
+            assert status == 403, host
+        for host in (f"[::1]:{port}", "[::1]", f"127.0.0.1:{port}", f"localhost.:{port}",
+                     "LOCALHOST"):
+            assert get(server.url + "/info.json", headers={"Host": host})[0] == 200, host
+
+
 def test_the_allowed_names_come_from_the_flag_the_environment_and_the_bind_address() -> None:
     config = load_config(["--allow-host", "a.example,b.example", "--allow-host", "c.example",
                           "--address", "10.1.2.3"],
@@ -199,11 +251,31 @@ def test_request_logs_never_carry_the_token() -> None:
         assert f"?token={TEST_TOKEN}" in output
 
 
+def test_a_token_under_an_encoded_name_never_reaches_the_log() -> None:
+    # Tornado decodes an argument's name once: ?to%6ben= is ?token=, and authenticates.
+    with cli_server(["--simulate", "1"]) as (url, process):
+        assert get(f"{url}/info.json?to%6ben={TEST_TOKEN}", token=None)[0] == 200
+        assert get(f"{url}/no-such-page?to%6ben={TEST_TOKEN}", token=None)[0] == 404
+        for query in (f"%74oken={TEST_TOKEN}", f"TO%6BEN={TEST_TOKEN}",
+                      f"to%256ben={TEST_TOKEN}", f"token%3D{TEST_TOKEN}",
+                      f"_%78srf={XSRF_VALUE}&to%6Ben={TEST_TOKEN}"):
+            get(f"{url}/no-such-page?{query}", token=None)
+        # Each request's line, once the server has written it.
+        output = until(lambda: (text := server_output(process)).count("no-such-page") == 6
+                       and text, "the server logs the six requests")
+        logged = [line for line in output.splitlines() if "dashboards at" not in line]
+        for line in logged:
+            assert TEST_TOKEN not in line and "xsrf-secret" not in line, line
+
+
 def test_scrub_secrets_replaces_every_token_value() -> None:
     line = "403 GET /x?a=1&token=abc&bokeh-token=eyJ.x&_xsrf=2|y (127.0.0.1) 1.00ms"
     scrubbed = scrub_secrets(line)
     assert "abc" not in scrubbed and "eyJ" not in scrubbed and "2|y" not in scrubbed
     assert scrubbed.startswith("403 GET /x?a=1&token=[secret]&")
+    encoded = scrub_secrets("404 GET /x?to%6ben=abc&%5Fxsrf=def&token%3Dghi&t%256Fken=jkl&b=2")
+    assert encoded == "404 GET /x?to%6ben=[secret]&%5Fxsrf=[secret]&[secret]&t%256Fken=" \
+        "[secret]&b=2"
 
 
 def test_behind_jupyter_any_host_but_only_the_proxy_origin() -> None:

@@ -4,6 +4,7 @@ no GPU work, is ``idle`` in ``/glance.json`` (read through jupyter-server-proxy)
 runs a cell (Jupyter's own execution state, as a ``pip install`` would) it is ``busy``, and
 afterwards idle again in a new episode counted from the end of the cell; a training loop in
 a child process of the kernel makes it ``busy`` while the kernel itself is idle in Jupyter.
+A malformed notice (100,000 nested lists among them) is a 400, logged without a traceback.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ import json
 import os
 import signal
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import psutil
 import pytest
 
+from jupyterlab_nvdashboard.http_edge import EVERY_RESPONSE
+from jupyterlab_nvdashboard.idle_cull import CULLS_PATH, NOTICES_PATH
 from tests.support.idle_lab import answered_in_jupyter, connection_file, kernel_state
 from tests.support.jupyter import JupyterLab, cell_reply, jupyter_lab
 from tests.support.waiting import until
@@ -136,3 +141,33 @@ def test_a_kernel_whose_first_answer_jupyter_missed_is_still_seen_idle(lab: Jupy
         until(lambda: kernel_state(lab, kernel_id) == "idle", "idle in Jupyter")
     finally:
         call(lab, "DELETE", f"api/sessions/{session['id']}")  # type: ignore[index]
+
+
+def test_a_malformed_notice_is_a_400_without_a_traceback(lab: JupyterLab) -> None:
+    # 100,000 nested lists: Python's JSON parser runs out of stack (RecursionError, which is
+    # no ValueError) long before the end; that was a 500 with a traceback in Jupyter's log.
+    log = Path(psutil.Process(lab.process.pid).cwd()) / "jupyter.log"
+    before = len(log.read_text(errors="replace"))
+    for body in (b"[" * 100_000, b"{not json", json.dumps({"kernel_id": 1}).encode()):
+        request = urllib.request.Request(lab.url + NOTICES_PATH, data=body, method="POST",
+                                         headers={**lab.auth,
+                                                  "Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        assert refused.value.code == 400, body[:20]
+        for name, value in EVERY_RESPONSE.items():
+            assert refused.value.headers.get(name) == value, name
+    status, _ = lab.get(CULLS_PATH)
+    assert status == 200
+    # Jupyter's own lines for each refused API request (its access line, the reason, "wrote
+    # error"), once written, and no traceback.
+
+    def reasons() -> list[str] | None:
+        written = log.read_text(errors="replace")[before:]
+        lines = [line for line in written.splitlines()
+                 if "400 POST" in line and "expected {kernel_id" in line]
+        return lines if len(lines) >= 3 else None
+
+    until(reasons, "Jupyter logs the three refusals with their reason")
+    after = log.read_text(errors="replace")[before:]
+    assert "Traceback" not in after and "RecursionError" not in after, after[-3000:]

@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -23,6 +24,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -202,12 +204,13 @@ def in_process_server(
 @contextmanager
 def cli_server(
     args: Sequence[str] = (), env: Mapping[str, str] | None = None, port: int | None = None,
-    sigint_ignored: bool = False,
+    sigint_ignored: bool = False, open_files_limit: int | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """``python -m jupyterlab_nvdashboard.server`` as a subprocess, stopped with Ctrl-C.
 
     Its token is ``TEST_TOKEN`` unless ``env`` sets another NVDASHBOARD_TOKEN.
     ``sigint_ignored`` starts it as a non-interactive shell's ``cmd &`` does: SIGINT ignored.
+    ``open_files_limit`` lowers its soft limit of open files (``ulimit -n``).
     """
     port = port or free_port()
     runs_dir = tempfile.mkdtemp(prefix="nvdashboard-runs-")
@@ -218,7 +221,8 @@ def cli_server(
     process = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab_nvdashboard.server", str(port), *args],
         env=environment, stdout=log, stderr=subprocess.STDOUT, text=True,
-        preexec_fn=_ignore_sigint if sigint_ignored else None,  # noqa: PLW1509 - test only
+        preexec_fn=partial(_before_exec, sigint_ignored, open_files_limit)  # noqa: PLW1509
+        if sigint_ignored or open_files_limit is not None else None,  # test only
     )
     process.log_path = log.name  # type: ignore[attr-defined]
     url = f"http://127.0.0.1:{port}"
@@ -239,8 +243,12 @@ def cli_server(
         shutil.rmtree(runs_dir, ignore_errors=True)
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _before_exec(sigint_ignored: bool, open_files_limit: int | None) -> None:
+    if sigint_ignored:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if open_files_limit is not None:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files_limit, hard))
 
 
 def server_output(process: subprocess.Popen) -> str:
