@@ -6,6 +6,7 @@ GPU, and PCIe per GPU with the all-GPU sum as an option."""
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.support.browser import (
     PAGE_WAIT_MS,
@@ -204,4 +205,75 @@ def test_activity_bands_follow_their_headings_on_a_narrow_page() -> None:
         tooltip = page.evaluate(TOOLTIP_JS)
         assert "GB/s" in tooltip and "SM activity" not in tooltip, tooltip
         assert "GPU 0 TX" not in tooltip, tooltip  # GPU 0 is hidden
+        watched.assert_clean()
+
+
+# Where the hover's box is drawn, in screen pixels (in Bokeh's shadow roots), or null.
+TOOLTIP_BOX_JS = """() => {
+  let found = null;
+  const walk = (root) => { for (const el of root.querySelectorAll('*')) {
+    if (el.shadowRoot) walk(el.shadowRoot);
+    if (el.classList && el.classList.contains('bk-tooltip-content')) {
+      const box = el.getBoundingClientRect();
+      if (box.height) found = {top: box.top, bottom: box.bottom};
+    }
+  } };
+  walk(document);
+  return found;
+}"""
+
+
+def settled_bands(page) -> list[dict]:  # noqa: ANN001
+    """The bands once each one's lines are drawn in its HTML's place, or as they stand
+    after the deadline (the assertion then says how far off they are)."""
+    aligned = (f"() => ({BANDS_JS})().filter((b) => b.shown).every((b) => "
+               f"Math.abs(b.drawn_top - b.top) <= 2 && Math.abs(b.drawn_bottom - b.bottom) <= 2)")
+    try:
+        page.wait_for_function(aligned, timeout=20_000)
+    except PlaywrightTimeoutError:
+        pass
+    return page.evaluate(BANDS_JS)
+
+
+@pytest.mark.parametrize(("gpus", "profile"), [(4, "mixed"), (2, "h200")])
+def test_activity_bands_line_up_under_notices_at_1280x800(gpus: int, profile: str) -> None:
+    """Issue 44: with the mixed profile the notices above the canvas made the page taller
+    than the window, BokehJS squeezed the figure to what was left, and the lines were drawn
+    up to 70 px away from their headings. Every band lines up with its HTML, within 2 px, in
+    both themes, at the full 1280 px and at 960 px (JupyterLab with its sidebar open); the
+    hover over a band names that band's series, and is drawn in that band."""
+    with in_process_server(gpus=gpus, profile=profile, interval_s=0.2,
+                           idle_interval_s=0.2) as server, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        watched = watch(page)
+        page.goto(with_token(server.url + "/"))
+        for theme in ("light", "dark"):
+            page.set_viewport_size({"width": 1280, "height": 800})
+            page.goto(f"{server.url}/GPU-Activity?theme={theme}")
+            page.wait_for_function("() => window.nvdashboardLive && nvdashboardLive.draws > 1",
+                                   timeout=PAGE_WAIT_MS)
+            if profile == "mixed":  # the notices this is about are there
+                assert page.locator(".nvdashboard-gpm-notice").count() == 1
+            for width in (1280, 960):
+                page.set_viewport_size({"width": width, "height": 800})
+                bands = settled_bands(page)
+                assert len([band for band in bands if band["shown"]]) >= 3, bands
+                assert_lines_where_their_bands_are(bands)
+                screenshot(page, f"timeline-bands-gpu-activity-{profile}-{width}-{theme}")
+            # The hover over the first GPU's activity band: its series, drawn in its band.
+            gpu0 = next(band for band in bands if band["title"].startswith("GPU 0 "))
+            page.evaluate("(y) => window.scrollTo(0, y)", gpu0["top"] - 200)
+            gpu0 = next(band for band in page.evaluate(BANDS_JS)
+                        if band["title"].startswith("GPU 0 "))
+            page.mouse.move(500, (gpu0["top"] + gpu0["bottom"]) / 2)
+            page.wait_for_function(f"() => ({TOOLTIP_JS})().includes('SM activity')",
+                                   timeout=15_000)
+            tooltip = page.evaluate(TOOLTIP_JS)
+            assert "GB/s" not in tooltip and "TX" not in tooltip, tooltip
+            box = page.evaluate(TOOLTIP_BOX_JS)
+            assert box is not None
+            middle = (box["top"] + box["bottom"]) / 2
+            assert gpu0["top"] <= middle <= gpu0["bottom"], (box, gpu0)
+            screenshot(page, f"timeline-hover-gpu-activity-{profile}-{theme}")
+            page.mouse.move(5, 5)
         watched.assert_clean()

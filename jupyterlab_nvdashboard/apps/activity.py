@@ -28,6 +28,7 @@ from ..metrics.gpm import CLOSEST_METRIC, NO_GPM_HARDWARE, gpm_unavailable_reaso
 from ..stream.broadcaster import Feed
 from .components import (
     GB,
+    UNCAPPED_HEIGHT,
     Panel,
     Series,
     Timeline,
@@ -220,7 +221,8 @@ class ActivityDashboard:
                     line.visible = position == picker.active
         self.live = self.timeline.live if self.timeline else None
         # In tags: the texts' source is in the document (and reaches the page) with the root.
-        self.root = column(*children, sizing_mode="stretch_width", tags=[self.line_texts])
+        self.root = column(*children, sizing_mode="stretch_width", tags=[self.line_texts],
+                           styles=UNCAPPED_HEIGHT)
 
     def refresh(self) -> None:
         """The lines of every window, from the cache every page and /diagnosis.json share."""
