@@ -277,3 +277,92 @@ def test_activity_bands_line_up_under_notices_at_1280x800(gpus: int, profile: st
             screenshot(page, f"timeline-hover-gpu-activity-{profile}-{theme}")
             page.mouse.move(5, 5)
         watched.assert_clean()
+
+
+# The element that has the keyboard's focus, inside Bokeh's shadow roots: its legend key (or
+# its text), role and aria-pressed.
+FOCUSED_JS = """() => {
+  let el = document.activeElement;
+  while (el && el.shadowRoot && el.shadowRoot.activeElement) el = el.shadowRoot.activeElement;
+  if (!el || el === document.body) return null;
+  return {series: el.dataset ? el.dataset.series || null : null, text: el.textContent,
+          role: el.getAttribute('role'), pressed: el.getAttribute('aria-pressed')};
+}"""
+# The GPU filter's buttons: text, aria-pressed, the check drawn before a pressed one, and
+# whether the text is struck through.
+GPU_BUTTONS_JS = """() => {
+  const out = [];
+  const walk = (root) => { for (const el of root.querySelectorAll('*')) {
+    if (el.shadowRoot) walk(el.shadowRoot);
+    if (el.matches('.bk-btn') && /^GPU /.test(el.textContent)) {
+      out.push({text: el.textContent, pressed: el.getAttribute('aria-pressed'),
+                active: el.classList.contains('bk-active'),
+                before: getComputedStyle(el, '::before').content,
+                struck: getComputedStyle(el).textDecorationLine.includes('line-through')});
+    }
+  } };
+  walk(document);
+  return out;
+}"""
+ENTRY_PRESSED_JS = """(key) => {
+  const walk = (root) => { for (const el of root.querySelectorAll('*')) {
+    if (el.dataset && el.dataset.series === key) return el.getAttribute('aria-pressed');
+    if (el.shadowRoot) { const found = walk(el.shadowRoot); if (found) return found; }
+  } return null; };
+  return walk(document);
+}"""
+
+
+def assert_gpu_buttons_say_what_is_shown(page, shown: list[str]) -> None:  # noqa: ANN001
+    buttons = page.evaluate(GPU_BUTTONS_JS)
+    assert [b["text"] for b in buttons] == ["GPU 0", "GPU 1", "GPU 2", "GPU 3"], buttons
+    for button in buttons:
+        on = button["text"] in shown
+        assert button["active"] is on and button["pressed"] == str(on).lower(), button
+        assert ("✓" in button["before"]) is on and button["struck"] is not on, button
+
+
+def tab_to(page, key: str) -> dict:  # noqa: ANN001
+    """Presses Tab until the legend entry of ``key`` has the focus; what is focused then."""
+    for _ in range(60):
+        page.keyboard.press("Tab")
+        focused = page.evaluate(FOCUSED_JS)
+        if focused and focused["series"] == key:
+            return focused
+    raise AssertionError(f"Tab never reached the legend entry {key}: last {focused}")
+
+
+def test_legend_entries_and_gpu_buttons_by_keyboard() -> None:
+    """Issue 43 (keyboard) and 44 (which GPU buttons are on): a legend entry that hides a
+    series is reached with Tab, is a button with aria-pressed, and answers Enter and Space;
+    the GPU buttons show a check when pressed, are struck through when not, and carry
+    aria-pressed, in both themes."""
+    with in_process_server(gpus=4, profile="mixed", interval_s=0.2,
+                           idle_interval_s=0.2) as server, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        watched = watch(page)
+        page.goto(with_token(server.url + "/"))
+        everyone = ["GPU 0", "GPU 1", "GPU 2", "GPU 3"]
+        for theme in ("light", "dark"):
+            page.goto(f"{server.url}/GPU-Resources?theme={theme}")
+            page.wait_for_function("() => window.nvdashboardLive && nvdashboardLive.draws > 1",
+                                   timeout=PAGE_WAIT_MS)
+            assert_gpu_buttons_say_what_is_shown(page, everyone)
+            focused = tab_to(page, "utilization1")
+            assert focused["role"] == "button" and focused["pressed"] == "true", focused
+            page.keyboard.press("Enter")  # GPU 1 hidden on every chart
+            page.wait_for_function(f"() => !({LINES_JS})().memory1.visible", timeout=15_000)
+            assert page.evaluate(FOCUSED_JS)["pressed"] == "false"
+            assert_gpu_buttons_say_what_is_shown(page, ["GPU 0", "GPU 2", "GPU 3"])
+            screenshot(page, f"timeline-gpu-buttons-gpu1-hidden-{theme}")
+            page.keyboard.press(" ")  # and shown again
+            page.wait_for_function(f"() => ({LINES_JS})().memory1.visible", timeout=15_000)
+            assert page.evaluate(FOCUSED_JS)["pressed"] == "true"
+            assert_gpu_buttons_say_what_is_shown(page, everyone)
+            # An entry that is not a GPU's (the all-GPU sum, hidden at first) answers too.
+            assert page.evaluate(ENTRY_PRESSED_JS, "pcie_tx") == "false"
+            tab_to(page, "pcie_tx")
+            page.keyboard.press(" ")
+            page.wait_for_function(f"() => ({LINES_JS})().pcie_tx.visible", timeout=15_000)
+            assert page.evaluate(ENTRY_PRESSED_JS, "pcie_tx") == "true"
+        watched.assert_clean()

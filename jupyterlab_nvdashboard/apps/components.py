@@ -297,8 +297,12 @@ def panel_heading(panel: Panel) -> str:
     take the pointer: the rest lets drags and the hover through to the chart under it.
     """
     value = "" if panel.y_labels else " <b></b>"  # a row number means nothing to a reader
+    # Each entry is a toggle button a keyboard reaches (Tab) and presses (Enter, Space):
+    # pressed while its line is shown.
     items = "".join(
-        f"<span data-series='{series.key}' style='margin-right:1em;white-space:nowrap;"
+        f"<span data-series='{series.key}' role='button' tabindex='0' "
+        f"aria-pressed='{'true' if series.visible else 'false'}' "
+        f"style='margin-right:1em;white-space:nowrap;"
         f"cursor:pointer;pointer-events:auto;{'' if series.visible else HIDDEN_STYLE}' "
         f"title='click to hide or show"
         f"{' this GPU on every chart' if series.gpu is not None else ''}'>"
