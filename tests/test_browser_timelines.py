@@ -6,6 +6,7 @@ GPU, and PCIe per GPU with the all-GPU sum as an option."""
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.support.browser import (
     PAGE_WAIT_MS,
@@ -204,4 +205,164 @@ def test_activity_bands_follow_their_headings_on_a_narrow_page() -> None:
         tooltip = page.evaluate(TOOLTIP_JS)
         assert "GB/s" in tooltip and "SM activity" not in tooltip, tooltip
         assert "GPU 0 TX" not in tooltip, tooltip  # GPU 0 is hidden
+        watched.assert_clean()
+
+
+# Where the hover's box is drawn, in screen pixels (in Bokeh's shadow roots), or null.
+TOOLTIP_BOX_JS = """() => {
+  let found = null;
+  const walk = (root) => { for (const el of root.querySelectorAll('*')) {
+    if (el.shadowRoot) walk(el.shadowRoot);
+    if (el.classList && el.classList.contains('bk-tooltip-content')) {
+      const box = el.getBoundingClientRect();
+      if (box.height) found = {top: box.top, bottom: box.bottom};
+    }
+  } };
+  walk(document);
+  return found;
+}"""
+
+
+def settled_bands(page) -> list[dict]:  # noqa: ANN001
+    """The bands once each one's lines are drawn in its HTML's place, or as they stand
+    after the deadline (the assertion then says how far off they are)."""
+    aligned = (f"() => ({BANDS_JS})().filter((b) => b.shown).every((b) => "
+               f"Math.abs(b.drawn_top - b.top) <= 2 && Math.abs(b.drawn_bottom - b.bottom) <= 2)")
+    try:
+        page.wait_for_function(aligned, timeout=20_000)
+    except PlaywrightTimeoutError:
+        pass
+    return page.evaluate(BANDS_JS)
+
+
+@pytest.mark.parametrize(("gpus", "profile"), [(4, "mixed"), (2, "h200")])
+def test_activity_bands_line_up_under_notices_at_1280x800(gpus: int, profile: str) -> None:
+    """Issue 44: with the mixed profile the notices above the canvas made the page taller
+    than the window, BokehJS squeezed the figure to what was left, and the lines were drawn
+    up to 70 px away from their headings. Every band lines up with its HTML, within 2 px, in
+    both themes, at the full 1280 px and at 960 px (JupyterLab with its sidebar open); the
+    hover over a band names that band's series, and is drawn in that band."""
+    with in_process_server(gpus=gpus, profile=profile, interval_s=0.2,
+                           idle_interval_s=0.2) as server, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        watched = watch(page)
+        page.goto(with_token(server.url + "/"))
+        for theme in ("light", "dark"):
+            page.set_viewport_size({"width": 1280, "height": 800})
+            page.goto(f"{server.url}/GPU-Activity?theme={theme}")
+            page.wait_for_function("() => window.nvdashboardLive && nvdashboardLive.draws > 1",
+                                   timeout=PAGE_WAIT_MS)
+            if profile == "mixed":  # the notices this is about are there
+                assert page.locator(".nvdashboard-gpm-notice").count() == 1
+            for width in (1280, 960):
+                page.set_viewport_size({"width": width, "height": 800})
+                bands = settled_bands(page)
+                assert len([band for band in bands if band["shown"]]) >= 3, bands
+                assert_lines_where_their_bands_are(bands)
+                screenshot(page, f"timeline-bands-gpu-activity-{profile}-{width}-{theme}")
+            # The hover over the first GPU's activity band: its series, drawn in its band.
+            gpu0 = next(band for band in bands if band["title"].startswith("GPU 0 "))
+            page.evaluate("(y) => window.scrollTo(0, y)", gpu0["top"] - 200)
+            gpu0 = next(band for band in page.evaluate(BANDS_JS)
+                        if band["title"].startswith("GPU 0 "))
+            page.mouse.move(500, (gpu0["top"] + gpu0["bottom"]) / 2)
+            page.wait_for_function(f"() => ({TOOLTIP_JS})().includes('SM activity')",
+                                   timeout=15_000)
+            tooltip = page.evaluate(TOOLTIP_JS)
+            assert "GB/s" not in tooltip and "TX" not in tooltip, tooltip
+            box = page.evaluate(TOOLTIP_BOX_JS)
+            assert box is not None
+            middle = (box["top"] + box["bottom"]) / 2
+            assert gpu0["top"] <= middle <= gpu0["bottom"], (box, gpu0)
+            screenshot(page, f"timeline-hover-gpu-activity-{profile}-{theme}")
+            page.mouse.move(5, 5)
+        watched.assert_clean()
+
+
+# The element that has the keyboard's focus, inside Bokeh's shadow roots: its legend key (or
+# its text), role and aria-pressed.
+FOCUSED_JS = """() => {
+  let el = document.activeElement;
+  while (el && el.shadowRoot && el.shadowRoot.activeElement) el = el.shadowRoot.activeElement;
+  if (!el || el === document.body) return null;
+  return {series: el.dataset ? el.dataset.series || null : null, text: el.textContent,
+          role: el.getAttribute('role'), pressed: el.getAttribute('aria-pressed')};
+}"""
+# The GPU filter's buttons: text, aria-pressed, the check drawn before a pressed one, and
+# whether the text is struck through.
+GPU_BUTTONS_JS = """() => {
+  const out = [];
+  const walk = (root) => { for (const el of root.querySelectorAll('*')) {
+    if (el.shadowRoot) walk(el.shadowRoot);
+    if (el.matches('.bk-btn') && /^GPU /.test(el.textContent)) {
+      out.push({text: el.textContent, pressed: el.getAttribute('aria-pressed'),
+                active: el.classList.contains('bk-active'),
+                before: getComputedStyle(el, '::before').content,
+                struck: getComputedStyle(el).textDecorationLine.includes('line-through')});
+    }
+  } };
+  walk(document);
+  return out;
+}"""
+ENTRY_PRESSED_JS = """(key) => {
+  const walk = (root) => { for (const el of root.querySelectorAll('*')) {
+    if (el.dataset && el.dataset.series === key) return el.getAttribute('aria-pressed');
+    if (el.shadowRoot) { const found = walk(el.shadowRoot); if (found) return found; }
+  } return null; };
+  return walk(document);
+}"""
+
+
+def assert_gpu_buttons_say_what_is_shown(page, shown: list[str]) -> None:  # noqa: ANN001
+    buttons = page.evaluate(GPU_BUTTONS_JS)
+    assert [b["text"] for b in buttons] == ["GPU 0", "GPU 1", "GPU 2", "GPU 3"], buttons
+    for button in buttons:
+        on = button["text"] in shown
+        assert button["active"] is on and button["pressed"] == str(on).lower(), button
+        assert ("✓" in button["before"]) is on and button["struck"] is not on, button
+
+
+def tab_to(page, key: str) -> dict:  # noqa: ANN001
+    """Presses Tab until the legend entry of ``key`` has the focus; what is focused then."""
+    for _ in range(60):
+        page.keyboard.press("Tab")
+        focused = page.evaluate(FOCUSED_JS)
+        if focused and focused["series"] == key:
+            return focused
+    raise AssertionError(f"Tab never reached the legend entry {key}: last {focused}")
+
+
+def test_legend_entries_and_gpu_buttons_by_keyboard() -> None:
+    """Issue 43 (keyboard) and 44 (which GPU buttons are on): a legend entry that hides a
+    series is reached with Tab, is a button with aria-pressed, and answers Enter and Space;
+    the GPU buttons show a check when pressed, are struck through when not, and carry
+    aria-pressed, in both themes."""
+    with in_process_server(gpus=4, profile="mixed", interval_s=0.2,
+                           idle_interval_s=0.2) as server, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        watched = watch(page)
+        page.goto(with_token(server.url + "/"))
+        everyone = ["GPU 0", "GPU 1", "GPU 2", "GPU 3"]
+        for theme in ("light", "dark"):
+            page.goto(f"{server.url}/GPU-Resources?theme={theme}")
+            page.wait_for_function("() => window.nvdashboardLive && nvdashboardLive.draws > 1",
+                                   timeout=PAGE_WAIT_MS)
+            assert_gpu_buttons_say_what_is_shown(page, everyone)
+            focused = tab_to(page, "utilization1")
+            assert focused["role"] == "button" and focused["pressed"] == "true", focused
+            page.keyboard.press("Enter")  # GPU 1 hidden on every chart
+            page.wait_for_function(f"() => !({LINES_JS})().memory1.visible", timeout=15_000)
+            assert page.evaluate(FOCUSED_JS)["pressed"] == "false"
+            assert_gpu_buttons_say_what_is_shown(page, ["GPU 0", "GPU 2", "GPU 3"])
+            screenshot(page, f"timeline-gpu-buttons-gpu1-hidden-{theme}")
+            page.keyboard.press(" ")  # and shown again
+            page.wait_for_function(f"() => ({LINES_JS})().memory1.visible", timeout=15_000)
+            assert page.evaluate(FOCUSED_JS)["pressed"] == "true"
+            assert_gpu_buttons_say_what_is_shown(page, everyone)
+            # An entry that is not a GPU's (the all-GPU sum, hidden at first) answers too.
+            assert page.evaluate(ENTRY_PRESSED_JS, "pcie_tx") == "false"
+            tab_to(page, "pcie_tx")
+            page.keyboard.press(" ")
+            page.wait_for_function(f"() => ({LINES_JS})().pcie_tx.visible", timeout=15_000)
+            assert page.evaluate(ENTRY_PRESSED_JS, "pcie_tx") == "true"
         watched.assert_clean()

@@ -7,8 +7,9 @@ busy" shows. Below, GPM's own PCIe and NVLink rates. GPUs without GPM are named 
 that says why and which metric comes closest, and that metric (utilization) is drawn for
 them instead. Everything streams from ``Sample.extra[GPM_FAMILY]`` like any timeline.
 
-Above the charts, one line per GPU and MIG instance: its diagnosis (``diagnosis/``) over the
-window the page shows. There is one block of lines per window the picker offers, refreshed
+Above the charts, the diagnosis (``diagnosis/``) of every GPU and MIG instance over the
+window the page shows: one line per group of devices with the same finding, each device's
+own a click away. There is one block of lines per window the picker offers, refreshed
 from the server's shared cache every few seconds, and the picker shows the block of its
 window in the browser (the picker is not synced back to the server).
 """
@@ -16,18 +17,20 @@ window in the browser (the picker is not synced back to the server).
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 
 from bokeh.layouts import column
 from bokeh.models import ColumnDataSource, CustomJS, Div
 
-from ..diagnosis import Diagnosis
+from ..diagnosis import Diagnosis, Finding
 from ..metrics import GpuFacts, Metrics, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading, device_reading
 from ..metrics.gpm import CLOSEST_METRIC, NO_GPM_HARDWARE, gpm_unavailable_reason
 from ..stream.broadcaster import Feed
 from .components import (
     GB,
+    UNCAPPED_HEIGHT,
     Panel,
     Series,
     Timeline,
@@ -166,19 +169,75 @@ source.data.html.forEach((text, i) => setDivHtml(lines[i], text));
 """
 
 
-def diagnosis_lines(diagnoses: list[Diagnosis], window_label_text: str) -> str:
-    """HTML: one line per device, its first finding and what to try, wrapped, never cut."""
-    items = []
+def device_range(labels: Sequence[str]) -> str:
+    """``SIMULATED GPU 0–3`` for devices of one name numbered in a row, ``GPU 0, 2`` for
+    others of one name, else the labels themselves."""
+    parts = [re.fullmatch(r"(.*?)(\d+)", label) for label in labels]
+    matched = [part for part in parts if part is not None]
+    if len(labels) < 2 or len(matched) < len(parts) or \
+            len({part.group(1) for part in matched}) > 1:
+        return ", ".join(labels)
+    prefix, numbers = matched[0].group(1), [int(part.group(2)) for part in matched]
+    if numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+        return f"{prefix}{numbers[0]}–{numbers[-1]}"
+    return prefix + ", ".join(map(str, numbers))
+
+
+def figure_range(findings: Sequence[Finding]) -> str:
+    """The first figure every finding knows, from its least to its greatest value:
+    ``time in gaps 12–17%`` (``time in gaps 12%`` where they agree)."""
+    if any(finding.words for finding in findings):
+        return ""  # said in words: no figure stands for it
+    for figure in findings[0].figures:
+        same = [next((f for f in finding.figures
+                      if f.name == figure.name and f.value is not None), None)
+                for finding in findings]
+        known = [f for f in same if f is not None]
+        if len(known) < len(same):
+            continue
+        low = min(known, key=lambda f: f.value or 0.0).value_text()
+        high = max(known, key=lambda f: f.value or 0.0).value_text()
+        if low == high:
+            return low
+        low_number = low[len(figure.name) + 1:].removesuffix(figure.unit).rstrip()
+        return f"{figure.name} {low_number}–{high[len(figure.name) + 1:]}"
+    return ""
+
+
+def grouped(diagnoses: Sequence[Diagnosis]) -> list[list[Diagnosis]]:
+    """The devices whose first finding is the same cause with the same advice, together, in
+    the order their first device comes."""
+    groups: dict[tuple[str, str], list[Diagnosis]] = {}
     for diagnosis in diagnoses:
-        first = diagnosis.first
-        advice = f" <i>Try: {html.escape(first.advice)}.</i>" if first.advice else ""
-        items.append(f"<li data-cause='{html.escape(first.cause)}'><b>"
-                     f"{html.escape(diagnosis.label)}</b> {html.escape(first.summary())}"
-                     f"{advice}</li>")
+        groups.setdefault((diagnosis.cause, diagnosis.first.advice), []).append(diagnosis)
+    return list(groups.values())
+
+
+def diagnosis_lines(diagnoses: list[Diagnosis], window_label_text: str) -> str:
+    """HTML: one line per group of devices with the same finding (four GPUs starved the same
+    way said four times pushed the charts 330 px down), its cause and the range of its first
+    figure; a click opens each device's whole finding and what to try. Wrapped, never cut."""
+    items = []
+    for group in grouped(diagnoses):
+        first = group[0].first
+        figures = figure_range([diagnosis.first for diagnosis in group])
+        brief = first.cause_words + (f", {figures}" if figures else "")
+        advice = f"<div><i>Try: {html.escape(first.advice)}.</i></div>" if first.advice \
+            else ""
+        details = "".join(f"<div><b>{html.escape(diagnosis.label)}</b> "
+                          f"{html.escape(diagnosis.first.summary())}</div>"
+                          for diagnosis in group)
+        # Keyed by what groups it: a group the reader opened stays open as its figures
+        # change (in_place.js).
+        key = html.escape(f"{first.cause} {first.advice}")
+        items.append(f"<li data-key='{key}' "
+                     f"data-cause='{html.escape(first.cause)}'><details><summary><b>"
+                     f"{html.escape(device_range([d.label for d in group]))}</b>: "
+                     f"{html.escape(brief)}</summary>{details}{advice}</details></li>")
     return (f"<div class='nvdashboard-diagnosis' style='margin:0.3em 1em;font-size:13px;"
             f"white-space:normal;overflow-wrap:anywhere'><b>Why is it slow? Over the last "
             f"{html.escape(window_label_text)}:</b><ul style='margin:0.2em 0;"
-            f"padding-left:1.2em'>{''.join(items)}</ul></div>")
+            f"padding-left:0.2em;list-style:none'>{''.join(items)}</ul></div>")
 
 
 class ActivityDashboard:
@@ -220,7 +279,8 @@ class ActivityDashboard:
                     line.visible = position == picker.active
         self.live = self.timeline.live if self.timeline else None
         # In tags: the texts' source is in the document (and reaches the page) with the root.
-        self.root = column(*children, sizing_mode="stretch_width", tags=[self.line_texts])
+        self.root = column(*children, sizing_mode="stretch_width", tags=[self.line_texts],
+                           styles=UNCAPPED_HEIGHT)
 
     def refresh(self) -> None:
         """The lines of every window, from the cache every page and /diagnosis.json share."""

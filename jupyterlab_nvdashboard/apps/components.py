@@ -246,6 +246,12 @@ ROW_HEIGHT = 18  # a band of rows: per named row
 BAND_GAP = 8  # below each band's lines, before the next band's heading
 HEADING_HEIGHT = 22  # one line of heading; the page's script measures the real height
 TOOLS = "xpan,xwheel_zoom,reset"  # x only: every band shares the time range
+# BokehJS caps every layout that is not the page's root at its parent's height
+# (``max-height: 100%``), and a page's root is the window's height: a timeline taller than
+# what the window leaves it (notices above it, headings that wrap) was squeezed, its lines
+# drawn up to 70 px away from their headings. A timeline, and what holds it, takes the
+# height its content asks for; the page scrolls.
+UNCAPPED_HEIGHT = {"max-height": "none"}
 # Timelines show 2 minutes by default; a picker offers the longer ones the history holds.
 TIMELINE_WINDOWS_S = (120.0, 600.0, 1800.0)
 # ... and, with a history store (store/), these, drawn from it before the history's start.
@@ -291,8 +297,12 @@ def panel_heading(panel: Panel) -> str:
     take the pointer: the rest lets drags and the hover through to the chart under it.
     """
     value = "" if panel.y_labels else " <b></b>"  # a row number means nothing to a reader
+    # Each entry is a toggle button a keyboard reaches (Tab) and presses (Enter, Space):
+    # pressed while its line is shown.
     items = "".join(
-        f"<span data-series='{series.key}' style='margin-right:1em;white-space:nowrap;"
+        f"<span data-series='{series.key}' role='button' tabindex='0' "
+        f"aria-pressed='{'true' if series.visible else 'false'}' "
+        f"style='margin-right:1em;white-space:nowrap;"
         f"cursor:pointer;pointer-events:auto;{'' if series.visible else HIDDEN_STYLE}' "
         f"title='click to hide or show"
         f"{' this GPU on every chart' if series.gpu is not None else ''}'>"
@@ -411,7 +421,7 @@ class Timeline:
                       min_border_left=width, min_border_bottom=0,
                       sizing_mode="stretch_width", toolbar_location="right",
                       tools=TOOLS, active_drag="xpan", active_scroll="xwheel_zoom",
-                      syncable=False)
+                      styles=UNCAPPED_HEIGHT, syncable=False)
         plot.toolbar.autohide = True
         plot.toolbar.logo = None
         plot.add_layout(Grid(dimension=0, ticker=time_ticker))
@@ -426,8 +436,10 @@ class Timeline:
         # line has gaps where it is not available); the page's script says what the band
         # under the pointer shows at that time.
         hover_line = plot.add_glyph(self.source, Line(x=TIME_KEY, y=0, line_alpha=0))
+        # The hover is drawn at the pointer (line_policy "none"), in the band it speaks of:
+        # snapped to the unseen line, it sat at the canvas's bottom, over another band.
         plot.add_tools(HoverTool(
-            renderers=[hover_line], mode="vline", tooltips=HOVER_HTML,
+            renderers=[hover_line], mode="vline", line_policy="none", tooltips=HOVER_HTML,
             formatters={f"@{{{TIME_KEY}}}": CustomJSHover(args={"source": self.source},
                                                           code=HOVER_JS)}))
         following: list[tuple[Range1d, list[str]]] = []
@@ -491,7 +503,7 @@ class Timeline:
         children: list[LayoutDOM] = [plot]
         if controls:
             children.insert(0, row(*controls, sizing_mode="stretch_width"))
-        self.root = column(*children, sizing_mode="stretch_width")
+        self.root = column(*children, sizing_mode="stretch_width", styles=UNCAPPED_HEIGHT)
         self.live = LiveView(
             self.source, x_range=self.x_range, following=following, headings=[bands],
             picker=self.picker, windows_s=self.windows_s, window_s=window_s,

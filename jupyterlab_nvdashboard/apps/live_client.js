@@ -226,6 +226,7 @@ function fillHeadings() {
       if ((span.style.opacity === "0.4") !== hidden) {
         span.style.opacity = hidden ? "0.4" : "";
         span.style.textDecoration = hidden ? "line-through" : "";
+        span.setAttribute("aria-pressed", String(!hidden));
       }
     }
   });
@@ -351,7 +352,28 @@ if (x_range) {
   x_range.properties.end.change.connect(moved);
 }
 
+// The GPU filter's buttons say which GPUs are shown, as the legend does: a check on a
+// pressed button, the others struck through, and aria-pressed on each. Added to the
+// stylesheets the page's theme gave the widget, not in place of them.
+const PRESSED_CSS = ".bk-btn.bk-active::before { content: '\\2713\\00a0'; }\n" +
+  ".bk-btn:not(.bk-active) { text-decoration: line-through; }";
+
+function markPressed() {
+  const view = viewOf(gpu_filter);
+  const root = view && (view.shadow_el || view.el.shadowRoot);
+  if (!root) return;
+  root.querySelectorAll(".bk-btn").forEach((button, i) => {
+    const pressed = String(gpu_filter.active.includes(i));
+    if (button.getAttribute("aria-pressed") !== pressed) {
+      button.setAttribute("aria-pressed", pressed);
+    }
+  });
+}
+
 if (gpu_filter) {
+  gpu_filter.stylesheets = [...gpu_filter.stylesheets, PRESSED_CSS];
+  gpu_filter.properties.active.change.connect(markPressed);
+  markPressed();
   const followFilter = () => {
     hiddenGpus.clear();
     spec.filter_gpus.forEach((gpu, i) => {
@@ -364,25 +386,39 @@ if (gpu_filter) {
   if (gpu_filter.active.length !== spec.filter_gpus.length) followFilter();
 }
 
-// A click on a legend entry (in a Div's shadow root) hides or shows its line; a GPU's entry
-// hides or shows that GPU on every chart, through the GPU filter.
+// A click on a legend entry (in a Div's shadow root), or Enter or Space on the one that has
+// the keyboard's focus, hides or shows its line; a GPU's entry hides or shows that GPU on
+// every chart, through the GPU filter.
+function toggleEntry(key) {
+  const gpu = (spec.series_gpu || {})[key];
+  const position = gpu === null || gpu === undefined ? -1 : spec.filter_gpus.indexOf(gpu);
+  if (gpu_filter && position >= 0) {
+    const active = gpu_filter.active.includes(position)
+      ? gpu_filter.active.filter((i) => i !== position)
+      : gpu_filter.active.concat([position]).sort((a, b) => a - b);
+    gpu_filter.active = active;  // its change handler applies it
+    return;
+  }
+  if (hiddenKeys.has(key)) hiddenKeys.delete(key); else hiddenKeys.add(key);
+  applyVisibility();
+}
+
+function legendEntry(event) {
+  return event.composedPath().find((el) => el instanceof Element && el.dataset &&
+                                   el.dataset.series !== undefined);
+}
+
 if (lineKeys.length) {
   document.addEventListener("click", (event) => {
-    const item = event.composedPath().find((el) => el instanceof Element && el.dataset &&
-                                            el.dataset.series !== undefined);
+    const item = legendEntry(event);
+    if (item) toggleEntry(item.dataset.series);
+  });
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Enter" && event.key !== " ") return;
+    const item = legendEntry(event);
     if (!item) return;
-    const key = item.dataset.series;
-    const gpu = (spec.series_gpu || {})[key];
-    const position = gpu === null || gpu === undefined ? -1 : spec.filter_gpus.indexOf(gpu);
-    if (gpu_filter && position >= 0) {
-      const active = gpu_filter.active.includes(position)
-        ? gpu_filter.active.filter((i) => i !== position)
-        : gpu_filter.active.concat([position]).sort((a, b) => a - b);
-      gpu_filter.active = active;  // its change handler applies it
-      return;
-    }
-    if (hiddenKeys.has(key)) hiddenKeys.delete(key); else hiddenKeys.add(key);
-    applyVisibility();
+    event.preventDefault();  // Space would scroll the page
+    toggleEntry(item.dataset.series);
   });
 }
 

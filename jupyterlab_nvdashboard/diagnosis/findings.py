@@ -82,6 +82,13 @@ class Finding:
     def count(self) -> int:
         return max((figure.count for figure in self.figures), default=0)
 
+    @property
+    def cause_words(self) -> str:
+        """The cause in a few words. A title may go on after a colon or a semicolon
+        ("throttled: hardware thermal slowdown ...", "busy; whether the SMs are full cannot
+        be told"): the cause is what comes before it."""
+        return self.title.replace(";", ":").split(":", 1)[0]
+
     def summary(self) -> str:
         """The cause and its figures: ``launch- or latency-bound: utilization 98%, SM
         activity 12% over 30 GPM readings (GPM counters)``."""
@@ -136,10 +143,7 @@ class Diagnosis:
         the device, the cause and its first known figure, ``GPU 0: starved, utilization
         12%``. :meth:`line` has the rest."""
         first = self.first
-        # A title may go on after a colon or a semicolon ("throttled: hardware thermal
-        # slowdown ...", "busy; whether the SMs are full cannot be told"): the cause is what
-        # comes before it.
-        cause = first.title.replace(";", ":").split(":", 1)[0]
+        cause = first.cause_words
         figure = next((f for f in first.figures if f.value is not None), None)
         if figure is not None and not first.words:
             cause = f"{cause}, {figure.value_text()}"
