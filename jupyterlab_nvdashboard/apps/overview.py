@@ -19,7 +19,6 @@ same stream, so it answers at once and costs no Bokeh session.
 from __future__ import annotations
 
 import html
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,7 +35,16 @@ from ..metrics.identity import OTHER, SAME, UNKNOWN
 from ..metrics.nvml import MIG_PHYSICAL
 from ..stream.frames import Rows
 from .activity import without_gpm
-from .components import NOT_AVAILABLE, format_memory, gpu_color
+from .components import (
+    LEVEL_COLORS,
+    MEMORY_LEVELS,
+    NOT_AVAILABLE,
+    POWER_LEVELS,
+    WORK_LEVELS,
+    bar_level,
+    format_memory,
+    gpu_color,
+)
 from .in_place import IN_PLACE_JS
 from .live import STREAM_CLIENT_JS, LiveView
 from .processes import (
@@ -82,9 +90,7 @@ STYLE = """<style>
 .nvo .bar span { display: block; height: 4px; background: rgba(128,128,128,.25);
                  border-radius: 2px; }
 .nvo .bar i { display: block; height: 100%; border-radius: 2px; }
-.nvo .bar i.good { background: #76b900; }
-.nvo .bar i.warn { background: #e8a100; }
-.nvo .bar i.bad { background: #d62728; }
+LEVELS
 .nvo .why { font-size: 11px; opacity: .8; white-space: normal; }
 .nvo .badge { display: inline-block; padding: 0 5px; border-radius: 3px; font-size: 11px;
               font-weight: 600; color: #fff; background: #d62728; margin-right: 3px; }
@@ -100,7 +106,8 @@ STYLE = """<style>
 .nvo a { color: #3b82f6; text-decoration: none; margin-right: 6px; white-space: nowrap; }
 .nvo td.links { font-size: 12px; line-height: 1.4; }
 .nvo .empty { margin: .4em 0; font-style: italic; }
-</style>"""
+</style>""".replace("LEVELS\n", "".join(
+    f".nvo .bar i.{level} {{ background: {color}; }}\n" for level, color in LEVEL_COLORS.items()))
 COLUMNS = (("gpu", "GPU · its dashboards", "16%"),
            ("util", "Utilization · SM activity (bars: 0–100%)", "16%"),
            ("memory", "Memory used of total (bar: 0–total)", "16%"), ("temp", "Temp", "6%"),
@@ -186,24 +193,6 @@ def build_overview(sources: DashboardSources) -> Overview:
 
 def _esc(text: object) -> str:
     return html.escape(str(text))
-
-
-# Where a bar turns from good to warn and from warn to bad, as a percent of its full
-# scale: (warn, bad). A bar's colour says only this; the GPU's own colour is on its swatch.
-# Utilization and SM activity are work, never an alarm. Memory: a job near the end of its
-# memory fails to allocate (our choice: warn from 80%, bad from 95%). Power: at its limit
-# the driver caps the clocks (health's "power cap"), so warn from 90% and bad at 100%.
-WORK_LEVELS = (math.inf, math.inf)
-MEMORY_LEVELS = (80.0, 95.0)
-POWER_LEVELS = (90.0, 100.0)
-
-
-def bar_level(percent: float | None, levels: tuple[float, float]) -> str:
-    """``good``, ``warn`` or ``bad``: a bar's colour class."""
-    warn, bad = levels
-    if percent is None or percent < warn:
-        return "good"
-    return "warn" if percent < bad else "bad"
 
 
 def _bar(value: float | None, levels: tuple[float, float], text: str) -> str:
