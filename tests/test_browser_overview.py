@@ -11,7 +11,14 @@ import pytest
 
 from jupyterlab_nvdashboard.apps.processes import current_user
 from jupyterlab_nvdashboard.simnvml.processes import SimulatedProcess
-from tests.support.browser import PAGE_WAIT_MS, chromium, next_frames, screenshot, watch
+from tests.support.browser import (
+    BOKEH_VIEWS_JS,
+    PAGE_WAIT_MS,
+    chromium,
+    next_frames,
+    screenshot,
+    watch,
+)
 from tests.support.servers import in_process_server, with_token
 
 pytestmark = pytest.mark.browser
@@ -146,13 +153,7 @@ def test_overview_marks_the_free_gpus_with_readable_bars_at_1280x800() -> None:
 # Each bar label of a /GPU-Memory-style page where the browser drew it: the words' left and
 # right edge in canvas pixels (Bokeh's own scale; the width as its 11px font measures), the
 # fill's, and the frame's.
-BAR_LABELS_JS = """() => {
-  const views = [];
-  const walk = (view) => { views.push(view);
-    const children = typeof view.children_views === 'function' ? view.children_views()
-      : (view.child_views || []);
-    for (const child of children) walk(child); };
-  for (const view of Object.values(Bokeh.index)) walk(view);
+BAR_LABELS_JS = """() => {""" + BOKEH_VIEWS_JS + """
   const plot = views.find((v) => v.model.type === 'Figure');
   const context = document.createElement('canvas').getContext('2d');
   context.font = '11px helvetica';
