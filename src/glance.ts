@@ -22,6 +22,12 @@ export interface IGlanceDevice {
   utilization_pct: number | null;
   memory_used_bytes: number | null;
   memory_total_bytes: number | null;
+  /** The server's judgment (its `diagnosis/free.py`): shown, never re-derived. */
+  free: boolean;
+  /** Why it is free or not, in words. */
+  free_why: string;
+  /** The current user's processes hold it. */
+  mine: boolean;
 }
 
 /** How a kernel's idle judgment came out (`busy` whenever Jupyter runs a cell). */
@@ -99,8 +105,11 @@ export interface IGlanceState {
   failedAt: number | null;
 }
 
-/** Which figure the status bar shows. */
-export type StatusFigure = 'busiest' | 'each';
+/**
+ * Which figure the status bar shows: `summary`, the user's own GPU, else how
+ * many GPUs are free; `each`, each GPU's utilization.
+ */
+export type StatusFigure = 'summary' | 'each';
 
 /** How often the glance is polled while JupyterLab is visible (ms). */
 export const GLANCE_INTERVAL_MS = 2000;
@@ -158,7 +167,10 @@ export function parseGlance(body: unknown): IGlance {
       kind: typeof d.kind === 'string' ? d.kind : 'gpu',
       utilization_pct: numberOrNull(d.utilization_pct),
       memory_used_bytes: numberOrNull(d.memory_used_bytes),
-      memory_total_bytes: numberOrNull(d.memory_total_bytes)
+      memory_total_bytes: numberOrNull(d.memory_total_bytes),
+      free: d.free === true,
+      free_why: typeof d.free_why === 'string' ? d.free_why : '',
+      mine: d.mine === true
     });
   }
   const kernels: IGpuKernel[] = [];
@@ -231,37 +243,37 @@ export function memoryFraction(d: IGlanceDevice): number | null {
 }
 
 /**
- * The busiest device: highest utilization, then highest share of memory in
- * use; a device that reports neither comes last.
+ * The user's own GPU: the first, by index, that their processes hold. It
+ * stays the same from poll to poll, unlike the busiest, which hopped.
  */
-export function busiestDevice(glance: IGlance): IGlanceDevice | null {
-  let best: IGlanceDevice | null = null;
-  const key = (d: IGlanceDevice): [number, number] => [
-    d.utilization_pct ?? -1,
-    memoryFraction(d) ?? -1
-  ];
-  for (const d of shownDevices(glance)) {
-    if (!best) {
-      best = d;
-      continue;
-    }
-    const [u, m] = key(d);
-    const [bu, bm] = key(best);
-    if (u > bu || (u === bu && m > bm)) {
-      best = d;
-    }
-  }
-  return best;
+export function yourDevice(glance: IGlance): IGlanceDevice | null {
+  return shownDevices(glance).find(d => d.mine) ?? null;
+}
+
+/** `2 of 4 GPUs free`, counting the server's judgment. */
+export function freeText(
+  glance: IGlance,
+  trans: TranslationBundle = NULL_BUNDLE
+): string {
+  const shown = shownDevices(glance);
+  const free = shown.filter(d => d.free).length;
+  return trans._n(
+    '%2 of %1 GPU free',
+    '%2 of %1 GPUs free',
+    shown.length,
+    free
+  );
 }
 
 /**
- * A few characters for the status bar: the busiest GPU
- * (`GPU 1 80% · 20.0 GiB of 80.0 GiB`) or each GPU's utilization (`GPU 40% 80%`),
- * then `stale …` after a failed poll. Never a mean, which hides a full GPU.
+ * A few characters for the status bar: the user's own GPU
+ * (`GPU 1 80% · 20.0 GiB of 80.0 GiB`), else how many GPUs are free
+ * (`2 of 4 GPUs free`), or each GPU's utilization (`GPU 40% 80%`), then
+ * `stale …` after a failed poll. Never a mean, which hides a full GPU.
  */
 export function statusText(
   state: IGlanceState | null,
-  figure: StatusFigure = 'busiest',
+  figure: StatusFigure = 'summary',
   now: number = Date.now(),
   trans: TranslationBundle = NULL_BUNDLE
 ): string {
@@ -277,17 +289,21 @@ export function statusText(
     );
     text = trans.__('GPU %1', figures.join(' '));
   } else {
-    const d = busiestDevice(glance) as IGlanceDevice;
-    const memory =
-      d.memory_used_bytes !== null
-        ? memoryUsage(d.memory_used_bytes, d.memory_total_bytes, trans)
-        : trans.__('memory n/a');
-    text = trans.__(
-      '%1 %2 · %3',
-      d.label,
-      formatPercent(d.utilization_pct, trans),
-      memory
-    );
+    const d = yourDevice(glance);
+    if (d === null) {
+      text = freeText(glance, trans);
+    } else {
+      const memory =
+        d.memory_used_bytes !== null
+          ? memoryUsage(d.memory_used_bytes, d.memory_total_bytes, trans)
+          : trans.__('memory n/a');
+      text = trans.__(
+        '%1 %2 · %3',
+        d.label,
+        formatPercent(d.utilization_pct, trans),
+        memory
+      );
+    }
   }
   return stale ? trans.__('%1 · %2', text, stale) : text;
 }
@@ -297,12 +313,17 @@ export function deviceLine(
   d: IGlanceDevice,
   trans: TranslationBundle = NULL_BUNDLE
 ): string {
-  return trans.__(
+  const line = trans.__(
     '%1: %2 utilization, %3 memory',
     d.label,
     formatPercent(d.utilization_pct, trans),
     memoryUsage(d.memory_used_bytes, d.memory_total_bytes, trans)
   );
+  const marks = [
+    ...(d.mine ? [trans.__('yours')] : []),
+    ...(d.free ? [trans.__('free')] : [])
+  ];
+  return marks.length ? trans.__('%1 (%2)', line, marks.join(', ')) : line;
 }
 
 /**

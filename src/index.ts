@@ -7,7 +7,8 @@
  * - The "GPU Dashboards" sidebar lists the dashboards the server offers.
  * - Above the list, the live section: "Your GPU kernels", each GPU's
  *   meters, and why the GPUs of your kernels are slow; the status-bar item
- *   shows the busiest GPU (or each GPU). Both read one poll of glance.json.
+ *   shows your GPU, else how many are free (or each GPU). Both read one poll of
+ *   glance.json.
  * - The idle-kernel notice (idleNotice.ts): a kernel of yours that holds
  *   GPU memory and does no GPU work is told once per idle episode, with
  *   Shut down kernel, Open notebook, Not now and Don't ask; what was told
@@ -87,7 +88,7 @@ export const DEFAULT_SETTINGS: INvdashboardSettings = {
   refreshRate: GLANCE_INTERVAL_MS / 1000,
   dashboardListRefreshRate: 15,
   showStatusItem: true,
-  statusFigure: 'busiest',
+  statusFigure: 'summary',
   idleNotice: DEFAULT_NOTICE_SETTINGS
 };
 
@@ -107,7 +108,7 @@ export function readSettings(composite: unknown): INvdashboardSettings {
       1
     ),
     showStatusItem: c.showStatusItem !== false,
-    statusFigure: c.statusFigure === 'each' ? 'each' : 'busiest',
+    statusFigure: c.statusFigure === 'each' ? 'each' : 'summary',
     idleNotice: {
       enabled: c.idleNotice !== false,
       memoryGiB: seconds(c.idleNoticeMemoryGiB, notice.memoryGiB, 0),

@@ -1,5 +1,6 @@
 /**
- * The status-bar item: the busiest GPU (or each GPU) in a few characters,
+ * The status-bar item: the user's GPU, else how many GPUs are free (or each
+ * GPU) in a few characters,
  * a button that opens the sidebar, reading the one `GlanceModel`.
  */
 import { TranslationBundle } from '@jupyterlab/translation';
@@ -58,7 +59,7 @@ export class GlanceStatusItem extends Widget {
   constructor(options: GlanceStatusItem.IOptions) {
     super();
     this._model = options.model;
-    this._figure = options.figure ?? 'busiest';
+    this._figure = options.figure ?? 'summary';
     this._enabled = options.enabled ?? true;
     this._trans = options.trans ?? NULL_BUNDLE;
     this.addClass(STATUS_ITEM_CLASS);

@@ -133,7 +133,7 @@ def test_the_sidebar_reads_at_a_glance(lab, processes_file) -> None:  # noqa: AN
         assert MEMORY.fullmatch(sidebar_text), sidebar_text
         # No figure in decimal GB anywhere in the sidebar ("A100-SXM4-80GB" is a name).
         assert not re.search(r"\d GB\b", page.inner_text(SIDEBAR)), page.inner_text(SIDEBAR)
-        # The status bar's busiest GPU, and that GPU's memory in the sidebar, read together:
+        # The status bar's GPU (the user's), and its memory in the sidebar, read together:
         # both draw one poll of glance.json, and the simulated memory moves every poll, so
         # two reads seconds apart on a loaded machine saw two polls. Waited for until one
         # read finds them drawn from the same poll (each draws a poll as it comes).

@@ -81,7 +81,7 @@ def test_keyboard_only_sidebar_dashboard_shutdown_and_stale(lab, processes_file)
         open_lab(page, lab)
         page.wait_for_function(f"() => document.querySelector('{STATUS_ITEM}')?.textContent"
                                ".includes('%')", timeout=60_000)
-        # The status item: the busiest GPU, a tooltip line per GPU, a named button.
+        # The status item: the user's GPU, a tooltip line per GPU, a named button.
         text = page.inner_text(STATUS_ITEM)
         assert text.startswith("GPU ") and " GiB of " in text, text  # as nvidia-smi counts
         tooltip = page.get_attribute(STATUS_ITEM, "title") or ""

@@ -1,54 +1,110 @@
 """The GPU overview (``/`` and ``/GPU-Overview``) in Chromium at 1280x800, light and dark:
-8 GPUs fit without scrolling, the busiest GPU is marked and shows who is on it, no value is
-clipped, and the page follows the stream."""
+8 GPUs fit without scrolling, the free GPUs are marked (and can be shown alone), who is on a
+GPU is said, no bar's words sit across its fill, nothing wraps or is clipped, and the page
+follows the stream."""
 
 from __future__ import annotations
 
 import os
-import re
 
 import pytest
 
 from jupyterlab_nvdashboard.apps.processes import current_user
 from jupyterlab_nvdashboard.simnvml.processes import SimulatedProcess
-from tests.support.browser import chromium, screenshot, watch
+from tests.support.browser import (
+    BOKEH_VIEWS_JS,
+    PAGE_WAIT_MS,
+    chromium,
+    next_frames,
+    screenshot,
+    watch,
+)
 from tests.support.servers import in_process_server, with_token
 
 pytestmark = pytest.mark.browser
 BACKGROUND = {"light": "rgb(255, 255, 255)", "dark": "rgb(32, 38, 43)"}
+GIB = 2**30
+# A bar's colour says good, warn or bad, nothing else (the overview's CSS classes).
+LEVEL_COLOURS = {"good": "rgb(118, 185, 0)", "warn": "rgb(232, 161, 0)",
+                 "bad": "rgb(214, 39, 40)"}
 
-# The overview's rows as the user sees them (inside Bokeh's shadow roots too).
+# The overview's rows as the user sees them (inside Bokeh's shadow roots too): for each,
+# its text, whether it is marked free (and shown), each bar's words against its fill, and
+# every run of text that wraps onto a second line or is clipped.
 ROWS_JS = """() => {
   const found = [];
+  let box = null;
   const walk = (root) => {
     for (const el of root.querySelectorAll('*')) {
       if (el.matches('tr.main')) found.push(el);
+      if (el.matches('input.free-only')) box = el;
       if (el.shadowRoot) walk(el.shadowRoot);
     }
   };
   walk(document);
-  const clipped = [];
-  for (const row of found) for (const cell of row.children)
-    if (cell.scrollWidth > cell.clientWidth + 1) clipped.push(cell.textContent.trim());
-  return {rows: found.map((row) => ({text: row.innerText, busiest: row.hasAttribute(
-            'data-busiest'), bottom: row.getBoundingClientRect().bottom})),
-          clipped, scroll: document.documentElement.scrollHeight};
+  const clipped = [], wrapped = [], straddled = [], bars = [];
+  for (const row of found) {
+    for (const cell of row.children) {
+      if (cell.scrollWidth > cell.clientWidth + 1) clipped.push(cell.textContent.trim());
+      for (const el of cell.querySelectorAll('*'))
+        if (el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflow === 'hidden')
+          clipped.push(el.textContent.trim());
+      const texts = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+      for (let node = texts.nextNode(); node; node = texts.nextNode()) {
+        if (!node.textContent.trim()) continue;
+        const range = document.createRange();
+        range.selectNodeContents(node);
+        const lines = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+        if (lines.size > 1) wrapped.push(node.textContent.trim());
+      }
+    }
+    for (const bar of row.querySelectorAll('.bar')) {
+      const words = bar.querySelector('b').getBoundingClientRect();
+      const fill = bar.querySelector('i');
+      const f = fill.getBoundingClientRect();
+      const across = Math.min(words.right, f.right) - Math.max(words.left, f.left);
+      const down = Math.min(words.bottom, f.bottom) - Math.max(words.top, f.top);
+      const inside = words.left >= f.left && words.right <= f.right &&
+                     words.top >= f.top && words.bottom <= f.bottom;
+      // Words partly on the fill and partly off it: half of them change contrast.
+      if (across > 0 && down > 0 && !inside) straddled.push(bar.textContent);
+      bars.push({text: bar.textContent, width: f.width,
+                 colour: getComputedStyle(fill).backgroundColor});
+    }
+  }
+  return {rows: found.map((row) => ({
+            text: row.innerText, index: Number(row.dataset.row),
+            free: row.hasAttribute('data-free'), shown: row.getBoundingClientRect().height > 0,
+            bottom: row.getBoundingClientRect().bottom})),
+          clipped, wrapped, straddled, bars, box: box !== null,
+          scroll: document.documentElement.scrollHeight};
+}"""
+CLICK_FREE_ONLY_JS = """() => {
+  const walk = (root) => {
+    for (const el of root.querySelectorAll('*')) {
+      if (el.matches('input.free-only')) return el;
+      const inside = el.shadowRoot && walk(el.shadowRoot);
+      if (inside) return inside;
+    }
+    return null;
+  };
+  walk(document).click();
 }"""
 
 
-def _util(text: str) -> int:
-    found = re.search(r"util (\d+)%", text)
-    return int(found.group(1)) if found else -1
-
-
-def test_overview_names_the_busiest_gpu_and_its_user_at_1280x800() -> None:
+def test_overview_marks_the_free_gpus_with_readable_bars_at_1280x800() -> None:
+    """8 idle GPUs (the ``idle`` scenario); this test's processes hold most of GPUs 3 and 6
+    and a little of GPU 5: every GPU but 3 and 6 is free. The memory bars run from 1% to
+    over 95%, so words on a fill would show, and no bar is in its GPU's colour."""
     user = current_user()
     assert user
-    with in_process_server(gpus=8, profile="mixed") as server, chromium() as browser:
-        # This test's own process holds GPU 3 and GPU 6: its owner is the user.
+    with in_process_server(gpus=8, profile="mixed", scenario="idle") as server, \
+            chromium() as browser:
+        totals = {f.index: f.memory_total_bytes for f in server.metrics.facts}
         server.simulator.set_processes([
-            SimulatedProcess(3, os.getpid(), 6 * 2**30), SimulatedProcess(6, os.getpid(), 2**30),
-        ])
+            SimulatedProcess(3, os.getpid(), int(0.6 * totals[3])),
+            SimulatedProcess(6, os.getpid(), int(0.97 * totals[6])),
+            SimulatedProcess(5, os.getpid(), GIB)])
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         watched = watch(page)
         page.goto(with_token(server.url + "/"))
@@ -57,24 +113,103 @@ def test_overview_names_the_busiest_gpu_and_its_user_at_1280x800() -> None:
                 page.goto(f"{server.url}{path}?theme={theme}")
                 page.wait_for_function("() => getComputedStyle(document.body)"
                                        f".backgroundColor === '{BACKGROUND[theme]}'",
-                                       timeout=20_000)
-                page.wait_for_function(f"() => ({ROWS_JS})().rows.length === 8",
-                                       timeout=20_000)
+                                       timeout=PAGE_WAIT_MS)
                 # A streamed table replaces the first one: processes and their owners read.
                 page.wait_for_function(
-                    f"() => ({ROWS_JS})().rows.some((r) => r.text.includes({user!r}))",
-                    timeout=20_000)
+                    f"() => {{ const rows = ({ROWS_JS})().rows; return rows.length === 8 && "
+                    f"rows.filter((r) => r.text.includes({user!r})).length === 3; }}",
+                    timeout=PAGE_WAIT_MS)
+                next_frames(page)
                 seen = page.evaluate(ROWS_JS)
                 screenshot(page, f"overview{path.replace('/', '-').rstrip('-')}-{theme}")
-                busiest = [row for row in seen["rows"] if row["busiest"]]
-                assert len(busiest) == 1, seen["rows"]
-                assert "busiest" in busiest[0]["text"]
-                assert _util(busiest[0]["text"]) == max(_util(r["text"]) for r in seen["rows"])
-                owned = [row for row in seen["rows"] if user in row["text"]]
-                assert len(owned) == 2 and all("1 process" in row["text"] for row in owned)
+                rows = seen["rows"]
+                assert [row["index"] for row in rows if row["free"]] == [0, 1, 2, 4, 5, 7], rows
+                for row in rows:
+                    assert ("free" in row["text"].split()) is row["free"], row["text"]
+                assert not seen["straddled"], seen["straddled"]
+                assert not seen["wrapped"], seen["wrapped"]
                 assert not seen["clipped"], seen["clipped"]
+                colours = {bar["colour"] for bar in seen["bars"]}
+                assert colours <= set(LEVEL_COLOURS.values()), colours
+                # GPU 6's memory, 97% in use, is bad; its utilization, ~0%, is good.
+                full = [bar for bar in seen["bars"] if bar["width"] > 0 and " GiB of " in
+                        bar["text"] and bar["colour"] == LEVEL_COLOURS["bad"]]
+                assert len(full) == 1, seen["bars"]
                 # Readable at 1280x800 without scrolling: every row is on screen.
-                assert max(row["bottom"] for row in seen["rows"]) <= 800, seen
+                assert max(row["bottom"] for row in rows) <= 800, seen
+                if theme == "light":
+                    # Only the free ones, at a click; all of them at the next.
+                    page.evaluate(CLICK_FREE_ONLY_JS)
+                    page.wait_for_function(
+                        f"() => ({ROWS_JS})().rows.every((r) => r.shown === r.free)",
+                        timeout=PAGE_WAIT_MS)
+                    screenshot(page, f"overview{path.replace('/', '-').rstrip('-')}-free-only")
+                    page.evaluate(CLICK_FREE_ONLY_JS)
+                    page.wait_for_function(f"() => ({ROWS_JS})().rows.every((r) => r.shown)",
+                                           timeout=PAGE_WAIT_MS)
+        watched.assert_clean()
+
+
+# Each bar label of a /GPU-Memory-style page where the browser drew it: the words' left and
+# right edge in canvas pixels (Bokeh's own scale; the width as its 11px font measures), the
+# fill's, and the frame's.
+BAR_LABELS_JS = """() => {""" + BOKEH_VIEWS_JS + """
+  const plot = views.find((v) => v.model.type === 'Figure');
+  const context = document.createElement('canvas').getContext('2d');
+  context.font = '11px helvetica';
+  const frame = plot.frame.bbox, scale = plot.frame.x_scale;
+  const labels = [];
+  const value = (spec) => (spec !== null && typeof spec === 'object' ? spec.value : spec);
+  for (const set of plot.model.center.filter((m) => m.type === 'LabelSet')) {
+    const data = set.source.data, field = set.text.field;
+    const offset = value(set.x_offset), align = value(set.text_align);
+    data[field].forEach((text, i) => {
+      if (!text) return;
+      const end = scale.compute(data.percent[i]), width = context.measureText(text).width;
+      const left = align === 'right' ? end + offset - width : end + offset;
+      labels.push({text, left, right: left + width, start: scale.compute(0), end,
+                   frameLeft: frame.left, frameRight: frame.right});
+    });
+  }
+  return {labels, colours: [...new Set(plot.model.renderers.flatMap(
+            (r) => r.data_source && r.data_source.data.color ? [...r.data_source.data.color]
+                                                              : []))]};
+}"""
+
+
+def test_gpu_memory_labels_are_whole_and_never_across_their_fill() -> None:
+    """/GPU-Memory with 8 GPUs, one nearly full, at 1280 px and with JupyterLab's sidebar
+    open (about 950 px), light and dark: every label is inside the chart, wholly on its
+    fill or wholly off it, and the bars' colours are good/warn/bad only."""
+    with in_process_server(gpus=8, profile="mixed", scenario="idle") as server, \
+            chromium() as browser:
+        totals = {f.index: f.memory_total_bytes for f in server.metrics.facts}
+        server.simulator.set_processes([
+            SimulatedProcess(3, os.getpid(), int(0.6 * totals[3])),
+            SimulatedProcess(6, os.getpid(), int(0.99 * totals[6]))])
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        watched = watch(page)
+        page.goto(with_token(server.url + "/"))
+        for theme, width in (("light", 1280), ("dark", 1280), ("light", 950), ("dark", 950)):
+            page.set_viewport_size({"width": width, "height": 800})
+            page.goto(f"{server.url}/GPU-Memory?theme={theme}")
+            # Drawn from a frame in which GPU 6 is held (its bar past half its scale).
+            page.wait_for_function(
+                f"() => window.Bokeh && Bokeh.index && Object.keys(Bokeh.index).length && "
+                f"({BAR_LABELS_JS})().labels.some((l) => l.end - l.start > "
+                f"0.9 * (l.frameRight - l.start))", timeout=PAGE_WAIT_MS)
+            next_frames(page)
+            seen = page.evaluate(BAR_LABELS_JS)
+            screenshot(page, f"gpu-memory-{width}-{theme}")
+            assert len(seen["labels"]) == 8, seen
+            for label in seen["labels"]:
+                assert label["frameLeft"] <= label["left"] and \
+                    label["right"] <= label["frameRight"], ("cut", label)
+                on_fill = label["start"] <= label["left"] and label["right"] <= label["end"]
+                off_fill = label["left"] >= label["end"]
+                assert on_fill or off_fill, ("across its fill", label)
+            assert {c.lower() for c in seen["colours"]} <= {
+                "#76b900", "#e8a100", "#d62728"}, seen["colours"]
         watched.assert_clean()
 
 

@@ -5,7 +5,7 @@ Each page, in each state, is loaded in one theme and the next page in the other,
 page is seen in both themes across the states. On every page: no console error, no clipped
 table cell, no "NaN"/"undefined"/"null" text, no Bokeh message sent back to the server
 while live rows arrive, and a time axis on screen where the page has one. Each state then
-asserts what the user must see where it shows: the busiest GPU and its user, the MIG
+asserts what the user must see where it shows: how many GPUs are free and who holds one, the MIG
 devices, the reasons on unsupported rows, "GPU lost", "No process holds a GPU context".
 The screenshots are in ``test-artifacts/states-*.png``.
 """
@@ -91,7 +91,7 @@ def _no_processes(server: RunningServer) -> None:
 
 STATES = (
     State("4-gpus", 4, "mixed", _own_process_on_gpu(2), lambda user: {
-        "/": ["busiest", user, "1 process"], "/GPU-Processes": [user]}),
+        "/": ["of 4 free", user, "1 process"], "/GPU-Processes": [user]}),
     State("mig", 2, "a100-mig", lambda server: None, lambda user: {
         "/": ["GPU 0 · MIG 1", "3g.40gb", "GPU 0 · MIG 2", "4g.40gb"],
         "/GPU-Health": ["MIG enabled: 3g.40gb, 4g.40gb"]}),

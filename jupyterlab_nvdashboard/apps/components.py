@@ -57,6 +57,9 @@ MB = 1e6
 GIB = float(2**30)
 MIB = float(2**20)
 NOT_AVAILABLE = "not available"
+# A bar filled past this share of its scale has its words inside, at its end (half the
+# chart holds the longest, "12.34 GB/s (20 ms sample)", from 700 px wide).
+LABEL_INSIDE_PCT = 50.0
 
 
 def gpu_color(index: int) -> str:
@@ -113,14 +116,36 @@ def format_pct(value: float | None) -> str:
     return NOT_AVAILABLE if value is None else f"{value:.0f}%"
 
 
+# A bar's colour says only good, warn or bad: the GPU's own colour is its swatch and its
+# lines' (issue 44: a red bar read as an alarm because its GPU's colour was red).
+LEVEL_COLORS = {"good": "#76b900", "warn": "#e8a100", "bad": "#d62728"}
+# Where a bar turns from good to warn and from warn to bad, in percent of its full scale.
+# Utilization, SM activity and link rates are work, never an alarm. Memory: a job near the
+# end of its memory fails to allocate (our choice: warn from 80%, bad from 95%). Power: at
+# its limit the driver caps the clocks (health's "power cap"): warn from 90%, bad at 100%.
+WORK_LEVELS = (math.inf, math.inf)
+MEMORY_LEVELS = (80.0, 95.0)
+POWER_LEVELS = (90.0, 100.0)
+
+
+def bar_level(percent: float | None, levels: tuple[float, float]) -> str:
+    """``good``, ``warn`` or ``bad``: the key of a bar's colour in ``LEVEL_COLORS``."""
+    warn, bad = levels
+    if percent is None or percent < warn:
+        return "good"
+    return "warn" if percent < bad else "bad"
+
+
 @dataclass(frozen=True)
 class BarMetric:
-    """One bar per GPU: its value, its full scale on that GPU, and how to print it."""
+    """One bar per GPU: its value, its full scale on that GPU, how to print it, and where
+    its colour turns to warn and bad (``bar_level``)."""
 
     label: str
     read: Callable[[GpuReading], float | None]
     full_scale: Callable[[GpuFacts], float | None]
     describe: Callable[[GpuReading, GpuFacts], str]
+    levels: tuple[float, float] = WORK_LEVELS
 
 
 @dataclass(frozen=True)
@@ -142,18 +167,26 @@ class BarsFeed:
     def rows(self, samples: Sequence[Sample]) -> Rows:
         readings = {reading.index: reading for reading in samples[-1].gpus} if samples else {}
         percent: list[float] = []
-        text: list[str] = []
+        words: list[str] = []
+        inside: list[str] = []
+        outside: list[str] = []
         color: list[str] = []
         for facts in self.facts:
             reading = readings.get(facts.index, GpuReading.unavailable(facts.index, lost=False))
             for metric in self.metrics:
                 value, scale = metric.read(reading), metric.full_scale(facts)
-                percent.append(0.0 if value is None or not scale
-                               else min(100.0, 100 * value / scale))
-                text.append("GPU lost" if reading.lost else metric.describe(reading, facts))
-                color.append(gpu_color(facts.index))
+                share = 0.0 if value is None or not scale else min(100.0, 100 * value / scale)
+                percent.append(share)
+                text = "GPU lost" if reading.lost else metric.describe(reading, facts)
+                words.append(text)
+                # A long bar holds its words at its end, a short one has them after it:
+                # never across the fill's edge, never past the chart's right edge.
+                inside.append(text if share > LABEL_INSIDE_PCT else "")
+                outside.append("" if share > LABEL_INSIDE_PCT else text)
+                color.append(LEVEL_COLORS[bar_level(share, metric.levels)])
         return Rows({"percent": np.array(percent, dtype=float)},
-                    {"y": self.factors, "text": text, "color": color})
+                    {"y": self.factors, "text": words, "inside": inside, "outside": outside,
+                     "color": color})
 
 
 class PerGpuBars:
@@ -162,8 +195,8 @@ class PerGpuBars:
     def __init__(self, feed: BarsFeed, height: int | None = None) -> None:
         self.feed = feed
         factors = feed.factors
-        self.source = ColumnDataSource({"y": [], "percent": [], "text": [], "color": []},
-                                       syncable=False)
+        self.source = ColumnDataSource({"y": [], "percent": [], "text": [], "inside": [],
+                                        "outside": [], "color": []}, syncable=False)
         plot = figure(
             # Reversed so GPU 0 is drawn at the top.
             y_range=FactorRange(*reversed(factors)), x_range=Range1d(0, 100),
@@ -171,8 +204,14 @@ class PerGpuBars:
             tools="", height=height or max(160, 60 + 40 * len(factors)), syncable=False,
         )
         plot.hbar(y="y", right="percent", height=0.8, color="color", source=self.source)
-        plot.add_layout(LabelSet(x="percent", y="y", text="text", source=self.source,
-                                 x_offset=4, y_offset=-6, text_font_size="11px"))
+        # Black reads on each of the level colours, in either theme; words after a bar take
+        # the theme's colour.
+        plot.add_layout(LabelSet(x="percent", y="y", text="inside", source=self.source,
+                                 x_offset=-4, y_offset=-6, text_font_size="11px",
+                                 text_align="right", text_color="#000000", name="inside"))
+        plot.add_layout(LabelSet(x="percent", y="y", text="outside", source=self.source,
+                                 x_offset=4, y_offset=-6, text_font_size="11px",
+                                 name="outside"))
         plot.add_tools(HoverTool(tooltips=[("GPU", "@y"), ("value", "@text")]))
         plot.ygrid.grid_line_color = None
         self.root = plot

@@ -6,6 +6,7 @@ from ..metrics import GpuFacts, GpuReading, Metrics
 from .components import (
     GB,
     GIB,
+    MEMORY_LEVELS,
     BarMetric,
     BarsFeed,
     Panel,
@@ -40,7 +41,7 @@ def gpu_memory(metrics: Metrics) -> BarsFeed:
         return f"{format_memory(used)} of {format_memory(total)}"
 
     metric = BarMetric("memory", lambda r: r.memory_used_bytes,
-                       lambda facts: facts.memory_total_bytes, describe)
+                       lambda facts: facts.memory_total_bytes, describe, MEMORY_LEVELS)
     return BarsFeed(tuple(metrics.facts), (metric,), "Memory used (% of each GPU's own total)")
 
 

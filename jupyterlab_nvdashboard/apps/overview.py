@@ -6,7 +6,8 @@ nvidia-smi counts them), temperature, power of its limit, the SM clock with the 
 is held down in words, whether the device is lost or cannot report a reading (and why), how
 many processes hold it and whose (user, notebook), whether it has been held but unused for
 the threshold (``usage.py``, issue 28), a link to each dashboard for that GPU, and the
-device's diagnosis line (``diagnosis/``). The busiest device is marked.
+device's diagnosis line (``diagnosis/``). The free devices are marked, by the one rule of
+``diagnosis/free.py``, and a box above the table shows only those.
 
 The table is built here once per refresh, from what the sampler already stored, as one HTML
 string (``overview_html``); the stream sends it to every page (``OverviewFeed``, mode
@@ -26,6 +27,7 @@ from typing import Any
 from bokeh.models import ColumnDataSource, Div
 
 from ..diagnosis import Diagnosis
+from ..diagnosis.free import FREE_RULE, FreeJudgment
 from ..metrics import GpuFacts, GpuReading, Sample
 from ..metrics.families import GPM_FAMILY, HEALTH_FAMILY, GpmReading, HealthReading
 from ..metrics.health import clock_event_words
@@ -33,10 +35,26 @@ from ..metrics.identity import OTHER, SAME, UNKNOWN
 from ..metrics.nvml import MIG_PHYSICAL
 from ..stream.frames import Rows
 from .activity import without_gpm
-from .components import NOT_AVAILABLE, format_memory, gpu_color
+from .components import (
+    LEVEL_COLORS,
+    MEMORY_LEVELS,
+    NOT_AVAILABLE,
+    POWER_LEVELS,
+    WORK_LEVELS,
+    bar_level,
+    format_memory,
+    gpu_color,
+)
 from .in_place import IN_PLACE_JS
 from .live import STREAM_CLIENT_JS, LiveView
-from .processes import ANOTHER_CONTAINER, ProcessRow, newest_family, process_rows
+from .processes import (
+    ANOTHER_CONTAINER,
+    ProcessRow,
+    free_devices,
+    held_devices,
+    newest_family,
+    process_rows,
+)
 from .sources import DashboardSources
 from .usage import minutes_text
 
@@ -66,21 +84,30 @@ STYLE = """<style>
                           text-overflow: ellipsis; }
 .nvo tr.mig td.gpu { padding-left: 1.4em; }
 .nvo .name { font-size: 12px; opacity: .8; white-space: nowrap; }
-.nvo .bar { position: relative; height: 14px; background: rgba(128,128,128,.18);
-            border-radius: 2px; margin-top: 2px; }
-.nvo .bar i { position: absolute; left: 0; top: 0; bottom: 0; border-radius: 2px; }
-.nvo .bar b { position: relative; padding-left: 4px; font-size: 11px; font-weight: 600; }
+.nvo .bar { margin-top: 1px; }
+.nvo .bar b { display: block; font-size: 11px; font-weight: 600; line-height: 14px;
+              white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+.nvo .bar span { display: block; height: 4px; background: rgba(128,128,128,.25);
+                 border-radius: 2px; }
+.nvo .bar i { display: block; height: 100%; border-radius: 2px; }
+LEVELS
 .nvo .why { font-size: 11px; opacity: .8; white-space: normal; }
 .nvo .badge { display: inline-block; padding: 0 5px; border-radius: 3px; font-size: 11px;
               font-weight: 600; color: #fff; background: #d62728; margin-right: 3px; }
-.nvo .busiest { background: #76b900; color: #000; }
+.nvo .free { background: #76b900; color: #000; }
+.nvo .filter { font-size: 12px; margin: 0 0 3px; display: flex; gap: 1.2em;
+               align-items: center; }
+.nvo .nogpm { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+.nvo .filter label { cursor: pointer; white-space: nowrap; }
+.nvo:has(input.free-only:checked) tr[data-row]:not([data-free]) { display: none; }
 .nvo .unused { background: #b45309; }
 .nvo .ok { background: rgba(128,128,128,.35); color: inherit; }
 .nvo tr.lost td { background: rgba(214,39,40,.14); }
 .nvo a { color: #3b82f6; text-decoration: none; margin-right: 6px; white-space: nowrap; }
 .nvo td.links { font-size: 12px; line-height: 1.4; }
 .nvo .empty { margin: .4em 0; font-style: italic; }
-</style>"""
+</style>""".replace("LEVELS\n", "".join(
+    f".nvo .bar i.{level} {{ background: {color}; }}\n" for level, color in LEVEL_COLORS.items()))
 COLUMNS = (("gpu", "GPU · its dashboards", "16%"),
            ("util", "Utilization · SM activity (bars: 0–100%)", "16%"),
            ("memory", "Memory used of total (bar: 0–total)", "16%"), ("temp", "Temp", "6%"),
@@ -100,7 +127,7 @@ class DeviceRow:
     unavailable: dict[str, str]
     processes: tuple[ProcessRow, ...]
     diagnosis: Diagnosis | None
-    busiest: bool = False
+    free: FreeJudgment | None = None  # diagnosis/free.py's judgment
     no_gpm: str = ""  # why this device cannot report SM activity (GPM), or ""
     # Held but unused for the threshold (issue 28 item 4): {"unused_s", "why", ...} or None.
     unused: dict[str, Any] | None = None
@@ -110,12 +137,8 @@ class DeviceRow:
         return bool(self.reading and self.reading.lost)
 
     @property
-    def busy_pct(self) -> float | None:
-        """How busy: NVML's utilization (what nvidia-smi shows), else SM activity (a MIG
-        device has only GPM's)."""
-        if self.reading is not None and self.reading.utilization_pct is not None:
-            return self.reading.utilization_pct
-        return None if self.gpm is None else self.gpm.sm_activity_pct
+    def is_free(self) -> bool:
+        return self.free is not None and self.free.free
 
     def throttles(self) -> list[str]:
         mask = self.health.clock_event_reasons if self.health else None
@@ -124,14 +147,14 @@ class DeviceRow:
 
 @dataclass
 class Overview:
-    """Every device's row, the busiest marked, and whether any process holds a GPU."""
+    """Every device's row, the free ones marked, and whether any process holds a GPU."""
 
     rows: list[DeviceRow] = field(default_factory=list)
     any_process: bool = False
 
     @property
-    def busiest(self) -> DeviceRow | None:
-        return next((row for row in self.rows if row.busiest), None)
+    def free(self) -> list[DeviceRow]:
+        return [row for row in self.rows if row.is_free]
 
 
 def _by_row(family: Any) -> dict[int, Any]:
@@ -150,11 +173,11 @@ def build_overview(sources: DashboardSources) -> Overview:
     diagnoses = {diagnosis.row: diagnosis for diagnosis in sources.diagnoses.current()}
     no_gpm = {fact.index: reason for fact, reason in without_gpm(metrics)}
     unused = {device["index"]: device for device in sources.usage.unused_devices()}
+    holders = held_devices(sources, processes)
+    free = free_devices(sources, processes)
     rows = []
     for facts in metrics.facts:
-        held = tuple(p for p in processes if p.device == facts.index
-                     or (facts.kind == "gpu" and _parent_of(metrics.facts, p.device)
-                         == facts.index))
+        held = tuple(holders.get(facts.index, ()))
         reading = readings.get(facts.index)
         health_reading = health.get(facts.index)
         gpm_reading = gpm.get(facts.index)
@@ -163,27 +186,22 @@ def build_overview(sources: DashboardSources) -> Overview:
             health_reading if isinstance(health_reading, HealthReading) else None,
             gpm_reading if isinstance(gpm_reading, GpmReading) else None,
             unavailable.get(facts.index, {}), held, diagnoses.get(facts.index),
-            no_gpm=no_gpm.get(facts.index, ""), unused=unused.get(facts.index)))
-    busy = [(row.busy_pct, position) for position, row in enumerate(rows)
-            if row.busy_pct is not None and not row.lost]
-    if busy:
-        _, position = max(busy)
-        rows[position] = DeviceRow(**{**rows[position].__dict__, "busiest": True})
+            free=free.get(facts.index), no_gpm=no_gpm.get(facts.index, ""),
+            unused=unused.get(facts.index)))
     return Overview(rows, bool(processes))
-
-
-def _parent_of(facts: Sequence[GpuFacts], row: int) -> int | None:
-    return next((f.parent for f in facts if f.index == row), None)
 
 
 def _esc(text: object) -> str:
     return html.escape(str(text))
 
 
-def _bar(value: float | None, color: str, text: str) -> str:
+def _bar(value: float | None, levels: tuple[float, float], text: str) -> str:
+    """The value in words on its own line, the bar under it: the words never sit on the
+    fill, so they read alike at any fill and in either theme."""
     width = 0.0 if value is None else max(0.0, min(100.0, value))
-    return (f"<div class='bar' title='{_esc(text)} (bar to 100%)'><i style='width:{width:.0f}%;"
-            f"background:{color};opacity:.55'></i><b>{_esc(text)}</b></div>")
+    return (f"<div class='bar' title='{_esc(text)} (bar to 100%)'><b>{_esc(text)}</b>"
+            f"<span><i class='{bar_level(value, levels)}' style='width:{width:.0f}%'></i>"
+            "</span></div>")
 
 
 def _missing(row: DeviceRow, metric: str) -> str:
@@ -202,7 +220,8 @@ def _gpu_cell(row: DeviceRow) -> str:
     facts = row.facts
     cuda = "" if facts.cuda_index is None else f" · CUDA {facts.cuda_index}"
     name = facts.name.rpartition(" MIG ")[2] if facts.kind == "mig" else facts.name
-    badges = "<span class='badge busiest'>busiest</span>" if row.busiest else ""
+    badges = (f"<span class='badge free' title='{_esc(row.free.why)}'>free</span>"
+              if row.free is not None and row.free.free else "")
     swatch = (f"<span style='display:inline-block;width:.7em;height:.7em;border-radius:2px;"
               f"background:{gpu_color(facts.index)};margin-right:4px'></span>")
     prefix = "↳ " if facts.kind == "mig" else ""
@@ -219,14 +238,14 @@ def _util_cell(row: DeviceRow) -> str:
     sm = row.gpm.sm_activity_pct if row.gpm else None
     parts = []
     if util is not None:
-        parts.append(_bar(util, gpu_color(row.facts.index), f"util {util:.0f}%"))
+        parts.append(_bar(util, WORK_LEVELS, f"util {util:.0f}%"))
     else:
         parts.append(f"util: {_missing(row, 'utilization')}")
     if sm is not None:
-        parts.append(_bar(sm, "#d62728", f"SM {sm:.0f}%"))
+        parts.append(_bar(sm, WORK_LEVELS, f"SM {sm:.0f}%"))
     elif row.no_gpm and util is not None:
-        parts.append(f"<div class='why' title='{_esc(row.no_gpm)}'>no SM activity: "
-                     "no GPM on this GPU</div>")
+        parts.append(f"<div class='why nogpm' title='{_esc(row.no_gpm)}'>no SM activity "
+                     "(no GPM)</div>")
     return "".join(parts)
 
 
@@ -239,7 +258,7 @@ def _memory_cell(row: DeviceRow) -> str:
     percent = 100 * used / total if total else None
     text = f"{format_memory(used)} of {format_memory(total)}" if total \
         else format_memory(used)
-    return _bar(percent, "#76b900", text)
+    return _bar(percent, MEMORY_LEVELS, text)
 
 
 def _temp_cell(row: DeviceRow) -> str:
@@ -259,7 +278,7 @@ def _power_cell(row: DeviceRow) -> str:
     limit = (row.health.power_limit_w if row.health else None) or row.facts.power_limit_w
     if not limit:
         return f"{power:.0f} W <span class='why'>(no limit reported)</span>"
-    return _bar(100 * power / limit, "#ff7f0e", f"{power:.0f} of {limit:.0f} W")
+    return _bar(100 * power / limit, POWER_LEVELS, f"{power:.0f} of {limit:.0f} W")
 
 
 def _clock_cell(row: DeviceRow) -> str:
@@ -348,17 +367,18 @@ def overview_html(sources: DashboardSources, routes: dict[str, str],
     for row in overview.rows:
         kind = "mig" if row.facts.kind == "mig" else "gpu"
         lost = " lost" if row.lost else ""
+        free = " data-free" if row.is_free else ""
         cells = (_gpu_cell(row), _util_cell(row), _memory_cell(row), _temp_cell(row),
                  _power_cell(row), _clock_cell(row), _procs_cell(row))
         # Rows are keyed, so the page's morph moves them rather than rewrites them.
         body.append(f"<tr class='main {kind}{lost}' data-key='gpu-{row.facts.index}' "
-                    f"data-row='{row.facts.index}'"
-                    f"{' data-busiest' if row.busiest else ''}>"
+                    f"data-row='{row.facts.index}'{free}>"
                     + "".join(f"<td class='{key}'>{cell}</td>"
                               for (key, _, _), cell in zip(COLUMNS, cells, strict=True))
                     + "</tr>")
         links = _links_cell(row, routes, link_prefix)
-        body.append(f"<tr class='diag {kind}{lost}' data-key='dx-{row.facts.index}'>"
+        body.append(f"<tr class='diag {kind}{lost}' data-key='dx-{row.facts.index}' "
+                    f"data-row='{row.facts.index}'{free}>"
                     f"<td class='links'>{links}</td>"
                     f"<td colspan='{len(COLUMNS) - 1}'>{_diagnosis_cell(row)}</td></tr>")
     empty = "" if overview.any_process else f"<p class='empty'>{_esc(NO_PROCESSES)}.</p>"
@@ -368,11 +388,15 @@ def overview_html(sources: DashboardSources, routes: dict[str, str],
                   f"{minutes_text(sources.usage.unused_after_s)} or more:</b> "
                   f"{_esc('; '.join(unused))}.</p>")
     stamp = time.strftime("%H:%M:%S")
-    return (f"{STYLE}<div class='nvo'><table><thead><tr>{head}</tr></thead>"
+    free = len(overview.free)
+    # The box is the reader's: the morph keeps its checked state (a property, not markup).
+    choose = (f"<div class='filter'><span data-free-count><b>{free} of {len(overview.rows)}"
+              f"</b> free</span><label title='{_esc(FREE_RULE)}'><input type='checkbox' "
+              "class='free-only'> show only the free devices</label></div>")
+    return (f"{STYLE}<div class='nvo'>{choose}<table><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table>{empty}"
             f"<div class='why' style='margin-top:4px'>Memory in GiB (2<sup>30</sup> bytes), "
-            f"as nvidia-smi counts it. Updated {stamp}; the busiest device is marked by its "
-            f"utilization (by SM activity for a MIG device).</div></div>")
+            f"as nvidia-smi counts it. Updated {stamp}. {_esc(FREE_RULE)}</div></div>")
 
 
 @dataclass

@@ -30,6 +30,7 @@ from bokeh.models import (
     TableColumn,
 )
 
+from ..diagnosis.free import FREE_WINDOW_S, FreeJudgment, judge_free
 from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
 from ..metrics.identity import OTHER, PAIRED, SAME, SHARED, UNKNOWN, UNLISTED
 from ..stream.frames import Rows
@@ -251,6 +252,30 @@ def process_rows(sources: DashboardSources, now: float | None = None) -> list[Pr
     return rows
 
 
+def held_devices(sources: DashboardSources, rows: Sequence[ProcessRow]
+                 ) -> dict[int, list[ProcessRow]]:
+    """Each device row's processes: its own, and a GPU's MIG devices' too."""
+    parents = {f.index: f.parent for f in sources.metrics.facts}
+    held: dict[int, list[ProcessRow]] = {}
+    for row in rows:
+        held.setdefault(row.device, []).append(row)
+        parent = parents.get(row.device)
+        if parent is not None and parent != row.device:
+            held.setdefault(parent, []).append(row)
+    return held
+
+
+def free_devices(sources: DashboardSources, rows: Sequence[ProcessRow]
+                 ) -> dict[int, FreeJudgment]:
+    """Each device's free judgment (``diagnosis/free.py``), from the history and ``rows``
+    (``process_rows``): what the overview marks and ``/glance.json`` carries."""
+    metrics = sources.metrics
+    window = metrics.history.window(FREE_WINDOW_S)
+    held = held_devices(sources, rows)
+    return {facts.index: judge_free(window, facts, len(held.get(facts.index, ())))
+            for facts in metrics.facts}
+
+
 def gib_hours_text(byte_seconds: float | None) -> str:
     """GPU memory x time as ``3.25 GiB·h`` ("" for none)."""
     return "" if byte_seconds is None else f"{byte_seconds / 3600 / GIB:.2f} GiB·h"
@@ -419,12 +444,16 @@ def process_view(sources: DashboardSources, feed: Any) -> ProcessTable:
 
 
 def glance(sources: DashboardSources) -> dict[str, Any]:
-    """``/glance.json``: each device's utilization and memory now, the current user's
+    """``/glance.json``: each device's utilization and memory now, whether it is free and
+    whether the current user's processes hold it, the current user's
     kernels that hold GPU memory (what the JupyterLab status bar and sidebar show), each
     with its ``idle`` judgment (``usage.py``), and the devices unused for the threshold."""
     metrics = sources.metrics
     latest = metrics.history.latest()
     readings = {reading.index: reading for reading in latest.gpus} if latest else {}
+    rows = process_rows(sources)
+    free = free_devices(sources, rows)
+    held = held_devices(sources, rows)
     devices = []
     for facts in metrics.facts:
         reading = readings.get(facts.index)
@@ -434,11 +463,15 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
             "memory_used_bytes": reading.memory_used_bytes if reading else None,
             "memory_total_bytes": (reading.memory_total_bytes if reading else None)
             or facts.memory_total_bytes,
+            # The server's judgment (diagnosis/free.py): the status bar counts it.
+            "free": free[facts.index].free, "free_why": free[facts.index].why,
+            # The current user's processes hold it: the status bar shows this one first.
+            "mine": any(row.mine for row in held.get(facts.index, ())),
         })
     kernels: dict[str, dict[str, Any]] = {}
     kernel_rows: set[int] = set()
     user = current_user()
-    for row in process_rows(sources):
+    for row in rows:
         if not row.mine or not row.kernel_id or row.notebook is None:
             continue
         kernel_rows.add(row.device)

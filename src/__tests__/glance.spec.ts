@@ -4,13 +4,13 @@ import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
 import {
-  busiestDevice,
   DIAGNOSIS_CLASS,
   IGlanceState,
   KERNEL_ROW_CLASS,
   parseGlance,
   statusText,
-  statusTooltip
+  statusTooltip,
+  yourDevice
 } from '../glance';
 import { GlanceModel } from '../glanceModel';
 import { GlancePanel } from '../glancePanel';
@@ -36,7 +36,8 @@ const GLANCE = {
       kind: 'gpu',
       utilization_pct: 80,
       memory_used_bytes: null,
-      memory_total_bytes: 80 * GIB
+      memory_total_bytes: 80 * GIB,
+      mine: true
     }
   ],
   kernels: [
@@ -149,29 +150,63 @@ describe('parseGlance', () => {
 });
 
 describe('statusText', () => {
-  it('shows the busiest GPU, not the mean', () => {
+  it('shows your GPU, not the busiest or the mean', () => {
     const glance = {
       devices: [
-        { ...GLANCE.devices[0], utilization_pct: 5 },
+        { ...GLANCE.devices[0], utilization_pct: 100, mine: false },
         {
           ...GLANCE.devices[1],
-          utilization_pct: 100,
+          utilization_pct: 5,
           memory_used_bytes: 70 * GIB
         },
-        { ...GLANCE.devices[0], index: 2, label: 'GPU 2', utilization_pct: 0 }
+        { ...GLANCE.devices[0], index: 2, label: 'GPU 2', mine: true }
       ]
     };
-    // A mean would read 35%, hiding a GPU that is full.
-    expect(statusText(ok(glance))).toBe('GPU 1 100% · 70.0 GiB of 80.0 GiB');
-    expect(busiestDevice(parseGlance(glance))?.label).toBe('GPU 1');
+    // The first GPU yours, by index, whichever is busier: it does not hop.
+    expect(statusText(ok(glance))).toBe('GPU 1 5% · 70.0 GiB of 80.0 GiB');
+    expect(yourDevice(parseGlance(glance))?.label).toBe('GPU 1');
     expect(statusText(null)).toBe('GPU –');
+  });
+
+  it('counts the free GPUs as the server judged them when none is yours', () => {
+    const device = (index: number, free: unknown, utilization: number) => ({
+      ...GLANCE.devices[0],
+      index,
+      label: `GPU ${index}`,
+      utilization_pct: utilization,
+      free,
+      free_why: free ? 'free: no process holds it' : 'in use: utilization 99%'
+    });
+    const glance = {
+      devices: [
+        device(0, false, 99),
+        device(1, true, 0),
+        device(2, true, 3),
+        device(3, 'yes', 0) // not a boolean: not free
+      ]
+    };
+    expect(statusText(ok(glance))).toBe('2 of 4 GPUs free');
+    const polls = [0, 1, 2].map(poll => ({
+      devices: glance.devices.map(d => ({
+        ...d,
+        utilization_pct: (d.utilization_pct + 37 * poll) % 100
+      }))
+    }));
+    // Utilization that moves every poll moves nothing in the text.
+    expect(new Set(polls.map(g => statusText(ok(g)))).size).toBe(1);
+    expect(statusText(ok({ devices: [device(0, true, 0)] }))).toBe(
+      '1 of 1 GPU free'
+    );
+    expect(statusTooltip(ok(glance)).split('\n')).toContain(
+      'GPU 1: 0% utilization, 20.0 GiB of 80.0 GiB memory (free)'
+    );
   });
 
   it('shows each GPU when asked to', () => {
     expect(statusText(ok(GLANCE), 'each')).toBe('GPU 40% 80%');
   });
 
-  it('breaks a tie by memory, and says n/a rather than 0', () => {
+  it('says n/a rather than 0', () => {
     const glance = parseGlance({
       devices: [
         { index: 0, label: 'GPU 0', kind: 'gpu' },
@@ -184,8 +219,10 @@ describe('statusText', () => {
         }
       ]
     });
-    expect(busiestDevice(glance)?.label).toBe('GPU 1');
-    const none = { devices: [{ index: 0, label: 'GPU 0', kind: 'gpu' }] };
+    expect(statusText(ok(glance))).toBe('0 of 2 GPUs free');
+    const none = {
+      devices: [{ index: 0, label: 'GPU 0', kind: 'gpu', mine: true }]
+    };
     expect(statusText(ok(none))).toBe('GPU 0 n/a · memory n/a');
   });
 
@@ -194,7 +231,9 @@ describe('statusText', () => {
     expect(tooltip).toContain(
       'GPU 0: 40% utilization, 20.0 GiB of 80.0 GiB memory'
     );
-    expect(tooltip).toContain('GPU 1: 80% utilization, n/a of 80.0 GiB memory');
+    expect(tooltip).toContain(
+      'GPU 1: 80% utilization, n/a of 80.0 GiB memory (yours)'
+    );
   });
 });
 
@@ -345,7 +384,7 @@ describe('GlanceStatusItem', () => {
     m.dispose();
   });
 
-  it('switches between the busiest and each GPU live', async () => {
+  it('switches between your GPU and each GPU live', async () => {
     const m = model([GLANCE]);
     const item = new GlanceStatusItem({
       model: m,

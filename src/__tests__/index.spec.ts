@@ -177,12 +177,12 @@ describe('the plugin', () => {
     settings.composite = {
       refreshRate: 1,
       showStatusItem: true,
-      statusFigure: 'busiest'
+      statusFigure: 'summary'
     };
     settings.changed.emit();
     expect(panel.model.poller.poll.frequency.interval).toBe(1000);
     expect(item.enabled).toBe(true);
-    expect(item.figure).toBe('busiest');
+    expect(item.figure).toBe('summary');
     sidebar.dispose();
     panel.model.dispose();
   });
@@ -302,7 +302,7 @@ describe('the plugin', () => {
       refreshRate: 2,
       dashboardListRefreshRate: 15,
       showStatusItem: true,
-      statusFigure: 'busiest',
+      statusFigure: 'summary',
       idleNotice: {
         enabled: true,
         memoryGiB: 1,

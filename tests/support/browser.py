@@ -163,16 +163,20 @@ TOOLTIP_JS = """() => {
 }"""
 
 
-# The start of a function that looks at a page's timelines: every Bokeh view (a plot's
-# elements included), the timelines' one figure (`plot`, the view with the time axis) and the
-# root of the HTML over it (`bands`: each band's heading, scale and lines' place).
-TIMELINE_VIEWS_JS = """
+# The start of a function that looks at a page's Bokeh views: `views`, every one of them (a
+# plot's elements included).
+BOKEH_VIEWS_JS = """
   const views = [];
   const walk = (view) => { views.push(view);
     const children = typeof view.children_views === 'function' ? view.children_views()
       : (view.child_views || []);
     for (const child of children) walk(child); };
   for (const view of Object.values(Bokeh.index)) walk(view);
+"""
+# The start of a function that looks at a page's timelines: every Bokeh view, the
+# timelines' one figure (`plot`, the view with the time axis) and the root of the HTML over
+# it (`bands`: each band's heading, scale and lines' place).
+TIMELINE_VIEWS_JS = BOKEH_VIEWS_JS + """
   const plot = views.find((v) => v.model.type === 'Figure' &&
                           v.model.above.some((a) => a.type === 'DatetimeAxis'));
   const bands = views.find((v) => v.model === plot.model.elements[0]).shadow_el;
