@@ -321,9 +321,10 @@ describe('GlanceStatusItem', () => {
     let now = 1_000_000;
     const busier = {
       ...GLANCE,
+      // GPU 1 is the user's, so the status text shows its figures.
       devices: [
-        { ...GLANCE.devices[0], utilization_pct: 95 },
-        GLANCE.devices[1]
+        GLANCE.devices[0],
+        { ...GLANCE.devices[1], utilization_pct: 95 }
       ]
     };
     const m = model(
