@@ -314,6 +314,16 @@ def test_two_stores_on_one_file_one_writes_the_other_reads_then_takes_over(
     second.close()
 
 
+def a_minute_stored(folder: Path) -> tuple[Path, ScriptedClock]:
+    """A store in ``folder`` with a minute of history written and closed, and its clock."""
+    path = folder / "history.sqlite"
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = open_writer(path, clock)
+    Feeder(store, clock).run(60)
+    store.stop()
+    return path, clock
+
+
 def one_line(caplog: pytest.LogCaptureFixture) -> str:
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(lines) == 1, lines
@@ -323,11 +333,7 @@ def one_line(caplog: pytest.LogCaptureFixture) -> str:
 
 def test_a_damaged_store_is_set_aside_and_a_new_one_made(
         folder: Path, caplog: pytest.LogCaptureFixture) -> None:
-    path = folder / "history.sqlite"
-    clock = ScriptedClock(START_S, 5_000.0)
-    store = open_writer(path, clock)
-    Feeder(store, clock).run(60)
-    store.stop()
+    path, clock = a_minute_stored(folder)
     data = bytearray(path.read_bytes())
     data[4096:8192] = os.urandom(4096)  # a damaged page, the header still ours
     path.write_bytes(bytes(data))
@@ -342,11 +348,7 @@ def test_a_damaged_store_is_set_aside_and_a_new_one_made(
 
 def test_a_store_left_in_rollback_journal_mode_is_used_and_put_back_in_wal(
         folder: Path, caplog: pytest.LogCaptureFixture) -> None:
-    path = folder / "history.sqlite"
-    clock = ScriptedClock(START_S, 5_000.0)
-    store = open_writer(path, clock)
-    Feeder(store, clock).run(60)
-    store.stop()
+    path, clock = a_minute_stored(folder)
     with contextlib.closing(sqlite3.connect(path)) as shell:  # as `sqlite3` the shell might
         assert shell.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
     caplog.set_level(logging.INFO, logger="nvdashboard")
@@ -363,11 +365,7 @@ def test_a_store_left_in_rollback_journal_mode_is_used_and_put_back_in_wal(
                                     "a blob that is a number"])
 def test_a_row_the_writer_did_not_write_is_set_aside_with_one_line_and_the_rest_served(
         folder: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
-    path = folder / "history.sqlite"
-    clock = ScriptedClock(START_S, 5_000.0)
-    store = open_writer(path, clock)
-    Feeder(store, clock).run(60)
-    store.stop()
+    path, clock = a_minute_stored(folder)
     first = int(START_S)
     with contextlib.closing(sqlite3.connect(path)) as connection, connection:
         if damage == "a layout of x":  # a store with our marker, a row we never write
