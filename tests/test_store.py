@@ -394,6 +394,24 @@ def test_a_row_the_writer_did_not_write_is_set_aside_with_one_line_and_the_rest_
     reader.close()
 
 
+def test_a_writer_that_fails_unforeseen_says_so_and_is_off(
+        folder: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyterlab_nvdashboard.store import service
+
+    def defect(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a defect no check foresaw")
+
+    monkeypatch.setattr(service, "fold_samples", defect)
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = HistoryStore(folder / "history.sqlite", clock=clock, device_uuids=lambda: UUIDS,
+                         batch_s=0.05)
+    Feeder(store, clock).run(1)
+    store.start()  # the writer's own thread meets the defect at its first batch
+    until(lambda: store.role == "off", "the store to turn off", 30)
+    assert store.info()["role"] == "off" and "a defect no check foresaw" in one_line(caplog)
+    store.stop()
+
+
 @pytest.mark.parametrize("case", ["not-sqlite", "another-program", "newer-schema", "symlink",
                                   "read-only-folder", "locked"])
 def test_a_store_that_is_not_usable_gives_one_line_and_no_store(
