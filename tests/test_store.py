@@ -413,7 +413,7 @@ def test_a_writer_that_fails_unforeseen_says_so_and_is_off(
 
 
 @pytest.mark.parametrize("case", ["not-sqlite", "another-program", "newer-schema", "symlink",
-                                  "read-only-folder", "locked"])
+                                  "read-only-folder", "locked", "cut-short-by-an-older-version"])
 def test_a_store_that_is_not_usable_gives_one_line_and_no_store(
         folder: Path, caplog: pytest.LogCaptureFixture, case: str) -> None:
     path = folder / "state" / "history.sqlite"
@@ -426,6 +426,11 @@ def test_a_store_that_is_not_usable_gives_one_line_and_no_store(
         with contextlib.closing(sqlite3.connect(path)) as other:
             other.execute("CREATE TABLE t (x)")
             other.commit()
+    elif case == "cut-short-by-an-older-version":
+        # What a kill left when an older nvdashboard had switched a new file to WAL mode and
+        # no more: an SQLite header, no tables, no application id.
+        with contextlib.closing(sqlite3.connect(path)) as older:
+            older.execute("PRAGMA journal_mode=WAL")
     elif case == "newer-schema":
         open_writer(path, clock).close()
         with contextlib.closing(sqlite3.connect(path)) as newer:
@@ -462,6 +467,8 @@ def test_a_store_that_is_not_usable_gives_one_line_and_no_store(
         assert after == before  # nothing it did not make was changed, renamed or deleted
         if case == "symlink":
             assert path.is_symlink() and (folder / "elsewhere.sqlite").read_bytes() == b""
+        if case == "cut-short-by-an-older-version":  # it says what to do, and blames no one
+            assert "remove it" in line and "another program" not in line
     finally:
         store.close()
         if holder is not None:

@@ -92,6 +92,16 @@ def _header(path: Path) -> bytes:
         return file.read(100)
 
 
+def _never_made(header: bytes) -> bool:
+    """Whether a SQLite header is that of a database whose main file never held a table: one
+    page, schema cookie 0 (bytes 28-31 and 40-43), no application id, version 0."""
+    def field(at: int) -> int:
+        return int.from_bytes(header[at:at + 4], "big")
+
+    return (len(header) >= 100 and field(28) == 1 and field(40) == 0 and field(60) == 0
+            and field(68) == 0)
+
+
 def _inspect(path: Path) -> str:
     """'new', 'ours' or 'empty'; raises StoreUnusable for what must not be opened."""
     try:
@@ -117,6 +127,14 @@ def _inspect(path: Path) -> str:
         raise StoreUnusable(f"{path} is not an nvdashboard store (not a SQLite file); "
                             "left untouched")
     application = int.from_bytes(header[68:72], "big") if len(header) >= 72 else 0
+    if application != APPLICATION_ID and _never_made(header):
+        # What a kill or a full disk left while an nvdashboard before the header-first
+        # write_header made its store. Not provably ours, so not touched; but the line says
+        # what it likely is, and how to get a store again.
+        raise StoreUnusable(f"{path} is an SQLite file without tables or an owner's mark, "
+                            "likely a store whose making was cut short by an older "
+                            "nvdashboard; left untouched: remove it (and its -wal and -shm) "
+                            "to start a new store")
     if application != APPLICATION_ID:
         raise StoreUnusable(f"{path} is another program's SQLite database; left untouched")
     # The schema version (SQLite's user_version, bytes 60-63), read before opening: a
