@@ -4,9 +4,13 @@ files, two servers on one file. No server, no waiting: the writer is stepped by 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import os
+import resource
+import shutil
+import signal
 import sqlite3
 import tempfile
 from collections.abc import Iterator
@@ -22,8 +26,9 @@ from jupyterlab_nvdashboard.store import (
     FINE_TIER,
     SCHEMA_VERSION,
     HistoryStore,
+    file,
 )
-from jupyterlab_nvdashboard.store.buckets import is_gap
+from jupyterlab_nvdashboard.store.buckets import Bucket, column_count, is_gap
 from tests.support.store_clock import ScriptedClock
 from tests.support.waiting import until
 
@@ -309,6 +314,16 @@ def test_two_stores_on_one_file_one_writes_the_other_reads_then_takes_over(
     second.close()
 
 
+def a_minute_stored(folder: Path) -> tuple[Path, ScriptedClock]:
+    """A store in ``folder`` with a minute of history written and closed, and its clock."""
+    path = folder / "history.sqlite"
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = open_writer(path, clock)
+    Feeder(store, clock).run(60)
+    store.stop()
+    return path, clock
+
+
 def one_line(caplog: pytest.LogCaptureFixture) -> str:
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(lines) == 1, lines
@@ -318,11 +333,7 @@ def one_line(caplog: pytest.LogCaptureFixture) -> str:
 
 def test_a_damaged_store_is_set_aside_and_a_new_one_made(
         folder: Path, caplog: pytest.LogCaptureFixture) -> None:
-    path = folder / "history.sqlite"
-    clock = ScriptedClock(START_S, 5_000.0)
-    store = open_writer(path, clock)
-    Feeder(store, clock).run(60)
-    store.stop()
+    path, clock = a_minute_stored(folder)
     data = bytearray(path.read_bytes())
     data[4096:8192] = os.urandom(4096)  # a damaged page, the header still ours
     path.write_bytes(bytes(data))
@@ -337,11 +348,7 @@ def test_a_damaged_store_is_set_aside_and_a_new_one_made(
 
 def test_a_store_left_in_rollback_journal_mode_is_used_and_put_back_in_wal(
         folder: Path, caplog: pytest.LogCaptureFixture) -> None:
-    path = folder / "history.sqlite"
-    clock = ScriptedClock(START_S, 5_000.0)
-    store = open_writer(path, clock)
-    Feeder(store, clock).run(60)
-    store.stop()
+    path, clock = a_minute_stored(folder)
     with contextlib.closing(sqlite3.connect(path)) as shell:  # as `sqlite3` the shell might
         assert shell.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
     caplog.set_level(logging.INFO, logger="nvdashboard")
@@ -358,11 +365,7 @@ def test_a_store_left_in_rollback_journal_mode_is_used_and_put_back_in_wal(
                                     "a blob that is a number"])
 def test_a_row_the_writer_did_not_write_is_set_aside_with_one_line_and_the_rest_served(
         folder: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
-    path = folder / "history.sqlite"
-    clock = ScriptedClock(START_S, 5_000.0)
-    store = open_writer(path, clock)
-    Feeder(store, clock).run(60)
-    store.stop()
+    path, clock = a_minute_stored(folder)
     first = int(START_S)
     with contextlib.closing(sqlite3.connect(path)) as connection, connection:
         if damage == "a layout of x":  # a store with our marker, a row we never write
@@ -391,8 +394,26 @@ def test_a_row_the_writer_did_not_write_is_set_aside_with_one_line_and_the_rest_
     reader.close()
 
 
+def test_a_writer_that_fails_unforeseen_says_so_and_is_off(
+        folder: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyterlab_nvdashboard.store import service
+
+    def defect(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a defect no check foresaw")
+
+    monkeypatch.setattr(service, "fold_samples", defect)
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = HistoryStore(folder / "history.sqlite", clock=clock, device_uuids=lambda: UUIDS,
+                         batch_s=0.05)
+    Feeder(store, clock).run(1)
+    store.start()  # the writer's own thread meets the defect at its first batch
+    until(lambda: store.role == "off", "the store to turn off", 30)
+    assert store.info()["role"] == "off" and "a defect no check foresaw" in one_line(caplog)
+    store.stop()
+
+
 @pytest.mark.parametrize("case", ["not-sqlite", "another-program", "newer-schema", "symlink",
-                                  "read-only-folder", "locked"])
+                                  "read-only-folder", "locked", "cut-short-by-an-older-version"])
 def test_a_store_that_is_not_usable_gives_one_line_and_no_store(
         folder: Path, caplog: pytest.LogCaptureFixture, case: str) -> None:
     path = folder / "state" / "history.sqlite"
@@ -405,6 +426,11 @@ def test_a_store_that_is_not_usable_gives_one_line_and_no_store(
         with contextlib.closing(sqlite3.connect(path)) as other:
             other.execute("CREATE TABLE t (x)")
             other.commit()
+    elif case == "cut-short-by-an-older-version":
+        # What a kill left when an older nvdashboard had switched a new file to WAL mode and
+        # no more: an SQLite header, no tables, no application id.
+        with contextlib.closing(sqlite3.connect(path)) as older:
+            older.execute("PRAGMA journal_mode=WAL")
     elif case == "newer-schema":
         open_writer(path, clock).close()
         with contextlib.closing(sqlite3.connect(path)) as newer:
@@ -441,6 +467,8 @@ def test_a_store_that_is_not_usable_gives_one_line_and_no_store(
         assert after == before  # nothing it did not make was changed, renamed or deleted
         if case == "symlink":
             assert path.is_symlink() and (folder / "elsewhere.sqlite").read_bytes() == b""
+        if case == "cut-short-by-an-older-version":  # it says what to do, and blames no one
+            assert "remove it" in line and "another program" not in line
     finally:
         store.close()
         if holder is not None:
@@ -459,9 +487,135 @@ def test_a_new_store_is_ours_and_private(folder: Path) -> None:
         assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-def test_an_older_schema_is_migrated(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyterlab_nvdashboard.store import file
+def killed_at_statement(path: Path, statement: int) -> bool:
+    """Open (make, migrate) the store at ``path`` in a forked process that is killed
+    (SIGKILL) as its ``statement``-th SQL statement starts: what ``kill -9``, an OOM kill or
+    a crash leaves at that step. False when it finished in fewer statements."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            statements = itertools.count(1)
+            connect = file.connect
 
+            def killing_connect(where: Path, read_only: bool = False) -> sqlite3.Connection:
+                connection = connect(where, read_only)
+                connection.set_trace_callback(
+                    lambda sql: next(statements) == statement
+                    and os.kill(os.getpid(), signal.SIGKILL))
+                return connection
+
+            file.connect = killing_connect
+            file.open_store(path)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFSIGNALED(status)
+
+
+def opened_after_each_kill(source: Path | None, folder: Path) -> Iterator[HistoryStore]:
+    """For each step of opening ``source`` (a copy of it; None: a new store), the store a
+    server opens after a kill at that step; ends when opening runs to the end unkilled."""
+    for step in itertools.count(1):
+        place = folder / f"kill-{step}"
+        place.mkdir()
+        path = place / "history.sqlite"
+        if source is not None:
+            shutil.copyfile(source, path)
+        if not killed_at_statement(path, step):
+            assert step > 5  # it was killed at every step before
+            return
+        store = HistoryStore(path, clock=ScriptedClock(START_S + 120, 5_000.0),
+                             device_uuids=lambda: UUIDS)
+        store.open()
+        yield store
+        store.close()
+
+
+def test_a_kill_at_any_step_of_making_a_store_leaves_one_the_next_start_uses(
+        folder: Path, caplog: pytest.LogCaptureFixture) -> None:
+    for store in opened_after_each_kill(None, folder):
+        assert store.role == "writer", store.problem
+        with contextlib.closing(sqlite3.connect(store.path)) as connection:
+            assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert not warnings_of(caplog)
+    # And the header names it ours in the main file itself, with nothing left in a WAL.
+    assert int.from_bytes(store.path.read_bytes()[68:72], "big") == APPLICATION_ID
+
+
+def made_on_a_full_disk(path: Path, room_bytes: int) -> bool:
+    """Make the store at ``path`` in a forked process that may write files of at most
+    ``room_bytes`` (RLIMIT_FSIZE: a write past it fails, as on a full disk). True when the
+    store was made whole."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        made = False
+        try:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a signal
+            resource.setrlimit(resource.RLIMIT_FSIZE, (room_bytes, room_bytes))
+            file.open_store(path)
+            made = True
+        except file.StoreUnusable:
+            pass
+        finally:
+            os._exit(0 if made else 1)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def test_a_disk_full_while_making_a_store_leaves_one_the_next_start_uses(
+        folder: Path, caplog: pytest.LogCaptureFixture) -> None:
+    page = 4096  # SQLite's page: the file and its WAL grow by pages
+    for room in itertools.count(0, page):
+        path = folder / f"room-{room}" / "history.sqlite"
+        path.parent.mkdir()
+        if made_on_a_full_disk(path, room):
+            break
+        store = open_writer(path, ScriptedClock(START_S, 5_000.0))
+        store.close()
+    assert room > 2 * page and not warnings_of(caplog)
+
+
+def version_1_store(path: Path) -> None:
+    """A store as nvdashboard wrote it at schema version 1: a minute of two GPUs, by row
+    ("0,1"), the host's CPU at 12%."""
+    layout = ("index:0", "index:1")
+    values = np.full(column_count(layout), 12.0)
+    blob = Bucket(START_S, 60.0, layout, 60, 60.0, values, values, values).encode()
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        connection.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        connection.execute("PRAGMA journal_mode=WAL")
+        with connection:
+            for statement in file.MIGRATIONS[1]:
+                connection.execute(statement)
+            connection.execute("INSERT INTO layouts (id, gpus) VALUES (1, '0,1')")
+            connection.executemany(
+                "INSERT INTO buckets VALUES (?, ?, 1, ?, ?)",
+                [(COARSE_TIER, int(START_S), 60, blob),
+                 *((FINE_TIER, int(START_S) + 5 * i, 5, blob) for i in range(12))])
+            connection.execute("PRAGMA user_version=1")
+
+
+def test_a_kill_at_any_step_of_a_migration_leaves_a_store_the_next_start_migrates(
+        folder: Path, caplog: pytest.LogCaptureFixture) -> None:
+    old = folder / "version-1.sqlite"
+    version_1_store(old)
+    for store in opened_after_each_kill(old, folder):
+        assert store.role == "writer", store.problem
+        with contextlib.closing(sqlite3.connect(store.path)) as connection:
+            assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+            # Migrated once, all of it: a step done twice would name the rows "index:index:0".
+            assert connection.execute("SELECT gpus FROM layouts").fetchall() == [
+                ("index:0,index:1",)]
+            assert connection.execute("SELECT count(*), min(covered_s) FROM buckets "
+                                      "WHERE tier=0").fetchone() == (12, 5.0)
+        # The minute is kept: its host readings read back; its GPUs, known by row only, are
+        # drawn under none of today's.
+        [minute] = store.past(START_S, START_S + 60, 60, rows="mean").samples
+        assert minute.gpus == () and minute.host.cpu_pct == pytest.approx(12.0)
+    assert not warnings_of(caplog)
+
+
+def test_an_older_schema_is_migrated(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = folder / "history.sqlite"
     clock = ScriptedClock(START_S, 5_000.0)
     store = open_writer(path, clock)

@@ -2,7 +2,10 @@
 
 What may be found at the store's path, and what happens (one log line each, never a crash):
 
-- nothing: a new store is made (its folder too, private to the user);
+- nothing: a new store is made (its folder too, private to the user): our application id
+  first, written to the file itself, then each schema version in one transaction, so a
+  kill or a full disk at any step leaves an empty file or a store of ours at some version,
+  which the next start finishes;
 - our store (SQLite, ``APPLICATION_ID``, owned by this user) at this or an older schema
   version: used, migrated first when older;
 - our store from a newer version of nvdashboard: left as it is (that version still uses it),
@@ -89,6 +92,16 @@ def _header(path: Path) -> bytes:
         return file.read(100)
 
 
+def _never_made(header: bytes) -> bool:
+    """Whether a SQLite header is that of a database whose main file never held a table: one
+    page, schema cookie 0 (bytes 28-31 and 40-43), no application id, version 0."""
+    def field(at: int) -> int:
+        return int.from_bytes(header[at:at + 4], "big")
+
+    return (len(header) >= 100 and field(28) == 1 and field(40) == 0 and field(60) == 0
+            and field(68) == 0)
+
+
 def _inspect(path: Path) -> str:
     """'new', 'ours' or 'empty'; raises StoreUnusable for what must not be opened."""
     try:
@@ -114,6 +127,14 @@ def _inspect(path: Path) -> str:
         raise StoreUnusable(f"{path} is not an nvdashboard store (not a SQLite file); "
                             "left untouched")
     application = int.from_bytes(header[68:72], "big") if len(header) >= 72 else 0
+    if application != APPLICATION_ID and _never_made(header):
+        # What a kill or a full disk left while an nvdashboard before the header-first
+        # write_header made its store. Not provably ours, so not touched; but the line says
+        # what it likely is, and how to get a store again.
+        raise StoreUnusable(f"{path} is an SQLite file without tables or an owner's mark, "
+                            "likely a store whose making was cut short by an older "
+                            "nvdashboard; left untouched: remove it (and its -wal and -shm) "
+                            "to start a new store")
     if application != APPLICATION_ID:
         raise StoreUnusable(f"{path} is another program's SQLite database; left untouched")
     # The schema version (SQLite's user_version, bytes 60-63), read before opening: a
@@ -183,6 +204,8 @@ def _prepare(path: Path) -> Opened:
         # a link that appeared since the look above.
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY
                          | getattr(os, "O_NOFOLLOW", 0), 0o600))
+    if kind in ("new", "empty"):
+        write_header(path)
     if kind == "ours":
         # Reads the whole file's structure: a damaged page shows here, not mid-write. On a
         # connection of its own: after a quick_check, a connection that switches a store
@@ -217,14 +240,33 @@ def _prepare(path: Path) -> Opened:
         raise
 
 
+def write_header(path: Path) -> None:
+    """The first write to a new store: our application id into the main file's header, in
+    one rollback-journal transaction, before WAL mode and the tables. From then on, whatever
+    ends the first start (a kill, a full disk), the file is recognisably ours: a store at
+    version 0 (or an empty file, when even this was rolled back) that the next start
+    finishes. Written in WAL mode, the id would reach the main file only at the first
+    checkpoint, and a kill before it left a file refused as another program's."""
+    with contextlib.closing(connect(path)) as connection:
+        connection.execute(f"PRAGMA application_id={APPLICATION_ID}")
+
+
 def migrate(connection: sqlite3.Connection, version: int) -> None:
-    """Apply each migration after ``version``, each in its own transaction."""
+    """Apply each migration after ``version``, each in one explicit transaction with the
+    version it brings: all of it or none of it, whenever the process ends. (Python's
+    sqlite3 opens a transaction of its own only before INSERT, UPDATE and DELETE, so each
+    CREATE or ALTER would otherwise commit alone.)"""
     for target in sorted(v for v in MIGRATIONS if v > version):
-        with connection:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
             for statement in MIGRATIONS[target]:
                 connection.execute(statement)
             connection.execute(f"PRAGMA application_id={APPLICATION_ID}")
             connection.execute(f"PRAGMA user_version={target}")
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.rollback()
+            raise
 
 
 def make_folder(path: Path) -> None:

@@ -96,7 +96,7 @@ class StoreStats:
     buckets_written: int = 0
     merged: int = 0  # buckets added to one already stored (a restart or a clock step back)
     pruned: int = 0
-    set_aside: int = 0  # buckets stamped ahead of the clock, taken out of the history
+    set_aside: int = 0  # buckets taken out of the history: ahead of the clock, or damaged
     cpu_s: float = 0.0  # the writer thread's own CPU time
     errors: int = 0
 
