@@ -59,7 +59,7 @@ def test_an_off_store_fed_for_an_hour_holds_no_samples(folder: Path) -> None:
     path = folder / "history.sqlite"
     path.symlink_to(folder / "elsewhere.sqlite")  # one of the ways a store turns off
     clock = ScriptedClock(START_S, 5_000.0)
-    store = HistoryStore(path, clock=clock)
+    store = HistoryStore(path, clock=clock, device_uuids=dict)
     history = History(10)
     store.attach(history)  # as the server composes it: before the store opens
     store.open()
