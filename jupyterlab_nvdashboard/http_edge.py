@@ -40,6 +40,7 @@ HEADER_TIMEOUT_S = 10.0
 MOST_CONNECTIONS = 1000
 # With a low open-file limit, at least this many: a few pages must still open.
 FEWEST_CONNECTIONS = 16
+_MOST_DRAIN_READS = 16  # of 64 KiB
 EVERY_RESPONSE = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin"}
 _REFUSED = ("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n"
             + "".join(f"{name}: {value}\r\n" for name, value in EVERY_RESPONSE.items())
@@ -96,9 +97,22 @@ class CappedHTTPServer(HTTPServer):
             log.warning("%d connections open, the most this server holds: new ones are "
                         "answered 503 until some close", self.max_connections)
         try:
-            stream.write(_REFUSED).add_done_callback(lambda _: stream.close())
+            stream.write(_REFUSED).add_done_callback(lambda _: self.close_read(stream))
         except Exception:  # noqa: BLE001 - already closed by the peer: nothing to answer
             stream.close()
+
+    @staticmethod
+    def close_read(stream: IOStream) -> None:
+        """Close ``stream`` once what the client has sent (its request, unread) is read:
+        closing a socket with unread data sends a reset, which can reach the client before
+        the 503 and discard it. A bounded read: a client that keeps sending is cut off."""
+        try:
+            for _ in range(_MOST_DRAIN_READS):
+                if not stream.socket.recv(65536):
+                    break
+        except OSError:  # nothing more to read now (the socket does not block), or reset
+            pass
+        stream.close()
 
 
 class EveryResponseHeaders(OutputTransform):

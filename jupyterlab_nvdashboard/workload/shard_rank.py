@@ -9,7 +9,15 @@ for one), and starts ranks 1..N-1 as children running this module::
 Before each step rank 0 broadcasts the pool batch to train on, or -1 to stop; the children
 follow it, so an interrupted run stops every rank. A child also stops when rank 0 is gone
 (a parent-death signal, as for runs started by the server), and every collective has a
-timeout. This control message is not part of the step's exchange and is not counted.
+timeout: a rank that waits past it says which collective it waited on
+(``sharded.CollectiveError``). This control message is not part of the step's exchange and
+is not counted.
+
+Rank 0 waits for the children to start (to reach its store) for as long as they run, since
+a busy machine can make their imports take minutes; from there on, each wait is a collective
+with its timeout. At the end every rank saves what it records, then all of them count the
+ranks that have (an all-reduce): once that count is whole, the run's work is done, and a
+child that is slow to exit after it (a busy machine) is ended without failing the run.
 
 With ``record_dir`` every rank writes ``rank<r>.npz`` on close: the first step's lookup
 output, row gradients and all-reduced MLP gradients, the losses, each step's bytes, and its
@@ -23,6 +31,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -33,13 +42,22 @@ from ._lazy import import_torch
 from .config import WorkloadConfig
 from .data import BatchPool, make_pool
 from .lifetime import ctrl_c_held
-from .sharded import BYTE_KINDS, ShardWorker, check_shards, placement_for
+from .sharded import BYTE_KINDS, CollectiveError, ShardWorker, check_shards, placement_for
 
 MODULE = "jupyterlab_nvdashboard.workload.shard_rank"
 HOST = "127.0.0.1"
 COLLECTIVE_TIMEOUT_S = 120
+# After every rank has said it finished: only the processes' own exit is left.
 CHILD_EXIT_WAIT_S = 10.0
 STOP = -1
+# The store's count of the children that have started (reached the store).
+STARTED_KEY = "nvdashboard-ranks-started"
+START_POLL_S = 0.1
+
+
+def collective_timeout_s(spec: dict[str, Any]) -> float:
+    """How long a rank waits in one collective (joining the group among them)."""
+    return float(spec.get("collective_timeout_s", COLLECTIVE_TIMEOUT_S))
 
 
 def load_pool(cfg: WorkloadConfig, pool_file: str | None) -> BatchPool:
@@ -92,24 +110,31 @@ class _Rank:
 
         self.spec, self.rank = spec, rank
         world, backend = spec["shards"], spec["backend"]
-        torch.distributed.init_process_group(
-            backend, store=store, rank=rank, world_size=world,
-            timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+        try:
+            torch.distributed.init_process_group(
+                backend, store=store, rank=rank, world_size=world,
+                timeout=timedelta(seconds=collective_timeout_s(spec)))
+        except RuntimeError as error:  # the store's timeout: a rank never joined
+            raise CollectiveError(f"rank {rank} of {world} gave up waiting on the other ranks "
+                                  f"in joining the process group: {error}") from error
         cfg = self.cfg = WorkloadConfig(**spec["config"])
+        self.exchange = TorchExchange(torch, backend)
         self.worker = ShardWorker(
             cfg, load_pool(cfg, spec.get("pool_file")),
-            placement_for(cfg, world, spec["placement"]), TorchExchange(torch, backend),
+            placement_for(cfg, world, spec["placement"]), self.exchange,
             _ops(backend, rank, cfg.dtype), spec["mode"], record=bool(spec.get("record_dir")))
         self.losses: list[float] = []
         self.sent: list[list[int]] = []
         self.job: list[list[int]] = []
-        self.device = "cuda" if backend == "nccl" else "cpu"
 
     def control(self, value: int) -> int:
         """Rank 0's ``value`` on every rank."""
-        t = self.torch.tensor([value], dtype=self.torch.int64, device=self.device)
-        self.torch.distributed.broadcast(t, 0)
-        return int(t.item())
+        return self.exchange.broadcast(value, "the next step")
+
+    def finish(self) -> bool:
+        """Save what this rank records, then count the ranks that have: True when all did."""
+        self.save()
+        return self.exchange.count_ranks("ranks that finished") == self.exchange.size
 
     def step(self, i: int) -> float:
         loss = self.worker.step(i)
@@ -143,7 +168,8 @@ class DistributedTrainer:
 
     def __init__(self, cfg: WorkloadConfig, shards: int, placement: str = "key",
                  backend: str = "gloo", mode: str = "full", record_dir: str | None = None,
-                 pool_file: str | None = None) -> None:
+                 pool_file: str | None = None,
+                 collective_timeout_s: float = COLLECTIVE_TIMEOUT_S) -> None:
         check_shards(cfg, shards)
         placement_for(cfg, shards, placement)  # a bad placement: one line, before any child
         torch = import_torch()
@@ -152,11 +178,12 @@ class DistributedTrainer:
                              f"{torch.cuda.device_count()}")
         self.cfg, self.shards, self.backend = cfg, shards, backend
         store = torch.distributed.TCPStore(HOST, 0, shards, True,
-                                           timedelta(seconds=COLLECTIVE_TIMEOUT_S),
+                                           timedelta(seconds=collective_timeout_s),
                                            wait_for_workers=False)
         spec = {"config": cfg.to_dict(), "shards": shards, "placement": placement,
                 "backend": backend, "mode": mode, "record_dir": record_dir,
-                "pool_file": pool_file, "port": store.port, "parent": os.getpid()}
+                "pool_file": pool_file, "port": store.port, "parent": os.getpid(),
+                "collective_timeout_s": collective_timeout_s}
         self.children: list[subprocess.Popen[bytes]] = []
         self._rank: _Rank | None = None
         try:
@@ -164,6 +191,7 @@ class DistributedTrainer:
                 self.children.append(subprocess.Popen(
                     [sys.executable, "-m", MODULE, json.dumps({**spec, "rank": rank})],
                     stdin=subprocess.DEVNULL, env=_child_environment()))
+            self._wait_until_started(store)
             self._rank = _Rank(spec, 0, store)
         except BaseException:
             for child in self.children:
@@ -174,6 +202,17 @@ class DistributedTrainer:
         self._ops = self._rank.worker.base_ops
         self.store = store
         self._broken = False
+
+    def _wait_until_started(self, store: Any) -> None:
+        """Until every child has reached the store, however long a busy machine makes its
+        start (Python, NumPy and torch imports): as long as each is still running. Only
+        then does the collective timeout apply, to joining the group."""
+        while int(store.add(STARTED_KEY, 0)) < len(self.children):
+            ended = [c.returncode for c in self.children if c.poll() is not None]
+            if ended:
+                raise RuntimeError(f"a shard process ended with status {ended[0]} as it "
+                                   "started")
+            time.sleep(START_POLL_S)
 
     @property
     def worker(self) -> ShardWorker:
@@ -214,26 +253,38 @@ class DistributedTrainer:
         if rank is not None and self._broken:
             for child in self.children:  # they wait in a collective rank 0 left: end them
                 child.kill()
+        finished = False
         if rank is not None:
             try:
                 if not self._broken:
                     rank.control(STOP)
-                    rank.save()
+                    finished = rank.finish()
             finally:
                 rank.close()
-        self._stop_children(quiet=self._broken)
+        self._stop_children(quiet=self._broken, finished=finished)
 
-    def _stop_children(self, quiet: bool = True) -> None:
-        for child in self.children:
-            try:
-                child.wait(CHILD_EXIT_WAIT_S)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-        failed = [c.returncode for c in self.children if c.returncode]
+    def _stop_children(self, quiet: bool = True, finished: bool = False) -> None:
+        failed = reap(self.children, CHILD_EXIT_WAIT_S, finished)
         self.children = []
         if failed and not quiet:
             raise RuntimeError(f"a shard process ended with status {failed[0]}")
+
+
+def reap(children: list[subprocess.Popen[bytes]], wait_s: float,
+         finished: bool) -> list[int]:
+    """Wait ``wait_s`` for each child to exit, end it if it has not; the statuses of the ones
+    that failed. ``finished``: every rank has said it finished its work, so a child ended
+    here because it was slow to exit has not failed."""
+    ended = set()
+    for child in children:
+        try:
+            child.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            ended.add(child.pid)
+    return [child.returncode for child in children
+            if child.returncode and not (finished and child.pid in ended)]
 
 
 def child_main(spec: dict[str, Any]) -> int:
@@ -248,12 +299,13 @@ def child_main(spec: dict[str, Any]) -> int:
     torch = import_torch()
     rank = spec["rank"]
     store = torch.distributed.TCPStore(HOST, spec["port"], spec["shards"], False,
-                                       timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+                                       timedelta(seconds=collective_timeout_s(spec)))
+    store.add(STARTED_KEY, 1)
     me = _Rank(spec, rank, store)
     try:
         while (i := me.control(0)) != STOP:
             me.step(i)
-        me.save()
+        me.finish()
     finally:
         me.close()
     return 0
@@ -264,7 +316,7 @@ def record_main(spec: dict[str, Any]) -> int:
     trainer = DistributedTrainer(WorkloadConfig(**spec["config"]), spec["shards"],
                                  spec.get("placement", "key"), spec.get("backend", "gloo"),
                                  spec.get("mode", "full"), spec["record_dir"],
-                                 spec.get("pool_file"))
+                                 spec.get("pool_file"), collective_timeout_s(spec))
     try:
         for i in range(spec["steps"]):
             trainer.step(i)

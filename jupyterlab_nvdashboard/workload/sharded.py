@@ -50,7 +50,8 @@ from .config import BACKENDS, MAX_SHARDS, PLACEMENTS, WorkloadConfig
 from .data import BatchPool, check_keys, initial_mlp, initial_rows
 from .xp_path import FlatParameters, NumpyOps, index_dtype, mlp_forward_backward, step_losses
 
-__all__ = ["BACKENDS", "BYTE_KINDS", "MAX_SHARDS", "PLACEMENTS", "Exchange", "LoopbackTrainer",
+__all__ = ["BACKENDS", "BYTE_KINDS", "MAX_SHARDS", "PLACEMENTS", "CollectiveError", "Exchange",
+           "LoopbackTrainer",
            "Placement", "ShardWorker", "TorchExchange", "assemble_table", "check_shards", "dedupe",
            "expected_step_bytes", "placement_for", "ring_all_reduce_bytes"]
 #: The categories of exchanged bytes, in the order they are reported.
@@ -177,12 +178,13 @@ class Exchange(Protocol):
         ...
 
     def all_to_all(self, send: Any, send_counts: Sequence[int],
-                   recv_counts: Sequence[int]) -> Any:
+                   recv_counts: Sequence[int], what: str = "rows") -> Any:
         """Rows ``send`` split by ``send_counts`` go one chunk to each rank; returns the
-        chunks received, ``recv_counts[s]`` rows from rank ``s``, concatenated in rank order."""
+        chunks received, ``recv_counts[s]`` rows from rank ``s``, concatenated in rank order.
+        ``what`` the rows are, for a rank that waits too long to say."""
         ...
 
-    def all_reduce_sum(self, buffer: Any) -> None:
+    def all_reduce_sum(self, buffer: Any, what: str = "buffer") -> None:
         """``buffer`` summed over the ranks, in place (the same bits on every rank)."""
         ...
 
@@ -222,7 +224,7 @@ class LoopbackExchange:
         return np.stack([np.asarray(c, dtype=np.int64) for c in self._swap(counts)])
 
     def all_to_all(self, send: Any, send_counts: Sequence[int],
-                   recv_counts: Sequence[int]) -> Any:
+                   recv_counts: Sequence[int], what: str = "rows") -> Any:
         xp = self.group.xp
         offsets = np.concatenate([[0], np.cumsum(send_counts)])
         seen = self._swap((send, offsets))
@@ -230,7 +232,7 @@ class LoopbackExchange:
         got = xp.concatenate(chunks) if chunks else send[:0]
         return xp.ascontiguousarray(got)
 
-    def all_reduce_sum(self, buffer: Any) -> None:
+    def all_reduce_sum(self, buffer: Any, what: str = "buffer") -> None:
         seen = self._swap(buffer.copy())
         total = seen[0].copy()
         for other in seen[1:]:  # the same order on every rank: the same bits
@@ -238,17 +240,35 @@ class LoopbackExchange:
         buffer[...] = total
 
 
+class CollectiveError(RuntimeError):
+    """A collective that did not complete on this rank: which one, and torch's reason (its
+    timeout, or a rank that is gone)."""
+
+
 class TorchExchange:
     """One rank of a ``torch.distributed`` process group (gloo on the CPU, NCCL on GPUs).
 
     NumPy arrays travel as CPU tensors sharing their memory; CuPy arrays as CUDA tensors
-    through DLPack, so nothing is copied to the host.
+    through DLPack, so nothing is copied to the host. A collective that fails (it waited
+    past the group's timeout, or another rank is gone) raises :class:`CollectiveError`,
+    which names it.
     """
 
     def __init__(self, torch: Any, backend: str) -> None:
         self.torch, self.dist = torch, torch.distributed
         self.name = backend
         self.rank, self.size = self.dist.get_rank(), self.dist.get_world_size()
+        self.device = "cuda" if backend == "nccl" else "cpu"
+
+    def waiting_on(self, what: str, collective: Callable[..., Any], *args: Any) -> Any:
+        """``collective(*args)``; if it fails, a :class:`CollectiveError` that says ``what``
+        this rank waited on."""
+        try:
+            return collective(*args)
+        except RuntimeError as error:  # torch's DistBackendError among them
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise CollectiveError(f"rank {self.rank} of {self.size} gave up waiting on the "
+                                  f"other ranks in {what}: {reason}") from error
 
     def _tensor(self, a: Any) -> Any:
         if isinstance(a, np.ndarray):
@@ -262,26 +282,38 @@ class TorchExchange:
 
         return cupy.from_dlpack(t)
 
+    def broadcast(self, value: int, what: str) -> int:
+        """Rank 0's ``value`` on every rank."""
+        t = self.torch.tensor([value], dtype=self.torch.int64, device=self.device)
+        self.waiting_on(f"the broadcast of {what}", self.dist.broadcast, t, 0)
+        return int(t.item())
+
+    def count_ranks(self, what: str) -> int:
+        """How many ranks call this (an all-reduce of ones), once every one of them has."""
+        t = self.torch.ones(1, dtype=self.torch.int64, device=self.device)
+        self.waiting_on(f"the count of the {what}", self.dist.all_reduce, t)
+        return int(t.item())
+
     def all_gather_counts(self, counts: np.ndarray) -> np.ndarray:
         mine = self.torch.from_numpy(np.ascontiguousarray(counts, dtype=np.int64))
         if self.name == "nccl":
             mine = mine.cuda()
         out = [self.torch.empty_like(mine) for _ in range(self.size)]
-        self.dist.all_gather(out, mine)
+        self.waiting_on("the all-gather of the send counts", self.dist.all_gather, out, mine)
         return np.stack([t.cpu().numpy() for t in out])
 
     def all_to_all(self, send: Any, send_counts: Sequence[int],
-                   recv_counts: Sequence[int]) -> Any:
+                   recv_counts: Sequence[int], what: str = "rows") -> Any:
         t = self._tensor(send)
         out = self.torch.empty((int(sum(recv_counts)), *t.shape[1:]), dtype=t.dtype,
                                device=t.device)
-        self.dist.all_to_all_single(out, t, [int(c) for c in recv_counts],
-                                    [int(c) for c in send_counts])
+        self.waiting_on(f"the all-to-all of the {what}", self.dist.all_to_all_single, out, t,
+                        [int(c) for c in recv_counts], [int(c) for c in send_counts])
         return self._like(out, send)
 
-    def all_reduce_sum(self, buffer: Any) -> None:
+    def all_reduce_sum(self, buffer: Any, what: str = "buffer") -> None:
         t = self._tensor(buffer)  # shares memory: reduced in place
-        self.dist.all_reduce(t)
+        self.waiting_on(f"the all-reduce of the {what}", self.dist.all_reduce, t)
         if isinstance(buffer, np.ndarray) and not np.shares_memory(t.numpy(), buffer):
             buffer[...] = t.numpy()
 
@@ -306,11 +338,11 @@ class TimedExchange:
         return self._timed(self.inner.all_gather_counts, counts)
 
     def all_to_all(self, send: Any, send_counts: Sequence[int],
-                   recv_counts: Sequence[int]) -> Any:
-        return self._timed(self.inner.all_to_all, send, send_counts, recv_counts)
+                   recv_counts: Sequence[int], what: str = "rows") -> Any:
+        return self._timed(self.inner.all_to_all, send, send_counts, recv_counts, what)
 
-    def all_reduce_sum(self, buffer: Any) -> None:
-        self._timed(self.inner.all_reduce_sum, buffer)
+    def all_reduce_sum(self, buffer: Any, what: str = "buffer") -> None:
+        self._timed(self.inner.all_reduce_sum, buffer, what)
 
 
 # -- one rank -----------------------------------------------------------------------------
@@ -404,11 +436,11 @@ class ShardWorker:
                                   minlength=ex.size).astype(np.int64)
         matrix = ex.all_gather_counts(send_counts)
         recv_counts = matrix[:, ex.rank]
-        recv_keys = ex.all_to_all(send_keys, send_counts, recv_counts)
+        recv_keys = ex.all_to_all(send_keys, send_counts, recv_counts, "keys")
         rows = xp.ascontiguousarray(self.placement.local(recv_keys, xp).astype(self.index_dtype))
         vectors = xp.empty((rows.size, cfg.embedding_size), dtype=self.dtype)
         self.ops.gather_count(self.table, rows, self.counts, vectors)
-        got = ex.all_to_all(vectors, recv_counts, send_counts)
+        got = ex.all_to_all(vectors, recv_counts, send_counts, "looked-up vectors")
         uniq_rows = xp.empty_like(got)
         uniq_rows[perm] = got
         sent = {"counts": (ex.size - 1) * send_counts.nbytes,
@@ -428,7 +460,8 @@ class ShardWorker:
         summed = xp.stack([xp.bincount(inverse, weights=grads[:, j], minlength=uniques)
                            for j in range(grads.shape[1])], axis=1).astype(self.dtype)
         send = xp.ascontiguousarray(summed[ctx["perm"]])
-        received = ex.all_to_all(send, ctx["send_counts"], ctx["recv_counts"])
+        received = ex.all_to_all(send, ctx["send_counts"], ctx["recv_counts"],
+                                 "lookup gradients")
         ctx["sent"]["gradients"] = _sent_elsewhere(send, ctx["send_counts"], ex.rank)
         rows = ctx["rows"]
         ends = xp.cumsum(self.counts, dtype=self.index_dtype)
@@ -455,9 +488,9 @@ class ShardWorker:
         self.t += 1
         c = adam_coefficients(cfg.learning_rate, cfg.beta_1, cfg.beta_2, cfg.epsilon, self.t)
         if self.mlp is not None:
-            ex.all_reduce_sum(self.mlp.grads)
+            ex.all_reduce_sum(self.mlp.grads, "MLP gradients")
             self.ops.adam_flat(self.mlp, c)
-        ex.all_reduce_sum(loss)
+        ex.all_reduce_sum(loss, "loss")
         received = self.push_gradients(ctx, grads, c)
         sent = ctx["sent"]
         sent["all_reduce"] = ring_all_reduce_bytes(self.all_reduce_nbytes, ex.size)

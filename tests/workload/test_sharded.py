@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from jupyterlab_nvdashboard.workload.config import make_config
@@ -30,6 +32,7 @@ from jupyterlab_nvdashboard.workload.sharded import (
     placement_for,
 )
 from jupyterlab_nvdashboard.workload.xp_path import ArrayTrainer, mlp_forward_backward
+from tests.support.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARDS = (1, 2, 4)
@@ -209,9 +212,9 @@ def _env():
     return env
 
 
-def _start_recorded(cfg, shards, out, pool_file=None):
+def _start_recorded(cfg, shards, out, pool_file=None, **settings):
     spec = {"config": cfg.to_dict(), "shards": shards, "record_dir": str(out),
-            "steps": STEPS, "backend": "gloo", "pool_file": pool_file}
+            "steps": STEPS, "backend": "gloo", "pool_file": pool_file, **settings}
     out.mkdir()
     return subprocess.Popen(
         [sys.executable, "-m", "jupyterlab_nvdashboard.workload.shard_rank", "--record",
@@ -220,12 +223,10 @@ def _start_recorded(cfg, shards, out, pool_file=None):
 
 
 def _finish(proc, out, shards):
-    try:
-        stdout, stderr = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise
+    # No deadline of the test's own: every wait of rank 0 is a collective with its timeout
+    # (a rank that waits past it says which collective), and once every rank has finished
+    # its work a slow exit is no failure. A busy machine makes the run slower, not wrong.
+    _, stderr = proc.communicate()
     assert proc.returncode == 0, stderr
     got = []
     for r in range(shards):
@@ -278,3 +279,60 @@ def test_gloo_edge_case_all_keys_on_one_shard_and_n_not_dividing_v(gloo_runs):
     _check_against(_reference(cfg, pool), got, cfg)
     assert [len(g["rows"]) for g in got] == [2048, 2048, 2047, 2047]
     assert all(not g["sent"][:, BYTE_KINDS.index("vectors")].any() for g in got[1:])
+
+
+def _joined(process):
+    """``process`` once it has a gloo connection besides the store's: it joined the group."""
+    try:
+        connected = [c for c in process.net_connections(kind="tcp")
+                     if c.status == psutil.CONN_ESTABLISHED]
+    except psutil.Error:
+        return None
+    return process if len(connected) >= 2 else None
+
+
+def test_a_rank_that_waits_too_long_says_which_collective_it_waited_on(tmp_path):
+    pytest.importorskip("torch", reason="the gloo backend needs torch (the CPU build)")
+    proc = _start_recorded(CFG, 2, tmp_path / "run", steps=10**6, collective_timeout_s=3)
+    try:
+        child = until(lambda: next(iter(psutil.Process(proc.pid).children()), None),
+                      "rank 0 starts rank 1")
+        until(lambda: _joined(child), "rank 1 joins the group", seconds=120)
+        child.suspend()  # rank 1 stops answering, in whatever step rank 0 has got to
+        _, stderr = proc.communicate()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, stderr
+    # One line of ours (torch's own C++ warnings may come before it).
+    [line] = [line for line in stderr.splitlines() if line.startswith("shard rank:")]
+    assert re.fullmatch(r"shard rank: CollectiveError: rank 0 of 2 gave up waiting on the "
+                        r"other ranks in (joining the process group|the (broadcast of the "
+                        r"next step|all-gather of the send counts|all-to-all of the (keys|"
+                        r"looked-up vectors|lookup gradients)|all-reduce of the (MLP "
+                        r"gradients|loss))): .+", line), line
+    until(lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE,
+          "rank 0 ends the rank it gave up on")
+
+
+def test_a_rank_slow_to_exit_after_every_rank_finished_has_not_failed():
+    from jupyterlab_nvdashboard.workload.shard_rank import reap
+
+    def never_exits():
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+
+    def exits_with(status):  # already exited when reaped, however busy the machine
+        process = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({status})"])
+        process.wait()
+        return process
+
+    # A busy machine: every rank said it finished, one is still exiting when the wait ends.
+    slow, done = never_exits(), exits_with(0)
+    assert reap([slow, done], 0.5, finished=True) == []
+    assert slow.returncode == -9
+    # Before the work was done, a rank that had to be ended did fail, and so does one that
+    # ended badly by itself.
+    slow, failed = never_exits(), exits_with(3)
+    assert sorted(reap([slow, failed], 0.5, finished=False)) == [-9, 3]
+    assert reap([exits_with(3)], 0.5, finished=True) == [3]
