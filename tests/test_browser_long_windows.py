@@ -6,6 +6,7 @@ stored history up to the live samples, with the time off as a gap."""
 from __future__ import annotations
 
 import math
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 
 from jupyterlab_nvdashboard.metrics import GpuReading, History, HostReading
 from jupyterlab_nvdashboard.store import HistoryStore
-from tests.support.browser import PAGE_WAIT_MS, chromium, screenshot, watch
+from tests.support.browser import PAGE_WAIT_MS, TIMELINE_VIEWS_JS, chromium, screenshot, watch
 from tests.support.servers import cli_server, with_token
 from tests.support.store_clock import ScriptedClock
 
@@ -39,10 +40,10 @@ def off(time_s: float, now: float) -> bool:
             or now - 10 * 3600 <= time_s < now - 8 * 3600)
 
 
-def scripted_store(path: Path, now: float) -> None:
-    """Eight days ending at ``now``, one sample a minute (every 1-minute bucket, which the
-    24-hour and 7-day windows read)."""
-    clock = ScriptedClock(now - 8 * DAY_S)
+def scripted_store(path: Path, now: float, span_s: float = 8 * DAY_S) -> None:
+    """``span_s`` (eight days) ending at ``now``, one sample a minute (every 1-minute
+    bucket, which the 24-hour and 7-day windows read)."""
+    clock = ScriptedClock(now - span_s)
     store = HistoryStore(path, clock=clock)
     store.open()
     history = History(10)
@@ -98,4 +99,57 @@ def test_24_hour_and_7_day_windows_from_the_store() -> None:
                 gaps = [t / 1000 for t in rows["gaps"]]
                 assert any(gap_start <= t <= gap_end for t in gaps), (label, gaps[:10])
                 screenshot(page, f"long-window-{label.replace(' ', '')}-gpu-resources")
+            watched.assert_clean()
+
+
+# What the 7-day window shows of GPU 0's utilization: its line's newest point (epoch ms and
+# value), the legend's value, the time axis's end, the browser's now, and the words beside
+# the window picker.
+NEWEST_JS = "() => {" + TIMELINE_VIEWS_JS + """
+  const line = plot.model.renderers.map((r) => r.data_source.data)
+    .find((data) => data.key && data.key.includes('utilization0'));
+  const i = line.key.indexOf('utilization0');
+  const xs = line.xs[i], ys = line.ys[i];
+  const entry = bands.querySelector("[data-series='utilization0'] b");
+  const coverage = Bokeh.documents[0].get_model_by_name('window-coverage');
+  return {time: xs[xs.length - 1], value: ys[ys.length - 1], legend: entry.textContent,
+          end: plot.model.x_range.end, now: Date.now(), coverage: coverage ? coverage.text : ''};
+}"""
+
+
+def test_7_day_window_with_25_minutes_of_history_reaches_now() -> None:
+    """Issue 44: after 25 minutes of history the 7-day window showed 07:14-07:29 at 07:41
+    (its ten-minute bucket still open was not drawn, nor the newest sample) and its legends
+    read a bucket's maximum. It reaches now, its legend reads the newest value drawn, and it
+    says how much of the 7 days it holds."""
+    with tempfile.TemporaryDirectory(prefix="nvdashboard-store-") as folder:
+        store = Path(folder) / "history.sqlite"
+        scripted_store(store, time.time(), span_s=25 * 60)
+        with cli_server(["--simulate", "2", "--interval", "0.2"],
+                        env={"NVDASHBOARD_STORE": str(store)}) as (url, _), \
+                chromium() as browser:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            watched = watch(page)
+            page.goto(with_token(url + "/"))
+            for theme in ("light", "dark"):
+                page.goto(f"{url}/GPU-Resources?theme={theme}")
+                page.wait_for_function(f"() => {LIVE} && {LIVE}.draws > 0", timeout=30_000)
+                resets, draws = page.evaluate(f"() => [{LIVE}.resets, {LIVE}.draws]")
+                page.get_by_text("7 d", exact=True).click()
+                # The stored window drawn (a reset draws at once).
+                page.wait_for_function(f"() => {LIVE}.window === {7 * DAY_S:g} && "
+                                       f"{LIVE}.resets > {resets} && {LIVE}.draws > {draws} "
+                                       f"&& ({NEWEST_JS})().time > 0", timeout=PAGE_WAIT_MS)
+                shown = page.evaluate(NEWEST_JS)
+                # The line reaches the newest sample, never ahead of now, and so does the
+                # time axis.
+                assert -1000 < shown["now"] - shown["time"] < 30_000, shown
+                assert shown["end"] >= shown["time"], shown
+                # The legend reads the newest value drawn, not a bucket's maximum.
+                assert shown["legend"] == f"{shown['value']:.0f}%", shown
+                minutes = int(re.fullmatch(r"(\d+) min of 7 d recorded",
+                                           shown["coverage"]).group(1))
+                # 25 minutes stored, from the start of the 10-minute bucket they begin in.
+                assert 25 <= minutes <= 36, shown
+                screenshot(page, f"long-window-7d-25min-gpu-resources-{theme}")
             watched.assert_clean()

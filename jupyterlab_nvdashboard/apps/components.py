@@ -486,12 +486,17 @@ class Timeline:
         plot.elements = [bands]
         self.plot = plot
         self.picker: RadioButtonGroup | None = None
+        self.coverage: Div | None = None
         controls: list[LayoutDOM] = []
         if len(self.windows_s) > 1:
             self.picker = RadioButtonGroup(
                 labels=[window_label(w) for w in self.windows_s],
                 active=self.windows_s.index(window_s), syncable=False)
             controls.append(self.picker)
+            # How much of the window shown is recorded, written by the page's script.
+            self.coverage = Div(text="", name="window-coverage", syncable=False,
+                                styles={"font-size": "12px", "opacity": "0.8",
+                                        "align-self": "center"})
         # The GPU filter: every chart of the page follows it (a legend click toggles it too).
         gpu_rows = feed.gpu_rows
         self.gpu_filter: CheckboxButtonGroup | None = None
@@ -500,6 +505,8 @@ class Timeline:
                 labels=[gpu_names.get(index, f"GPU {index}") for index in gpu_rows],
                 active=list(range(len(gpu_rows))), syncable=False, name="gpu-filter")
             controls.append(self.gpu_filter)
+        if self.coverage is not None:
+            controls.append(self.coverage)
         children: list[LayoutDOM] = [plot]
         if controls:
             children.insert(0, row(*controls, sizing_mode="stretch_width"))
@@ -511,7 +518,7 @@ class Timeline:
             rollover={f"{w:g}": rollover(w, interval_s) for w in self.windows_s},
             lines=lines, series_gpu={s.key: s.gpu for s in feed.series},
             lost_columns={s.key: lost_key(s.gpu) for s in feed.series if s.gpu is not None},
-            gpu_filter=self.gpu_filter, filter_gpus=gpu_rows,
+            gpu_filter=self.gpu_filter, filter_gpus=gpu_rows, coverage=self.coverage,
             bands=BandsView(plot=plot, frame_range=frame_range, grid_ticker=grid_ticker,
                             targets=targets, scales=scales,
                             hover=[band_hover(p) for p in feed.panels], gpus=panel_gpus))

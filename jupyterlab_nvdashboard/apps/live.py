@@ -4,7 +4,9 @@
 document is ready. It opens ``<page>/stream`` (``stream/broadcaster.py``), decodes each
 binary frame and streams its rows into the view's source with ``{sync: false}``, so nothing
 goes back to the server; it moves the axes (unless the reader panned or zoomed: the reset
-tool follows again), places a timeline's bands under their HTML headings and fills in their
+tool follows again; a long window reaches its newest sample through the frames' open rows,
+and says how much of it is recorded), places a timeline's bands under their HTML headings
+and fills in their
 scales, the legends' current values and the hover, hides what the legend and the GPU filter
 hide (a band of one GPU folds away with it), follows the window picker, repaints at most
 once per ``redraw_interval_ms`` (all frames since the last repaint in one animation frame), closes
@@ -95,6 +97,8 @@ class LiveView:
     gpu_filter: CheckboxButtonGroup | None = None  # its buttons are ``filter_gpus``, in order
     filter_gpus: Sequence[int] = ()
     bands: BandsView = field(default_factory=BandsView)
+    # Says how much of the window shown is recorded ("25 min of 7 d recorded").
+    coverage: Div | None = None
     lost_columns: dict[str, str] = field(default_factory=dict)  # series key -> its GPU's
     # Which of the page's streams: "" for ``<page>/stream``, NAME for ``<page>/NAME/stream``
     # (a page may stream more than one view: /GPU-Health's table and its timelines).
@@ -127,6 +131,6 @@ def attach(doc: Document, view: LiveView) -> None:
         "gpu_filter": view.gpu_filter,
         "plot": view.bands.plot, "frame_range": view.bands.frame_range,
         "grid_ticker": view.bands.grid_ticker, "band_targets": list(view.bands.targets),
-        "band_scales": list(view.bands.scales),
+        "band_scales": list(view.bands.scales), "coverage": view.coverage,
     }
     doc.js_on_event(DocumentReady, CustomJS(args=args, code=CLIENT_JS))

@@ -1,12 +1,15 @@
 // The page's live-data client (see apps/live.py). Runs once, as a CustomJS, when the
 // document is ready. In scope: source, x_range, following, headings, picker, spec, lines,
-// gpu_filter, plot, frame_range, grid_ticker, band_targets, band_scales; viewOf, from
-// in_place.js, and openStream, from stream_client.js, before it.
+// gpu_filter, plot, frame_range, grid_ticker, band_targets, band_scales, coverage; viewOf
+// and setDivHtml, from in_place.js, and openStream, from stream_client.js, before it.
 // Frames: see stream/frames.py. Columns are little-endian float64, as in every browser.
 const live = {
   seq: -1, frames: 0, resets: 0, rows: 0, connects: 0, hidden: false, parentHidden: false,
   window: spec.window, socket: null, retryMs: 500, xEnd: null,
   draws: 0, following: true, moving: false, lastDraw: 0, source,
+  // A long window's open bucket and newest sample (stream/frames.py `open`), drawn after
+  // the streamed rows until the next frame: columns like source.data's, NaN not available.
+  open: null,
 };
 // One script per view the page streams (spec.stream: "" or a name): each is in
 // nvdashboardStreams; nvdashboardLive is the one with a time axis (its reset tool's).
@@ -33,6 +36,24 @@ function streamUrl() {
   const scheme = loc.protocol === "https:" ? "wss:" : "ws:";
   const path = spec.stream ? `${spec.stream}/stream` : "stream";
   return `${scheme}//${loc.host}${loc.pathname.replace(/\/+$/, "")}/${path}?${params}`;
+}
+
+function openColumns(open) {
+  // The header's JSON columns, null for "not available", as the streamed ones are.
+  if (!open) return null;
+  const out = {};
+  for (const [key, values] of Object.entries(open)) {
+    out[key] = Float64Array.from(values, (v) => (v === null ? NaN : v));
+  }
+  return out;
+}
+
+function newestOf(key) {
+  // A column's newest value: the open rows' last, else the streamed column's last.
+  const open = live.open && live.open[key];
+  if (open && open.length) return open[open.length - 1];
+  const column = source.data[key];
+  return column && column.length ? column[column.length - 1] : NaN;
 }
 
 function decode(buffer) {
@@ -74,7 +95,7 @@ function moveAxes() {
   const n = times ? times.length : 0;
   if (!n) return;
   const windowMs = live.window * 1000;
-  const newest = times[n - 1];
+  const newest = Math.max(times[n - 1], newestOf("time"));
   // Headroom ahead of the newest point scales with what is shown.
   const headroom = Math.max(2000, Math.min(windowMs, newest - times[0]) * 0.05);
   let start = x_range.start;
@@ -93,6 +114,7 @@ function moveAxes() {
       if (isHidden(key)) continue;
       const column = source.data[key];
       for (let j = first; j < n; j++) if (column[j] > top) top = column[j];
+      for (const value of (live.open && live.open[key]) || []) if (value > top) top = value;
     }
     const end = niceCeiling(top);
     if (range.end !== end) {
@@ -210,8 +232,7 @@ function entriesOf(div) {
 }
 
 function currentValue(key) {
-  const column = source.data[key];
-  const value = column && column.length ? column[column.length - 1] : NaN;
+  const value = newestOf(key);
   return Number.isNaN(value) && lostNow(key) ? "lost" : formatValue(value, spec.units[key] || "");
 }
 
@@ -234,8 +255,8 @@ function fillHeadings() {
 
 function lostNow(key) {
   // The series' GPU's column (LiveView.lost_columns): 1 while that GPU is lost.
-  const column = source.data[(spec.lost_columns || {})[key]];
-  return Boolean(column && column.length && column[column.length - 1] === 1);
+  const column = (spec.lost_columns || {})[key];
+  return column !== undefined && newestOf(column) === 1;
 }
 
 function isHidden(key) {
@@ -244,11 +265,15 @@ function isHidden(key) {
 }
 
 function drawLines() {
-  // Each panel's series that are shown, as rows of its MultiLine, from the streamed columns.
-  const times = source.data.time;
+  // Each panel's series that are shown, as rows of its MultiLine, from the streamed columns
+  // and then the open rows.
+  const open = live.open;
+  const withOpen = (key) => (open && open[key] ? concat(source.data[key], open[key])
+    : source.data[key]);
+  const times = withOpen("time");
   for (const panel of lines || []) {
     const visible = panel.data.key.map((key) => !isHidden(key));
-    const columns = (key, i) => (visible[i] ? source.data[key] : []);
+    const columns = (key, i) => (visible[i] ? withOpen(key) : []);
     panel.data = {...panel.data, visible, ys: panel.data.key.map(columns),
                   xs: panel.data.key.map((key, i) => (visible[i] ? times : []))};
   }
@@ -285,6 +310,7 @@ function draw() {
   frameRequested = false;
   if (!pending) return;
   const {data, reset} = pending;
+  live.open = pending.open;
   pending = null;
   if (spec.mode === "replace" || reset) {
     source.data = data;  // the source is not synced: nothing goes back to the server
@@ -296,6 +322,27 @@ function draw() {
   live.lastDraw = Date.now();
   if (x_range) moveAxes();
   fillHeadings();
+  showCoverage();
+}
+
+function spanText(ms) {
+  // 40 s, 25 min, 5 h, 3 d: how much of a window is recorded, as its picker names windows.
+  if (ms < 60000) return `${Math.round(ms / 1000)} s`;
+  if (ms < 2 * 3600000) return `${Math.round(ms / 60000)} min`;
+  if (ms < 2 * 86400000) return `${Math.round(ms / 3600000)} h`;
+  return `${Math.round(ms / 86400000)} d`;
+}
+
+function showCoverage() {
+  // A window longer than the history recorded says how much it holds: its time axis spans
+  // only what there is.
+  if (!coverage || !picker) return;
+  const times = source.data.time;
+  const recorded = times && times.length ? newestOf("time") - times[0] : 0;
+  const label = picker.labels[picker.active];
+  const text = recorded < 0.98 * live.window * 1000
+    ? `${spanText(recorded)} of ${label} recorded` : "";
+  setDivHtml(coverage, text);
 }
 
 function schedule() {
@@ -327,6 +374,7 @@ function apply(buffer) {
   } else if (header.rows) {
     for (const key of Object.keys(data)) pending.data[key] = concat(pending.data[key], data[key]);
   }
+  pending.open = openColumns(header.open);  // the newest frame's open rows stand
   live.seq = header.seq;
   live.frames++;
   live.rows += header.rows;

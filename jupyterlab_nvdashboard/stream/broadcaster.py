@@ -6,7 +6,9 @@ When the sampler appends a sample, ``publish()`` runs on the event loop; each fa
 subscribers reads the new samples from the history, encodes one frame
 (``stream/frames.py``) and writes it to each of its sockets. A family with nobody watching
 costs nothing. Families over long windows publish min/max buckets
-(``stream/downsample.py``) as each bucket closes instead of every sample. A "replace" family
+(``stream/downsample.py``) as each bucket closes instead of every sample; each of their
+frames also carries the bucket still open and the newest sample (``open``), which the page
+draws until its next frame. A "replace" family
 (bars, tables) sends nothing when its picture did not change, and no more often than its
 feed's ``refresh_s`` (tables that people read, not watch, say 1 s).
 
@@ -151,7 +153,8 @@ class Family:
             samples = self._with_past(window, history) if reset else [
                 s for s in window if s.seq > since]
         rows = self._rows(samples)  # no samples yet: empty columns, still named
-        return encode(rows, -1 if reset else since, self.seq, reset)
+        return encode(rows, -1 if reset else since, self.seq, reset,
+                      **self._open_bucket(history))
 
     def advance(self, history: History) -> bytes | None:
         """The frame for what is new since the last one, or None when nothing is."""
@@ -171,10 +174,32 @@ class Family:
             return self._replacement(publishable)
         if not reset and self._too_soon():  # the rows wait in the history for the next one
             return None
-        frame = encode(self._rows(publishable), -1 if reset else self.seq,
-                       publishable[-1].seq, reset)
+        before = self.seq
+        rows = self._rows(publishable)
         self.seq, self.last_sent_s = publishable[-1].seq, time.monotonic()
-        return frame
+        return encode(rows, -1 if reset else before, self.seq, reset,
+                      **self._open_bucket(history))
+
+    def _open_bucket(self, history: History) -> dict[str, Any]:
+        """A long window's bucket that is still open, reduced as the closed ones are, then
+        the newest sample as it is, for the frame's header (``open``: columns of numbers,
+        None where not available). The page draws them after the closed buckets until its
+        next frame, so the chart reaches now and its legend reads the current value: a
+        7-day window's bucket is ten minutes long. Nothing for a window of every sample, or
+        a feed that reduces its rows itself (several rows per sample)."""
+        if not self.bucket_s or getattr(self.feed, "downsample", None) is not None:
+            return {}
+        samples = history.since(self.seq)
+        if not samples:
+            return {}
+        reduced, newest = self._rows(samples), self.feed.rows(samples[-1:])
+        columns = {}
+        for key, value in newest.numeric.items():
+            column = np.concatenate([reduced.numeric[key], value])
+            if key == TIME_KEY:  # drawn from its first sample to its newest, never ahead
+                column = np.clip(column, samples[0].time_s * 1000, value[-1])
+            columns[key] = [None if math.isnan(v) else float(v) for v in column]
+        return {"open": columns}
 
     def _with_past(self, window: list[Sample], history: History) -> list[Sample]:
         """The window's samples with, before them, what the store kept (a whole-window
