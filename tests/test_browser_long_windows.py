@@ -15,6 +15,7 @@ import pytest
 
 from jupyterlab_nvdashboard.metrics import GpuReading, History, HostReading
 from jupyterlab_nvdashboard.store import HistoryStore
+from jupyterlab_nvdashboard.stream.downsample import bucket_seconds
 from tests.support.browser import PAGE_WAIT_MS, TIMELINE_VIEWS_JS, chromium, screenshot, watch
 from tests.support.servers import cli_server, with_token
 from tests.support.store_clock import ScriptedClock
@@ -112,7 +113,11 @@ NEWEST_JS = "() => {" + TIMELINE_VIEWS_JS + """
   const xs = line.xs[i], ys = line.ys[i];
   const entry = bands.querySelector("[data-series='utilization0'] b");
   const coverage = Bokeh.documents[0].get_model_by_name('window-coverage');
+  const areas = plot.model.renderers.map((r) => r.data_source.data)
+    .find((data) => data.ys && data.color && !data.key && data.ys.length === line.key.length);
   return {time: xs[xs.length - 1], value: ys[ys.length - 1], legend: entry.textContent,
+          steps: ys.slice(0, -2).every((y, j) => j % 2 === 1 || Object.is(y, ys[j + 1])),
+          points: xs.length, band: areas.ys[i].filter(Number.isFinite).length,
           end: plot.model.x_range.end, now: Date.now(), coverage: coverage ? coverage.text : ''};
 }"""
 
@@ -145,11 +150,17 @@ def test_7_day_window_with_25_minutes_of_history_reaches_now() -> None:
                 # time axis.
                 assert -1000 < shown["now"] - shown["time"] < 30_000, shown
                 assert shown["end"] >= shown["time"], shown
-                # The legend reads the newest value drawn, not a bucket's maximum.
-                assert shown["legend"] == f"{shown['value']:.0f}%", shown
+                # Each bucket is drawn as its mean, a step across it, inside its min-max
+                # band; the legend reads the newest sample, not a bucket's maximum.
+                assert shown["points"] >= 4 and shown["steps"], shown
+                assert shown["band"] >= 4, shown
+                newest = page.evaluate(f"() => {LIVE}.open.utilization0.at(-1)")
+                assert shown["legend"] == f"{newest:.0f}%", shown
                 minutes = int(re.fullmatch(r"(\d+) min of 7 d recorded",
                                            shown["coverage"]).group(1))
-                # 25 minutes stored, from the start of the 10-minute bucket they begin in.
-                assert 25 <= minutes <= 36, shown
+                # 25 minutes stored, counted from the start of the bucket they begin in:
+                # the store's, cut again by the page's (each 7 d / 1000 wide).
+                assert 25 <= minutes <= 25 + 2 * bucket_seconds(7 * DAY_S, 0.2) / 60 + 1, \
+                    shown
                 screenshot(page, f"long-window-7d-25min-gpu-resources-{theme}")
             watched.assert_clean()

@@ -1,6 +1,6 @@
 // The page's live-data client (see apps/live.py). Runs once, as a CustomJS, when the
 // document is ready. In scope: source, x_range, following, headings, picker, spec, lines,
-// gpu_filter, plot, frame_range, grid_ticker, band_targets, band_scales, coverage; viewOf
+// areas, gpu_filter, plot, frame_range, grid_ticker, band_targets, band_scales, coverage; viewOf
 // and setDivHtml, from in_place.js, and openStream, from stream_client.js, before it.
 // Frames: see stream/frames.py. Columns are little-endian float64, as in every browser.
 const live = {
@@ -21,6 +21,10 @@ const lineKeys = (lines || []).flatMap((panel) => panel.data.key);
 const hiddenKeys = new Set((lines || []).flatMap(
   (panel) => panel.data.key.filter((_, i) => !panel.data.visible[i])));
 const hiddenGpus = new Set();
+// A long window's rows are buckets (stream/downsample.py): two rows each, the minimum at
+// the bucket's start and the maximum at its middle, with the bucket's mean beside them in
+// the column named with this suffix (MEAN_SUFFIX).
+const MEAN = ":mean";
 // Frames received but not yet drawn: drawn together at the next animation frame.
 let pending = null, frameRequested = false, drawTimer = null;
 const decoder = new TextDecoder();
@@ -52,7 +56,7 @@ function newestOf(key) {
   // A column's newest value: the open rows' last, else the streamed column's last.
   const open = live.open && live.open[key];
   if (open && open.length) return open[open.length - 1];
-  const column = source.data[key];
+  const column = source.data[key + MEAN] || source.data[key];  // a bucket's mean, not its top
   return column && column.length ? column[column.length - 1] : NaN;
 }
 
@@ -197,8 +201,14 @@ live.hoverText = (vars) => {
   const i = vars.index;
   if (!band || i === undefined || i === null) return "";
   const out = [timeText(source.data.time[i])];
+  const buckets = bucketed();
+  const first = i - (i % 2);  // a long window's bucket: its minimum's row, then its maximum's
   for (const [key, label, unit] of band.values || []) {
-    if (!isHidden(key)) out.push(`${label}: ${formatValue(source.data[key][i], unit)}`);
+    if (isHidden(key)) continue;
+    const column = source.data[key];
+    out.push(buckets ? `${label}: ${formatValue(source.data[key + MEAN][first], unit)} ` +
+      `(${formatValue(column[first], unit)} to ${formatValue(column[first + 1], unit)})`
+      : `${label}: ${formatValue(column[i], unit)}`);
   }
   for (const [label, rows] of band.rows || []) {
     if (rows.length && isHidden(rows[0][0])) continue;
@@ -264,19 +274,74 @@ function isHidden(key) {
   return hiddenKeys.has(key) || (gpu !== undefined && gpu !== null && hiddenGpus.has(gpu));
 }
 
+function bucketed() {
+  return lineKeys.length > 0 && source.data[lineKeys[0] + MEAN] !== undefined;
+}
+
+function bucketShapes(key) {
+  // A series' buckets, closed and then open: its mean as a step across each bucket, and its
+  // band from minimum to maximum, a polygon per run of buckets with values (NaN between).
+  const line = {xs: [], ys: []}, area = {xs: [], ys: []};
+  let upper = [], lower = [];
+  const closeRun = () => {
+    if (!upper.length) return;
+    if (area.xs.length) { area.xs.push(NaN); area.ys.push(NaN); }
+    for (const [x, y] of upper.concat(lower.reverse())) { area.xs.push(x); area.ys.push(y); }
+    upper = []; lower = [];
+  };
+  const bucket = (start, end, low, high, mean) => {
+    line.xs.push(start, end);
+    line.ys.push(mean, mean);
+    if (Number.isFinite(low) && Number.isFinite(high)) {
+      upper.push([start, high], [end, high]);
+      lower.push([start, low], [end, low]);
+    } else {
+      closeRun();
+    }
+  };
+  const times = source.data.time, values = source.data[key], means = source.data[key + MEAN];
+  const open = live.open && live.open.time.length >= 3 && live.open[key] ? live.open : null;
+  for (let i = 0; i + 1 < times.length; i += 2) {
+    // A bucket ends where the next begins: a window's first frame cuts the bucket that holds
+    // the history's start in two, its stored part here and its live part open.
+    const next = i + 2 < times.length ? times[i + 2] : open ? open.time[0] : Infinity;
+    bucket(times[i], Math.min(2 * times[i + 1] - times[i], next), values[i], values[i + 1],
+           means[i]);
+  }
+  // The open bucket (its minimum, maximum and mean so far), up to the newest sample.
+  if (open) {
+    bucket(open.time[0], open.time[open.time.length - 1], open[key][0], open[key][1],
+           open[key + MEAN][0]);
+  }
+  closeRun();
+  return {line, area};
+}
+
 function drawLines() {
   // Each panel's series that are shown, as rows of its MultiLine, from the streamed columns
-  // and then the open rows.
+  // and then the open rows; a long window's buckets as their means in their bands.
   const open = live.open;
   const withOpen = (key) => (open && open[key] ? concat(source.data[key], open[key])
     : source.data[key]);
   const times = withOpen("time");
-  for (const panel of lines || []) {
+  const buckets = bucketed();
+  (lines || []).forEach((panel, p) => {
     const visible = panel.data.key.map((key) => !isHidden(key));
-    const columns = (key, i) => (visible[i] ? withOpen(key) : []);
-    panel.data = {...panel.data, visible, ys: panel.data.key.map(columns),
-                  xs: panel.data.key.map((key, i) => (visible[i] ? times : []))};
-  }
+    const shapes = panel.data.key.map((key, i) => (visible[i] && buckets ? bucketShapes(key)
+      : null));
+    panel.data = {
+      ...panel.data, visible,
+      ys: panel.data.key.map((key, i) => (!visible[i] ? [] : shapes[i] ? shapes[i].line.ys
+        : withOpen(key))),
+      xs: panel.data.key.map((key, i) => (!visible[i] ? [] : shapes[i] ? shapes[i].line.xs
+        : times)),
+    };
+    const area = (areas || [])[p];
+    if (area && (buckets || area.data.xs.some((xs) => xs.length))) {
+      area.data = {...area.data, xs: shapes.map((shape) => (shape ? shape.area.xs : [])),
+                   ys: shapes.map((shape) => (shape ? shape.area.ys : []))};
+    }
+  });
 }
 
 function applyVisibility() {

@@ -46,7 +46,7 @@ from tornado.web import HTTPError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from ..metrics import History, PastSource, Sample, prepend_past
-from .downsample import bucket_seconds, complete_buckets, min_max
+from .downsample import MEAN_SUFFIX, bucket_means, bucket_seconds, complete_buckets, min_max
 from .frames import Rows, encode
 
 log = logging.getLogger(__name__)
@@ -114,6 +114,9 @@ class Family:
     # The last read of ``past``: (which span, its samples); a page that opens the same long
     # window within one of its buckets gets it without reading the store again.
     past_read: tuple[tuple[int, int], list[Sample]] | None = None
+    # Which of those samples only bound their bucket (a stored bucket's minima and maxima:
+    # its mean is a sample of its own), by id: they count in no mean.
+    bounds_only: frozenset[int] = frozenset()
 
     def _publishable(self, samples: list[Sample]) -> list[Sample]:
         """The samples whose rows can go out now (oldest first)."""
@@ -129,8 +132,13 @@ class Family:
             return rows
         clocks_s = np.fromiter((s.clock_s for s in samples), float, len(samples))
         own = getattr(self.feed, "downsample", None)
-        return own(rows, self.bucket_s, clocks_s) if own is not None else \
-            min_max(rows, TIME_KEY, self.bucket_s, clocks_s)
+        if own is not None:
+            return own(rows, self.bucket_s, clocks_s)
+        reduced = min_max(rows, TIME_KEY, self.bucket_s, clocks_s)
+        weights = np.fromiter((0.0 if id(s) in self.bounds_only else 1.0 for s in samples),
+                              float, len(samples))
+        reduced.numeric.update(bucket_means(rows, TIME_KEY, self.bucket_s, clocks_s, weights))
+        return reduced
 
     def start(self, history: History) -> None:
         """Position a family that had no pages at the newest sample it can publish."""
@@ -194,8 +202,9 @@ class Family:
             return {}
         reduced, newest = self._rows(samples), self.feed.rows(samples[-1:])
         columns = {}
-        for key, value in newest.numeric.items():
-            column = np.concatenate([reduced.numeric[key], value])
+        for key, bucket in reduced.numeric.items():
+            value = newest.numeric[key.removesuffix(MEAN_SUFFIX)]  # a sample is its own mean
+            column = np.concatenate([bucket, value])
             if key == TIME_KEY:  # drawn from its first sample to its newest, never ahead
                 column = np.clip(column, samples[0].time_s * 1000, value[-1])
             columns[key] = [None if math.isnan(v) else float(v) for v in column]
@@ -215,7 +224,14 @@ class Family:
         if self.past_read is None or self.past_read[0] != span:
             older, _ = prepend_past([], self.window_s, self.past, resolution, now_s=now_s,
                                     before_s=before_s)
-            self.past_read = (span, older)
+            # A bucketed window draws each stored bucket's mean too: read on rows of their
+            # own, since a bucket's minimum and maximum say nothing of it.
+            means, _ = prepend_past([], self.window_s, self.past, resolution, rows="mean",
+                                    now_s=now_s, before_s=before_s) if self.bucket_s else \
+                ([], 0.0)
+            self.bounds_only = frozenset(id(sample) for sample in older) if means \
+                else frozenset()
+            self.past_read = (span, sorted(older + means, key=lambda sample: sample.time_s))
         first = window[0].time_s if window else before_s
         return [s for s in self.past_read[1] if s.time_s < first] + window
 
