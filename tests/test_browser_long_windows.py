@@ -6,15 +6,19 @@ stored history up to the live samples, with the time off as a gap."""
 from __future__ import annotations
 
 import math
+import re
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from jupyterlab_nvdashboard.metrics import GpuReading, History, HostReading
 from jupyterlab_nvdashboard.store import HistoryStore
-from tests.support.browser import PAGE_WAIT_MS, chromium, screenshot, watch
+from jupyterlab_nvdashboard.stream.downsample import bucket_seconds
+from tests.support.browser import PAGE_WAIT_MS, TIMELINE_VIEWS_JS, chromium, screenshot, watch
 from tests.support.servers import cli_server, with_token
 from tests.support.simulated_devices import simulated_device_uuids
 from tests.support.store_clock import ScriptedClock
@@ -40,10 +44,10 @@ def off(time_s: float, now: float) -> bool:
             or now - 10 * 3600 <= time_s < now - 8 * 3600)
 
 
-def scripted_store(path: Path, now: float) -> None:
-    """Eight days ending at ``now``, one sample a minute (every 1-minute bucket, which the
-    24-hour and 7-day windows read)."""
-    clock = ScriptedClock(now - 8 * DAY_S)
+def scripted_store(path: Path, now: float, span_s: float = 8 * DAY_S) -> None:
+    """``span_s`` (eight days) ending at ``now``, one sample a minute (every 1-minute
+    bucket, which the 24-hour and 7-day windows read)."""
+    clock = ScriptedClock(now - span_s)
     uuids = simulated_device_uuids(2)  # the GPUs of the server that reads it
     store = HistoryStore(path, clock=clock, device_uuids=lambda: uuids)
     store.open()
@@ -67,37 +71,99 @@ def scripted_store(path: Path, now: float) -> None:
     store.stop()
 
 
-def test_24_hour_and_7_day_windows_from_the_store() -> None:
+@contextmanager
+def page_over_a_store(now: float, span_s: float = 8 * DAY_S) -> Iterator[tuple[str, object]]:
+    """A server of two simulated GPUs over a scripted store of ``span_s`` ending at
+    ``now``, and a Chromium page at 1280x800 let in; the page's console stays clean."""
     with tempfile.TemporaryDirectory(prefix="nvdashboard-store-") as folder:
         store = Path(folder) / "history.sqlite"
-        now = time.time()
-        scripted_store(store, now)
+        scripted_store(store, now, span_s)
         with cli_server(["--simulate", "2", "--interval", "0.2"],
                         env={"NVDASHBOARD_STORE": str(store)}) as (url, _), \
                 chromium() as browser:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             watched = watch(page)
             page.goto(with_token(url + "/"))
-            page.goto(f"{url}/GPU-Resources")
-            page.wait_for_function(f"() => {LIVE} && {LIVE}.draws > 2", timeout=30_000)
-            for label, window_s, gap_start, gap_end in (
-                    ("24 h", DAY_S, now - 10 * 3600, now - 8 * 3600),
-                    ("7 d", 7 * DAY_S, now - 3 * DAY_S, now - 3 * DAY_S + 6 * 3600)):
-                resets = page.evaluate(f"() => {LIVE}.resets")
-                page.get_by_text(label, exact=True).click()
-                page.wait_for_function(f"() => {LIVE}.window === {window_s:g} && "
-                                       f"{LIVE}.resets > {resets} && {LIVE}.draws > 0",
-                                       timeout=30_000)
-                # The stored window after the reset: waited for, since a loaded machine
-                # draws late.
-                page.wait_for_function(f"() => ({COLUMN_JS})('utilization1').finite > 600",
-                                       timeout=PAGE_WAIT_MS)
-                rows = page.evaluate(f"({COLUMN_JS})('utilization1')")
-                # The stored week (or day), about 1000 buckets of two rows each ...
-                assert rows["finite"] > 600, rows["finite"]
-                assert rows["first"] / 1000 < now - window_s + 0.05 * window_s
-                # ... and the time the server was off, drawn as a gap.
-                gaps = [t / 1000 for t in rows["gaps"]]
-                assert any(gap_start <= t <= gap_end for t in gaps), (label, gaps[:10])
-                screenshot(page, f"long-window-{label.replace(' ', '')}-gpu-resources")
+            yield url, page
             watched.assert_clean()
+
+
+def test_24_hour_and_7_day_windows_from_the_store() -> None:
+    now = time.time()
+    with page_over_a_store(now) as (url, page):
+        page.goto(f"{url}/GPU-Resources")
+        page.wait_for_function(f"() => {LIVE} && {LIVE}.draws > 2", timeout=30_000)
+        for label, window_s, gap_start, gap_end in (
+                ("24 h", DAY_S, now - 10 * 3600, now - 8 * 3600),
+                ("7 d", 7 * DAY_S, now - 3 * DAY_S, now - 3 * DAY_S + 6 * 3600)):
+            resets = page.evaluate(f"() => {LIVE}.resets")
+            page.get_by_text(label, exact=True).click()
+            page.wait_for_function(f"() => {LIVE}.window === {window_s:g} && "
+                                   f"{LIVE}.resets > {resets} && {LIVE}.draws > 0",
+                                   timeout=30_000)
+            # The stored window after the reset: waited for, since a loaded machine
+            # draws late.
+            page.wait_for_function(f"() => ({COLUMN_JS})('utilization1').finite > 600",
+                                   timeout=PAGE_WAIT_MS)
+            rows = page.evaluate(f"({COLUMN_JS})('utilization1')")
+            # The stored week (or day), about 1000 buckets of two rows each ...
+            assert rows["finite"] > 600, rows["finite"]
+            assert rows["first"] / 1000 < now - window_s + 0.05 * window_s
+            # ... and the time the server was off, drawn as a gap.
+            gaps = [t / 1000 for t in rows["gaps"]]
+            assert any(gap_start <= t <= gap_end for t in gaps), (label, gaps[:10])
+            screenshot(page, f"long-window-{label.replace(' ', '')}-gpu-resources")
+
+
+# What the 7-day window shows of GPU 0's utilization: its line's newest point (epoch ms and
+# value), the legend's value, the time axis's end, the browser's now, and the words beside
+# the window picker.
+NEWEST_JS = "() => {" + TIMELINE_VIEWS_JS + """
+  const line = plot.model.renderers.map((r) => r.data_source.data)
+    .find((data) => data.key && data.key.includes('utilization0'));
+  const i = line.key.indexOf('utilization0');
+  const xs = line.xs[i], ys = line.ys[i];
+  const entry = bands.querySelector("[data-series='utilization0'] b");
+  const coverage = Bokeh.documents[0].get_model_by_name('window-coverage');
+  const areas = plot.model.renderers.map((r) => r.data_source.data)
+    .find((data) => data.ys && data.color && !data.key && data.ys.length === line.key.length);
+  return {time: xs[xs.length - 1], value: ys[ys.length - 1], legend: entry.textContent,
+          steps: ys.slice(0, -2).every((y, j) => j % 2 === 1 || Object.is(y, ys[j + 1])),
+          points: xs.length, band: areas.ys[i].filter(Number.isFinite).length,
+          end: plot.model.x_range.end, now: Date.now(), coverage: coverage ? coverage.text : ''};
+}"""
+
+
+def test_7_day_window_with_25_minutes_of_history_reaches_now() -> None:
+    """Issue 44: after 25 minutes of history the 7-day window showed 07:14-07:29 at 07:41
+    (its ten-minute bucket still open was not drawn, nor the newest sample) and its legends
+    read a bucket's maximum. It reaches now, its legend reads the newest value drawn, and it
+    says how much of the 7 days it holds."""
+    with page_over_a_store(time.time(), span_s=25 * 60) as (url, page):
+        for theme in ("light", "dark"):
+            page.goto(f"{url}/GPU-Resources?theme={theme}")
+            page.wait_for_function(f"() => {LIVE} && {LIVE}.draws > 0", timeout=30_000)
+            resets, draws = page.evaluate(f"() => [{LIVE}.resets, {LIVE}.draws]")
+            page.get_by_text("7 d", exact=True).click()
+            # The stored window drawn (a reset draws at once).
+            page.wait_for_function(f"() => {LIVE}.window === {7 * DAY_S:g} && "
+                                   f"{LIVE}.resets > {resets} && {LIVE}.draws > {draws} "
+                                   f"&& ({NEWEST_JS})().time > 0", timeout=PAGE_WAIT_MS)
+            shown = page.evaluate(NEWEST_JS)
+            # The line reaches the newest sample, never ahead of now, and so does the
+            # time axis.
+            assert -1000 < shown["now"] - shown["time"] < 30_000, shown
+            assert shown["end"] >= shown["time"], shown
+            # Each bucket is drawn as its mean, a step across it, inside its min-max
+            # band; the legend reads the newest sample, not a bucket's maximum.
+            assert shown["points"] >= 4 and shown["steps"], shown
+            assert shown["band"] >= 4, shown
+            newest = page.evaluate(f"() => {LIVE}.open.utilization0.at(-1)")
+            assert shown["legend"] == f"{newest:.0f}%", shown
+            minutes = int(re.fullmatch(r"(\d+) min of 7 d recorded",
+                                       shown["coverage"]).group(1))
+            # 25 minutes stored, counted from the start of the bucket they begin in:
+            # the store's, cut again by the page's (each 7 d / 1000 wide).
+            assert 25 <= minutes <= 25 + 2 * bucket_seconds(7 * DAY_S, 0.2) / 60 + 1, \
+                shown
+            screenshot(page, f"long-window-7d-25min-gpu-resources-{theme}")

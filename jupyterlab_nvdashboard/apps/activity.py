@@ -233,7 +233,8 @@ def diagnosis_lines(diagnoses: list[Diagnosis], window_label_text: str) -> str:
         items.append(f"<li data-key='{key}' "
                      f"data-cause='{html.escape(first.cause)}'><details><summary><b>"
                      f"{html.escape(device_range([d.label for d in group]))}</b>: "
-                     f"{html.escape(brief)}</summary>{details}{advice}</details></li>")
+                     f"{html.escape(brief)}</summary><div style='padding-left:1.2em'>"
+                     f"{details}{advice}</div></details></li>")
     return (f"<div class='nvdashboard-diagnosis' style='margin:0.3em 1em;font-size:13px;"
             f"white-space:normal;overflow-wrap:anywhere'><b>Why is it slow? Over the last "
             f"{html.escape(window_label_text)}:</b><ul style='margin:0.2em 0;"

@@ -38,6 +38,7 @@ from bokeh.models import (
     LayoutDOM,
     Line,
     MultiLine,
+    Patches,
     RadioButtonGroup,
     Range1d,
 )
@@ -485,6 +486,7 @@ class Timeline:
         scales: list[Range1d | None] = []
         targets: list[Range1d] = []
         lines: list[ColumnDataSource] = []
+        areas: list[ColumnDataSource | None] = []
         panel_gpus: list[int | None] = []
         top = float(height)
         for panel, extent in zip(feed.panels, extents, strict=True):
@@ -509,12 +511,23 @@ class Timeline:
                 "color": [series.color for series in panel.series],
                 "dash": [series.dash for series in panel.series],
                 "visible": [series.visible for series in panel.series]}, syncable=False)
+            mapping = CoordinateMapping(x_source=self.x_range, x_target=self.x_range,
+                                        y_source=y_range, y_target=target)
+            # A long window's buckets: each series' min-max band under its mean line, a
+            # polygon per series (empty while every sample is drawn). A band of rows has
+            # none: a row is where a GPU is, not a value that ranges.
+            band_areas = None if rows else ColumnDataSource(
+                {"xs": [[] for _ in keys], "ys": [[] for _ in keys],
+                 "color": [series.color for series in panel.series]}, syncable=False)
+            if band_areas is not None:
+                plot.add_glyph(band_areas, Patches(xs="xs", ys="ys", fill_color="color",
+                                                   fill_alpha=0.18, line_color=None),
+                               coordinates=mapping)
             plot.add_glyph(band_lines, MultiLine(
                 xs="xs", ys="ys", line_color="color", line_dash="dash",
-                line_width=4 if rows else 2), coordinates=CoordinateMapping(
-                    x_source=self.x_range, x_target=self.x_range,
-                    y_source=y_range, y_target=target))
+                line_width=4 if rows else 2), coordinates=mapping)
             lines.append(band_lines)
+            areas.append(band_areas)
             gpus = {series.gpu for series in panel.series}
             panel_gpus.append(gpus.pop() if len(gpus) == 1 else None)
         # The headings and scales: HTML over the canvas, laid out once (a pointer passes
@@ -525,12 +538,17 @@ class Timeline:
         plot.elements = [bands]
         self.plot = plot
         self.picker: RadioButtonGroup | None = None
+        self.coverage: Div | None = None
         controls: list[LayoutDOM] = []
         if len(self.windows_s) > 1:
             self.picker = RadioButtonGroup(
                 labels=[window_label(w) for w in self.windows_s],
                 active=self.windows_s.index(window_s), syncable=False)
             controls.append(self.picker)
+            # How much of the window shown is recorded, written by the page's script.
+            self.coverage = Div(text="", name="window-coverage", syncable=False,
+                                styles={"font-size": "12px", "opacity": "0.8",
+                                        "align-self": "center"})
         # The GPU filter: every chart of the page follows it (a legend click toggles it too).
         gpu_rows = feed.gpu_rows
         self.gpu_filter: CheckboxButtonGroup | None = None
@@ -539,6 +557,8 @@ class Timeline:
                 labels=[gpu_names.get(index, f"GPU {index}") for index in gpu_rows],
                 active=list(range(len(gpu_rows))), syncable=False, name="gpu-filter")
             controls.append(self.gpu_filter)
+        if self.coverage is not None:
+            controls.append(self.coverage)
         children: list[LayoutDOM] = [plot]
         if controls:
             children.insert(0, row(*controls, sizing_mode="stretch_width"))
@@ -548,9 +568,9 @@ class Timeline:
             picker=self.picker, windows_s=self.windows_s, window_s=window_s,
             units={series.key: panel.unit for panel in feed.panels for series in panel.series},
             rollover={f"{w:g}": rollover(w, interval_s) for w in self.windows_s},
-            lines=lines, series_gpu={s.key: s.gpu for s in feed.series},
+            lines=lines, areas=areas, series_gpu={s.key: s.gpu for s in feed.series},
             lost_columns={s.key: lost_key(s.gpu) for s in feed.series if s.gpu is not None},
-            gpu_filter=self.gpu_filter, filter_gpus=gpu_rows,
+            gpu_filter=self.gpu_filter, filter_gpus=gpu_rows, coverage=self.coverage,
             bands=BandsView(plot=plot, frame_range=frame_range, grid_ticker=grid_ticker,
                             targets=targets, scales=scales,
                             hover=[band_hover(p) for p in feed.panels], gpus=panel_gpus))

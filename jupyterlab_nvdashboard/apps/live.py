@@ -4,11 +4,14 @@
 document is ready. It opens ``<page>/stream`` (``stream/broadcaster.py``), decodes each
 binary frame and streams its rows into the view's source with ``{sync: false}``, so nothing
 goes back to the server; it moves the axes (unless the reader panned or zoomed: the reset
-tool follows again), places a timeline's bands under their HTML headings and fills in their
-scales, the legends' current values and the hover, hides what the legend and the GPU filter
-hide (a band of one GPU folds away with it), follows the window picker, repaints at most
-once per ``redraw_interval_ms`` (all frames since the last repaint in one animation frame), closes
-the socket while the page is hidden and catches up from ``since`` when it is shown again.
+tool follows again; a long window reaches its newest sample through the frames' open rows,
+and says how much of it is recorded), places a timeline's bands under their HTML headings
+and fills in their scales, the legends' current values and the hover, draws a long
+window's buckets as their means inside their min-max bands, hides what the legend and the
+GPU filter hide (a band of one GPU folds away with it), follows the window picker, repaints
+at most once per ``redraw_interval_ms`` (all frames since the last repaint in one animation
+frame), closes the socket while the page is hidden and catches up from ``since`` when it
+is shown again.
 A page with two views (``LiveView.stream``) runs the script once per view, each on its own
 socket; ``window.nvdashboardLive`` is the one with a time axis.
 """
@@ -91,10 +94,15 @@ class LiveView:
     rollover: dict[str, int] = field(default_factory=dict)  # rows kept, per window
     # Each panel's lines: one MultiLine source, a row per series (key, colour, dash, visible).
     lines: Sequence[ColumnDataSource] = ()
+    # Each panel's min-max bands of a long window's buckets, a polygon per series in the
+    # order of its lines (None: a panel of rows, which has none).
+    areas: Sequence[ColumnDataSource | None] = ()
     series_gpu: dict[str, int | None] = field(default_factory=dict)  # series key -> GPU row
     gpu_filter: CheckboxButtonGroup | None = None  # its buttons are ``filter_gpus``, in order
     filter_gpus: Sequence[int] = ()
     bands: BandsView = field(default_factory=BandsView)
+    # Says how much of the window shown is recorded ("25 min of 7 d recorded").
+    coverage: Div | None = None
     lost_columns: dict[str, str] = field(default_factory=dict)  # series key -> its GPU's
     # Which of the page's streams: "" for ``<page>/stream``, NAME for ``<page>/NAME/stream``
     # (a page may stream more than one view: /GPU-Health's table and its timelines).
@@ -124,9 +132,10 @@ def attach(doc: Document, view: LiveView) -> None:
         "following": [y_range for y_range, _ in view.following],
         "headings": list(view.headings),
         "picker": view.picker, "spec": spec, "lines": list(view.lines),
+        "areas": list(view.areas),
         "gpu_filter": view.gpu_filter,
         "plot": view.bands.plot, "frame_range": view.bands.frame_range,
         "grid_ticker": view.bands.grid_ticker, "band_targets": list(view.bands.targets),
-        "band_scales": list(view.bands.scales),
+        "band_scales": list(view.bands.scales), "coverage": view.coverage,
     }
     doc.js_on_event(DocumentReady, CustomJS(args=args, code=CLIENT_JS))

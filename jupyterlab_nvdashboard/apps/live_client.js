@@ -1,12 +1,15 @@
 // The page's live-data client (see apps/live.py). Runs once, as a CustomJS, when the
 // document is ready. In scope: source, x_range, following, headings, picker, spec, lines,
-// gpu_filter, plot, frame_range, grid_ticker, band_targets, band_scales; viewOf, from
-// in_place.js, and openStream, from stream_client.js, before it.
+// areas, gpu_filter, plot, frame_range, grid_ticker, band_targets, band_scales, coverage; viewOf
+// and setDivHtml, from in_place.js, and openStream, from stream_client.js, before it.
 // Frames: see stream/frames.py. Columns are little-endian float64, as in every browser.
 const live = {
   seq: -1, frames: 0, resets: 0, rows: 0, connects: 0, hidden: false, parentHidden: false,
   window: spec.window, socket: null, retryMs: 500, xEnd: null,
   draws: 0, following: true, moving: false, lastDraw: 0, source,
+  // A long window's open bucket and newest sample (stream/frames.py `open`), drawn after
+  // the streamed rows until the next frame: columns like source.data's, NaN not available.
+  open: null,
 };
 // One script per view the page streams (spec.stream: "" or a name): each is in
 // nvdashboardStreams; nvdashboardLive is the one with a time axis (its reset tool's).
@@ -18,6 +21,10 @@ const lineKeys = (lines || []).flatMap((panel) => panel.data.key);
 const hiddenKeys = new Set((lines || []).flatMap(
   (panel) => panel.data.key.filter((_, i) => !panel.data.visible[i])));
 const hiddenGpus = new Set();
+// A long window's rows are buckets (stream/downsample.py): two rows each, the minimum at
+// the bucket's start and the maximum at its middle, with the bucket's mean beside them in
+// the column named with this suffix (MEAN_SUFFIX).
+const MEAN = ":mean";
 // Frames received but not yet drawn: drawn together at the next animation frame.
 let pending = null, frameRequested = false, drawTimer = null;
 const decoder = new TextDecoder();
@@ -33,6 +40,24 @@ function streamUrl() {
   const scheme = loc.protocol === "https:" ? "wss:" : "ws:";
   const path = spec.stream ? `${spec.stream}/stream` : "stream";
   return `${scheme}//${loc.host}${loc.pathname.replace(/\/+$/, "")}/${path}?${params}`;
+}
+
+function openColumns(open) {
+  // The header's JSON columns, null for "not available", as the streamed ones are.
+  if (!open) return null;
+  const out = {};
+  for (const [key, values] of Object.entries(open)) {
+    out[key] = Float64Array.from(values, (v) => (v === null ? NaN : v));
+  }
+  return out;
+}
+
+function newestOf(key) {
+  // A column's newest value: the open rows' last, else the streamed column's last.
+  const open = live.open && live.open[key];
+  if (open && open.length) return open[open.length - 1];
+  const column = source.data[key + MEAN] || source.data[key];  // a bucket's mean, not its top
+  return column && column.length ? column[column.length - 1] : NaN;
 }
 
 function decode(buffer) {
@@ -74,7 +99,7 @@ function moveAxes() {
   const n = times ? times.length : 0;
   if (!n) return;
   const windowMs = live.window * 1000;
-  const newest = times[n - 1];
+  const newest = Math.max(times[n - 1], newestOf("time"));
   // Headroom ahead of the newest point scales with what is shown.
   const headroom = Math.max(2000, Math.min(windowMs, newest - times[0]) * 0.05);
   let start = x_range.start;
@@ -93,6 +118,7 @@ function moveAxes() {
       if (isHidden(key)) continue;
       const column = source.data[key];
       for (let j = first; j < n; j++) if (column[j] > top) top = column[j];
+      for (const value of (live.open && live.open[key]) || []) if (value > top) top = value;
     }
     const end = niceCeiling(top);
     if (range.end !== end) {
@@ -175,8 +201,14 @@ live.hoverText = (vars) => {
   const i = vars.index;
   if (!band || i === undefined || i === null) return "";
   const out = [timeText(source.data.time[i])];
+  const buckets = bucketed();
+  const first = i - (i % 2);  // a long window's bucket: its minimum's row, then its maximum's
   for (const [key, label, unit] of band.values || []) {
-    if (!isHidden(key)) out.push(`${label}: ${formatValue(source.data[key][i], unit)}`);
+    if (isHidden(key)) continue;
+    const column = source.data[key];
+    out.push(buckets ? `${label}: ${formatValue(source.data[key + MEAN][first], unit)} ` +
+      `(${formatValue(column[first], unit)} to ${formatValue(column[first + 1], unit)})`
+      : `${label}: ${formatValue(column[i], unit)}`);
   }
   for (const [label, rows] of band.rows || []) {
     if (rows.length && isHidden(rows[0][0])) continue;
@@ -210,8 +242,7 @@ function entriesOf(div) {
 }
 
 function currentValue(key) {
-  const column = source.data[key];
-  const value = column && column.length ? column[column.length - 1] : NaN;
+  const value = newestOf(key);
   return Number.isNaN(value) && lostNow(key) ? "lost" : formatValue(value, spec.units[key] || "");
 }
 
@@ -234,8 +265,8 @@ function fillHeadings() {
 
 function lostNow(key) {
   // The series' GPU's column (LiveView.lost_columns): 1 while that GPU is lost.
-  const column = source.data[(spec.lost_columns || {})[key]];
-  return Boolean(column && column.length && column[column.length - 1] === 1);
+  const column = (spec.lost_columns || {})[key];
+  return column !== undefined && newestOf(column) === 1;
 }
 
 function isHidden(key) {
@@ -243,15 +274,74 @@ function isHidden(key) {
   return hiddenKeys.has(key) || (gpu !== undefined && gpu !== null && hiddenGpus.has(gpu));
 }
 
-function drawLines() {
-  // Each panel's series that are shown, as rows of its MultiLine, from the streamed columns.
-  const times = source.data.time;
-  for (const panel of lines || []) {
-    const visible = panel.data.key.map((key) => !isHidden(key));
-    const columns = (key, i) => (visible[i] ? source.data[key] : []);
-    panel.data = {...panel.data, visible, ys: panel.data.key.map(columns),
-                  xs: panel.data.key.map((key, i) => (visible[i] ? times : []))};
+function bucketed() {
+  return lineKeys.length > 0 && source.data[lineKeys[0] + MEAN] !== undefined;
+}
+
+function bucketShapes(key) {
+  // A series' buckets, closed and then open: its mean as a step across each bucket, and its
+  // band from minimum to maximum, a polygon per run of buckets with values (NaN between).
+  const line = {xs: [], ys: []}, area = {xs: [], ys: []};
+  let upper = [], lower = [];
+  const closeRun = () => {
+    if (!upper.length) return;
+    if (area.xs.length) { area.xs.push(NaN); area.ys.push(NaN); }
+    for (const [x, y] of upper.concat(lower.reverse())) { area.xs.push(x); area.ys.push(y); }
+    upper = []; lower = [];
+  };
+  const bucket = (start, end, low, high, mean) => {
+    line.xs.push(start, end);
+    line.ys.push(mean, mean);
+    if (Number.isFinite(low) && Number.isFinite(high)) {
+      upper.push([start, high], [end, high]);
+      lower.push([start, low], [end, low]);
+    } else {
+      closeRun();
+    }
+  };
+  const times = source.data.time, values = source.data[key], means = source.data[key + MEAN];
+  const open = live.open && live.open.time.length >= 3 && live.open[key] ? live.open : null;
+  for (let i = 0; i + 1 < times.length; i += 2) {
+    // A bucket ends where the next begins: a window's first frame cuts the bucket that holds
+    // the history's start in two, its stored part here and its live part open.
+    const next = i + 2 < times.length ? times[i + 2] : open ? open.time[0] : Infinity;
+    bucket(times[i], Math.min(2 * times[i + 1] - times[i], next), values[i], values[i + 1],
+           means[i]);
   }
+  // The open bucket (its minimum, maximum and mean so far), up to the newest sample.
+  if (open) {
+    bucket(open.time[0], open.time[open.time.length - 1], open[key][0], open[key][1],
+           open[key + MEAN][0]);
+  }
+  closeRun();
+  return {line, area};
+}
+
+function drawLines() {
+  // Each panel's series that are shown, as rows of its MultiLine, from the streamed columns
+  // and then the open rows; a long window's buckets as their means in their bands.
+  const open = live.open;
+  const withOpen = (key) => (open && open[key] ? concat(source.data[key], open[key])
+    : source.data[key]);
+  const times = withOpen("time");
+  const buckets = bucketed();
+  (lines || []).forEach((panel, p) => {
+    const visible = panel.data.key.map((key) => !isHidden(key));
+    const shapes = panel.data.key.map((key, i) => (visible[i] && buckets ? bucketShapes(key)
+      : null));
+    panel.data = {
+      ...panel.data, visible,
+      ys: panel.data.key.map((key, i) => (!visible[i] ? [] : shapes[i] ? shapes[i].line.ys
+        : withOpen(key))),
+      xs: panel.data.key.map((key, i) => (!visible[i] ? [] : shapes[i] ? shapes[i].line.xs
+        : times)),
+    };
+    const area = (areas || [])[p];
+    if (area && (buckets || area.data.xs.some((xs) => xs.length))) {
+      area.data = {...area.data, xs: shapes.map((shape) => (shape ? shape.area.xs : [])),
+                   ys: shapes.map((shape) => (shape ? shape.area.ys : []))};
+    }
+  });
 }
 
 function applyVisibility() {
@@ -285,6 +375,7 @@ function draw() {
   frameRequested = false;
   if (!pending) return;
   const {data, reset} = pending;
+  live.open = pending.open;
   pending = null;
   if (spec.mode === "replace" || reset) {
     source.data = data;  // the source is not synced: nothing goes back to the server
@@ -296,6 +387,27 @@ function draw() {
   live.lastDraw = Date.now();
   if (x_range) moveAxes();
   fillHeadings();
+  showCoverage();
+}
+
+function spanText(ms) {
+  // 40 s, 25 min, 5 h, 3 d: how much of a window is recorded, as its picker names windows.
+  if (ms < 60000) return `${Math.round(ms / 1000)} s`;
+  if (ms < 2 * 3600000) return `${Math.round(ms / 60000)} min`;
+  if (ms < 2 * 86400000) return `${Math.round(ms / 3600000)} h`;
+  return `${Math.round(ms / 86400000)} d`;
+}
+
+function showCoverage() {
+  // A window longer than the history recorded says how much it holds: its time axis spans
+  // only what there is.
+  if (!coverage || !picker) return;
+  const times = source.data.time;
+  const recorded = times && times.length ? newestOf("time") - times[0] : 0;
+  const label = picker.labels[picker.active];
+  const text = recorded < 0.98 * live.window * 1000
+    ? `${spanText(recorded)} of ${label} recorded` : "";
+  setDivHtml(coverage, text);
 }
 
 function schedule() {
@@ -327,6 +439,7 @@ function apply(buffer) {
   } else if (header.rows) {
     for (const key of Object.keys(data)) pending.data[key] = concat(pending.data[key], data[key]);
   }
+  pending.open = openColumns(header.open);  // the newest frame's open rows stand
   live.seq = header.seq;
   live.frames++;
   live.rows += header.rows;

@@ -6,7 +6,9 @@ When the sampler appends a sample, ``publish()`` runs on the event loop; each fa
 subscribers reads the new samples from the history, encodes one frame
 (``stream/frames.py``) and writes it to each of its sockets. A family with nobody watching
 costs nothing. Families over long windows publish min/max buckets
-(``stream/downsample.py``) as each bucket closes instead of every sample. A "replace" family
+(``stream/downsample.py``) as each bucket closes instead of every sample; each of their
+frames also carries the bucket still open and the newest sample (``open``), which the page
+draws until its next frame. A "replace" family
 (bars, tables) sends nothing when its picture did not change, and no more often than its
 feed's ``refresh_s`` (tables that people read, not watch, say 1 s).
 
@@ -44,7 +46,7 @@ from tornado.web import HTTPError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from ..metrics import History, PastSource, Sample, prepend_past
-from .downsample import bucket_seconds, complete_buckets, min_max
+from .downsample import MEAN_SUFFIX, bucket_means, bucket_seconds, complete_buckets, min_max
 from .frames import Rows, encode
 
 log = logging.getLogger(__name__)
@@ -112,6 +114,9 @@ class Family:
     # The last read of ``past``: (which span, its samples); a page that opens the same long
     # window within one of its buckets gets it without reading the store again.
     past_read: tuple[tuple[int, int], list[Sample]] | None = None
+    # Which of those samples only bound their bucket (a stored bucket's minima and maxima:
+    # its mean is a sample of its own), by id: they count in no mean.
+    bounds_only: frozenset[int] = frozenset()
 
     def _publishable(self, samples: list[Sample]) -> list[Sample]:
         """The samples whose rows can go out now (oldest first)."""
@@ -127,8 +132,13 @@ class Family:
             return rows
         clocks_s = np.fromiter((s.clock_s for s in samples), float, len(samples))
         own = getattr(self.feed, "downsample", None)
-        return own(rows, self.bucket_s, clocks_s) if own is not None else \
-            min_max(rows, TIME_KEY, self.bucket_s, clocks_s)
+        if own is not None:
+            return own(rows, self.bucket_s, clocks_s)
+        reduced = min_max(rows, TIME_KEY, self.bucket_s, clocks_s)
+        weights = np.fromiter((0.0 if id(s) in self.bounds_only else 1.0 for s in samples),
+                              float, len(samples))
+        reduced.numeric.update(bucket_means(rows, TIME_KEY, self.bucket_s, clocks_s, weights))
+        return reduced
 
     def start(self, history: History) -> None:
         """Position a family that had no pages at the newest sample it can publish."""
@@ -151,7 +161,8 @@ class Family:
             samples = self._with_past(window, history) if reset else [
                 s for s in window if s.seq > since]
         rows = self._rows(samples)  # no samples yet: empty columns, still named
-        return encode(rows, -1 if reset else since, self.seq, reset)
+        return encode(rows, -1 if reset else since, self.seq, reset,
+                      **self._open_bucket(history))
 
     def advance(self, history: History) -> bytes | None:
         """The frame for what is new since the last one, or None when nothing is."""
@@ -171,10 +182,33 @@ class Family:
             return self._replacement(publishable)
         if not reset and self._too_soon():  # the rows wait in the history for the next one
             return None
-        frame = encode(self._rows(publishable), -1 if reset else self.seq,
-                       publishable[-1].seq, reset)
+        before = self.seq
+        rows = self._rows(publishable)
         self.seq, self.last_sent_s = publishable[-1].seq, time.monotonic()
-        return frame
+        return encode(rows, -1 if reset else before, self.seq, reset,
+                      **self._open_bucket(history))
+
+    def _open_bucket(self, history: History) -> dict[str, Any]:
+        """A long window's bucket that is still open, reduced as the closed ones are, then
+        the newest sample as it is, for the frame's header (``open``: columns of numbers,
+        None where not available). The page draws them after the closed buckets until its
+        next frame, so the chart reaches now and its legend reads the current value: a
+        7-day window's bucket is ten minutes long. Nothing for a window of every sample, or
+        a feed that reduces its rows itself (several rows per sample)."""
+        if not self.bucket_s or getattr(self.feed, "downsample", None) is not None:
+            return {}
+        samples = history.since(self.seq)
+        if not samples:
+            return {}
+        reduced, newest = self._rows(samples), self.feed.rows(samples[-1:])
+        columns = {}
+        for key, bucket in reduced.numeric.items():
+            value = newest.numeric[key.removesuffix(MEAN_SUFFIX)]  # a sample is its own mean
+            column = np.concatenate([bucket, value])
+            if key == TIME_KEY:  # drawn from its first sample to its newest, never ahead
+                column = np.clip(column, samples[0].time_s * 1000, value[-1])
+            columns[key] = [None if math.isnan(v) else float(v) for v in column]
+        return {"open": columns}
 
     def _with_past(self, window: list[Sample], history: History) -> list[Sample]:
         """The window's samples with, before them, what the store kept (a whole-window
@@ -190,7 +224,14 @@ class Family:
         if self.past_read is None or self.past_read[0] != span:
             older, _ = prepend_past([], self.window_s, self.past, resolution, now_s=now_s,
                                     before_s=before_s)
-            self.past_read = (span, older)
+            # A bucketed window draws each stored bucket's mean too: read on rows of their
+            # own, since a bucket's minimum and maximum say nothing of it.
+            means, _ = prepend_past([], self.window_s, self.past, resolution, rows="mean",
+                                    now_s=now_s, before_s=before_s) if self.bucket_s else \
+                ([], 0.0)
+            self.bounds_only = frozenset(id(sample) for sample in older) if means \
+                else frozenset()
+            self.past_read = (span, sorted(older + means, key=lambda sample: sample.time_s))
         first = window[0].time_s if window else before_s
         return [s for s in self.past_read[1] if s.time_s < first] + window
 

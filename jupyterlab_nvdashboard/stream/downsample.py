@@ -7,7 +7,9 @@ its start on the wall clock (as the rows' time says it), so while the wall clock
 the buckets are aligned to the epoch. Each bucket becomes two rows, the
 smallest value of every column (at the bucket's start) and the largest (at its middle):
 the line still reaches every peak and every trough of the raw samples. NaN is ignored
-unless the whole bucket is NaN (then the bucket is "not available").
+unless the whole bucket is NaN (then the bucket is "not available"). ``bucket_means`` adds
+each column's mean over the bucket (``<column>:mean``, the same on both rows), so a page
+draws a bucket as its mean inside its min-max band.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .frames import Rows
 
 # About this many points per line: a browser redraws that five times a second cheaply.
 MAX_POINTS_PER_LINE = 2000
+MEAN_SUFFIX = ":mean"  # a column's bucket means, beside its minima and maxima
 
 
 def bucket_seconds(window_s: float, interval_s: float) -> float:
@@ -69,3 +72,26 @@ def min_max(rows: Rows, time_key: str, bucket_s: float, clocks_s: np.ndarray) ->
                 pair = (np.fmin.reduceat(column, starts), np.fmax.reduceat(column, starts))
         out[key] = np.column_stack(pair).ravel()
     return Rows(out)
+
+
+def bucket_means(rows: Rows, time_key: str, bucket_s: float, clocks_s: np.ndarray,
+                 weights: np.ndarray) -> dict[str, np.ndarray]:
+    """Each column's mean over each bucket of ``min_max``, twice (one per row of the
+    bucket), as ``<column>:mean``. ``weights`` says what each row counts for in a mean: 1
+    for a sample, 0 for a row that only bounds the bucket (a stored bucket's minima or
+    maxima, whose mean comes on a row of its own)."""
+    times_ms = rows.numeric[time_key]
+    if len(times_ms) == 0:
+        return {key + MEAN_SUFFIX: np.empty(0) for key in rows.numeric if key != time_key}
+    starts, _ = bucket_starts(clocks_s, times_ms, bucket_s)
+    out = {}
+    for key, column in rows.numeric.items():
+        if key == time_key:
+            continue
+        counted = np.where(np.isfinite(column), weights, 0.0)
+        total = np.add.reduceat(np.where(counted > 0, column * counted, 0.0), starts)
+        count = np.add.reduceat(counted, starts)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(count > 0, total / count, np.nan)
+        out[key + MEAN_SUFFIX] = np.repeat(mean, 2)
+    return out

@@ -11,9 +11,11 @@ Layout (all little-endian)::
 The header says which history it continues (``after``: the last sequence number the page
 already has, -1 for none) and where it ends (``seq``), how many ``rows`` it carries, the
 numeric ``columns`` and any ``text`` columns (short strings, e.g. bar labels), and whether it
-replaces what the page shows (``reset``). NaN in a column means "not available": binary
-float64 carries it exactly, where JSON has no NaN at all. The padding lets the browser view
-each column as a ``Float64Array`` without copying.
+replaces what the page shows (``reset``). A long window's frame may carry ``open``: rows
+the page draws after its own until the next frame replaces them (the bucket still open and
+the newest sample), as JSON columns with null for "not available". NaN in a column
+means "not available": binary float64 carries it exactly, where JSON has no NaN at all.
+The padding lets the browser view each column as a ``Float64Array`` without copying.
 """
 
 from __future__ import annotations
