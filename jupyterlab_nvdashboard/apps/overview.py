@@ -44,6 +44,7 @@ from .components import (
     bar_level,
     format_memory,
     gpu_color,
+    reading_time,
 )
 from .in_place import IN_PLACE_JS
 from .live import STREAM_CLIENT_JS, LiveView
@@ -387,7 +388,8 @@ def overview_html(sources: DashboardSources, routes: dict[str, str],
         empty += (f"<p class='why unused-summary'><b>Unused for "
                   f"{minutes_text(sources.usage.unused_after_s)} or more:</b> "
                   f"{_esc('; '.join(unused))}.</p>")
-    stamp = time.strftime("%H:%M:%S")
+    latest = sources.metrics.history.latest()
+    stamp = reading_time(latest.time_s if latest else time.time())
     free = len(overview.free)
     # The box is the reader's: the morph keeps its checked state (a property, not markup).
     choose = (f"<div class='filter'><span data-free-count><b>{free} of {len(overview.rows)}"
@@ -396,7 +398,7 @@ def overview_html(sources: DashboardSources, routes: dict[str, str],
     return (f"{STYLE}<div class='nvo'>{choose}<table><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table>{empty}"
             f"<div class='why' style='margin-top:4px'>Memory in GiB (2<sup>30</sup> bytes), "
-            f"as nvidia-smi counts it. Updated {stamp}. {_esc(FREE_RULE)}</div></div>")
+            f"as nvidia-smi counts it. Reading of {stamp}. {_esc(FREE_RULE)}</div></div>")
 
 
 @dataclass
