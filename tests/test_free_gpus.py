@@ -13,6 +13,7 @@ import pytest
 from jupyterlab_nvdashboard.diagnosis.free import (
     QUIET_MEMORY_SHARE,
     QUIET_PCT,
+    by_device,
     judge_free,
 )
 from jupyterlab_nvdashboard.metrics import GpuFacts, GpuReading, HostReading, Sample
@@ -71,7 +72,7 @@ BUSY = QUIET_PCT * 4
     ("not read yet", [], 0, False),
 ])
 def test_the_free_rule(name: str, window: list[Sample], processes: int, free: bool) -> None:
-    judgment = judge_free(window, _facts(), processes)
+    judgment = judge_free(by_device(window).get(0, []), _facts(), processes)
     assert judgment.free is free, (name, judgment)
     assert judgment.why  # said in words, either way
     assert judgment.why.startswith("free") is free, judgment.why

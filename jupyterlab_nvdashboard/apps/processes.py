@@ -31,7 +31,7 @@ from bokeh.models import (
     TableColumn,
 )
 
-from ..diagnosis.free import FREE_WINDOW_S, FreeJudgment, judge_free
+from ..diagnosis.free import FREE_WINDOW_S, FreeJudgment, by_device, judge_free
 from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
 from ..metrics.identity import OTHER, PAIRED, SAME, SHARED, UNKNOWN, UNLISTED
 from ..stream.frames import Rows
@@ -303,9 +303,10 @@ def free_devices(sources: DashboardSources, rows: Sequence[ProcessRow]
     """Each device's free judgment (``diagnosis/free.py``), from the history and ``rows``
     (``process_rows``): what the overview marks and ``/glance.json`` carries."""
     metrics = sources.metrics
-    window = metrics.history.window(FREE_WINDOW_S)
+    readings = by_device(metrics.history.window(FREE_WINDOW_S))
     held = held_devices(sources, rows)
-    return {facts.index: judge_free(window, facts, len(held.get(facts.index, ())))
+    return {facts.index: judge_free(readings.get(facts.index, ()), facts,
+                                    len(held.get(facts.index, ())))
             for facts in metrics.facts}
 
 
