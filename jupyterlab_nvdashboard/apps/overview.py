@@ -91,7 +91,8 @@ STYLE = """<style>
 .nvo .bar span { display: block; height: 4px; background: rgba(128,128,128,.25);
                  border-radius: 2px; }
 .nvo .bar i { display: block; height: 100%; border-radius: 2px; }
-LEVELS
+""" + "".join(f".nvo .bar i.{level} {{ background: {color}; }}\n"  # good, warn, bad
+              for level, color in LEVEL_COLORS.items()) + """
 .nvo .why { font-size: 11px; opacity: .8; white-space: normal; }
 .nvo .badge { display: inline-block; padding: 0 5px; border-radius: 3px; font-size: 11px;
               font-weight: 600; color: #fff; background: #d62728; margin-right: 3px; }
@@ -108,8 +109,7 @@ LEVELS
 .nvo td.links { font-size: 12px; line-height: 1.4; white-space: nowrap; }
 .nvo .held { white-space: nowrap; }
 .nvo .empty { margin: .4em 0; font-style: italic; }
-</style>""".replace("LEVELS\n", "".join(
-    f".nvo .bar i.{level} {{ background: {color}; }}\n" for level, color in LEVEL_COLORS.items()))
+</style>"""
 # Widths that hold each cell's words on one line at 1280 px: the clock's column two
 # badges side by side ("thermal (SW)" and "thermal (HW)" under a thermal slowdown).
 COLUMNS = (("gpu", "GPU · its dashboards", "16%"),
