@@ -396,9 +396,10 @@ def overview_html(sources: DashboardSources, routes: dict[str, str],
                   f"{_esc('; '.join(unused))}.</p>")
     latest = sources.metrics.history.latest()
     stamp = reading_time(latest.time_s if latest else time.time())
-    free = len(overview.free)
+    free_count = len(overview.free)
     # The box is the reader's: the morph keeps its checked state (a property, not markup).
-    choose = (f"<div class='filter'><span data-free-count><b>{free} of {len(overview.rows)}"
+    choose = (f"<div class='filter'><span data-free-count><b>{free_count} of "
+              f"{len(overview.rows)}"
               f"</b> free</span><label title='{_esc(FREE_RULE)}'><input type='checkbox' "
               "class='free-only'> show only the free devices</label></div>")
     return (f"{STYLE}<div class='nvo'>{choose}<table><thead><tr>{head}</tr></thead>"
