@@ -89,6 +89,8 @@ ROWS_JS = """() => {
             free: row.hasAttribute('data-free'), shown: row.getBoundingClientRect().height > 0,
             bottom: row.getBoundingClientRect().bottom})),
           clipped, wrapped, straddled, bars, box: box !== null,
+          reading: (found[0] && found[0].closest('.nvo').textContent.match(
+            /Reading of [0-9:]+/) || [''])[0],
           bottom: Math.max(...all.map((row) => row.getBoundingClientRect().bottom))};
 }"""
 CLICK_FREE_ONLY_JS = """() => {
@@ -155,6 +157,11 @@ def test_overview_marks_the_free_gpus_with_readable_bars_at_1280x800() -> None:
                     page.wait_for_function(
                         f"() => ({ROWS_JS})().rows.every((r) => r.shown === r.free)",
                         timeout=PAGE_WAIT_MS)
+                    # The box stays checked as new tables stream in (a new reading's time).
+                    reading = page.evaluate(f"() => ({ROWS_JS})().reading")
+                    page.wait_for_function(f"(before) => ({ROWS_JS})().reading !== before",
+                                           arg=reading, timeout=PAGE_WAIT_MS)
+                    assert all(r["shown"] is r["free"] for r in page.evaluate(ROWS_JS)["rows"])
                     screenshot(page, f"overview{path.replace('/', '-').rstrip('-')}-free-only")
                     page.evaluate(CLICK_FREE_ONLY_JS)
                     page.wait_for_function(f"() => ({ROWS_JS})().rows.every((r) => r.shown)",
