@@ -63,6 +63,7 @@ BUSY = QUIET_PCT * 4
      False),
     ("held, quiet all along", _window([QUIET] * 5), 1, True),
     ("held, busy a minute ago", _window([QUIET, BUSY, QUIET, QUIET]), 2, False),
+    ("held, quiet but for a reading not taken", _window([None, QUIET, QUIET]), 1, True),
     ("held, its memory full", _window([QUIET] * 5, 0.5), 1, False),
     ("held, quiet by GPM's SM activity (MIG)", _window([None] * 3, gpm=[QUIET] * 3), 1, True),
     ("held, busy by GPM's SM activity (MIG)", _window([None] * 3, gpm=[QUIET, BUSY, QUIET]),

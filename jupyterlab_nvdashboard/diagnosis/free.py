@@ -107,7 +107,9 @@ def judge_free(readings: DeviceReadings, facts: GpuFacts, processes: int) -> Fre
         return FreeJudgment(True, f"free: no process holds it; {shown}")
     for sample, reading in readings:
         quiet, shown = _quiet(sample, reading, facts)
-        if not quiet:
+        # A reading that could not be taken (the first after start, a lost tick) says
+        # nothing either way: only the newest one must be read, above.
+        if quiet is False:
             return FreeJudgment(False, f"held by {processes} process"
                                 f"{'es' if processes != 1 else ''}, which showed {shown} in "
                                 f"the last {FREE_WINDOW_S / 60:.0f} min")
