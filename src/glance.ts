@@ -89,6 +89,8 @@ export interface IGlance {
   diagnoses: IGlanceDiagnosis[];
   /** The server has not read its GPUs yet (no device may still become some). */
   reading_gpus: boolean;
+  /** When the server took the devices' reading (epoch seconds); null when unknown. */
+  time: number | null;
 }
 
 /**
@@ -208,7 +210,8 @@ export function parseGlance(body: unknown): IGlance {
     devices,
     kernels,
     diagnoses,
-    reading_gpus: data.reading_gpus === true
+    reading_gpus: data.reading_gpus === true,
+    time: numberOrNull(data.time)
   };
 }
 
@@ -308,6 +311,14 @@ export function statusText(
   return stale ? trans.__('%1 · %2', text, stale) : text;
 }
 
+/** `14:03:27`: a reading's time of day, as the dashboards print it. */
+export function clockTime(epochSeconds: number): string {
+  const at = new Date(epochSeconds * 1000);
+  return [at.getHours(), at.getMinutes(), at.getSeconds()]
+    .map(part => String(part).padStart(2, '0'))
+    .join(':');
+}
+
 /** One line per device for the status bar's tooltip. */
 export function deviceLine(
   d: IGlanceDevice,
@@ -339,6 +350,10 @@ export function statusTooltip(
     trans.__('GPU utilization and memory (click for GPU dashboards)')
   ];
   const glance = state?.glance ?? null;
+  if (glance && glance.time !== null) {
+    // Views update at their own pace: each says which reading it shows.
+    lines.push(trans.__('Reading of %1', clockTime(glance.time)));
+  }
   if (glance) {
     lines.push(...glance.devices.map(d => deviceLine(d, trans)));
   }

@@ -132,3 +132,13 @@ def test_page_open_cost_gives_each_route_a_figure(tmp_path: Path) -> None:
     for route, figures in report["this tree"].items():
         assert len(figures) == 1 and figures[0] > 0, route  # one round, CPU ms per open
         assert f"| `{route}` |" in done.stdout
+
+
+def test_free_rule_cost_gives_wall_and_cpu_figures() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "free_rule_cost.py"), "--gpus", "2",
+         "--repeats", "3"], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 GPUs, 600 samples" in done.stdout, done.stdout
+    for name in ("wall: median", "CPU: median"):
+        assert name in done.stdout and " ms, range " in done.stdout, done.stdout

@@ -136,6 +136,11 @@ def test_keyboard_only_sidebar_dashboard_shutdown_and_stale(lab, processes_file)
         page.keyboard.press("Enter")  # the dialog's default button: Shut Down
         until_ended(pid)
         page.wait_for_selector(row, state="detached", timeout=30_000)
+        # No GPU of the user's any more: the status item counts the free GPUs instead, as
+        # the server judged them (here 2 GPUs under the simulated load).
+        page.wait_for_function(f"() => /^[0-2] of 2 GPUs free$/.test(document.querySelector("
+                               f"'{STATUS_ITEM}')?.textContent || '')", timeout=30_000)
+        screenshot(page, "lab-keyboard-status-free-count")
         watched.assert_clean()
 
         # The dashboard server stops answering: "stale" within two poll intervals.

@@ -1,7 +1,7 @@
 """The GPU overview (``/`` and ``/GPU-Overview``) in Chromium at 1280x800, light and dark:
-8 GPUs fit without scrolling, the free GPUs are marked (and can be shown alone), who is on a
-GPU is said, no bar's words sit across its fill, nothing wraps or is clipped, and the page
-follows the stream."""
+8 GPUs fit without scrolling, idle and throttled, the free GPUs are marked (and can be shown
+alone), who is on a GPU is said, no bar's words sit across its fill, nothing wraps or is
+clipped, and the page follows the stream."""
 
 from __future__ import annotations
 
@@ -32,18 +32,19 @@ LEVEL_COLOURS = {"good": "rgb(118, 185, 0)", "warn": "rgb(232, 161, 0)",
 # its text, whether it is marked free (and shown), each bar's words against its fill, and
 # every run of text that wraps onto a second line or is clipped.
 ROWS_JS = """() => {
-  const found = [];
+  const found = [], all = [];
   let box = null;
   const walk = (root) => {
     for (const el of root.querySelectorAll('*')) {
       if (el.matches('tr.main')) found.push(el);
+      if (el.matches('tr.main, tr.diag')) all.push(el);
       if (el.matches('input.free-only')) box = el;
       if (el.shadowRoot) walk(el.shadowRoot);
     }
   };
   walk(document);
   const clipped = [], wrapped = [], straddled = [], bars = [];
-  for (const row of found) {
+  for (const row of all) {
     for (const cell of row.children) {
       if (cell.scrollWidth > cell.clientWidth + 1) clipped.push(cell.textContent.trim());
       for (const el of cell.querySelectorAll('*'))
@@ -52,12 +53,23 @@ ROWS_JS = """() => {
       const texts = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
       for (let node = texts.nextNode(); node; node = texts.nextNode()) {
         if (!node.textContent.trim()) continue;
+        // A finding's whole text, under its one-line summary, is prose: it may wrap.
+        const parent = node.parentElement;
+        if (parent.closest('details') && !parent.closest('summary')) continue;
         const range = document.createRange();
         range.selectNodeContents(node);
         const lines = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
         if (lines.size > 1) wrapped.push(node.textContent.trim());
       }
+      // Badges side by side stay on one line.
+      for (const held of cell.querySelectorAll('.held')) {
+        const tops = new Set([...held.children].map((b) => Math.round(
+          b.getBoundingClientRect().top)));
+        if (tops.size > 1) wrapped.push(held.textContent);
+      }
     }
+  }
+  for (const row of found) {
     for (const bar of row.querySelectorAll('.bar')) {
       const words = bar.querySelector('b').getBoundingClientRect();
       const fill = bar.querySelector('i');
@@ -77,7 +89,9 @@ ROWS_JS = """() => {
             free: row.hasAttribute('data-free'), shown: row.getBoundingClientRect().height > 0,
             bottom: row.getBoundingClientRect().bottom})),
           clipped, wrapped, straddled, bars, box: box !== null,
-          scroll: document.documentElement.scrollHeight};
+          reading: (found[0] && found[0].closest('.nvo').textContent.match(
+            /Reading of [0-9:]+/) || [''])[0],
+          bottom: Math.max(...all.map((row) => row.getBoundingClientRect().bottom))};
 }"""
 CLICK_FREE_ONLY_JS = """() => {
   const walk = (root) => {
@@ -136,17 +150,41 @@ def test_overview_marks_the_free_gpus_with_readable_bars_at_1280x800() -> None:
                         bar["text"] and bar["colour"] == LEVEL_COLOURS["bad"]]
                 assert len(full) == 1, seen["bars"]
                 # Readable at 1280x800 without scrolling: every row is on screen.
-                assert max(row["bottom"] for row in rows) <= 800, seen
+                assert seen["bottom"] <= 800, seen
                 if theme == "light":
                     # Only the free ones, at a click; all of them at the next.
                     page.evaluate(CLICK_FREE_ONLY_JS)
                     page.wait_for_function(
                         f"() => ({ROWS_JS})().rows.every((r) => r.shown === r.free)",
                         timeout=PAGE_WAIT_MS)
+                    # The box stays checked as new tables stream in (a new reading's time).
+                    reading = page.evaluate(f"() => ({ROWS_JS})().reading")
+                    page.wait_for_function(f"(before) => ({ROWS_JS})().reading !== before",
+                                           arg=reading, timeout=PAGE_WAIT_MS)
+                    assert all(r["shown"] is r["free"] for r in page.evaluate(ROWS_JS)["rows"])
                     screenshot(page, f"overview{path.replace('/', '-').rstrip('-')}-free-only")
                     page.evaluate(CLICK_FREE_ONLY_JS)
                     page.wait_for_function(f"() => ({ROWS_JS})().rows.every((r) => r.shown)",
                                            timeout=PAGE_WAIT_MS)
+        watched.assert_clean()
+    # Busy and held down by the heat from the start: two reasons per clock, bars filled.
+    with in_process_server(gpus=8, profile="mixed", scenario="throttled-thermal") as server, \
+            chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        watched = watch(page)
+        page.goto(with_token(server.url + "/"))
+        for theme in ("light", "dark"):
+            page.goto(f"{server.url}/?theme={theme}")
+            page.wait_for_function(f"() => ({ROWS_JS})().rows.filter((r) => "
+                                   "r.text.includes('thermal (HW)')).length >= 2",
+                                   timeout=PAGE_WAIT_MS)
+            next_frames(page)
+            seen = page.evaluate(ROWS_JS)
+            screenshot(page, f"overview-throttled-thermal-{theme}")
+            assert not seen["straddled"], seen["straddled"]
+            assert not seen["wrapped"], seen["wrapped"]
+            assert not seen["clipped"], seen["clipped"]
+            assert seen["bottom"] <= 800, seen
         watched.assert_clean()
 
 

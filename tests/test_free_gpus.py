@@ -13,6 +13,7 @@ import pytest
 from jupyterlab_nvdashboard.diagnosis.free import (
     QUIET_MEMORY_SHARE,
     QUIET_PCT,
+    by_device,
     judge_free,
 )
 from jupyterlab_nvdashboard.metrics import GpuFacts, GpuReading, HostReading, Sample
@@ -62,6 +63,7 @@ BUSY = QUIET_PCT * 4
      False),
     ("held, quiet all along", _window([QUIET] * 5), 1, True),
     ("held, busy a minute ago", _window([QUIET, BUSY, QUIET, QUIET]), 2, False),
+    ("held, quiet but for a reading not taken", _window([None, QUIET, QUIET]), 1, True),
     ("held, its memory full", _window([QUIET] * 5, 0.5), 1, False),
     ("held, quiet by GPM's SM activity (MIG)", _window([None] * 3, gpm=[QUIET] * 3), 1, True),
     ("held, busy by GPM's SM activity (MIG)", _window([None] * 3, gpm=[QUIET, BUSY, QUIET]),
@@ -71,7 +73,7 @@ BUSY = QUIET_PCT * 4
     ("not read yet", [], 0, False),
 ])
 def test_the_free_rule(name: str, window: list[Sample], processes: int, free: bool) -> None:
-    judgment = judge_free(window, _facts(), processes)
+    judgment = judge_free(by_device(window).get(0, []), _facts(), processes)
     assert judgment.free is free, (name, judgment)
     assert judgment.why  # said in words, either way
     assert judgment.why.startswith("free") is free, judgment.why

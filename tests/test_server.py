@@ -10,6 +10,7 @@ from collections import Counter
 import pynvml
 import pytest
 
+from jupyterlab_nvdashboard.apps.components import reading_time
 from jupyterlab_nvdashboard.apps.registry import ROUTES
 from jupyterlab_nvdashboard.simnvml import SimulatedNvml
 from tests.support.bokeh_client import open_session
@@ -170,6 +171,10 @@ def test_lost_gpu_degrades_alone_and_server_keeps_serving() -> None:
             assert get(server.url + route)[0] == 200
         bars = asyncio.run(live_frames(server.url, "/GPU-Utilization", wanted=0))
         assert bars.frames[0].rows.text["text"][1] == "GPU lost"
+        # Each bar's hover says which reading it is: a time of day of this run's samples.
+        read_at = set(bars.frames[0].rows.text["read_at"])
+        assert len(read_at) == 1 and read_at <= {
+            reading_time(s.time_s) for s in history.window(server.metrics.history_s)}
 
 
 def test_cross_origin_websocket_is_refused() -> None:

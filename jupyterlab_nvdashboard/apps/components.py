@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -109,6 +110,11 @@ def format_memory(value: float | None) -> str:
     return f"{value / GIB:.1f} GiB"
 
 
+def reading_time(epoch_s: float) -> str:
+    """``14:03:27``: the time of day a reading was taken, as the status bar prints it."""
+    return time.strftime("%H:%M:%S", time.localtime(epoch_s))
+
+
 def format_gb_per_s(value: float | None) -> str:
     return NOT_AVAILABLE if value is None else f"{value / GB:.2f} GB/s"
 
@@ -185,9 +191,12 @@ class BarsFeed:
                 inside.append(text if share > LABEL_INSIDE_PCT else "")
                 outside.append("" if share > LABEL_INSIDE_PCT else text)
                 color.append(LEVEL_COLORS[bar_level(share, metric.levels)])
+        # Which reading this is: views on screen together update at their own pace, so each
+        # says when its reading was taken (the status bar's tooltip does too).
+        read_at = reading_time(samples[-1].time_s) if samples else ""
         return Rows({"percent": np.array(percent, dtype=float)},
                     {"y": self.factors, "text": words, "inside": inside, "outside": outside,
-                     "color": color})
+                     "color": color, "read_at": [read_at] * len(words)})
 
 
 class PerGpuBars:
@@ -197,7 +206,8 @@ class PerGpuBars:
         self.feed = feed
         factors = feed.factors
         self.source = ColumnDataSource({"y": [], "percent": [], "text": [], "inside": [],
-                                        "outside": [], "color": []}, syncable=False)
+                                        "outside": [], "color": [], "read_at": []},
+                                       syncable=False)
         plot = figure(
             # Reversed so GPU 0 is drawn at the top.
             y_range=FactorRange(*reversed(factors)), x_range=Range1d(0, 100),
@@ -213,7 +223,8 @@ class PerGpuBars:
         plot.add_layout(LabelSet(x="percent", y="y", text="outside", source=self.source,
                                  x_offset=4, y_offset=-6, text_font_size="11px",
                                  name="outside"))
-        plot.add_tools(HoverTool(tooltips=[("GPU", "@y"), ("value", "@text")]))
+        plot.add_tools(HoverTool(tooltips=[("GPU", "@y"), ("value", "@text"),
+                                         ("reading of", "@read_at")]))
         plot.ygrid.grid_line_color = None
         self.root = plot
         self.live = LiveView(self.source)

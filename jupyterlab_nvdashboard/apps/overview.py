@@ -44,6 +44,7 @@ from .components import (
     bar_level,
     format_memory,
     gpu_color,
+    reading_time,
 )
 from .in_place import IN_PLACE_JS
 from .live import STREAM_CLIENT_JS, LiveView
@@ -90,7 +91,8 @@ STYLE = """<style>
 .nvo .bar span { display: block; height: 4px; background: rgba(128,128,128,.25);
                  border-radius: 2px; }
 .nvo .bar i { display: block; height: 100%; border-radius: 2px; }
-LEVELS
+""" + "".join(f".nvo .bar i.{level} {{ background: {color}; }}\n"  # good, warn, bad
+              for level, color in LEVEL_COLORS.items()) + """
 .nvo .why { font-size: 11px; opacity: .8; white-space: normal; }
 .nvo .badge { display: inline-block; padding: 0 5px; border-radius: 3px; font-size: 11px;
               font-weight: 600; color: #fff; background: #d62728; margin-right: 3px; }
@@ -104,16 +106,20 @@ LEVELS
 .nvo .ok { background: rgba(128,128,128,.35); color: inherit; }
 .nvo tr.lost td { background: rgba(214,39,40,.14); }
 .nvo a { color: #3b82f6; text-decoration: none; margin-right: 6px; white-space: nowrap; }
-.nvo td.links { font-size: 12px; line-height: 1.4; }
+.nvo td.links { font-size: 12px; line-height: 1.4; white-space: nowrap; }
+.nvo .held { white-space: nowrap; }
 .nvo .empty { margin: .4em 0; font-style: italic; }
-</style>""".replace("LEVELS\n", "".join(
-    f".nvo .bar i.{level} {{ background: {color}; }}\n" for level, color in LEVEL_COLORS.items()))
+</style>"""
+# Widths that hold each cell's words on one line at 1280 px: the clock's column two
+# badges side by side ("thermal (SW)" and "thermal (HW)" under a thermal slowdown).
 COLUMNS = (("gpu", "GPU · its dashboards", "16%"),
-           ("util", "Utilization · SM activity (bars: 0–100%)", "16%"),
-           ("memory", "Memory used of total (bar: 0–total)", "16%"), ("temp", "Temp", "6%"),
-           ("power", "Power of limit (bar: 0–limit)", "13%"),
-           ("clock", "SM clock of max · held down by", "13%"),
+           ("util", "Utilization · SM activity (bars: 0–100%)", "15%"),
+           ("memory", "Memory used of total (bar: 0–total)", "16%"), ("temp", "Temp", "5%"),
+           ("power", "Power of limit (bar: 0–limit)", "12%"),
+           ("clock", "SM clock of max · held down by", "16%"),
            ("procs", "Processes · whose (notebook)", "20%"))
+# The links under a row take the first two columns' width: on one line, not two.
+LINK_COLUMNS = 2
 
 
 @dataclass(frozen=True)
@@ -299,7 +305,7 @@ def _clock_cell(row: DeviceRow) -> str:
         badges = ("<span class='badge ok'>idle</span>" if health.clock_event_reasons == 1
                   else "<span class='badge ok'>full speed</span>"
                   if health.clock_event_reasons is not None else "")
-    return f"{health.sm_clock_mhz:.0f}{top} MHz<br>{badges}"
+    return f"{health.sm_clock_mhz:.0f}{top} MHz<div class='held'>{badges}</div>"
 
 
 def _unused_badge(row: DeviceRow) -> str:
@@ -379,24 +385,27 @@ def overview_html(sources: DashboardSources, routes: dict[str, str],
         links = _links_cell(row, routes, link_prefix)
         body.append(f"<tr class='diag {kind}{lost}' data-key='dx-{row.facts.index}' "
                     f"data-row='{row.facts.index}'{free}>"
-                    f"<td class='links'>{links}</td>"
-                    f"<td colspan='{len(COLUMNS) - 1}'>{_diagnosis_cell(row)}</td></tr>")
+                    f"<td class='links' colspan='{LINK_COLUMNS}'>{links}</td>"
+                    f"<td colspan='{len(COLUMNS) - LINK_COLUMNS}'>{_diagnosis_cell(row)}"
+                    "</td></tr>")
     empty = "" if overview.any_process else f"<p class='empty'>{_esc(NO_PROCESSES)}.</p>"
     unused = [row.unused["why"] for row in overview.rows if row.unused is not None]
     if unused:  # what an admin reclaims a server by, said in words under the table
         empty += (f"<p class='why unused-summary'><b>Unused for "
                   f"{minutes_text(sources.usage.unused_after_s)} or more:</b> "
                   f"{_esc('; '.join(unused))}.</p>")
-    stamp = time.strftime("%H:%M:%S")
-    free = len(overview.free)
+    latest = sources.metrics.history.latest()
+    stamp = reading_time(latest.time_s if latest else time.time())
+    free_count = len(overview.free)
     # The box is the reader's: the morph keeps its checked state (a property, not markup).
-    choose = (f"<div class='filter'><span data-free-count><b>{free} of {len(overview.rows)}"
+    choose = (f"<div class='filter'><span data-free-count><b>{free_count} of "
+              f"{len(overview.rows)}"
               f"</b> free</span><label title='{_esc(FREE_RULE)}'><input type='checkbox' "
               "class='free-only'> show only the free devices</label></div>")
     return (f"{STYLE}<div class='nvo'>{choose}<table><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table>{empty}"
             f"<div class='why' style='margin-top:4px'>Memory in GiB (2<sup>30</sup> bytes), "
-            f"as nvidia-smi counts it. Updated {stamp}. {_esc(FREE_RULE)}</div></div>")
+            f"as nvidia-smi counts it. Reading of {stamp}. {_esc(FREE_RULE)}</div></div>")
 
 
 @dataclass

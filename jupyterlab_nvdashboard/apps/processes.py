@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from bokeh.models import (
     TableColumn,
 )
 
-from ..diagnosis.free import FREE_WINDOW_S, FreeJudgment, judge_free
+from ..diagnosis.free import FREE_WINDOW_S, FreeJudgment, by_device, judge_free
 from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
 from ..metrics.identity import OTHER, PAIRED, SAME, SHARED, UNKNOWN, UNLISTED
 from ..stream.frames import Rows
@@ -121,6 +122,38 @@ class ProcessRow:
         return dict(self.__dict__)
 
 
+# Interpreters whose first argument is the program that was run. A narrow column cut the
+# script's name off after the interpreter's long path (issue 44), so the script goes first.
+INTERPRETERS = re.compile(r"(python|pypy|ipython)[\d.]*|node|ruby|perl|Rscript|julia|bash|sh")
+# An interpreter's options that take the next argument as their value.
+OPTIONS_WITH_VALUE = {"-X", "-W", "-Q", "--check-hash-based-pycs"}
+
+
+def script_first(command: str) -> str:
+    """A command line as ``train.py --lr 3 · /opt/conda/bin/python /home/a/train.py``: the
+    program an interpreter runs and its arguments first, then the interpreter's path (and
+    the script's, where it had one); ``-m module`` counts as the program. Any other command,
+    and an interpreter running ``-c`` code or a console, is left as it is."""
+    words = command.split()
+    if not words or not INTERPRETERS.fullmatch(os.path.basename(words[0])):
+        return command
+    position = 1
+    while position < len(words) and words[position].startswith("-"):
+        option = words[position]
+        if option == "-m" and position + 1 < len(words):
+            program, path = words[position + 1], words[:position + 1]
+            return " ".join([program, *words[position + 2:], "·", *path])
+        if option in ("-c", "-"):
+            return command
+        position += 2 if option in OPTIONS_WITH_VALUE else 1
+    if position >= len(words):
+        return command
+    script = words[position]
+    name = os.path.basename(script) or script
+    path = words[:position + 1] if name != script else words[:position]
+    return " ".join([name, *words[position + 1:], "·", *path])
+
+
 def _workload_runs(sources: DashboardSources) -> dict[int, str]:
     """PID -> "run <path> <id>" for the workload runs still going."""
     workload = sources.workload
@@ -206,9 +239,9 @@ def process_rows(sources: DashboardSources, now: float | None = None) -> list[Pr
             elif not sources.run_control:
                 what = HIDDEN_COMMAND
             elif kernel_id:
-                what = f"Jupyter kernel {kernel_id[:8]}: {owner.command or ''}"
+                what = f"Jupyter kernel {kernel_id[:8]}: {script_first(owner.command or '')}"
             else:
-                what = owner.command or "?"
+                what = script_first(owner.command or "") or "?"
         total = device.memory_total_bytes if device else None
         usage = notebooks.get(notebook) if notebook is not None else None
         return ProcessRow(
@@ -270,9 +303,10 @@ def free_devices(sources: DashboardSources, rows: Sequence[ProcessRow]
     """Each device's free judgment (``diagnosis/free.py``), from the history and ``rows``
     (``process_rows``): what the overview marks and ``/glance.json`` carries."""
     metrics = sources.metrics
-    window = metrics.history.window(FREE_WINDOW_S)
+    readings = by_device(metrics.history.window(FREE_WINDOW_S))
     held = held_devices(sources, rows)
-    return {facts.index: judge_free(window, facts, len(held.get(facts.index, ())))
+    return {facts.index: judge_free(readings.get(facts.index, ()), facts,
+                                    len(held.get(facts.index, ())))
             for facts in metrics.facts}
 
 
@@ -286,7 +320,7 @@ def _what_html(row: ProcessRow) -> str:
     if row.notebook and row.lab_url:
         return (f'<a href="{html.escape(row.lab_url)}" target="_top" '
                 f'data-notebook="{html.escape(row.notebook)}">{text}</a>')
-    return text
+    return f'<span title="{text}">{text}</span>'  # all of it on hover, where it is cut
 
 
 def _identity_html(row: ProcessRow) -> str:
@@ -402,9 +436,13 @@ class ProcessTable:
             TableColumn(field="notebook_working", title="GPU working", width=90),
         ]
         sheets = [InlineStyleSheet(css=_TABLE_CSS)]
+        # Columns keep their widths (no "force_fit"): squeezed to a narrow page, with the
+        # sidebar open, they cut their headings and the command's script; the table
+        # scrolls sideways instead.
         self.table = DataTable(source=self.source, columns=columns, index_position=None,
                                sortable=False, selectable=False, row_height=28,
-                               sizing_mode="stretch_both", stylesheets=sheets)
+                               autosize_mode="none", sizing_mode="stretch_both",
+                               stylesheets=sheets)
         note = Div(text=html.escape(attribution_note(sources)),
                    styles={"padding": "0 0.5em", "font-size": "90%"})
         # Said in words when the table is empty, beside each GPU's memory in use (which

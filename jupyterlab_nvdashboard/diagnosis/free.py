@@ -76,11 +76,23 @@ def _quiet(sample: Sample, reading: GpuReading, facts: GpuFacts) -> tuple[bool |
     return True, f"utilization {activity:.0f}%, {100 * share:.0f}% of its memory in use"
 
 
-def judge_free(window: Sequence[Sample], facts: GpuFacts, processes: int) -> FreeJudgment:
-    """The rule over ``window`` (oldest first, the newest last) for the device ``facts``,
-    which ``processes`` processes hold now (its MIG devices' counted for a GPU)."""
-    readings = [(sample, reading) for sample in window for reading in sample.gpus
-                if reading.index == facts.index]
+# A device's readings over a window, oldest first, each with the sample it came in.
+DeviceReadings = Sequence[tuple[Sample, GpuReading]]
+
+
+def by_device(window: Sequence[Sample]) -> dict[int, list[tuple[Sample, GpuReading]]]:
+    """Each device row's readings in ``window``, in one pass over it."""
+    readings: dict[int, list[tuple[Sample, GpuReading]]] = {}
+    for sample in window:
+        for reading in sample.gpus:
+            readings.setdefault(reading.index, []).append((sample, reading))
+    return readings
+
+
+def judge_free(readings: DeviceReadings, facts: GpuFacts, processes: int) -> FreeJudgment:
+    """The rule over the device ``facts``'s ``readings`` of the last ``FREE_WINDOW_S`` (the
+    newest last; ``by_device``), which ``processes`` processes hold now (its MIG devices'
+    counted for a GPU)."""
     if not readings:
         return FreeJudgment(False, "not read yet")
     newest_sample, newest = readings[-1]
@@ -95,7 +107,9 @@ def judge_free(window: Sequence[Sample], facts: GpuFacts, processes: int) -> Fre
         return FreeJudgment(True, f"free: no process holds it; {shown}")
     for sample, reading in readings:
         quiet, shown = _quiet(sample, reading, facts)
-        if not quiet:
+        # A reading that could not be taken (the first after start, a lost tick) says
+        # nothing either way: only the newest one must be read, above.
+        if quiet is False:
             return FreeJudgment(False, f"held by {processes} process"
                                 f"{'es' if processes != 1 else ''}, which showed {shown} in "
                                 f"the last {FREE_WINDOW_S / 60:.0f} min")

@@ -137,7 +137,8 @@ describe('parseGlance', () => {
       devices: [],
       kernels: [],
       diagnoses: [],
-      reading_gpus: false
+      reading_gpus: false,
+      time: null
     });
   });
 
@@ -224,6 +225,13 @@ describe('statusText', () => {
       devices: [{ index: 0, label: 'GPU 0', kind: 'gpu', mine: true }]
     };
     expect(statusText(ok(none))).toBe('GPU 0 n/a · memory n/a');
+  });
+
+  it("says which reading it shows, as /GPU-Memory's hover does", () => {
+    const at = new Date(2026, 11, 5, 9, 4, 7).getTime() / 1000;
+    const tooltip = statusTooltip(ok({ ...GLANCE, time: at + 0.4 }));
+    expect(tooltip.split('\n')).toContain('Reading of 09:04:07');
+    expect(statusTooltip(ok(GLANCE))).not.toContain('Reading of');
   });
 
   it('has a tooltip line per GPU', () => {
