@@ -229,8 +229,10 @@ def test_the_default_run_ends_with_a_verdict() -> None:
             screenshot(page, f"workload-default-run-{theme}")
         # A JupyterLab tab at 1280x800 beside the open sidebar is about 960 pixels wide.
         page.set_viewport_size({"width": 960, "height": 800})
+        # SlickGrid fits its columns on the resize event: waited for until they do.
+        page.wait_for_function(f"() => ({CELLS_JS})().every((cell) => cell.right <= 960)",
+                               timeout=PAGE_WAIT_MS)
         next_frames(page)
-        page.wait_for_timeout(500)  # SlickGrid fits its columns on the resize event
         _assert_table_fits(page, 960)
         screenshot(page, "workload-default-run-narrow-dark")
         watched.assert_clean()
