@@ -109,7 +109,7 @@ class Config:
     metrics_hostname_label: str = "hostname"
     # Per-user GPU usage series on /metrics (issue 28 item 5): off (0) by default, else at
     # most this many (user, kernel, GPU) series, so the label count stays bounded
-    # (README "Prometheus": NVIDIA/dcgm-exporter#585).
+    # (docs/prometheus.md: NVIDIA/dcgm-exporter#585).
     metrics_per_user: int = 0
     # A GPU that did no work this long is "unused" on the overview and in /glance.json
     # (issue 28 item 4: "no work for 30 minutes" is the issue's default).
@@ -145,7 +145,7 @@ class Config:
 
         With a store, a server behind jupyter-server-proxy no longer exits when idle: it
         keeps sampling at the idle interval, so the long windows have no hole for the time
-        nobody watched (README, "History that outlives the server")."""
+        nobody watched (docs/history-store.md)."""
         if self.exit_after_idle_s is not None:
             return self.exit_after_idle_s
         return PROXY_IDLE_EXIT_S if self.jupyter_proxy and self.store_path is None else 0.0
