@@ -6,15 +6,13 @@ one line, ``hold_gpu``).
 Each picture goes to test-artifacts/ full size and as the README's small copy. With
 ``NVDASHBOARD_README_SCREENSHOTS=1`` the small copies also replace the committed ones in
 docs/images/, to refresh them: a test never writes into the checkout otherwise. The
-committed pictures are checked on every run: each one the README shows is there, a PNG of
-the README's width, and small.
+committed pictures themselves are checked by tests/test_docs_links.py.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -27,20 +25,14 @@ from tests.support.jupyter import cell_reply, jupyter_lab
 from tests.support.servers import in_process_server, with_token
 from tests.test_browser_lab import open_lab, show_sidebar
 from tests.test_browser_overview import BACKGROUND, ROWS_JS
+from tests.test_docs_links import PICTURE_WIDTH_PX
 from tests.test_lab_processes import NOTEBOOK, call, kernel_pid
 from tests.test_simulated_holders import readme_line
 
-ROOT = Path(__file__).resolve().parents[1]
-IMAGES = ROOT / "docs" / "images"
+pytestmark = [pytest.mark.browser, pytest.mark.lab]
+IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
 REFRESH = os.environ.get("NVDASHBOARD_README_SCREENSHOTS") == "1"
-WIDTH_PX = 640  # half of 1280: small, and still readable when clicked
-MAX_BYTES = 200_000
 SIDEBAR = "#nvdashboard-sidebar"
-
-
-def readme_images() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    return sorted(set(re.findall(r"\]\((docs/images/[\w.-]+\.png)\)", text)))
 
 
 def small_copy(page, name: str) -> None:  # noqa: ANN001 - playwright Page
@@ -49,8 +41,8 @@ def small_copy(page, name: str) -> None:  # noqa: ANN001 - playwright Page
 
     full = screenshot(page, f"readme-{name}")
     with Image.open(full) as image:
-        height = round(image.height * WIDTH_PX / image.width)
-        small = image.convert("RGB").resize((WIDTH_PX, height), Image.LANCZOS)
+        height = round(image.height * PICTURE_WIDTH_PX / image.width)
+        small = image.convert("RGB").resize((PICTURE_WIDTH_PX, height), Image.LANCZOS)
     out = io.BytesIO()
     small.save(out, "PNG", optimize=True)
     (ARTIFACTS / f"readme-{name}-small.png").write_bytes(out.getvalue())
@@ -58,20 +50,6 @@ def small_copy(page, name: str) -> None:  # noqa: ANN001 - playwright Page
         (IMAGES / f"{name}.png").write_bytes(out.getvalue())
 
 
-def test_the_readme_shows_small_light_and_dark_pictures_that_are_committed() -> None:
-    from PIL import Image
-
-    images = readme_images()
-    names = {Path(image).stem for image in images}
-    assert {"overview-light", "overview-dark", "lab-light", "lab-dark"} <= names, images
-    for image in images:
-        path = ROOT / image
-        assert path.stat().st_size < MAX_BYTES, (image, path.stat().st_size)
-        with Image.open(path) as opened:
-            assert opened.format == "PNG" and opened.width == WIDTH_PX, (image, opened.size)
-
-
-@pytest.mark.browser
 def test_the_overview_pictures() -> None:
     user = current_user()
     with in_process_server(gpus=4, profile="mixed") as server, chromium() as browser:
@@ -92,8 +70,6 @@ def test_the_overview_pictures() -> None:
         watched.assert_clean()
 
 
-@pytest.mark.browser
-@pytest.mark.lab
 def test_the_jupyterlab_pictures(tmp_path: Path) -> None:
     processes_file = tmp_path / "processes.json"
     with jupyter_lab(simulate=4, extra_env={"NVDASHBOARD_SIMULATE_PROCESSES": str(processes_file)},
