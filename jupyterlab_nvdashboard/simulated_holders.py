@@ -32,14 +32,23 @@ GIB = 2**30
 
 
 def _listed(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The file's wrapper object (``{}`` for the plain list form) and its process list."""
+    """The file's wrapper object (``{}`` for the plain list form) and its process list.
+    A file that is there but is no process list is not this project's: ValueError, and it
+    is left as it is."""
     try:
-        items = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}, []  # none yet, or unreadable: it is written anew
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}, []  # none yet: it is written anew
+    try:
+        items = json.loads(text)
+    except ValueError:
+        items = None
     if isinstance(items, dict) and isinstance(items.get("processes"), list):
         return items, list(items["processes"])
-    return {}, list(items) if isinstance(items, list) else []
+    if isinstance(items, list):
+        return {}, list(items)
+    raise ValueError(f"{path} is not a simulated process list (simnvml/processes.py); "
+                     "it was left as it is")
 
 
 def _alive(item: dict[str, Any]) -> bool:

@@ -69,6 +69,11 @@ def test_the_file_lists_this_process_until_released(tmp_path: Path,
     assert sorted(p.name for p in path.parent.iterdir()) == ["processes.json"]  # no leftovers
     with pytest.raises(ValueError, match="busy_pct must be from 0 to 100"):
         hold_gpu(0, busy_pct=101)
+    # A file that is no process list is not ours: one readable error, and it stays as it was.
+    path.write_text("notes: do not overwrite")
+    with pytest.raises(ValueError, match="is not a simulated process list"):
+        hold_gpu(0)
+    assert path.read_text() == "notes: do not overwrite"
 
 
 def test_the_readme_line_in_a_kernel_makes_it_an_idle_gpu_holder(
