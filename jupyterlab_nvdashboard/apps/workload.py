@@ -161,9 +161,10 @@ WARN_MEMORY_BYTES = 1e9  # a preset needing this much says so before it starts
 # The timed iterations the panel offers first, per preset: enough for a verdict. A CPU run's
 # verdict needs 3 s of timed part (3 readings of the process lists, one a second: whether it
 # used a GPU; runs/verdict.py judged_duration_s); 200 steps of ci timed 0.2 s and were
-# never judged (issue 44). ci steps in 0.8 ms on a quiet 2-core machine (plugin, cpu, on
-# 2026-12-05), so 10,000 time about 8 s there, and more on a loaded one. Other presets
-# step in tens of milliseconds or more.
+# never judged (issue 44). The default run (plugin, ci, cpu) on the shared 2-core machine
+# on 2026-12-05 timed 1.1 to 3.7 ms an iteration, wall time (median step 0.8 to 1.3 ms;
+# four runs, quiet to loaded), so 10,000 time 11 to 37 s. Other presets step in tens of
+# milliseconds or more.
 PANEL_ITERATIONS = {"ci": 10_000}
 PANEL_ITERATIONS_OTHERWISE = 200
 RECENT_STEPS = 50  # the iterations the progress's ms per iteration is the median of
