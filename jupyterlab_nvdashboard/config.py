@@ -16,7 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .paths import default_runs_dir, default_store_path, expand_path
+from .paths import (
+    default_runs_dir,
+    default_store_path,
+    expand_path,
+    simulated_processes_file,
+)
 
 MIN_INTERVAL_S = 0.05
 DEFAULT_PORT = 8000
@@ -43,7 +48,8 @@ class SimulationConfig:
     faults: str = ""
     # Which machine to simulate (simnvml/profiles.py); checked when it is built.
     profile: str = "mixed"
-    # Test-only: a JSON file listing simulated GPU processes (simnvml/processes.py).
+    # A JSON file listing simulated GPU processes (simnvml/processes.py), re-read when it
+    # changes: tests write it, and a notebook's kernel lists itself (simulated_holders.py).
     processes_file: str = ""
     # A simulated host's name: seeds its GPUs' UUIDs and is reported as their Hostname, so
     # processes that simulate one host agree and simulated hosts of a cluster differ.
@@ -103,7 +109,7 @@ class Config:
     metrics_hostname_label: str = "hostname"
     # Per-user GPU usage series on /metrics (issue 28 item 5): off (0) by default, else at
     # most this many (user, kernel, GPU) series, so the label count stays bounded
-    # (README "Prometheus": NVIDIA/dcgm-exporter#585).
+    # (docs/prometheus.md: NVIDIA/dcgm-exporter#585).
     metrics_per_user: int = 0
     # A GPU that did no work this long is "unused" on the overview and in /glance.json
     # (issue 28 item 4: "no work for 30 minutes" is the issue's default).
@@ -139,7 +145,7 @@ class Config:
 
         With a store, a server behind jupyter-server-proxy no longer exits when idle: it
         keeps sampling at the idle interval, so the long windows have no hole for the time
-        nobody watched (README, "History that outlives the server")."""
+        nobody watched (docs/history-store.md)."""
         if self.exit_after_idle_s is not None:
             return self.exit_after_idle_s
         return PROXY_IDLE_EXIT_S if self.jupyter_proxy and self.store_path is None else 0.0
@@ -296,8 +302,8 @@ def _binding_file(text: str) -> str:
 
 
 def _processes_file(text: str) -> str:
-    """Test-only: the simulated process list; it may appear later, in a folder that exists."""
-    path = Path(text).expanduser()
+    """The simulated process list; it may appear later, in a folder that exists."""
+    path = expand_path(text)
     if not text.strip() or path.is_dir() or not path.parent.is_dir():
         raise ConfigError(f"NVDASHBOARD_SIMULATE_PROCESSES must name a file in an existing "
                           f"directory, got {text!r}")
@@ -556,7 +562,10 @@ def load_config(
         nvlink=bool(merged.get("simulate_nvlink", True)),
         faults=str(merged.get("simulate_faults", "")),
         profile=str(profile or SimulationConfig.profile),
-        processes_file=str(merged.get("simulate_processes", "")),
+        # Where a notebook's kernel lists itself as a GPU holder (simulated_holders.py):
+        # the named file, else the default one, whenever the GPUs are simulated.
+        processes_file=str(merged.get("simulate_processes", "")
+                           or (simulated_processes_file(environ) if gpu_count else "")),
         host=str(merged.get("simulate_host", "")),
         binding=str(merged.get("simulate_binding", "")),
         scenario=scenario,

@@ -1,5 +1,6 @@
-"""Where workload runs are written: the one place a runs-directory path is expanded; and
-where the history store lives by default.
+"""Where workload runs are written: the one place a runs-directory path is expanded; where
+the history store lives by default; and where a simulating server and a notebook's kernel
+meet to list the kernel as a simulated GPU holder (``simulated_holders.py``).
 
 Both the server (``config.py``) and the workload (``workload/config.py``) take the runs
 directory from here, so ``NVDASHBOARD_RUNS_DIR=~/x`` or ``$SCRATCH/runs`` names the same
@@ -49,3 +50,18 @@ def default_store_path(environ: Mapping[str, str] | None = None) -> Path:
         return Path(jupyter_data_dir()) / "nvdashboard" / STORE_FILE_NAME
     except ImportError:
         return Path.home() / ".local" / "share" / "jupyter" / "nvdashboard" / STORE_FILE_NAME
+
+
+SIMULATED_PROCESSES_ENV = "NVDASHBOARD_SIMULATE_PROCESSES"
+SIMULATED_PROCESSES_FILE_NAME = "simulated-processes.json"
+
+
+def simulated_processes_file(environ: Mapping[str, str] | None = None) -> Path:
+    """The simulated driver's process list: ``$NVDASHBOARD_SIMULATE_PROCESSES`` if set, else
+    ``simulated-processes.json`` beside the default history store. JupyterLab starts the
+    dashboard server and the notebook kernels with one environment, so both name one file."""
+    env = os.environ if environ is None else environ
+    value = env.get(SIMULATED_PROCESSES_ENV)
+    if value:
+        return expand_path(value)
+    return default_store_path(env).parent / SIMULATED_PROCESSES_FILE_NAME

@@ -126,8 +126,8 @@ def test_workload_dashboard_runs_native_then_plugin() -> None:
             _wait_for_run(page, path, "done")
         verdicts = page.evaluate(SUMMARY_COLUMN_JS, "verdict")
         # Each names the GPU it was judged on and how many samples of its timed part it used.
-        counts = [re.match(r"not using SIMULATED GPU 0: its process held no context on any "
-                           r"GPU, over (\d+) process-list readings", v) for v in verdicts]
+        counts = [re.match(r"CPU run: not using SIMULATED GPU 0: its process held no context "
+                           r"on any GPU, over (\d+) process-list readings", v) for v in verdicts]
         assert all(counts) and all(int(m.group(1)) >= 3 for m in counts), verdicts
         assert not any("initial ranges" in w for w in warnings), warnings
         speedups = page.evaluate(SUMMARY_COLUMN_JS, "speedup")  # newest first

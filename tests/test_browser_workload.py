@@ -152,3 +152,87 @@ def test_a_first_run_shows_progress_then_its_verdict_above_the_fold(theme: str) 
         assert hidden == {"gpu_util0": False, "gpu_util1": True}, hidden
         screenshot(page, f"workload-first-run-reloaded-{theme}")
         watched.assert_clean()
+
+
+# The time axis the iteration points are drawn on (shared with the GPU charts), and where
+# the points are: the first preset chart's source.
+AXIS_AND_POINTS_JS = """() => {
+  const doc = Bokeh.documents[0];
+  const chart = doc.get_model_by_name('workload-steps-0');
+  if (!chart) return null;
+  const times = chart.renderers[0].data_source.data.time;
+  return {start: chart.x_range.start, end: chart.x_range.end,
+          first: Math.min(...times), last: Math.max(...times), points: times.length};
+}"""
+
+
+def _assert_axis_follows_the_run(page) -> None:  # noqa: ANN001 - playwright Page
+    """The run's points spread over the chart: the axis spans the run's timed part and a
+    little more, never minutes of which the run is a stripe."""
+    page.wait_for_function(f"""() => {{ const a = ({AXIS_AND_POINTS_JS})();
+        return a && a.start <= a.first && a.end >= a.last
+               && a.end - a.start <= 1.25 * (a.last - a.first) + 1500; }}""",
+                           timeout=PAGE_WAIT_MS)
+    axis = page.evaluate(AXIS_AND_POINTS_JS)
+    assert axis["start"] <= axis["first"] and axis["end"] >= axis["last"], axis
+
+
+def _assert_table_fits(page, width: int) -> None:  # noqa: ANN001 - playwright Page
+    cells = page.evaluate(CELLS_JS)
+    assert cells, "no table on the page"
+    clipped = [cell for cell in cells if cell["clipped"]]
+    assert not clipped, clipped
+    beyond = [cell for cell in cells if cell["right"] > width]
+    assert not beyond, beyond
+
+
+def test_the_default_run_ends_with_a_verdict() -> None:
+    """A first-time user presses Start without changing anything (issue 44): the defaults
+    (the path offered first, ci, the CPU) timed 0.2 s and ended "not enough samples: 3 of
+    5". Now the panel says before Start how long a judged run takes, and the default run
+    ends with a verdict on this loaded 2-core machine, which says what a CPU run is compared
+    with; the chart follows the run, and the table fits the page, light and dark, at
+    1280x800 and in a tab as narrow as JupyterLab's beside its sidebar."""
+    with cli_server(["--simulate", "2", "--simulate-profile", "h200", "--interval", "0.2"]
+                    ) as (url, _), chromium() as browser:
+        page = browser.new_page(viewport=VIEWPORT)
+        watched = watch(page)
+        page.goto(with_token(url + "/Workload?theme=light"))
+        page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
+                               timeout=PAGE_WAIT_MS)
+        hint = page.evaluate(MODEL_TEXT_JS, "workload-hint")
+        assert "A verdict needs a timed part of" in hint, hint
+        page.get_by_role("button", name="Start").click()
+        page.wait_for_function(
+            f"() => ({MODEL_TEXT_JS})('workload-progress').includes('Finished')",
+            timeout=300_000)
+        page.wait_for_function(f"""() =>
+            ({BOXES_JS})('.nvd-run-verdict').some(box => box.text.includes('on run ')
+                                                         && !box.text.includes('so far'))""",
+                               timeout=PAGE_WAIT_MS)
+        for theme in ("light", "dark"):
+            if theme == "dark":  # the finished run, as a page opened afterwards shows it
+                page.goto(url + "/Workload?theme=dark")
+                page.wait_for_function(f"""() => window.Bokeh && Bokeh.documents.length > 0
+                    && ({BOXES_JS})('.nvd-run-verdict').some(box => box.text.includes(
+                        'on run '))""", timeout=PAGE_WAIT_MS)
+            next_frames(page)
+            [verdict] = page.evaluate(BOXES_JS, ".nvd-run-verdict")
+            assert_whole([verdict], "verdict")
+            text = verdict["text"]
+            assert "not enough samples" not in text and "not judged" not in text, text
+            assert "CPU run: " in text and "a CPU run is judged by its own steps" in text, text
+            [status] = page.evaluate(SUMMARY_COLUMN_JS, "gpu_util_pct")
+            assert status == "CPU run"
+            _assert_axis_follows_the_run(page)
+            _assert_table_fits(page, VIEWPORT["width"])
+            screenshot(page, f"workload-default-run-{theme}")
+        # A JupyterLab tab at 1280x800 beside the open sidebar is about 960 pixels wide.
+        page.set_viewport_size({"width": 960, "height": 800})
+        # SlickGrid fits its columns on the resize event: waited for until they do.
+        page.wait_for_function(f"() => ({CELLS_JS})().every((cell) => cell.right <= 960)",
+                               timeout=PAGE_WAIT_MS)
+        next_frames(page)
+        _assert_table_fits(page, 960)
+        screenshot(page, "workload-default-run-narrow-dark")
+        watched.assert_clean()

@@ -5,7 +5,8 @@ every relative link in README.md and docs/*.md must name a file of the checkout,
 ``#anchor`` a heading of the page it points into, as GitHub makes anchors from headings.
 Links to other sites are left alone: the suite never leaves loopback. The README also keeps
 its promises about itself: under 500 lines, the run and test lines exactly as users (and
-`.ci/run`) know them, and each docs page linked from it.
+`.ci/run`) know them, each docs page linked from it, and its "What you get" pictures (taken
+by tests/test_browser_readme_screenshots.py) committed, light and dark, and small.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ TEST_LINE = "bash .ci/install && python -m pytest"
 # [text](target) and ![alt](target); a target ends at whitespace or the closing parenthesis.
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^(```|~~~)")
+PICTURE_WIDTH_PX = 640  # the README's pictures: half of 1280, still readable when clicked
+PICTURE_MAX_BYTES = 200_000
 
 
 def _prose(text: str) -> list[str]:
@@ -107,3 +110,18 @@ def test_a_broken_link_and_a_wrong_anchor_are_found(tmp_path: Path) -> None:
                     "```\n[in code](nowhere.md)\n```\n")
     assert broken_links(page) == ["missing.md (no such file)",
                                   "there.md#nope (no heading with that anchor)"]
+
+
+def test_the_readme_shows_small_light_and_dark_pictures_that_are_committed() -> None:
+    from PIL import Image
+
+    pictures = sorted({target for target in links(README)
+                       if target.startswith("docs/images/") and target.endswith(".png")})
+    names = {Path(picture).stem for picture in pictures}
+    assert {"overview-light", "overview-dark", "lab-light", "lab-dark"} <= names, pictures
+    for picture in pictures:
+        path = ROOT / picture
+        assert path.stat().st_size < PICTURE_MAX_BYTES, (picture, path.stat().st_size)
+        with Image.open(path) as opened:
+            assert opened.format == "PNG" and opened.width == PICTURE_WIDTH_PX, (
+                picture, opened.size)

@@ -334,7 +334,7 @@ class ClusterGpusView:
         self.source.js_on_change("data", derive)
         if not feed.layout:
             totals.text = ("<p style='margin:0.5em'>No GPU reported yet: start the workers "
-                           "with the nvdashboard plugin (see the README).</p>")
+                           "with the nvdashboard plugin (see docs/dask.md).</p>")
         self.picker: RadioButtonGroup | None = None
         controls: list[LayoutDOM] = [legend]
         if len(self.windows_s) > 1:

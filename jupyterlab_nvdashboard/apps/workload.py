@@ -31,6 +31,7 @@ from bokeh.layouts import column, row
 from bokeh.models import (
     Button,
     ColumnDataSource,
+    CustomJS,
     DataTable,
     Div,
     HTMLTemplateFormatter,
@@ -48,7 +49,15 @@ from ..metrics import GpuFacts, Metrics, Sample
 from ..runs.capabilities import default_path, devices_for, path_label
 from ..runs.exchange import exchange_view, judge_run
 from ..runs.launcher import PinnedGpu
-from ..runs.verdict import gpu_row, samples_in, timed_window
+from ..runs.verdict import (
+    gpu_row,
+    iterations_judged,
+    judged_duration_s,
+    judged_duration_why,
+    run_pace_s,
+    samples_in,
+    timed_window,
+)
 from ..runs.watcher import MAX_ITERATIONS_KEPT, Run
 from ..stream.broadcaster import Feed
 from ..workload.cli import MAX_ITERATIONS
@@ -81,8 +90,9 @@ SUMMARY_COLUMNS = {
     "speedup": "vs native",
     "verdict": "verdict; what to try; other findings",
 }
-# Every column fits a 1280-pixel-wide window with a scroll bar, the verdict included (it
-# wraps in its cell, as every cell does).
+# Each column's share of the table's width: the table fits the page (its columns shrink
+# together, so the verdict is never cut at the right edge, e.g. in a JupyterLab tab beside
+# the sidebar), and every cell wraps.
 SUMMARY_WIDTHS = {
     "run": 150, "preset": 75, "path": 80, "device": 55, "status": 80, "iterations": 95,
     "median_ms": 85, "examples_per_s": 75, "gpu_util_pct": 90, "pcie_gb_s": 75,
@@ -94,22 +104,32 @@ SUMMARY_WIDTHS = {
 VERDICT_TEMPLATE = ('<div class="nvd-verdict" style="white-space: normal; line-height: 1.3">'
                     '<%= verdict_html %><br><span style="opacity: 0.75"><%= verdict_more_html %>'
                     '</span></div>')
+# The columns that are a GPU's own figures, and what they say for a CPU run.
+GPU_COLUMNS = ("gpu_util_pct", "pcie_gb_s", "peak_gpu_memory_gib")
+CPU_RUN_CELL = "CPU run"
 SUMMARY_EXTRA = ("verdict_more", "verdict_html", "verdict_more_html", "cause", "exchange",
                  "exchange_html")
 TEMPLATES = {"verdict": VERDICT_TEMPLATE}
 # Plain cells wrap too: a long status ("stopped without a summary · 3 bad lines") is never
-# cut off with an ellipsis.
+# cut off with an ellipsis; so do the headings, which the narrowest table gives two lines.
 WRAPPED_CELLS_CSS = """
 .slick-cell { white-space: normal !important; overflow-wrap: anywhere; line-height: 1.3;
               padding-top: 3px; }
+.slick-header-columns, .slick-header-column { height: 36px !important; }
+.slick-header-column { white-space: normal !important; line-height: 1.2; }
+.slick-column-name { white-space: normal; overflow-wrap: anywhere; }
 """
 MAX_PANEL_SHARDS = 8
 # Rows are as tall as the longest cell needs (a table's rows share one height): its lines
-# at about 6.2 pixels a character of 13-pixel text, 16 pixels a line, and one line spare.
+# at about 6.2 pixels a character of 13-pixel text, 16 pixels a line, and one line spare,
+# with the columns as narrow as they get in the narrowest table wrapped whole: a
+# JupyterLab tab at 1280x800 with the left sidebar open.
 CHAR_PX = 6.2
-VERDICT_CHARS_PER_LINE = int(SUMMARY_WIDTHS["verdict"] / CHAR_PX)
+NARROWEST_TABLE_PX = 900
+COLUMN_SCALE = min(1.0, NARROWEST_TABLE_PX / sum(SUMMARY_WIDTHS.values()))
+VERDICT_CHARS_PER_LINE = int(SUMMARY_WIDTHS["verdict"] * COLUMN_SCALE / CHAR_PX)
 LINE_PX, MIN_ROW_PX, MAX_ROW_PX = 16, 48, 480
-HEADER_PX, MAX_TABLE_PX = 30, 640
+HEADER_PX, MAX_TABLE_PX = 42, 640  # a heading wraps to two lines in a narrow table
 
 
 def _lines(text: str, per_line: int) -> int:
@@ -124,7 +144,7 @@ def verdict_row_height(rows: Sequence[dict[str, Any]]) -> int:
             _lines(str(r.get("verdict_more") or ""), VERDICT_CHARS_PER_LINE) + \
             _lines(_exchange_line(str(r.get("exchange") or "")), VERDICT_CHARS_PER_LINE)
         status = _lines(str(r.get("status") or ""),
-                        int((SUMMARY_WIDTHS["status"] - 10) / CHAR_PX))
+                        int((SUMMARY_WIDTHS["status"] * COLUMN_SCALE - 10) / CHAR_PX))
         return max(verdict, status)
     lines = max((needed(r) for r in rows), default=1)
     return max(MIN_ROW_PX, min(MAX_ROW_PX, 8 + LINE_PX * (lines + 1)))
@@ -138,6 +158,15 @@ WORKLOAD_WINDOW_S = 600.0  # long enough to compare a few runs side by side
 REFRESH_MS = 1000  # how often the progress, the run panel and table look for new events
 STALE_AFTER_S = 60.0
 WARN_MEMORY_BYTES = 1e9  # a preset needing this much says so before it starts
+# The timed iterations the panel offers first, per preset: enough for a verdict. A CPU run's
+# verdict needs 3 s of timed part (3 readings of the process lists, one a second: whether it
+# used a GPU; runs/verdict.py judged_duration_s); 200 steps of ci timed 0.2 s and were
+# never judged (issue 44). The default run (plugin, ci, cpu) on the shared 2-core machine
+# on 2026-12-05 timed 1.1 to 3.7 ms an iteration, wall time (median step 0.8 to 1.3 ms;
+# four runs, quiet to loaded), so 10,000 time 11 to 37 s. Other presets step in tens of
+# milliseconds or more.
+PANEL_ITERATIONS = {"ci": 10_000}
+PANEL_ITERATIONS_OTHERWISE = 200
 RECENT_STEPS = 50  # the iterations the progress's ms per iteration is the median of
 NO_RUNS_YET = ("No runs yet. Choose a path, a preset and a device, then press Start: each "
                "timed iteration appears here as a point, beside the GPU it ran on.")
@@ -316,6 +345,8 @@ def summarize(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts], si
     # The run's own allocator peak; the device's memory would count everyone else's too.
     peak = end.get("peak_device_memory_bytes")
     speedup = (native_median_ms / median) if native_median_ms and median else None
+    compared = f"{speedup:.1f}x" if speedup is not None else \
+        "" if run.path == "native" else "no native run"
     verdict = judged.text
     more = judged.second_line()
     if end.get("error"):
@@ -334,7 +365,9 @@ def summarize(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts], si
         "median_ms": _round(median, 2), "examples_per_s": _round(examples_per_s, 0),
         "gpu_util_pct": _round(judged.level_pct, 0), "pcie_gb_s": _round(pcie and pcie / GB, 2),
         "peak_gpu_memory_gib": NOT_AVAILABLE if peak is None else round(peak / GIB, 2),
-        "speedup": "" if speedup is None else f"{speedup:.1f}x",
+        "speedup": compared,
+        # A CPU run has no GPU figures of its own: said once per cell, not "n/a".
+        **(dict.fromkeys(GPU_COLUMNS, CPU_RUN_CELL) if run.device == "cpu" else {}),
         "exchange": exchange, "exchange_html": html.escape(exchange),
         "verdict": verdict,
         "verdict_more": more,
@@ -394,6 +427,31 @@ def native_baseline(runs: Sequence[Run], run: Run) -> float | None:
     return None
 
 
+def panel_iterations_for(preset: str) -> int:
+    """The timed iterations the panel offers for ``preset``."""
+    return PANEL_ITERATIONS.get(preset, PANEL_ITERATIONS_OTHERWISE)
+
+
+def judged_run_note(interval_s: float, runs: Sequence[Run], path: str, preset: str,
+                    device: str, iterations: int | None) -> str:
+    """Before Start: how long a run must time to be judged, and, from the newest finished
+    run like this one, how long the iterations asked for would time."""
+    needed = judged_duration_s(interval_s, device)
+    text = (f"A verdict needs a timed part of {needed:g} s or more "
+            f"({judged_duration_why(interval_s, device)}; start-up and warm-up are not judged)")
+    like = next((run for run in reversed(runs) if run.end and not run.end.get("error")
+                 and (run.path, run.preset, run.device) == (path, preset, device)), None)
+    pace = run_pace_s(like) if like is not None else None
+    if pace is None or iterations is None:
+        return text + "."
+    timed = pace * iterations
+    verdict = "enough" if timed >= needed else \
+        f"too short: ask for {iterations_judged(pace, interval_s, device):,} or more"
+    return (f"{text}: at the pace of the last {path} {preset} {device} run "
+            f"({pace * 1000:.2f} ms an iteration), {iterations:,} iterations time about "
+            f"{duration_text(timed) if timed >= 1 else f'{timed:.1f} s'}: {verdict}.")
+
+
 def memory_note(preset: str) -> str:
     """'densedemo needs about 1.0 GB of memory' for a preset of a gigabyte or more; else ''."""
     needed = estimated_memory_bytes(PRESETS[preset])
@@ -401,6 +459,25 @@ def memory_note(preset: str) -> str:
         return ""
     return (f"preset {preset} needs about {needed / GB:.1f} GB of memory (on the GPU for a "
             "GPU run) before it starts")
+
+
+# The time axis follows the shown run: its timed part and a tenth of it on each side (half a
+# second at least), so a 1-second run's points are spread across the chart, not a stripe on
+# a 10-minute axis. As a reader's zoom does, it stops the axis following the newest sample;
+# the reset tool or a window button follows it again. The page's script may not be running
+# yet when the first span comes: then it is waited for.
+FOCUS_RUN_JS = """
+const [start, end] = cb_obj.tags;
+if (!(end >= start)) return;
+const pad = Math.max((end - start) * 0.1, 500);
+const focus = () => {
+  const live = window.nvdashboardLive;
+  if (!live) { setTimeout(focus, 200); return; }
+  live.following = false;
+  x_range.setv({start: start - pad, end: end + pad});
+};
+focus();
+"""
 
 
 class WorkloadDashboard:
@@ -456,8 +533,8 @@ class WorkloadDashboard:
                            width=260, name="workload-path")  # "... (needs a real GPU)"
         self.preset = Select(title="preset", value="ci", options=list(PRESETS), width=110)
         self.count = Spinner(title=f"timed iterations (max {MAX_ITERATIONS:,})", low=1,
-                             high=MAX_ITERATIONS, step=10, value=200, width=170,
-                             name="workload-iterations")
+                             high=MAX_ITERATIONS, step=10, value=panel_iterations_for("ci"),
+                             width=170, name="workload-iterations")
         self.device = Select(title="device", value="cpu", options=["cpu"], width=80)
         # The embedding table over N shards (numpy and cupy-plugin): N GPUs where the
         # machine has them, else N processes (CPU) or N shards emulated on one GPU.
@@ -479,15 +556,30 @@ class WorkloadDashboard:
         self.progress = Div(text="", sizing_mode="stretch_width", name="workload-progress")
         self.verdict = Div(text="", sizing_mode="stretch_width", name="workload-verdict")
         self.gpu_heading = Div(text="", sizing_mode="stretch_width", name="workload-gpus")
+        # The shown run's timed part, [first, last] in ms, which the time axis follows.
+        self.run_span = Div(text="", visible=False, name="workload-run-span")
+        if self.timeline is not None:
+            self.run_span.js_on_change("tags", CustomJS(
+                args={"x_range": self.timeline.x_range}, code=FOCUS_RUN_JS))
+        self._runs: dict[str, Run] = {}  # the table's runs by event file
+        # The span the axis should show, and whether the page is in the browser yet: a value
+        # set before the first refresh reaches the browser as the page's first state, which
+        # fires no change callback, so the span is set from the second refresh on.
+        self._focus: list[float] | None = None
+        self._page_sent = False
         self.path.on_change("value", lambda _attr, _old, _new: self._offer_devices())
-        self.preset.on_change("value", lambda _attr, _old, _new: self._show_hints())
+        self.preset.on_change("value", lambda _attr, _old, new: self._preset_chosen(new))
+        for widget in (self.count, self.device):
+            widget.on_change("value", lambda _attr, _old, _new: self._show_hints())
         self._offer_devices()
         if not self.run_control:
             start.disabled = stop.disabled = True
             self._say(VIEW_ONLY_REASON)
         self.table = table = DataTable(
             source=self.summary, height=HEADER_PX + MIN_ROW_PX, sizing_mode="stretch_width",
-            index_position=None, autosize_mode="none", reorderable=False,
+            # force_fit: the columns shrink together to the table's width (BokehJS 3.8's
+            # fit_columns stops the page's updates with "row is not defined").
+            index_position=None, autosize_mode="force_fit", reorderable=False,
             row_height=MIN_ROW_PX, name="workload-table",
             stylesheets=[InlineStyleSheet(css=THEMED_TABLE_CSS + WRAPPED_CELLS_CSS)],
             columns=[TableColumn(field=key, title=title, width=SUMMARY_WIDTHS[key], **(
@@ -499,7 +591,7 @@ class WorkloadDashboard:
         self.root = column(row(self.path, self.preset, self.count, self.device, self.shards,
                                self.gpu, start, stop),
                            self.hint, self.progress, self.status, self.verdict, table,
-                           glossary, self.steps, self.gpu_heading,
+                           glossary, self.steps, self.gpu_heading, self.run_span,
                            *([self.timeline.root] if self.timeline else []),
                            sizing_mode="stretch_width")
 
@@ -514,11 +606,18 @@ class WorkloadDashboard:
             self.device.value = offered[0] if offered else "none"
         self._show_hints()
 
+    def _preset_chosen(self, preset: str) -> None:
+        self.count.value = panel_iterations_for(preset)
+        self._show_hints()
+
     def _show_hints(self) -> None:
         """Why a device is missing and what to install, how much memory the preset needs,
-        and why Start is off (a path that cannot run here, an unusable runs directory)."""
+        how long a run must time to be judged, and why Start is off (a path that cannot run
+        here, an unusable runs directory)."""
         devices = devices_for(self.path.value, self.real_gpus)
-        lines = [devices.hint, memory_note(self.preset.value)]
+        lines = [devices.hint, memory_note(self.preset.value), judged_run_note(
+            self.metrics.interval_s, self.service.watcher.runs(), self.path.value,
+            self.preset.value, self.device.value, panel_iterations(self.count.value))]
         reason = self.service.disabled_reason
         if reason:
             lines.insert(0, f"run panel disabled: {reason}")
@@ -592,6 +691,18 @@ class WorkloadDashboard:
         self._confirmed_pid = self.service.launcher.pid
 
     def refresh(self) -> None:
+        try:
+            self._refresh()
+        finally:
+            self._point_axis()
+
+    def _point_axis(self) -> None:
+        if self._page_sent and self._focus is not None \
+                and list(self.run_span.tags) != self._focus:
+            self.run_span.tags = self._focus
+        self._page_sent = True
+
+    def _refresh(self) -> None:
         # The progress every time: its ETA and elapsed time move on, and a run that went
         # silent is called so, with no new event.
         newest = self.service.watcher.newest()
@@ -603,8 +714,10 @@ class WorkloadDashboard:
             return
         self._seen_version = version
         runs = self.service.watcher.runs()
+        self._runs = {run.source: run for run in runs}
         self._stream_iterations(runs)
         self._refresh_summary(runs)
+        self._show_hints()  # the note on a judged run's length takes the newest run's pace
 
     def _refresh_progress(self, newest: Run | None) -> None:
         launcher = self.service.launcher
@@ -751,6 +864,13 @@ class WorkloadDashboard:
         if self.verdict.text != text:
             self.verdict.text = text
         self._show_gpus(shown)
+        self._follow_run(self._runs.get(shown["source"]) if shown else None)
+
+    def _follow_run(self, run: Run | None) -> None:
+        """Point the time axis at ``run``'s timed part (FOCUS_RUN_JS), as it grows."""
+        span = timed_window(run) if run is not None else None
+        if span is not None:
+            self._focus = [span[0] * 1000, span[1] * 1000]
 
     def _show_gpus(self, shown: dict[str, Any] | None) -> None:
         """The GPU charts show the shown run's GPU(s), named in their heading; before any

@@ -28,8 +28,7 @@ else ``idle``, counted from the later of the last GPU work (or the first pass af
 stretch that could not be told) and the kernel's last activity in Jupyter.
 
 The server never applies the user's thresholds here (memory, minutes): it reports the state
-and how long; the JupyterLab notice and the admin's cull decide (``README``, "Idle GPU
-holders").
+and how long; the JupyterLab notice and the admin's cull decide (docs/idle-holders.md).
 """
 
 from __future__ import annotations

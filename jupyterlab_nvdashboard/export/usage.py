@@ -5,7 +5,7 @@ opted in (``--metrics-per-user N``), per user and Jupyter kernel.
 The totals are integrals this server keeps from its process passes (``diagnosis/idle.py``:
 memory held x the time between two passes). NVML has no counter of memory held, so here a
 reader's own integral is the only way; it restarts at 0 with the server, which Prometheus'
-``increase()`` and ``rate()`` take as a counter reset. The README ("Prometheus") has the
+``increase()`` and ``rate()`` take as a counter reset. docs/prometheus.md has the
 PromQL for GPU-hours and idle GPU-hours per user, and what the per-user labels cost.
 
 Labels: the per-GPU series carry the DCGM series' ``gpu``, ``UUID`` and host label (a MIG

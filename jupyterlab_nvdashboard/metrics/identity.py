@@ -1,7 +1,7 @@
 """Which process an NVML entry is, across PID namespaces: the one place that knows.
 
 NVML names processes by PID, but whose PID depends on the driver and on where this server
-runs (README "Containers and Kubernetes"):
+runs (docs/containers.md):
 
 - **host PIDs from every call** (NVIDIA in nvidia-docker#1483: "the nvidia-driver itself
   does not support pid-namespaces"): inside a container no local process has that PID, or

@@ -20,6 +20,11 @@ A pure function of the run's events and the history samples, so tests feed it sa
   where NVML's entries cannot be tied to it for certain, the verdict judges on that GPU's
   own signals and says so. It is never "not using" a GPU while the lists hold entries
   this server cannot tell apart (``identity_hidden``).
+- **A CPU run** says so first, and what it is compared with: its own steps (a slow input),
+  and the GPU picked for it, watched only to tell that the run left it alone.
+- **Too short to judge:** fewer than ``MIN_SAMPLES`` samples in the timed part. The verdict
+  says how long the timed part lasted, how long one must last at the server's sampling
+  interval, and about how many iterations that is at the run's own pace.
 - **Which signal, how sure:** the diagnosis says (GPM, the run's own per-process SM
   utilization, or utilization only) and counts the readings each figure rests on. Where other
   processes share the GPU and the signal is device-wide, the verdict names them.
@@ -27,8 +32,11 @@ A pure function of the run's events and the history samples, so tests feed it sa
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from ..diagnosis import (
     MIN_LIST_READINGS,
@@ -48,6 +56,7 @@ from ..metrics import GpuFacts, Sample
 from ..metrics.cuda_visibility import MigEntry, PhysicalGpu, cuda_indices
 from ..metrics.families import ProcessReading
 from ..metrics.identity import NO_PID, runs_as
+from ..metrics.processes import PROCESS_EVERY_S
 from .watcher import Run
 
 OTHERS_NAMED = 5  # other PIDs named in a verdict, at most
@@ -206,6 +215,70 @@ def _not_judged(text: str, row: int | None, samples: int = 0) -> Verdict:
     return Verdict(text, "not-judged", samples, "none", row, None)
 
 
+CPU_RUN = "CPU run: "
+NEAR_RUN_S = 30.0  # the samples around a run that say what interval it was sampled at
+
+
+def cpu_run_comparison(name: str) -> str:
+    """What a CPU run is compared with, said under its verdict."""
+    return (f"a CPU run is judged by its own steps, and checked against {name}, the GPU "
+            "picked for it, only to tell that it left that GPU alone; its speed is compared "
+            "with native runs of its preset on the CPU (vs native)")
+
+
+def sample_interval_s(samples: Sequence[Sample]) -> float | None:
+    """The sampler's interval as the samples show it: the median gap between neighbours."""
+    gaps = [b.time_s - a.time_s for a, b in pairwise(samples) if b.time_s > a.time_s]
+    return statistics.median(gaps) if gaps else None
+
+
+def judged_duration_s(interval_s: float, device: str = "gpu") -> float:
+    """How long a timed part must last to be judged: ``MIN_SAMPLES`` samples at
+    ``interval_s``; for a CPU run also ``MIN_LIST_READINGS`` readings of the driver's process
+    lists (one a second), which tell whether it used a GPU."""
+    samples = MIN_SAMPLES * interval_s
+    return max(samples, MIN_LIST_READINGS * PROCESS_EVERY_S) if device == "cpu" else samples
+
+
+def judged_duration_why(interval_s: float, device: str = "gpu") -> str:
+    """What ``judged_duration_s`` counts, in words."""
+    samples = f"{MIN_SAMPLES} GPU samples, one every {interval_s:g} s"
+    return (f"{samples}, and {MIN_LIST_READINGS} readings of the driver's process lists, one "
+            f"every {PROCESS_EVERY_S:g} s" if device == "cpu" else samples)
+
+
+def run_pace_s(run: Run) -> float | None:
+    """Wall-clock seconds per timed iteration over the run's timed part (its own pace, with
+    whatever slowed it down), or None before it timed two iterations."""
+    span = timed_window(run)
+    if span is None or span[1] <= span[0]:
+        return None
+    return (span[1] - span[0]) / len(run.iterations)
+
+
+def iterations_judged(pace_s: float, interval_s: float, device: str = "gpu") -> int:
+    """About how many iterations at ``pace_s`` make a timed part long enough to be judged,
+    rounded up to a hundred."""
+    return math.ceil(round(judged_duration_s(interval_s, device) / pace_s) / 100) * 100
+
+
+def too_short(run: Run, span: tuple[float, float], count: int,
+              interval_s: float | None) -> str:
+    """Why a run has too few samples, and about how many iterations would be judged."""
+    lasted = span[1] - span[0]
+    text = (f"not enough samples: {count} of {MIN_SAMPLES} needed in the timed part, which "
+            f"lasted {lasted:.1f} s")
+    if interval_s is None:
+        return text
+    text += (f"; at one sample every {interval_s:g} s a timed part of "
+             f"{judged_duration_s(interval_s, run.device):g} s is judged")
+    pace = run_pace_s(run)
+    if pace:
+        text += (f": about {iterations_judged(pace, interval_s, run.device):,} timed "
+                 "iterations at this run's pace")
+    return text
+
+
 def judge(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts],
           simulated: bool = False) -> Verdict:
     """The verdict on ``run`` from ``samples`` (any span; only the timed part is used)."""
@@ -216,8 +289,11 @@ def judge(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts],
         return _not_judged("no timed iterations yet", row)
     timed = samples_in(samples, span)
     if len(timed) < MIN_SAMPLES:
-        return _not_judged(f"{_label(row, facts, prefix)}: not enough samples: {len(timed)} of "
-                           f"{MIN_SAMPLES} needed in the timed part", row, len(timed))
+        # The interval the samples around the run were taken at (the store's buckets, for
+        # a run older than the in-memory history).
+        near = samples_in(samples, (span[0] - NEAR_RUN_S, span[1] + NEAR_RUN_S))
+        why = too_short(run, span, len(timed), sample_interval_s(near))
+        return _not_judged(f"{_label(row, facts, prefix)}: {why}", row, len(timed))
     steps = run_steps(run)
     pid = run.pid
     lists, held = process_presence(timed, pid) if pid is not None else (0, set())
@@ -230,10 +306,16 @@ def judge(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts],
         name = _label(row, facts, prefix) if row is not None else f"{prefix}any GPU"
         own = _host(steps, run.device)
         missing = not_using_gpu(name, lists, _gpu_advice(run))
-        findings = (own + [missing]) if run.device == "cpu" else ([missing] + own)
-        return Verdict(findings[0].summary(), findings[0].cause, len(timed),
-                       findings[0].signal, row, None, (), _rest(findings),
-                       findings[0].advice, tuple(findings))
+        if run.device != "cpu":
+            findings = [missing] + own
+            return Verdict(findings[0].summary(), findings[0].cause, len(timed),
+                           findings[0].signal, row, None, (), _rest(findings),
+                           findings[0].advice, tuple(findings))
+        findings = own + [missing]
+        rest = "; ".join(part for part in (cpu_run_comparison(name), _rest(findings)) if part)
+        return Verdict(CPU_RUN + findings[0].summary(), findings[0].cause, len(timed),
+                       findings[0].signal, row, None, (), rest, findings[0].advice,
+                       tuple(findings))
     if held:
         row = row if row in held else min(held)
     elif run.device == "cpu":
@@ -243,9 +325,9 @@ def judge(run: Run, samples: Sequence[Sample], facts: Sequence[GpuFacts],
                f"lists ({lists} of {MIN_LIST_READINGS} readings)")
         if not own:
             return _not_judged(why, row, len(timed))
-        return Verdict(own[0].summary(), own[0].cause, len(timed), own[0].signal, row, None,
-                       (), "; ".join([f.summary() for f in own[1:]] + [why]), own[0].advice,
-                       tuple(own))
+        return Verdict(CPU_RUN + own[0].summary(), own[0].cause, len(timed), own[0].signal,
+                       row, None, (), "; ".join([f.summary() for f in own[1:]] + [why]),
+                       own[0].advice, tuple(own))
     if row is None:
         return _not_judged("not judged: the run does not say which GPU it used", None)
     result = diagnose(timed, facts, row, pid=pid, steps=steps, simulated=simulated,

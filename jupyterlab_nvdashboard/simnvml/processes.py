@@ -17,8 +17,9 @@ from what the reader expects:
   within one second give one sample and then NotFound.
 
 Tests put processes on GPUs with ``set_processes``; a test that runs the server in another
-process writes the same list as JSON to the file named by ``NVDASHBOARD_SIMULATE_PROCESSES``
-(test-only), which the simulator re-reads when it changes::
+process, or a notebook's kernel (``simulated_holders.hold_gpu``), writes the same list as
+JSON to the file the server was given (``NVDASHBOARD_SIMULATE_PROCESSES``, or by default
+``paths.simulated_processes_file``), which the simulator re-reads when it changes::
 
     [{"gpu": 0, "pid": 1234, "used_memory_bytes": 2e9, "kind": "compute",
       "mig": null, "sm_pct": 40, "memory_pct": 10, "until_exit": true}]
@@ -88,6 +89,13 @@ class SimulatedProcess:
     def pid_in(self, namespace: int) -> int | None:
         """Its PID in the namespace with inode ``namespace``; None when it has none there."""
         return dict(self.namespace_pids).get(namespace)
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry ``from_json`` reads back as this process."""
+        return {"gpu": self.gpu, "pid": self.pid, "used_memory_bytes": self.used_memory_bytes,
+                "kind": self.kind, "mig": self.mig, "sm_pct": self.sm_pct,
+                "memory_pct": self.memory_pct, "until_exit": self.until_exit,
+                "namespace_pids": {str(ns): pid for ns, pid in self.namespace_pids}}
 
     @classmethod
     def from_json(cls, item: Any) -> SimulatedProcess:

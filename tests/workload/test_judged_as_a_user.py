@@ -66,8 +66,8 @@ def test_a_native_cpu_run_pinned_to_a_gpu_reads_not_using_that_gpu(tmp_path: Pat
                                                "iterations": 100000, "device": "cpu"},
                                     stop_when=_not_using_gpu_over_five_lists)
     assert verdict.cause == "not-using-gpu", verdict
-    assert verdict.text.startswith("not using SIMULATED GPU 1: its process held no context "
-                                   "on any GPU, over ")
+    assert verdict.text.startswith("CPU run: not using SIMULATED GPU 1: its process held no "
+                                   "context on any GPU, over ")
     assert verdict.findings[0].figures[0].count >= 5  # the samples it rests on
     assert verdict.samples >= 5
     assert all(event.get("cpu_ms") is not None for event in run.iterations)
@@ -78,7 +78,7 @@ def test_a_run_with_a_slow_input_reads_input_bound(tmp_path: Path) -> None:
                                                "iterations": 30, "device": "cpu",
                                                "input_delay_ms": 200})
     assert verdict.cause == "input-bound", verdict
-    assert verdict.text.startswith("highly input-bound: step time waiting on input ")
+    assert verdict.text.startswith("CPU run: highly input-bound: step time waiting on input ")
     figures = {figure.name: figure for figure in verdict.findings[0].figures}
     share = figures["step time waiting on input"]
     assert share.unit == "%" and share.count == 30 and share.value is not None

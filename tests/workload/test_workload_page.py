@@ -364,3 +364,75 @@ def test_the_parser_takes_warm_up_steps() -> None:
     for bad in ({**good, "step": 0}, {**good, "step": None}, {**good, "step": True},
                 {**good, "ms": -1}):
         assert parse_event(json.dumps(bad)) is None, bad
+
+
+# ---- issue 44: the default run is judged, a CPU run says what it is compared with ---------
+
+def test_before_start_the_panel_says_how_long_a_judged_run_takes(tmp_path: Path) -> None:
+    """The default run (ci, 200 iterations) timed 0.2 s and ended "not enough samples: 3 of
+    5" (issue 44). The panel offers enough iterations for the ci preset, says before Start
+    how long a timed part must last at this server's interval, and once a run like the one
+    asked for has finished, whether the iterations asked for last that long at its pace."""
+    clock = Clock(T0 + 100)
+    dash = dashboard(tmp_path, clock)
+    interval = dash.metrics.interval_s
+    assert dash.preset.value == "ci" and dash.count.value == page.PANEL_ITERATIONS["ci"]
+    hint = text_of(dash.hint.text)
+    # The device offered first here is the CPU: its run also needs 3 readings of the
+    # driver's process lists, one a second, to tell whether it used a GPU.
+    assert dash.device.value == "cpu"
+    assert (f"A verdict needs a timed part of 3 s or more (5 GPU samples, one every "
+            f"{interval:g} s, and 3 readings of the driver's process lists, one every 1 s; "
+            "start-up and warm-up are not judged).") in hint, hint
+    # A numpy ci run on the CPU that stepped 10 ms apart: 100 steps time about 1 s.
+    write(tmp_path / "done.jsonl", start("done", T0, iterations=100, gpu=None),
+          event("warmup_end", T0 + 1, "done"), *timed("done", 1, 100, T0 + 1, step_s=0.01),
+          event("end", T0 + 3, "done", iterations=100, median_ms=10.0, interrupted=False))
+    dash.service.watcher.poll()
+    dash.path.value, dash.device.value = "numpy", "cpu"
+    dash.count.value = 20
+    hint = text_of(dash.hint.text)
+    pace_ms = 1000 * 1.0 / 100  # warm-up end to the last step, over 100 steps
+    assert (f"at the pace of the last numpy ci cpu run ({pace_ms:.2f} ms an iteration), 20 "
+            f"iterations time about 0.2 s: too short: ask for "
+            f"{page.iterations_judged(pace_ms / 1000, interval, 'cpu'):,} or more.") in hint, hint
+    dash.count.value = page.PANEL_ITERATIONS["ci"]
+    assert text_of(dash.hint.text).endswith(": enough.")
+    dash.preset.value = "densedemo"  # its steps are long: the panel offers fewer
+    assert dash.count.value == page.PANEL_ITERATIONS_OTHERWISE
+
+
+def test_a_cpu_run_says_what_it_is_compared_with_instead_of_n_a(tmp_path: Path) -> None:
+    """A CPU run was judged on GPU 0 and its GPU columns read n/a (issue 44): they say it
+    is a CPU run, the verdict says what the run is checked against, and vs native says
+    when there is no native run to compare it with."""
+    clock = Clock(T0 + 100)
+    dash = dashboard(tmp_path, clock)
+    facts = dash.metrics.facts
+    write(tmp_path / "cpu.jsonl", start("cpu", T0, gpu=0, facts=facts),
+          event("warmup_end", T0 + 1, "cpu"), *timed("cpu", 1, 6, T0 + 1),
+          event("end", T0 + 2, "cpu", iterations=6, median_ms=80.0, interrupted=False))
+    dash.service.watcher.poll()
+    dash.refresh()
+    [row] = dash._rows
+    for column in page.GPU_COLUMNS:
+        assert row[column] == "CPU run", (column, row)
+    assert row["speedup"] == "no native run"
+    table = dash.summary.data
+    assert not {"n/a", "not available"} & {table[key][0] for key in SUMMARY_COLUMNS}, table
+
+
+def test_the_time_axis_follows_the_shown_run_and_the_table_fits_the_page(
+        tmp_path: Path) -> None:
+    """A 1-second run was a stripe of points on a 10-minute axis, and the verdict column was
+    cut at the page's right edge (issue 44): the page points its time axis at the shown
+    run's timed part, and the table's columns shrink to fit its width."""
+    clock = Clock(T0 + 100)
+    dash = dashboard(tmp_path, clock)
+    write(tmp_path / "short.jsonl", start("short", T0, gpu=None),
+          event("warmup_end", T0 + 1, "short"), *timed("short", 1, 10, T0 + 1.1),
+          event("end", T0 + 2.1, "short", iterations=10, median_ms=80.0, interrupted=False))
+    dash.service.watcher.poll()
+    dash.refresh()
+    assert dash.run_span.tags == [(T0 + 1) * 1000, (T0 + 2.1) * 1000]
+    assert dash.table.autosize_mode == "force_fit"
