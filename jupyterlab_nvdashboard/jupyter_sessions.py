@@ -8,7 +8,8 @@ type, and each kernel's execution state and last activity. ``JupyterSessions`` r
 that list on a thread of its own, about once a second and only while some GPU process
 belongs to a kernel, so a renamed notebook shows its new name within one refresh and the
 event loop never waits for Jupyter. Without a Jupyter parent (a standalone server) it finds
-nothing and does nothing.
+nothing and does nothing. The copy has an age: ``current()`` gives nothing once a refresh
+failed or none succeeded for ``STALE_S``, so a kernel is never judged idle on old news.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import logging
 import os
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -29,6 +31,8 @@ from urllib.parse import quote
 log = logging.getLogger(__name__)
 REFRESH_S = 1.0
 TIMEOUT_S = 3.0
+# The oldest copy a kernel may be judged by: two refreshes missed, and one slow answer.
+STALE_S = 2 * REFRESH_S + TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,7 @@ class JupyterSessions:
         self._wanted, self.refresh_s, self._fetch = wanted, refresh_s, fetch
         self.sessions: dict[str, Session] = {}  # replaced whole: readers need no lock
         self.refreshes = 0
+        self._refreshed_at: float | None = None  # monotonic time of the last good refresh
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
@@ -138,12 +143,24 @@ class JupyterSessions:
             return
         try:
             self.sessions = parse_sessions(self._fetch(self.server))
+            self._refreshed_at = time.monotonic()
             self._failing = False
         except (OSError, ValueError) as error:
             if not self._failing:  # once per outage, not once a second
                 log.warning("cannot read the Jupyter server's sessions: %s", error)
             self._failing = True
         self.refreshes += 1
+
+    def current(self, stale_s: float = STALE_S) -> dict[str, Session]:
+        """The sessions to judge kernels by: none while the copy of the server's list is
+        stale (the last refresh failed, or none succeeded for ``stale_s``). Without a
+        server nothing is refreshed, and the sessions given stand."""
+        if self.server is None:
+            return self.sessions
+        if self._failing or self._refreshed_at is None \
+                or time.monotonic() - self._refreshed_at > stale_s:
+            return {}
+        return self.sessions
 
     def _loop(self) -> None:
         while not self._stop.wait(self.refresh_s):

@@ -41,7 +41,12 @@ from jupyterlab_nvdashboard.diagnosis.idle import (
     judge,
     unused_for,
 )
-from jupyterlab_nvdashboard.jupyter_sessions import JupyterSessions, Session, parse_sessions
+from jupyterlab_nvdashboard.jupyter_sessions import (
+    JupyterServer,
+    JupyterSessions,
+    Session,
+    parse_sessions,
+)
 from jupyterlab_nvdashboard.metrics import (
     OWNER_FAMILY,
     PROCESS_FAMILY,
@@ -551,3 +556,35 @@ def test_passes_as_slow_as_the_sampler_is_set_to_still_make_an_episode() -> None
     assert slow is not None
     assert judge("k", slow, T0 + 1810, "idle", None, gap).idle_s == pytest.approx(1810)
     assert judge("k", slow, T0 + 1800 + 92, "idle", None, gap).state == CANNOT_TELL
+
+
+def test_a_stale_copy_of_jupyters_sessions_is_cannot_tell_never_idle(tmp_path: Path) -> None:
+    """The sessions API stops answering: the kernel's last known "idle" is old news, and the
+    judgment (which the cull reads) says it cannot tell."""
+    metrics, sources = scripted(tmp_path, 1)
+    answers: list[object] = [
+        [{"path": "a.ipynb", "type": "notebook", "kernel": {"id": "k1",
+                                                            "execution_state": "idle"}}],
+        OSError("Jupyter does not answer")]
+
+    def fetch(_: object) -> object:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    jupyter = JupyterSessions(JupyterServer("http://127.0.0.1:1/", "/", "t"), fetch=fetch)
+    sources.usage.jupyter = jupyter
+    owners = {1001: ProcessOwner(1001, "ok", "alice", "kernel", 0.0, "k1", 1001)}
+    readings = (ProcessReading(0, 1001, "compute", 2 * GIB, 0.0, 0.0),)
+    gpus = (GpuReading.unavailable(0, False)._replace(utilization_pct=0.0),)
+    now = time.time()
+    for t in range(-20, 1):
+        metrics.history.append(now + t, gpus, metrics.sampler.host.read(),
+                               extra={PROCESS_FAMILY: readings, OWNER_FAMILY: owners})
+    jupyter.refresh()
+    assert sources.usage.judgment("alice", "k1", now).state == IDLE  # type: ignore[union-attr]
+    jupyter.refresh()
+    assert set(jupyter.sessions) == {"k1"}  # kept for the pages' names
+    judgment = sources.usage.judgment("alice", "k1", now)
+    assert judgment is not None and judgment.state == CANNOT_TELL, judgment

@@ -251,7 +251,8 @@ class GpuUsage:
         """A kernel's judgment takes Jupyter's execution state (none known: cannot tell);
         processes outside any kernel are judged by their GPU work alone."""
         user, kernel_id = key
-        sessions = self.jupyter.sessions if self.jupyter is not None else {}
+        # A stale copy of Jupyter's sessions says nothing: then "cannot tell", never idle.
+        sessions = self.jupyter.current() if self.jupyter is not None else {}
         session = sessions.get(kernel_id) if kernel_id else None
         state = session.execution_state if session else None if kernel_id else "idle"
         return judge(kernel_id or f"{user}:", track, now_s, state,
