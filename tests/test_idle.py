@@ -12,6 +12,7 @@ PID namespace.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -45,8 +46,10 @@ from jupyterlab_nvdashboard.jupyter_sessions import (
     JupyterServer,
     JupyterSessions,
     Session,
+    parse_executions,
     parse_sessions,
 )
+from jupyterlab_nvdashboard.kernel_executions import ExecutionClock
 from jupyterlab_nvdashboard.metrics import (
     OWNER_FAMILY,
     PROCESS_FAMILY,
@@ -588,3 +591,27 @@ def test_a_stale_copy_of_jupyters_sessions_is_cannot_tell_never_idle(tmp_path: P
     assert set(jupyter.sessions) == {"k1"}  # kept for the pages' names
     judgment = sources.usage.judgment("alice", "k1", now)
     assert judgment is not None and judgment.state == CANNOT_TELL, judgment
+
+
+def test_no_cell_run_counts_from_the_last_execution_where_the_extension_serves_it() -> None:
+    body = [{"path": "a.ipynb", "kernel": {"id": "k1", "execution_state": "idle",
+                                           "last_activity": "2026-12-02T08:40:26Z"}},
+            {"path": "b.ipynb", "kernel": {"id": "k2", "execution_state": "idle",
+                                           "last_activity": "2026-12-02T08:40:26Z"}}]
+    activity = datetime(2026, 12, 2, 8, 40, 26, tzinfo=timezone.utc).timestamp()
+    served = parse_sessions(body, parse_executions({"kernels": {"k1": 1000.0, "k9": "x"}}))
+    assert served["k1"].last_cell_s == 1000.0
+    assert served["k2"].last_cell_s is None  # no cell since it was watched
+    # Without the server extension, Jupyter's last_activity stands in.
+    assert parse_sessions(body)["k1"].last_cell_s == activity
+    assert parse_executions({"kernels": []}) is None and parse_executions(None) is None
+
+
+def test_the_execution_clock_counts_only_what_answers_a_cell() -> None:
+    clock = ExecutionClock(kernel_manager=None, log=logging.getLogger("test"),
+                           clock=lambda: 50.0)
+    for parent in ("kernel_info_request", "comm_open", "comm_info_request", None):
+        clock.on_message("k1", parent)
+    assert clock.last_execution("k1") is None
+    clock.on_message("k1", "execute_request")
+    assert clock.last_execution("k1") == 50.0 and clock.executions() == {"k1": 50.0}

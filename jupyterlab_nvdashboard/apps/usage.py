@@ -256,7 +256,7 @@ class GpuUsage:
         session = sessions.get(kernel_id) if kernel_id else None
         state = session.execution_state if session else None if kernel_id else "idle"
         return judge(kernel_id or f"{user}:", track, now_s, state,
-                     session.last_activity_s if session else None, self.gap_s)
+                     session.last_cell_s if session else None, self.gap_s)
 
     def notebook_usage(self) -> dict[str, NotebookUsage]:
         """Each notebook's GPU usage since the server started (issue 28 item 6), over every
