@@ -130,49 +130,39 @@ def idle_handlers(culler: IdleCuller, executions: ExecutionClock
     class IdleHandler(APIHandler):
         auth_resource = "kernels"
 
-        def initialize(self, culler: IdleCuller) -> None:
-            self.culler = culler
+        def initialize(self, culler: IdleCuller, executions: ExecutionClock) -> None:
+            self.culler, self.executions = culler, executions
+
+        def posted(self) -> object:
+            """The request's JSON body; None when it is not JSON."""
+            try:
+                return json.loads(self.request.body or b"null")
+            except ValueError:
+                return None
+
+        def check_kernel(self, kernel_id: str) -> None:
+            if not self.culler.is_kernel(kernel_id):
+                raise web.HTTPError(404, "no such kernel in this Jupyter server")
 
     class NoticesHandler(IdleHandler):
         @web.authenticated
         @authorized
         def post(self) -> None:
-            try:
-                body = json.loads(self.request.body or b"null")
-            except ValueError:
-                body = None
-            notice = notice_from_body(body)
+            notice = notice_from_body(self.posted())
             if notice is None:
                 raise web.HTTPError(400, "expected {kernel_id, episode}, two short strings")
-            if not self.culler.is_kernel(notice[0]):
-                raise web.HTTPError(404, "no such kernel in this Jupyter server")
+            self.check_kernel(notice[0])
             self.finish(json.dumps({"cull_at": self.culler.record_notice(*notice)}))
 
     class KeepsHandler(IdleHandler):
         @web.authenticated
         @authorized
         def post(self) -> None:
-            try:
-                body = json.loads(self.request.body or b"null")
-            except ValueError:
-                body = None
-            kernel_id = kernel_from_body(body)
+            kernel_id = kernel_from_body(self.posted())
             if kernel_id is None:
                 raise web.HTTPError(400, "expected {kernel_id}, a short string")
-            if not self.culler.is_kernel(kernel_id):
-                raise web.HTTPError(404, "no such kernel in this Jupyter server")
+            self.check_kernel(kernel_id)
             self.finish(json.dumps({"kept_until": self.culler.keep(kernel_id)}))
-
-    class ExecutionsHandler(APIHandler):
-        auth_resource = "kernels"
-
-        def initialize(self, executions: ExecutionClock) -> None:
-            self.executions = executions
-
-        @web.authenticated
-        @authorized
-        def get(self) -> None:
-            self.finish(json.dumps({"kernels": self.executions.executions()}))
 
     class CullsHandler(IdleHandler):
         @web.authenticated
@@ -180,10 +170,16 @@ def idle_handlers(culler: IdleCuller, executions: ExecutionClock
         def get(self) -> None:
             self.finish(json.dumps(self.culler.state()))
 
-    return [(NOTICES_PATH, NoticesHandler, {"culler": culler}),
-            (KEEPS_PATH, KeepsHandler, {"culler": culler}),
-            (CULLS_PATH, CullsHandler, {"culler": culler}),
-            (EXECUTIONS_PATH, ExecutionsHandler, {"executions": executions})]
+    class ExecutionsHandler(IdleHandler):
+        @web.authenticated
+        @authorized
+        def get(self) -> None:
+            self.finish(json.dumps({"kernels": self.executions.executions()}))
+
+    services = {"culler": culler, "executions": executions}
+    return [(NOTICES_PATH, NoticesHandler, services), (KEEPS_PATH, KeepsHandler, services),
+            (CULLS_PATH, CullsHandler, services),
+            (EXECUTIONS_PATH, ExecutionsHandler, services)]
 
 
 def add_idle_cull(serverapp: Any, log: logging.Logger) -> IdleCuller:
