@@ -38,6 +38,7 @@ class ExecutionClock:
         self._clock = clock
         self._streams: dict[str, Any] = {}
         self._last: dict[str, float] = {}
+        self._unwatchable: set[str] = set()  # told once in the log, tried again each sync
         self._periodic: Any = None
 
     def last_execution(self, kernel_id: str) -> float | None:
@@ -59,12 +60,18 @@ class ExecutionClock:
         running = set(self._kernels.list_kernel_ids())
         for kernel_id in [k for k in self._streams if k not in running]:
             self._close(kernel_id)
+        self._unwatchable &= running
         for kernel_id in running - set(self._streams):
             try:
                 self._streams[kernel_id] = self._watch(kernel_id)
             except Exception as error:  # noqa: BLE001 - one line; the next sync tries again
-                self._log.warning("nvdashboard: cannot watch kernel %s for cell runs (%s: %s)",
-                                  kernel_id, type(error).__name__, error)
+                if kernel_id not in self._unwatchable:
+                    self._log.warning("nvdashboard: cannot watch kernel %s for cell runs "
+                                      "(%s: %s); its last activity in Jupyter stands in",
+                                      kernel_id, type(error).__name__, error)
+                self._unwatchable.add(kernel_id)
+            else:
+                self._unwatchable.discard(kernel_id)
 
     def _watch(self, kernel_id: str) -> Any:
         from jupyter_client.session import Session

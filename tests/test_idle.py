@@ -615,3 +615,23 @@ def test_the_execution_clock_counts_only_what_answers_a_cell() -> None:
     assert clock.last_execution("k1") is None
     clock.on_message("k1", "execute_request")
     assert clock.last_execution("k1") == 50.0 and clock.executions() == {"k1": 50.0}
+
+
+def test_a_kernel_the_execution_clock_cannot_watch_is_one_log_line(
+        caplog: pytest.LogCaptureFixture) -> None:
+    class Kernels:
+        ids = ["k1"]
+
+        def list_kernel_ids(self) -> list[str]:
+            return self.ids
+
+        def get_kernel(self, kernel_id: str) -> object:
+            raise RuntimeError("its sockets are not open yet")
+
+    kernels = Kernels()
+    clock = ExecutionClock(kernels, logging.getLogger("test.executions"))
+    with caplog.at_level(logging.WARNING, "test.executions"):
+        for _ in range(3):
+            clock.sync()
+    assert [r.getMessage().count("\n") for r in caplog.records] == [0], caplog.text
+    assert "cannot watch kernel k1" in caplog.text and clock.last_execution("k1") is None
