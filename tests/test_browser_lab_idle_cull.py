@@ -16,7 +16,8 @@ and 3 whole A100s) with real kernels the simulated driver lists, and in Chromium
 - x is shut down through Jupyter's kernel manager only once its warning has been on screen
   for the whole grace (the page samples its toasts from the start), logged at WARNING with
   its evidence, and the page says what was done and why.
-- y, busy since its notice, is kept; z is kept even with a notice posted for it.
+- y, busy since its notice, is kept; z is kept even with a notice posted for it, and "Keep
+  this kernel" (its route) holds it off for the stated time.
 
 Settings: ``NVDASHBOARD_CULL_AFTER_MINUTES=1`` (the acceptance's 1-minute grace),
 ``NVDASHBOARD_CULL_IDLE_MINUTES=0``.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -226,3 +228,16 @@ def test_the_gpu_idle_cull(lab, processes_file: Path) -> None:  # noqa: ANN001
         assert judged(wait_glance(lab, lambda d: judged(d, ids["y"], "busy"), "y busy"),
                       ids["y"], "busy")
         watched.assert_clean()
+
+    # "Keep this kernel" through Jupyter's route: z is held off for the stated time and no
+    # longer armed; bad requests are one answer each, and Jupyter logs no traceback.
+    z_kept = call(lab, "POST", "nvdashboard-idle/keeps", {"kernel_id": ids["z"]})
+    assert z_kept["kept_until"] == pytest.approx(  # type: ignore[index]
+        time.time() + cull_state(lab)["policy"]["keep_minutes"] * 60, abs=30)
+    assert ids["z"] not in [w["kernel_id"] for w in cull_state(lab)["warnings"]]
+    for body, status in (({"kernel_id": 7}, 400), ({"kernel_id": "no-such-kernel"}, 404)):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            call(lab, "POST", "nvdashboard-idle/keeps", body)
+        assert refused.value.code == status
+    log = jupyter_log(lab)
+    assert "Traceback" not in log and "cannot watch kernel" not in log, log[-3000:]
