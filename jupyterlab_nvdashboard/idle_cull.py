@@ -11,8 +11,9 @@ the notice, and only when, at that moment, all of these hold (``why_kept`` says 
 - the notice was for the same idle episode (a cell run or GPU work since starts a new one);
 - its warning has been on screen for the whole grace time: a JupyterLab said so at least
   every ``seen_gap_s``; after a longer silence the grace starts again when it is next seen;
-- Jupyter's kernel manager itself saw no activity of the kernel since the user was told
-  (the judgment served by the dashboard is a copy, and may be older);
+- Jupyter itself saw no cell run by the kernel since the user was told (the execution
+  clock of ``kernel_executions.py``, else the kernel manager's ``last_activity``): the
+  judgment served by the dashboard is a copy, and may be older;
 - the judgment is ``idle`` (never ``busy``, never ``cannot_tell``);
 - it has done no GPU work for ``NVDASHBOARD_CULL_IDLE_MINUTES`` (default 30) and holds at
   least ``NVDASHBOARD_CULL_MIN_GIB`` (default 1 GiB): the user's own, lower notice
@@ -51,6 +52,7 @@ GIB = 2**30
 NOTICES_PATH = "nvdashboard-idle/notices"
 CULLS_PATH = "nvdashboard-idle/culls"
 KEEPS_PATH = "nvdashboard-idle/keeps"
+EXECUTIONS_PATH = "nvdashboard-idle/executions"
 # Bounds on what a client can make this server remember.
 MAX_NOTICES = 1000
 MAX_CULLS = 100
@@ -121,19 +123,19 @@ def _number(value: object) -> float | None:
 
 
 def episode_over(notice: Notice, idle: Mapping[str, Any] | None, execution_state: str | None,
-                 last_activity_s: float | None) -> str | None:
+                 last_cell_s: float | None) -> str | None:
     """Why the idle episode the user was warned of is over, in words; None while it goes on.
 
     The one rule for a warning's life: JupyterLab shows it while the server keeps it. A
     reading without the kernel, or one that cannot tell, ends nothing (``why_kept`` still
-    keeps the kernel meanwhile). ``last_activity_s``: Jupyter's kernel manager's own.
+    keeps the kernel meanwhile). ``last_cell_s``: Jupyter's own (``IdleCuller.last_cell``).
     """
     if execution_state is None:
         return "the kernel is gone"
     if execution_state in BUSY_STATES:
         return f"Jupyter says the kernel is {execution_state!r}"
-    if last_activity_s is not None and last_activity_s > notice.shown_at:
-        return "Jupyter saw the kernel active since the user was told"
+    if last_cell_s is not None and last_cell_s > notice.shown_at:
+        return "the kernel ran a cell since the user was told"
     if isinstance(idle, Mapping):
         if idle.get("state") == BUSY:
             return "it works again"
@@ -143,12 +145,12 @@ def episode_over(notice: Notice, idle: Mapping[str, Any] | None, execution_state
 
 
 def why_kept(policy: CullPolicy, notice: Notice | None, idle: Mapping[str, Any] | None,
-             execution_state: str | None, last_activity_s: float | None, now: float
+             execution_state: str | None, last_cell_s: float | None, now: float
              ) -> str | None:
     """None when the kernel is to be shut down now; else why it is kept, in words.
 
     ``idle``: the kernel's ``idle`` object from ``/glance.json`` (None: the kernel holds no
-    GPU memory now); ``execution_state`` and ``last_activity_s``: Jupyter's kernel
+    GPU memory now); ``execution_state`` and ``last_cell_s``: Jupyter's kernel
     manager's own (None: not a kernel of this server; not said).
     """
     if not policy.on:
@@ -160,9 +162,9 @@ def why_kept(policy: CullPolicy, notice: Notice | None, idle: Mapping[str, Any] 
     unseen_s = now - notice.seen_at
     if unseen_s > policy.seen_gap_s:
         return f"its warning was not reported on screen for {unseen_s:.0f} s"
-    if last_activity_s is None:
-        return "Jupyter does not say when the kernel was last active"
-    over = episode_over(notice, idle, execution_state, last_activity_s)
+    if last_cell_s is None:
+        return "Jupyter does not say when the kernel last ran a cell"
+    over = episode_over(notice, idle, execution_state, last_cell_s)
     if over is not None:
         return over
     if not isinstance(idle, Mapping):
@@ -175,7 +177,7 @@ def why_kept(policy: CullPolicy, notice: Notice | None, idle: Mapping[str, Any] 
         return f"told {told_s:.0f} s ago, the cull waits {policy.after_notice_s:.0f} s"
     # The served idle time is a copy; Jupyter's own record of the kernel bounds it.
     served_s = _number(idle.get("idle_s"))
-    idle_s = None if served_s is None else min(served_s, now - last_activity_s)
+    idle_s = None if served_s is None else min(served_s, now - last_cell_s)
     if idle_s is None or idle_s < policy.idle_s:
         return f"no GPU work for {idle_s or 0:.0f} s, the cull needs {policy.idle_s:.0f} s"
     held = _number(idle.get("held_bytes"))
@@ -195,12 +197,15 @@ class IdleCuller:
 
     def __init__(self, policy: CullPolicy, kernel_manager: Any,
                  read_glance: Callable[[], Awaitable[Any]], log: logging.Logger,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 last_execution: Callable[[str], float | None] = lambda kernel_id: None
+                 ) -> None:
         self.policy = policy
         self._kernels = kernel_manager
         self._read_glance = read_glance
         self._log = log
         self._clock = clock
+        self._last_execution = last_execution
         self.notices: dict[str, Notice] = {}
         self.kept: dict[str, float] = {}  # kernel id -> "Keep this kernel" until (epoch s)
         self.culls: deque[dict[str, Any]] = deque(maxlen=MAX_CULLS)
@@ -217,11 +222,16 @@ class IdleCuller:
             return None
         return str(getattr(self._kernels.get_kernel(kernel_id), "execution_state", "unknown"))
 
-    def last_activity(self, kernel_id: str) -> float | None:
-        """When Jupyter's kernel manager last saw the kernel active (unix time; None: not
-        said). Read here, in Jupyter, never from a copy of ``/api/sessions``."""
+    def last_cell(self, kernel_id: str) -> float | None:
+        """When the kernel last ran a cell, as Jupyter itself saw it (unix time; None: not
+        said): its execution clock, else (no cell run since it was watched) the kernel
+        manager's ``last_activity``. Read here, in Jupyter, never from a copy of
+        ``/api/sessions``."""
         if kernel_id not in self._kernels:
             return None
+        executed = self._last_execution(kernel_id)
+        if executed is not None:
+            return executed
         moment = getattr(self._kernels.get_kernel(kernel_id), "last_activity", None)
         return moment.timestamp() if isinstance(moment, datetime) else None
 
@@ -298,7 +308,7 @@ class IdleCuller:
         for kernel_id, notice in list(self.notices.items()):
             entry = entries.get(kernel_id) or {}
             idle = entry.get("idle") if isinstance(entry.get("idle"), dict) else None
-            state, activity = self.execution_state(kernel_id), self.last_activity(kernel_id)
+            state, activity = self.execution_state(kernel_id), self.last_cell(kernel_id)
             if episode_over(notice, idle, state, activity) is not None:
                 del self.notices[kernel_id]  # that warning is spent
                 continue

@@ -16,9 +16,11 @@ jupyterlab_nvdashboard``; the dashboards then start with the first page, as befo
 It also serves the idle-kernel notice's routes (authenticated by Jupyter, XSRF-checked
 as Jupyter's own API): ``POST <base_url>nvdashboard-idle/notices`` (JupyterLab shows the
 notice for a kernel's idle episode), ``POST <base_url>nvdashboard-idle/keeps`` (the user
-chose "Keep this kernel") and ``GET <base_url>nvdashboard-idle/culls`` (the admin's cull
-policy, the warnings armed and what it shut down), and runs that cull when an admin turned
-it on (``idle_cull.py``).
+chose "Keep this kernel"), ``GET <base_url>nvdashboard-idle/culls`` (the admin's cull
+policy, the warnings armed and what it shut down) and ``GET
+<base_url>nvdashboard-idle/executions`` (when each kernel last ran a cell, for the idle
+judgment: ``kernel_executions.py``), and runs that cull when an admin turned it on
+(``idle_cull.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .config import ConfigError, CullSettings, cull_settings, start_with_jupyter
 from .http_edge import EVERY_RESPONSE
 from .idle_cull import (
     CULLS_PATH,
+    EXECUTIONS_PATH,
     KEEPS_PATH,
     NOTICES_PATH,
     CullPolicy,
@@ -39,6 +42,7 @@ from .idle_cull import (
     kernel_from_body,
     notice_from_body,
 )
+from .kernel_executions import ExecutionClock
 
 # jupyter-server-proxy's name for this server (the entry point in pyproject.toml).
 PROXY_NAME = "nvdashboard"
@@ -116,7 +120,8 @@ async def start_dashboard_server(serverapp: Any, log: logging.Logger) -> bool:
     return True
 
 
-def idle_handlers(culler: IdleCuller) -> list[tuple[str, Any, dict[str, Any]]]:
+def idle_handlers(culler: IdleCuller, executions: ExecutionClock
+                  ) -> list[tuple[str, Any, dict[str, Any]]]:
     """The notice's routes, relative to Jupyter's base URL, with Jupyter's own login and
     permission checks (the ``kernels`` resource: what they touch is the user's kernels)."""
     from jupyter_server.auth.decorator import authorized
@@ -126,15 +131,10 @@ def idle_handlers(culler: IdleCuller) -> list[tuple[str, Any, dict[str, Any]]]:
     class IdleHandler(APIHandler):
         auth_resource = "kernels"
 
-        def initialize(self, culler: IdleCuller) -> None:
-            self.culler = culler
+        def initialize(self, culler: IdleCuller, executions: ExecutionClock) -> None:
+            self.culler, self.executions = culler, executions
 
-        def set_default_headers(self) -> None:
-            super().set_default_headers()  # Jupyter's own, nosniff among them
-            for name, value in EVERY_RESPONSE.items():
-                self.set_header(name, value)
-
-        def json_body(self) -> object:
+        def posted(self) -> object:
             """The request's JSON, or None where it is not JSON or nests past Python's stack
             (each route then answers 400 with what it expected)."""
             try:
@@ -142,26 +142,33 @@ def idle_handlers(culler: IdleCuller) -> list[tuple[str, Any, dict[str, Any]]]:
             except (ValueError, RecursionError):
                 return None
 
+        def check_kernel(self, kernel_id: str) -> None:
+            if not self.culler.is_kernel(kernel_id):
+                raise web.HTTPError(404, "no such kernel in this Jupyter server")
+
+        def set_default_headers(self) -> None:
+            super().set_default_headers()  # Jupyter's own, nosniff among them
+            for name, value in EVERY_RESPONSE.items():
+                self.set_header(name, value)
+
     class NoticesHandler(IdleHandler):
         @web.authenticated
         @authorized
         def post(self) -> None:
-            notice = notice_from_body(self.json_body())
+            notice = notice_from_body(self.posted())
             if notice is None:
                 raise web.HTTPError(400, "expected {kernel_id, episode}, two short strings")
-            if not self.culler.is_kernel(notice[0]):
-                raise web.HTTPError(404, "no such kernel in this Jupyter server")
+            self.check_kernel(notice[0])
             self.finish(json.dumps({"cull_at": self.culler.record_notice(*notice)}))
 
     class KeepsHandler(IdleHandler):
         @web.authenticated
         @authorized
         def post(self) -> None:
-            kernel_id = kernel_from_body(self.json_body())
+            kernel_id = kernel_from_body(self.posted())
             if kernel_id is None:
                 raise web.HTTPError(400, "expected {kernel_id}, a short string")
-            if not self.culler.is_kernel(kernel_id):
-                raise web.HTTPError(404, "no such kernel in this Jupyter server")
+            self.check_kernel(kernel_id)
             self.finish(json.dumps({"kept_until": self.culler.keep(kernel_id)}))
 
     class CullsHandler(IdleHandler):
@@ -170,9 +177,16 @@ def idle_handlers(culler: IdleCuller) -> list[tuple[str, Any, dict[str, Any]]]:
         def get(self) -> None:
             self.finish(json.dumps(self.culler.state()))
 
-    return [(NOTICES_PATH, NoticesHandler, {"culler": culler}),
-            (KEEPS_PATH, KeepsHandler, {"culler": culler}),
-            (CULLS_PATH, CullsHandler, {"culler": culler})]
+    class ExecutionsHandler(IdleHandler):
+        @web.authenticated
+        @authorized
+        def get(self) -> None:
+            self.finish(json.dumps({"kernels": self.executions.executions()}))
+
+    services = {"culler": culler, "executions": executions}
+    return [(NOTICES_PATH, NoticesHandler, services), (KEEPS_PATH, KeepsHandler, services),
+            (CULLS_PATH, CullsHandler, services),
+            (EXECUTIONS_PATH, ExecutionsHandler, services)]
 
 
 def add_idle_cull(serverapp: Any, log: logging.Logger) -> IdleCuller:
@@ -190,10 +204,17 @@ def add_idle_cull(serverapp: Any, log: logging.Logger) -> IdleCuller:
             raise OSError("Jupyter listens on a unix socket")
         return json.loads(await fetch_from_proxy(serverapp, url))
 
-    culler = IdleCuller(policy, serverapp.kernel_manager, read_glance, log)
+    executions = ExecutionClock(serverapp.kernel_manager, log)
+    culler = IdleCuller(policy, serverapp.kernel_manager, read_glance, log,
+                        last_execution=executions.last_execution)
     base = serverapp.base_url if serverapp.base_url.endswith("/") else serverapp.base_url + "/"
-    serverapp.web_app.add_handlers(".*$", [(base + path, handler, kwargs)
-                                           for path, handler, kwargs in idle_handlers(culler)])
+    serverapp.web_app.add_handlers(".*$", [
+        (base + path, handler, kwargs)
+        for path, handler, kwargs in idle_handlers(culler, executions)])
+    from tornado.ioloop import IOLoop
+
+    # On Jupyter's loop once it runs: the kernels' IOPub streams live there.
+    IOLoop.current().add_callback(executions.start)
     if policy.on:
         log.info("nvdashboard: the GPU idle cull is on: a kernel with no GPU work for %.0f "
                  "min, holding %.1f GiB or more, is shut down %.1f min after its user was "

@@ -8,7 +8,12 @@ type, and each kernel's execution state and last activity. ``JupyterSessions`` r
 that list on a thread of its own, about once a second and only while some GPU process
 belongs to a kernel, so a renamed notebook shows its new name within one refresh and the
 event loop never waits for Jupyter. Without a Jupyter parent (a standalone server) it finds
-nothing and does nothing.
+nothing and does nothing. When the Jupyter server runs this package's server extension, each
+refresh also reads ``GET <url>nvdashboard-idle/executions``: when each kernel last ran a
+cell, which the idle clock counts from (``kernel_executions.py``); Jupyter's own
+``last_activity`` moves for other messages too. The copy has an age: ``current()`` gives
+nothing once a refresh failed or none succeeded for ``STALE_S``, so a kernel is never judged
+idle on old news.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 import logging
 import os
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -29,6 +35,8 @@ from urllib.parse import quote
 log = logging.getLogger(__name__)
 REFRESH_S = 1.0
 TIMEOUT_S = 3.0
+# The oldest copy a kernel may be judged by: two refreshes missed, and one slow answer.
+STALE_S = 2 * REFRESH_S + TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,16 @@ class Session:
     # when it last sent anything (unix time; None: not said or not readable).
     execution_state: str | None = None
     last_activity_s: float | None = None
+    # When it last ran a cell, where the server extension's execution clock says
+    # (``executions_known``; None: no cell since it was watched).
+    last_execution_s: float | None = None
+    executions_known: bool = False
+
+    @property
+    def last_cell_s(self) -> float | None:
+        """When the kernel last ran a cell: the execution clock's word where it is served,
+        else Jupyter's ``last_activity``, which a cell run moves too."""
+        return self.last_execution_s if self.executions_known else self.last_activity_s
 
 
 def runtime_dir(environ: Mapping[str, str]) -> Path | None:
@@ -91,6 +109,22 @@ def _fetch_sessions(server: JupyterServer) -> Any:
         return json.loads(response.read())
 
 
+def _fetch_executions(server: JupyterServer) -> Any:
+    request = urllib.request.Request(server.url + "nvdashboard-idle/executions",
+                                     headers={"Authorization": f"token {server.token}"})
+    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:  # noqa: S310
+        return json.loads(response.read())
+
+
+def parse_executions(body: Any) -> dict[str, float] | None:
+    """kernel id -> last cell run (unix time) from the executions route; None if malformed."""
+    kernels = body.get("kernels") if isinstance(body, dict) else None
+    if not isinstance(kernels, dict):
+        return None
+    return {k: float(v) for k, v in kernels.items()
+            if isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 def parse_time(text: Any) -> float | None:
     """Jupyter's ISO 8601 time ("2026-12-02T08:40:26.123456Z") as unix time; None if not one."""
     if not isinstance(text, str):
@@ -102,8 +136,10 @@ def parse_time(text: Any) -> float | None:
     return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
 
 
-def parse_sessions(body: Any) -> dict[str, Session]:
-    """kernel id -> session, from the sessions API's body; malformed entries are skipped."""
+def parse_sessions(body: Any, executions: dict[str, float] | None = None
+                   ) -> dict[str, Session]:
+    """kernel id -> session, from the sessions API's body and the executions route's (None:
+    not served); malformed entries are skipped."""
     sessions: dict[str, Session] = {}
     for item in body if isinstance(body, list) else []:
         kernel = item.get("kernel") if isinstance(item, dict) else None
@@ -114,7 +150,9 @@ def parse_sessions(body: Any) -> dict[str, Session]:
         sessions[kernel["id"]] = Session(path, str(item.get("type") or "notebook"),
                                          str(item.get("name") or os.path.basename(path)),
                                          state if isinstance(state, str) else None,
-                                         parse_time(kernel.get("last_activity")))
+                                         parse_time(kernel.get("last_activity")),
+                                         (executions or {}).get(kernel["id"]),
+                                         executions is not None)
     return sessions
 
 
@@ -123,11 +161,16 @@ class JupyterSessions:
 
     def __init__(self, server: JupyterServer | None,
                  wanted: Callable[[], bool] = lambda: True, refresh_s: float = REFRESH_S,
-                 fetch: Callable[[JupyterServer], Any] = _fetch_sessions) -> None:
+                 fetch: Callable[[JupyterServer], Any] = _fetch_sessions,
+                 fetch_executions: Callable[[JupyterServer], Any] = _fetch_executions
+                 ) -> None:
         self.server = server
         self._wanted, self.refresh_s, self._fetch = wanted, refresh_s, fetch
+        self._fetch_executions = fetch_executions
+        self._executions_served = True  # until a 404 says this Jupyter has no such route
         self.sessions: dict[str, Session] = {}  # replaced whole: readers need no lock
         self.refreshes = 0
+        self._refreshed_at: float | None = None  # monotonic time of the last good refresh
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
@@ -137,13 +180,38 @@ class JupyterSessions:
         if self.server is None:
             return
         try:
-            self.sessions = parse_sessions(self._fetch(self.server))
+            self.sessions = parse_sessions(self._fetch(self.server), self._executions())
+            self._refreshed_at = time.monotonic()
             self._failing = False
         except (OSError, ValueError) as error:
             if not self._failing:  # once per outage, not once a second
                 log.warning("cannot read the Jupyter server's sessions: %s", error)
             self._failing = True
         self.refreshes += 1
+
+    def _executions(self) -> dict[str, float] | None:
+        """The executions route's answer; None where it is not served (asked once) or does
+        not answer now (then Jupyter's last_activity stands in)."""
+        if self.server is None or not self._executions_served:
+            return None
+        try:
+            return parse_executions(self._fetch_executions(self.server))
+        except urllib.error.HTTPError as error:
+            self._executions_served = error.code != 404
+            return None
+        except (OSError, ValueError):
+            return None
+
+    def current(self, stale_s: float = STALE_S) -> dict[str, Session]:
+        """The sessions to judge kernels by: none while the copy of the server's list is
+        stale (the last refresh failed, or none succeeded for ``stale_s``). Without a
+        server nothing is refreshed, and the sessions given stand."""
+        if self.server is None:
+            return self.sessions
+        if self._failing or self._refreshed_at is None \
+                or time.monotonic() - self._refreshed_at > stale_s:
+            return {}
+        return self.sessions
 
     def _loop(self) -> None:
         while not self._stop.wait(self.refresh_s):

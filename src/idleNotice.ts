@@ -747,6 +747,11 @@ export class IdleNotifier {
   private _followServer(armed: IArmedWarning[], ask: number): void {
     const held = new Map(armed.map(w => [w.kernel_id, w]));
     for (const [id, shown] of this._shown) {
+      if (shown.warning && shown.postedAsk === null) {
+        // Its first report: it has been drawn by now.
+        this._post(id, shown);
+        continue;
+      }
       const postedAsk = shown.postedAsk;
       if (
         shown.warning &&
@@ -868,11 +873,13 @@ export class IdleNotifier {
             }
           ])
     ];
-    // Until the server says, a whole grace from now.
+    // Until the server says, a whole grace from its first report.
     const cullAtMs = armed
       ? armed.cull_at * 1000
       : cull
-        ? this._now() + (this._policy.afterNoticeMinutes ?? 0) * 60_000
+        ? this._now() +
+          (this._policy.afterNoticeMinutes ?? 0) * 60_000 +
+          this._culls.interval
         : null;
     const shown: IShownNotice = {
       notification: this._options.notify(
@@ -888,7 +895,12 @@ export class IdleNotifier {
       actions
     };
     this._shown.set(id, shown);
-    this._post(id, shown);
+    if (!cull) {
+      this._post(id, shown);
+    }
+    // The cull's warning is first reported at the next read of the culls:
+    // JupyterLab draws a notification some time after it is emitted, and
+    // the grace counts from the report.
   }
 
   /**

@@ -8,12 +8,19 @@ and 3 whole A100s) with real kernels the simulated driver lists, and in Chromium
   the judgment cannot tell.
 - While no JupyterLab is open nobody is told, and the cull shuts nothing down.
 - The page warns of x and y (the user turned the notice off: the cull's warning comes
-  anyway), never of z; y then runs a cell (busy in the grace time).
-- x is shut down through Jupyter's kernel manager no sooner than the grace after its
-  notice, logged at WARNING with its evidence, and the page says what was done and why.
-- y, busy since its notice, is kept; z is kept even with a notice posted for it.
+  anyway), never of z, each deadline first and readable whole, the server's own; y then
+  runs a cell (busy in the grace time).
+- x goes missing from the readings (the driver lists it no more) until the page has read
+  one without it: its warning stays on screen (it used to go for good while the cull
+  stayed armed).
+- x is shut down through Jupyter's kernel manager only once its warning has been on screen
+  for the whole grace (the page samples its toasts from the start), logged at WARNING with
+  its evidence, and the page says what was done and why.
+- y, busy since its notice, is kept; z is kept even with a notice posted for it, and "Keep
+  this kernel" (its route) holds it off for the stated time.
 
-Settings: ``NVDASHBOARD_CULL_AFTER_MINUTES=0.25`` (15 s), ``NVDASHBOARD_CULL_IDLE_MINUTES=0``.
+Settings: ``NVDASHBOARD_CULL_AFTER_MINUTES=1`` (the acceptance's 1-minute grace),
+``NVDASHBOARD_CULL_IDLE_MINUTES=0``.
 It runs this checkout's build and, with ``PYTHONPATH`` naming this checkout, its server
 extension. Screenshots go to test-artifacts/.
 """
@@ -23,6 +30,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,14 +51,20 @@ from tests.support.idle_lab import (
     write_settings,
 )
 from tests.support.jupyter import lab_with_processes
-from tests.support.waiting import until_ended
+from tests.support.waiting import until, until_ended
 from tests.test_browser_lab import open_lab, show_sidebar
 from tests.test_lab_processes import call
 
 pytestmark = [pytest.mark.browser, pytest.mark.lab]
-GRACE_S = 15.0
-WARNING = re.compile(r"^(\w)\.ipynb holds 4\.0 GiB on .+ and has done no GPU work for "
-                     r"\d+ (s|min)\. If it stays idle, it is shut down in 15 s\.$")
+GRACE_S = 60.0
+WARNING = re.compile(r"^Shut down at (\d\d:\d\d:\d\d(?: [AP]M)?) if it stays idle: "
+                     r"(\w)\.ipynb holds 4\.0 GiB on GPU \d[^,]*, no GPU work for \d+ (s|min)\.$")
+# Samples, from the page's first script on, whether x's warning is on screen.
+SAMPLE_X_WARNING = """
+window.__xWarning = [];
+setInterval(() => window.__xWarning.push([Date.now(), [...document.querySelectorAll(
+  '.Toastify__toast')].some(t => t.textContent.includes('x.ipynb holds'))]), 200);
+"""
 CULLED = re.compile(r"^GPU idle cull shut down the kernel of x\.ipynb: 4\.0 GiB on GPU 1\b.*, "
                     r"no GPU work for \d+ (s|min), told \d+ s before\.$")
 
@@ -104,23 +118,63 @@ def test_the_gpu_idle_cull(lab, processes_file: Path) -> None:  # noqa: ANN001
     assert policy["on"] and policy["after_notice_minutes"] == pytest.approx(GRACE_S / 60)
 
     # Nobody has been told: idle past every threshold, nothing is shut down.
-    wait_checks(lab, 3)
+    wait_checks(lab, 2)
     assert running_kernels(lab) >= set(ids.values())
     assert cull_state(lab)["culls"] == []
 
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.add_init_script(SAMPLE_X_WARNING)
         watched = watch(page)
         open_lab(page, lab)
         show_sidebar(page)
         page.wait_for_function(f"() => document.querySelectorAll('{TOAST}').length >= 2",
                                timeout=60_000)
-        said = sorted(page.eval_on_selector_all(f"{TOAST} .jp-toast-message",
-                                                "els => els.map(e => e.textContent)"))
-        assert [WARNING.match(text).group(1) if WARNING.match(text) else text
-                for text in said] == ["x", "y"], said
+        # Each deadline is on screen whole, and is the one the server holds.
+        def warnings_said() -> list[tuple[str, str, str]]:
+            """(notebook, deadline said, the server's deadline) for each warning."""
+            armed = {w["kernel_id"]: w["cull_at"] for w in cull_state(lab)["warnings"]}
+            said = sorted(page.eval_on_selector_all(f"{TOAST} .jp-toast-message",
+                                                    "els => els.map(e => e.innerText)"))
+            out = []
+            for text in said:
+                match = WARNING.match(text)
+                assert match, said
+                server = page.evaluate(
+                    "at => at === null ? null : new Date(at * 1000).toLocaleTimeString([], "
+                    "{hour: '2-digit', minute: '2-digit', second: '2-digit'})",
+                    armed.get(ids[match.group(2)]))
+                out.append((match.group(2), match.group(1), server))
+            return out
+
+        def agreed() -> list[tuple[str, str, str]] | None:
+            said = warnings_said()
+            return said if len(said) == 2 and all(d == server for _, d, server in said) \
+                else None
+
+        said = until(agreed, "each warning says the server's deadline")
+        assert [name for name, _, _ in said] == ["x", "y"], said
         toasts_in_place(page)
         screenshot(page, "idle-cull-warnings")
+
+        # x goes missing from the readings until the page has read one without it.
+        place(processes_file, [
+            {"gpu": 3, "pid": kernels["y"][1], "used_memory_bytes": 4 * GIB, "sm_pct": 0},
+            {"gpu": 0, "mig": 0, "pid": kernels["z"][1], "used_memory_bytes": 4 * GIB},
+        ])
+        page.wait_for_selector(f'#nvdashboard-sidebar [data-kernel-id="{ids["x"]}"]',
+                               state="detached", timeout=60_000)
+        place(processes_file, [
+            {"gpu": 1, "pid": kernels["x"][1], "used_memory_bytes": 4 * GIB, "sm_pct": 0},
+            {"gpu": 3, "pid": kernels["y"][1], "used_memory_bytes": 4 * GIB, "sm_pct": 0},
+            {"gpu": 0, "mig": 0, "pid": kernels["z"][1], "used_memory_bytes": 4 * GIB},
+        ])
+        # Its warning stayed (or came back): the cull is still armed for it.
+        page.locator(TOAST, has_text="x.ipynb holds").wait_for(timeout=30_000)
+        assert ids["x"] in [w["kernel_id"] for w in cull_state(lab)["warnings"]]
+        page.wait_for_selector(f'#nvdashboard-sidebar [data-kernel-id="{ids["x"]}"]',
+                               timeout=60_000)
+        screenshot(page, "idle-cull-warning-kept")
         # y turns busy within the grace time, and stays so.
         run_cell(kernels["y"][1], ids["y"], "import time; time.sleep(600)", wait=False)
         # Busy now: its warning is over, and goes from the screen.
@@ -141,6 +195,11 @@ def test_the_gpu_idle_cull(lab, processes_file: Path) -> None:  # noqa: ANN001
         [cull] = cull_state(lab)["culls"]
         assert cull["kernel_id"] == ids["x"] and cull["path"] == "x.ipynb", cull
         assert cull["told_s_ago"] >= GRACE_S, cull
+        # On screen for the whole grace before it: not one sample without it.
+        samples = page.evaluate("window.__xWarning")
+        grace = [on for at_ms, on in samples
+                 if cull["at"] - GRACE_S <= at_ms / 1000 < cull["at"]]
+        assert grace and all(grace), (len(grace), grace.count(False))
         evidence = cull["evidence"]
         assert evidence["idle"]["state"] == "idle" and evidence["execution_state"] == "idle"
         assert evidence["idle"]["signal"] == "per-process SM samples", evidence
@@ -169,3 +228,16 @@ def test_the_gpu_idle_cull(lab, processes_file: Path) -> None:  # noqa: ANN001
         assert judged(wait_glance(lab, lambda d: judged(d, ids["y"], "busy"), "y busy"),
                       ids["y"], "busy")
         watched.assert_clean()
+
+    # "Keep this kernel" through Jupyter's route: z is held off for the stated time and no
+    # longer armed; bad requests are one answer each, and Jupyter logs no traceback.
+    z_kept = call(lab, "POST", "nvdashboard-idle/keeps", {"kernel_id": ids["z"]})
+    assert z_kept["kept_until"] == pytest.approx(  # type: ignore[index]
+        time.time() + cull_state(lab)["policy"]["keep_minutes"] * 60, abs=30)
+    assert ids["z"] not in [w["kernel_id"] for w in cull_state(lab)["warnings"]]
+    for body, status in (({"kernel_id": 7}, 400), ({"kernel_id": "no-such-kernel"}, 404)):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            call(lab, "POST", "nvdashboard-idle/keeps", body)
+        assert refused.value.code == status
+    log = jupyter_log(lab)
+    assert "Traceback" not in log and "cannot watch kernel" not in log, log[-3000:]

@@ -12,6 +12,7 @@ PID namespace.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -41,7 +42,14 @@ from jupyterlab_nvdashboard.diagnosis.idle import (
     judge,
     unused_for,
 )
-from jupyterlab_nvdashboard.jupyter_sessions import JupyterSessions, Session, parse_sessions
+from jupyterlab_nvdashboard.jupyter_sessions import (
+    JupyterServer,
+    JupyterSessions,
+    Session,
+    parse_executions,
+    parse_sessions,
+)
+from jupyterlab_nvdashboard.kernel_executions import ExecutionClock
 from jupyterlab_nvdashboard.metrics import (
     OWNER_FAMILY,
     PROCESS_FAMILY,
@@ -551,3 +559,79 @@ def test_passes_as_slow_as_the_sampler_is_set_to_still_make_an_episode() -> None
     assert slow is not None
     assert judge("k", slow, T0 + 1810, "idle", None, gap).idle_s == pytest.approx(1810)
     assert judge("k", slow, T0 + 1800 + 92, "idle", None, gap).state == CANNOT_TELL
+
+
+def test_a_stale_copy_of_jupyters_sessions_is_cannot_tell_never_idle(tmp_path: Path) -> None:
+    """The sessions API stops answering: the kernel's last known "idle" is old news, and the
+    judgment (which the cull reads) says it cannot tell."""
+    metrics, sources = scripted(tmp_path, 1)
+    answers: list[object] = [
+        [{"path": "a.ipynb", "type": "notebook", "kernel": {"id": "k1",
+                                                            "execution_state": "idle"}}],
+        OSError("Jupyter does not answer")]
+
+    def fetch(_: object) -> object:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    jupyter = JupyterSessions(JupyterServer("http://127.0.0.1:1/", "/", "t"), fetch=fetch)
+    sources.usage.jupyter = jupyter
+    owners = {1001: ProcessOwner(1001, "ok", "alice", "kernel", 0.0, "k1", 1001)}
+    readings = (ProcessReading(0, 1001, "compute", 2 * GIB, 0.0, 0.0),)
+    gpus = (GpuReading.unavailable(0, False)._replace(utilization_pct=0.0),)
+    now = time.time()
+    for t in range(-20, 1):
+        metrics.history.append(now + t, gpus, metrics.sampler.host.read(),
+                               extra={PROCESS_FAMILY: readings, OWNER_FAMILY: owners})
+    jupyter.refresh()
+    assert sources.usage.judgment("alice", "k1", now).state == IDLE  # type: ignore[union-attr]
+    jupyter.refresh()
+    assert set(jupyter.sessions) == {"k1"}  # kept for the pages' names
+    judgment = sources.usage.judgment("alice", "k1", now)
+    assert judgment is not None and judgment.state == CANNOT_TELL, judgment
+
+
+def test_no_cell_run_counts_from_the_last_execution_where_the_extension_serves_it() -> None:
+    body = [{"path": "a.ipynb", "kernel": {"id": "k1", "execution_state": "idle",
+                                           "last_activity": "2026-12-02T08:40:26Z"}},
+            {"path": "b.ipynb", "kernel": {"id": "k2", "execution_state": "idle",
+                                           "last_activity": "2026-12-02T08:40:26Z"}}]
+    activity = datetime(2026, 12, 2, 8, 40, 26, tzinfo=timezone.utc).timestamp()
+    served = parse_sessions(body, parse_executions({"kernels": {"k1": 1000.0, "k9": "x"}}))
+    assert served["k1"].last_cell_s == 1000.0
+    assert served["k2"].last_cell_s is None  # no cell since it was watched
+    # Without the server extension, Jupyter's last_activity stands in.
+    assert parse_sessions(body)["k1"].last_cell_s == activity
+    assert parse_executions({"kernels": []}) is None and parse_executions(None) is None
+
+
+def test_the_execution_clock_counts_only_what_answers_a_cell() -> None:
+    clock = ExecutionClock(kernel_manager=None, log=logging.getLogger("test"),
+                           clock=lambda: 50.0)
+    for parent in ("kernel_info_request", "comm_open", "comm_info_request", None):
+        clock.on_message("k1", parent)
+    assert clock.last_execution("k1") is None
+    clock.on_message("k1", "execute_request")
+    assert clock.last_execution("k1") == 50.0 and clock.executions() == {"k1": 50.0}
+
+
+def test_a_kernel_the_execution_clock_cannot_watch_is_one_log_line(
+        caplog: pytest.LogCaptureFixture) -> None:
+    class Kernels:
+        ids = ["k1"]
+
+        def list_kernel_ids(self) -> list[str]:
+            return self.ids
+
+        def get_kernel(self, kernel_id: str) -> object:
+            raise RuntimeError("its sockets are not open yet")
+
+    kernels = Kernels()
+    clock = ExecutionClock(kernels, logging.getLogger("test.executions"))
+    with caplog.at_level(logging.WARNING, "test.executions"):
+        for _ in range(3):
+            clock.sync()
+    assert [r.getMessage().count("\n") for r in caplog.records] == [0], caplog.text
+    assert "cannot watch kernel k1" in caplog.text and clock.last_execution("k1") is None

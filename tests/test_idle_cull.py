@@ -80,8 +80,8 @@ def test_the_cull_keeps_a_kernel_unless_every_condition_holds(
 
 
 @pytest.mark.parametrize(("last_activity", "why"), [
-    (None, "does not say when"),
-    (NOW - 60.0, "active since the user was told"),
+    (None, "when the kernel last ran a cell"),
+    (NOW - 60.0, "ran a cell since the user was told"),
 ])
 def test_the_cull_reads_jupyters_own_activity_not_the_served_copy(
         last_activity: float | None, why: str) -> None:

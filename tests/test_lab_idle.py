@@ -3,7 +3,8 @@ read it): a notebook's real kernel, listed by the simulated driver, holding 3 Gi
 no GPU work, is ``idle`` in ``/glance.json`` (read through jupyter-server-proxy); while it
 runs a cell (Jupyter's own execution state, as a ``pip install`` would) it is ``busy``, and
 afterwards idle again in a new episode counted from the end of the cell; a training loop in
-a child process of the kernel makes it ``busy`` while the kernel itself is idle in Jupyter.
+a child process of the kernel makes it ``busy`` while the kernel itself is idle in Jupyter;
+a message that runs no cell (which Jupyter's last_activity counts) keeps the episode.
 A malformed notice (100,000 nested lists among them) is a 400, logged without a traceback.
 """
 
@@ -15,6 +16,7 @@ import signal
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 import psutil
@@ -22,8 +24,14 @@ import pytest
 
 from jupyterlab_nvdashboard.http_edge import EVERY_RESPONSE
 from jupyterlab_nvdashboard.idle_cull import CULLS_PATH, NOTICES_PATH
-from tests.support.idle_lab import answered_in_jupyter, connection_file, kernel_state
-from tests.support.jupyter import JupyterLab, cell_reply, jupyter_lab
+from tests.support.idle_lab import (
+    answered_in_jupyter,
+    connection_file,
+    kernel_state,
+    run_cell,
+    start_notebook,
+)
+from tests.support.jupyter import JupyterLab, cell_reply, jupyter_lab, shell_client
 from tests.support.waiting import until
 from tests.test_lab_processes import NOTEBOOK, call, fork_child, kernel_pid
 
@@ -171,3 +179,39 @@ def test_a_malformed_notice_is_a_400_without_a_traceback(lab: JupyterLab) -> Non
     until(reasons, "Jupyter logs the three refusals with their reason")
     after = log.read_text(errors="replace")[before:]
     assert "Traceback" not in after and "RecursionError" not in after, after[-3000:]
+
+
+def test_a_message_that_runs_no_cell_does_not_restart_the_idle_clock(
+        lab: JupyterLab, processes_file: Path) -> None:
+    """Issue 44: the notice said 61 s four minutes after the last cell, once a page had
+    reconnected. Jupyter's last_activity moves for messages that run no cell (here the
+    ``comm_open`` a widget frontend sends on connecting, answered with a ``comm_close``):
+    "no cell run" counts from the last execution, which Jupyter's own IOPub shows."""
+    quiet_id, quiet_pid = start_notebook(lab, "quiet.ipynb")
+    other_id, other_pid = start_notebook(lab, "other.ipynb")
+    processes_file.write_text(json.dumps([
+        {"gpu": 1, "pid": quiet_pid, "sm_pct": 0, "used_memory_bytes": 3 * GIB,
+         "until_exit": True},
+        {"gpu": 0, "pid": other_pid, "sm_pct": 0, "used_memory_bytes": GIB,
+         "until_exit": True}]))
+    try:
+        run_cell(quiet_pid, quiet_id, "x = 1")
+        first = wait_for(lab, quiet_id, lambda i: i["state"] == "idle" and i["idle_s"] >= 3,
+                         "idle a while after its cell")
+        before = call(lab, "GET", f"api/kernels/{quiet_id}")["last_activity"]  # type: ignore[index]
+        with shell_client(connection_file(quiet_pid, quiet_id)) as client:
+            client.shell_channel.send(client.session.msg("comm_open", {
+                "comm_id": uuid.uuid4().hex, "target_name": "jupyter.widget.control",
+                "data": {}}))
+            until(lambda: call(lab, "GET", f"api/kernels/{quiet_id}")[  # type: ignore[index]
+                "last_activity"] != before, "Jupyter counts the message as activity")
+        # The dashboard has read Jupyter's sessions since: it sees the other kernel running
+        # a cell started after the message.
+        run_cell(other_pid, other_id, "import time; time.sleep(600)", wait=False)
+        wait_for(lab, other_id, lambda i: i["state"] == "busy", "the other kernel busy")
+        after = idle_of(lab, quiet_id)
+        assert after is not None and after["state"] == "idle", after
+        assert after["episode"] == first["episode"], (first, after)
+    finally:
+        for kernel_id in (quiet_id, other_id):
+            call(lab, "DELETE", f"api/kernels/{kernel_id}")

@@ -251,11 +251,12 @@ class GpuUsage:
         """A kernel's judgment takes Jupyter's execution state (none known: cannot tell);
         processes outside any kernel are judged by their GPU work alone."""
         user, kernel_id = key
-        sessions = self.jupyter.sessions if self.jupyter is not None else {}
+        # A stale copy of Jupyter's sessions says nothing: then "cannot tell", never idle.
+        sessions = self.jupyter.current() if self.jupyter is not None else {}
         session = sessions.get(kernel_id) if kernel_id else None
         state = session.execution_state if session else None if kernel_id else "idle"
         return judge(kernel_id or f"{user}:", track, now_s, state,
-                     session.last_activity_s if session else None, self.gap_s)
+                     session.last_cell_s if session else None, self.gap_s)
 
     def notebook_usage(self) -> dict[str, NotebookUsage]:
         """Each notebook's GPU usage since the server started (issue 28 item 6), over every

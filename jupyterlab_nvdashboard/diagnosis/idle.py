@@ -25,7 +25,7 @@ running (its execution state) or the newest pass showed work; ``cannot_tell`` wh
 does not say the kernel is idle, or no pass has told anything for ``EVIDENCE_GAP_S`` (3
 passes where they come more slowly);
 else ``idle``, counted from the later of the last GPU work (or the first pass after a
-stretch that could not be told) and the kernel's last activity in Jupyter.
+stretch that could not be told) and the kernel's last cell run.
 
 The server never applies the user's thresholds here (memory, minutes): it reports the state
 and how long; the JupyterLab notice and the admin's cull decide (docs/idle-holders.md).
@@ -236,10 +236,10 @@ class IdleJudgment:
 
 
 def judge(key: str, track: HolderTrack, now_s: float, execution_state: str | None,
-          last_activity_s: float | None, gap_s: float = EVIDENCE_GAP_S) -> IdleJudgment:
+          last_cell_s: float | None, gap_s: float = EVIDENCE_GAP_S) -> IdleJudgment:
     """The judgment of one holder now. ``execution_state``: Jupyter's for the kernel (None:
-    not a kernel Jupyter told about); ``last_activity_s``: Jupyter's ``last_activity`` of
-    the kernel (wall time), the last time it sent anything, which ends its last cell."""
+    not a kernel Jupyter told about); ``last_cell_s``: when the kernel last ran a cell (wall
+    time; ``Session.last_cell_s``): "no cell run" counts from it, not from any message."""
     figures: dict[str, Any] = {
         "held_bytes": track.held_bytes, "held_known": track.held_known,
         "last_pct": track.last.pct, "quiet_passes": track.quiet_passes,
@@ -267,8 +267,8 @@ def judge(key: str, track: HolderTrack, now_s: float, execution_state: str | Non
         return IdleJudgment(CANNOT_TELL, "none", idle_s=None, episode=f"{key}:unknown",
                             reason=f"whether it works cannot be told: {why}", **common)
     since = track.quiet_since_s
-    if last_activity_s is not None and last_activity_s > since:
-        since = min(last_activity_s, now_s)
+    if last_cell_s is not None and last_cell_s > since:
+        since = min(last_cell_s, now_s)
     return IdleJudgment(IDLE, last.signal, idle_s=max(0.0, now_s - since),
                         episode=f"{key}:{int(since)}", **common)
 

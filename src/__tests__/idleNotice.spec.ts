@@ -357,6 +357,18 @@ class Harness {
     await settled(this.model.refresh());
   }
 
+  /**
+   * `minutes` later: the server's idle time of work/a.ipynb (k1, 42 min at
+   * first) has grown as much, in the same episode.
+   */
+  later(minutes: number): void {
+    this.clock += minutes * MIN;
+    this.idleMinutes += minutes;
+    this.kernels = [
+      kernelJson('k1', 'work/a.ipynb', judgment('idle', this.idleMinutes * 60))
+    ];
+  }
+
   /** Click the action labelled `label` of the last notification. */
   click(label: string): void {
     const action = this.shown[this.shown.length - 1].actions.find(
@@ -377,6 +389,7 @@ class Harness {
   model: GlanceModel;
   notifier: IdleNotifier;
   clock = 1e12;
+  idleMinutes = 42;
   shown: Array<{ message: string; type: string; actions: INoticeAction[] }> =
     [];
   dismissed: string[] = [];
@@ -466,21 +479,14 @@ describe('IdleNotifier', () => {
     const h = new Harness([IDLE], { settings: { snoozeMinutes: 10 } });
     await h.poll();
     h.click('Not now');
-    // The server's idle time grows with the clock, in the same episode.
-    const later = (minutes: number): void => {
-      h.clock += minutes * MIN;
-      h.kernels = [
-        kernelJson('k1', 'work/a.ipynb', judgment('idle', (42 + minutes) * 60))
-      ];
-    };
-    later(9);
+    h.later(9);
     await h.poll();
     expect(h.shown).toHaveLength(1);
-    later(11);
+    h.later(11);
     await h.poll();
     await h.poll();
     expect(h.shown).toHaveLength(2);
-    expect(h.shown[1].message).toContain('for 53 min');
+    expect(h.shown[1].message).toContain('for 62 min');
     h.dispose();
   });
 
@@ -763,18 +769,11 @@ describe('the warning follows the server through the shared readings', () => {
     h.click('Keep this kernel');
     await settled(Promise.resolve());
     expect(h.kept).toEqual(['k1']);
-    // The server's idle time grows with the clock, in the same episode.
-    const later = (minutes: number): void => {
-      h.clock += minutes * MIN;
-      h.kernels = [
-        kernelJson('k1', 'work/a.ipynb', judgment('idle', (42 + minutes) * 60))
-      ];
-    };
-    later(29);
+    h.later(29);
     await h.poll();
     await h.notifier.readCulls();
     expect(h.shown).toHaveLength(1); // no second notice while kept
-    later(2);
+    h.later(2);
     await h.poll();
     expect(h.shown).toHaveLength(2); // the keep is over: warned anew
     h.dispose();
