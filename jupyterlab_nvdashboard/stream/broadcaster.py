@@ -122,6 +122,7 @@ class Family:
     # a window waits for the first and takes its frame (``whole_window``) or its read.
     building: threading.Lock = field(default_factory=threading.Lock)
     whole_window: tuple[int, bytes] | None = None  # (its seq, the whole-window frame)
+    joining: int = 0  # pages whose catch-up is being built off the loop
 
     @property
     def reads_past(self) -> bool:
@@ -155,9 +156,11 @@ class Family:
         else:  # nothing closed yet: everything from the window's start is still to come
             self.seq = window[0].seq - 1 if window else history.last_seq
 
-    def catch_up(self, history: History, since: int, seq: int | None = None) -> bytes:
+    def catch_up(self, history: History, since: int, seq: int | None = None,
+                 read_past: bool = True) -> bytes:
         """A frame that takes a page from ``since`` to ``seq`` (default: this family's
-        position). Where the window reaches past the history it reads ``past``."""
+        position). Where the window reaches past the history it reads ``past``, or, with
+        ``read_past`` False (on the event loop), takes what was last read of it."""
         seq = self.seq if seq is None else seq
         window = [s for s in history.window(self.window_s) if s.seq <= seq]
         reset = (self.feed.mode == "replace" or since < 0 or since > seq
@@ -165,7 +168,7 @@ class Family:
         if self.feed.mode == "replace":
             samples = window[-1:]
         else:  # everything up to seq is published already, closed buckets included
-            samples = self._with_past(window, history, read=True) if reset else [
+            samples = self._with_past(window, history, read_past) if reset else [
                 s for s in window if s.seq > since]
         rows = self._rows(samples)  # no samples yet: empty columns, still named
         return encode(rows, -1 if reset else since, seq, reset)
@@ -350,6 +353,7 @@ class Broadcaster:
             if not family.subscribers:
                 family.start(self.history)
             seq = family.seq
+            family.joining += 1
             try:
                 frame = await IOLoop.current().run_in_executor(
                     self.executor, family.catch_up_off_loop, self.history, since, seq)
@@ -357,12 +361,14 @@ class Broadcaster:
                     continue  # the layout changed meanwhile: catch up on the new one
                 frames = [frame]
                 if family.seq > seq:  # published meanwhile, to the pages already there
-                    frames.append(family.catch_up(self.history, seq))
+                    frames.append(family.catch_up(self.history, seq, read_past=False))
             except ValueError:
                 raise
             except Exception as error:  # noqa: BLE001 - a broken feed fails its page only
                 self._failed(family, name, error)
                 raise ValueError(f"{route}: its live data failed") from None
+            finally:
+                family.joining -= 1
             self._add(family, subscriber)
             return frames
 
@@ -374,6 +380,8 @@ class Broadcaster:
     def unsubscribe(self, subscriber: Subscriber) -> None:
         for family in self.families.values():
             family.subscribers.discard(subscriber)
+            if not family.subscribers and not family.joining:
+                family.whole_window = None  # nobody left to share it with
         self.on_viewers_changed(self.subscribers)
 
     def publish(self) -> None:
