@@ -39,7 +39,7 @@ class LongReads:
 
     @property
     def admitted(self) -> int:
-        """Answers holding a slot or queued for one (``/info.json``)."""
+        """Answers holding a slot or queued for one."""
         return self._admitted
 
     @asynccontextmanager
@@ -55,6 +55,3 @@ class LongReads:
                 yield
         finally:
             self._admitted -= 1
-
-    def shutdown(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)

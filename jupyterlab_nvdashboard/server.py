@@ -373,11 +373,11 @@ class HistoryCsvHandler(GuardedHandler):
         self.write(history_csv_header(indices))
         run = partial(IOLoop.current().run_in_executor, self.long_reads.executor)
         resolution = 0.0  # of the rows from the store; 0: none (sent before the first row)
-        span = past_span(recent, seconds, 0.0) if self.store is not None else None
-        if self.store is not None and span is not None:
+        store, span = self.store, past_span(recent, seconds, 0.0)
+        if store is not None and span is not None:
             start, first = span
             # The store's finest tier that still holds the window's start: 5 s, or 1 min.
-            pieces = self.store.past_in_pieces(start, first, 0.0, rows="mean")
+            pieces = store.past_in_pieces(start, first, 0.0, rows="mean")
             while not self.gone and (piece := await run(next, pieces, None)) is not None:
                 older = [sample for sample in piece.samples if sample.time_s < first]
                 if not older:
