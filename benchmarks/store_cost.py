@@ -39,17 +39,14 @@ import time
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jupyterlab_nvdashboard.metrics import GpuReading, History, HostReading  # noqa: E402
 from jupyterlab_nvdashboard.store import HistoryStore  # noqa: E402
 from tests.support.servers import free_port  # noqa: E402
-from tests.support.simulated_devices import simulated_device_uuids  # noqa: E402
-from tests.support.store_clock import ScriptedClock  # noqa: E402
+from tests.support.store_fill import fill_store  # noqa: E402
 from tests.support.stream_client import open_stream  # noqa: E402
 
 GPUS = 8
@@ -120,41 +117,6 @@ def cpu_round(store: Path | None, seconds: float) -> tuple[float, float | None]:
     return server, writer
 
 
-def fill(path: Path, seed: int, days: float = 30, end_s: float | None = None) -> float:
-    """A store of ``days`` of 8 varying GPUs ending at ``end_s``; returns seconds taken."""
-    rng = np.random.default_rng(seed)
-    end = time.time() if end_s is None else end_s
-    clock = ScriptedClock(end - days * DAY_S)
-    uuids = simulated_device_uuids(GPUS, "h200")  # the GPUs of the server that reads it
-    store = HistoryStore(path, clock=clock, device_uuids=lambda: uuids)
-    store.open()
-    history = History(10)
-    store.attach(history)
-    level = rng.uniform(0, 100, GPUS)
-    started = time.perf_counter()
-    step = 0
-    while clock.wall < end:
-        step += 1
-        level = np.clip(level + rng.normal(0, 3, GPUS), 0, 100)
-        noise = rng.normal(0, 1, (GPUS, 6))
-        gpus = tuple(GpuReading(
-            i, False, float(level[i]), float(level[i] * 0.4 + noise[i, 0]),
-            float(4e10 + level[i] * 1e9 + noise[i, 1] * 1e6), 1.4e11, 5e8,
-            float(abs(noise[i, 2]) * 1e9), float(abs(noise[i, 3]) * 1e9), False,
-            float(level[i] * 1e8), float(level[i] * 1e8), float(40 + level[i] * 0.3),
-            float(100 + level[i] * 6 + noise[i, 4])) for i in range(GPUS))
-        host = HostReading(float(rng.uniform(0, 100)), float(rng.uniform(1e10, 2e10)), 1e11,
-                           float(rng.uniform(0, 1e8)), float(rng.uniform(0, 1e8)),
-                           float(rng.uniform(0, 1e7)), float(rng.uniform(0, 1e7)))
-        history.append(clock.wall, gpus, host, monotonic_s=clock.mono)
-        every = 5.0 if clock.wall >= end - DAY_S else 60.0
-        clock.advance(every)
-        if step % 720 == 0:  # many samples per batch: the file is the same
-            store.step()
-    store.stop()
-    return time.perf_counter() - started
-
-
 def size_of(path: Path) -> int:
     return sum(Path(f"{path}{suffix}").stat().st_size for suffix in ("", "-wal")
                if Path(f"{path}{suffix}").exists())
@@ -201,7 +163,7 @@ def main() -> None:
         sizes, fill_s = [], []
         for seed in range(args.fills if "size" in parts else 0):
             path = folder / f"fill{seed}" / "history.sqlite"
-            fill_s.append(fill(path, seed))
+            fill_s.append(fill_store(path, seed))
             sizes.append(size_of(path) / 2**20)
             print(f"  fill {seed}: {sizes[-1]:.1f} MiB in {fill_s[-1]:.0f} s", flush=True)
         if sizes:
@@ -218,7 +180,7 @@ def main() -> None:
 def measure_draws(folder: Path, draws: int, filled: bool) -> None:
     store = folder / "fill0" / "history.sqlite"
     if not filled:
-        print(f"  filled 8 days in {fill(store, 0, days=8):.0f} s", flush=True)
+        print(f"  filled 8 days in {fill_store(store, 0, days=8):.0f} s", flush=True)
     week = draw_times(store, 7 * DAY_S, draws)
     memory = draw_times(None, 1800, draws)
     print(f"first frame of the 7-day window, store on: {summary(week, 's')}")

@@ -56,6 +56,7 @@ from bokeh.server.server import Server
 from bokeh.settings import settings as bokeh_settings
 from bokeh.util import logconfig as bokeh_logconfig
 from tornado.ioloop import IOLoop, PeriodicCallback
+from tornado.iostream import StreamClosedError
 from tornado.web import HTTPError
 
 from . import __version__, bokeh_patches, http_edge, preflight
@@ -84,13 +85,18 @@ from .export.collector import (
 from .export.local import LocalScrape
 from .export.usage import usage_series
 from .jupyter_sessions import JupyterSessions, find_parent_server
-from .metrics import GpuReading, HostReading, Metrics, Sample, window_with_past
+from .long_reads import RETRY_AFTER_S, Busy, LongReads
+from .metrics import GpuReading, HostReading, Metrics, Sample, past_span
 from .runs.service import WorkloadService
 from .store import HistoryStore
 from .store.buckets import is_gap
 from .stream.broadcaster import Broadcaster, StreamSocket
 
 log = logging.getLogger("nvdashboard")
+
+# Samples of the in-memory history per piece of /history.csv (30 minutes of 8 GPUs at
+# 200 ms is 9,000 samples and 13 MB of CSV).
+PIECE_SAMPLES = 720
 
 # What stops the standalone server cleanly: Ctrl-C, and what service managers send.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -256,21 +262,27 @@ class GlanceHandler(_JsonHandler):
         return glance(self.sources)
 
 
-def history_csv(samples: list[Sample], gpu_indices: list[int], interval_s: float = 0.0,
-                store_resolution_s: float = 0.0) -> str:
-    """One row per sample; every column's unit is the end of its name; empty = not available.
+HISTORY_CSV_FIELDS = [name for name in GpuReading._fields if name != "index"]
+
+
+def history_csv_header(gpu_indices: list[int]) -> str:
+    """``/history.csv``'s first line: every column's unit is the end of its name."""
+    header = ["time_unix_s", "gpu_age_s"]
+    header += [f"gpu{index}_{name}" for index in gpu_indices for name in HISTORY_CSV_FIELDS]
+    header += [f"host_{name}" for name in HostReading._fields]
+    header += ["resolution_s"]
+    return ",".join(header) + "\n"
+
+
+def history_csv_rows(samples: Sequence[Sample], gpu_indices: list[int],
+                     interval_s: float = 0.0, store_resolution_s: float = 0.0) -> str:
+    """One row per sample; empty = not available.
 
     ``resolution_s``, the last column, is the span a row stands for: the sampling interval
     for a sample of the in-memory history, the bucket width for a row from the store (the
     means of its bucket, at the bucket's middle)."""
-    gpu_fields = [name for name in GpuReading._fields if name != "index"]
-    header = ["time_unix_s", "gpu_age_s"]
-    header += [f"gpu{index}_{name}" for index in gpu_indices for name in gpu_fields]
-    header += [f"host_{name}" for name in HostReading._fields]
-    header += ["resolution_s"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header)
 
     def cell(value: object) -> object:
         if value is None or (isinstance(value, float) and not math.isfinite(value)):
@@ -285,7 +297,8 @@ def history_csv(samples: list[Sample], gpu_indices: list[int], interval_s: float
         row: list[object] = [f"{sample.time_s:.3f}", cell(sample.gpu_age_s)]
         for index in gpu_indices:
             reading = readings.get(index)
-            row += [cell(getattr(reading, name)) if reading else "" for name in gpu_fields]
+            row += [cell(getattr(reading, name)) if reading else ""
+                    for name in HISTORY_CSV_FIELDS]
         row += [cell(value) for value in sample.host]
         row.append(f"{store_resolution_s if stored else interval_s:g}")
         writer.writerow(row)
@@ -315,11 +328,23 @@ class DiagnosisHandler(_JsonHandler):
 class HistoryCsvHandler(GuardedHandler):
     """``/history.csv?seconds=N``: the last N seconds of samples (default: all the in-memory
     history); before the history's oldest sample, the store's finest buckets that reach that
-    far back (the header ``X-Store-Resolution-S`` and each row's ``resolution_s`` say)."""
+    far back (the header ``X-Store-Resolution-S`` and each row's ``resolution_s`` say).
 
-    def initialize(self, access: Access, sources: DashboardSources, **_: object) -> None:
+    A month of 8 GPUs is 63 MB of CSV: it is read, formatted and sent a piece at a time
+    (``PIECE_SAMPLES`` samples, or the store's ``PIECE_ROWS`` buckets), each piece built on
+    the long-read threads and sent before the next is read, so an answer holds one piece
+    whatever its length, and a slow client slows only its own answer. At most
+    ``long_reads.RUNNING`` answers stream at once; past those a few wait, then 429."""
+
+    def initialize(self, access: Access, sources: DashboardSources, long_reads: LongReads,
+                   **_: object) -> None:
         super().initialize(access)
         self.metrics, self.store = sources.metrics, sources.store
+        self.long_reads = long_reads
+        self.gone = False  # the client closed: read nothing more for it
+
+    def on_connection_close(self) -> None:
+        self.gone = True
 
     async def get(self) -> None:
         text = self.get_argument("seconds", str(self.metrics.history_s))
@@ -329,23 +354,48 @@ class HistoryCsvHandler(GuardedHandler):
             seconds = math.nan
         if not 0 < seconds <= 366 * 24 * 3600:  # also refuses NaN
             raise HTTPError(400, reason="seconds must be a positive number")
+        try:
+            async with self.long_reads.slot():
+                await self._stream(seconds)
+        except Busy as busy:
+            self.set_status(429, reason="too many long reads at once")
+            self.set_header("Retry-After", str(RETRY_AFTER_S))
+            self.finish(f"{busy}\n")
+        except StreamClosedError:
+            pass  # the client went away: nothing more to send
+
+    async def _stream(self, seconds: float) -> None:
         indices = [facts.index for facts in self.metrics.facts]
-
-        def build() -> tuple[str, float]:
-            # The store's finest tier that still holds the window's start: 5 s, or 1 min.
-            samples, resolution = window_with_past(self.metrics.history, seconds, self.store,
-                                                   0.0, rows="mean")
-            return history_csv(samples, indices, self.metrics.interval_s, resolution), \
-                resolution
-
-        # Up to 30 minutes of every GPU (and a month of the store's minutes): built off the
-        # event loop, which keeps serving pages.
-        body, resolution = await IOLoop.current().run_in_executor(None, build)
-        self.set_header("X-Store-Resolution-S", f"{resolution:g}")
+        recent = self.metrics.history.window(seconds)
         self.set_header("Content-Type", "text/csv; charset=utf-8")
         self.set_header("Content-Disposition", 'attachment; filename="nvdashboard-history.csv"')
         self.set_header("Cache-Control", "no-store")
-        self.write(body)
+        self.write(history_csv_header(indices))
+        run = partial(IOLoop.current().run_in_executor, self.long_reads.executor)
+        resolution = 0.0  # of the rows from the store; 0: none (sent before the first row)
+        store, span = self.store, past_span(recent, seconds, 0.0)
+        if store is not None and span is not None:
+            start, first = span
+            # The store's finest tier that still holds the window's start: 5 s, or 1 min.
+            pieces = store.past_in_pieces(start, first, 0.0, rows="mean")
+            while not self.gone and (piece := await run(next, pieces, None)) is not None:
+                older = [sample for sample in piece.samples if sample.time_s < first]
+                if not older:
+                    continue
+                if not resolution:
+                    resolution = piece.resolution_s
+                    self.set_header("X-Store-Resolution-S", f"{resolution:g}")
+                self.write(await run(history_csv_rows, older, indices,
+                                     self.metrics.interval_s, resolution))
+                await self.flush()  # waits for the client: one piece in memory at a time
+        if not resolution:
+            self.set_header("X-Store-Resolution-S", "0")
+        for at in range(0, len(recent), PIECE_SAMPLES):
+            if self.gone:
+                return
+            self.write(await run(history_csv_rows, recent[at:at + PIECE_SAMPLES], indices,
+                                 self.metrics.interval_s, resolution))
+            await self.flush()
 
 
 class ClusterJsonHandler(_JsonHandler):
@@ -516,8 +566,10 @@ def make_server(config: Config, sources: DashboardSources,
     live_sessions = LiveSessions()
     metrics = sources.metrics
     feeds = RouteFeeds(metrics, sources)
+    long_reads = LongReads()
     broadcaster = Broadcaster(metrics.history, metrics.interval_s, feeds,
-                              sources.timeline_windows_s, past=sources.store)
+                              sources.timeline_windows_s, past=sources.store,
+                              executor=long_reads.executor)
     streams = [(rf"{key}/stream", StreamSocket,
                 {"route": key, "broadcaster": broadcaster, "allows": access.allows})
                for route in ROUTES for key in route.stream_keys]
@@ -533,7 +585,7 @@ def make_server(config: Config, sources: DashboardSources,
                         live_sessions, config.idle_exit_s,
                         parent_pid=os.getppid() if config.jupyter_proxy else None)
     extra = {"access": access, "sources": sources, "live_sessions": live_sessions,
-             "broadcaster": broadcaster,
+             "broadcaster": broadcaster, "long_reads": long_reads,
              "metrics_collector": make_metrics_collector(config, sources, watch, broadcaster),
              "metrics_allow": config.metrics_allow}
     server = Server(
@@ -576,6 +628,7 @@ def make_server(config: Config, sources: DashboardSources,
     if cluster_broadcaster is not None:
         cluster_broadcaster.attach(server.io_loop)
     server.broadcaster = broadcaster  # type: ignore[attr-defined]  # for tests and benchmarks
+    server.long_reads = long_reads  # type: ignore[attr-defined]  # for tests
     server.io_loop.add_callback(watch.start)
     return server
 

@@ -142,3 +142,23 @@ def test_free_rule_cost_gives_wall_and_cpu_figures() -> None:
     assert "2 GPUs, 600 samples" in done.stdout, done.stdout
     for name in ("wall: median", "CPU: median"):
         assert name in done.stdout and " ms, range " in done.stdout, done.stdout
+
+
+def test_store_io_measures_the_loop_and_the_memory_while_the_store_is_read(
+        tmp_path: Path) -> None:
+    out = tmp_path / "store_io.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "store_io.py"), "--rounds", "1",
+         "--pages", "2", "--csvs", "2", "--days", "0.5", "--csv-days", "0.5",
+         "--quiet-s", "0.5", "--json", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert list(report) == ["this tree"]
+    stall, csv = report["this tree"]["stall"], report["this tree"]["csv"]
+    assert len(stall) == len(csv) == 1
+    assert stall[0]["rows"] > 0 and stall[0]["wall_s"] > 0  # every page drew a first frame
+    assert csv[0]["answered_200"] == 2 and csv[0]["mib_each"] > 0
+    assert "2 pages open the 7-day window: the loop's longest stall median" in done.stdout
+    assert "2 CSVs of 0.5 days at once: RSS above idle median" in done.stdout

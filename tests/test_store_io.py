@@ -5,24 +5,38 @@ on how many such reads run at once."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
+import http.client
+import json
+import sqlite3
 import tempfile
+import threading
+import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import numpy as np
 import psutil
 import pytest
 
 from jupyterlab_nvdashboard.config import load_config
 from jupyterlab_nvdashboard.metrics import GpuReading, History, HostReading
-from jupyterlab_nvdashboard.store import HistoryStore
+from jupyterlab_nvdashboard.store import COARSE_TIER, HistoryStore
+from tests.support.servers import TEST_TOKEN, get, in_process_server
 from tests.support.store_clock import ScriptedClock
+from tests.support.store_fill import DAY_S, fill_store
+from tests.support.stream_client import open_stream
+from tests.support.waiting import until
 
 START_S = 1_699_999_980.0
 GPUS = 8
 INTERVAL_S = 0.2  # the busy sampling interval: what fills memory fastest
 HOUR_TICKS = int(3600 / INTERVAL_S)
+WEEK_S = 7 * DAY_S
 
 
 @pytest.fixture
@@ -87,3 +101,150 @@ def test_a_proxy_server_with_a_store_configured_never_exits_idle_even_if_it_is_o
     proxy = ["--jupyter-proxy", "--unix-socket", str(folder / "s.sock"), "--store", str(path)]
     # The setting decides, not the outcome: an off store still asks for no hole.
     assert load_config(proxy, {}).idle_exit_s == 0
+
+
+def info(url: str) -> dict:
+    status, body = get(url + "/info.json")
+    assert status == 200, body[:300]
+    return json.loads(body)
+
+
+def writing(url: str) -> bool:
+    return (info(url)["store"] or {}).get("role") == "writer"
+
+
+def test_pages_catching_up_on_a_stored_week_read_the_store_off_the_event_loop(
+        folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = folder / "history.sqlite"
+    fill_store(path, days=8, gpus=2, fine_days=0)  # 8 days of minutes, ending now
+    read_on: list[int] = []
+    read = HistoryStore.past_samples
+
+    def noting_the_thread(store: HistoryStore, *args: object, **kwargs: object) -> object:
+        read_on.append(threading.get_ident())
+        return read(store, *args, **kwargs)
+
+    monkeypatch.setattr(HistoryStore, "past_samples", noting_the_thread)
+    with in_process_server(gpus=2, profile="h200", store_path=path) as server:
+        server.wait_until_gpus_read()
+        until(lambda: writing(server.url), "the store opened")
+        started = time.time()
+        loop_thread = server.on_loop(threading.get_ident)
+
+        async def open_pages() -> list[np.ndarray]:
+            pages = await asyncio.gather(*(open_stream(server.url, "/GPU-Resources",
+                                                       window_s=WEEK_S) for _ in range(3)))
+            for page in pages:
+                page.close()
+            return [page.column("time") / 1000 for page in pages]
+
+        drawn = asyncio.run(open_pages())
+    assert read_on and loop_thread not in read_on  # before: read inside the socket's open
+    for times in drawn:  # and each page still draws the stored week before the history
+        assert times.min() < started - 6 * DAY_S
+
+
+def count_minutes(path: Path, start_s: float, end_s: float) -> int:
+    """1-minute buckets from the one whose middle (a CSV row's time) is ``start_s`` to the
+    last that ends by ``end_s``."""
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        return connection.execute(
+            "SELECT count(*) FROM buckets WHERE tier=? AND start_s + 30 >= ? AND "
+            "start_s + 60 <= ?", (COARSE_TIER, start_s, end_s)).fetchone()[0]
+
+
+def read_csv_traced(url: str, seconds: float) -> tuple[int, list[bytes], int, str]:
+    """``/history.csv?seconds=`` read a piece at a time and let go (only the server's memory
+    is measured): its size, each line's first and last cells, the peak of the memory
+    traced meanwhile, and its ``X-Store-Resolution-S``."""
+    address = urlsplit(url)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=120)
+    tracemalloc.start()
+    try:
+        connection.request("GET", f"/history.csv?seconds={seconds:g}",
+                           headers={"Authorization": f"token {TEST_TOKEN}"})
+        response = connection.getresponse()
+        assert response.status == 200
+        size, lines, rows = 0, b"", []
+        while chunk := response.read(1 << 16):
+            size += len(chunk)
+            *complete, lines = (lines + chunk).split(b"\n")
+            rows += [line.split(b",", 1)[0] + b"," + line.rsplit(b",", 1)[1]
+                     for line in complete]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        connection.close()
+    return size, rows, peak, response.getheader("X-Store-Resolution-S")
+
+
+def test_a_long_csv_is_streamed_in_pieces_so_the_servers_memory_stays_flat(
+        folder: Path) -> None:
+    path = folder / "history.sqlite"
+    days = 10
+    # Ending an hour ago: no minute holds both the filled samples and the server's own.
+    fill_store(path, days=days, gpus=2, fine_days=0, end_s=time.time() - 3600)
+    with in_process_server(gpus=2, profile="h200", store_path=path) as server:
+        server.wait_until_gpus_read()
+        until(lambda: writing(server.url), "the store opened")
+        short_size, _, short_peak, _ = read_csv_traced(server.url, 2 * DAY_S)
+        size, rows, peak, resolution = read_csv_traced(server.url, days * DAY_S)
+    print(f"{days} days: {size / 2**20:.1f} MiB of CSV, traced peak {peak / 2**20:.1f} MiB; "
+          f"2 days: {short_size / 2**20:.1f} MiB, peak {short_peak / 2**20:.1f} MiB")
+    assert resolution == "60"
+    # Five times the answer, not five times the memory. Before: the whole answer, and every
+    # sample it was made from, were held at once (traced peaks 51.0 and 10.1 MiB).
+    assert size > 4 * short_size and peak < 2 * short_peak
+    times = [float(row.split(b",")[0]) for row in rows[1:]]
+    stored = [time_s for time_s, row in zip(times, rows[1:], strict=True)
+              if row.endswith(b",60")]
+    assert times == sorted(set(times))  # in order, nothing twice at a piece's edge
+    # Every stored minute from the first row to the history's start, none lost between
+    # pieces (the minute the server started in may be written by now: left out).
+    first = times[len(stored)]
+    minutes = [time_s for time_s in stored if time_s + 30 <= first]
+    assert len(minutes) == count_minutes(path, stored[0], first)
+
+
+def test_long_reads_past_the_bound_queue_and_then_are_told_to_come_back(
+        folder: Path) -> None:
+    with in_process_server(gpus=1, profile="h200", store_path=folder / "h.sqlite") as server:
+        long_reads = server.server.long_reads
+        holders: list[asyncio.Task] = []
+
+        def hold(count: int) -> asyncio.Event:
+            """``count`` long reads that hold their slot (or their place) until set."""
+            release = asyncio.Event()
+
+            async def held() -> None:
+                async with long_reads.slot():
+                    await release.wait()
+
+            holders.extend(asyncio.ensure_future(held()) for _ in range(count))
+            return release
+
+        releases = [server.on_loop(lambda: hold(long_reads.running))]
+        until(lambda: long_reads.admitted == long_reads.running, "the slots taken")
+        queued: dict[str, tuple[int, bytes]] = {}
+        waiting = threading.Thread(
+            target=lambda: queued.update(answer=get(server.url + "/history.csv?seconds=5")))
+        waiting.start()
+        until(lambda: long_reads.admitted == long_reads.running + 1, "the request queued")
+        assert "answer" not in queued  # it waits its turn
+        releases.append(server.on_loop(lambda: hold(long_reads.waiting - 1)))
+        until(lambda: long_reads.admitted == long_reads.running + long_reads.waiting,
+              "the queue full")
+        address = urlsplit(server.url)
+        connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+        connection.request("GET", "/history.csv?seconds=5",
+                           headers={"Authorization": f"token {TEST_TOKEN}"})
+        busy = connection.getresponse()
+        assert busy.status == 429 and int(busy.getheader("Retry-After")) > 0
+        assert b"try again" in busy.read()
+        connection.close()
+        for release in releases:
+            server.on_loop(release.set)
+        waiting.join(60)
+        status, body = queued["answer"]
+        assert status == 200 and body.startswith(b"time_unix_s,")
+        until(lambda: long_reads.admitted == 0, "every slot given back")

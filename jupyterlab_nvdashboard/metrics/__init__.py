@@ -21,13 +21,21 @@ from .health import HealthReader
 from .host import HostReader, HostReading
 from .nvml import GpuFacts, GpuReading, NvmlReader, NvmlState
 from .processes import ProcessReader
-from .sampler import History, PastSource, Sample, Sampler, prepend_past, window_with_past
+from .sampler import (
+    History,
+    PastSource,
+    Sample,
+    Sampler,
+    past_span,
+    prepend_past,
+    window_with_past,
+)
 from .session import parent_facts
 
 __all__ = [
     "GpuFacts", "GpuReading", "HOLDER_FAMILY", "History", "HostReading", "Metrics", "NodeHolder",
     "NvmlState", "OWNER_FAMILY", "PROCESS_FAMILY", "PastSource", "ProcessOwner", "ProcessReading",
-    "Sample", "build_metrics", "parent_facts", "prepend_past", "window_with_past",
+    "Sample", "build_metrics", "parent_facts", "past_span", "prepend_past", "window_with_past",
 ]
 
 

@@ -177,14 +177,27 @@ def prepend_past(recent: list[Sample], seconds: float, past: PastSource | None,
     read up to ``before_s`` (default: the oldest of ``recent``), where the history starts."""
     if past is None:
         return recent, 0.0
+    span = past_span(recent, seconds, resolution_s, now_s, before_s)
+    if span is None:
+        return recent, 0.0
+    start, first = span
+    older, resolution = past.past_samples(start, first, resolution_s, rows)
+    older = [sample for sample in older if sample.time_s < first]
+    return (older + recent, resolution) if older else (recent, 0.0)
+
+
+def past_span(recent: list[Sample], seconds: float, resolution_s: float,
+              now_s: float | None = None, before_s: float | None = None
+              ) -> tuple[float, float] | None:
+    """The part of a window of ``seconds`` before ``recent`` (its newest samples, oldest
+    first), from its start to where the history starts, in epoch seconds; None when the
+    history holds the whole window. ``now_s`` and ``before_s`` as in ``prepend_past``."""
     now = now_s if now_s is not None else recent[-1].time_s if recent else time.time()
     start = now - seconds
     first = before_s if before_s is not None else recent[0].time_s if recent else now
     if first - start <= max(resolution_s, 1.0):
-        return recent, 0.0  # memory holds the whole window
-    older, resolution = past.past_samples(start, first, resolution_s, rows)
-    older = [sample for sample in older if sample.time_s < first]
-    return (older + recent, resolution) if older else (recent, 0.0)
+        return None  # memory holds the whole window
+    return start, first
 
 
 def _stale(readings: tuple[GpuReading, ...]) -> tuple[GpuReading, ...]:

@@ -15,7 +15,11 @@ feed's ``refresh_s`` (tables that people read, not watch, say 1 s).
 A window longer than the in-memory history (6 h, 24 h, 7 d) is drawn, before the history's
 oldest sample, from the store (``past``, composed by the server): its catch-up reads the
 stored buckets at the family's own bucket width, with a gap wherever the server was not
-running; what comes after is live, as for every window.
+running; what comes after is live, as for every window. A catch-up that may read the store
+is built off the event loop, on the server's long-read threads (``executor``): a week of
+8 GPUs took the loop 0.4 s, every page and endpoint waiting. Pages that open one window
+together share one build, and a second frame takes each from there to where its family
+has moved meanwhile.
 
 A page subscribes through ``<route>/stream?since=SEQ&window=SECONDS``. Its first frame is a
 catch-up, encoded for it alone, that takes it from ``since`` to where its family is, so a
@@ -35,8 +39,10 @@ import asyncio
 import logging
 import math
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -117,6 +123,16 @@ class Family:
     # Which of those samples only bound their bucket (a stored bucket's minima and maxima:
     # its mean is a sample of its own), by id: they count in no mean.
     bounds_only: frozenset[int] = frozenset()
+    # Catch-ups built off the event loop, one at a time: the second of ten pages opening
+    # a window waits for the first and takes its frame (``whole_window``) or its read.
+    building: threading.Lock = field(default_factory=threading.Lock)
+    whole_window: tuple[int, bytes] | None = None  # (its seq, the whole-window frame)
+    joining: int = 0  # pages whose catch-up is being built off the loop
+
+    @property
+    def reads_past(self) -> bool:
+        """Whether a page's catch-up may read the store: built off the event loop."""
+        return self.past is not None and self.feed.mode == "append"
 
     def _publishable(self, samples: list[Sample]) -> list[Sample]:
         """The samples whose rows can go out now (oldest first)."""
@@ -150,19 +166,35 @@ class Family:
         else:  # nothing closed yet: everything from the window's start is still to come
             self.seq = window[0].seq - 1 if window else history.last_seq
 
-    def catch_up(self, history: History, since: int) -> bytes:
-        """A frame that takes a page from ``since`` to this family's position."""
-        window = [s for s in history.window(self.window_s) if s.seq <= self.seq]
-        reset = (self.feed.mode == "replace" or since < 0 or since > self.seq
+    def catch_up(self, history: History, since: int, seq: int | None = None,
+                 read_past: bool = True) -> bytes:
+        """A frame that takes a page from ``since`` to ``seq`` (default: this family's
+        position). Where the window reaches past the history it reads ``past``, or, with
+        ``read_past`` False (on the event loop), takes what was last read of it."""
+        seq = self.seq if seq is None else seq
+        window = [s for s in history.window(self.window_s) if s.seq <= seq]
+        reset = (self.feed.mode == "replace" or since < 0 or since > seq
                  or not window or since < window[0].seq - 1)
         if self.feed.mode == "replace":
             samples = window[-1:]
-        else:  # everything up to self.seq is published already, closed buckets included
-            samples = self._with_past(window, history) if reset else [
+        else:  # everything up to seq is published already, closed buckets included
+            samples = self._with_past(window, history, read_past) if reset else [
                 s for s in window if s.seq > since]
         rows = self._rows(samples)  # no samples yet: empty columns, still named
-        return encode(rows, -1 if reset else since, self.seq, reset,
+        return encode(rows, -1 if reset else since, seq, reset,
                       **self._open_bucket(history))
+
+    def catch_up_off_loop(self, history: History, since: int, seq: int) -> bytes:
+        """``catch_up`` for a thread other than the event loop's: builds wait for each
+        other, and pages that open the window at the same ``seq`` get one frame."""
+        with self.building:
+            whole = since < 0
+            if whole and self.whole_window is not None and self.whole_window[0] == seq:
+                return self.whole_window[1]
+            frame = self.catch_up(history, since, seq)
+            if whole:
+                self.whole_window = (seq, frame)
+            return frame
 
     def advance(self, history: History) -> bytes | None:
         """The frame for what is new since the last one, or None when nothing is."""
@@ -177,7 +209,8 @@ class Family:
         if not publishable:
             return None
         if reset and self.feed.mode == "append":
-            publishable = self._with_past(publishable, history)
+            # On the event loop: what the last catch-up read of the store, never a new read.
+            publishable = self._with_past(publishable, history, read=False)
         if self.feed.mode == "replace" and not reset:
             return self._replacement(publishable)
         if not reset and self._too_soon():  # the rows wait in the history for the next one
@@ -210,12 +243,18 @@ class Family:
             columns[key] = [None if math.isnan(v) else float(v) for v in column]
         return {"open": columns}
 
-    def _with_past(self, window: list[Sample], history: History) -> list[Sample]:
+    def _with_past(self, window: list[Sample], history: History, read: bool) -> list[Sample]:
         """The window's samples with, before them, what the store kept (a whole-window
         frame of a window longer than the history): up to the history's oldest sample,
-        published or not, so that the live frames to come continue it in time order."""
+        published or not, so that the live frames to come continue it in time order.
+        ``read``: read the store where the last read is not of this span (never on the
+        event loop); else take the last read as it is."""
         if self.past is None or self.feed.mode != "append":
             return window
+        if not read:
+            kept = self.past_read[1] if self.past_read is not None else []
+            first = window[0].time_s if window else math.inf
+            return [s for s in kept if s.time_s < first] + window
         memory = history.window(self.window_s)
         now_s = memory[-1].time_s if memory else time.time()
         before_s = memory[0].time_s if memory else now_s
@@ -274,9 +313,13 @@ class Broadcaster:
 
     def __init__(self, history: History, interval_s: float,
                  feed_for: Callable[[str], Feed | None],
-                 windows_s: Sequence[float], past: PastSource | None = None) -> None:
+                 windows_s: Sequence[float], past: PastSource | None = None,
+                 executor: Executor | None = None) -> None:
         self.history, self.interval_s = history, interval_s
         self.past = past
+        # Where catch-ups that read ``past`` are built (the server's long reads); None: the
+        # event loop's default executor.
+        self.executor = executor
         self.feed_for = feed_for
         self.windows_s = tuple(windows_s)
         self.families: dict[tuple[str, float], Family] = {}
@@ -304,9 +347,9 @@ class Broadcaster:
             raise ValueError(f"window must be one of {', '.join(map(str, self.windows_s))}")
         return window_s
 
-    def subscribe(self, route: str, window_s: float | None, since: int,
-                  subscriber: Subscriber) -> bytes:
-        """Add a page to its family; returns its catch-up frame. ValueError: bad request."""
+    def _family(self, route: str, window_s: float | None) -> Family:
+        """The family a page of ``route`` over ``window_s`` joins (made, or made anew when
+        its route's layout changed). ValueError: bad request."""
         feed = self.feed_for(route)
         if feed is None:
             raise ValueError(f"{route} has no live data on this machine")
@@ -318,6 +361,14 @@ class Broadcaster:
             family = self.families[key] = Family(
                 route, key[1], feed, feed_bucket_seconds(feed, key[1], self.interval_s),
                 past=self.past, interval_s=self.interval_s)
+        return family
+
+    def subscribe(self, route: str, window_s: float | None, since: int,
+                  subscriber: Subscriber) -> bytes:
+        """Add a page to its family; returns its catch-up frame, built here (a catch-up
+        that reads the store too: ``join`` builds that off the event loop). ValueError: bad
+        request."""
+        family = self._family(route, window_s)
         name = f"{route}@{family.window_s:g}s"
         try:
             if not family.subscribers:
@@ -326,14 +377,52 @@ class Broadcaster:
         except Exception as error:  # noqa: BLE001 - a broken feed fails its page only
             self._failed(family, name, error)
             raise ValueError(f"{route}: its live data failed") from None
+        self._add(family, subscriber)
+        return frame
+
+    async def join(self, route: str, window_s: float | None, since: int,
+                   subscriber: Subscriber) -> list[bytes]:
+        """``subscribe`` for a page's socket, on the event loop, which never waits on the
+        store: a catch-up that may read it is built on ``executor``, and a second frame
+        (when needed) takes the page from there to where its family moved meanwhile.
+        Returns the frames to send, in order. ValueError: bad request."""
+        while True:
+            family = self._family(route, window_s)
+            if not family.reads_past:
+                return [self.subscribe(route, window_s, since, subscriber)]
+            name = f"{route}@{family.window_s:g}s"
+            if not family.subscribers:
+                family.start(self.history)
+            seq = family.seq
+            family.joining += 1
+            try:
+                frame = await IOLoop.current().run_in_executor(
+                    self.executor, family.catch_up_off_loop, self.history, since, seq)
+                if self._family(route, window_s) is not family:
+                    continue  # the layout changed meanwhile: catch up on the new one
+                frames = [frame]
+                if family.seq > seq:  # published meanwhile, to the pages already there
+                    frames.append(family.catch_up(self.history, seq, read_past=False))
+            except ValueError:
+                raise
+            except Exception as error:  # noqa: BLE001 - a broken feed fails its page only
+                self._failed(family, name, error)
+                raise ValueError(f"{route}: its live data failed") from None
+            finally:
+                family.joining -= 1
+            self._add(family, subscriber)
+            return frames
+
+    def _add(self, family: Family, subscriber: Subscriber) -> None:
         self.stats.catch_ups += 1
         family.subscribers.add(subscriber)
         self.on_viewers_changed(self.subscribers)
-        return frame
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         for family in self.families.values():
             family.subscribers.discard(subscriber)
+            if not family.subscribers and not family.joining:
+                family.whole_window = None  # nobody left to share it with
         self.on_viewers_changed(self.subscribers)
 
     def publish(self) -> None:
@@ -400,12 +489,13 @@ class StreamSocket(WebSocketHandler):
             raise HTTPError(403)
         await super().get(*args, **kwargs)
 
-    def open(self, *args: str, **kwargs: str) -> None:
+    async def open(self, *args: str, **kwargs: str) -> None:
+        # Tornado reads nothing from the page until this returns: its close is seen after.
         try:
             since = int(self.get_argument("since", "-1"))
             window_text = self.get_argument("window", "")
             window_s = float(window_text) if window_text else None
-            frame = self.broadcaster.subscribe(self.route, window_s, since, self)
+            frames = await self.broadcaster.join(self.route, window_s, since, self)
         except ValueError as error:
             self.close(1008, str(error)[:120])
             return
@@ -415,7 +505,8 @@ class StreamSocket(WebSocketHandler):
         # loopback. The small buffer, which lets a stalled page show as pending frames,
         # applies once it is written.
         self.catching_up = True
-        self.send(frame)
+        for frame in frames:
+            self.send(frame)
 
     def _limit_send_buffer(self) -> None:
         stream = getattr(self.ws_connection, "stream", None)
