@@ -163,14 +163,18 @@ def test_idle_and_stale_text_reach_4_5_to_1_in_the_light_theme(lab, holders) -> 
                                f"document.querySelector('{idle}')?.textContent)",
                                timeout=60_000)
         colours = page.evaluate(COLOURS_JS, idle)
-        assert contrast(colours["text"], colours["background"]) >= 4.5, colours
+        ratio = contrast(colours["text"], colours["background"])
+        print(f"'idle on GPU' in the light theme: {ratio:.2f}:1 {colours}")
+        assert ratio >= 4.5, colours
         # The status item goes stale when glance.json stops answering.
         page.wait_for_selector(STATUS_ITEM, timeout=30_000)
         page.route("**/nvdashboard/glance.json*", lambda route: route.abort())
         page.wait_for_selector(f"{STATUS_ITEM}.nvdashboard-mod-stale", timeout=30_000)
         screenshot(page, "lab-status-item-stale-light")
         colours = page.evaluate(COLOURS_JS, STATUS_ITEM)
-        assert contrast(colours["text"], colours["background"]) >= 4.5, colours
+        ratio = contrast(colours["text"], colours["background"])
+        print(f"the stale status item in the light theme: {ratio:.2f}:1 {colours}")
+        assert ratio >= 4.5, colours
         page.unroute("**/nvdashboard/glance.json*")
 
 
