@@ -79,8 +79,21 @@ export interface IGlanceDiagnosis {
   brief: string;
   /** The finding in words, with its figures and how sure it is. */
   line: string;
-  /** One thing to try ('' when there is nothing to change). */
+  /** One thing to try, only when the finding is the user's ('' otherwise). */
   advice: string;
+  /**
+   * Whose the finding is, as the server judged it: `yours` (the user's
+   * kernels are all that runs there, and they work) or `gpu` (the GPU's,
+   * with its other processes, or over kernels that do no GPU work).
+   */
+  whose: 'yours' | 'gpu';
+  /** The user's notebooks whose kernels are on this GPU. */
+  your_kernels: string[];
+  /** Those of them that hold memory and do no GPU work. */
+  idle_kernels: string[];
+  /** How many other processes are on this GPU, and their users where known. */
+  other_processes: number;
+  other_users: string[];
 }
 
 export interface IGlance {
@@ -203,7 +216,15 @@ export function parseGlance(body: unknown): IGlance {
       cause: typeof g.cause === 'string' ? g.cause : 'unknown',
       brief: typeof g.brief === 'string' ? g.brief : g.line,
       line: g.line,
-      advice: typeof g.advice === 'string' ? g.advice : ''
+      advice: typeof g.advice === 'string' ? g.advice : '',
+      whose: g.whose === 'yours' ? 'yours' : 'gpu',
+      your_kernels: strings(g.your_kernels),
+      idle_kernels: strings(g.idle_kernels),
+      other_processes:
+        typeof g.other_processes === 'number' && g.other_processes > 0
+          ? g.other_processes
+          : 0,
+      other_users: strings(g.other_users)
     });
   }
   return {

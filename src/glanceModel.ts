@@ -154,12 +154,11 @@ export class GlanceModel {
       this._apply(null, errorMessage(error), outcome);
       return outcome;
     }
-    // No device: still being read (soon), or no GPU here (that will not change).
-    const outcome: PollOutcome = glance.devices.length
-      ? 'ok'
-      : glance.reading_gpus
-        ? 'retry'
-        : 'stuck';
+    // No device: still being read (asked again at the interval: the server
+    // answers, so there is nothing to back off from), or no GPU here (that
+    // will not change).
+    const outcome: PollOutcome =
+      glance.devices.length || glance.reading_gpus ? 'ok' : 'stuck';
     this._apply(glance, null, outcome);
     return outcome;
   }

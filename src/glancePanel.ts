@@ -86,6 +86,54 @@ export function kernelMemoryText(
     : trans.__('memory not reported');
 }
 
+/**
+ * Whose a GPU's finding is, in words, as the server judged it: an idle holder
+ * is told it is idle (the finding is not about it); a GPU shared with other
+ * processes has the GPU's finding; only where the user's working kernels are
+ * all that runs there is it theirs (and only then does it come with advice).
+ */
+export function whoseFinding(
+  d: IGlanceDiagnosis,
+  trans: TranslationBundle = NULL_BUNDLE
+): string {
+  const list = (names: string[]): string => names.join(trans.__(', '));
+  const parts: string[] = [];
+  if (d.idle_kernels.length) {
+    parts.push(
+      trans._n(
+        'Your %2 is idle here: it holds GPU memory and does no GPU work, so this finding is not about it.',
+        'Your %2 are idle here: they hold GPU memory and do no GPU work, so this finding is not about them.',
+        d.idle_kernels.length,
+        list(d.idle_kernels)
+      )
+    );
+  }
+  if (d.whose === 'yours') {
+    parts.push(
+      trans.__(
+        'About your %1: nothing else runs on this GPU.',
+        list(d.your_kernels)
+      )
+    );
+  } else if (d.other_processes > 0) {
+    parts.push(
+      trans._n(
+        "The GPU's finding, with %1 other process (%2).",
+        "The GPU's finding, with %1 other processes (%2).",
+        d.other_processes,
+        d.other_users.length ? list(d.other_users) : trans.__('user unknown')
+      )
+    );
+  } else if (!d.idle_kernels.length) {
+    parts.push(
+      trans.__(
+        "The GPU's finding: whether your kernels do its work cannot be told."
+      )
+    );
+  }
+  return parts.join(' ');
+}
+
 /** A meter: `role="meter"` with its value, a fill and a label on it. */
 class Meter {
   constructor(kind: string) {
@@ -289,7 +337,7 @@ export class GlancePanel extends RenderOnShow {
     this._whyHeading = element(
       'h3',
       'nvdashboard-sidebar-header',
-      trans.__('Why your GPUs are slow')
+      trans.__('Why the GPUs of your kernels are slow')
     );
     this._why = element('ul', DIAGNOSIS_CLASS);
     this.node.append(
@@ -494,16 +542,19 @@ export class GlancePanel extends RenderOnShow {
     );
     this._why.replaceChildren(
       ...diagnoses.map(d => {
+        const whose = whoseFinding(d, this._trans);
         const full = d.advice
-          ? this._trans.__('%1 Try: %2.', d.line, d.advice)
-          : d.line;
+          ? this._trans.__('%1 %2 Try: %3.', whose, d.line, d.advice)
+          : this._trans.__('%1 %2', whose, d.line);
         const details = element('details', 'nvdashboard-diagnosis');
         details.dataset.index = String(d.index);
+        details.dataset.whose = d.whose;
         details.open = open.has(details.dataset.index);
         details.append(
           element('summary', 'nvdashboard-diagnosis-brief', d.brief, {
             title: full
           }),
+          element('div', 'nvdashboard-diagnosis-whose', whose),
           element('div', 'nvdashboard-diagnosis-line', d.line)
         );
         if (d.advice) {

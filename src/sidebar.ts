@@ -242,8 +242,7 @@ export class DashboardSidebar extends Panel {
       return;
     }
     this._poller.dispose();
-    Signal.disconnectReceiver(this);
-    Signal.clearData(this);
+    Signal.clearData(this); // its own signals, and its connection to the live readings
     super.dispose();
   }
 

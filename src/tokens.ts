@@ -4,6 +4,7 @@
  * This module must stay free of side effects and of runtime imports, so any
  * other module (and every test) can import it cheaply.
  */
+import type { ISignal } from '@lumino/signaling';
 
 /** The one command that opens (or re-activates) a dashboard tab. */
 export const COMMAND_OPEN = 'nvdashboard:open';
@@ -147,7 +148,7 @@ export interface IDashboardFetcher {
  */
 export interface ILiveReadings {
   readonly live: boolean;
-  readonly changed: import('@lumino/signaling').ISignal<unknown, unknown>;
+  readonly changed: ISignal<unknown, unknown>;
 }
 
 /** postMessage type /GPU-Processes sends to open a notebook (apps/processes.py). */

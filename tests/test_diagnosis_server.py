@@ -121,3 +121,39 @@ def test_glance_gives_the_diagnosis_of_the_gpus_holding_your_kernels(tmp_path) -
     assert len(why["brief"]) < len(why["line"]) and why["brief"].count(",") <= 1
     assert body["reading_gpus"] is False  # no device would mean "no GPU", not "not yet"
     assert glance(DashboardSources(metrics))["diagnoses"] == []  # no kernels: none
+
+
+def test_a_gpus_finding_is_the_users_only_where_their_working_kernels_are_alone() -> None:
+    """Issue 44: "GPU 1: starved … Try: find what the GPU waits for" stood under a kernel
+    that was idle on GPU 1 while GPU 1's work was another user's job."""
+    from jupyterlab_nvdashboard.apps.kernel_findings import told_to_the_user
+    from jupyterlab_nvdashboard.apps.processes import ProcessRow
+    from jupyterlab_nvdashboard.diagnosis.findings import Diagnosis, Finding
+
+    feed = "find what the GPU waits for between steps"
+    diagnosis = Diagnosis(1, "GPU 1", "GPU-1", 60, 30.0, (
+        Finding("starved", "starved", (), "utilization", feed),))
+
+    def row(pid: int, user: str, mine: bool, kernel: str | None = None) -> ProcessRow:
+        return ProcessRow(device=1, gpu="GPU 1", pid=pid, kind="compute", user=user, mine=mine,
+                          what=f"{kernel}.ipynb" if kernel else "python train.py",
+                          notebook=f"{kernel}.ipynb" if kernel else None, lab_url=None,
+                          kernel_id=kernel, memory_bytes=1e9, memory_fraction=0.01,
+                          sm_pct=None, memory_pct=None, held_s=None)
+
+    mine, theirs = row(10, "alice", True, "a"), row(20, "bob", False)
+    cases = [  # the rows on GPU 1, a.ipynb's judgment: whose, advice, idle kernels
+        ([mine], "idle", "gpu", "", ["a.ipynb"]),
+        ([mine, theirs], "idle", "gpu", "", ["a.ipynb"]),
+        ([mine], "busy", "yours", feed, []),
+        ([mine, theirs], "busy", "gpu", "", []),
+        ([mine], "cannot_tell", "gpu", "", []),
+    ]
+    for rows, state, whose, advice, idle in cases:
+        told = told_to_the_user(diagnosis, rows, {"a": state})
+        assert (told["whose"], told["advice"], told["idle_kernels"]) == (whose, advice, idle), \
+            (state, [r.user for r in rows], told)
+        assert told["your_kernels"] == ["a.ipynb"]
+        assert told["other_processes"] == len(rows) - 1
+        assert told["other_users"] == (["bob"] if theirs in rows else [])
+        assert told["brief"] == diagnosis.brief() and told["line"] == diagnosis.line()

@@ -491,6 +491,36 @@ def test_per_notebook_usage_since_the_server_started(tmp_path: Path) -> None:
     assert table["notebook_held"] == ["0.83 GiB·h"] and table["notebook_working"] == ["17%"]
 
 
+def test_an_ended_notebooks_usage_stays_in_the_process_table(tmp_path: Path) -> None:
+    """Issue 44: a notebook's GiB·h and "GPU working" vanished from /GPU-Processes once its
+    kernel was shut down, though /processes.json kept them under ``notebooks``."""
+    from jupyterlab_nvdashboard.apps.processes import ENDED, ProcessTableFeed, processes_json
+    from jupyterlab_nvdashboard.apps.processes import process_rows as rows_of
+
+    metrics, sources = scripted(tmp_path, 1, {
+        "k1": Session("work/a.ipynb", "notebook", "a.ipynb", "idle")})
+    host = metrics.sampler.host.read()
+    gpus = (GpuReading.unavailable(0, False)._replace(utilization_pct=0.0),)
+    start = time.time() - 700
+    pid = 2_000_001
+    owners = {pid: ProcessOwner(pid, "ok", "alice", "python -m ipykernel", start, "k1",
+                                pid, (pid,))}
+    for t in range(601):
+        reading = ProcessReading(0, pid, "compute", 4 * GIB, 50.0 if 0 < t <= 150 else 0.0,
+                                 0.0, start)
+        metrics.history.append(start + t, gpus, host, extra={
+            PROCESS_FAMILY: (reading,), OWNER_FAMILY: owners})
+    metrics.history.append(start + 650, gpus, host, extra={PROCESS_FAMILY: ()})
+    assert rows_of(sources) == []  # no process holds a GPU now
+    [usage] = processes_json(sources)["notebooks"]
+    table = ProcessTableFeed(sources).rows([]).text
+    # The notebook keeps its row, marked ended, with the usage /processes.json gives it.
+    assert table["held"] == [ENDED] and table["pid"] == [""], table
+    assert table["what"][0].startswith("work/a.ipynb") and "GPU use ended" in table["what"][0]
+    assert table["notebook_held"] == [f"{usage['byte_seconds'] / 3600 / GIB:.2f} GiB·h"]
+    assert table["notebook_working"] == [f"{100 * usage['working_share']:.0f}%"] == ["25%"]
+
+
 def test_time_a_holder_was_absent_is_not_counted_held() -> None:
     track = None
     for t in list(range(0, 101)) + list(range(131, 201)):  # absent from 101 s to 130 s

@@ -45,8 +45,9 @@ from .components import (
     gpu_label,
 )
 from .document import gpus_being_read
+from .kernel_findings import told_to_the_user
 from .live import LiveView
-from .usage import idle_json
+from .usage import NotebookUsage, idle_json
 
 if TYPE_CHECKING:
     from ..jupyter_sessions import JupyterSessions
@@ -64,6 +65,11 @@ STATUS_TEXT = {
     "no_access": "no access to this process's /proc entry (hidepid)",
 }
 ANOTHER_CONTAINER = "another container's process"
+# A notebook that held GPU memory since the server started and holds none now: its kernel
+# was shut down, or let go of the GPU (Jupyter keeps a session whose kernel was shut down,
+# so the two cannot be told apart from the sessions).
+ENDED = "ended"
+ENDED_WORDS = "GPU use ended"
 NO_PROCESSES_TEXT = ("<b>No process holds a GPU context on these GPUs.</b> Memory the GPUs "
                      "show in use is held by the driver, or by processes this server cannot "
                      "list (another container, or a MIG device's peers).")
@@ -315,12 +321,45 @@ def gib_hours_text(byte_seconds: float | None) -> str:
     return "" if byte_seconds is None else f"{byte_seconds / 3600 / GIB:.2f} GiB·h"
 
 
+def _notebook_link(text: str, notebook: str | None, lab_url: str | None) -> str:
+    """``text`` (escaped) as a link that opens ``notebook`` in JupyterLab, where known;
+    else all of it on hover, where the column cuts it."""
+    escaped = html.escape(text)
+    if notebook and lab_url:
+        return (f'<a href="{html.escape(lab_url)}" target="_top" '
+                f'data-notebook="{html.escape(notebook)}">{escaped}</a>')
+    return f'<span title="{escaped}">{escaped}</span>'
+
+
 def _what_html(row: ProcessRow) -> str:
-    text = html.escape(row.what)
-    if row.notebook and row.lab_url:
-        return (f'<a href="{html.escape(row.lab_url)}" target="_top" '
-                f'data-notebook="{html.escape(row.notebook)}">{text}</a>')
-    return f'<span title="{text}">{text}</span>'  # all of it on hover, where it is cut
+    return _notebook_link(row.what, row.notebook, row.lab_url)
+
+
+def ended_notebooks(sources: DashboardSources, rows: Sequence[ProcessRow]
+                    ) -> list[NotebookUsage]:
+    """The notebooks with GPU usage since the server started that no row of ``rows``
+    shows (their kernels were shut down, or let go of the GPU), most usage first: their
+    GiB·h and "GPU working" stay on the page, marked ended, as ``/processes.json``
+    keeps them under ``notebooks``."""
+    shown = {row.notebook for row in rows if row.notebook}
+    return sorted((usage for path, usage in sources.usage.notebook_usage().items()
+                   if path not in shown), key=lambda usage: -usage.byte_seconds)
+
+
+def _ended_text(usage: NotebookUsage, sources: DashboardSources) -> dict[str, str]:
+    """An ended notebook's row: no GPU, process or memory now, and its usage since the
+    server started. Its sessions came from this user's Jupyter server: the user's own."""
+    jupyter = sources.jupyter
+    lab_url = jupyter.server.lab_url(usage.path) \
+        if jupyter is not None and jupyter.server else None
+    user = current_user()
+    return {"gpu": "", "pid": "", "user": html.escape(user or "?") + " (you)",
+            "what": _notebook_link(usage.path, usage.path, lab_url)
+            + f' <span class="nvd-ended">· {ENDED_WORDS}</span>',
+            "memory": "", "sm": "", "memory_activity": "", "held": ENDED,
+            "notebook_held": gib_hours_text(usage.byte_seconds),
+            "notebook_working": format_pct(None if usage.working_share is None
+                                           else 100 * usage.working_share)}
 
 
 def _identity_html(row: ProcessRow) -> str:
@@ -380,8 +419,12 @@ class ProcessTableFeed:
                 "" if row.notebook_byte_seconds is None else
                 format_pct(None if row.notebook_working_share is None
                            else 100 * row.notebook_working_share))
-        memory = np.array([np.nan if r.memory_bytes is None else r.memory_bytes for r in table],
-                          dtype=float)
+        ended = ended_notebooks(self.sources, table)
+        for usage in ended:
+            for name, value in _ended_text(usage, self.sources).items():
+                text[name].append(value)
+        memory = np.array([np.nan if r.memory_bytes is None else r.memory_bytes for r in table]
+                          + [np.nan] * len(ended), dtype=float)
         return Rows({"memory_bytes": memory}, text)
 
 
@@ -395,6 +438,7 @@ _TABLE_CSS = THEMED_TABLE_CSS + """
                opacity: 0.5; }
 .nvd-bar span { position: relative; padding-left: 4px; }
 .nvd-identity { opacity: 0.75; font-size: 90%; }
+.nvd-ended { font-style: italic; }
 """
 # A notebook link inside JupyterLab: ask the extension to open the notebook in a tab. The
 # table lives in a shadow root, so the click's composed path is searched for the link.
@@ -453,7 +497,8 @@ class ProcessTable:
         self.live = LiveView(self.source)
         self.source.js_on_change("data", CustomJS(
             args={"source": self.source, "empty": self.empty, "text": NO_PROCESSES_TEXT},
-            code="const none = (source.data.pid || []).length === 0;"
+            # An ended notebook's row has no PID ("" where a process without one has "–").
+            code="const none = (source.data.pid || []).every((pid) => pid === '');"
                  "if (empty.visible !== none) { empty.text = text; empty.visible = none; }"))
         # Installed when the first rows arrive (a model has no document-ready event).
         self.source.js_on_change("data", CustomJS(code=_OPEN_NOTEBOOK_JS))
@@ -532,9 +577,10 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
             sources.usage.judgment(user or "", kernel["kernel_id"]), kernel["path"],
             kernel["kernel_id"], kernel["memory_bytes"], kernel["devices"],
             kernel.get("shared_memory_bytes"))
-    # Why the GPUs that hold the user's own kernels are slow (the shared cache: cheap).
-    diagnoses = [{"index": d.row, "label": d.label, "cause": d.cause, "brief": d.brief(),
-                  "line": d.line(), "advice": d.first.advice}
+    # Why the GPUs that hold the user's own kernels are slow (the shared cache: cheap),
+    # each told as the GPU's or as the user's own (kernel_findings.py).
+    idle_states = {k["kernel_id"]: k["idle"]["state"] for k in kernels.values()}
+    diagnoses = [told_to_the_user(d, rows, idle_states)
                  for d in sources.diagnoses.current() if d.row in kernel_rows] \
         if kernel_rows else []
     return {"time": latest.time_s if latest else None, "devices": devices,

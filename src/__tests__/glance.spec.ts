@@ -294,6 +294,79 @@ describe('diagnoses of the GPUs holding your kernels', () => {
   });
 });
 
+describe("a GPU's finding told as the user's", () => {
+  const finding = {
+    index: 1,
+    label: 'GPU 1',
+    cause: 'starved',
+    brief: 'GPU 1: starved, utilization 12%',
+    line: 'GPU 1 starved: utilization 12% over 60 samples',
+    advice: ''
+  };
+
+  it("tells an idle holder it is idle, names the GPU's other processes, and gives no advice", async () => {
+    const glance = {
+      ...GLANCE,
+      diagnoses: [
+        {
+          ...finding,
+          whose: 'gpu',
+          your_kernels: ['work/a.ipynb'],
+          idle_kernels: ['work/a.ipynb'],
+          other_processes: 1,
+          other_users: ['bob']
+        }
+      ]
+    };
+    const m = model([glance]);
+    const panel = panelFor(m);
+    await settled(m.refresh());
+    const item = panel.node.querySelector(`.${DIAGNOSIS_CLASS} li`)!;
+    expect(item.textContent).toContain(
+      'Your work/a.ipynb is idle here: it holds GPU memory and does no GPU work'
+    );
+    expect(item.textContent).toContain(
+      "The GPU's finding, with 1 other process (bob)."
+    );
+    expect(item.textContent).not.toContain('Try:');
+    expect(item.querySelector('summary')!.getAttribute('title')).not.toContain(
+      'Try:'
+    );
+    expect(panel.node.textContent).toContain(
+      'Why the GPUs of your kernels are slow'
+    );
+    panel.dispose();
+    m.dispose();
+  });
+
+  it("gives the advice where the user's working kernel is all that runs there", async () => {
+    const glance = {
+      ...GLANCE,
+      diagnoses: [
+        {
+          ...finding,
+          advice: 'find what the GPU waits for',
+          whose: 'yours',
+          your_kernels: ['work/a.ipynb'],
+          idle_kernels: [],
+          other_processes: 0,
+          other_users: []
+        }
+      ]
+    };
+    const m = model([glance]);
+    const panel = panelFor(m);
+    await settled(m.refresh());
+    const item = panel.node.querySelector(`.${DIAGNOSIS_CLASS} li`)!;
+    expect(item.textContent).toContain(
+      'About your work/a.ipynb: nothing else runs on this GPU.'
+    );
+    expect(item.textContent).toContain('Try: find what the GPU waits for.');
+    panel.dispose();
+    m.dispose();
+  });
+});
+
 describe('GlanceStatusItem', () => {
   it('follows the model and opens the sidebar on click, Enter and Space', async () => {
     const m = model([GLANCE]);
@@ -1011,9 +1084,9 @@ describe('the glance poll runs only while something shows it', () => {
     }
   });
 
-  it('asks again soon while the server is still reading its GPUs', async () => {
+  it('asks again at the interval, not backing off, while the server is still reading its GPUs', async () => {
     const m = model([{ devices: [], reading_gpus: true }]);
-    expect(await settled(m.refresh())).toBe('retry');
+    expect(await settled(m.refresh())).toBe('ok');
     expect(m.stuck).toBe(false);
     m.dispose();
   });

@@ -169,13 +169,15 @@ def jupyter_lab(
 
 @contextmanager
 def lab_with_processes(processes_file: object, simulate: int,
-                       extra_env: dict[str, str] | None = None) -> Iterator[JupyterLab]:
+                       extra_env: dict[str, str] | None = None,
+                       extra_args: Sequence[str] = ()) -> Iterator[JupyterLab]:
     """A lab of ``simulate`` GPUs, this checkout's build, whose simulated driver lists the
     processes a test writes to ``processes_file``."""
     with tempfile.TemporaryDirectory() as share:
         extra = {"NVDASHBOARD_SIMULATE_PROCESSES": str(processes_file), **this_build(share),
                  **(extra_env or {})}
-        with jupyter_lab(simulate=simulate, extra_env=extra) as running:
+        with jupyter_lab(simulate=simulate, extra_env=extra,
+                         extra_args=extra_args) as running:
             yield running
 
 
