@@ -201,6 +201,16 @@ def ended_row(frame, notebook: str) -> dict | None:  # noqa: ANN001
                 None)
 
 
+def drawn(page) -> bool:  # noqa: ANN001
+    """Whether the dark page's table is drawn from its data; False while the page is still
+    reloading for the theme (its frame navigates under the evaluation)."""
+    try:
+        next_frames(dashboard_frame(page, "/GPU-Processes"))
+    except PlaywrightError:
+        return False
+    return True
+
+
 def test_an_ended_notebooks_usage_stays_on_gpu_processes(lab, processes_file: Path  # noqa: ANN001
                                                          ) -> None:
     kernel_id, pid = start_notebook(lab, "c.ipynb")
@@ -237,7 +247,7 @@ def test_an_ended_notebooks_usage_stays_on_gpu_processes(lab, processes_file: Pa
         row = until(lambda: ended_row(frame, "c.ipynb"), "c.ipynb's usage, marked ended, "
                     "in the dark theme", seconds=60)
         assert row["gib_h"].endswith("GiB·h"), row
-        next_frames(frame)
+        until(lambda: drawn(page), "the dark table drawn", seconds=60)
         screenshot(page, "lab-gpu-processes-ended-notebook-dark")
         page.evaluate(LIGHT)
         watched.assert_clean()

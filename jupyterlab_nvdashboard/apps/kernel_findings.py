@@ -16,16 +16,25 @@ the finding is, and gives the advice only where it can be about the user's own k
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..diagnosis.idle import BUSY, IDLE
 
 if TYPE_CHECKING:
     from ..diagnosis.findings import Diagnosis
-    from .processes import ProcessRow
 
 YOURS = "yours"  # the user's kernels are all that runs on the GPU, and they work
 THE_GPUS = "gpu"  # other processes share the GPU, or the user's kernels do no GPU work
+
+
+class ProcessRow(Protocol):
+    """What a finding's owner is read from: one row of the process table."""
+
+    device: Any
+    kernel_id: str | None
+    mine: bool
+    notebook: str | None
+    user: str | None
 
 
 def told_to_the_user(diagnosis: Diagnosis, rows: Sequence[ProcessRow],

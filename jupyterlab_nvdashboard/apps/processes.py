@@ -322,17 +322,19 @@ def gib_hours_text(byte_seconds: float | None) -> str:
 
 
 def _notebook_link(text: str, notebook: str | None, lab_url: str | None) -> str:
-    """``text`` (escaped) as a link that opens ``notebook`` in JupyterLab, where known;
-    else all of it on hover, where the column cuts it."""
+    """``text`` (escaped) as a link that opens ``notebook`` in JupyterLab, where known."""
     escaped = html.escape(text)
     if notebook and lab_url:
         return (f'<a href="{html.escape(lab_url)}" target="_top" '
                 f'data-notebook="{html.escape(notebook)}">{escaped}</a>')
-    return f'<span title="{escaped}">{escaped}</span>'
+    return escaped
 
 
 def _what_html(row: ProcessRow) -> str:
-    return _notebook_link(row.what, row.notebook, row.lab_url)
+    if row.notebook and row.lab_url:
+        return _notebook_link(row.what, row.notebook, row.lab_url)
+    text = html.escape(row.what)
+    return f'<span title="{text}">{text}</span>'  # all of it on hover, where it is cut
 
 
 def ended_notebooks(sources: DashboardSources, rows: Sequence[ProcessRow]
