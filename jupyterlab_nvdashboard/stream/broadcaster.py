@@ -117,12 +117,12 @@ class Family:
     # Where the samples older than the history come from (None: the history only).
     past: PastSource | None = None
     interval_s: float = 0.0
-    # The last read of ``past``: (which span, its samples); a page that opens the same long
+    # The last read of ``past``: (which span, its samples, the ids of those that only bound
+    # their bucket: a stored bucket's minima and maxima, whose mean is a sample of its own,
+    # so they count in no mean). One value, replaced whole: a read made off the event loop
+    # never pairs its samples with another read's bounds. A page that opens the same long
     # window within one of its buckets gets it without reading the store again.
-    past_read: tuple[tuple[int, int], list[Sample]] | None = None
-    # Which of those samples only bound their bucket (a stored bucket's minima and maxima:
-    # its mean is a sample of its own), by id: they count in no mean.
-    bounds_only: frozenset[int] = frozenset()
+    past_read: tuple[tuple[int, int], list[Sample], frozenset[int]] | None = None
     # Catch-ups built off the event loop, one at a time: the second of ten pages opening
     # a window waits for the first and takes its frame (``whole_window``) or its read.
     building: threading.Lock = field(default_factory=threading.Lock)
@@ -151,7 +151,8 @@ class Family:
         if own is not None:
             return own(rows, self.bucket_s, clocks_s)
         reduced = min_max(rows, TIME_KEY, self.bucket_s, clocks_s)
-        weights = np.fromiter((0.0 if id(s) in self.bounds_only else 1.0 for s in samples),
+        bounds_only = self.past_read[2] if self.past_read is not None else frozenset()
+        weights = np.fromiter((0.0 if id(s) in bounds_only else 1.0 for s in samples),
                               float, len(samples))
         reduced.numeric.update(bucket_means(rows, TIME_KEY, self.bucket_s, clocks_s, weights))
         return reduced
@@ -268,9 +269,9 @@ class Family:
             means, _ = prepend_past([], self.window_s, self.past, resolution, rows="mean",
                                     now_s=now_s, before_s=before_s) if self.bucket_s else \
                 ([], 0.0)
-            self.bounds_only = frozenset(id(sample) for sample in older) if means \
-                else frozenset()
-            self.past_read = (span, sorted(older + means, key=lambda sample: sample.time_s))
+            bounds_only = frozenset(id(sample) for sample in older) if means else frozenset()
+            self.past_read = (span, sorted(older + means, key=lambda sample: sample.time_s),
+                              bounds_only)
         first = window[0].time_s if window else before_s
         return [s for s in self.past_read[1] if s.time_s < first] + window
 
