@@ -98,7 +98,13 @@ COUNTERS: tuple[DcgmField, ...] = (
               "Total number of NVLink bandwidth counters for all lanes (bytes transmitted "
               "and received, all active links)."),
 )
-FIELDS = GAUGES + COUNTERS
+# After the counters, so that a Dask worker of an earlier release, whose heartbeat rows end
+# with the counters, is still read right (the missing values are None).
+EVENTS: tuple[DcgmField, ...] = (
+    DcgmField("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge",
+              "Bitmask of the reasons the clocks are held down (NVML clocks-event reasons)."),
+)
+FIELDS = GAUGES + COUNTERS + EVENTS
 
 
 class GpuIdentity(NamedTuple):
@@ -235,6 +241,14 @@ def counter_values(reading: GpuReading) -> list[float | None]:
             reading.nvlink_bytes_total]
 
 
+def event_values(reading: GpuReading, health: HealthReading | None) -> list[float | None]:
+    """The ``EVENTS`` of one device row: NVML's clocks-event reasons, as the health
+    readings hold them."""
+    if reading.lost or health is None or health.clock_event_reasons is None:
+        return [None] * len(EVENTS)
+    return [float(health.clock_event_reasons)]
+
+
 def exported_gpus(hostname: str, facts: Sequence[GpuFacts],
                   sample: Sample | None) -> list[ExportedGpu]:
     """Every device row of this machine, from its newest sample."""
@@ -246,9 +260,10 @@ def exported_gpus(hostname: str, facts: Sequence[GpuFacts],
         identity = labels.get(reading.index)
         if identity is None:
             continue
+        health = device_reading(sample.extra, HEALTH_FAMILY, reading.index, HealthReading)
         values = gauge_values(
             reading, device_reading(sample.extra, GPM_FAMILY, reading.index, GpmReading),
-            device_reading(sample.extra, HEALTH_FAMILY, reading.index, HealthReading))
-        values += counter_values(reading)
+            health)
+        values += counter_values(reading) + event_values(reading, health)
         out.append(ExportedGpu(hostname, identity, reading.lost, tuple(values)))
     return out
