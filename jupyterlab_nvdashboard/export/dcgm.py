@@ -1,7 +1,8 @@
 """The DCGM exporter's metric names, types, units and labels, filled from our readings.
 
-Names, types and units follow NVIDIA's dcgm-exporter (``etc/default-counters.csv`` and
-``etc/dcp-metrics-included.csv``), so the stock Grafana board built on it works unchanged:
+Names, types and units follow NVIDIA's dcgm-exporter up to 4.8 (``etc/default-counters.csv``
+and ``etc/dcp-metrics-included.csv``): the classic set, from which ``names.py`` computes DCGM
+4.7's. The stock Grafana board built on them works unchanged:
 memory in MiB, power in W, clocks in MHz, the ``DCGM_FI_PROF_*`` activities as ratios 0..1,
 interconnect rates in bytes per second, and the PCIe byte counters in KiB. A value we cannot
 read (``None``) is left out of the export; it is never sent as 0.
