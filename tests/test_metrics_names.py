@@ -10,11 +10,14 @@ design; and a bad value must stop the CLI in one line before anything listens.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import socket
 import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -219,3 +222,19 @@ def test_promtool_finds_only_dcgm_exporters_own_choices(name_set: str) -> None:
             assert matched[1].group(1) in counters, line
     # Nothing about the project's own series, nor any other kind of problem.
     assert not [line for line in problems if "nvdashboard_" in line]
+
+
+def test_the_scrape_cost_benchmark_gives_figures_for_each_name_set(tmp_path: Path) -> None:
+    out = tmp_path / "cost.json"
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "benchmarks" /
+                             "metrics_names_cost.py"), "--runs", "2", "--scrapes", "3",
+         "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert set(figures) == {"classic", "dcgm47", "both"}
+    for name_set, each in figures.items():
+        assert len(each["ms_per_scrape"]) == 2 and f"| {name_set} |" in done.stdout
+    # All 8 GPUs' families: the sets' own, and both's union of them.
+    assert figures["both"]["families"] == len(CLASSIC | set(DCGM47)) == \
+        figures["classic"]["families"] + figures["dcgm47"]["families"] - len(UNCHANGED)
