@@ -107,6 +107,10 @@ class Config:
     # The host label of /metrics: dcgm-exporter's current "hostname", or the "Hostname" it
     # used before its change #655 (May 2026), for boards that still select on that.
     metrics_hostname_label: str = "hostname"
+    # The DCGM names of /metrics (export/names.py): dcgm-exporter's up to 4.8 ("classic",
+    # the default, so that existing boards and alerts keep working), DCGM 4.7's as
+    # dcgm-exporter 4.9 and 4.10 serve them ("dcgm47"), or "both" while a fleet upgrades.
+    metrics_names: str = "classic"
     # Per-user GPU usage series on /metrics (issue 28 item 5): off (0) by default, else at
     # most this many (user, kernel, GPU) series, so the label count stays bounded
     # (docs/prometheus.md: NVIDIA/dcgm-exporter#585).
@@ -345,6 +349,17 @@ def _hostname_label(text: str) -> str:
     return text.strip()
 
 
+# The name contracts of /metrics; export/names.py says what each one exports.
+METRICS_NAME_SETS = ("classic", "dcgm47", "both")
+
+
+def _metrics_names(text: str) -> str:
+    if text.strip() not in METRICS_NAME_SETS:
+        raise ConfigError(f"metrics names must be classic (dcgm-exporter up to 4.8), dcgm47 "
+                          f"(DCGM 4.7's, dcgm-exporter 4.9 and later) or both, got {text!r}")
+    return text.strip()
+
+
 def _scheduler(text: str) -> str:
     address = text.strip()
     if not _SCHEDULER.fullmatch(address):
@@ -394,6 +409,7 @@ _ENVIRONMENT = {
     "metrics_allow": ("NVDASHBOARD_METRICS_ALLOW", _networks),
     "metrics_hostname_label": ("NVDASHBOARD_METRICS_HOSTNAME_LABEL", _hostname_label),
     "metrics_per_user": ("NVDASHBOARD_METRICS_PER_USER", _metrics_per_user),
+    "metrics_names": ("NVDASHBOARD_METRICS_NAMES", _metrics_names),
     "unused_after": ("NVDASHBOARD_UNUSED_AFTER", _unused_after),
     # Dask's own variable (dask-labextension and dask-jobqueue set it): cluster mode.
     "dask_scheduler": ("DASK_SCHEDULER_ADDRESS", _scheduler),
@@ -464,6 +480,11 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="hostname|Hostname",
                         help="the host label of /metrics: hostname (dcgm-exporter's current "
                         "name, the default) or Hostname (its name before May 2026)")
+    parser.add_argument("--metrics-names", type=_metrics_names,
+                        metavar="classic|dcgm47|both",
+                        help="the DCGM metric names of /metrics: classic (dcgm-exporter up to "
+                        "4.8, the default), dcgm47 (DCGM 4.7's names and units, as "
+                        "dcgm-exporter 4.9 and 4.10 serve them) or both")
     parser.add_argument("--metrics-per-user", type=_metrics_per_user, metavar="N",
                         help="also export GPU memory held and idle time per user and Jupyter "
                         "kernel, at most N (user, kernel, GPU) series (off: 0, the default)")
@@ -580,6 +601,8 @@ def load_config(
         raise ConfigError("--metrics-allow needs --metrics (NVDASHBOARD_METRICS=1)")
     if merged.get("metrics_per_user") and not merged.get("metrics"):
         raise ConfigError("--metrics-per-user needs --metrics (NVDASHBOARD_METRICS=1)")
+    if merged.get("metrics_names") and not merged.get("metrics"):
+        raise ConfigError("--metrics-names needs --metrics (NVDASHBOARD_METRICS=1)")
     store = merged.get("store", default_store_path(environ))
     store_path = None if no_store or store == STORE_OFF else store
     retention_5s = float(merged.get("store_retention_5s",  # type: ignore[arg-type]
@@ -612,6 +635,7 @@ def load_config(
         metrics_allow=tuple(allow),  # type: ignore[arg-type]
         metrics_hostname_label=str(merged.get("metrics_hostname_label", "hostname")),
         metrics_per_user=int(merged.get("metrics_per_user", 0)),  # type: ignore[arg-type]
+        metrics_names=str(merged.get("metrics_names", defaults.metrics_names)),
         unused_after_s=float(merged.get("unused_after",  # type: ignore[arg-type]
                                         defaults.unused_after_s)),
         dask_scheduler=merged.get("dask_scheduler"),  # type: ignore[arg-type]

@@ -489,7 +489,7 @@ def make_metrics_collector(config: Config, sources: DashboardSources, watch: Vie
             scrape.gpus = cluster.exported(scrape.gpus)
         return scrape
 
-    return DcgmCollector(snapshot, config.metrics_hostname_label)
+    return DcgmCollector(snapshot, config.metrics_hostname_label, config.metrics_names)
 
 
 # The only request argument a document reads (apps/document.py::requested_theme).

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shutil
 import subprocess
 import time
@@ -36,13 +35,13 @@ pytest.importorskip("prometheus_client")
 
 from tests.support.bokeh_client import TEST_TOKEN  # noqa: E402
 from tests.support.dask_cluster import DaskCluster, start_scheduler  # noqa: E402
+from tests.support.grafana import check_nvidia_board  # noqa: E402
 from tests.support.prometheus import api, stop  # noqa: E402
 from tests.support.servers import cli_server, free_port, get  # noqa: E402
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = [pytest.mark.cluster,
               pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus package")]
-BOARD = json.loads((Path(__file__).parent / "support" / "dcgm_exporter_board.json").read_text())
 HOSTS, GPUS_PER_HOST = ("dgx-a", "dgx-b"), 4
 PROFILE = {"NVDASHBOARD_SIMULATE_PROFILE": "h200"}  # GPM, power and clocks on every GPU
 # simnvml/machine.py: PCIe TX runs at 8e9 B/s x wave(t, period 11 s), a wave between 0 and 1.
@@ -103,41 +102,6 @@ def gpu_of(series: dict[str, Any]) -> tuple[str, str]:
 def by_gpu(answer: dict[str, Any]) -> dict[tuple[str, str], float]:
     """An instant vector's values by GPU."""
     return {gpu_of(each): float(each["value"][1]) for each in answer["result"]}
-
-
-def grafana_regex(values: list[str]) -> str:
-    """A multi-value variable set to "All", as Grafana writes it into a Prometheus query."""
-    escaped = [re.sub(r"([\\^$*+?.()|{}\[\]])", r"\\\\\1", value) for value in values]
-    return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
-
-
-def board_series(base: str, instance: str) -> dict[str, list[dict[str, str]]]:
-    """Each panel's series with the board's variables: ``instance`` chosen, every GPU."""
-    variables: dict[str, str] = {}
-    for variable in BOARD["templating"]:
-        metric, label = re.fullmatch(r"label_values\((\w+), (\w+)\)",
-                                     variable["query"]).groups()  # type: ignore[union-attr]
-        values = api(base, f"label/{label}/values", **{"match[]": metric})
-        variables[variable["name"]] = grafana_regex([instance] if label == "instance"
-                                                    else values)
-    out = {}
-    for panel in BOARD["panels"]:
-        expr = panel["expr"]
-        for name, value in variables.items():
-            expr = expr.replace(f"${name}", value)
-        out[panel["title"]] = [s["metric"] for s in api(base, "query", query=expr)["result"]]
-    return out
-
-
-def check_board(base: str, instance: str, gpus: int) -> None:
-    for title, series in board_series(base, instance).items():
-        aggregate = re.match(r"\s*(sum|avg)\(", next(
-            p["expr"] for p in BOARD["panels"] if p["title"] == title))
-        if aggregate:
-            assert len(series) == 1, (title, series)
-            continue
-        keys = [(s["hostname"], s["UUID"]) for s in series]
-        assert len(keys) == gpus and len(set(keys)) == gpus, (title, instance, series)
 
 
 def test_dask_cuda_layout_one_reader_per_gpu_counters_prometheus_can_rate_and_the_board(
@@ -225,7 +189,7 @@ def test_dask_cuda_layout_one_reader_per_gpu_counters_prometheus_can_rate_and_th
             # NVIDIA's board, with its own variables, on both.
             instances = api(base, "label/instance/values", **{"match[]": "DCGM_FI_DEV_GPU_TEMP"})
             assert sorted(instances) == sorted(targets.values())
-            check_board(base, targets["cluster"], 8)
-            check_board(base, targets["single"], 4)
+            check_nvidia_board(base, targets["cluster"], 8)
+            check_nvidia_board(base, targets["single"], 4)
         finally:
             stop(prometheus)

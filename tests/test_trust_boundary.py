@@ -337,6 +337,7 @@ MALFORMED = {
     "NVDASHBOARD_STORE_RETENTION_5S": ["nan", "inf", "-1", "59", "1e9", "a day"],
     "NVDASHBOARD_STORE_RETENTION_1MIN": ["nan", "inf", "3599", "1e12", "a month"],
     "NVDASHBOARD_METRICS_PER_USER": ["many", "-1", "1.5", "10001"],
+    "NVDASHBOARD_METRICS_NAMES": ["dcgm48", "Classic", "classic,dcgm47", "DCGM 4.7"],
     "NVDASHBOARD_UNUSED_AFTER": ["nan", "inf", "0", "-1", "1e9", "half an hour"],
 }
 # Variables that only mean something in simulate mode get simulated GPUs.

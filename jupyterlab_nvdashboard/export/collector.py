@@ -22,7 +22,8 @@ from tornado.web import HTTPError
 
 from ..auth import Access, GuardedHandler
 from ..metrics import HostReading
-from .dcgm import FIELDS, HOSTNAME_LABEL, ExportedGpu
+from .dcgm import HOSTNAME_LABEL, ExportedGpu
+from .names import DEFAULT_NAME_SET, exported_fields
 
 # Host readings under nvdashboard_ names: (reading field, metric name, help).
 HOST_METRICS = (
@@ -73,21 +74,24 @@ def _known(value: float | None) -> bool:
 
 class DcgmCollector:
     """Turns a ``Scrape`` into metric families; ``snapshot`` is called once per scrape.
-    ``hostname_label`` names the host label (``hostname``, or the old ``Hostname``)."""
+    ``hostname_label`` names the host label (``hostname``, or the old ``Hostname``);
+    ``name_set`` the DCGM names (``names.NAME_SETS``)."""
 
     def __init__(self, snapshot: Callable[[], Scrape],
-                 hostname_label: str = HOSTNAME_LABEL) -> None:
+                 hostname_label: str = HOSTNAME_LABEL,
+                 name_set: str = DEFAULT_NAME_SET) -> None:
         self.snapshot, self.hostname_label = snapshot, hostname_label
+        self.fields = exported_fields(name_set)
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily, Metric
 
         scrape = self.snapshot()
-        for position, dcgm in enumerate(FIELDS):
+        for dcgm in self.fields:
             # A family is named by its DCGM field and nothing is appended to that name.
             family = Metric(dcgm.name, dcgm.help, dcgm.kind)
             for gpu in scrape.gpus:
-                value = gpu.values[position] if position < len(gpu.values) else None
+                value = dcgm.value(gpu.values)
                 if _known(value):  # not available: left out, never 0
                     family.add_sample(dcgm.name, gpu.identity.labels(
                         gpu.hostname, self.hostname_label), value)

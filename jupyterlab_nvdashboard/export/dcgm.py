@@ -1,7 +1,8 @@
 """The DCGM exporter's metric names, types, units and labels, filled from our readings.
 
-Names, types and units follow NVIDIA's dcgm-exporter (``etc/default-counters.csv`` and
-``etc/dcp-metrics-included.csv``), so the stock Grafana board built on it works unchanged:
+Names, types and units follow NVIDIA's dcgm-exporter up to 4.8 (``etc/default-counters.csv``
+and ``etc/dcp-metrics-included.csv``): the classic set, from which ``names.py`` computes DCGM
+4.7's. The stock Grafana board built on them works unchanged:
 memory in MiB, power in W, clocks in MHz, the ``DCGM_FI_PROF_*`` activities as ratios 0..1,
 interconnect rates in bytes per second, and the PCIe byte counters in KiB. A value we cannot
 read (``None``) is left out of the export; it is never sent as 0.
@@ -98,7 +99,13 @@ COUNTERS: tuple[DcgmField, ...] = (
               "Total number of NVLink bandwidth counters for all lanes (bytes transmitted "
               "and received, all active links)."),
 )
-FIELDS = GAUGES + COUNTERS
+# After the counters, so that a Dask worker of an earlier release, whose heartbeat rows end
+# with the counters, is still read right (the missing values are None).
+EVENTS: tuple[DcgmField, ...] = (
+    DcgmField("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge",
+              "Bitmask of the reasons the clocks are held down (NVML clocks-event reasons)."),
+)
+FIELDS = GAUGES + COUNTERS + EVENTS
 
 
 class GpuIdentity(NamedTuple):
@@ -235,6 +242,14 @@ def counter_values(reading: GpuReading) -> list[float | None]:
             reading.nvlink_bytes_total]
 
 
+def event_values(reading: GpuReading, health: HealthReading | None) -> list[float | None]:
+    """The ``EVENTS`` of one device row: NVML's clocks-event reasons, as the health
+    readings hold them."""
+    if reading.lost or health is None or health.clock_event_reasons is None:
+        return [None] * len(EVENTS)
+    return [float(health.clock_event_reasons)]
+
+
 def exported_gpus(hostname: str, facts: Sequence[GpuFacts],
                   sample: Sample | None) -> list[ExportedGpu]:
     """Every device row of this machine, from its newest sample."""
@@ -246,9 +261,10 @@ def exported_gpus(hostname: str, facts: Sequence[GpuFacts],
         identity = labels.get(reading.index)
         if identity is None:
             continue
+        health = device_reading(sample.extra, HEALTH_FAMILY, reading.index, HealthReading)
         values = gauge_values(
             reading, device_reading(sample.extra, GPM_FAMILY, reading.index, GpmReading),
-            device_reading(sample.extra, HEALTH_FAMILY, reading.index, HealthReading))
-        values += counter_values(reading)
+            health)
+        values += counter_values(reading) + event_values(reading, health)
         out.append(ExportedGpu(hostname, identity, reading.lost, tuple(values)))
     return out

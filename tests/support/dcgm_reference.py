@@ -29,6 +29,9 @@ DCGM_REFERENCE = {
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "counter",
     "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "counter",
     "DCGM_FI_DEV_ROW_REMAP_FAILURE": "gauge",
+    # Field 112 under its name before DCGM 4.7 (dcgm_fields.h, DCGM 4.6.0: deprecated alias
+    # of DCGM_FI_DEV_CLOCKS_EVENT_REASONS); dcgm-exporter exports it as a gauge when listed.
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": "gauge",
     # dcp-metrics-included.csv
     "DCGM_FI_DEV_FB_RESERVED": "gauge",
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "gauge",

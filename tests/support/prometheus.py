@@ -1,5 +1,5 @@
 """A real Prometheus (Debian's ``prometheus`` package, installed by .ci/install) scraping
-one target with the test token, every second, in a temp folder; and its HTTP API."""
+its targets with the test token, every second, in a temp folder; and its HTTP API."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def api(base: str, path: str, **params: str) -> Any:
 
 
 @contextmanager
-def prometheus(folder: Path, target: str) -> Iterator[str]:
-    """Prometheus scraping ``target`` (host:port) once a second with the test token; yields
+def prometheus(folder: Path, *targets: str) -> Iterator[str]:
+    """Prometheus scraping ``targets`` (host:port) once a second with the test token; yields
     its base URL. Its log is ``folder/prometheus.log``."""
     assert PROMETHEUS is not None, "needs Debian's prometheus package"
     config = folder / "prometheus.yml"
@@ -39,7 +39,7 @@ def prometheus(folder: Path, target: str) -> Iterator[str]:
         "scrape_configs:\n"
         "  - job_name: nvdashboard\n"
         f"    authorization: {{type: Bearer, credentials: {TEST_TOKEN}}}\n"
-        f"    static_configs: [{{targets: ['{target}']}}]\n")
+        f"    static_configs: [{{targets: {list(targets)!r}}}]\n")
     port = free_port()
     with (folder / "prometheus.log").open("w") as log:
         process = subprocess.Popen(

@@ -1,0 +1,240 @@
+"""/metrics name contracts (issue 46): ``--metrics-names classic|dcgm47|both``.
+
+One scrape of a GPU with every reading present is rendered under each name set. Each
+DCGM 4.7 metric must carry its classic value, converted by the unit change that NVIDIA's
+field-identifier reference and the dcgm-exporter 4.9.0 / 4.10.0 release notes give (the
+table below is written from them, not from the code); ``both`` must send each series once
+under each name; ``promtool check metrics`` must find nothing but what dcgm-exporter does by
+design; and a bad value must stop the CLI in one line before anything listens.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("prometheus_client")
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from jupyterlab_nvdashboard.config import ConfigError, load_config  # noqa: E402
+from jupyterlab_nvdashboard.export.collector import (  # noqa: E402
+    DcgmCollector,
+    HealthValue,
+    Scrape,
+    render,
+)
+from jupyterlab_nvdashboard.export.dcgm import FIELDS, exported_gpus  # noqa: E402
+from jupyterlab_nvdashboard.metrics import Sample  # noqa: E402
+from jupyterlab_nvdashboard.metrics.families import (  # noqa: E402
+    GPM_FAMILY,
+    HEALTH_FAMILY,
+    GpmReading,
+)
+from tests.support.servers import free_port  # noqa: E402
+from tests.test_cli import assert_one_line_error, run_cli  # noqa: E402
+from tests.test_metrics_export import HEALTH, HOST, facts, reading  # noqa: E402
+
+PROMTOOL = shutil.which("promtool")
+GIB = 2**30
+
+# DCGM 4.7 name -> (the classic names it is made of, the conversion of their value), from
+# NVIDIA's DCGM field-identifier reference (DCGM 4.7) and the dcgm-exporter 4.9.0 and
+# 4.10.0 release notes.
+DCGM47 = {
+    "DCGM_FI_DEV_GPU_UTIL_RATIO": (("DCGM_FI_DEV_GPU_UTIL",), lambda v: v / 100),
+    "DCGM_FI_DEV_MEMORY_UTIL_RATIO": (("DCGM_FI_DEV_MEM_COPY_UTIL",), lambda v: v / 100),
+    "DCGM_FI_DEV_FB_USED_BYTES": (("DCGM_FI_DEV_FB_USED",), lambda v: v * 2**20),
+    "DCGM_FI_DEV_FB_FREE_BYTES": (("DCGM_FI_DEV_FB_FREE",), lambda v: v * 2**20),
+    "DCGM_FI_DEV_FB_RESERVED_BYTES": (("DCGM_FI_DEV_FB_RESERVED",), lambda v: v * 2**20),
+    "DCGM_FI_DEV_GPU_TEMP_CELSIUS": (("DCGM_FI_DEV_GPU_TEMP",), lambda v: v),
+    "DCGM_FI_DEV_BOARD_POWER_WATTS": (("DCGM_FI_DEV_POWER_USAGE",), lambda v: v),
+    "DCGM_FI_DEV_SM_CLOCK_HERTZ": (("DCGM_FI_DEV_SM_CLOCK",), lambda v: v * 10**6),
+    "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ": (("DCGM_FI_DEV_MEM_CLOCK",), lambda v: v * 10**6),
+    "DCGM_FI_DEV_ROW_REMAP_FAILED": (("DCGM_FI_DEV_ROW_REMAP_FAILURE",), lambda v: v),
+    "DCGM_FI_PROF_SM_UTIL_RATIO": (("DCGM_FI_PROF_SM_ACTIVE",), lambda v: v),
+    "DCGM_FI_PROF_SM_OCCUPANCY_RATIO": (("DCGM_FI_PROF_SM_OCCUPANCY",), lambda v: v),
+    "DCGM_FI_PROF_TENSOR_UTIL_RATIO": (("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",), lambda v: v),
+    "DCGM_FI_PROF_DRAM_UTIL_RATIO": (("DCGM_FI_PROF_DRAM_ACTIVE",), lambda v: v),
+    "DCGM_FI_PROF_FP64_UTIL_RATIO": (("DCGM_FI_PROF_PIPE_FP64_ACTIVE",), lambda v: v),
+    "DCGM_FI_PROF_FP32_UTIL_RATIO": (("DCGM_FI_PROF_PIPE_FP32_ACTIVE",), lambda v: v),
+    "DCGM_FI_PROF_FP16_UTIL_RATIO": (("DCGM_FI_PROF_PIPE_FP16_ACTIVE",), lambda v: v),
+    "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND": (("DCGM_FI_PROF_PCIE_TX_BYTES",), lambda v: v),
+    "DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND": (("DCGM_FI_PROF_PCIE_RX_BYTES",), lambda v: v),
+    "DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND": (("DCGM_FI_PROF_NVLINK_TX_BYTES",), lambda v: v),
+    "DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND": (("DCGM_FI_PROF_NVLINK_RX_BYTES",), lambda v: v),
+    "DCGM_FI_DEV_XID_ERROR": (("DCGM_FI_DEV_XID_ERRORS",), lambda v: v),
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": (("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",), lambda v: v),
+    # Aggregate NVLink throughput, both directions, as a rate (DCGM 4.7, field 1648).
+    "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND": (
+        ("DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES"), lambda v: v),
+    # Not renamed: DCGM keeps fields 200 and 201 under these names (deprecated).
+    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": (("DCGM_FI_DEV_PCIE_TX_THROUGHPUT",), lambda v: v),
+    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": (("DCGM_FI_DEV_PCIE_RX_THROUGHPUT",), lambda v: v),
+}
+UNCHANGED = {"DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "DCGM_FI_DEV_PCIE_RX_THROUGHPUT"}
+CLASSIC = {field.name for field in FIELDS}
+# Every reading present, with values whose conversions are not trivially exact (37 % is
+# not 0.37 * 100 in binary floating point), on GPU 0; GPU 1 has no GPM or health readings.
+GPM_FULL = GpmReading(50.0, 25.0, 10.0, 40.0, 3.0, 60.0, 5.0, 3e9, 2e9, 7.5e9, 1.25e9)
+SAMPLE = Sample(1, 100.0, (
+    reading(0, utilization_pct=37.0, memory_utilization_pct=29.0,
+            memory_used_bytes=10 * GIB + 12345 * 2**20, pcie_tx_bytes_total=5e12,
+            pcie_rx_bytes_total=6e12, nvlink_bytes_total=7e12),
+    reading(1)), HOST,
+    extra={GPM_FAMILY: {0: GPM_FULL},
+           HEALTH_FAMILY: {0: HEALTH._replace(sm_clock_mhz=1755.0, memory_clock_mhz=2619.0,
+                                              clock_event_reasons=4)}})
+OWN = [HealthValue("nvdashboard_gpu_held_seconds", "counter", "Seconds held.", 12.5,
+                   {"gpu": "0", "UUID": "GPU-00000000", "hostname": "node-a"}),
+       HealthValue("nvdashboard_samples", "counter", "Samples taken.", 4.0)]
+
+
+def scrape(name_set: str) -> str:
+    gpus = exported_gpus("node-a", [facts(0), facts(1)], SAMPLE)
+    body, _ = render(DcgmCollector(lambda: Scrape(gpus, [("node-a", HOST)], OWN),
+                                   "hostname", name_set))
+    return body.decode()
+
+
+def series(text: str) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
+    """Each sample as the text names it. The classic parser reads OpenMetrics text too,
+    apart from its '# EOF' line, but adds _total to a counter's samples that lack it."""
+    written = set(re.findall(r"^([A-Za-z_:][\w:]*)[{ ]", text, re.MULTILINE))
+    return [(s.name if s.name in written else s.name.removesuffix("_total"),
+             tuple(sorted(s.labels.items())), s.value)
+            for family in text_string_to_metric_families(text.replace("# EOF\n", ""))
+            for s in family.samples]
+
+
+def by_gpu(rows: list, name: str) -> dict[str, float]:
+    return {dict(labels)["gpu"]: value for n, labels, value in rows if n == name}
+
+
+def test_every_dcgm47_metric_is_its_classic_value_converted_exactly() -> None:
+    rows = series(scrape("both"))
+    names = {name for name, _, _ in rows if name.startswith("DCGM_")}
+    # Every metric of each set is on this scrape.
+    assert CLASSIC <= names
+    assert set(DCGM47) <= names
+    assert names == CLASSIC | set(DCGM47)
+    for name, (sources, convert) in DCGM47.items():
+        got = by_gpu(rows, name)
+        wanted = {}
+        for gpu in ("0", "1"):
+            parts = [by_gpu(rows, source).get(gpu) for source in sources]
+            if None not in parts:
+                wanted[gpu] = convert(sum(parts))
+        assert wanted, name  # each conversion is checked on at least one GPU
+        assert got == wanted, name  # exact: == on the floats, never approx
+    # The figures behind it, by hand: 37 % is the ratio 37/100, 1755 MHz is 1.755 GHz.
+    assert by_gpu(rows, "DCGM_FI_DEV_GPU_UTIL_RATIO")["0"] == 0.37
+    assert by_gpu(rows, "DCGM_FI_DEV_SM_CLOCK_HERTZ") == {"0": 1.755e9}
+    assert by_gpu(rows, "DCGM_FI_DEV_FB_USED_BYTES")["0"] == 10 * GIB + 12345 * 2**20
+    assert by_gpu(rows, "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND") == {"0": 8.75e9}
+    assert by_gpu(rows, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS") == {"0": 4.0}
+
+
+def test_each_set_has_its_own_names_and_both_sends_each_series_once_under_each() -> None:
+    sets = {name_set: series(scrape(name_set)) for name_set in ("classic", "dcgm47", "both")}
+    dcgm = {name_set: {n for n, _, _ in rows if n.startswith("DCGM_")}
+            for name_set, rows in sets.items()}
+    assert dcgm["classic"] == CLASSIC
+    assert dcgm["dcgm47"] == set(DCGM47)
+    assert dcgm["both"] == CLASSIC | set(DCGM47)
+    for name_set, rows in sets.items():
+        counts = Counter((name, labels) for name, labels, _ in rows)
+        assert max(counts.values()) == 1, (name_set, counts.most_common(3))
+    classic_series = {(n, labels) for n, labels, _ in sets["classic"]}
+    dcgm47_series = {(n, labels) for n, labels, _ in sets["dcgm47"]}
+    # Under both: exactly the union, so each series once under each of its names.
+    assert {(n, labels) for n, labels, _ in sets["both"]} == classic_series | dcgm47_series
+    # The project's own series keep their names and values in every set.
+    own = {name_set: sorted(r for r in rows if r[0].startswith("nvdashboard_"))
+           for name_set, rows in sets.items()}
+    assert own["classic"] == own["dcgm47"] == own["both"] and own["classic"]
+
+
+def test_the_name_set_is_a_flag_and_an_environment_variable_with_classic_by_default() -> None:
+    assert load_config(["--metrics"], environ={}).metrics_names == "classic"
+    assert load_config(["--metrics", "--metrics-names", "dcgm47"], environ={}) \
+        .metrics_names == "dcgm47"
+    assert load_config([], environ={"NVDASHBOARD_METRICS": "1",
+                                    "NVDASHBOARD_METRICS_NAMES": "both"}).metrics_names == "both"
+    with pytest.raises(ConfigError, match="needs --metrics"):
+        load_config(["--metrics-names", "both"], environ={})
+
+
+@pytest.mark.parametrize(("args", "env"), [
+    (["--metrics", "--metrics-names", "dcgm48"], {}),
+    (["--metrics"], {"NVDASHBOARD_METRICS_NAMES": "DCGM 4.7"}),
+])
+def test_a_bad_name_set_is_one_line_and_nothing_listens(args: list[str],
+                                                        env: dict[str, str]) -> None:
+    port = free_port()
+    result = run_cli(str(port), "--simulate", "1", *args, env=env)
+    assert_one_line_error(result, "metrics names", "classic", "dcgm47", "both")
+    assert "serving" not in (result.stdout + result.stderr).lower()
+    with socket.socket() as probe:  # the server never started: its port is free
+        probe.bind(("127.0.0.1", port))
+
+
+def text_format(openmetrics: str) -> str:
+    """The body as Prometheus' text format, which promtool reads: the same families,
+    with a counter whose samples end in _total typed under that name, and no '# EOF'."""
+    body = openmetrics.replace("# EOF\n", "")
+    for name in re.findall(r"^# TYPE (\w+) counter$", body, re.MULTILINE):
+        if re.search(rf"^{name}_total[{{ ]", body, re.MULTILINE):
+            body = body.replace(f"# HELP {name} ", f"# HELP {name}_total ") \
+                .replace(f"# TYPE {name} counter", f"# TYPE {name}_total counter")
+    return body
+
+
+# promtool's complaints that are dcgm-exporter's own design, which its boards select on:
+# the labels UUID and modelName, and counters named by their DCGM field, without _total.
+BY_DESIGN = (re.compile(r"^(DCGM_FI_\w+) label names should be written in 'snake_case' not "
+                        r"'camelCase'$"),
+             re.compile(r"^(DCGM_FI_\w+) counter metrics should have \"_total\" suffix$"))
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="needs Debian's prometheus package")
+@pytest.mark.parametrize("name_set", ["classic", "dcgm47", "both"])
+def test_promtool_finds_only_dcgm_exporters_own_choices(name_set: str) -> None:
+    assert PROMTOOL is not None
+    body = text_format(scrape(name_set))
+    checked = subprocess.run([PROMTOOL, "check", "metrics"], input=body.encode(),
+                             capture_output=True, timeout=60)
+    problems = (checked.stdout + checked.stderr).decode().strip().splitlines()
+    counters = {name for name, labels, _ in series(scrape(name_set))
+                if name.startswith("DCGM_") and f"# TYPE {name} counter\n" in body}
+    assert counters  # the by-design counters are there, and named as dcgm-exporter does
+    for line in problems:
+        matched = [pattern.match(line) for pattern in BY_DESIGN]
+        assert any(matched), line
+        if matched[1]:
+            assert matched[1].group(1) in counters, line
+    # Nothing about the project's own series, nor any other kind of problem.
+    assert not [line for line in problems if "nvdashboard_" in line]
+
+
+def test_the_scrape_cost_benchmark_gives_figures_for_each_name_set(tmp_path: Path) -> None:
+    out = tmp_path / "cost.json"
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "benchmarks" /
+                             "metrics_names_cost.py"), "--runs", "2", "--scrapes", "3",
+         "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert set(figures) == {"classic", "dcgm47", "both"}
+    for name_set, each in figures.items():
+        assert len(each["ms_per_scrape"]) == 2 and f"| {name_set} |" in done.stdout
+    # All 8 GPUs' families: the sets' own, and both's union of them.
+    assert figures["both"]["families"] == len(CLASSIC | set(DCGM47)) == \
+        figures["classic"]["families"] + figures["dcgm47"]["families"] - len(UNCHANGED)
