@@ -246,9 +246,15 @@ class JupyterSessions:
         ``PAGE_WANTS_S``, whether or not a kernel holds a GPU."""
         self._page_asked_at = time.monotonic()
 
+    def wants_refresh(self, now: float | None = None) -> bool:
+        """Whether the refresh thread reads Jupyter now: while some kernel holds a GPU, or a
+        page asked in the last ``PAGE_WANTS_S`` (``now``: monotonic time)."""
+        now = time.monotonic() if now is None else now
+        return self._wanted() or now - self._page_asked_at < PAGE_WANTS_S
+
     def _loop(self) -> None:
         while not self._stop.wait(self.refresh_s):
-            if self._wanted() or time.monotonic() - self._page_asked_at < PAGE_WANTS_S:
+            if self.wants_refresh():
                 self.refresh()
 
     def start(self) -> None:

@@ -3,7 +3,8 @@
 Live samples do not go through the document: its page script subscribes to the
 broadcaster (``apps/live.py``), so a document has no periodic callback for data. Only a
 component with server-side state to show (the workload's run panel) refreshes on its own,
-at ``refresh_ms``. No document reads hardware.
+at ``refresh_ms``, and under Jupyter the timelines' cell marks (``cell_marks.py``). A page
+opened on a span of its URL shows it (``shown_span.py``). No document reads hardware.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from bokeh.themes._dark_minimal import json as _dark_minimal_json
 from jinja2 import Template
 
 from ..metrics import Metrics
+from .cell_marks import CellMarks
 from .live import LiveView, attach
 from .shown_span import SPAN_ARGUMENTS, ShownSpan, show_span, span_from_query
 from .sources import DashboardSources
@@ -178,7 +180,7 @@ def build_document(
 
         waiting = doc.add_periodic_callback(reload_when_gpus_appear, GPU_WAIT_CHECK_MS)
         return
-    _show_component(doc, page, make_component, theme["page_foreground"])
+    _show_component(doc, page, make_component, theme["page_foreground"], sources)
 
 
 GPU_WAIT_CHECK_MS = 1000
@@ -191,8 +193,8 @@ def span_notice(text: str, color: str) -> Div:
                sizing_mode="stretch_width", name="span-notice")
 
 
-def _show_component(doc: Document, page: Column,
-                    make_component: Callable[[], Component], text_color: str) -> None:
+def _show_component(doc: Document, page: Column, make_component: Callable[[], Component],
+                    text_color: str, sources: DashboardSources) -> None:
     component = make_component()
     views = ([component.live] if component.live is not None else []) + \
         (list(component.also_live) if isinstance(component, StreamsMore) else [])
@@ -204,6 +206,14 @@ def _show_component(doc: Document, page: Column,
         notes += [note for note in (show_span(view, span, now_s) for view in timelines) if note]
     for note in dict.fromkeys(notes):  # a page of two timelines says a thing once
         page.children.append(span_notice(note, text_color))
+    # Under Jupyter, the last cells of its kernels are marked on every timeline.
+    jupyter = sources.jupyter
+    if jupyter is not None and jupyter.server is not None:
+        for view in timelines:
+            if view.bands.plot is not None:
+                marks = CellMarks(jupyter, view.bands.plot)
+                marks.refresh()
+                doc.add_periodic_callback(marks.refresh, marks.refresh_ms)
     for view in views:
         attach(doc, view)
     if isinstance(component, Refreshing):
