@@ -11,6 +11,7 @@ import pytest
 from bokeh.document import Document
 from bokeh.models import BoxAnnotation, Div
 
+from jupyterlab_nvdashboard.apps.activity import ActivityDashboard, gpu_activity
 from jupyterlab_nvdashboard.apps.components import (
     Panel,
     Series,
@@ -25,6 +26,9 @@ from jupyterlab_nvdashboard.apps.shown_span import (
     span_from_query,
     window_for,
 )
+from jupyterlab_nvdashboard.apps.sources import DashboardSources
+from jupyterlab_nvdashboard.composition import create_metrics
+from jupyterlab_nvdashboard.config import Config, SimulationConfig
 
 WINDOWS_S = timeline_windows(1800.0, 7 * 24 * 3600.0)  # 2, 10, 30 min; 6 h, 24 h, 7 d
 
@@ -109,6 +113,19 @@ def test_a_span_older_than_every_window_says_so() -> None:
     note = show_span(timeline.live, ShownSpan(now - 30 * 86400, now - 30 * 86400 + 10), now)
     assert "before the oldest samples kept" in note
     assert timeline.live.window_s == 7 * 86400.0
+
+
+def test_gpu_activity_says_why_it_is_slow_over_the_window_the_span_chose() -> None:
+    metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=1)), environ={})
+    metrics.nvml.ensure_initialized()
+    metrics.sampler.tick()
+    dashboard = ActivityDashboard(DashboardSources(metrics), gpu_activity(metrics))
+    assert dashboard.timeline is not None and dashboard.timeline.picker is not None
+    assert [line.visible for line in dashboard.lines][:3] == [True, False, False]
+    now = time.time()
+    show_span(dashboard.timeline.live, ShownSpan(now - 900, now - 890), now)
+    shown = [line.name for line in dashboard.lines if line.visible]
+    assert shown == [f"diagnosis-{dashboard.timeline.live.window_s:g}"] == ["diagnosis-1800"]
 
 
 def test_a_page_without_a_range_follows_the_newest_sample() -> None:
