@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import time
 from collections import Counter
+from collections.abc import Iterator
 from urllib.parse import urlencode
 
 import pytest
@@ -17,6 +18,7 @@ from PIL import Image
 from tests.support.browser import (
     PAGE_WAIT_MS,
     TIMELINE_VIEWS_JS,
+    PageWatch,
     chromium,
     screenshot,
     watch,
@@ -112,61 +114,71 @@ def assert_opens_and_stays_on_a_span(page, url: str, path: str, start_s: float, 
     return shown, later
 
 
-def test_gpu_activity_opened_on_a_span_shows_it_shaded_and_stays_there() -> None:
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, object, float]]:
+    """A server of two simulated GPUs, Chromium, and when the server started (epoch s)."""
     with cli_server(["--simulate", "2", "--interval", "0.2"]) as (url, _), \
             chromium() as browser:
-        started_s = time.time()
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
-        watched = watch(page)
-        page.goto(with_token(url + "/"))
-        for theme in ("light", "dark"):
-            shown, later = assert_opens_and_stays_on_a_span(page, url, "/GPU-Activity",
-                                                            started_s, theme)
-            assert shown["window"] == 120  # the smallest window that reaches back to it
-            assert shown["label"].startswith("cell [3] ") and shown["label"].endswith(" UTC")
-            picture = Image.open(io.BytesIO(page.screenshot()))
-            path = screenshot(page, f"timeline-range-gpu-activity-{theme}")
-            frame = later["frame"]
-            # The frame's part on screen (the page scrolls below 800 px).
-            top, bottom = int(frame["top"]) + 30, min(int(frame["bottom"]), 800) - 5
-            inside = commonest_colour(picture, int((later["shade"]["x0"] +
-                                                    later["shade"]["x1"]) / 2), top, bottom)
-            outside = commonest_colour(picture, int(frame["right"]) - 3, top, bottom)
-            assert inside != outside, (inside, outside, path)  # the span is shaded
-            # The reset tool follows now again.
-            page.locator(".bk-tool-icon-reset").first.click(force=True)
-            page.wait_for_function("() => nvdashboardLive.following", timeout=15_000)
-            page.wait_for_function(f"() => nvdashboardLive.xEnd > {later['end']}",
-                                   timeout=15_000)
-        watched.assert_clean()
+        yield url, browser, time.time()
+
+
+def a_page(url: str, browser) -> tuple[object, PageWatch]:  # noqa: ANN001
+    """A 1280x800 page, signed in to the server."""
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    watched = watch(page)
+    page.goto(with_token(url + "/"))
+    return page, watched
+
+
+def test_gpu_activity_opened_on_a_span_shows_it_shaded_and_stays_there(
+        server: tuple[str, object, float]) -> None:
+    url, browser, started_s = server
+    page, watched = a_page(url, browser)
+    for theme in ("light", "dark"):
+        shown, later = assert_opens_and_stays_on_a_span(page, url, "/GPU-Activity",
+                                                        started_s, theme)
+        assert shown["window"] == 120  # the smallest window that reaches back to it
+        assert shown["label"].startswith("cell [3] ") and shown["label"].endswith(" UTC")
+        picture = Image.open(io.BytesIO(page.screenshot()))
+        path = screenshot(page, f"timeline-range-gpu-activity-{theme}")
+        frame = later["frame"]
+        # The frame's part on screen (the page scrolls below 800 px).
+        top, bottom = int(frame["top"]) + 30, min(int(frame["bottom"]), 800) - 5
+        inside = commonest_colour(picture, int((later["shade"]["x0"] +
+                                                later["shade"]["x1"]) / 2), top, bottom)
+        outside = commonest_colour(picture, int(frame["right"]) - 3, top, bottom)
+        assert inside != outside, (inside, outside, path)  # the span is shaded
+        # The reset tool follows now again.
+        page.locator(".bk-tool-icon-reset").first.click(force=True)
+        page.wait_for_function("() => nvdashboardLive.following", timeout=15_000)
+        page.wait_for_function(f"() => nvdashboardLive.xEnd > {later['end']}",
+                               timeout=15_000)
+    watched.assert_clean()
 
 
 OTHER_TIMELINES = ("/GPU-Resources", "/GPU-Health", "/Machine-Resources", "/NVLink-Timeline",
                    "/Workload")
 
 
-def test_every_timeline_page_takes_a_range_and_a_bad_one_is_one_line() -> None:
-    with cli_server(["--simulate", "2", "--interval", "0.2"]) as (url, _), \
-            chromium() as browser:
-        started_s = time.time()
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
-        watched = watch(page)
-        page.goto(with_token(url + "/"))
-        for number, path in enumerate(OTHER_TIMELINES):
-            theme = ("light", "dark")[number % 2]
-            assert_opens_and_stays_on_a_span(page, url, path, started_s, theme)
-            screenshot(page, f"timeline-range-{path.strip('/').lower()}-{theme}")
-        # A malformed range: the page opens as it would without one, and says why.
-        for theme in ("light", "dark"):
-            page.goto(f"{url}/GPU-Activity?start=yesterday&end=20&label=x&theme={theme}")
-            page.wait_for_function("() => window.nvdashboardLive && nvdashboardLive.draws > 2",
-                                   timeout=PAGE_WAIT_MS)
-            assert page.evaluate(NOTICE_JS) == [
-                "The time range in the address was ignored: start 'yesterday' is neither an "
-                "ISO 8601 time nor Unix seconds."]
-            shown = page.evaluate(SPAN_JS)
-            assert shown["following"] is True and shown["shade"] is None, shown
-            page.wait_for_function(f"() => nvdashboardLive.xEnd > {shown['end']}",
-                                   timeout=PAGE_WAIT_MS)
-            screenshot(page, f"timeline-range-ignored-{theme}")
-        watched.assert_clean()
+def test_every_timeline_page_takes_a_range_and_a_bad_one_is_one_line(
+        server: tuple[str, object, float]) -> None:
+    url, browser, started_s = server
+    page, watched = a_page(url, browser)
+    for number, path in enumerate(OTHER_TIMELINES):
+        theme = ("light", "dark")[number % 2]
+        assert_opens_and_stays_on_a_span(page, url, path, started_s, theme)
+        screenshot(page, f"timeline-range-{path.strip('/').lower()}-{theme}")
+    # A malformed range: the page opens as it would without one, and says why.
+    for theme in ("light", "dark"):
+        page.goto(f"{url}/GPU-Activity?start=yesterday&end=20&label=x&theme={theme}")
+        page.wait_for_function("() => window.nvdashboardLive && nvdashboardLive.draws > 2",
+                               timeout=PAGE_WAIT_MS)
+        assert page.evaluate(NOTICE_JS) == [
+            "The time range in the address was ignored: start 'yesterday' is neither an "
+            "ISO 8601 time nor Unix seconds."]
+        shown = page.evaluate(SPAN_JS)
+        assert shown["following"] is True and shown["shade"] is None, shown
+        page.wait_for_function(f"() => nvdashboardLive.xEnd > {shown['end']}",
+                               timeout=PAGE_WAIT_MS)
+        screenshot(page, f"timeline-range-ignored-{theme}")
+    watched.assert_clean()
