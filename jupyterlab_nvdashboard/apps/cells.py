@@ -33,11 +33,11 @@ from ..diagnosis.cell import (
     judge_cell,
 )
 from ..jupyter_sessions import runtime_dir
-from ..metrics import PROCESS_FAMILY, Sample, prepend_past
+from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, Sample, prepend_past
 from ..metrics.attribution import kernel_id_of
 from ..metrics.processes import PROCESS_EVERY_S
 from .components import GIB, duration_text, format_memory
-from .processes import current_user
+from .processes import current_user, newest_family
 from .usage import HolderPasses
 
 if TYPE_CHECKING:
@@ -85,7 +85,12 @@ def check_kernel(sources: DashboardSources, kernel_id: str) -> str | None:
             raise CellRefused(404, f"kernel {kernel_id} is not one of this Jupyter's kernels")
         return session.path
     me = current_user()
+    # Its processes' owners: those that held GPU memory since this server started, and
+    # the newest attribution's (a kernel whose processes just showed).
     users = {user for user, kernel in sources.usage.snapshot()[0] if kernel == kernel_id}
+    owners = newest_family(sources.metrics.history, OWNER_FAMILY)
+    if isinstance(owners, dict):
+        users.update(o.user for o in owners.values() if o.kernel_id == kernel_id)
     if me in users:
         return None
     folder = runtime_dir(os.environ)
