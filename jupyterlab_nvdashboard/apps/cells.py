@@ -143,8 +143,8 @@ def span_samples(sources: DashboardSources, start_s: float, end_s: float, lead_s
     recent = [s for s in history.window(max(0.0, latest.time_s - start_s) + lead_s + 1.0)
               if s.time_s >= start_s - lead_s]
     in_memory = [s for s in recent if start_s <= s.time_s <= end_s]
-    oldest = history.window(metrics.history_s + 1.0)[:1]
-    first = oldest[0].time_s if oldest else latest.time_s
+    oldest = history.oldest()
+    first = oldest.time_s if oldest is not None else latest.time_s
     store = sources.store
     if start_s >= first - metrics.interval_s or store is None or not store.readable:
         return recent, in_memory, MEMORY, metrics.interval_s
@@ -161,7 +161,7 @@ def kernel_passes(sources: DashboardSources, kernel_id: str, samples: Sequence[S
     (a process's owner is told a slow pass after it first shows: until then, whether the
     kernel held anything cannot be told, and a pass is not taken for "held nothing")."""
     facts = sources.metrics.facts
-    reader = HolderPasses(lambda: facts)
+    reader = HolderPasses(lambda: facts, wanted=lambda key: key[1] == kernel_id)
     out = []
     for sample in samples:
         seen = reader.feed(sample)

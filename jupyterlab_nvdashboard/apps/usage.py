@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -45,7 +46,7 @@ from ..metrics import (
     ProcessReading,
     Sample,
 )
-from ..metrics.families import GPM_FAMILY, GpmReading, device_reading
+from ..metrics.families import GPM_FAMILY, GpmReading
 from ..metrics.identity import SHARED
 from ..metrics.processes import PROCESS_EVERY_S
 from .components import duration_text, format_memory
@@ -61,6 +62,10 @@ HolderKey = tuple[str, str]
 # the oldest are forgotten beyond this. Our choice: a busy shared server sees a few dozen
 # kernels a day; this keeps memory bounded whatever it sees.
 MAX_HOLDERS = 256
+# The most samples between two process passes whose activity a pass reads: two minutes at
+# the fastest tick (0.1 s). Passes come every second, or every idle interval (60 s at
+# most), so only a reader that stopped leaves any out.
+MAX_SAMPLES_PER_PASS = 1200
 # A holder that stopped holding memory stays on /metrics this long: Prometheus scrapes
 # every 15 s to 1 min by default, so its last increment is seen.
 ENDED_KEEP_S = 300.0
@@ -98,6 +103,21 @@ class _Activity:
         return self.utilization_pct, "utilization"
 
 
+def _activity_since(samples: Sequence[Sample], rows: Sequence[int]) -> dict[int, _Activity]:
+    """Each row's highest readings in ``samples``."""
+    out = {row: _Activity() for row in rows}
+    for sample in samples:
+        gpm = sample.extra.get(GPM_FAMILY)
+        gpm = gpm if isinstance(gpm, dict) else {}
+        for reading in sample.gpus:
+            activity = out.get(reading.index)
+            if activity is not None:
+                found = gpm.get(reading.index)
+                activity.add(found.sm_activity_pct if isinstance(found, GpmReading) else None,
+                             reading.utilization_pct)
+    return out
+
+
 @dataclass(frozen=True)
 class DevicePass:
     """One device row in one process pass: its highest activity since the previous pass
@@ -116,7 +136,7 @@ class HolderPass:
 
     time_s: float
     holders: dict[HolderKey, list[DeviceEvidence]]
-    devices: dict[int, DevicePass]
+    devices: dict[int, DevicePass]  # (with ``wanted``: the rows where a wanted one may be)
     # Entries of local processes whose owners were not told yet (they come a slow pass
     # after a process first shows): whose they are, this pass cannot say.
     unattributed: int = 0
@@ -127,33 +147,46 @@ class HolderPasses:
     of every holder (``HolderPass``). The one reading of passes: ``GpuUsage`` advances its
     tracks from it, and a cell's report (``apps/cells.py``) reads a span with a new one."""
 
-    def __init__(self, facts: Callable[[], Sequence[GpuFacts]]) -> None:
+    def __init__(self, facts: Callable[[], Sequence[GpuFacts]],
+                 wanted: Callable[[HolderKey], bool] | None = None) -> None:
+        """``wanted``: the holders to say anything of (None: every one); a device row where
+        none of them has a process is passed over (a cell's report wants one kernel)."""
         self._facts = facts
+        self._wanted = wanted
         self._owners: Mapping[int, ProcessOwner] = {}
-        self._activity: dict[int, _Activity] = {}
+        self._wanted_pids: frozenset[int] | None = None  # local PIDs of wanted holders
+        # The samples since the previous pass: a device's activity is their highest, read
+        # at the pass for the rows it concerns. Bounded: passes this far apart (a reader
+        # that stopped) leave the oldest out.
+        self._since_pass: deque[Sample] = deque(maxlen=MAX_SAMPLES_PER_PASS)
         # Whether a sample has told the owners yet: before, a pass's processes are nobody's.
         self.owners_known = False
 
     def feed(self, sample: Sample) -> HolderPass | None:
         """Take one sample; the pass it carries, if it carries one."""
-        for reading in sample.gpus:
-            gpm = device_reading(sample.extra, GPM_FAMILY, reading.index, GpmReading)
-            self._activity.setdefault(reading.index, _Activity()).add(
-                gpm.sm_activity_pct if gpm is not None else None, reading.utilization_pct)
+        self._since_pass.append(sample)
         owners = sample.extra.get(OWNER_FAMILY)
         if isinstance(owners, dict):
+            if owners is not self._owners and self._wanted is not None:
+                wanted = self._wanted
+                self._wanted_pids = frozenset(pid for pid, owner in owners.items()
+                                              if (key := holder_of(owner)) and wanted(key))
             self._owners, self.owners_known = owners, True
         readings = sample.extra.get(PROCESS_FAMILY)
         if not isinstance(readings, tuple):
             return None
+        since, self._since_pass = self._since_pass, deque(maxlen=MAX_SAMPLES_PER_PASS)
         by_row: dict[int, list[ProcessReading]] = {}
         for reading in readings:
             by_row.setdefault(reading.device, []).append(reading)
+        concerned = self._concerned_rows(readings)
+        facts = [fact for fact in self._facts() if concerned is None or fact.index in concerned]
+        activity = _activity_since(since, [fact.index for fact in facts])
         holders: dict[HolderKey, list[DeviceEvidence]] = {}
         devices: dict[int, DevicePass] = {}
-        for fact in self._facts():
+        for fact in facts:
             row = fact.index
-            pct, signal = self._activity.pop(row, _Activity()).best()
+            pct, signal = activity[row].best()
             entries = by_row.get(row, [])
             known = [r.used_memory_bytes for r in entries if r.used_memory_bytes is not None]
             devices[row] = DevicePass(pct, signal, len(entries), sum(known))
@@ -162,6 +195,16 @@ class HolderPasses:
         unattributed = sum(1 for r in readings
                            if r.local_pid is not None and r.local_pid not in self._owners)
         return HolderPass(sample.time_s, holders, devices, unattributed)
+
+    def _concerned_rows(self, readings: Sequence[ProcessReading]) -> set[int] | None:
+        """The device rows where a wanted holder may have a process (None: every row, as
+        without ``wanted``)."""
+        if self._wanted is None:
+            return None
+        pids = self._wanted_pids or frozenset()
+        return {entry.device for entry in readings if entry.local_pid in pids or (
+            entry.identity == SHARED and entry.group is not None
+            and not pids.isdisjoint(entry.group.holders))}
 
     def _holders_on(self, label: str, row: int, entries: Sequence[ProcessReading],
                     pct: float | None, signal: str) -> list[tuple[HolderKey, DeviceEvidence]]:

@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..metrics import GpuFacts, Sample
-from ..metrics.families import GPM_FAMILY, GpmReading, device_reading
+from ..metrics.families import GPM_FAMILY, GpmReading
 from .findings import Finding, mean
 from .idle import UNKNOWN, WORK_PCT, DeviceEvidence, device_evidence
-from .rules import diagnose
+from .rules import device_readings, diagnose
 from .thresholds import LOW_UTILIZATION_PCT
 
 # The signals, as /cell.json names them.
@@ -114,13 +114,15 @@ class CellJudgment:
 
 
 def _activity(samples: Sequence[Sample], row: int) -> list[float | None]:
-    """The device's activity in each sample: GPM SM activity where the span has it (it rides
-    in the samples of its pass), else utilization; None where a sample has no reading."""
-    gpm = [device_reading(s.extra, GPM_FAMILY, row, GpmReading) for s in samples]
-    if any(g is not None and g.sm_activity_pct is not None for g in gpm):
-        return [g.sm_activity_pct if g is not None else None for g in gpm]
-    readings = [next((r for r in s.gpus if r.index == row), None) for s in samples]
-    return [r.utilization_pct if r is not None else None for r in readings]
+    """The device's activity in each sample: GPM SM activity where the span has it (it
+    rides in the samples of its pass), else utilization; None where a sample has none."""
+    gpm = [found.sm_activity_pct if isinstance(found, GpmReading) else None
+           for found in (passes.get(row) if isinstance(passes, dict) else None
+                         for passes in (s.extra.get(GPM_FAMILY) for s in samples))]
+    if any(value is not None for value in gpm):
+        return gpm
+    return [r.utilization_pct if r is not None else None
+            for r in device_readings(samples, row)[0]]
 
 
 def _share(values: Sequence[float | None]) -> float | None:
@@ -149,9 +151,8 @@ def _memory(row: int, before: KernelPass | None, inside: Sequence[KernelPass],
 
 def _device_memory(samples: Sequence[Sample], row: int) -> MemoryChange:
     """The device's own memory over the span (the store keeps no process's)."""
-    used = [next((r.memory_used_bytes for r in s.gpus if r.index == row), None)
-            for s in samples]
-    known = [value for value in used if value is not None]
+    known = [r.memory_used_bytes for r in device_readings(samples, row)[0]
+             if r is not None and r.memory_used_bytes is not None]
     if not known:
         return MemoryChange(None, None, None, None)
     return MemoryChange(known[0], known[-1], max(known), known[-1] - known[0])
@@ -160,14 +161,16 @@ def _device_memory(samples: Sequence[Sample], row: int) -> MemoryChange:
 def _signal(evidence: Sequence[DeviceEvidence]) -> tuple[str, str]:
     """The signal that speaks for the kernel on one device over the span's passes, and
     which reading it was, or why none could."""
-    verdicts = [device_evidence(device) for device in evidence]
-    unknown = [v for v in verdicts if v.kind == UNKNOWN]
-    if not verdicts or unknown:
-        why = unknown[0].why if unknown else "no process pass fell in the span"
-        return CANNOT_TELL, why
+    if not evidence:
+        return CANNOT_TELL, "no process pass fell in the span"
     if all(device.process_sm_pct is not None for device in evidence):
-        return PER_PROCESS, verdicts[0].signal
-    return DEVICE, next(v.signal for v in verdicts if v.signal != "per-process SM samples")
+        return PER_PROCESS, device_evidence(evidence[0]).signal
+    verdicts = [device_evidence(device) for device in evidence
+                if device.process_sm_pct is None]
+    unknown = next((v for v in verdicts if v.kind == UNKNOWN), None)
+    if unknown is not None:
+        return CANNOT_TELL, unknown.why
+    return DEVICE, verdicts[0].signal
 
 
 def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
@@ -204,7 +207,7 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
         signal, words = _signal(evidence)
         activity = _activity(span, row)
         lost = row in lost_rows or fact is None or any(
-            r.lost for s in span for r in s.gpus if r.index == row)
+            r is not None and r.lost for r in device_readings(span, row)[0])
         if judged_from == STORE:
             # The store keeps each device's readings, no process's: its memory is the
             # device's, and its activity speaks for the kernel only where nobody worked.
