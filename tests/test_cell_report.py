@@ -13,6 +13,9 @@ reaches into the history store, and a GPU lost during the span. The pure judgmen
 from __future__ import annotations
 
 import math
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -345,3 +348,19 @@ def test_the_memory_of_a_cell_between_two_passes() -> None:
     [device] = judgment.devices
     assert device.memory.start_bytes == 0.0 and device.memory.end_bytes == 3 * GIB
     assert device.memory.change_bytes == 3 * GIB and not math.isnan(device.memory.peak_bytes)
+
+
+def test_the_benchmark_gives_its_figures() -> None:
+    """``benchmarks/cell_report.py`` runs, judges the kernel busy on the GPUs it holds, and
+    prints a median and range for the report and for the route."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "cell_report.py"),
+                           "--gpus", "2", "--held", "1", "--minutes", "1", "--repeats", "2"],
+                          capture_output=True, text=True, timeout=600, cwd=root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert "1-minute span of 2 GPUs (the kernel on 1)" in lines[0], lines
+    assert lines[1] == "  verdict: GPU 0: busy 100% of 58 s, peak 13.0 GiB (+0.0)", lines
+    for what in ("the report, wall:", "the report, CPU:", "GET /cell.json:"):
+        [line] = [line for line in lines if what in line]
+        assert re.search(r"[\d.]+ ms \([\d.]+-[\d.]+\)", line), line
