@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..diagnosis.idle import (
@@ -129,32 +129,29 @@ class DevicePass:
     held_bytes: float  # the listed entries' known memory together
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HolderPass:
     """What one process pass shows: each holder's evidence on each device row it holds,
     and each device row."""
 
     time_s: float
     holders: dict[HolderKey, list[DeviceEvidence]]
-    devices: dict[int, DevicePass]  # (with ``wanted``: the rows where a wanted one may be)
+    devices: dict[int, DevicePass]
     # Entries of local processes whose owners were not told yet (they come a slow pass
-    # after a process first shows): whose they are, this pass cannot say.
+    # after a process first shows), or no owners told at all yet: whose they are, this
+    # pass cannot say.
     unattributed: int = 0
+    owners_known: bool = True
 
 
 class HolderPasses:
     """Reads samples in the history's order and, at each process pass, says what it shows
-    of every holder (``HolderPass``). The one reading of passes: ``GpuUsage`` advances its
-    tracks from it, and a cell's report (``apps/cells.py``) reads a span with a new one."""
+    of every holder (``HolderPass``): the one reading of passes, which ``GpuUsage`` advances
+    its tracks from and keeps (a cell's report, ``apps/cells.py``, reads them back)."""
 
-    def __init__(self, facts: Callable[[], Sequence[GpuFacts]],
-                 wanted: Callable[[HolderKey], bool] | None = None) -> None:
-        """``wanted``: the holders to say anything of (None: every one); a device row where
-        none of them has a process is passed over (a cell's report wants one kernel)."""
+    def __init__(self, facts: Callable[[], Sequence[GpuFacts]]) -> None:
         self._facts = facts
-        self._wanted = wanted
         self._owners: Mapping[int, ProcessOwner] = {}
-        self._wanted_pids: frozenset[int] | None = None  # local PIDs of wanted holders
         # The samples since the previous pass: a device's activity is their highest, read
         # at the pass for the rows it concerns. Bounded: passes this far apart (a reader
         # that stopped) leave the oldest out.
@@ -167,10 +164,6 @@ class HolderPasses:
         self._since_pass.append(sample)
         owners = sample.extra.get(OWNER_FAMILY)
         if isinstance(owners, dict):
-            if owners is not self._owners and self._wanted is not None:
-                wanted = self._wanted
-                self._wanted_pids = frozenset(pid for pid, owner in owners.items()
-                                              if (key := holder_of(owner)) and wanted(key))
             self._owners, self.owners_known = owners, True
         readings = sample.extra.get(PROCESS_FAMILY)
         if not isinstance(readings, tuple):
@@ -179,8 +172,7 @@ class HolderPasses:
         by_row: dict[int, list[ProcessReading]] = {}
         for reading in readings:
             by_row.setdefault(reading.device, []).append(reading)
-        concerned = self._concerned_rows(readings)
-        facts = [fact for fact in self._facts() if concerned is None or fact.index in concerned]
+        facts = self._facts()
         activity = _activity_since(since, [fact.index for fact in facts])
         holders: dict[HolderKey, list[DeviceEvidence]] = {}
         devices: dict[int, DevicePass] = {}
@@ -194,17 +186,7 @@ class HolderPasses:
                 holders.setdefault(key, []).append(device)
         unattributed = sum(1 for r in readings
                            if r.local_pid is not None and r.local_pid not in self._owners)
-        return HolderPass(sample.time_s, holders, devices, unattributed)
-
-    def _concerned_rows(self, readings: Sequence[ProcessReading]) -> set[int] | None:
-        """The device rows where a wanted holder may have a process (None: every row, as
-        without ``wanted``)."""
-        if self._wanted is None:
-            return None
-        pids = self._wanted_pids or frozenset()
-        return {entry.device for entry in readings if entry.local_pid in pids or (
-            entry.identity == SHARED and entry.group is not None
-            and not pids.isdisjoint(entry.group.holders))}
+        return HolderPass(sample.time_s, holders, devices, unattributed, self.owners_known)
 
     def _holders_on(self, label: str, row: int, entries: Sequence[ProcessReading],
                     pct: float | None, signal: str) -> list[tuple[HolderKey, DeviceEvidence]]:
@@ -268,6 +250,9 @@ class GpuUsage:
         self.unused_after_s = unused_after_s
         self._lock = threading.Lock()
         self._passes = HolderPasses(lambda: self.metrics.facts)
+        # The passes of the history's span, newest last: a cell's report reads a span of
+        # them (a pass comes with a sample, so the history's capacity bounds them too).
+        self.recent: deque[HolderPass] = deque(maxlen=max(1, metrics.history.capacity))
         self.holders: dict[HolderKey, HolderTrack] = {}
         self.holder_rows: dict[tuple[HolderKey, int], HolderTrack] = {}
         self.devices: dict[int, DeviceTrack] = {}
@@ -295,6 +280,10 @@ class GpuUsage:
                 self._pass(seen)
 
     def _pass(self, seen: HolderPass) -> None:
+        self.recent.append(replace(seen, devices={}))  # what a cell reads: the holders
+        oldest = self.metrics.history.oldest()
+        while oldest is not None and self.recent[0].time_s < oldest.time_s:
+            self.recent.popleft()  # older than the history: the store keeps no process
         now_s = seen.time_s
         for fact in self.metrics.facts:
             device = seen.devices.get(fact.index)
@@ -338,6 +327,12 @@ class GpuUsage:
                                 dict[int, DeviceTrack], frozenset[HolderKey]]:
         with self._lock:
             return dict(self.holders), dict(self.holder_rows), dict(self.devices), self.current
+
+    def passes_between(self, start_s: float, end_s: float) -> list[HolderPass]:
+        """The process passes from ``start_s`` to ``end_s`` (wall time), oldest first."""
+        with self._lock:
+            passes = list(self.recent)
+        return [seen for seen in passes if start_s <= seen.time_s <= end_s]
 
     def judgment(self, user: str, kernel_id: str, now_s: float | None = None
                  ) -> IdleJudgment | None:

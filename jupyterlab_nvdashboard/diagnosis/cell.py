@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..metrics import GpuFacts, Sample
+from ..metrics import GpuFacts, GpuReading, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading
 from .findings import Finding, mean
 from .idle import UNKNOWN, WORK_PCT, DeviceEvidence, device_evidence
@@ -113,16 +113,22 @@ class CellJudgment:
         return BUSY
 
 
-def _activity(samples: Sequence[Sample], row: int) -> list[float | None]:
-    """The device's activity in each sample: GPM SM activity where the span has it (it
-    rides in the samples of its pass), else utilization; None where a sample has none."""
-    gpm = [found.sm_activity_pct if isinstance(found, GpmReading) else None
-           for found in (passes.get(row) if isinstance(passes, dict) else None
-                         for passes in (s.extra.get(GPM_FAMILY) for s in samples))]
-    if any(value is not None for value in gpm):
-        return gpm
-    return [r.utilization_pct if r is not None else None
-            for r in device_readings(samples, row)[0]]
+def _gpm_passes(samples: Sequence[Sample]) -> list[dict[int, GpmReading]]:
+    """Each sample's GPM readings by row (the family rides in the samples of its pass)."""
+    found = [s.extra.get(GPM_FAMILY) for s in samples]
+    return [readings if isinstance(readings, dict) else {} for readings in found]
+
+
+def _activity(readings: Sequence[GpuReading | None], gpm: Sequence[dict[int, GpmReading]],
+              row: int) -> list[float | None]:
+    """The device's activity in each sample: GPM SM activity where the span has it, else
+    utilization; None where a sample has none. ``readings``: the row's reading in each
+    sample; ``gpm``: ``_gpm_passes`` of the same samples."""
+    sm = [reading.sm_activity_pct if reading is not None else None
+          for reading in (readings.get(row) for readings in gpm)]
+    if any(value is not None for value in sm):
+        return sm
+    return [r.utilization_pct if r is not None else None for r in readings]
 
 
 def _share(values: Sequence[float | None]) -> float | None:
@@ -130,28 +136,30 @@ def _share(values: Sequence[float | None]) -> float | None:
     return sum(1 for value in known if value >= WORK_PCT) / len(known) if known else None
 
 
-def _held(kernel_pass: KernelPass | None, row: int) -> float | None:
-    """The kernel's memory on ``row`` in a pass: 0 where it held none there."""
-    if kernel_pass is None:
-        return None
-    found = next((d for d in kernel_pass.devices if d.row == row), None)
-    return 0.0 if found is None else found.held_bytes
+def _held(passes: Sequence[KernelPass], rows: Sequence[int]) -> dict[int, list[float | None]]:
+    """The kernel's memory on each row in each pass: 0 where it held none there."""
+    series: dict[int, list[float | None]] = {row: [] for row in rows}
+    for kernel_pass in passes:
+        held = {device.row: device.held_bytes for device in kernel_pass.devices}
+        for row, values in series.items():
+            values.append(held.get(row, 0.0))
+    return series
 
 
-def _memory(row: int, before: KernelPass | None, inside: Sequence[KernelPass],
-            after: KernelPass | None) -> MemoryChange:
-    first = before if before is not None else inside[0] if inside else after
-    last = after if after is not None else inside[-1] if inside else before
-    start, end = _held(first, row), _held(last, row)
-    seen = [_held(p, row) for p in (before, *inside, after) if p is not None]
-    peak = None if not seen or any(v is None for v in seen) else max(seen)  # type: ignore[type-var]
+def _memory(held: Sequence[float | None]) -> MemoryChange:
+    """``held``: the kernel's memory in the pass before the span, those in it and the one
+    after it (as far as there are such)."""
+    if not held:
+        return MemoryChange(None, None, None, None)
+    start, end = held[0], held[-1]
+    peak = None if None in held else max(held)  # type: ignore[type-var]
     change = end - start if start is not None and end is not None else None
     return MemoryChange(start, end, peak, change)
 
 
-def _device_memory(samples: Sequence[Sample], row: int) -> MemoryChange:
+def _device_memory(readings: Sequence[GpuReading | None]) -> MemoryChange:
     """The device's own memory over the span (the store keeps no process's)."""
-    known = [r.memory_used_bytes for r in device_readings(samples, row)[0]
+    known = [r.memory_used_bytes for r in readings
              if r is not None and r.memory_used_bytes is not None]
     if not known:
         return MemoryChange(None, None, None, None)
@@ -199,26 +207,34 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
     rows.update(dict.fromkeys(rows_held))
     span = [s for s in samples if start_s <= s.time_s <= end_s]
     by_row = {fact.index: fact for fact in facts}
+    gpm = _gpm_passes(span)
+    held = _held([p for p in (before, *inside, after) if p is not None], list(rows))
+    evidence_of: dict[int, list[DeviceEvidence]] = {row: [] for row in rows}
+    for kernel_pass in judged:
+        for device in kernel_pass.devices:
+            if device.row in evidence_of:
+                evidence_of[device.row].append(device)
     devices = []
     for row in sorted(rows):
         fact = by_row.get(row)
         label = fact.label if fact else f"GPU row {row}"
-        evidence = [d for p in judged for d in p.devices if d.row == row]
+        evidence = evidence_of[row]
         signal, words = _signal(evidence)
-        activity = _activity(span, row)
+        readings = device_readings(span, row)[0]
+        activity = _activity(readings, gpm, row)
         lost = row in lost_rows or fact is None or any(
-            r is not None and r.lost for r in device_readings(span, row)[0])
+            r is not None and r.lost for r in readings)
         if judged_from == STORE:
             # The store keeps each device's readings, no process's: its memory is the
             # device's, and its activity speaks for the kernel only where nobody worked.
-            memory = _device_memory(span, row)
+            memory = _device_memory(readings)
             if _share(activity) == 0.0:
                 signal, words = DEVICE, f"{label}'s stored activity: no process on it worked"
             else:
                 signal, words = CANNOT_TELL, (f"the history store keeps no process's "
                                               f"readings, and {label} worked")
         else:
-            memory = _memory(row, before, inside, after)
+            memory = _memory(held[row])
         if signal == PER_PROCESS:
             own = [d.process_sm_pct for d in evidence]
             sm, share = mean(own), _share(own)
