@@ -13,6 +13,8 @@ closes a cell that just ended): call it off the event loop.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import os
 import threading
@@ -104,6 +106,26 @@ def check_kernel(sources: DashboardSources, kernel_id: str) -> str | None:
     raise CellRefused(404, f"kernel {kernel_id} is not a kernel of this server's user")
 
 
+def _closes(sample: Sample, end_s: float) -> bool:
+    """Whether ``sample`` carries a process pass after ``end_s``."""
+    return sample.time_s > end_s and PROCESS_FAMILY in sample.extra
+
+
+def _closed(sources: DashboardSources, end_s: float) -> bool:
+    """Whether the history already holds a process pass after ``end_s``."""
+    history = sources.metrics.history
+    latest = history.latest()
+    return latest is not None and latest.time_s > end_s and any(
+        _closes(sample, end_s) for sample in history.since(latest.seq - 64))
+
+
+def _wait_s(end_s: float, gap_s: float) -> float:
+    """How long to wait for the pass after ``end_s``: until ``gap_s`` after it, and never
+    longer than ``gap_s`` from now (an end ahead of this server's clock is judged on what
+    there is, not waited for)."""
+    return min(max(0.0, end_s + gap_s - time.time()), gap_s)
+
+
 def wait_for_pass_after(sources: DashboardSources, end_s: float, gap_s: float) -> None:
     """Wait (at most until ``end_s + gap_s`` on the wall clock) for a process pass after
     ``end_s``: a cell that just ended is asked about at once, and what it left held shows
@@ -112,17 +134,33 @@ def wait_for_pass_after(sources: DashboardSources, end_s: float, gap_s: float) -
     arrived = threading.Event()
 
     def listen(sample: Sample) -> None:
-        if sample.time_s > end_s and PROCESS_FAMILY in sample.extra:
+        if _closes(sample, end_s):
             arrived.set()
 
     history.add_listener(listen)
     try:
-        latest = history.latest()
-        if latest is not None and latest.time_s > end_s and any(
-                PROCESS_FAMILY in s.extra for s in history.since(latest.seq - 64)
-                if s.time_s > end_s):
-            return
-        arrived.wait(max(0.0, end_s + gap_s - time.time()))
+        if not _closed(sources, end_s):
+            arrived.wait(_wait_s(end_s, gap_s))
+    finally:
+        history.remove_listener(listen)
+
+
+async def pass_after(sources: DashboardSources, end_s: float) -> None:
+    """``wait_for_pass_after`` on the event loop: the route waits there, not on one of the
+    few executor threads, which a notebook's "run all" would otherwise fill."""
+    loop = asyncio.get_running_loop()
+    history = sources.metrics.history
+    arrived = asyncio.Event()
+
+    def listen(sample: Sample) -> None:  # on the sampler's thread
+        if _closes(sample, end_s):
+            loop.call_soon_threadsafe(arrived.set)
+
+    history.add_listener(listen)
+    try:
+        if not _closed(sources, end_s):
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(arrived.wait(), _wait_s(end_s, pass_gap_s(sources)))
     finally:
         history.remove_listener(listen)
 
