@@ -360,6 +360,22 @@ def test_a_cell_on_a_mig_device(tmp_path: Path, now: float) -> None:
     assert data["verdict"].startswith("GPU 0 · MIG 1: busy 100% of 30 s, peak 5.0 GiB")
 
 
+def test_a_standalone_kernel_that_never_held_a_gpu_is_known_by_its_connection_file(
+        tmp_path: Path, now: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU-only kernel has no GPU process to name it: standalone, its connection file in
+    Jupyter's runtime folder, owned by this user, makes it this server's ("no GPU work")."""
+    metrics, sources = scripted(tmp_path)
+    write(metrics.history, now - 20, now, 2, lambda g, t: 0.0, lambda t: [])
+    cpu_only = "0d0e0f10-1112-4314-9516-171819202122"
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    with pytest.raises(CellRefused) as refused:
+        report(sources, now - 10, now - 5, kernel=cpu_only)
+    assert refused.value.status == 404
+    (tmp_path / f"kernel-{cpu_only}.json").write_text("{}")
+    data = report(sources, now - 10, now - 5, kernel=cpu_only)
+    assert data["verdict"] == "no GPU work" and data["notebook"] is None
+
+
 def test_the_memory_of_a_cell_between_two_passes() -> None:
     """The pure judgment: a cell of 0.3 s between two passes has no pass of its own; its
     memory is the pass before it and the one after it, and it held the GPU."""

@@ -33,8 +33,8 @@ from .thresholds import LOW_UTILIZATION_PCT
 PER_PROCESS, DEVICE, CANNOT_TELL = "per-process", "device", "cannot-tell"
 # What a device's part of a cell was.
 BUSY, HELD_IDLE, LOST = "busy", "held-idle", "lost"
-# The cell's verdict class, beside BUSY, HELD_IDLE, CANNOT_TELL and LOST (the first GPU's
-# that is not busy decides: a held-idle GPU beside a busy one is worth saying).
+# The cell's verdict class, beside its GPUs' (the first of LOST, CANNOT_TELL, HELD_IDLE
+# that any of them is, else BUSY: a GPU held idle beside a busy one is worth saying).
 NO_GPU_WORK, TOO_SHORT = "no-gpu-work", "too-short"
 # A device that worked less than this share of the cell held memory idle. Nsight's
 # gpu_time_util and the PyTorch profiler call a GPU in use less than half the time
@@ -200,9 +200,9 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
     after = next((p for p in passes if end_s < p.time_s <= end_s + gap_s), None)
     judged = inside or [p for p in (before, after) if p is not None]
     # What the kernel held during the span: in its passes, and in the one just after it,
-    # which shows what a cell allocated in its last second.
-    held_in = [*inside, *([after] if after is not None else []), *([] if inside else
-                                                                   [before] if before else [])]
+    # which shows what a cell allocated in its last second (a cell with no pass of its
+    # own: the passes on either side).
+    held_in = [p for p in ([*inside, after] if inside else [before, after]) if p is not None]
     rows = dict.fromkeys([d.row for p in held_in for d in p.devices if d.held_bytes != 0.0])
     rows.update(dict.fromkeys(rows_held))
     span = [s for s in samples if start_s <= s.time_s <= end_s]
