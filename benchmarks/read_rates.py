@@ -4,7 +4,7 @@ Starts the standalone server (``python -m jupyterlab_nvdashboard.server PORT --s
 --interval 0.2``, the store on, in a temporary folder) and measures, on that one process:
 
 * ``no page``: nobody watching (after the server noticed: one check, 1 s);
-* ``1 viewer``: one viewer of ``/GPU-Utilization``, doing what a page does (a Bokeh
+* ``1 viewer``: one viewer of ``/GPU-Utilization`` (``--route``), doing what a page does (a Bokeh
   session pulling the document, and the ``/GPU-Utilization/stream`` socket);
 * ``64 viewers``: 63 more of the same.
 
@@ -167,9 +167,9 @@ def measure_window(server: ServerUnderTest, window_s: float) -> dict[str, float]
     return result
 
 
-async def open_viewer(url: str) -> list[Any]:
+async def open_viewer(url: str, route: str) -> list[Any]:
     """What a page opens: its Bokeh session and its stream socket."""
-    return [await open_session(url, ROUTE), await open_stream(url, ROUTE)]
+    return [await open_session(url, route), await open_stream(url, route)]
 
 
 async def drain(connection: Any) -> None:
@@ -181,7 +181,8 @@ async def drain(connection: Any) -> None:
         return
 
 
-async def one_round(server: ServerUnderTest, window_s: float) -> dict[str, dict[str, float]]:
+async def one_round(server: ServerUnderTest, window_s: float, route: str
+                    ) -> dict[str, dict[str, float]]:
     loop = asyncio.get_running_loop()
     out: dict[str, dict[str, float]] = {}
     await asyncio.sleep(SETTLE_S)
@@ -190,7 +191,7 @@ async def one_round(server: ServerUnderTest, window_s: float) -> dict[str, dict[
     readers = []
     for count, name in ((1, "1 viewer"), (64, "64 viewers")):
         while len(connections) < 2 * count:
-            opened = await open_viewer(server.url)
+            opened = await open_viewer(server.url, route)
             connections += opened
             readers += [asyncio.ensure_future(drain(connection)) for connection in opened]
         await asyncio.sleep(SETTLE_S)
@@ -203,17 +204,18 @@ async def one_round(server: ServerUnderTest, window_s: float) -> dict[str, dict[
     return out
 
 
-def run(source: Path, folder: Path, window_s: float, interval_s: float
+def run(source: Path, folder: Path, window_s: float, interval_s: float, route: str
         ) -> dict[str, dict[str, float]]:
     server = ServerUnderTest(source, folder, interval_s)
     try:
-        return asyncio.run(one_round(server, window_s))
+        return asyncio.run(one_round(server, window_s, route))
     finally:
         server.stop()
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+def spread(values: list[float], digits: int = 1) -> str:
+    return (f"{statistics.median(values):.{digits}f} "
+            f"({min(values):.{digits}f}-{max(values):.{digits}f})")
 
 
 def table(results: dict[str, list[dict[str, dict[str, float]]]]) -> str:
@@ -228,7 +230,7 @@ def table(results: dict[str, list[dict[str, dict[str, float]]]]) -> str:
     for source, rounds in results.items():
         per_viewer = [r["64 viewers"]["rss_per_viewer_mb"] for r in rounds]
         above = [r["64 viewers"]["cpu_pct"] - r["1 viewer"]["cpu_pct"] for r in rounds]
-        lines.append(f"{source}: RSS per extra viewer {spread(per_viewer)} MB; "
+        lines.append(f"{source}: RSS per extra viewer {spread(per_viewer, 2)} MB; "
                      f"CPU of 64 viewers above one {spread(above)} % of a core")
     return "\n".join(lines)
 
@@ -239,6 +241,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--window", type=float, default=15.0, help="seconds per measure")
     parser.add_argument("--interval", type=float, default=0.2)
+    parser.add_argument("--route", default=ROUTE, help=f"what the viewers open ({ROUTE})")
     args = parser.parse_args()
     print(f"{platform.node()}: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f} at start, "
           f"{GPUS} simulated GPUs, {args.rounds} rounds of {args.window:g} s windows",
@@ -255,12 +258,13 @@ def main() -> int:
                 if number % 2:
                     order.reverse()
                 for name, source in order:
-                    result = run(source, folder, args.window, args.interval)
+                    result = run(source, folder, args.window, args.interval, args.route)
                     results[name].append(result)
                     print(f"round {number + 1}, {name}: " + ", ".join(
                         f"{s} {result[s]['total']:.0f} calls/s {result[s]['cpu_pct']:.2f}%"
                         for s in SCENARIOS), file=sys.stderr)
     print(f"load {os.getloadavg()[0]:.2f} at the end", file=sys.stderr)
+    print(f"viewers of {args.route}")
     print(table(results))
     return 0
 
