@@ -197,6 +197,15 @@ def test_a_utilization_page_reads_slowly_but_metrics_and_processes_stay_fresh() 
         server.wait_until_gpus_read()
         sampler = server.metrics.sampler
         until(lambda: sampler.idle, "the sampler rests with nobody watching", 30)
+        # GPM derives its first figures from two of its samples (two idle intervals; the
+        # first reading is all "not available"): a scrape before that rightly has no PROF
+        # series.
+        def gpm_figures() -> bool:
+            latest = server.metrics.history.latest()
+            gpm = latest.extra.get(GPM_FAMILY, {}) if latest is not None else {}
+            return bool(gpm) and all(g.sm_activity_pct is not None for g in gpm.values())
+
+        until(gpm_figures, "the first GPM figures", 30)
 
         async def watch() -> None:
             stream = await open_stream(server.url, "/GPU-Utilization")
