@@ -95,6 +95,7 @@ from .instants import parse_span
 from .jupyter_sessions import JupyterSessions, find_parent_server
 from .long_reads import RETRY_AFTER_S, Busy, LongReads
 from .metrics import GpuReading, HostReading, Metrics, Sample, past_span
+from .metrics.demand import HOLDING
 from .runs.service import WorkloadService
 from .store import HistoryStore
 from .store.buckets import is_gap
@@ -115,17 +116,25 @@ class LiveSessions:
 
     def __init__(self) -> None:
         self.server: Server | None = None
+        self.paths: tuple[str, ...] = ()  # the application routes, set with ``server``
 
     def __call__(self) -> int:
         return 0 if self.server is None else len(self.server.get_sessions())
 
+    def routes(self) -> set[str]:
+        """The routes with a live session (a page hidden, its stream closed, counts too)."""
+        server = self.server
+        return set() if server is None else \
+            {path for path in self.paths if server.get_sessions(path)}
+
 
 class ViewerWatch:
-    """Slows the sampler while nobody watches, and ends a server idle for too long.
+    """Tells the sampler who watches, and ends a server idle for too long.
 
     Viewers are open stream sockets, of every broadcaster (/Cluster-GPUs has one of its
-    own), and live Bokeh sessions. The sampler speeds up the moment a page subscribes; it
-    slows down at the next check after the last one left.
+    own), and live Bokeh sessions. The sampler reads what their routes show at the pace
+    they draw it (``metrics/demand.py``), from the moment a page subscribes; it slows down
+    at the next check after a page left.
     """
 
     CHECK_MS = 1000
@@ -133,7 +142,7 @@ class ViewerWatch:
     def __init__(self, metrics: Metrics, broadcasters: Sequence[Broadcaster],
                  live_sessions: LiveSessions, exit_after_s: float,
                  parent_pid: int | None = None) -> None:
-        self.sampler = metrics.sampler
+        self.metrics, self.sampler = metrics, metrics.sampler
         self.broadcasters, self.live_sessions = tuple(broadcasters), live_sessions
         self.exit_after_s = exit_after_s
         # Behind jupyter-server-proxy: the Jupyter server that started this one. When it is
@@ -151,10 +160,25 @@ class ViewerWatch:
     def viewers(self) -> int:
         return sum(b.subscribers for b in self.broadcasters) + self.live_sessions()
 
+    def consumers(self) -> set[str]:
+        """What is watched now: the routes of the open pages, and ``HOLDING`` while one is
+        open and a process holds a GPU (``metrics/demand.py`` says what each reads)."""
+        routes = self.live_sessions.routes()
+        for broadcaster in self.broadcasters:
+            routes |= broadcaster.watched_routes()
+        if routes and self.holders():
+            routes.add(HOLDING)
+        return routes
+
+    def holders(self) -> bool:
+        """Whether the newest process pass found a process on a GPU."""
+        processes = self.metrics.processes
+        return processes is not None and bool(processes.latest)
+
     def viewers_changed(self, subscribers: int) -> None:
         if subscribers:
             self.idle_since = None
-            self.sampler.set_idle(False)
+        self.sampler.set_consumers(self.consumers())
 
     def start(self) -> None:
         self.io_loop = IOLoop.current()
@@ -166,14 +190,13 @@ class ViewerWatch:
                      self.parent_pid)
             self.io_loop.stop()
             return
+        self.sampler.set_consumers(self.consumers())
         if self.viewers:
             self.idle_since = None
-            self.sampler.set_idle(False)
             return
         now = time.monotonic()
         if self.idle_since is None:
             self.idle_since = now
-            self.sampler.set_idle(True)
         quiet_since = max(self.idle_since, self.last_glance or self.idle_since)
         if self.exit_after_s and now - quiet_since >= self.exit_after_s and self.io_loop:
             log.info("no page open for %.0f s: exiting (jupyter-server-proxy starts the "
@@ -658,6 +681,7 @@ def make_server(config: Config, sources: DashboardSources,
         **listen,
     )
     live_sessions.server = server
+    live_sessions.paths = tuple(applications)
     broadcaster.attach(server.io_loop)
     if cluster_broadcaster is not None:
         cluster_broadcaster.attach(server.io_loop)

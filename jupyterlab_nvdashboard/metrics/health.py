@@ -7,7 +7,9 @@ goes through the choke point in ``nvml.py``, so a reading a GPU or driver lacks 
 (and asked no more). Costs are kept apart by rate:
 
 - read once per device: the clock maxima and the temperature thresholds;
-- every pass: current SM and memory clocks, P-state, clocks-event (throttle) reasons and
+- every pass, or every ``every_s`` (the pace its consumers need, ``demand.py``; between
+  two readings every pass carries the newest): current SM and memory clocks, P-state,
+  clocks-event (throttle) reasons and
   fan (five cheap calls); temperature and power come from the pass's own ``GpuReading``;
 - every ``slow_every_s``: the four ECC counters, remapped rows and the power limit;
 - XID events: one NVML event set, registered for ``nvmlEventTypeXidCriticalError`` on every
@@ -22,6 +24,7 @@ and which readings are past their thresholds.
 from __future__ import annotations
 
 import ctypes
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -207,7 +210,10 @@ class HealthReader:
                  wall_clock: Callable[[], float] = time.time) -> None:
         self.session = nvml.session  # the choke point (session.py)
         self.slow_every_s = slow_every_s
+        self.every_s = 0.0  # every pass until the sampler says otherwise
         self._wall_clock = wall_clock
+        self._latest: dict[int, HealthReading] | None = None
+        self._last_pass = -math.inf
         self._devices: list[Device] | None = None
         self._lib: Any = None
         self._static: dict[int, _Static] = {}
@@ -224,13 +230,16 @@ class HealthReader:
             return None
         if devices is not self._devices or nvml.library is not self._lib:
             self._reset(devices)
+        now = nvml.clock()
+        if self._latest is not None and now - self._last_pass < self.every_s:
+            return self._latest  # events wait in the event set until the next reading
         physical = [device for device in devices if device.parent is None]
         self._poll_events()
         readings = {reading.index: reading for reading in gpus}
-        now = nvml.clock()
-        return {device.facts.index: self._read_device(device, readings.get(device.facts.index),
-                                                      now)
-                for device in physical}
+        self._last_pass = now
+        self._latest = {device.facts.index: self._read_device(
+            device, readings.get(device.facts.index), now) for device in physical}
+        return self._latest
 
     # ----- devices ------------------------------------------------------------------------
     def _reset(self, devices: list[Device]) -> None:
@@ -239,6 +248,7 @@ class HealthReader:
             nvml.invoke("nvmlEventSetFree", self._events.event_set)
         self._devices, self._lib = devices, nvml.library
         self._static, self._slow, self._events = {}, {}, _Events()
+        self._latest = None
         self.xid_supported = {}
         self._open_event_set([device for device in devices if device.parent is None])
 

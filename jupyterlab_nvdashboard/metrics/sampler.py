@@ -13,9 +13,11 @@ ask the history for ``since(seq)`` and stream what is new, so N open tabs cost t
 NVML calls as one. Sleep is drift-corrected against the monotonic clock; a tick that runs
 late skips ahead instead of bunching samples together.
 
-With nobody watching (``set_idle(True)``, decided by the server), all three threads slow to
-``idle_interval_s``; the history keeps filling, at a lower rate. ``set_idle(False)`` wakes
-them at once, so the first viewer sees fast ticks within one idle interval at worst.
+Each family is read at the pace its consumers need (``demand.py``, the one table of read
+rates): the server says which consumers are there (``set_consumers``: the open pages). With
+nobody watching, all three threads slow to ``idle_interval_s``; the history keeps filling,
+at a lower rate. A consumer that needs a faster pace wakes them at once, so the first
+viewer sees its ticks within one idle interval at worst.
 Listeners (``History.add_listener``) hear of every sample as it is appended: the server
 publishes new rows to open pages from there, without polling.
 """
@@ -27,10 +29,11 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .demand import CORE, read_intervals
 from .host import HostReader, HostReading
 from .nvml import GpuReading, NvmlReader
 from .rates import total
@@ -44,9 +47,12 @@ SLOW_INTERVAL_S = 1.0
 class FamilyReader(Protocol):
     """A reading family (``families.py``), read on the GPU reader thread after each NVML
     pass, at its own rate; its result goes into ``Sample.extra[name]`` (None: no reading).
-    It travels with that NVML pass, so every sample built from the pass carries it."""
+    It travels with that NVML pass, so every sample built from the pass carries it.
+    ``every_s``: the least time between two of its readings (the sampler sets it from
+    ``demand.py`` once the server names the consumers)."""
 
     name: str
+    every_s: float
 
     def read(self, gpus: tuple[GpuReading, ...]) -> object | None: ...
 
@@ -237,6 +243,9 @@ class Sampler:
         self.interval_s = interval_s
         self.idle_interval_s = max(interval_s, idle_interval_s or interval_s)
         self.idle = False
+        # Who reads the history now (demand.py); None: not told yet, read for any page.
+        self.consumers: frozenset[str] | None = None
+        self.read_intervals = read_intervals(None, self.interval_s, self.idle_interval_s)
         self._stop = threading.Event()
         self._lifecycle = threading.Lock()  # start and stop may run on different threads
         self._wakes: list[threading.Event] = []
@@ -264,7 +273,8 @@ class Sampler:
 
     @property
     def current_interval_s(self) -> float:
-        return self.idle_interval_s if self.idle else self.interval_s
+        """Seconds between two ticks (and two core passes) now."""
+        return self.read_intervals[CORE]
 
     @staticmethod
     def stale_after_s(interval_s: float) -> float:
@@ -272,11 +282,29 @@ class Sampler:
         return max(3 * interval_s, 1.0)
 
     def set_idle(self, idle: bool) -> None:
-        """Slow down with nobody watching; speed up (at once) when somebody is."""
-        if idle == self.idle:
+        """Slow down with nobody watching; speed up (at once, for any page) when somebody
+        is."""
+        self.set_consumers(() if idle else None)
+
+    def set_consumers(self, consumers: Collection[str] | None) -> None:
+        """Read each family at the pace ``consumers`` need (``demand.py``: open routes and
+        the like; empty: nobody watching; None: as for any page). A faster pace starts at
+        once."""
+        chosen = None if consumers is None else frozenset(consumers)
+        if chosen == self.consumers:
             return
-        self.idle = idle
-        if not idle:
+        before = self.current_interval_s
+        self.consumers = chosen
+        self.idle = chosen is not None and not chosen
+        self.read_intervals = read_intervals(chosen, self.interval_s, self.idle_interval_s)
+        core = self.current_interval_s
+        for family in self.families:
+            wanted = self.read_intervals.get(family.name)
+            if wanted is not None:
+                # Due on the pass nearest its interval: passes start up to half an interval
+                # late or early, and a reading due at 0.999 s must not wait a whole pass.
+                family.every_s = wanted - core / 2 if wanted > core else 0.0
+        if core < before:
             for wake in self._wakes:
                 wake.set()
 

@@ -334,6 +334,11 @@ class Broadcaster:
     def subscribers(self) -> int:
         return sum(len(family.subscribers) for family in self.families.values())
 
+    def watched_routes(self) -> set[str]:
+        """The stream keys (routes) that have a page now, or one joining."""
+        return {family.route for family in self.families.values()
+                if family.subscribers or family.joining}
+
     def attach(self, io_loop: IOLoop) -> None:
         """Publish on ``io_loop`` whenever the sampler appends (called from any thread)."""
         self.io_loop = io_loop
