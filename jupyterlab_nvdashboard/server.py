@@ -60,6 +60,7 @@ from tornado.iostream import StreamClosedError
 from tornado.web import HTTPError
 
 from . import __version__, bokeh_patches, http_edge, preflight
+from .apps.cells import CellRefused, cell_report
 from .apps.cluster import (
     CLUSTER_PATH,
     ClusterFeeds,
@@ -84,6 +85,7 @@ from .export.collector import (
 )
 from .export.local import LocalScrape
 from .export.usage import usage_series
+from .instants import parse_span
 from .jupyter_sessions import JupyterSessions, find_parent_server
 from .long_reads import RETRY_AFTER_S, Busy, LongReads
 from .metrics import GpuReading, HostReading, Metrics, Sample, past_span
@@ -323,6 +325,33 @@ class DiagnosisHandler(_JsonHandler):
         # the event loop.
         self.write_json(await IOLoop.current().run_in_executor(
             None, self.sources.diagnoses.as_json, seconds))
+
+
+class CellHandler(_JsonHandler):
+    """``/cell.json?kernel=<id>&start=<t>&end=<t>``: what a notebook cell (a span of a
+    kernel) did on the GPU (``apps/cells.py``)."""
+
+    async def get(self) -> None:
+        try:
+            start_s, end_s = parse_span(self.get_argument("start", ""),
+                                        self.get_argument("end", ""))
+        except ValueError as error:
+            raise HTTPError(400, reason=one_line(str(error))) from None
+        # It may wait for the process pass that closes the cell, read the store's file and
+        # ask Jupyter for its kernels: off the event loop.
+        try:
+            body = await IOLoop.current().run_in_executor(
+                None, cell_report, self.sources, self.get_argument("kernel", ""), start_s,
+                end_s)
+        except CellRefused as refusal:
+            raise HTTPError(refusal.status, reason=one_line(refusal.reason)) from None
+        self.write_json(body)
+
+
+def one_line(text: str) -> str:
+    """A reason for the status line: what the request sent comes back quoted, and the
+    status line carries Latin-1 only, so anything else is escaped."""
+    return text.encode("ascii", "backslashreplace").decode("ascii")
 
 
 class HistoryCsvHandler(GuardedHandler):
@@ -599,6 +628,7 @@ def make_server(config: Config, sources: DashboardSources,
             (r"/processes\.json", ProcessesHandler, extra),
             (r"/glance\.json", GlanceHandler, {**extra, "watch": watch}),
             (r"/diagnosis\.json", DiagnosisHandler, extra),
+            (r"/cell\.json", CellHandler, extra),
             (r"/history\.csv", HistoryCsvHandler, extra),
             (r"/metrics", MetricsHandler, extra),
             (r"/cluster\.json", ClusterJsonHandler, extra),

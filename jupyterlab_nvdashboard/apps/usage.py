@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,14 @@ from ..diagnosis.idle import (
     unused_for,
 )
 from ..export.usage import HolderUsage
-from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
+from ..metrics import (
+    OWNER_FAMILY,
+    PROCESS_FAMILY,
+    GpuFacts,
+    ProcessOwner,
+    ProcessReading,
+    Sample,
+)
 from ..metrics.families import GPM_FAMILY, GpmReading, device_reading
 from ..metrics.identity import SHARED
 from ..metrics.processes import PROCESS_EVERY_S
@@ -91,83 +98,70 @@ class _Activity:
         return self.utilization_pct, "utilization"
 
 
-class GpuUsage:
-    """The tracks of every holder and device; fed by the history, read by the pages."""
+@dataclass(frozen=True)
+class DevicePass:
+    """One device row in one process pass: its highest activity since the previous pass
+    (GPM SM activity, else utilization), and the entries the driver listed on it."""
 
-    def __init__(self, metrics: Metrics, jupyter: JupyterSessions | None = None,
-                 max_holders: int = MAX_HOLDERS, unused_after_s: float = DEFAULT_IDLE_S
-                 ) -> None:
-        self.metrics, self.jupyter, self.max_holders = metrics, jupyter, max_holders
-        # A device unused this long is "held but unused" on the overview and in
-        # /glance.json (issue 28: "no work for 30 minutes", the notice's default too).
-        self.unused_after_s = unused_after_s
-        self._lock = threading.Lock()
+    pct: float | None
+    signal: str  # "SM activity" or "utilization"
+    processes: int
+    held_bytes: float  # the listed entries' known memory together
+
+
+@dataclass(frozen=True)
+class HolderPass:
+    """What one process pass shows: each holder's evidence on each device row it holds,
+    and each device row."""
+
+    time_s: float
+    holders: dict[HolderKey, list[DeviceEvidence]]
+    devices: dict[int, DevicePass]
+    # Entries of local processes whose owners were not told yet (they come a slow pass
+    # after a process first shows): whose they are, this pass cannot say.
+    unattributed: int = 0
+
+
+class HolderPasses:
+    """Reads samples in the history's order and, at each process pass, says what it shows
+    of every holder (``HolderPass``). The one reading of passes: ``GpuUsage`` advances its
+    tracks from it, and a cell's report (``apps/cells.py``) reads a span with a new one."""
+
+    def __init__(self, facts: Callable[[], Sequence[GpuFacts]]) -> None:
+        self._facts = facts
         self._owners: Mapping[int, ProcessOwner] = {}
         self._activity: dict[int, _Activity] = {}
-        self.holders: dict[HolderKey, HolderTrack] = {}
-        self.holder_rows: dict[tuple[HolderKey, int], HolderTrack] = {}
-        self.devices: dict[int, DeviceTrack] = {}
-        self.current: frozenset[HolderKey] = frozenset()  # holders in the newest pass
-        # Kernel id -> the notebook it last served, kept after the session ends, so that a
-        # notebook's usage since the server started includes its ended kernels.
-        self.paths: dict[str, str] = {}
-        self.passes = 0
-        self._last_pass_s: float | None = None
-        # With nobody watching, the sampler (and so the process passes) slows to its idle
-        # interval: silence that long is the reader's pace, not a gap in what it saw.
-        sampler = metrics.sampler
-        self.gap_s = evidence_gap_s(max(PROCESS_EVERY_S, sampler.interval_s,
-                                        sampler.idle_interval_s))
-        history = metrics.history
-        for sample in history.window(metrics.history_s + 1):  # what came before this object
-            self.on_sample(sample)
-        history.add_listener(self.on_sample)
+        # Whether a sample has told the owners yet: before, a pass's processes are nobody's.
+        self.owners_known = False
 
-    # ----- fed by the history, on the sampler's thread -----------------------------------
-    def on_sample(self, sample: Sample) -> None:
-        with self._lock:
-            for reading in sample.gpus:
-                gpm = device_reading(sample.extra, GPM_FAMILY, reading.index, GpmReading)
-                self._activity.setdefault(reading.index, _Activity()).add(
-                    gpm.sm_activity_pct if gpm is not None else None, reading.utilization_pct)
-            owners = sample.extra.get(OWNER_FAMILY)
-            if isinstance(owners, dict):
-                self._owners = owners
-            readings = sample.extra.get(PROCESS_FAMILY)
-            if isinstance(readings, tuple):
-                self._pass(sample.time_s, readings)
-
-    def _pass(self, now_s: float, readings: tuple[ProcessReading, ...]) -> None:
-        facts = {f.index: f for f in self.metrics.facts}
+    def feed(self, sample: Sample) -> HolderPass | None:
+        """Take one sample; the pass it carries, if it carries one."""
+        for reading in sample.gpus:
+            gpm = device_reading(sample.extra, GPM_FAMILY, reading.index, GpmReading)
+            self._activity.setdefault(reading.index, _Activity()).add(
+                gpm.sm_activity_pct if gpm is not None else None, reading.utilization_pct)
+        owners = sample.extra.get(OWNER_FAMILY)
+        if isinstance(owners, dict):
+            self._owners, self.owners_known = owners, True
+        readings = sample.extra.get(PROCESS_FAMILY)
+        if not isinstance(readings, tuple):
+            return None
         by_row: dict[int, list[ProcessReading]] = {}
         for reading in readings:
             by_row.setdefault(reading.device, []).append(reading)
-        evidence: dict[HolderKey, list[DeviceEvidence]] = {}
-        for row, fact in facts.items():
-            activity = self._activity.pop(row, _Activity())
-            pct, signal = activity.best()
+        holders: dict[HolderKey, list[DeviceEvidence]] = {}
+        devices: dict[int, DevicePass] = {}
+        for fact in self._facts():
+            row = fact.index
+            pct, signal = self._activity.pop(row, _Activity()).best()
             entries = by_row.get(row, [])
             known = [r.used_memory_bytes for r in entries if r.used_memory_bytes is not None]
-            if not fact.mig_enabled:  # its MIG devices list the processes and are judged
-                self.devices[row] = advance_device(self.devices.get(row), now_s, pct,
-                                                   len(entries), sum(known))
+            devices[row] = DevicePass(pct, signal, len(entries), sum(known))
             for key, device in self._holders_on(fact.label, row, entries, pct, signal):
-                evidence.setdefault(key, []).append(device)
-        sessions = self.jupyter.sessions if self.jupyter is not None else {}
-        for key, devices in evidence.items():
-            session = sessions.get(key[1]) if key[1] else None
-            if session is not None:
-                self.paths[key[1]] = session.path
-            self.holders[key] = advance(self.holders.get(key), now_s, devices,
-                                        self._last_pass_s, self.gap_s)
-            for device in devices:
-                self.holder_rows[(key, device.row)] = advance(
-                    self.holder_rows.get((key, device.row)), now_s, [device],
-                    self._last_pass_s, self.gap_s)
-        self.current = frozenset(evidence)
-        self._last_pass_s = now_s
-        self.passes += 1
-        self._forget_oldest()
+                holders.setdefault(key, []).append(device)
+        unattributed = sum(1 for r in readings
+                           if r.local_pid is not None and r.local_pid not in self._owners)
+        return HolderPass(sample.time_s, holders, devices, unattributed)
 
     def _holders_on(self, label: str, row: int, entries: Sequence[ProcessReading],
                     pct: float | None, signal: str) -> list[tuple[HolderKey, DeviceEvidence]]:
@@ -217,6 +211,71 @@ class GpuUsage:
             row, label, memory[key], own_samples(key),
             all(holder == key for holder in entry_holders), pct, signal, since.get(key)))
             for key in memory]
+
+
+class GpuUsage:
+    """The tracks of every holder and device; fed by the history, read by the pages."""
+
+    def __init__(self, metrics: Metrics, jupyter: JupyterSessions | None = None,
+                 max_holders: int = MAX_HOLDERS, unused_after_s: float = DEFAULT_IDLE_S
+                 ) -> None:
+        self.metrics, self.jupyter, self.max_holders = metrics, jupyter, max_holders
+        # A device unused this long is "held but unused" on the overview and in
+        # /glance.json (issue 28: "no work for 30 minutes", the notice's default too).
+        self.unused_after_s = unused_after_s
+        self._lock = threading.Lock()
+        self._passes = HolderPasses(lambda: self.metrics.facts)
+        self.holders: dict[HolderKey, HolderTrack] = {}
+        self.holder_rows: dict[tuple[HolderKey, int], HolderTrack] = {}
+        self.devices: dict[int, DeviceTrack] = {}
+        self.current: frozenset[HolderKey] = frozenset()  # holders in the newest pass
+        # Kernel id -> the notebook it last served, kept after the session ends, so that a
+        # notebook's usage since the server started includes its ended kernels.
+        self.paths: dict[str, str] = {}
+        self.passes = 0
+        self._last_pass_s: float | None = None
+        # With nobody watching, the sampler (and so the process passes) slows to its idle
+        # interval: silence that long is the reader's pace, not a gap in what it saw.
+        sampler = metrics.sampler
+        self.gap_s = evidence_gap_s(max(PROCESS_EVERY_S, sampler.interval_s,
+                                        sampler.idle_interval_s))
+        history = metrics.history
+        for sample in history.window(metrics.history_s + 1):  # what came before this object
+            self.on_sample(sample)
+        history.add_listener(self.on_sample)
+
+    # ----- fed by the history, on the sampler's thread -----------------------------------
+    def on_sample(self, sample: Sample) -> None:
+        with self._lock:
+            seen = self._passes.feed(sample)
+            if seen is not None:
+                self._pass(seen)
+
+    def _pass(self, seen: HolderPass) -> None:
+        now_s = seen.time_s
+        for fact in self.metrics.facts:
+            device = seen.devices.get(fact.index)
+            if device is not None and not fact.mig_enabled:
+                # its MIG devices list the processes and are judged
+                self.devices[fact.index] = advance_device(
+                    self.devices.get(fact.index), now_s, device.pct, device.processes,
+                    device.held_bytes)
+        evidence = seen.holders
+        sessions = self.jupyter.sessions if self.jupyter is not None else {}
+        for key, devices in evidence.items():
+            session = sessions.get(key[1]) if key[1] else None
+            if session is not None:
+                self.paths[key[1]] = session.path
+            self.holders[key] = advance(self.holders.get(key), now_s, devices,
+                                        self._last_pass_s, self.gap_s)
+            for device in devices:
+                self.holder_rows[(key, device.row)] = advance(
+                    self.holder_rows.get((key, device.row)), now_s, [device],
+                    self._last_pass_s, self.gap_s)
+        self.current = frozenset(evidence)
+        self._last_pass_s = now_s
+        self.passes += 1
+        self._forget_oldest()
 
     def _forget_oldest(self) -> None:
         excess = len(self.holders) - self.max_holders

@@ -1,0 +1,279 @@
+"""``/cell.json``: what one notebook cell did on the GPU (issue 45, item 2).
+
+A cell is a span of a kernel. This module checks that the kernel is this server's to
+report on, gathers the span's samples (the in-memory history, or before its oldest sample
+the store's bucket means) and the kernel's process passes around it (``usage.HolderPasses``:
+the passes, owners and identity rules of the idle judgment and ``/processes.json``, so a
+kernel's children count as the kernel, in a container too), has ``diagnosis/cell.py``
+judge them, and writes the verdict in the page's words. It reads the history, the store
+and Jupyter's sessions; it blocks (on the store's file, on Jupyter, and for the pass that
+closes a cell that just ended): call it off the event loop.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..diagnosis.cell import (
+    BUSY,
+    CANNOT_TELL,
+    LOST,
+    MEMORY,
+    NO_GPU_WORK,
+    STORE,
+    TOO_SHORT,
+    CellJudgment,
+    DeviceCell,
+    KernelPass,
+    judge_cell,
+)
+from ..jupyter_sessions import runtime_dir
+from ..metrics import PROCESS_FAMILY, Sample, prepend_past
+from ..metrics.attribution import kernel_id_of
+from ..metrics.processes import PROCESS_EVERY_S
+from .components import GIB, duration_text, format_memory
+from .processes import current_user
+from .usage import HolderPasses
+
+if TYPE_CHECKING:
+    from .sources import DashboardSources
+
+# How far before the span the passes are read: the owners of its processes ride in the
+# slow thread's samples, once a second or once an idle interval (2 s by default), and a
+# pass is only read once they are known.
+OWNERS_LOOKBACK_S = 10.0
+# An end this far ahead of this server's clock is refused: the kernel's clock and this
+# server's differ by seconds at worst on one machine (both are the host's), and a span in
+# the future would be judged before it happened. Our choice, generous for remote kernels.
+FUTURE_SLACK_S = 60.0
+
+
+class CellRefused(Exception):
+    """A request /cell.json does not answer: its HTTP status and one line why."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def pass_gap_s(sources: DashboardSources) -> float:
+    """How far from the span the pass before it and the one after it may be: the reader's
+    pace (a pass a second, or one an idle interval with nobody watching) and a little."""
+    sampler = sources.metrics.sampler
+    return max(PROCESS_EVERY_S, sampler.interval_s, sampler.current_interval_s) + 1.0
+
+
+def check_kernel(sources: DashboardSources, kernel_id: str) -> str | None:
+    """The notebook of ``kernel_id`` (None where none is known), or ``CellRefused``: a text
+    that is not a kernel id (400), a kernel of another user (403), or one this server does
+    not know (404). Under Jupyter a kernel is known when that Jupyter lists it; standalone,
+    when a connection file of this user names it, as ``/processes.json`` finds kernels (on a
+    GPU process's command line, or in Jupyter's runtime folder)."""
+    if not kernel_id or kernel_id_of([f"kernel-{kernel_id}.json"]) != kernel_id:
+        raise CellRefused(400, "kernel must be a Jupyter kernel id")
+    jupyter = sources.jupyter
+    if jupyter is not None and jupyter.server is not None:
+        if kernel_id not in jupyter.sessions:
+            jupyter.refresh()  # a kernel started since the last refresh (or none was due)
+        session = jupyter.sessions.get(kernel_id)
+        if session is None:
+            raise CellRefused(404, f"kernel {kernel_id} is not one of this Jupyter's kernels")
+        return session.path
+    me = current_user()
+    users = {user for user, kernel in sources.usage.snapshot()[0] if kernel == kernel_id}
+    if me in users:
+        return None
+    folder = runtime_dir(os.environ)
+    try:
+        mine = folder is not None and \
+            (folder / f"kernel-{kernel_id}.json").stat().st_uid == os.getuid()
+    except OSError:
+        mine = False
+    if mine:
+        return None
+    if users:
+        raise CellRefused(403, f"kernel {kernel_id} is another user's")
+    raise CellRefused(404, f"kernel {kernel_id} is not a kernel of this server's user")
+
+
+def wait_for_pass_after(sources: DashboardSources, end_s: float, gap_s: float) -> None:
+    """Wait (at most until ``end_s + gap_s`` on the wall clock) for a process pass after
+    ``end_s``: a cell that just ended is asked about at once, and what it left held shows
+    in the pass after it."""
+    history = sources.metrics.history
+    arrived = threading.Event()
+
+    def listen(sample: Sample) -> None:
+        if sample.time_s > end_s and PROCESS_FAMILY in sample.extra:
+            arrived.set()
+
+    history.add_listener(listen)
+    try:
+        latest = history.latest()
+        if latest is not None and latest.time_s > end_s and any(
+                PROCESS_FAMILY in s.extra for s in history.since(latest.seq - 64)
+                if s.time_s > end_s):
+            return
+        arrived.wait(max(0.0, end_s + gap_s - time.time()))
+    finally:
+        history.remove_listener(listen)
+
+
+def span_samples(sources: DashboardSources, start_s: float, end_s: float, lead_s: float
+                 ) -> tuple[list[Sample], list[Sample], str, float]:
+    """(the in-memory samples from ``start_s - lead_s`` to the newest, the span's samples
+    to judge, where they come from, and their resolution)."""
+    metrics = sources.metrics
+    history = metrics.history
+    latest = history.latest()
+    if latest is None:
+        return [], [], MEMORY, metrics.interval_s
+    # The history is cut by the monotonic clock; the span by the wall clock: the window
+    # reaches back from the newest sample by the wall clock's distance, and is cut again.
+    recent = [s for s in history.window(max(0.0, latest.time_s - start_s) + lead_s + 1.0)
+              if s.time_s >= start_s - lead_s]
+    in_memory = [s for s in recent if start_s <= s.time_s <= end_s]
+    oldest = history.window(metrics.history_s + 1.0)[:1]
+    first = oldest[0].time_s if oldest else latest.time_s
+    store = sources.store
+    if start_s >= first - metrics.interval_s or store is None or not store.readable:
+        return recent, in_memory, MEMORY, metrics.interval_s
+    samples, resolution = prepend_past(in_memory, end_s - start_s, store, 0.0, rows="mean",
+                                       now_s=end_s, before_s=first)
+    if not resolution:  # the store kept nothing of it
+        return recent, in_memory, MEMORY, metrics.interval_s
+    return recent, samples, STORE, resolution
+
+
+def kernel_passes(sources: DashboardSources, kernel_id: str, samples: Sequence[Sample]
+                  ) -> list[KernelPass]:
+    """The kernel's process passes among ``samples`` whose processes' owners are all known
+    (a process's owner is told a slow pass after it first shows: until then, whether the
+    kernel held anything cannot be told, and a pass is not taken for "held nothing")."""
+    facts = sources.metrics.facts
+    reader = HolderPasses(lambda: facts)
+    out = []
+    for sample in samples:
+        seen = reader.feed(sample)
+        if seen is None or not reader.owners_known or seen.unattributed:
+            continue
+        out.append(KernelPass(seen.time_s, tuple(
+            device for (_, kernel), devices in seen.holders.items() if kernel == kernel_id
+            for device in devices)))
+    return out
+
+
+def cell_report(sources: DashboardSources, kernel_id: str, start_s: float, end_s: float
+                ) -> dict[str, Any]:
+    """``/cell.json``'s answer for ``kernel_id`` from ``start_s`` to ``end_s`` (wall time),
+    or ``CellRefused``. Blocks: call it off the event loop."""
+    notebook = check_kernel(sources, kernel_id)
+    now = time.time()
+    if end_s > now + FUTURE_SLACK_S:
+        raise CellRefused(400, f"end is {end_s - now:.0f} s ahead of this server's clock")
+    metrics = sources.metrics
+    gap_s = pass_gap_s(sources)
+    wait_for_pass_after(sources, end_s, gap_s)
+    recent, samples, judged_from, resolution = span_samples(
+        sources, start_s, end_s, OWNERS_LOOKBACK_S + gap_s)
+    if not samples and judged_from == MEMORY and recent and start_s < recent[0].time_s \
+            and end_s < recent[0].time_s:
+        raise CellRefused(404, "the span is older than this server's history, and no "
+                               "history store keeps it")
+    passes = kernel_passes(sources, kernel_id,
+                           [s for s in recent if s.time_s <= end_s + gap_s])
+    rows_held: list[int] = []
+    if judged_from == STORE:
+        # The store keeps no process: the rows the kernel held since this server saw it
+        # first, if that was before the span ended or when the history began (it held them
+        # then, and what the store kept of them is the best word on them).
+        seen_by = max(end_s, recent[0].time_s + OWNERS_LOOKBACK_S + gap_s) if recent \
+            else end_s
+        rows_held = [row for ((_, kernel), row), track in sources.usage.snapshot()[1].items()
+                     if kernel == kernel_id and track.first_s <= seen_by]
+    latest = metrics.history.latest()
+    lost_rows = [r.index for r in latest.gpus if r.lost] if latest is not None else []
+    judgment = judge_cell(start_s, end_s, passes, samples, metrics.facts,
+                          judged_from=judged_from, resolution_s=resolution, gap_s=gap_s,
+                          rows_held=rows_held, lost_rows=lost_rows,
+                          simulated=metrics.simulated)
+    return cell_json(judgment, kernel_id, notebook)
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def change_text(change: float | None) -> str:
+    """``+2.1`` (GiB, one decimal, as ``format_memory``); ``+0.0`` for no change."""
+    return "" if change is None else f"{change / GIB:+.1f}"
+
+
+def device_json(device: DeviceCell) -> dict[str, Any]:
+    memory = device.memory
+    return {"index": device.row, "label": device.label, "uuid": device.uuid,
+            "mig": device.mig, "lost": device.lost, "state": device.state,
+            "memory": {"start_bytes": _finite(memory.start_bytes),
+                       "end_bytes": _finite(memory.end_bytes),
+                       "peak_bytes": _finite(memory.peak_bytes),
+                       "change_bytes": _finite(memory.change_bytes)},
+            "signal": device.signal, "signal_text": device.signal_words,
+            "sm_pct": _finite(device.sm_pct), "working_share": _finite(device.working_share),
+            "findings": [{**finding.to_json(), "line": finding.summary()}
+                         for finding in device.findings]}
+
+
+def _peak(device: DeviceCell) -> str:
+    """``peak 12.3 GiB (+2.1)``; what is known of the memory."""
+    memory = device.memory
+    change = change_text(memory.change_bytes)
+    return f"peak {format_memory(memory.peak_bytes)}" + (f" ({change})" if change else "")
+
+
+def device_clause(device: DeviceCell, duration_s: float) -> str:
+    """One device's part of the verdict, in the issue's words."""
+    label, span = device.label, duration_text(duration_s)
+    worked = "" if device.working_share is None else f"{100 * device.working_share:.0f}%"
+    if device.state == LOST:
+        return f"{label} was lost (it stopped answering the driver); {_peak(device)}"
+    if device.state == CANNOT_TELL:
+        return f"{label}: cannot tell whether this cell worked it ({device.signal_words}); " \
+               f"{_peak(device)}"
+    if device.state == BUSY:
+        return f"{label}: busy {worked} of {span}, {_peak(device)}"
+    held = device.memory.peak_bytes
+    cause = next((f.cause_words for f in device.findings if not f.good), "")
+    return (f"held {format_memory(held)} on {label}, but {label} worked "
+            f"{worked or 'an unknown share'} of {span}" + (f": {cause}" if cause else ""))
+
+
+def verdict(judgment: CellJudgment) -> str:
+    """The cell's one line: "no GPU work", "too short to judge: +0.5 GiB on GPU 1", or each
+    device's clause; from the store, it says so."""
+    state = judgment.state
+    if state == NO_GPU_WORK:
+        return "no GPU work"
+    if state == TOO_SHORT:
+        changes = [f"{change_text(d.memory.change_bytes) or 'memory change unknown'}"
+                   f"{' GiB' if d.memory.change_bytes is not None else ''} on {d.label}"
+                   for d in judgment.devices]
+        return "too short to judge: " + ", ".join(changes)
+    line = "; ".join(device_clause(d, judgment.duration_s) for d in judgment.devices)
+    if judgment.judged_from == STORE:
+        line += f" (from the history store's {judgment.resolution_s:g} s means)"
+    return line
+
+
+def cell_json(judgment: CellJudgment, kernel_id: str, notebook: str | None) -> dict[str, Any]:
+    return {"kernel": kernel_id, "notebook": notebook, "start_s": judgment.start_s,
+            "end_s": judgment.end_s, "duration_s": judgment.duration_s,
+            "judged_from": judgment.judged_from, "resolution_s": judgment.resolution_s,
+            "samples": judgment.samples, "too_short": judgment.too_short,
+            "touched_gpu": judgment.touched_gpu, "state": judgment.state,
+            "gpus": [device_json(device) for device in judgment.devices],
+            "verdict": verdict(judgment)}

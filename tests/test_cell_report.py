@@ -1,0 +1,347 @@
+"""``/cell.json`` on scripted histories (issue 45, item 2): what a cell did on the GPU.
+
+Each test writes a history by hand: a tick every 0.2 s with each GPU's utilization and
+memory, a process pass every second listing what the driver would (the kernel's processes
+and others, with or without per-process SM samples), and the owners of those processes (a
+kernel's child counts as the kernel). Then the report over a span of it, gathered as the
+route gathers it (``apps/cells.cell_report``), says what the cell did: every verdict class,
+per-process samples against the device's signals, two kernels sharing a GPU, a span that
+reaches into the history store, and a GPU lost during the span. The pure judgment
+(``diagnosis/cell.py``) is tested directly for the memory of a cell shorter than a pass.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from jupyterlab_nvdashboard.apps.cells import CellRefused, cell_report
+from jupyterlab_nvdashboard.apps.processes import current_user
+from jupyterlab_nvdashboard.apps.sources import DashboardSources
+from jupyterlab_nvdashboard.composition import create_metrics
+from jupyterlab_nvdashboard.config import Config, SimulationConfig
+from jupyterlab_nvdashboard.diagnosis.cell import (
+    BUSY,
+    CANNOT_TELL,
+    HELD_IDLE,
+    NO_GPU_WORK,
+    TOO_SHORT,
+    KernelPass,
+    judge_cell,
+)
+from jupyterlab_nvdashboard.diagnosis.idle import DeviceEvidence
+from jupyterlab_nvdashboard.jupyter_sessions import JupyterServer, JupyterSessions
+from jupyterlab_nvdashboard.metrics import (
+    OWNER_FAMILY,
+    PROCESS_FAMILY,
+    GpuReading,
+    History,
+    HostReading,
+    Metrics,
+    ProcessOwner,
+    ProcessReading,
+)
+from jupyterlab_nvdashboard.store import HistoryStore
+from tests.support.store_clock import ScriptedClock
+
+GIB = float(2**30)
+TICK_S = 0.2
+KERNEL = "6f1c2a8e-0d4b-4c55-9a1e-3b7d2c9e8f01"
+OTHER_KERNEL = "b2e4d6f8-1a3c-4e5f-8a7b-9c0d1e2f3a4b"
+ME = current_user() or "me"
+NO_HOST = HostReading(*([None] * len(HostReading._fields)))
+
+
+@dataclass(frozen=True)
+class Held:
+    """One NVML entry: a process of ``kernel`` (its pid) on ``gpu``."""
+
+    gpu: int
+    pid: int
+    memory_bytes: float
+    sm_pct: float | None  # None: the driver gives no per-process sample
+
+
+def owner(pid: int, kernel: str | None, kernel_pid: int, user: str = ME) -> ProcessOwner:
+    command = f"python -m ipykernel_launcher -f kernel-{kernel}.json" if kernel else "python"
+    return ProcessOwner(pid, "ok", user, command, None, kernel, kernel_pid if kernel else None)
+
+
+# The kernel (pid 4100) and its child (4101, a DataLoader worker, say); another user's
+# kernel is not ours; 4300 is a process outside any kernel.
+OWNERS = {4100: owner(4100, KERNEL, 4100), 4101: owner(4101, KERNEL, 4100),
+          4200: owner(4200, OTHER_KERNEL, 4200), 4300: owner(4300, None, 0)}
+
+
+def scripted(tmp_path: Path, gpus: int = 2, store: HistoryStore | None = None,
+             jupyter: JupyterSessions | None = None) -> tuple[Metrics, DashboardSources]:
+    """Simulated GPUs whose history the test writes (nothing samples them)."""
+    metrics = create_metrics(Config(interval_s=TICK_S, token=None, runs_dir=tmp_path,
+                                    simulation=SimulationConfig(gpu_count=gpus)), environ={})
+    metrics.nvml.ensure_initialized()
+    return metrics, DashboardSources(metrics, jupyter=jupyter, store=store)
+
+
+def write(history: History, start_s: float, end_s: float, gpus: int,
+          utilization: Callable[[int, float], float | None],
+          held: Callable[[float], list[Held]],
+          lost: Callable[[int, float], bool] = lambda g, t: False,
+          offset_s: float = 0.0) -> None:
+    """Ticks from ``start_s`` to ``end_s`` (wall time); a process pass (and its owners) on
+    each whole second. Memory used on a GPU is what its entries hold, plus 1 GiB."""
+    now_wall, now_mono = time.time(), time.monotonic()
+    for i in range(int(round((end_s - start_s) / TICK_S)) + 1):
+        t = start_s + i * TICK_S
+        entries = held(t)
+        readings = []
+        for gpu in range(gpus):
+            if lost(gpu, t):
+                readings.append(GpuReading.unavailable(gpu, True))
+                continue
+            used = GIB + sum(e.memory_bytes for e in entries if e.gpu == gpu)
+            readings.append(GpuReading.unavailable(gpu, False)._replace(
+                utilization_pct=utilization(gpu, t), memory_used_bytes=used,
+                memory_total_bytes=80 * GIB))
+        extra: dict[str, object] = {}
+        if abs(t - round(t)) < TICK_S / 4:
+            extra[PROCESS_FAMILY] = tuple(
+                ProcessReading(e.gpu, e.pid, "compute", e.memory_bytes, e.sm_pct, None, start_s)
+                for e in entries if not lost(e.gpu, t))
+            extra[OWNER_FAMILY] = OWNERS
+        history.append(t + offset_s, tuple(readings), NO_HOST, extra=extra,
+                       monotonic_s=now_mono + (t - now_wall))
+
+
+def report(sources: DashboardSources, start_s: float, end_s: float,
+           kernel: str = KERNEL) -> dict:
+    return cell_report(sources, kernel, start_s, end_s)
+
+
+@pytest.fixture
+def now() -> float:
+    """A whole second a little in the past: the scripted history ends there."""
+    return float(int(time.time()) - 5)
+
+
+def kernel_on_gpu1(memory: Callable[[float], float], sm: float | None,
+                   others: Callable[[float], list[Held]] = lambda t: []
+                   ) -> Callable[[float], list[Held]]:
+    """The kernel (and its child, with no memory of its own) on GPU 1."""
+    return lambda t: [Held(1, 4100, memory(t), sm), Held(1, 4101, 0.0, sm), *others(t)]
+
+
+def test_busy_cell_with_per_process_samples(tmp_path: Path, now: float) -> None:
+    """GPU 1 busy (utilization 90%), the kernel's own SM samples 80%; the cell, from
+    now-60 to now-19, grows the kernel's memory from 12 to 14 GiB."""
+    metrics, sources = scripted(tmp_path)
+    start, end = now - 60, now - 19
+    write(metrics.history, now - 100, now, 2, lambda g, t: 90.0 if g == 1 else 0.0,
+          kernel_on_gpu1(lambda t: 12 * GIB if t < start + 20 else 14 * GIB, 80.0))
+    data = report(sources, start, end)
+    assert data["state"] == BUSY and data["touched_gpu"] and not data["too_short"]
+    assert data["judged_from"] == "memory" and data["resolution_s"] == TICK_S
+    assert data["duration_s"] == pytest.approx(41) and data["kernel"] == KERNEL
+    [gpu] = data["gpus"]
+    assert gpu["index"] == 1 and gpu["label"] == "GPU 1" and gpu["uuid"] == metrics.facts[1].uuid
+    assert gpu["signal"] == "per-process" and gpu["sm_pct"] == pytest.approx(80.0)
+    assert gpu["working_share"] == 1.0 and gpu["lost"] is False and gpu["mig"] is None
+    assert gpu["memory"] == {"start_bytes": 12 * GIB, "end_bytes": 14 * GIB,
+                             "peak_bytes": 14 * GIB, "change_bytes": 2 * GIB}
+    assert data["verdict"] == "GPU 1: busy 100% of 41 s, peak 14.0 GiB (+2.0)"
+    causes = [f["cause"] for f in gpu["findings"]]
+    assert "busy" in causes, causes
+    busy = gpu["findings"][causes.index("busy")]
+    assert busy["line"].startswith("busy") and busy["figures"][0]["name"] == "utilization"
+    assert busy["figures"][0]["value"] == pytest.approx(90.0)
+
+
+def test_held_but_idle_cell_says_why_from_the_findings(tmp_path: Path, now: float) -> None:
+    """The kernel holds 12 GiB; GPU 1 runs in bursts of 1 s every 4 s (it waits on the host
+    between them): it worked a quarter of the span, and the finding says starved."""
+    metrics, sources = scripted(tmp_path)
+    start, end = now - 60, now - 20
+    write(metrics.history, now - 100, now, 2,
+          lambda g, t: 95.0 if g == 1 and (t - start) % 4 < 1 - 1e-6 else 0.0,
+          kernel_on_gpu1(lambda t: 12 * GIB, None))
+    data = report(sources, start, end)
+    [gpu] = data["gpus"]
+    assert data["state"] == HELD_IDLE and gpu["signal"] == "device", data
+    assert gpu["working_share"] == pytest.approx(0.25, abs=0.03)
+    assert gpu["findings"][0]["cause"] == "starved"
+    assert data["verdict"] == "held 12.0 GiB on GPU 1, but GPU 1 worked 25% of 40 s: starved"
+    # A time.sleep cell: nothing runs at all.
+    metrics, sources = scripted(tmp_path)
+    write(metrics.history, now - 100, now, 2, lambda g, t: 0.0,
+          kernel_on_gpu1(lambda t: 12 * GIB, 0.0))
+    data = report(sources, start, end)
+    assert data["state"] == HELD_IDLE and data["gpus"][0]["signal"] == "per-process"
+    assert data["verdict"] == "held 12.0 GiB on GPU 1, but GPU 1 worked 0% of 40 s: idle"
+
+
+def test_per_process_samples_speak_over_the_device(tmp_path: Path, now: float) -> None:
+    """Another user's process keeps GPU 1 at 95%; the kernel's own samples say 0%: the cell
+    held its memory idle, whatever the device shows. Without per-process samples the
+    same history cannot be told; alone on the GPU, the device's utilization speaks."""
+    others = lambda t: [Held(1, 4300, 20 * GIB, 95.0)]  # noqa: E731
+    start, end = now - 50, now - 10
+    metrics, sources = scripted(tmp_path)
+    write(metrics.history, now - 100, now, 2, lambda g, t: 95.0 if g == 1 else 0.0,
+          kernel_on_gpu1(lambda t: 4 * GIB, 0.0, others))
+    own = report(sources, start, end)
+    assert own["state"] == HELD_IDLE and own["gpus"][0]["signal"] == "per-process", own
+    assert own["gpus"][0]["sm_pct"] == 0.0 and own["gpus"][0]["working_share"] == 0.0
+    metrics, sources = scripted(tmp_path)
+    write(metrics.history, now - 100, now, 2, lambda g, t: 95.0 if g == 1 else 0.0,
+          lambda t: [Held(1, 4100, 4 * GIB, None), Held(1, 4300, 20 * GIB, None)])
+    shared = report(sources, start, end)
+    assert shared["state"] == CANNOT_TELL and shared["gpus"][0]["sm_pct"] is None
+    metrics, sources = scripted(tmp_path)
+    write(metrics.history, now - 100, now, 2, lambda g, t: 60.0 if g == 1 else 0.0,
+          lambda t: [Held(1, 4100, 4 * GIB, None)])
+    alone = report(sources, start, end)
+    [gpu] = alone["gpus"]
+    assert alone["state"] == BUSY and gpu["signal"] == "device"
+    assert gpu["sm_pct"] == pytest.approx(60.0) and "only process" in gpu["signal_text"]
+
+
+def test_two_kernels_sharing_a_gpu_cannot_tell(tmp_path: Path, now: float) -> None:
+    """Two kernels on GPU 1, the GPU busy, no per-process samples: which kernel worked it
+    cannot be told. The verdict says so, with the memory the cell held."""
+    metrics, sources = scripted(tmp_path)
+    start, end = now - 50, now - 10
+    write(metrics.history, now - 100, now, 2, lambda g, t: 80.0 if g == 1 else 0.0,
+          lambda t: [Held(1, 4100, 6 * GIB, None), Held(1, 4200, 10 * GIB, None)])
+    data = report(sources, start, end)
+    [gpu] = data["gpus"]
+    assert data["state"] == CANNOT_TELL and gpu["signal"] == "cannot-tell"
+    assert gpu["sm_pct"] is None and gpu["memory"]["peak_bytes"] == 6 * GIB
+    assert "cannot tell" in data["verdict"] and "peak 6.0 GiB (+0.0)" in data["verdict"]
+    assert "shared with another process that is working" in data["verdict"]
+    # The share the GPU worked is still the GPU's: it says what the device did.
+    assert gpu["working_share"] == 1.0
+
+
+def test_no_gpu_work_and_too_short(tmp_path: Path, now: float) -> None:
+    """A CPU-only cell: no GPU work. A cell of 0.1 s that allocated 0.5 GiB: too short to
+    judge, with the change from the pass before it to the pass after it."""
+    metrics, sources = scripted(tmp_path)
+    write(metrics.history, now - 100, now, 2, lambda g, t: 0.0,
+          lambda t: [] if t < now - 30 else [Held(0, 4100, 0.5 * GIB, 0.0)])
+    cpu = report(sources, now - 80, now - 40)
+    assert cpu["state"] == NO_GPU_WORK and cpu["verdict"] == "no GPU work"
+    assert cpu["touched_gpu"] is False and cpu["gpus"] == []
+    short = report(sources, now - 30.55, now - 30.45)
+    assert short["too_short"] and short["state"] == TOO_SHORT, short
+    assert short["verdict"] == "too short to judge: +0.5 GiB on GPU 0"
+    assert short["gpus"][0]["memory"]["change_bytes"] == 0.5 * GIB
+
+
+def test_a_gpu_lost_during_the_span(tmp_path: Path, now: float) -> None:
+    """GPU 1 stops answering halfway through the cell: the cell says so, with the memory it
+    held before, and the diagnosis's own finding."""
+    metrics, sources = scripted(tmp_path)
+    start, end = now - 60, now - 20
+    write(metrics.history, now - 100, now, 2, lambda g, t: 90.0,
+          kernel_on_gpu1(lambda t: 8 * GIB, 70.0), lost=lambda g, t: g == 1 and t >= now - 40)
+    data = report(sources, start, end)
+    [gpu] = data["gpus"]
+    assert gpu["lost"] is True and data["state"] == "lost"
+    assert gpu["memory"]["peak_bytes"] == 8 * GIB
+    assert data["verdict"].startswith("GPU 1 was lost") and "peak 8.0 GiB" in data["verdict"]
+    assert gpu["findings"][0]["cause"] == "lost"
+    # A cell that ended before the loss: lost since, and said so.
+    before = report(sources, now - 90, now - 60)
+    assert before["gpus"][0]["lost"] is True
+
+
+def test_a_span_older_than_the_history_is_judged_from_the_store(tmp_path: Path,
+                                                                 now: float) -> None:
+    """The store kept 10 minutes from now-900 (GPU 1 held 12 GiB more than its 1 GiB and
+    idle); the in-memory history starts at now-120 and shows the kernel on GPU 1. A cell
+    from now-600 to now-300 is judged from the store's 5-second means, and says so."""
+    path = tmp_path / "store.sqlite"
+    metrics, _ = scripted(tmp_path)
+    uuids = {fact.index: fact.uuid for fact in metrics.facts}
+    clock = ScriptedClock(now - 900)
+    writer = HistoryStore(path, clock=clock, device_uuids=lambda: uuids)
+    writer.open()
+    old = History(10)
+    writer.attach(old)
+    while clock.wall < now - 200:
+        readings = tuple(GpuReading.unavailable(g, False)._replace(
+            utilization_pct=0.0, memory_used_bytes=(13 if g == 1 else 1) * GIB,
+            memory_total_bytes=80 * GIB) for g in range(2))
+        old.append(clock.wall, readings, NO_HOST, monotonic_s=clock.mono)
+        clock.advance(1.0)
+    writer.step(final=True)
+    writer.stop()
+    store = HistoryStore(path, device_uuids=lambda: uuids)
+    store.open()
+    try:
+        metrics, sources = scripted(tmp_path, store=store)
+        write(metrics.history, now - 120, now, 2, lambda g, t: 0.0,
+              kernel_on_gpu1(lambda t: 12 * GIB, 0.0))
+        data = report(sources, now - 600, now - 300)
+        assert data["judged_from"] == "store" and data["resolution_s"] == 5.0, data
+        [gpu] = data["gpus"]
+        assert gpu["index"] == 1 and gpu["signal"] == "device"
+        assert gpu["memory"]["peak_bytes"] == pytest.approx(13 * GIB)
+        assert gpu["working_share"] == 0.0
+        assert data["verdict"] == ("held 13.0 GiB on GPU 1, but GPU 1 worked 0% of 5 min 00 s:"
+                                   " idle (from the history store's 5 s means)")
+        assert data["samples"] == pytest.approx(60, abs=1)
+    finally:
+        store.stop()
+        store.close()
+
+
+def test_kernels_of_another_server_or_user_are_refused(tmp_path: Path, now: float) -> None:
+    """Standalone, a kernel is ours when one of our processes is it: another user's kernel
+    is refused (403), a kernel nobody here knows (404), a text that is no kernel id (400).
+    Under Jupyter, only that Jupyter's kernels are answered."""
+    OWNERS[4200] = owner(4200, OTHER_KERNEL, 4200, user="someone-else")
+    try:
+        metrics, sources = scripted(tmp_path)
+        write(metrics.history, now - 20, now, 2, lambda g, t: 0.0,
+              lambda t: [Held(0, 4100, GIB, 0.0), Held(1, 4200, GIB, 0.0)])
+        assert report(sources, now - 10, now - 5)["state"] == HELD_IDLE
+        for kernel, status in ((OTHER_KERNEL, 403), ("0d0e0f10-1112-4314-9516-171819202122", 404),
+                               ("../../etc/passwd", 400), ("", 400)):
+            with pytest.raises(CellRefused) as refused:
+                report(sources, now - 10, now - 5, kernel=kernel)
+            assert refused.value.status == status and "\n" not in refused.value.reason
+    finally:
+        OWNERS[4200] = owner(4200, OTHER_KERNEL, 4200)
+    jupyter = JupyterSessions(JupyterServer("http://127.0.0.1:9/", "/", "t"),
+                              fetch=lambda server: [{"path": "work/a.ipynb", "type": "notebook",
+                                                     "kernel": {"id": OTHER_KERNEL}}],
+                              fetch_executions=lambda server: {"kernels": {}})
+    metrics, sources = scripted(tmp_path, jupyter=jupyter)
+    write(metrics.history, now - 20, now, 2, lambda g, t: 0.0,
+          lambda t: [Held(0, 4100, GIB, 0.0), Held(1, 4200, GIB, 0.0)])
+    with pytest.raises(CellRefused) as refused:
+        report(sources, now - 10, now - 5)  # ours by its processes, not this Jupyter's
+    assert refused.value.status == 404 and "not one of this Jupyter's kernels" in \
+        refused.value.reason
+    other = report(sources, now - 10, now - 5, kernel=OTHER_KERNEL)
+    assert other["notebook"] == "work/a.ipynb" and other["gpus"][0]["index"] == 1
+
+
+def test_the_memory_of_a_cell_between_two_passes() -> None:
+    """The pure judgment: a cell of 0.3 s between two passes has no pass of its own; its
+    memory is the pass before it and the one after it, and it held the GPU."""
+    def on(held: float) -> tuple[DeviceEvidence, ...]:
+        return (DeviceEvidence(0, "GPU 0", held, 50.0, True, 50.0),) if held else ()
+
+    passes = [KernelPass(10.0, on(0.0)), KernelPass(11.0, on(3 * GIB)),
+              KernelPass(12.0, on(3 * GIB))]
+    judgment = judge_cell(10.4, 10.7, passes, [], [], gap_s=2.0)
+    assert judgment.too_short and judgment.touched_gpu and judgment.state == TOO_SHORT
+    [device] = judgment.devices
+    assert device.memory.start_bytes == 0.0 and device.memory.end_bytes == 3 * GIB
+    assert device.memory.change_bytes == 3 * GIB and not math.isnan(device.memory.peak_bytes)

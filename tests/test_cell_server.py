@@ -1,0 +1,177 @@
+"""``/cell.json`` on a real server over HTTP (issue 45, item 2): the simulated driver lists a
+stand-in kernel (its connection file on its command line) and its child, the sampler reads
+them, the attribution ties them to the kernel, and the route judges spans of it: busy,
+held but idle, no GPU work; refusals in one line; and the span's times as Jupyter's
+message headers carry them.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+
+from jupyterlab_nvdashboard.metrics import OWNER_FAMILY, PROCESS_FAMILY
+from jupyterlab_nvdashboard.simnvml.processes import SimulatedProcess
+from tests.support.servers import RunningServer, get, in_process_server
+from tests.support.waiting import until
+
+GIB = 2**30
+# A stand-in kernel: its connection file on its command line, and one child (a worker).
+_KERNEL = """
+import os, sys, time
+child = os.fork()
+if child == 0:
+    time.sleep(300); os._exit(0)
+print(child, flush=True)
+time.sleep(300)
+"""
+
+
+@dataclass
+class Kernel:
+    kernel_id: str
+    pid: int
+    child: int
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Iterator[Kernel]:
+    kernel_id = str(uuid.uuid4())
+    process = subprocess.Popen([sys.executable, "-c", _KERNEL, "-f",
+                                str(tmp_path / f"kernel-{kernel_id}.json")],
+                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        child = int(process.stdout.readline())  # type: ignore[union-attr]
+        yield Kernel(kernel_id, process.pid, child)
+    finally:
+        os.killpg(process.pid, 9)
+        process.wait()
+
+
+def cell(server: RunningServer, kernel_id: str, start: str, end: str) -> tuple[int, bytes]:
+    query = urlencode({"kernel": kernel_id, "start": start, "end": end})
+    return get(f"{server.url}/cell.json?{query}")
+
+
+def passes_since(server: RunningServer, since_s: float) -> int:
+    return sum(1 for s in server.metrics.history.window(server.metrics.history_s)
+               if s.time_s > since_s and PROCESS_FAMILY in s.extra)
+
+
+def run_cell(server: RunningServer, kernel: Kernel, passes: int = 6) -> tuple[float, float]:
+    """A span of ``passes`` process passes, once two passes have read what the driver was
+    told the kernel does during it (a per-process sample covers the second before its
+    pass, as the driver's do)."""
+    told = time.time()
+    until(lambda: passes_since(server, told) >= 2, "two process passes")
+    start = time.time()
+    until(lambda: passes_since(server, start) >= passes, f"{passes} process passes")
+    return start, time.time()
+
+
+def iso(seconds: float) -> str:
+    """As Jupyter's message headers carry a time."""
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def test_busy_idle_and_cpu_only_cells_of_a_kernel(kernel: Kernel) -> None:
+    with in_process_server(gpus=2, profile="h200", scenario="compute-bound") as server:
+        server.simulator.set_processes([
+            SimulatedProcess(1, kernel.pid, 12 * GIB, sm_pct=87),
+            SimulatedProcess(1, kernel.child, 2 * GIB, sm_pct=87)])
+        # The attribution has told who the kernel's processes are before the cell starts.
+        until(lambda: attributed(server, kernel.kernel_id), "the kernel's processes attributed")
+        start, end = run_cell(server, kernel)
+        status, body = cell(server, kernel.kernel_id, iso(start), iso(end))
+        assert status == 200, body
+        busy = json.loads(body)
+        [gpu] = busy["gpus"]
+        assert busy["state"] == "busy" and busy["kernel"] == kernel.kernel_id, busy
+        assert gpu["index"] == 1 and gpu["signal"] == "per-process"
+        assert gpu["sm_pct"] == pytest.approx(87) and gpu["working_share"] == 1.0
+        assert gpu["memory"]["peak_bytes"] == 14 * GIB and gpu["memory"]["change_bytes"] == 0
+        assert busy["verdict"].startswith("GPU 1: busy 100% of ")
+        assert busy["verdict"].endswith("peak 14.0 GiB (+0.0)")
+        assert busy["start_s"] == pytest.approx(start, abs=1e-3)
+
+        # Held, idle: a time.sleep cell. Unix seconds are a span's times too.
+        server.simulator.set_scenario("idle")
+        server.simulator.set_processes([
+            SimulatedProcess(1, kernel.pid, 12 * GIB, sm_pct=0),
+            SimulatedProcess(1, kernel.child, 2 * GIB, sm_pct=0)])
+        start, end = run_cell(server, kernel)
+        status, body = cell(server, kernel.kernel_id, f"{start:.3f}", f"{end:.3f}")
+        idle = json.loads(body)
+        assert status == 200 and idle["state"] == "held-idle", idle
+        assert idle["verdict"].startswith("held 14.0 GiB on GPU 1, but GPU 1 worked 0% of ")
+        # The cause after the colon is the diagnosis's first finding over the span (on a
+        # loaded machine, whose CPUs are full, that may be the host's CPU).
+        findings = idle["gpus"][0]["findings"]
+        assert "idle" in [f["cause"] for f in findings], findings
+        first = findings[0]["title"].replace(";", ":").split(":", 1)[0]
+        assert idle["verdict"].endswith(f": {first}"), idle["verdict"]
+
+        # A CPU-only cell: the kernel holds no GPU.
+        server.simulator.set_processes([])
+        start, end = run_cell(server, kernel, passes=3)
+        status, body = cell(server, kernel.kernel_id, iso(start), iso(end))
+        none = json.loads(body)
+        assert status == 200 and none["verdict"] == "no GPU work" and not none["touched_gpu"]
+
+
+def attributed(server: RunningServer, kernel_id: str) -> bool:
+    """Whether the server has told that a GPU process is the kernel's."""
+    for sample in server.metrics.history.window(5.0):
+        owners = sample.extra.get(OWNER_FAMILY)
+        if isinstance(owners, dict) and any(o.kernel_id == kernel_id for o in owners.values()):
+            return True
+    return False
+
+
+def test_bad_requests_get_one_line_and_the_server_keeps_serving(kernel: Kernel) -> None:
+    with in_process_server(gpus=1, profile="h200") as server:
+        # The kernel holds a GPU: this server knows it as this user's.
+        server.simulator.set_processes([SimulatedProcess(0, kernel.pid, GIB)])
+        until(lambda: attributed(server, kernel.kernel_id), "the kernel's processes attributed")
+        now = time.time()
+        good = (iso(now - 5), iso(now - 1))
+        cases = [
+            ({"kernel": kernel.kernel_id, "start": "yesterday", "end": good[1]}, 400,
+             "start 'yesterday' is neither an ISO 8601 time nor Unix seconds"),
+            ({"kernel": kernel.kernel_id, "start": "2026-12-05T12:00:00", "end": good[1]},
+             400, "has no zone"),
+            ({"kernel": kernel.kernel_id, "start": good[1], "end": good[0]}, 400,
+             "end is before start"),
+            ({"kernel": kernel.kernel_id, "end": good[1]}, 400, "start must be"),
+            ({"kernel": kernel.kernel_id, "start": "nan", "end": good[1]}, 400, "finite"),
+            ({"kernel": kernel.kernel_id, "start": "\u00e9t\u00e9", "end": good[1]}, 400,
+             "neither an ISO 8601 time"),
+            ({"start": good[0], "end": good[1]}, 400, "kernel must be a Jupyter kernel id"),
+            ({"kernel": "../../etc/passwd", "start": good[0], "end": good[1]}, 400,
+             "kernel must be a Jupyter kernel id"),
+            ({"kernel": str(uuid.uuid4()), "start": good[0], "end": good[1]}, 404,
+             "is not a kernel of this server's user"),
+            ({"kernel": kernel.kernel_id, "start": good[0], "end": iso(now + 3600)}, 400,
+             "ahead of this server's clock"),
+        ]
+        for query, status, words in cases:
+            got, body = get(f"{server.url}/cell.json?{urlencode(query)}")
+            text = html.unescape(body.decode())  # the server's error page, as for every route
+            assert got == status and words in text, (query, got, text)
+            assert "Traceback" not in text and text.count("\n") <= 1, text
+        # Authentication: like every other route.
+        query = urlencode({"kernel": kernel.kernel_id, "start": good[0], "end": good[1]})
+        assert get(f"{server.url}/cell.json?{query}", token=None)[0] == 403
+        assert get(f"{server.url}/processes.json")[0] == 200
