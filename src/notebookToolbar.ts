@@ -47,9 +47,12 @@ export function kernelGpuWords(
   if (!glance || !kernel) {
     return null;
   }
-  const gpus = kernel.devices.join(trans.__(', '));
   const memory = kernelMemoryText(kernel, trans);
-  const held = trans.__('%1 on %2', memory, gpus);
+  const held = trans.__(
+    '%1 on %2',
+    memory,
+    kernel.devices.join(trans.__(', '))
+  );
   const tooltip = kernel.idle?.text
     ? trans.__('This notebook’s kernel holds %1. %2', held, kernel.idle.text)
     : trans.__('This notebook’s kernel holds %1.', held);
@@ -57,8 +60,17 @@ export function kernelGpuWords(
   if (idle !== null) {
     return { text: idle, tooltip };
   }
-  const utilization = kernel.devices
-    .map(label => glance.devices.find(d => d.label === label))
+  // The kernel's devices are named as the sidebar names them, with how CUDA
+  // numbers them (`GPU 1 (CUDA 1)`); the item says the device's own label.
+  const devices = kernel.devices.map(name =>
+    glance.devices.find(
+      d => name === d.label || name.startsWith(`${d.label} (`)
+    )
+  );
+  const gpus = devices
+    .map((d, i) => d?.label ?? kernel.devices[i])
+    .join(trans.__(', '));
+  const utilization = devices
     .map(d => formatPercent(d?.utilization_pct ?? null, trans))
     .join(' ');
   return {

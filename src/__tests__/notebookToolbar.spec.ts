@@ -41,7 +41,7 @@ const GLANCE = {
       path: 'a.ipynb',
       memory_bytes: 12.3 * GIB,
       memory_known: true,
-      devices: ['GPU 1'],
+      devices: ['GPU 1 (CUDA 1)'],
       idle: {
         state: 'busy',
         signal: 'per-process',
@@ -82,6 +82,9 @@ describe('kernelGpuWords', () => {
     );
     expect(kernelGpuWords(glance, 'idle', THRESHOLDS)?.tooltip).toContain(
       'no GPU work for 42 min'
+    );
+    expect(kernelGpuWords(glance, 'busy', THRESHOLDS)?.tooltip).toContain(
+      '12.3 GiB on GPU 1 (CUDA 1)'
     );
     expect(kernelGpuWords(glance, 'cpu-only', THRESHOLDS)).toBeNull();
     expect(kernelGpuWords(glance, null, THRESHOLDS)).toBeNull();
