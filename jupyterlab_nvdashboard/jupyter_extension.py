@@ -19,7 +19,8 @@ notice for a kernel's idle episode), ``POST <base_url>nvdashboard-idle/keeps`` (
 chose "Keep this kernel"), ``GET <base_url>nvdashboard-idle/culls`` (the admin's cull
 policy, the warnings armed and what it shut down) and ``GET
 <base_url>nvdashboard-idle/executions`` (when each kernel last ran a cell, for the idle
-judgment: ``kernel_executions.py``), and runs that cull when an admin turned it on
+judgment, and its last cells' spans, for the timelines' marks: ``kernel_executions.py``),
+and runs that cull when an admin turned it on
 (``idle_cull.py``).
 """
 
@@ -181,7 +182,8 @@ def idle_handlers(culler: IdleCuller, executions: ExecutionClock
         @web.authenticated
         @authorized
         def get(self) -> None:
-            self.finish(json.dumps({"kernels": self.executions.executions()}))
+            self.finish(json.dumps({"kernels": self.executions.executions(),
+                                    "cells": self.executions.cells.as_json()}))
 
     services = {"culler": culler, "executions": executions}
     return [(NOTICES_PATH, NoticesHandler, services), (KEEPS_PATH, KeepsHandler, services),

@@ -11,7 +11,9 @@ event loop never waits for Jupyter. Without a Jupyter parent (a standalone serve
 nothing and does nothing. When the Jupyter server runs this package's server extension, each
 refresh also reads ``GET <url>nvdashboard-idle/executions``: when each kernel last ran a
 cell, which the idle clock counts from (``kernel_executions.py``); Jupyter's own
-``last_activity`` moves for other messages too. The copy has an age: ``current()`` gives
+``last_activity`` moves for other messages too; and each kernel's last cells, which the
+timelines mark (``cells``). A timeline page showing the marks asks for refreshes
+(``wanted_by_page``) while no kernel holds a GPU too. The copy has an age: ``current()`` gives
 nothing once a refresh failed or none succeeded for ``STALE_S``, so a kernel is never judged
 idle on old news.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -32,11 +35,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from .kernel_executions import CellSpan
+
 log = logging.getLogger(__name__)
 REFRESH_S = 1.0
 TIMEOUT_S = 3.0
 # The oldest copy a kernel may be judged by: two refreshes missed, and one slow answer.
 STALE_S = 2 * REFRESH_S + TIMEOUT_S
+# A page that marks cells asks about once a second; the refreshes it asked for stop this long
+# after its last ask (the page closed).
+PAGE_WANTS_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -125,6 +133,19 @@ def parse_executions(body: Any) -> dict[str, float] | None:
             if isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
+def parse_cells(body: Any) -> dict[str, tuple[CellSpan, ...]]:
+    """kernel id -> its last cells, oldest first, from the executions route (an older
+    extension serves none); malformed entries are skipped."""
+    kernels = body.get("cells") if isinstance(body, dict) else None
+    if not isinstance(kernels, dict):
+        return {}
+    parsed = {kernel_id: tuple(cell for cell in map(CellSpan.from_json, items)
+                               if cell is not None)
+              for kernel_id, items in kernels.items()
+              if isinstance(kernel_id, str) and isinstance(items, list)}
+    return {kernel_id: cells for kernel_id, cells in parsed.items() if cells}
+
+
 def parse_time(text: Any) -> float | None:
     """Jupyter's ISO 8601 time ("2026-12-02T08:40:26.123456Z") as unix time; None if not one."""
     if not isinstance(text, str):
@@ -169,6 +190,9 @@ class JupyterSessions:
         self._fetch_executions = fetch_executions
         self._executions_served = True  # until a 404 says this Jupyter has no such route
         self.sessions: dict[str, Session] = {}  # replaced whole: readers need no lock
+        # kernel id -> its last cells (the executions route's), replaced whole as well.
+        self.cells: dict[str, tuple[CellSpan, ...]] = {}
+        self._page_asked_at = -math.inf  # monotonic time of a page's last wanted_by_page
         self.refreshes = 0
         self._refreshed_at: float | None = None  # monotonic time of the last good refresh
         self._stop = threading.Event()
@@ -180,7 +204,11 @@ class JupyterSessions:
         if self.server is None:
             return
         try:
-            self.sessions = parse_sessions(self._fetch(self.server), self._executions())
+            executions = self._executions()
+            self.sessions = parse_sessions(self._fetch(self.server),
+                                           parse_executions(executions)
+                                           if executions is not None else None)
+            self.cells = parse_cells(executions)
             self._refreshed_at = time.monotonic()
             self._failing = False
         except (OSError, ValueError) as error:
@@ -189,13 +217,13 @@ class JupyterSessions:
             self._failing = True
         self.refreshes += 1
 
-    def _executions(self) -> dict[str, float] | None:
-        """The executions route's answer; None where it is not served (asked once) or does
+    def _executions(self) -> Any:
+        """The executions route's body; None where it is not served (asked once) or does
         not answer now (then Jupyter's last_activity stands in)."""
         if self.server is None or not self._executions_served:
             return None
         try:
-            return parse_executions(self._fetch_executions(self.server))
+            return self._fetch_executions(self.server)
         except urllib.error.HTTPError as error:
             self._executions_served = error.code != 404
             return None
@@ -213,9 +241,20 @@ class JupyterSessions:
             return {}
         return self.sessions
 
+    def wanted_by_page(self) -> None:
+        """A page shows what the refreshes bring (the cells' marks): keep refreshing for
+        ``PAGE_WANTS_S``, whether or not a kernel holds a GPU."""
+        self._page_asked_at = time.monotonic()
+
+    def wants_refresh(self, now: float | None = None) -> bool:
+        """Whether the refresh thread reads Jupyter now: while some kernel holds a GPU, or a
+        page asked in the last ``PAGE_WANTS_S`` (``now``: monotonic time)."""
+        now = time.monotonic() if now is None else now
+        return self._wanted() or now - self._page_asked_at < PAGE_WANTS_S
+
     def _loop(self) -> None:
         while not self._stop.wait(self.refresh_s):
-            if self._wanted():
+            if self.wants_refresh():
                 self.refresh()
 
     def start(self) -> None:

@@ -9,23 +9,127 @@ on Jupyter's own event loop, as Jupyter's kernel manager does for ``last_activit
 records the time of every message that answers an ``execute_request``: the cell's input,
 its output, and the ``idle`` status that ends it.
 
-``ExecutionClock.last_execution(kernel_id)`` is read by the cull in this process, and served
-by the Jupyter server extension at ``GET <base_url>nvdashboard-idle/executions`` for the
-dashboard server's idle judgment (``jupyter_sessions.py``).
+It also keeps each kernel's last cells as spans of the kernel's own clock (issue 45): a cell
+starts at the header date of its ``execute_input`` (with the execution count of its
+content) and ends at the header date of the ``status: idle`` whose parent is the same
+``execute_request``. JupyterLab's ``recordTiming`` ends a cell at ``execute_reply``, but
+that goes on the shell channel to the client that asked; the ``idle`` that follows it is on
+IOPub, which every watcher sees. A message it cannot read records nothing and raises nothing.
+
+``ExecutionClock.last_execution(kernel_id)`` is read by the cull in this process; the last
+executions and the cells are served by the Jupyter server extension at ``GET
+<base_url>nvdashboard-idle/executions`` for the dashboard server (``jupyter_sessions.py``):
+its idle judgment, and the cells it marks on the timelines.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from .instants import parse_instant
+
 EXECUTE_REQUEST = "execute_request"
+# The IOPub messages that start and end a cell; only these have their content read.
+EXECUTE_INPUT = "execute_input"
+STATUS = "status"
+CELLS_KEPT = 20  # per kernel: the newest cells, which the timelines mark
 # How often the kernels are listed to watch new ones and let go of ended ones (s): a kernel
 # is watched within this of its start; a cell run sooner is missed, and then its
 # ``last_activity`` (which such a run moves) stands in.
 SYNC_S = 1.0
+
+
+@dataclass(frozen=True)
+class CellSpan:
+    """One cell a kernel ran, on the kernel's clock (unix seconds); ``end_s`` None while it
+    runs (or when its kernel never said it ended)."""
+
+    count: int | None  # the execution count, None where the kernel gave none
+    start_s: float
+    end_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "start_s": self.start_s, "end_s": self.end_s}
+
+    @classmethod
+    def from_json(cls, item: Any) -> CellSpan | None:
+        """A span from the executions route's JSON; None where it is not one."""
+        if not isinstance(item, dict):
+            return None
+        count, start, end = item.get("count"), item.get("start_s"), item.get("end_s")
+        if not (count is None or _is_int(count)) or not _is_seconds(start) \
+                or not (end is None or _is_seconds(end)):
+            return None
+        return cls(count, float(start), None if end is None else float(end))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_seconds(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+def header_time(header: Mapping[str, Any]) -> float | None:
+    """A message header's date, as the wire carries it, as unix seconds; None where it is
+    not an ISO 8601 time with its zone (a kernel's zone is not known here)."""
+    date = header.get("date")
+    if not isinstance(date, str):
+        return None
+    try:
+        return parse_instant(date, "date")
+    except ValueError:
+        return None
+
+
+class CellSpans:
+    """Each kernel's last ``CELLS_KEPT`` cells, from its IOPub messages."""
+
+    def __init__(self) -> None:
+        self._cells: dict[str, deque[tuple[str, CellSpan]]] = {}  # with the request's id
+
+    def record(self, kernel_id: str, header: Any, parent: Any, content: Any) -> None:
+        """One IOPub message: an ``execute_input`` starts a cell, an ``idle`` status whose
+        parent is that cell's ``execute_request`` ends it. Anything else, or anything
+        malformed, changes nothing."""
+        if not all(isinstance(part, Mapping) for part in (header, parent, content)):
+            return
+        request = parent.get("msg_id")
+        if parent.get("msg_type") != EXECUTE_REQUEST or not isinstance(request, str):
+            return
+        moment = header_time(header)
+        if moment is None:
+            return
+        kind = header.get("msg_type")
+        if kind == EXECUTE_INPUT:
+            count = content.get("execution_count")
+            cells = self._cells.setdefault(kernel_id, deque(maxlen=CELLS_KEPT))
+            cells.append((request, CellSpan(count if _is_int(count) else None, moment)))
+        elif kind == STATUS and content.get("execution_state") == "idle":
+            cells = self._cells.get(kernel_id, deque())
+            for position, (asked, cell) in enumerate(cells):
+                if asked == request and cell.end_s is None and moment >= cell.start_s:
+                    cells[position] = (asked, CellSpan(cell.count, cell.start_s, moment))
+                    return
+
+    def cells(self, kernel_id: str) -> list[CellSpan]:
+        return [cell for _, cell in self._cells.get(kernel_id, ())]
+
+    def as_json(self) -> dict[str, list[dict[str, Any]]]:
+        """kernel id -> its last cells, oldest first, as the executions route serves them."""
+        return {kernel_id: [cell.to_json() for _, cell in cells]
+                for kernel_id, cells in self._cells.items() if cells}
+
+    def forget(self, kernel_id: str) -> None:
+        self._cells.pop(kernel_id, None)
 
 
 class ExecutionClock:
@@ -40,6 +144,7 @@ class ExecutionClock:
         self._last: dict[str, float] = {}
         self._unwatchable: set[str] = set()  # told once in the log, tried again each sync
         self._periodic: Any = None
+        self.cells = CellSpans()
 
     def last_execution(self, kernel_id: str) -> float | None:
         """When the kernel last answered an ``execute_request`` (unix time); None: not
@@ -54,6 +159,28 @@ class ExecutionClock:
         """One IOPub message of the kernel, by the type of the request it answers."""
         if parent_msg_type == EXECUTE_REQUEST:
             self._last[kernel_id] = self._clock()
+
+    def receive(self, kernel_id: str, session: Any, msg_list: list[bytes]) -> None:
+        """One IOPub message as the kernel's socket delivers it (``session``: a
+        jupyter_client ``Session`` with the kernel's key). Only a cell's start and end have
+        their content read: an output's may be megabytes."""
+        try:
+            _, fed = session.feed_identities(msg_list)
+            message = session.deserialize(fed, content=False)
+        except Exception:  # noqa: BLE001 - a message it cannot read tells nothing
+            return
+        parent = message.get("parent_header") or {}
+        self.on_message(kernel_id, parent.get("msg_type"))
+        if message.get("msg_type") not in (EXECUTE_INPUT, STATUS):
+            return
+        try:
+            # The header as sent: jupyter_client reads a date without a zone as this
+            # machine's local time, and the kernel's zone is not known here.
+            header = session.unpack(fed[1])
+            content = session.unpack(message["content"])
+        except Exception:  # noqa: BLE001 - as above
+            return
+        self.cells.record(kernel_id, header, parent, content)
 
     def sync(self) -> None:
         """Watch the kernels started since, let go of those that ended."""
@@ -79,22 +206,13 @@ class ExecutionClock:
         kernel = self._kernels.get_kernel(kernel_id)
         session = Session(config=kernel.session.config, key=kernel.session.key)
         stream = kernel.connect_iopub()
-
-        def received(msg_list: list[bytes]) -> None:
-            try:
-                _, fed = session.feed_identities(msg_list)
-                message = session.deserialize(fed, content=False)
-            except Exception:  # noqa: BLE001 - a message it cannot read tells nothing
-                return
-            parent = message.get("parent_header") or {}
-            self.on_message(kernel_id, parent.get("msg_type"))
-
-        stream.on_recv(received)
+        stream.on_recv(lambda msg_list: self.receive(kernel_id, session, msg_list))
         return stream
 
     def _close(self, kernel_id: str) -> None:
         stream = self._streams.pop(kernel_id)
         self._last.pop(kernel_id, None)
+        self.cells.forget(kernel_id)
         try:
             stream.close()
         except Exception:  # noqa: BLE001, S110 - the kernel's sockets are already gone

@@ -68,7 +68,13 @@ from .apps.cluster import (
     cluster_title,
     cluster_windows,
 )
-from .apps.document import THEMES, build_document, gpus_being_read, no_gpu_notice
+from .apps.document import (
+    PAGE_ARGUMENTS,
+    THEMES,
+    build_document,
+    gpus_being_read,
+    no_gpu_notice,
+)
 from .apps.overview import root_page
 from .apps.processes import glance, processes_json
 from .apps.registry import ROUTES, RouteFeeds, available_routes
@@ -519,10 +525,6 @@ def make_metrics_collector(config: Config, sources: DashboardSources, watch: Vie
         return scrape
 
     return DcgmCollector(snapshot, config.metrics_hostname_label)
-
-
-# The only request argument a document reads (apps/document.py::requested_theme).
-PAGE_ARGUMENTS = ("theme",)
 
 
 class PageHandler(FunctionHandler):

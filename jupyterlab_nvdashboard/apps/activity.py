@@ -276,12 +276,17 @@ class ActivityDashboard:
             if picker is not None:  # the lines follow the window the charts show
                 picker.js_on_change("active", CustomJS(args={"lines": self.lines}, code=(
                     "lines.forEach((line, i) => { line.visible = i === cb_obj.active; });")))
-                for position, line in enumerate(self.lines):
-                    line.visible = position == picker.active
+                # ... and the window the page opened on (a span in its URL chooses it).
+                picker.on_change("active", lambda _attr, _old, active: self._show_line(active))
+                self._show_line(picker.active)
         self.live = self.timeline.live if self.timeline else None
         # In tags: the texts' source is in the document (and reaches the page) with the root.
         self.root = column(*children, sizing_mode="stretch_width", tags=[self.line_texts],
                            styles=UNCAPPED_HEIGHT)
+
+    def _show_line(self, active: int) -> None:
+        for position, line in enumerate(self.lines):
+            line.visible = position == active
 
     def refresh(self) -> None:
         """The lines of every window, from the cache every page and /diagnosis.json share."""

@@ -3,12 +3,14 @@
 Live samples do not go through the document: its page script subscribes to the
 broadcaster (``apps/live.py``), so a document has no periodic callback for data. Only a
 component with server-side state to show (the workload's run panel) refreshes on its own,
-at ``refresh_ms``. No document reads hardware.
+at ``refresh_ms``, and under Jupyter the timelines' cell marks (``cell_marks.py``). A page
+opened on a span of its URL shows it (``shown_span.py``). No document reads hardware.
 """
 
 from __future__ import annotations
 
 import html
+import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
@@ -20,7 +22,9 @@ from bokeh.themes._dark_minimal import json as _dark_minimal_json
 from jinja2 import Template
 
 from ..metrics import Metrics
+from .cell_marks import CellMarks
 from .live import LiveView, attach
+from .shown_span import SPAN_ARGUMENTS, ShownSpan, show_span, span_from_query
 from .sources import DashboardSources
 
 # BokehJS must load from this server with URLs relative to the page, so the page works
@@ -88,14 +92,35 @@ class Refreshing(Protocol):
     def refresh(self) -> None: ...
 
 
-def requested_theme(doc: Document) -> str:
-    """The ``?theme=`` query argument, or 'light' when absent or unknown."""
+# The request arguments a document reads; the server passes these alone to the document
+# (server.py's PageHandler: every other one, a token among them, stays out of the page).
+PAGE_ARGUMENTS = ("theme", *SPAN_ARGUMENTS)
+
+
+def query_argument(doc: Document, name: str) -> str | None:
+    """The first ``?name=`` query argument of the page's request, or None."""
     context = doc.session_context
     request = getattr(context, "request", None) if context is not None else None
     arguments = getattr(request, "arguments", None) or {}
-    values = arguments.get("theme") or [b"light"]
-    value = values[0].decode(errors="replace") if isinstance(values[0], bytes) else str(values[0])
+    values = arguments.get(name)
+    if not values:
+        return None
+    return values[0].decode(errors="replace") if isinstance(values[0], bytes) else str(values[0])
+
+
+def requested_theme(doc: Document) -> str:
+    """The ``?theme=`` query argument, or 'light' when absent or unknown."""
+    value = query_argument(doc, "theme")
     return value if value in THEMES else "light"
+
+
+def requested_span(doc: Document) -> tuple[ShownSpan | None, str]:
+    """The span the page's URL asks it to show (``?start=&end=&label=``), or None and the one
+    line that says why a malformed one is ignored ('' when none was asked for)."""
+    try:
+        return span_from_query(*(query_argument(doc, name) for name in SPAN_ARGUMENTS)), ""
+    except ValueError as error:
+        return None, f"The time range in the address was ignored: {error}."
 
 
 def title_text(title: str, metrics: Metrics, shows_gpu: bool) -> str:
@@ -155,20 +180,42 @@ def build_document(
 
         waiting = doc.add_periodic_callback(reload_when_gpus_appear, GPU_WAIT_CHECK_MS)
         return
-    _show_component(doc, page, make_component)
+    _show_component(doc, page, make_component, theme["page_foreground"], sources)
 
 
 GPU_WAIT_CHECK_MS = 1000
 
 
-def _show_component(doc: Document, page: Column,
-                    make_component: Callable[[], Component]) -> None:
+def span_notice(text: str, color: str) -> Div:
+    """The one line that says what of a requested span the page cannot show, and why."""
+    return Div(text=f"<p class='nvdashboard-notice' style='margin:0;padding:0.2em 1em'>"
+                    f"{html.escape(text)}</p>", styles={"color": color},
+               sizing_mode="stretch_width", name="span-notice")
+
+
+def _show_component(doc: Document, page: Column, make_component: Callable[[], Component],
+                    text_color: str, sources: DashboardSources) -> None:
     component = make_component()
-    if component.live is not None:
-        attach(doc, component.live)
-    if isinstance(component, StreamsMore):
-        for view in component.also_live:
-            attach(doc, view)
+    views = ([component.live] if component.live is not None else []) + \
+        (list(component.also_live) if isinstance(component, StreamsMore) else [])
+    span, refusal = requested_span(doc)
+    notes = [refusal] if refusal else []
+    timelines = [view for view in views if view.x_range is not None]
+    if span is not None and timelines:
+        now_s = time.time()
+        notes += [note for note in (show_span(view, span, now_s) for view in timelines) if note]
+    for note in dict.fromkeys(notes):  # a page of two timelines says a thing once
+        page.children.append(span_notice(note, text_color))
+    # Under Jupyter, the last cells of its kernels are marked on every timeline.
+    jupyter = sources.jupyter
+    if jupyter is not None and jupyter.server is not None:
+        for view in timelines:
+            if view.bands.plot is not None:
+                marks = CellMarks(jupyter, view.bands.plot)
+                marks.refresh()
+                doc.add_periodic_callback(marks.refresh, marks.refresh_ms)
+    for view in views:
+        attach(doc, view)
     if isinstance(component, Refreshing):
         component.refresh()
         doc.add_periodic_callback(component.refresh, component.refresh_ms)

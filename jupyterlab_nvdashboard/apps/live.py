@@ -3,9 +3,10 @@
 ``attach(doc, view)`` adds one ``CustomJS`` (``live_client.js``) that runs when the page's
 document is ready. It opens ``<page>/stream`` (``stream/broadcaster.py``), decodes each
 binary frame and streams its rows into the view's source with ``{sync: false}``, so nothing
-goes back to the server; it moves the axes (unless the reader panned or zoomed: the reset
-tool follows again; a long window reaches its newest sample through the frames' open rows,
-and says how much of it is recorded), places a timeline's bands under their HTML headings
+goes back to the server; it moves the axes (unless the reader panned or zoomed, or the page
+opened on a span its URL names, ``shown_span.py``: the reset tool follows again; a long
+window reaches its newest sample through the frames' open rows, and says how much of it is
+recorded), places a timeline's bands under their HTML headings
 and fills in their scales, the legends' current values and the hover, draws a long
 window's buckets as their means inside their min-max bands, hides what the legend and the
 GPU filter hide (a band of one GPU folds away with it), follows the window picker, repaints
@@ -107,6 +108,9 @@ class LiveView:
     # Which of the page's streams: "" for ``<page>/stream``, NAME for ``<page>/NAME/stream``
     # (a page may stream more than one view: /GPU-Health's table and its timelines).
     stream: str = ""
+    # Whether the time axis follows the newest sample from the start; False for a page
+    # opened on a span (``shown_span``): as after a pan, the reset tool follows again.
+    follow: bool = True
 
 
 def attach(doc: Document, view: LiveView) -> None:
@@ -126,6 +130,7 @@ def attach(doc: Document, view: LiveView) -> None:
         | {"replace": redraw_interval_ms(None)},
         "lost_columns": view.lost_columns,
         "stream": view.stream,
+        "follow": view.follow,
     }
     args = {
         "source": view.source, "x_range": view.x_range,

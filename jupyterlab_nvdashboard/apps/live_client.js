@@ -6,7 +6,8 @@
 const live = {
   seq: -1, frames: 0, resets: 0, rows: 0, connects: 0, hidden: false, parentHidden: false,
   window: spec.window, socket: null, retryMs: 500, xEnd: null,
-  draws: 0, following: true, moving: false, lastDraw: 0, source,
+  // A page opened on a span (apps/shown_span.py) starts where the server set its time axis.
+  draws: 0, following: spec.follow !== false, moving: false, lastDraw: 0, source,
   // A long window's open bucket and newest sample (stream/frames.py `open`), drawn after
   // the streamed rows until the next frame: columns like source.data's, NaN not available.
   open: null,
