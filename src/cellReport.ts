@@ -247,11 +247,10 @@ export function cellDetailLines(
       );
     }
     for (const finding of gpu.findings) {
-      lines.push(
-        finding.advice
-          ? trans.__('%1 Try: %2.', finding.line, finding.advice)
-          : finding.line
-      );
+      lines.push(finding.line);
+      if (finding.advice) {
+        lines.push(trans.__('Try: %1.', finding.advice));
+      }
     }
   }
   return lines;

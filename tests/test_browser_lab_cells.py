@@ -5,7 +5,8 @@ GPUs that play the "starved" scenario (so a GPU's finding has a cause to name).
 A notebook of three cells, each run from the page as a user runs it:
 
 - (a) lists its own kernel on GPU 1 with 6 GiB and 90% SM while it runs (the cell writes
-  the simulated driver's process file with ``os.getpid()``, as ``idle_lab.place`` does);
+  the simulated driver's process file with ``os.getpid()``, as ``idle_lab.place`` does,
+  through a small module the test puts beside the notebook);
 - (b) holds the same memory with 0% SM while it sleeps;
 - (c) runs on the CPU alone, after the test has taken the kernel off the GPU; it is run
   while the notebook is hidden behind another tab.
@@ -265,18 +266,15 @@ def test_each_cell_says_what_it_did_on_the_gpu(lab, processes_file: Path) -> Non
 
         # (c) on the CPU only, run while the notebook is behind another tab: taken off the
         # GPU first, and the server has seen it go.
-        print("step: (c)", flush=True)
         place(processes_file, [])
         wait_glance(lab, lambda d: kernel_entry(d, kernel) is None,
                     "the kernel holds no GPU memory any more")
-        print("step: run (c)", flush=True)
         page.evaluate(RUN_CELL_JS, 2)
         page.wait_for_function(CELL_RUNNING_JS, arg=2, timeout=PAGE_WAIT_MS)
         page.evaluate("() => { void window.jupyterapp.commands.execute('launcher:create'); }")
         page.wait_for_function("() => document.querySelector('.jp-NotebookPanel')"
                                ".classList.contains('lm-mod-hidden')", timeout=PAGE_WAIT_MS)
         notebook_shown["now"] = False
-        print("step: hidden", flush=True)
         go_file(processes_file).touch()
         until(lambda: page.evaluate(CELL_DONE_JS_HIDDEN, 2), "cell (c) ran behind the launcher")
         # Nothing may be asked while the notebook is hidden: stay hidden well past the
@@ -295,7 +293,6 @@ def test_each_cell_says_what_it_did_on_the_gpu(lab, processes_file: Path) -> Non
         assert page.locator(f"{cell_node(2)} {FOOTER}").count() == 0
         assert page.locator(f"{cell_node(0)} {FOOTER}").count() == 1
 
-        print("step: click", flush=True)
         # A click on (a)'s footer opens /GPU-Activity on (a)'s span.
         page.click(f"{cell_node(0)} {FOOTER} .nvdashboard-cell-verdict")
         frame = dashboard_frame(page, "/GPU-Activity")

@@ -351,9 +351,9 @@ describe('CellGpuFooter', () => {
     );
     expect(details?.textContent).toContain('SM 87%');
     expect(details?.textContent).toContain('peak 12.3 GiB (+2.1 GiB)');
-    expect(details?.textContent).toContain(
-      'GPU 1 waits on the host 12% of the time. Try: prefetch the next batch.'
-    );
+    const lines = Array.from(details?.children ?? [], d => d.textContent);
+    expect(lines).toContain('GPU 1 waits on the host 12% of the time.');
+    expect(lines).toContain('Try: prefetch the next batch.');
     // The notebook's shortcuts leave keys on the footer to the footer.
     expect(footer.node.hasAttribute('data-lm-suppress-shortcuts')).toBe(true);
     button.click();
