@@ -308,6 +308,26 @@ def test_each_cell_says_what_it_did_on_the_gpu(lab, processes_file: Path) -> Non
         assert x_range["end"] >= busy["end_s"] * 1000, (x_range, busy)
         screenshot(page, "lab-cells-activity-dark")
 
+        # From the keyboard: Enter on (b)'s footer (not the notebook's Enter, which would
+        # edit the cell) points the open /GPU-Activity tab at (b)'s span.
+        page.evaluate(OPEN_NOTEBOOK_JS, NOTEBOOK_PATH)
+        page.wait_for_selector(f"{cell_node(1)} {FOOTER}", state="visible",
+                               timeout=PAGE_WAIT_MS)
+        # JupyterLab gives the notebook the keyboard once it is in front; then the footer.
+        page.wait_for_function("() => Boolean(document.activeElement"
+                               " && document.activeElement.closest('.jp-NotebookPanel'))",
+                               timeout=PAGE_WAIT_MS)
+        verdict_b = f"{cell_node(1)} {FOOTER} .nvdashboard-cell-verdict"
+        page.focus(verdict_b)
+        page.wait_for_function("(sel) => document.activeElement === document.querySelector(sel)",
+                               arg=verdict_b, timeout=PAGE_WAIT_MS)
+        page.keyboard.press("Enter")
+        frame.wait_for_url(lambda url: parse_qs(urlparse(url).query).get("label")
+                           == ["cell [2]"], timeout=PAGE_WAIT_MS)
+        shown = parse_qs(urlparse(frame.url).query)
+        assert float(shown["start"][0]) == held["start_s"], (shown, held)
+        assert page.locator(".jp-NotebookPanel .jp-Notebook.jp-mod-editMode").count() == 0
+
         assert len(asked) == 3, asked  # one request per executed cell
         print(f"(a) {a_text}\n(b) {b_text}\ntoolbar {toolbar}")
         watched.assert_clean()
