@@ -146,6 +146,13 @@ export namespace NotebookCellFooters {
     ) => Promise<unknown>;
     /** Open /GPU-Activity on a span. */
     open: (range: ITimeRange) => void;
+    /**
+     * Whether the dashboard server said, in a way that will not change by
+     * itself, that there is nothing to judge (no GPU on the machine, no
+     * server behind the proxy): then a cell could never get a GPU footer,
+     * and under `gpu` nothing is asked.
+     */
+    nothingToJudge?: () => boolean;
     mode?: CellFooterMode;
     /** Save each footer into the notebook (the cell's metadata). */
     save?: boolean;
@@ -279,6 +286,9 @@ export class NotebookCellFooters {
       return;
     }
     this._waiting.delete(span.cellId);
+    if (this._mode === 'gpu' && this._options.nothingToJudge?.()) {
+      return;
+    }
     const generation = this._generation.get(span.cellId) ?? 0;
     this._requests++;
     let report: ICellReport | null;

@@ -50,6 +50,8 @@ export class NotebookGpu {
       cells: () => panel.content.widgets,
       fetchReport: options.fetchReport,
       open: options.open,
+      // The shared glance's last answer: no GPU here, or no dashboard server.
+      nothingToJudge: () => options.glance.stuck,
       mode: settings.cellFooter,
       save: settings.saveCellFooter,
       visible: this._onScreen(),

@@ -289,6 +289,31 @@ describe('NotebookCellFooters', () => {
     expect(asked).toHaveLength(2);
   });
 
+  it('asks nothing for GPU footers where the server said there is nothing to judge (no GPU), but does for every-cell footers', async () => {
+    const a = cell('a');
+    let stuck = true;
+    const { controller, asked, end } = footers(
+      [a],
+      { a: NO_GPU },
+      {
+        nothingToJudge: () => stuck
+      }
+    );
+    end(span('a', 1));
+    await afterDelay();
+    expect(asked).toHaveLength(0);
+    controller.mode = 'all';
+    end(span('a', 2));
+    await afterDelay();
+    expect(asked).toHaveLength(1);
+    expect(footerOf(a)?.button.textContent).toBe('no GPU work');
+    controller.mode = 'gpu';
+    stuck = false;
+    end(span('a', 3));
+    await afterDelay();
+    expect(asked).toHaveLength(2);
+  });
+
   it('drops an answer about a run the cell has since replaced, and clears the old footer when it runs again', async () => {
     const a = cell('a');
     let release: (value: unknown) => void = () => undefined;
