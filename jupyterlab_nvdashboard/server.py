@@ -60,7 +60,7 @@ from tornado.iostream import StreamClosedError
 from tornado.web import HTTPError
 
 from . import __version__, bokeh_patches, http_edge, preflight
-from .apps.cells import CellRefused, cell_report
+from .apps.cells import CellRefused, cell_report, pass_after
 from .apps.cluster import (
     CLUSTER_PATH,
     ClusterFeeds,
@@ -343,8 +343,10 @@ class CellHandler(_JsonHandler):
                                         self.get_argument("end", ""))
         except ValueError as error:
             raise HTTPError(400, reason=one_line(str(error))) from None
-        # It may wait for the process pass that closes the cell, read the store's file and
-        # ask Jupyter for its kernels: off the event loop.
+        # A cell that just ended waits for the process pass that closes it (here, on the
+        # loop); then the report reads the store's file and asks Jupyter for its kernels:
+        # off the event loop.
+        await pass_after(self.sources, end_s)
         try:
             body = await IOLoop.current().run_in_executor(
                 None, cell_report, self.sources, self.get_argument("kernel", ""), start_s,

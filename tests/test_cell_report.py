@@ -13,6 +13,9 @@ reaches into the history store, and a GPU lost during the span. The pure judgmen
 from __future__ import annotations
 
 import math
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +49,7 @@ from jupyterlab_nvdashboard.metrics import (
     ProcessOwner,
     ProcessReading,
 )
+from jupyterlab_nvdashboard.metrics.families import GPM_FAMILY, GpmReading
 from jupyterlab_nvdashboard.store import HistoryStore
 from tests.support.store_clock import ScriptedClock
 
@@ -55,6 +59,7 @@ KERNEL = "6f1c2a8e-0d4b-4c55-9a1e-3b7d2c9e8f01"
 OTHER_KERNEL = "b2e4d6f8-1a3c-4e5f-8a7b-9c0d1e2f3a4b"
 ME = current_user() or "me"
 NO_HOST = HostReading(*([None] * len(HostReading._fields)))
+NO_GPM = GpmReading(*([None] * len(GpmReading._fields)))
 
 
 @dataclass(frozen=True)
@@ -79,10 +84,12 @@ OWNERS = {4100: owner(4100, KERNEL, 4100), 4101: owner(4101, KERNEL, 4100),
 
 
 def scripted(tmp_path: Path, gpus: int = 2, store: HistoryStore | None = None,
-             jupyter: JupyterSessions | None = None) -> tuple[Metrics, DashboardSources]:
+             jupyter: JupyterSessions | None = None, profile: str = "mixed"
+             ) -> tuple[Metrics, DashboardSources]:
     """Simulated GPUs whose history the test writes (nothing samples them)."""
     metrics = create_metrics(Config(interval_s=TICK_S, token=None, runs_dir=tmp_path,
-                                    simulation=SimulationConfig(gpu_count=gpus)), environ={})
+                                    simulation=SimulationConfig(gpu_count=gpus,
+                                                                profile=profile)), environ={})
     metrics.nvml.ensure_initialized()
     return metrics, DashboardSources(metrics, jupyter=jupyter, store=store)
 
@@ -91,9 +98,10 @@ def write(history: History, start_s: float, end_s: float, gpus: int,
           utilization: Callable[[int, float], float | None],
           held: Callable[[float], list[Held]],
           lost: Callable[[int, float], bool] = lambda g, t: False,
-          offset_s: float = 0.0) -> None:
+          gpm: Callable[[int, float], float | None] | None = None) -> None:
     """Ticks from ``start_s`` to ``end_s`` (wall time); a process pass (and its owners) on
-    each whole second. Memory used on a GPU is what its entries hold, plus 1 GiB."""
+    each whole second; ``gpm``: each GPU's GPM SM activity, in every sample (as the sampler
+    carries a pass's reading). Memory used on a GPU is what its entries hold, plus 1 GiB."""
     now_wall, now_mono = time.time(), time.monotonic()
     for i in range(int(round((end_s - start_s) / TICK_S)) + 1):
         t = start_s + i * TICK_S
@@ -108,12 +116,15 @@ def write(history: History, start_s: float, end_s: float, gpus: int,
                 utilization_pct=utilization(gpu, t), memory_used_bytes=used,
                 memory_total_bytes=80 * GIB))
         extra: dict[str, object] = {}
+        if gpm is not None:
+            extra[GPM_FAMILY] = {gpu: NO_GPM._replace(sm_activity_pct=gpm(gpu, t))
+                                 for gpu in range(gpus)}
         if abs(t - round(t)) < TICK_S / 4:
             extra[PROCESS_FAMILY] = tuple(
                 ProcessReading(e.gpu, e.pid, "compute", e.memory_bytes, e.sm_pct, None, start_s)
                 for e in entries if not lost(e.gpu, t))
             extra[OWNER_FAMILY] = OWNERS
-        history.append(t + offset_s, tuple(readings), NO_HOST, extra=extra,
+        history.append(t, tuple(readings), NO_HOST, extra=extra,
                        monotonic_s=now_mono + (t - now_wall))
 
 
@@ -332,6 +343,39 @@ def test_kernels_of_another_server_or_user_are_refused(tmp_path: Path, now: floa
     assert other["notebook"] == "work/a.ipynb" and other["gpus"][0]["index"] == 1
 
 
+def test_a_cell_on_a_mig_device(tmp_path: Path, now: float) -> None:
+    """An H100 in MIG mode: its MIG devices are rows of their own (no utilization, no
+    per-process samples under MIG); the kernel on MIG 1, alone there, is judged by that
+    instance's GPM SM activity, and the cell names the MIG device."""
+    metrics, sources = scripted(tmp_path, gpus=1, profile="h100-mig")
+    [mig] = [f for f in metrics.facts if f.label == "GPU 0 · MIG 1"]
+    write(metrics.history, now - 60, now, len(metrics.facts), lambda g, t: None,
+          lambda t: [Held(mig.index, 4100, 5 * GIB, None)],
+          gpm=lambda g, t: 70.0 if g == mig.index else None)
+    data = report(sources, now - 40, now - 10)
+    [gpu] = data["gpus"]
+    assert gpu["index"] == mig.index and gpu["mig"] == "GPU 0 · MIG 1", gpu
+    assert gpu["label"] == "GPU 0 · MIG 1" and gpu["signal"] == "device"
+    assert gpu["sm_pct"] == pytest.approx(70.0) and "SM activity" in gpu["signal_text"]
+    assert data["verdict"].startswith("GPU 0 · MIG 1: busy 100% of 30 s, peak 5.0 GiB")
+
+
+def test_a_standalone_kernel_that_never_held_a_gpu_is_known_by_its_connection_file(
+        tmp_path: Path, now: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU-only kernel has no GPU process to name it: standalone, its connection file in
+    Jupyter's runtime folder, owned by this user, makes it this server's ("no GPU work")."""
+    metrics, sources = scripted(tmp_path)
+    write(metrics.history, now - 20, now, 2, lambda g, t: 0.0, lambda t: [])
+    cpu_only = "0d0e0f10-1112-4314-9516-171819202122"
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    with pytest.raises(CellRefused) as refused:
+        report(sources, now - 10, now - 5, kernel=cpu_only)
+    assert refused.value.status == 404
+    (tmp_path / f"kernel-{cpu_only}.json").write_text("{}")
+    data = report(sources, now - 10, now - 5, kernel=cpu_only)
+    assert data["verdict"] == "no GPU work" and data["notebook"] is None
+
+
 def test_the_memory_of_a_cell_between_two_passes() -> None:
     """The pure judgment: a cell of 0.3 s between two passes has no pass of its own; its
     memory is the pass before it and the one after it, and it held the GPU."""
@@ -345,3 +389,19 @@ def test_the_memory_of_a_cell_between_two_passes() -> None:
     [device] = judgment.devices
     assert device.memory.start_bytes == 0.0 and device.memory.end_bytes == 3 * GIB
     assert device.memory.change_bytes == 3 * GIB and not math.isnan(device.memory.peak_bytes)
+
+
+def test_the_benchmark_gives_its_figures() -> None:
+    """``benchmarks/cell_report.py`` runs, judges the kernel busy on the GPUs it holds, and
+    prints a median and range for the report and for the route."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "cell_report.py"),
+                           "--gpus", "2", "--held", "1", "--minutes", "1", "--repeats", "2"],
+                          capture_output=True, text=True, timeout=600, cwd=root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert "1-minute span of 2 GPUs (the kernel on 1)" in lines[0], lines
+    assert lines[1] == "  verdict: GPU 0: busy 100% of 58 s, peak 13.0 GiB (+0.0)", lines
+    for what in ("the report, wall:", "the report, CPU:", "GET /cell.json:"):
+        [line] = [line for line in lines if what in line]
+        assert re.search(r"[\d.]+ ms \([\d.]+-[\d.]+\)", line), line

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlencode
@@ -24,40 +22,16 @@ import pytest
 
 from jupyterlab_nvdashboard.metrics import OWNER_FAMILY, PROCESS_FAMILY
 from jupyterlab_nvdashboard.simnvml.processes import SimulatedProcess
+from tests.support import pidns
 from tests.support.servers import RunningServer, get, in_process_server
+from tests.support.stand_in_kernel import Kernel, stand_in_kernel
 from tests.support.waiting import until
 
 GIB = 2**30
-# A stand-in kernel: its connection file on its command line, and one child (a worker).
-_KERNEL = """
-import os, sys, time
-child = os.fork()
-if child == 0:
-    time.sleep(300); os._exit(0)
-print(child, flush=True)
-time.sleep(300)
-"""
-
-
-@dataclass
-class Kernel:
-    kernel_id: str
-    pid: int
-    child: int
-
-
 @pytest.fixture
 def kernel(tmp_path: Path) -> Iterator[Kernel]:
-    kernel_id = str(uuid.uuid4())
-    process = subprocess.Popen([sys.executable, "-c", _KERNEL, "-f",
-                                str(tmp_path / f"kernel-{kernel_id}.json")],
-                               stdout=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        child = int(process.stdout.readline())  # type: ignore[union-attr]
-        yield Kernel(kernel_id, process.pid, child)
-    finally:
-        os.killpg(process.pid, 9)
-        process.wait()
+    with stand_in_kernel(tmp_path) as kernel:
+        yield kernel
 
 
 def cell(server: RunningServer, kernel_id: str, start: str, end: str) -> tuple[int, bytes]:
@@ -175,3 +149,45 @@ def test_bad_requests_get_one_line_and_the_server_keeps_serving(kernel: Kernel) 
         query = urlencode({"kernel": kernel.kernel_id, "start": good[0], "end": good[1]})
         assert get(f"{server.url}/cell.json?{query}", token=None)[0] == 403
         assert get(f"{server.url}/processes.json")[0] == 200
+
+
+@pytest.mark.skipif(pidns.unavailable() is not None, reason=str(pidns.unavailable()))
+def test_a_cell_of_a_kernel_in_a_container() -> None:
+    """The kernel and the server run in a container (a PID namespace of their own), as
+    ``/processes.json`` sees them there (tests/test_containers.py's set-up). The driver
+    names the kernel by its host PID: it is paired by the GPU node it holds, its per-process
+    samples are not trusted, and the GPU's own activity speaks for it (its only process);
+    by its local PID: its own samples speak."""
+    judge_script = str(Path(__file__).with_name("support") / "ns_cell.py")
+    kernel_id = str(uuid.uuid4())
+    cases = {"host": ("compute-bound", 90, "busy", "device"),
+             "local": ("idle", 0, "held-idle", "per-process")}
+    with pidns.PidNamespace(gpus=2) as ns:
+        _, kernel = ns.spawn([sys.executable, "-c", "import os, time; os.open('/dev/nvidia0', "
+                              "os.O_RDWR); time.sleep(600)", "-f",
+                              f"/tmp/kernel-{kernel_id}.json"])
+        judges = {}
+        for behaviour, (scenario, sm, _, _) in cases.items():
+            listing = Path(ns.folder) / f"{behaviour}.json"
+            listing.write_text(json.dumps({
+                "pid_behaviour": behaviour,
+                "processes": [{"gpu": 0, "pid": kernel, "used_memory_bytes": 12 * GIB,
+                               "sm_pct": sm,
+                               "namespace_pids": pidns.namespace_pids(kernel, ns)}]}))
+            judges[behaviour] = subprocess.Popen(
+                ns.command([sys.executable, judge_script, str(listing), kernel_id, scenario]),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        reports = {}
+        for behaviour, process in judges.items():
+            out, err = process.communicate(timeout=240)
+            assert process.returncode == 0, err[-3000:]
+            reports[behaviour] = json.loads(out.strip().splitlines()[-1])
+    for behaviour, (_, _, state, signal) in cases.items():
+        report = reports[behaviour]
+        [gpu] = report["gpus"]
+        assert report["state"] == state and gpu["signal"] == signal, (behaviour, report)
+        assert gpu["index"] == 0 and gpu["memory"]["peak_bytes"] == 12 * GIB, report
+        assert gpu["memory"]["change_bytes"] == 0, report
+    assert reports["local"]["gpus"][0]["sm_pct"] == 0.0
+    assert "only process" in reports["host"]["gpus"][0]["signal_text"]
+    assert reports["host"]["verdict"].startswith("GPU 0: busy 100% of ")

@@ -60,6 +60,7 @@ from jupyterlab_nvdashboard.metrics import (
 )
 from jupyterlab_nvdashboard.simnvml.processes import SimulatedProcess
 from tests.support import pidns
+from tests.support.stand_in_kernel import Kernel, stand_in_kernel
 
 GIB = 2**30
 T0 = 1_800_000_000.0  # wall time of the first pass in the table
@@ -221,37 +222,10 @@ def test_sessions_carry_the_kernels_execution_state_and_last_activity() -> None:
 
 # ----- end to end: real processes listed by the simulated driver ------------------------
 
-# A stand-in kernel: its connection file on its command line, and one child (a training
-# loop's worker, or a pip subprocess) that prints its PID.
-_KERNEL = """
-import os, sys, time
-child = os.fork()
-if child == 0:
-    time.sleep(120); os._exit(0)
-print(child, flush=True)
-time.sleep(120)
-"""
-
-
-@dataclass
-class Kernel:
-    kernel_id: str
-    pid: int
-    child: int
-
-
 @pytest.fixture
 def kernel(tmp_path: Path) -> Iterator[Kernel]:
-    kernel_id = str(uuid.uuid4())
-    process = subprocess.Popen([sys.executable, "-c", _KERNEL, "-f",
-                                str(tmp_path / f"kernel-{kernel_id}.json")],
-                               stdout=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        child = int(process.stdout.readline())  # type: ignore[union-attr]
-        yield Kernel(kernel_id, process.pid, child)
-    finally:
-        os.killpg(process.pid, 9)
-        process.wait()
+    with stand_in_kernel(tmp_path) as kernel:
+        yield kernel
 
 
 def server(tmp_path: Path, kernel: Kernel, processes: list[SimulatedProcess],

@@ -2,9 +2,10 @@
 
 A cell is a span of a kernel. This module checks that the kernel is this server's to
 report on, gathers the span's samples (the in-memory history, or before its oldest sample
-the store's bucket means) and the kernel's process passes around it (``usage.HolderPasses``:
-the passes, owners and identity rules of the idle judgment and ``/processes.json``, so a
-kernel's children count as the kernel, in a container too), has ``diagnosis/cell.py``
+the store's bucket means) and the kernel's process passes around it, as the idle judgment
+read them (``usage.GpuUsage`` keeps them: the owners and identity rules of
+``/processes.json``, so a kernel's children count as the kernel, in a container too), has
+``diagnosis/cell.py``
 judge them, and writes the verdict in the page's words. It reads the history, the store
 and Jupyter's sessions; it blocks (on the store's file, on Jupyter, and for the pass that
 closes a cell that just ended): call it off the event loop.
@@ -12,11 +13,12 @@ closes a cell that just ended): call it off the event loop.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import os
 import threading
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..diagnosis.cell import (
@@ -33,20 +35,18 @@ from ..diagnosis.cell import (
     judge_cell,
 )
 from ..jupyter_sessions import runtime_dir
-from ..metrics import PROCESS_FAMILY, Sample, prepend_past
+from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, Sample, prepend_past
 from ..metrics.attribution import kernel_id_of
 from ..metrics.processes import PROCESS_EVERY_S
 from .components import GIB, duration_text, format_memory
-from .processes import current_user
-from .usage import HolderPasses
+from .processes import current_user, newest_family
 
 if TYPE_CHECKING:
     from .sources import DashboardSources
 
-# How far before the span the passes are read: the owners of its processes ride in the
-# slow thread's samples, once a second or once an idle interval (2 s by default), and a
-# pass is only read once they are known.
-OWNERS_LOOKBACK_S = 10.0
+# How long after a process shows its holder's first pass may come: its owner is told by
+# the slow thread, once a second or once an idle interval (2 s by default), a few passes on.
+ATTRIBUTION_DELAY_S = 10.0
 # An end this far ahead of this server's clock is refused: the kernel's clock and this
 # server's differ by seconds at worst on one machine (both are the host's), and a span in
 # the future would be judged before it happened. Our choice, generous for remote kernels.
@@ -85,7 +85,12 @@ def check_kernel(sources: DashboardSources, kernel_id: str) -> str | None:
             raise CellRefused(404, f"kernel {kernel_id} is not one of this Jupyter's kernels")
         return session.path
     me = current_user()
+    # Its processes' owners: those that held GPU memory since this server started, and
+    # the newest attribution's (a kernel whose processes just showed).
     users = {user for user, kernel in sources.usage.snapshot()[0] if kernel == kernel_id}
+    owners = newest_family(sources.metrics.history, OWNER_FAMILY)
+    if isinstance(owners, dict):
+        users.update(o.user for o in owners.values() if o.kernel_id == kernel_id)
     if me in users:
         return None
     folder = runtime_dir(os.environ)
@@ -101,6 +106,26 @@ def check_kernel(sources: DashboardSources, kernel_id: str) -> str | None:
     raise CellRefused(404, f"kernel {kernel_id} is not a kernel of this server's user")
 
 
+def _closes(sample: Sample, end_s: float) -> bool:
+    """Whether ``sample`` carries a process pass after ``end_s``."""
+    return sample.time_s > end_s and PROCESS_FAMILY in sample.extra
+
+
+def _closed(sources: DashboardSources, end_s: float) -> bool:
+    """Whether the history already holds a process pass after ``end_s``."""
+    history = sources.metrics.history
+    latest = history.latest()
+    return latest is not None and latest.time_s > end_s and any(
+        _closes(sample, end_s) for sample in history.since(latest.seq - 64))
+
+
+def _wait_s(end_s: float, gap_s: float) -> float:
+    """How long to wait for the pass after ``end_s``: until ``gap_s`` after it, and never
+    longer than ``gap_s`` from now (an end ahead of this server's clock is judged on what
+    there is, not waited for)."""
+    return min(max(0.0, end_s + gap_s - time.time()), gap_s)
+
+
 def wait_for_pass_after(sources: DashboardSources, end_s: float, gap_s: float) -> None:
     """Wait (at most until ``end_s + gap_s`` on the wall clock) for a process pass after
     ``end_s``: a cell that just ended is asked about at once, and what it left held shows
@@ -109,63 +134,72 @@ def wait_for_pass_after(sources: DashboardSources, end_s: float, gap_s: float) -
     arrived = threading.Event()
 
     def listen(sample: Sample) -> None:
-        if sample.time_s > end_s and PROCESS_FAMILY in sample.extra:
+        if _closes(sample, end_s):
             arrived.set()
 
     history.add_listener(listen)
     try:
-        latest = history.latest()
-        if latest is not None and latest.time_s > end_s and any(
-                PROCESS_FAMILY in s.extra for s in history.since(latest.seq - 64)
-                if s.time_s > end_s):
-            return
-        arrived.wait(max(0.0, end_s + gap_s - time.time()))
+        if not _closed(sources, end_s):
+            arrived.wait(_wait_s(end_s, gap_s))
     finally:
         history.remove_listener(listen)
 
 
-def span_samples(sources: DashboardSources, start_s: float, end_s: float, lead_s: float
-                 ) -> tuple[list[Sample], list[Sample], str, float]:
-    """(the in-memory samples from ``start_s - lead_s`` to the newest, the span's samples
-    to judge, where they come from, and their resolution)."""
+async def pass_after(sources: DashboardSources, end_s: float) -> None:
+    """``wait_for_pass_after`` on the event loop: the route waits there, not on one of the
+    few executor threads, which a notebook's "run all" would otherwise fill."""
+    loop = asyncio.get_running_loop()
+    history = sources.metrics.history
+    arrived = asyncio.Event()
+
+    def listen(sample: Sample) -> None:  # on the sampler's thread
+        if _closes(sample, end_s):
+            loop.call_soon_threadsafe(arrived.set)
+
+    history.add_listener(listen)
+    try:
+        if not _closed(sources, end_s):
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(arrived.wait(), _wait_s(end_s, pass_gap_s(sources)))
+    finally:
+        history.remove_listener(listen)
+
+
+def span_samples(sources: DashboardSources, start_s: float, end_s: float
+                 ) -> tuple[float | None, list[Sample], str, float]:
+    """(where the in-memory history starts, the span's samples to judge, where they come
+    from, and their resolution)."""
     metrics = sources.metrics
     history = metrics.history
-    latest = history.latest()
-    if latest is None:
-        return [], [], MEMORY, metrics.interval_s
+    latest, oldest = history.latest(), history.oldest()
+    if latest is None or oldest is None:
+        return None, [], MEMORY, metrics.interval_s
     # The history is cut by the monotonic clock; the span by the wall clock: the window
     # reaches back from the newest sample by the wall clock's distance, and is cut again.
-    recent = [s for s in history.window(max(0.0, latest.time_s - start_s) + lead_s + 1.0)
-              if s.time_s >= start_s - lead_s]
-    in_memory = [s for s in recent if start_s <= s.time_s <= end_s]
-    oldest = history.window(metrics.history_s + 1.0)[:1]
-    first = oldest[0].time_s if oldest else latest.time_s
+    in_memory = [s for s in history.window(max(0.0, latest.time_s - start_s) + 1.0)
+                 if start_s <= s.time_s <= end_s]
+    first = oldest.time_s
     store = sources.store
     if start_s >= first - metrics.interval_s or store is None or not store.readable:
-        return recent, in_memory, MEMORY, metrics.interval_s
+        return first, in_memory, MEMORY, metrics.interval_s
     samples, resolution = prepend_past(in_memory, end_s - start_s, store, 0.0, rows="mean",
                                        now_s=end_s, before_s=first)
     if not resolution:  # the store kept nothing of it
-        return recent, in_memory, MEMORY, metrics.interval_s
-    return recent, samples, STORE, resolution
+        return first, in_memory, MEMORY, metrics.interval_s
+    return first, samples, STORE, resolution
 
 
-def kernel_passes(sources: DashboardSources, kernel_id: str, samples: Sequence[Sample]
+def kernel_passes(sources: DashboardSources, kernel_id: str, start_s: float, end_s: float
                   ) -> list[KernelPass]:
-    """The kernel's process passes among ``samples`` whose processes' owners are all known
-    (a process's owner is told a slow pass after it first shows: until then, whether the
-    kernel held anything cannot be told, and a pass is not taken for "held nothing")."""
-    facts = sources.metrics.facts
-    reader = HolderPasses(lambda: facts)
-    out = []
-    for sample in samples:
-        seen = reader.feed(sample)
-        if seen is None or not reader.owners_known or seen.unattributed:
-            continue
-        out.append(KernelPass(seen.time_s, tuple(
-            device for (_, kernel), devices in seen.holders.items() if kernel == kernel_id
-            for device in devices)))
-    return out
+    """The kernel's process passes from ``start_s`` to ``end_s``, as the idle judgment read
+    them (``usage.GpuUsage``), where their processes' owners were all known (a process's
+    owner is told a slow pass after it first shows: until then, whether the kernel held
+    anything cannot be told, and a pass is not taken for "held nothing")."""
+    return [KernelPass(seen.time_s, tuple(
+        device for (_, kernel), devices in seen.holders.items() if kernel == kernel_id
+        for device in devices))
+        for seen in sources.usage.passes_between(start_s, end_s)
+        if seen.owners_known and not seen.unattributed]
 
 
 def cell_report(sources: DashboardSources, kernel_id: str, start_s: float, end_s: float
@@ -179,21 +213,17 @@ def cell_report(sources: DashboardSources, kernel_id: str, start_s: float, end_s
     metrics = sources.metrics
     gap_s = pass_gap_s(sources)
     wait_for_pass_after(sources, end_s, gap_s)
-    recent, samples, judged_from, resolution = span_samples(
-        sources, start_s, end_s, OWNERS_LOOKBACK_S + gap_s)
-    if not samples and judged_from == MEMORY and recent and start_s < recent[0].time_s \
-            and end_s < recent[0].time_s:
+    first, samples, judged_from, resolution = span_samples(sources, start_s, end_s)
+    if not samples and first is not None and end_s < first:
         raise CellRefused(404, "the span is older than this server's history, and no "
                                "history store keeps it")
-    passes = kernel_passes(sources, kernel_id,
-                           [s for s in recent if s.time_s <= end_s + gap_s])
+    passes = kernel_passes(sources, kernel_id, start_s - gap_s, end_s + gap_s)
     rows_held: list[int] = []
-    if judged_from == STORE:
+    if judged_from == STORE and first is not None:
         # The store keeps no process: the rows the kernel held since this server saw it
         # first, if that was before the span ended or when the history began (it held them
         # then, and what the store kept of them is the best word on them).
-        seen_by = max(end_s, recent[0].time_s + OWNERS_LOOKBACK_S + gap_s) if recent \
-            else end_s
+        seen_by = max(end_s, first + ATTRIBUTION_DELAY_S + gap_s)
         rows_held = [row for ((_, kernel), row), track in sources.usage.snapshot()[1].items()
                      if kernel == kernel_id and track.first_s <= seen_by]
     latest = metrics.history.latest()

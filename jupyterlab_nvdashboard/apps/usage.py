@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..diagnosis.idle import (
@@ -45,7 +46,7 @@ from ..metrics import (
     ProcessReading,
     Sample,
 )
-from ..metrics.families import GPM_FAMILY, GpmReading, device_reading
+from ..metrics.families import GPM_FAMILY, GpmReading
 from ..metrics.identity import SHARED
 from ..metrics.processes import PROCESS_EVERY_S
 from .components import duration_text, format_memory
@@ -61,6 +62,10 @@ HolderKey = tuple[str, str]
 # the oldest are forgotten beyond this. Our choice: a busy shared server sees a few dozen
 # kernels a day; this keeps memory bounded whatever it sees.
 MAX_HOLDERS = 256
+# The most samples between two process passes whose activity a pass reads: two minutes at
+# the fastest tick (0.1 s). Passes come every second, or every idle interval (60 s at
+# most), so only a reader that stopped leaves any out.
+MAX_SAMPLES_PER_PASS = 1200
 # A holder that stopped holding memory stays on /metrics this long: Prometheus scrapes
 # every 15 s to 1 min by default, so its last increment is seen.
 ENDED_KEEP_S = 300.0
@@ -98,6 +103,21 @@ class _Activity:
         return self.utilization_pct, "utilization"
 
 
+def _activity_since(samples: Sequence[Sample], rows: Sequence[int]) -> dict[int, _Activity]:
+    """Each row's highest readings in ``samples``."""
+    out = {row: _Activity() for row in rows}
+    for sample in samples:
+        gpm = sample.extra.get(GPM_FAMILY)
+        gpm = gpm if isinstance(gpm, dict) else {}
+        for reading in sample.gpus:
+            activity = out.get(reading.index)
+            if activity is not None:
+                found = gpm.get(reading.index)
+                activity.add(found.sm_activity_pct if isinstance(found, GpmReading) else None,
+                             reading.utilization_pct)
+    return out
+
+
 @dataclass(frozen=True)
 class DevicePass:
     """One device row in one process pass: its highest activity since the previous pass
@@ -109,7 +129,7 @@ class DevicePass:
     held_bytes: float  # the listed entries' known memory together
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HolderPass:
     """What one process pass shows: each holder's evidence on each device row it holds,
     and each device row."""
@@ -118,42 +138,47 @@ class HolderPass:
     holders: dict[HolderKey, list[DeviceEvidence]]
     devices: dict[int, DevicePass]
     # Entries of local processes whose owners were not told yet (they come a slow pass
-    # after a process first shows): whose they are, this pass cannot say.
+    # after a process first shows), or no owners told at all yet: whose they are, this
+    # pass cannot say.
     unattributed: int = 0
+    owners_known: bool = True
 
 
 class HolderPasses:
     """Reads samples in the history's order and, at each process pass, says what it shows
-    of every holder (``HolderPass``). The one reading of passes: ``GpuUsage`` advances its
-    tracks from it, and a cell's report (``apps/cells.py``) reads a span with a new one."""
+    of every holder (``HolderPass``): the one reading of passes, which ``GpuUsage`` advances
+    its tracks from and keeps (a cell's report, ``apps/cells.py``, reads them back)."""
 
     def __init__(self, facts: Callable[[], Sequence[GpuFacts]]) -> None:
         self._facts = facts
         self._owners: Mapping[int, ProcessOwner] = {}
-        self._activity: dict[int, _Activity] = {}
+        # The samples since the previous pass: a device's activity is their highest, read
+        # at the pass for the rows it concerns. Bounded: passes this far apart (a reader
+        # that stopped) leave the oldest out.
+        self._since_pass: deque[Sample] = deque(maxlen=MAX_SAMPLES_PER_PASS)
         # Whether a sample has told the owners yet: before, a pass's processes are nobody's.
         self.owners_known = False
 
     def feed(self, sample: Sample) -> HolderPass | None:
         """Take one sample; the pass it carries, if it carries one."""
-        for reading in sample.gpus:
-            gpm = device_reading(sample.extra, GPM_FAMILY, reading.index, GpmReading)
-            self._activity.setdefault(reading.index, _Activity()).add(
-                gpm.sm_activity_pct if gpm is not None else None, reading.utilization_pct)
+        self._since_pass.append(sample)
         owners = sample.extra.get(OWNER_FAMILY)
         if isinstance(owners, dict):
             self._owners, self.owners_known = owners, True
         readings = sample.extra.get(PROCESS_FAMILY)
         if not isinstance(readings, tuple):
             return None
+        since, self._since_pass = self._since_pass, deque(maxlen=MAX_SAMPLES_PER_PASS)
         by_row: dict[int, list[ProcessReading]] = {}
         for reading in readings:
             by_row.setdefault(reading.device, []).append(reading)
+        facts = self._facts()
+        activity = _activity_since(since, [fact.index for fact in facts])
         holders: dict[HolderKey, list[DeviceEvidence]] = {}
         devices: dict[int, DevicePass] = {}
-        for fact in self._facts():
+        for fact in facts:
             row = fact.index
-            pct, signal = self._activity.pop(row, _Activity()).best()
+            pct, signal = activity[row].best()
             entries = by_row.get(row, [])
             known = [r.used_memory_bytes for r in entries if r.used_memory_bytes is not None]
             devices[row] = DevicePass(pct, signal, len(entries), sum(known))
@@ -161,7 +186,7 @@ class HolderPasses:
                 holders.setdefault(key, []).append(device)
         unattributed = sum(1 for r in readings
                            if r.local_pid is not None and r.local_pid not in self._owners)
-        return HolderPass(sample.time_s, holders, devices, unattributed)
+        return HolderPass(sample.time_s, holders, devices, unattributed, self.owners_known)
 
     def _holders_on(self, label: str, row: int, entries: Sequence[ProcessReading],
                     pct: float | None, signal: str) -> list[tuple[HolderKey, DeviceEvidence]]:
@@ -225,6 +250,9 @@ class GpuUsage:
         self.unused_after_s = unused_after_s
         self._lock = threading.Lock()
         self._passes = HolderPasses(lambda: self.metrics.facts)
+        # The passes of the history's span, newest last: a cell's report reads a span of
+        # them (a pass comes with a sample, so the history's capacity bounds them too).
+        self.recent: deque[HolderPass] = deque(maxlen=max(1, metrics.history.capacity))
         self.holders: dict[HolderKey, HolderTrack] = {}
         self.holder_rows: dict[tuple[HolderKey, int], HolderTrack] = {}
         self.devices: dict[int, DeviceTrack] = {}
@@ -252,6 +280,10 @@ class GpuUsage:
                 self._pass(seen)
 
     def _pass(self, seen: HolderPass) -> None:
+        self.recent.append(replace(seen, devices={}))  # what a cell reads: the holders
+        oldest = self.metrics.history.oldest()
+        while oldest is not None and self.recent[0].time_s < oldest.time_s:
+            self.recent.popleft()  # older than the history: the store keeps no process
         now_s = seen.time_s
         for fact in self.metrics.facts:
             device = seen.devices.get(fact.index)
@@ -295,6 +327,12 @@ class GpuUsage:
                                 dict[int, DeviceTrack], frozenset[HolderKey]]:
         with self._lock:
             return dict(self.holders), dict(self.holder_rows), dict(self.devices), self.current
+
+    def passes_between(self, start_s: float, end_s: float) -> list[HolderPass]:
+        """The process passes from ``start_s`` to ``end_s`` (wall time), oldest first."""
+        with self._lock:
+            passes = list(self.recent)
+        return [seen for seen in passes if start_s <= seen.time_s <= end_s]
 
     def judgment(self, user: str, kernel_id: str, now_s: float | None = None
                  ) -> IdleJudgment | None:

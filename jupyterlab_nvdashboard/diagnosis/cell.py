@@ -22,19 +22,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..metrics import GpuFacts, Sample
-from ..metrics.families import GPM_FAMILY, GpmReading, device_reading
+from ..metrics import GpuFacts, GpuReading, Sample
+from ..metrics.families import GPM_FAMILY, GpmReading
 from .findings import Finding, mean
 from .idle import UNKNOWN, WORK_PCT, DeviceEvidence, device_evidence
-from .rules import diagnose
+from .rules import device_readings, diagnose
 from .thresholds import LOW_UTILIZATION_PCT
 
 # The signals, as /cell.json names them.
 PER_PROCESS, DEVICE, CANNOT_TELL = "per-process", "device", "cannot-tell"
 # What a device's part of a cell was.
 BUSY, HELD_IDLE, LOST = "busy", "held-idle", "lost"
-# The cell's verdict class, beside BUSY, HELD_IDLE, CANNOT_TELL and LOST (the first GPU's
-# that is not busy decides: a held-idle GPU beside a busy one is worth saying).
+# The cell's verdict class, beside its GPUs' (the first of LOST, CANNOT_TELL, HELD_IDLE
+# that any of them is, else BUSY: a GPU held idle beside a busy one is worth saying).
 NO_GPU_WORK, TOO_SHORT = "no-gpu-work", "too-short"
 # A device that worked less than this share of the cell held memory idle. Nsight's
 # gpu_time_util and the PyTorch profiler call a GPU in use less than half the time
@@ -113,13 +113,21 @@ class CellJudgment:
         return BUSY
 
 
-def _activity(samples: Sequence[Sample], row: int) -> list[float | None]:
-    """The device's activity in each sample: GPM SM activity where the span has it (it rides
-    in the samples of its pass), else utilization; None where a sample has no reading."""
-    gpm = [device_reading(s.extra, GPM_FAMILY, row, GpmReading) for s in samples]
-    if any(g is not None and g.sm_activity_pct is not None for g in gpm):
-        return [g.sm_activity_pct if g is not None else None for g in gpm]
-    readings = [next((r for r in s.gpus if r.index == row), None) for s in samples]
+def _gpm_passes(samples: Sequence[Sample]) -> list[dict[int, GpmReading]]:
+    """Each sample's GPM readings by row (the family rides in the samples of its pass)."""
+    found = [s.extra.get(GPM_FAMILY) for s in samples]
+    return [readings if isinstance(readings, dict) else {} for readings in found]
+
+
+def _activity(readings: Sequence[GpuReading | None], gpm: Sequence[dict[int, GpmReading]],
+              row: int) -> list[float | None]:
+    """The device's activity in each sample: GPM SM activity where the span has it, else
+    utilization; None where a sample has none. ``readings``: the row's reading in each
+    sample; ``gpm``: ``_gpm_passes`` of the same samples."""
+    sm = [reading.sm_activity_pct if reading is not None else None
+          for reading in (readings.get(row) for readings in gpm)]
+    if any(value is not None for value in sm):
+        return sm
     return [r.utilization_pct if r is not None else None for r in readings]
 
 
@@ -128,30 +136,31 @@ def _share(values: Sequence[float | None]) -> float | None:
     return sum(1 for value in known if value >= WORK_PCT) / len(known) if known else None
 
 
-def _held(kernel_pass: KernelPass | None, row: int) -> float | None:
-    """The kernel's memory on ``row`` in a pass: 0 where it held none there."""
-    if kernel_pass is None:
-        return None
-    found = next((d for d in kernel_pass.devices if d.row == row), None)
-    return 0.0 if found is None else found.held_bytes
+def _held(passes: Sequence[KernelPass], rows: Sequence[int]) -> dict[int, list[float | None]]:
+    """The kernel's memory on each row in each pass: 0 where it held none there."""
+    series: dict[int, list[float | None]] = {row: [] for row in rows}
+    for kernel_pass in passes:
+        held = {device.row: device.held_bytes for device in kernel_pass.devices}
+        for row, values in series.items():
+            values.append(held.get(row, 0.0))
+    return series
 
 
-def _memory(row: int, before: KernelPass | None, inside: Sequence[KernelPass],
-            after: KernelPass | None) -> MemoryChange:
-    first = before if before is not None else inside[0] if inside else after
-    last = after if after is not None else inside[-1] if inside else before
-    start, end = _held(first, row), _held(last, row)
-    seen = [_held(p, row) for p in (before, *inside, after) if p is not None]
-    peak = None if not seen or any(v is None for v in seen) else max(seen)  # type: ignore[type-var]
+def _memory(held: Sequence[float | None]) -> MemoryChange:
+    """``held``: the kernel's memory in the pass before the span, those in it and the one
+    after it (as far as there are such)."""
+    if not held:
+        return MemoryChange(None, None, None, None)
+    start, end = held[0], held[-1]
+    peak = None if None in held else max(held)  # type: ignore[type-var]
     change = end - start if start is not None and end is not None else None
     return MemoryChange(start, end, peak, change)
 
 
-def _device_memory(samples: Sequence[Sample], row: int) -> MemoryChange:
+def _device_memory(readings: Sequence[GpuReading | None]) -> MemoryChange:
     """The device's own memory over the span (the store keeps no process's)."""
-    used = [next((r.memory_used_bytes for r in s.gpus if r.index == row), None)
-            for s in samples]
-    known = [value for value in used if value is not None]
+    known = [r.memory_used_bytes for r in readings
+             if r is not None and r.memory_used_bytes is not None]
     if not known:
         return MemoryChange(None, None, None, None)
     return MemoryChange(known[0], known[-1], max(known), known[-1] - known[0])
@@ -160,14 +169,16 @@ def _device_memory(samples: Sequence[Sample], row: int) -> MemoryChange:
 def _signal(evidence: Sequence[DeviceEvidence]) -> tuple[str, str]:
     """The signal that speaks for the kernel on one device over the span's passes, and
     which reading it was, or why none could."""
-    verdicts = [device_evidence(device) for device in evidence]
-    unknown = [v for v in verdicts if v.kind == UNKNOWN]
-    if not verdicts or unknown:
-        why = unknown[0].why if unknown else "no process pass fell in the span"
-        return CANNOT_TELL, why
+    if not evidence:
+        return CANNOT_TELL, "no process pass fell in the span"
     if all(device.process_sm_pct is not None for device in evidence):
-        return PER_PROCESS, verdicts[0].signal
-    return DEVICE, next(v.signal for v in verdicts if v.signal != "per-process SM samples")
+        return PER_PROCESS, device_evidence(evidence[0]).signal
+    verdicts = [device_evidence(device) for device in evidence
+                if device.process_sm_pct is None]
+    unknown = next((v for v in verdicts if v.kind == UNKNOWN), None)
+    if unknown is not None:
+        return CANNOT_TELL, unknown.why
+    return DEVICE, verdicts[0].signal
 
 
 def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
@@ -189,33 +200,41 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
     after = next((p for p in passes if end_s < p.time_s <= end_s + gap_s), None)
     judged = inside or [p for p in (before, after) if p is not None]
     # What the kernel held during the span: in its passes, and in the one just after it,
-    # which shows what a cell allocated in its last second.
-    held_in = [*inside, *([after] if after is not None else []), *([] if inside else
-                                                                   [before] if before else [])]
+    # which shows what a cell allocated in its last second (a cell with no pass of its
+    # own: the passes on either side).
+    held_in = [p for p in ([*inside, after] if inside else [before, after]) if p is not None]
     rows = dict.fromkeys([d.row for p in held_in for d in p.devices if d.held_bytes != 0.0])
     rows.update(dict.fromkeys(rows_held))
     span = [s for s in samples if start_s <= s.time_s <= end_s]
     by_row = {fact.index: fact for fact in facts}
+    gpm = _gpm_passes(span)
+    held = _held([p for p in (before, *inside, after) if p is not None], list(rows))
+    evidence_of: dict[int, list[DeviceEvidence]] = {row: [] for row in rows}
+    for kernel_pass in judged:
+        for device in kernel_pass.devices:
+            if device.row in evidence_of:
+                evidence_of[device.row].append(device)
     devices = []
     for row in sorted(rows):
         fact = by_row.get(row)
         label = fact.label if fact else f"GPU row {row}"
-        evidence = [d for p in judged for d in p.devices if d.row == row]
+        evidence = evidence_of[row]
         signal, words = _signal(evidence)
-        activity = _activity(span, row)
+        readings = device_readings(span, row)[0]
+        activity = _activity(readings, gpm, row)
         lost = row in lost_rows or fact is None or any(
-            r.lost for s in span for r in s.gpus if r.index == row)
+            r is not None and r.lost for r in readings)
         if judged_from == STORE:
             # The store keeps each device's readings, no process's: its memory is the
             # device's, and its activity speaks for the kernel only where nobody worked.
-            memory = _device_memory(span, row)
+            memory = _device_memory(readings)
             if _share(activity) == 0.0:
                 signal, words = DEVICE, f"{label}'s stored activity: no process on it worked"
             else:
                 signal, words = CANNOT_TELL, (f"the history store keeps no process's "
                                               f"readings, and {label} worked")
         else:
-            memory = _memory(row, before, inside, after)
+            memory = _memory(held[row])
         if signal == PER_PROCESS:
             own = [d.process_sm_pct for d in evidence]
             sm, share = mean(own), _share(own)

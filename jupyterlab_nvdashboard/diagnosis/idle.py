@@ -76,7 +76,7 @@ WORK, NO_WORK, UNKNOWN = "work", "no_work", "unknown"
 IDLE, BUSY, CANNOT_TELL = "idle", "busy", "cannot_tell"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: the passes of the history's span are kept
 class DeviceEvidence:
     """What one pass shows of one holder on one device row."""
 

@@ -205,7 +205,7 @@ def _own_process(passes: Sequence[object], row: int, pid: int) -> list[float]:
             and reading.device == row and reading.sm_pct is not None]
 
 
-def _readings(samples: Sequence[Sample], row: int) -> tuple[list[GpuReading | None], bool]:
+def device_readings(samples: Sequence[Sample], row: int) -> tuple[list[GpuReading | None], bool]:
     """Device ``row``'s reading in each sample (None where a sample lacks it), and whether
     every sample had it. Rows are stored in row order, so the reading is looked up by
     position, and searched otherwise."""
@@ -263,7 +263,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     prefix = "SIMULATED " if simulated else ""
     label = f"{prefix}{fact.label if fact else f'GPU row {row}'}"
     uuid = fact.uuid if fact else ""
-    own_rows, complete = _readings(samples, row)
+    own_rows, complete = device_readings(samples, row)
     if not complete:
         mine = [s for s, r in zip(samples, own_rows, strict=True) if r is not None]
         own_rows = [r for r in own_rows if r is not None]
@@ -349,7 +349,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
         findings += _gap_findings(times, utilization, interval, window_s, count)
     # ----- links, clocks -----------------------------------------------------------------
     physical_rows = own_rows[::coarse] if physical_row == row else \
-        _readings(mine[::coarse], physical_row)[0]
+        device_readings(mine[::coarse], physical_row)[0]
     health = _distinct(coarse_extras, HEALTH_FAMILY, physical_row, HealthReading)
     if pcie_link is None:
         pcie_link = _current_pcie_link(health)

@@ -136,6 +136,11 @@ class History:
         with self._lock:
             return self._samples[-1] if self._samples else None
 
+    def oldest(self) -> Sample | None:
+        """The oldest sample held: where the history starts."""
+        with self._lock:
+            return self._samples[0] if self._samples else None
+
     @property
     def capacity(self) -> int:
         return self._samples.maxlen or 0
