@@ -329,6 +329,18 @@ def test_each_cell_says_what_it_did_on_the_gpu(lab, processes_file: Path) -> Non
         assert page.locator(".jp-NotebookPanel .jp-Notebook.jp-mod-editMode").count() == 0
 
         assert len(asked) == 3, asked  # one request per executed cell
+
+        # The footers are not saved into the notebook (no setting asked for it).
+        page.evaluate(OPEN_NOTEBOOK_JS, NOTEBOOK_PATH)
+        page.wait_for_function("() => { const w = window.jupyterapp.shell.currentWidget;"
+                               " return Boolean(w && w.content && w.content.widgets); }",
+                               timeout=PAGE_WAIT_MS)
+        page.evaluate("async () => {"
+                      " await window.jupyterapp.commands.execute('docmanager:save'); }")
+        until(lambda: all(cell["execution_count"] for cell in saved_cells(lab)[:2]),
+              "the notebook saved with its runs")
+        assert not [cell["metadata"] for cell in saved_cells(lab)
+                    if "nvdashboard" in cell["metadata"]]
         print(f"(a) {a_text}\n(b) {b_text}\ntoolbar {toolbar}")
         watched.assert_clean()
 
@@ -348,6 +360,11 @@ CELL_DONE_JS_HIDDEN = """(index) => {
 X_RANGE_JS = "() => {" + TIMELINE_VIEWS_JS + """
   return {start: plot.model.x_range.start, end: plot.model.x_range.end};
 }"""
+
+
+def saved_cells(lab) -> list[dict]:  # noqa: ANN001
+    """The notebook's cells as saved on disk."""
+    return call(lab, "GET", f"api/contents/{NOTEBOOK_PATH}?content=1")["content"]["cells"]
 
 
 def until_answered(page, answers: dict, asked: list, count: int) -> None:  # noqa: ANN001
