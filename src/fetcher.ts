@@ -8,6 +8,7 @@ import { ServerConnection } from '@jupyterlab/services';
 import { FetchError, NetworkFailure } from './model';
 import { IDashboardFetcher } from './tokens';
 import {
+  cellReportUrl,
   cullsUrl,
   glanceUrl,
   indexUrl,
@@ -69,6 +70,23 @@ export function fetchGlance(
   timeoutMs = 2000
 ): Promise<unknown> {
   return getJson(glanceUrl(settings.baseUrl), settings, timeoutMs);
+}
+
+/**
+ * `cell.json`: what the kernel did on the GPU over a cell's span (the
+ * kernel's own times, as its messages carry them).
+ */
+export function fetchCellReport(
+  settings: ServerConnection.ISettings,
+  kernelId: string,
+  start: string,
+  end: string
+): Promise<unknown> {
+  return getJson(
+    cellReportUrl(settings.baseUrl, kernelId, start, end),
+    settings,
+    INDEX_TIMEOUT_MS
+  );
 }
 
 /** The admin's GPU idle cull and the kernels it shut down (Jupyter's own route). */

@@ -13,8 +13,13 @@
  *   GPU memory and does no GPU work is told once per idle episode, with
  *   Shut down kernel, Open notebook, Not now and Don't ask; what was told
  *   is kept in the state database; the admin's GPU idle cull is told too.
+ * - In each notebook (notebooks.ts): under each cell that touched a GPU,
+ *   a footer with what it did there (`/cell.json` over the cell's span on
+ *   the kernel's clock), a click from /GPU-Activity on that span; in its
+ *   toolbar, its kernel's GPU state from the same glance poll.
  * - Settings (schema/plugin.json): refresh rates, whether the status item
- *   shows and which figure, the idle notice; changes apply at once.
+ *   shows and which figure, the idle notice, the cell footers and the
+ *   notebook toolbar item; changes apply at once.
  * - Dashboard pages follow JupyterLab's light/dark theme.
  */
 import {
@@ -32,6 +37,7 @@ import {
   WidgetTracker
 } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
+import { INotebookTracker } from '@jupyterlab/notebook';
 import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStateDB } from '@jupyterlab/statedb';
@@ -39,8 +45,10 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { IDisposable } from '@lumino/disposable';
 
+import { CellFooterMode } from './cellReport';
 import {
   createServerFetcher,
+  fetchCellReport,
   fetchCulls,
   fetchGlance,
   postKeep,
@@ -58,9 +66,11 @@ import {
   userThresholds
 } from './idleNotice';
 import { TRANSLATION_DOMAIN } from './model';
+import { INotebookGpuSettings, NotebookGpu } from './notebooks';
 import { openOrActivate, toOpenArgs } from './opener';
 import { DashboardSidebar } from './sidebar';
 import {
+  ACTIVITY_ROUTE,
   COMMAND_OPEN,
   DashboardIndex,
   SIDEBAR_ID,
@@ -82,14 +92,25 @@ export interface INvdashboardSettings {
   showStatusItem: boolean;
   statusFigure: StatusFigure;
   idleNotice: IIdleNoticeSettings;
+  /** Which cells get a GPU footer. */
+  cellFooter: CellFooterMode;
+  /** Save the footers into the notebook file. */
+  saveCellFooter: boolean;
+  /** Show the kernel's GPU state in each notebook's toolbar. */
+  notebookToolbarItem: boolean;
 }
+
+const CELL_FOOTER_MODES: ReadonlyArray<string> = ['off', 'gpu', 'all'];
 
 export const DEFAULT_SETTINGS: INvdashboardSettings = {
   refreshRate: GLANCE_INTERVAL_MS / 1000,
   dashboardListRefreshRate: 15,
   showStatusItem: true,
   statusFigure: 'summary',
-  idleNotice: DEFAULT_NOTICE_SETTINGS
+  idleNotice: DEFAULT_NOTICE_SETTINGS,
+  cellFooter: 'gpu',
+  saveCellFooter: false,
+  notebookToolbarItem: true
 };
 
 /** Read the composite settings, falling back to the defaults for anything odd. */
@@ -114,7 +135,26 @@ export function readSettings(composite: unknown): INvdashboardSettings {
       memoryGiB: seconds(c.idleNoticeMemoryGiB, notice.memoryGiB, 0),
       idleMinutes: seconds(c.idleNoticeMinutes, notice.idleMinutes, 0),
       snoozeMinutes: seconds(c.idleNoticeSnoozeMinutes, notice.snoozeMinutes, 0)
-    }
+    },
+    cellFooter:
+      typeof c.cellFooter === 'string' &&
+      CELL_FOOTER_MODES.includes(c.cellFooter)
+        ? (c.cellFooter as CellFooterMode)
+        : DEFAULT_SETTINGS.cellFooter,
+    saveCellFooter: c.saveCellFooter === true,
+    notebookToolbarItem: c.notebookToolbarItem !== false
+  };
+}
+
+/** What each notebook's GPU parts follow, from the settings. */
+export function notebookSettings(
+  values: INvdashboardSettings
+): INotebookGpuSettings {
+  return {
+    cellFooter: values.cellFooter,
+    saveCellFooter: values.saveCellFooter,
+    toolbarItem: values.notebookToolbarItem,
+    idleThresholds: userThresholds(values.idleNotice)
   };
 }
 
@@ -148,7 +188,8 @@ function activate(
   settingRegistry: ISettingRegistry | null,
   translator: ITranslator | null,
   docManager: IDocumentManager | null,
-  state: IStateDB | null
+  state: IStateDB | null,
+  notebooks: INotebookTracker | null
 ): void {
   const { commands, shell } = app;
   const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
@@ -192,7 +233,8 @@ function activate(
           shell.add(widget, 'main');
           void tracker.add(widget);
         },
-        activate: widget => shell.activateById(widget.id)
+        activate: widget => shell.activateById(widget.id),
+        update: (widget, openArgs) => widget.setRange(openArgs.range ?? null)
       }).widget;
     }
   });
@@ -316,7 +358,31 @@ function activate(
     });
   }
 
+  // Each notebook's cell footers and toolbar item, following the settings.
+  let current = DEFAULT_SETTINGS;
+  const notebookParts = new Set<NotebookGpu>();
+  notebooks?.widgetAdded.connect((_, panel) => {
+    const parts = new NotebookGpu(panel, {
+      glance,
+      fetchReport: (kernelId, start, end) =>
+        fetchCellReport(settings, kernelId, start, end),
+      open: range =>
+        void commands.execute(COMMAND_OPEN, {
+          route: ACTIVITY_ROUTE,
+          label: trans.__('GPU Activity'),
+          range: { ...range }
+        }),
+      settings: notebookSettings(current),
+      trans
+    });
+    notebookParts.add(parts);
+    panel.disposed.connect(() => notebookParts.delete(parts));
+  });
+
   const apply = (values: INvdashboardSettings): void => {
+    current = values;
+    const perNotebook = notebookSettings(values);
+    notebookParts.forEach(parts => parts.apply(perNotebook));
     glance.interval = values.refreshRate * 1000;
     sidebar.interval = values.dashboardListRefreshRate * 1000;
     item.enabled = statusBar !== null && values.showStatusItem;
@@ -382,7 +448,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     ISettingRegistry,
     ITranslator,
     IDocumentManager,
-    IStateDB
+    IStateDB,
+    INotebookTracker
   ],
   activate
 };

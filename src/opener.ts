@@ -7,7 +7,7 @@
  */
 import { Widget } from '@lumino/widgets';
 
-import { IOpenArgs } from './tokens';
+import { IOpenArgs, ITimeRange } from './tokens';
 import { widgetId } from './urls';
 
 /** How the opener reaches the application. */
@@ -20,6 +20,11 @@ export interface IOpenerHost<T extends Widget> {
   attach(widget: T): void;
   /** Bring a widget to the front. */
   activate(widget: T): void;
+  /**
+   * Point an open widget at what `args` ask for now (a time range, or none:
+   * follow now) before it comes to the front.
+   */
+  update?(widget: T, args: IOpenArgs): void;
 }
 
 /** What `openOrActivate` did. */
@@ -36,6 +41,7 @@ export function openOrActivate<T extends Widget>(
   const id = widgetId(args.route);
   const existing = host.find(id);
   if (existing && !existing.isDisposed) {
+    host.update?.(existing, args);
     host.activate(existing);
     return { widget: existing, created: false };
   }
@@ -48,6 +54,27 @@ export function openOrActivate<T extends Widget>(
   return { widget, created: true };
 }
 
+/** A time range from untyped arguments: finite, start not after end; else null. */
+export function toTimeRange(value: unknown): ITimeRange | null {
+  const r = (value ?? {}) as Record<string, unknown>;
+  const start = r.start_s;
+  const end = r.end_s;
+  if (
+    typeof start !== 'number' ||
+    typeof end !== 'number' ||
+    !Number.isFinite(start) ||
+    !Number.isFinite(end) ||
+    start > end
+  ) {
+    return null;
+  }
+  return {
+    start_s: start,
+    end_s: end,
+    label: typeof r.label === 'string' ? r.label : ''
+  };
+}
+
 /** Validate untyped command arguments into `IOpenArgs`. */
 export function toOpenArgs(args: { [key: string]: unknown }): IOpenArgs | null {
   const route = args.route;
@@ -58,5 +85,6 @@ export function toOpenArgs(args: { [key: string]: unknown }): IOpenArgs | null {
     typeof args.label === 'string' && args.label
       ? args.label
       : route.replace(/^\/+/, '').replace(/-/g, ' ');
-  return { route, label };
+  const range = toTimeRange(args.range);
+  return range ? { route, label, range } : { route, label };
 }

@@ -9,6 +9,9 @@ import type { ISignal } from '@lumino/signaling';
 /** The one command that opens (or re-activates) a dashboard tab. */
 export const COMMAND_OPEN = 'nvdashboard:open';
 
+/** The timeline a cell's footer opens on the cell's span. */
+export const ACTIVITY_ROUTE = '/GPU-Activity';
+
 /** The name the Bokeh server is registered under in jupyter-server-proxy. */
 export const PROXY_NAME = 'nvdashboard';
 
@@ -125,12 +128,22 @@ export interface IServerInfo {
   history_s: number;
 }
 
+/** A span of time a timeline page is opened on (epoch seconds). */
+export interface ITimeRange {
+  start_s: number;
+  end_s: number;
+  /** What the page labels the span with (e.g. `cell [12]`); '' for its times. */
+  label: string;
+}
+
 /** Arguments of the `nvdashboard:open` command. */
 export interface IOpenArgs {
   /** Route as in the index, e.g. `/GPU-Utilization` (leading slash optional). */
   route: string;
   /** Tab title, e.g. `GPU Utilization`. */
   label: string;
+  /** Show this span, marked (a timeline page); absent: follow now. */
+  range?: ITimeRange;
 }
 
 /** Where the sidebar gets its data; injectable so tests can fake the server. */

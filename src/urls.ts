@@ -8,6 +8,7 @@ import { URLExt } from '@jupyterlab/coreutils';
 import {
   DashboardTheme,
   IDLE_API,
+  ITimeRange,
   PROXY_NAME,
   WIDGET_ID_PREFIX
 } from './tokens';
@@ -42,6 +43,21 @@ export function glanceUrl(baseUrl: string): string {
   return URLExt.join(baseUrl, PROXY_NAME, 'glance.json');
 }
 
+/**
+ * `{baseUrl}nvdashboard/cell.json?kernel=…&start=…&end=…`: what a kernel did
+ * on the GPU over a cell's span; the times are passed as the kernel stamped
+ * them (ISO 8601 with their zone), never re-read by the browser's clock.
+ */
+export function cellReportUrl(
+  baseUrl: string,
+  kernelId: string,
+  start: string,
+  end: string
+): string {
+  const url = URLExt.join(baseUrl, PROXY_NAME, 'cell.json');
+  return `${url}${URLExt.objectToQueryString({ kernel: kernelId, start, end })}`;
+}
+
 /** `{baseUrl}nvdashboard-idle/notices`: JupyterLab showed an idle notice. */
 export function noticesUrl(baseUrl: string): string {
   return URLExt.join(baseUrl, IDLE_API, 'notices');
@@ -57,14 +73,27 @@ export function cullsUrl(baseUrl: string): string {
   return URLExt.join(baseUrl, IDLE_API, 'culls');
 }
 
-/** `{baseUrl}nvdashboard/<Route>?theme=dark|light` */
+/**
+ * `{baseUrl}nvdashboard/<Route>?theme=dark|light`, and with a time range
+ * `&start=<s>&end=<s>&label=<words>`: a timeline page then shows that span,
+ * marked.
+ */
 export function dashboardUrl(
   baseUrl: string,
   route: string,
-  theme: DashboardTheme
+  theme: DashboardTheme,
+  range: ITimeRange | null = null
 ): string {
   const url = URLExt.join(baseUrl, PROXY_NAME, routePath(route));
-  return `${url}${URLExt.objectToQueryString({ theme })}`;
+  const query: Record<string, string> = { theme };
+  if (range) {
+    query.start = String(range.start_s);
+    query.end = String(range.end_s);
+    if (range.label) {
+      query.label = range.label;
+    }
+  }
+  return `${url}${URLExt.objectToQueryString(query)}`;
 }
 
 /**

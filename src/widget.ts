@@ -27,6 +27,7 @@ import { Message } from '@lumino/messaging';
 import {
   DashboardTheme,
   IOpenArgs,
+  ITimeRange,
   OPEN_NOTEBOOK_MESSAGE,
   VISIBILITY_MESSAGE,
   VISIBILITY_REQUEST_MESSAGE,
@@ -61,6 +62,7 @@ export class DashboardWidget extends MainAreaWidget<IFrame> {
     const trans = options.trans ?? NULL_BUNDLE;
     this.title.caption = trans.__('GPU dashboard: %1', options.label);
     this.title.closable = true;
+    this._range = options.range ?? null;
     this.setTheme(options.theme);
     this._openPath = options.openPath;
     window.addEventListener('message', this._onMessage);
@@ -114,10 +116,22 @@ export class DashboardWidget extends MainAreaWidget<IFrame> {
 
   /** Point the iframe at the page for this theme (reloads only on change). */
   setTheme(theme: DashboardTheme): void {
-    const url = dashboardUrl(this._baseUrl, this.route, theme);
+    this._theme = theme;
+    const url = dashboardUrl(this._baseUrl, this.route, theme, this._range);
     if (this.content.url !== url) {
       this.content.url = url;
     }
+  }
+
+  /** The span the page shows, marked; null while it follows now. */
+  get range(): ITimeRange | null {
+    return this._range;
+  }
+
+  /** Show this span (a cell's), or with null follow now; reloads only on change. */
+  setRange(range: ITimeRange | null): void {
+    this._range = range;
+    this.setTheme(this._theme);
   }
 
   /** Whether the page is on screen, as last told to it. */
@@ -159,6 +173,8 @@ export class DashboardWidget extends MainAreaWidget<IFrame> {
   }
 
   private _baseUrl: string;
+  private _theme: DashboardTheme = 'light';
+  private _range: ITimeRange | null = null;
   // A tab attached in the background was never shown: its page is hidden.
   private _pageVisible = false;
   private _openPath: ((path: string) => void) | undefined;

@@ -87,7 +87,7 @@ describe('the plugin', () => {
     expect(plugin.id).toBe(PLUGIN_ID);
     expect(plugin.autoStart).toBe(true);
     expect(plugin.requires ?? []).toEqual([]);
-    expect(plugin.optional).toHaveLength(8);
+    expect(plugin.optional).toHaveLength(9);
   });
 
   it('registers the open command, the restorer and the sidebar with the kernels first', () => {
@@ -296,7 +296,10 @@ describe('the plugin', () => {
       readSettings({
         refreshRate: -1,
         statusFigure: 'mean',
-        showStatusItem: 'no'
+        showStatusItem: 'no',
+        cellFooter: 'some',
+        saveCellFooter: 'yes',
+        notebookToolbarItem: 0
       })
     ).toEqual({
       refreshRate: 2,
@@ -308,7 +311,21 @@ describe('the plugin', () => {
         memoryGiB: 1,
         idleMinutes: 30,
         snoozeMinutes: 60
-      }
+      },
+      cellFooter: 'gpu',
+      saveCellFooter: false,
+      notebookToolbarItem: true
+    });
+    expect(
+      readSettings({
+        cellFooter: 'all',
+        saveCellFooter: true,
+        notebookToolbarItem: false
+      })
+    ).toMatchObject({
+      cellFooter: 'all',
+      saveCellFooter: true,
+      notebookToolbarItem: false
     });
     expect(
       readSettings({

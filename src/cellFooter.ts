@@ -1,0 +1,408 @@
+/**
+ * The footer under each notebook cell that touched a GPU: the server's
+ * verdict in one line; on hover or keyboard focus, the figures and
+ * findings; a click (Enter, Space) opens /GPU-Activity on the cell's span,
+ * marked.
+ *
+ * `CellGpuFooter` is the view. `NotebookCellFooters` keeps one notebook's
+ * footers: for each cell run it asks `/cell.json` once, with the span the
+ * kernel stamped (cellSpans.ts), and never while the notebook is hidden
+ * (a hidden notebook's runs are asked about when it is shown again). The
+ * footer lives in the page only; it goes into the notebook file (the cell's
+ * `nvdashboard` metadata) only when the user's setting asks for it, and a
+ * footer saved there is shown again when the notebook is opened.
+ */
+import { TranslationBundle } from '@jupyterlab/translation';
+import { Layout, PanelLayout, Widget } from '@lumino/widgets';
+
+import {
+  CellFooterMode,
+  cellDetailLines,
+  cellLabel,
+  ICellReport,
+  parseCellReport,
+  showsFooter
+} from './cellReport';
+import { ICellSpan } from './cellSpans';
+import { element } from './dom';
+import { errorMessage, NULL_BUNDLE } from './model';
+import { ITimeRange } from './tokens';
+
+/** Class of a footer (tests and browser tests find them by it). */
+export const CELL_FOOTER_CLASS = 'nvdashboard-cell-footer';
+
+/** The cell metadata key a footer is saved under (only when a setting asks). */
+export const CELL_METADATA_KEY = 'nvdashboard';
+
+/**
+ * How long after a cell's reply its report is asked for: the driver samples
+ * per-process use about once a second, and the server reads process lists
+ * at its own rate, so the last readings of the span arrive after the reply.
+ */
+export const CELL_REPORT_DELAY_MS = 1500;
+
+/** What a cell's footer shows: the server's report and the cell's count. */
+export interface ICellFooterContent {
+  report: ICellReport;
+  count: number | null;
+}
+
+let footerSerial = 0;
+
+export namespace CellGpuFooter {
+  export interface IOptions extends ICellFooterContent {
+    /** Open /GPU-Activity on this span. */
+    open: (range: ITimeRange) => void;
+    trans?: TranslationBundle;
+  }
+}
+
+/** One cell's footer (see the module comment). */
+export class CellGpuFooter extends Widget {
+  constructor(options: CellGpuFooter.IOptions) {
+    super();
+    const trans = options.trans ?? NULL_BUNDLE;
+    const { report, count } = options;
+    this.content = { report, count };
+    this.addClass(CELL_FOOTER_CLASS);
+    this.node.dataset.touchedGpu = String(report.touched_gpu);
+    // Keys pressed on the footer are the footer's (Enter opens the
+    // timeline), not the notebook's shortcuts (Enter would edit the cell).
+    this.node.setAttribute('data-lm-suppress-shortcuts', 'true');
+    const detailsId = `nvdashboard-cell-details-${++footerSerial}`;
+    this._button = element(
+      'button',
+      'nvdashboard-cell-verdict jp-mod-styled',
+      report.verdict,
+      {
+        type: 'button',
+        'aria-describedby': detailsId,
+        'aria-label': trans.__('GPU: %1', report.verdict)
+      }
+    );
+    const details = element('div', 'nvdashboard-cell-details', undefined, {
+      id: detailsId,
+      role: 'tooltip'
+    });
+    for (const line of cellDetailLines(report, count, trans)) {
+      details.append(element('div', 'nvdashboard-cell-detail', line));
+    }
+    details.append(
+      element(
+        'div',
+        'nvdashboard-cell-hint',
+        trans.__('Click to open GPU Activity on this cell.')
+      )
+    );
+    this.node.append(this._button, details);
+    const range: ITimeRange = {
+      start_s: report.start_s,
+      end_s: report.end_s,
+      label: cellLabel(count, trans)
+    };
+    this._button.addEventListener('click', () => options.open(range));
+    // Escape hides the figures until the footer loses the keyboard.
+    this._button.addEventListener('keydown', (event: KeyboardEvent) => {
+      if (event.key === 'Escape') {
+        this.addClass('nvdashboard-mod-dismissed');
+      }
+    });
+    this._button.addEventListener('blur', () =>
+      this.removeClass('nvdashboard-mod-dismissed')
+    );
+  }
+
+  readonly content: ICellFooterContent;
+
+  /** The verdict button (it takes the keyboard). */
+  get button(): HTMLButtonElement {
+    return this._button;
+  }
+
+  private _button: HTMLButtonElement;
+}
+
+/** A cell as the footers reach it (a subset of `Cell`). */
+export interface IFooterCell {
+  readonly layout: Layout | null;
+  readonly isDisposed: boolean;
+  readonly model: {
+    readonly id: string;
+    getMetadata(key: string): unknown;
+    setMetadata(key: string, value: any): void;
+    deleteMetadata(key: string): void;
+  };
+}
+
+export namespace NotebookCellFooters {
+  export interface IOptions {
+    /** The notebook's cells now. */
+    cells: () => ReadonlyArray<IFooterCell>;
+    /** GET `/cell.json` for a span; resolves with its parsed body. */
+    fetchReport: (
+      kernelId: string,
+      start: string,
+      end: string
+    ) => Promise<unknown>;
+    /** Open /GPU-Activity on a span. */
+    open: (range: ITimeRange) => void;
+    /**
+     * Whether the dashboard server said, in a way that will not change by
+     * itself, that there is nothing to judge (no GPU on the machine, no
+     * server behind the proxy): then a cell could never get a GPU footer,
+     * and under `gpu` nothing is asked.
+     */
+    nothingToJudge?: () => boolean;
+    mode?: CellFooterMode;
+    /** Save each footer into the notebook (the cell's metadata). */
+    save?: boolean;
+    /** Whether the notebook is on screen now. */
+    visible?: boolean;
+    delayMs?: number;
+    trans?: TranslationBundle;
+  }
+}
+
+/** One notebook's footers (see the module comment). */
+export class NotebookCellFooters {
+  constructor(options: NotebookCellFooters.IOptions) {
+    this._options = options;
+    this._mode = options.mode ?? 'gpu';
+    this._save = options.save ?? false;
+    this._visible = options.visible ?? false;
+    this._delayMs = options.delayMs ?? CELL_REPORT_DELAY_MS;
+    this._trans = options.trans ?? NULL_BUNDLE;
+  }
+
+  /** How many `/cell.json` requests it made (tests, benchmarks). */
+  get requests(): number {
+    return this._requests;
+  }
+
+  get mode(): CellFooterMode {
+    return this._mode;
+  }
+
+  /** Off removes every footer and asks nothing; the others redraw at once. */
+  set mode(value: CellFooterMode) {
+    if (value === this._mode) {
+      return;
+    }
+    this._mode = value;
+    if (value === 'off') {
+      this._waiting.clear();
+      this._clearTimers();
+    }
+    this._redraw();
+  }
+
+  get save(): boolean {
+    return this._save;
+  }
+
+  /** Whether footers go into the notebook file; applies to the next runs. */
+  set save(value: boolean) {
+    this._save = value;
+  }
+
+  get visible(): boolean {
+    return this._visible;
+  }
+
+  /**
+   * Whether the notebook is on screen. Hidden, nothing is asked (a wait
+   * already set is put back); shown again, each waiting run is asked once.
+   */
+  set visible(value: boolean) {
+    if (value === this._visible) {
+      return;
+    }
+    this._visible = value;
+    if (!value) {
+      this._clearTimers();
+      return;
+    }
+    for (const span of this._waiting.values()) {
+      this._schedule(span);
+    }
+  }
+
+  /** A cell was sent to run: its footer is out of date, and so is any answer. */
+  cellStarted(cellId: string): void {
+    this._generation.set(cellId, (this._generation.get(cellId) ?? 0) + 1);
+    this._waiting.delete(cellId);
+    this._clearTimer(cellId);
+    this._shown.delete(cellId);
+    const cell = this._find(cellId);
+    if (cell) {
+      this._place(cell, null);
+      if (cell.model.getMetadata(CELL_METADATA_KEY) !== undefined) {
+        cell.model.deleteMetadata(CELL_METADATA_KEY);
+      }
+    }
+  }
+
+  /** A cell ran: ask about its span once (now if shown, else when shown). */
+  cellEnded(span: ICellSpan): void {
+    if (this._mode === 'off') {
+      return;
+    }
+    this._waiting.set(span.cellId, span);
+    if (this._visible) {
+      this._schedule(span);
+    }
+  }
+
+  /** Show the footers saved in the notebook file (when it is opened). */
+  restoreSaved(): void {
+    for (const cell of this._options.cells()) {
+      const saved = savedContent(cell.model.getMetadata(CELL_METADATA_KEY));
+      if (saved && !this._shown.has(cell.model.id)) {
+        this._shown.set(cell.model.id, saved);
+        this._place(cell, saved);
+      }
+    }
+  }
+
+  dispose(): void {
+    this._clearTimers();
+    this._waiting.clear();
+    this._disposed = true;
+  }
+
+  private _schedule(span: ICellSpan): void {
+    this._clearTimer(span.cellId);
+    this._timers.set(
+      span.cellId,
+      setTimeout(() => {
+        this._timers.delete(span.cellId);
+        void this._ask(span);
+      }, this._delayMs)
+    );
+  }
+
+  private async _ask(span: ICellSpan): Promise<void> {
+    if (this._disposed || !this._visible || this._mode === 'off') {
+      return;
+    }
+    this._waiting.delete(span.cellId);
+    if (this._mode === 'gpu' && this._options.nothingToJudge?.()) {
+      return;
+    }
+    const generation = this._generation.get(span.cellId) ?? 0;
+    this._requests++;
+    let report: ICellReport | null;
+    try {
+      report = parseCellReport(
+        await this._options.fetchReport(span.kernelId, span.start, span.end)
+      );
+    } catch (error) {
+      // No footer is better than a wrong one; the cell can be run again.
+      console.warn(
+        `nvdashboard: no GPU report for a cell: ${errorMessage(error)}`
+      );
+      return;
+    }
+    if (
+      this._disposed ||
+      report === null ||
+      (this._generation.get(span.cellId) ?? 0) !== generation
+    ) {
+      return;
+    }
+    const content = { report, count: span.count };
+    this._shown.set(span.cellId, content);
+    const cell = this._find(span.cellId);
+    if (!cell) {
+      return;
+    }
+    if (this._save) {
+      cell.model.setMetadata(CELL_METADATA_KEY, { ...content });
+    }
+    this._place(cell, content);
+  }
+
+  private _redraw(): void {
+    for (const cell of this._options.cells()) {
+      this._place(cell, this._shown.get(cell.model.id) ?? null);
+    }
+  }
+
+  /** Put this content's footer under the cell (none for null or by the mode). */
+  private _place(cell: IFooterCell, content: ICellFooterContent | null): void {
+    const layout = cell.layout;
+    if (cell.isDisposed || !(layout instanceof PanelLayout)) {
+      return;
+    }
+    const old = layout.widgets.find(w => w instanceof CellGpuFooter) as
+      CellGpuFooter | undefined;
+    const wanted =
+      content !== null && showsFooter(content.report, this._mode)
+        ? content
+        : null;
+    if (old && old.content.report === wanted?.report) {
+      return;
+    }
+    old?.dispose();
+    if (wanted) {
+      layout.addWidget(
+        new CellGpuFooter({
+          ...wanted,
+          open: this._options.open,
+          trans: this._trans
+        })
+      );
+    }
+  }
+
+  private _find(cellId: string): IFooterCell | null {
+    return (
+      this._options.cells().find(c => c.model.id === cellId && !c.isDisposed) ??
+      null
+    );
+  }
+
+  private _clearTimer(cellId: string): void {
+    const timer = this._timers.get(cellId);
+    if (timer !== undefined) {
+      clearTimeout(timer);
+      this._timers.delete(cellId);
+    }
+  }
+
+  private _clearTimers(): void {
+    for (const timer of this._timers.values()) {
+      clearTimeout(timer);
+    }
+    this._timers.clear();
+  }
+
+  private _options: NotebookCellFooters.IOptions;
+  private _mode: CellFooterMode;
+  private _save: boolean;
+  private _visible: boolean;
+  private _delayMs: number;
+  private _trans: TranslationBundle;
+  private _disposed = false;
+  private _requests = 0;
+  /** Runs not asked about yet, by cell id (the last run of each). */
+  private _waiting = new Map<string, ICellSpan>();
+  private _timers = new Map<string, ReturnType<typeof setTimeout>>();
+  /** Each cell's run count here, so an answer for an older run is dropped. */
+  private _generation = new Map<string, number>();
+  /** What each cell's footer shows (kept when the mode hides it). */
+  private _shown = new Map<string, ICellFooterContent>();
+}
+
+/** A footer saved in a cell's metadata, or null when there is none or it is odd. */
+export function savedContent(value: unknown): ICellFooterContent | null {
+  const saved = (value ?? {}) as Record<string, unknown>;
+  const report = parseCellReport(saved.report);
+  if (report === null) {
+    return null;
+  }
+  return {
+    report,
+    count: typeof saved.count === 'number' ? saved.count : null
+  };
+}

@@ -1,0 +1,145 @@
+/**
+ * GPU per cell, wired into each open notebook: a span watcher on its
+ * kernel's messages, its cell footers, and its toolbar item. The footers
+ * ask only while the notebook is on screen: its panel shown (a background
+ * tab is not) and the browser page visible.
+ */
+import { NotebookPanel } from '@jupyterlab/notebook';
+import { TranslationBundle } from '@jupyterlab/translation';
+import { IMessageHandler, Message, MessageLoop } from '@lumino/messaging';
+
+import { NotebookCellFooters } from './cellFooter';
+import { CellFooterMode } from './cellReport';
+import { CellSpanWatcher, IKernelLike } from './cellSpans';
+import { GlanceModel } from './glanceModel';
+import { IIdleThresholds } from './idleNotice';
+import { KernelGpuItem } from './notebookToolbar';
+import { ITimeRange } from './tokens';
+
+/** The toolbar item's name in a notebook's toolbar. */
+export const TOOLBAR_ITEM_NAME = 'nvdashboard-kernel-gpu';
+
+/** The settings the notebook parts follow. */
+export interface INotebookGpuSettings {
+  cellFooter: CellFooterMode;
+  saveCellFooter: boolean;
+  toolbarItem: boolean;
+  idleThresholds: IIdleThresholds;
+}
+
+export namespace NotebookGpu {
+  export interface IOptions {
+    glance: GlanceModel;
+    fetchReport: (
+      kernelId: string,
+      start: string,
+      end: string
+    ) => Promise<unknown>;
+    open: (range: ITimeRange) => void;
+    settings: INotebookGpuSettings;
+    trans: TranslationBundle;
+  }
+}
+
+/** One notebook's GPU parts (see the module comment). */
+export class NotebookGpu {
+  constructor(panel: NotebookPanel, options: NotebookGpu.IOptions) {
+    this._panel = panel;
+    const { settings } = options;
+    this.footers = new NotebookCellFooters({
+      cells: () => panel.content.widgets,
+      fetchReport: options.fetchReport,
+      open: options.open,
+      // The shared glance's last answer: no GPU here, or no dashboard server.
+      nothingToJudge: () => options.glance.stuck,
+      mode: settings.cellFooter,
+      save: settings.saveCellFooter,
+      visible: this._onScreen(),
+      trans: options.trans
+    });
+    const session = panel.sessionContext;
+    this.item = new KernelGpuItem({
+      model: options.glance,
+      kernelId: () => session.session?.kernel?.id ?? null,
+      trans: options.trans
+    });
+    this.apply(settings);
+    if (!panel.toolbar.insertAfter('spacer', TOOLBAR_ITEM_NAME, this.item)) {
+      panel.toolbar.addItem(TOOLBAR_ITEM_NAME, this.item);
+    }
+    session.kernelChanged.connect(this._watchKernel, this);
+    this._watchKernel();
+    MessageLoop.installMessageHook(panel, this._hook);
+    document.addEventListener('visibilitychange', this._onVisibility);
+    void panel.context.ready.then(() => this.footers.restoreSaved());
+    panel.disposed.connect(() => this.dispose());
+  }
+
+  readonly footers: NotebookCellFooters;
+  readonly item: KernelGpuItem;
+
+  apply(settings: INotebookGpuSettings): void {
+    this.footers.mode = settings.cellFooter;
+    this.footers.save = settings.saveCellFooter;
+    this.item.enabled = settings.toolbarItem;
+    this.item.idleThresholds = settings.idleThresholds;
+  }
+
+  dispose(): void {
+    if (this._disposed) {
+      return;
+    }
+    this._disposed = true;
+    MessageLoop.removeMessageHook(this._panel, this._hook);
+    document.removeEventListener('visibilitychange', this._onVisibility);
+    this._panel.sessionContext.kernelChanged.disconnect(
+      this._watchKernel,
+      this
+    );
+    this._watcher?.dispose();
+    this.footers.dispose();
+    this.item.dispose();
+  }
+
+  private _onScreen(): boolean {
+    return this._panel.isVisible && document.visibilityState !== 'hidden';
+  }
+
+  private _watchKernel(): void {
+    this._watcher?.dispose();
+    this._watcher = null;
+    const kernel = this._panel.sessionContext.session?.kernel;
+    if (kernel) {
+      this._watcher = new CellSpanWatcher(kernel as unknown as IKernelLike);
+      this._watcher.started.connect((_, id) => this.footers.cellStarted(id));
+      this._watcher.ended.connect((_, span) => this.footers.cellEnded(span));
+    }
+    this.item.refresh();
+  }
+
+  private _hook = (_: IMessageHandler, msg: Message): boolean => {
+    switch (msg.type) {
+      case 'after-show':
+      case 'after-attach':
+      case 'after-hide':
+        // Lumino sets the panel's flags before these reach the hook's
+        // caller; read them once the message has run.
+        void Promise.resolve().then(() => this._onVisibility());
+        break;
+      case 'before-detach':
+        this.footers.visible = false;
+        break;
+    }
+    return true;
+  };
+
+  private _onVisibility = (): void => {
+    if (!this._disposed) {
+      this.footers.visible = this._onScreen();
+    }
+  };
+
+  private _panel: NotebookPanel;
+  private _watcher: CellSpanWatcher | null = null;
+  private _disposed = false;
+}

@@ -1,0 +1,377 @@
+"""What did this cell do on the GPU (issue 45): a real ``jupyter lab`` (token, base_url
+/user/alice/), a real kernel and Chromium at 1280x800, light and dark theme, on 2 simulated
+GPUs that play the "starved" scenario (so a GPU's finding has a cause to name).
+
+A notebook of three cells, each run from the page as a user runs it:
+
+- (a) lists its own kernel on GPU 1 with 6 GiB and 90% SM while it runs (the cell writes
+  the simulated driver's process file with ``os.getpid()``, as ``idle_lab.place`` does,
+  through a small module the test puts beside the notebook);
+- (b) holds the same memory with 0% SM while it sleeps;
+- (c) runs on the CPU alone, after the test has taken the kernel off the GPU; it is run
+  while the notebook is hidden behind another tab.
+
+Checks: (a)'s footer is the server's verdict, busy, with the 6.0 GiB and 90% the test gave
+the driver; (b)'s says held but idle, with the server's finding; (c) has no footer; each
+footer asked ``/cell.json`` once with the span JupyterLab's own ``recordTiming`` recorded
+(the kernel's clock), three requests for three cells, and (c)'s only once its notebook was
+shown again; a click on (a)'s footer opens /GPU-Activity on (a)'s span; the toolbar shows
+the kernel's GPU. Screenshots go to test-artifacts/ (and with
+``NVDASHBOARD_README_SCREENSHOTS=1`` the README's small copy to docs/images/).
+
+It runs the extension built from this checkout (``jlpm build``) and, with ``PYTHONPATH``
+naming this checkout, its servers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from jupyterlab_nvdashboard.instants import parse_instant
+from tests.support.browser import (
+    PAGE_WAIT_MS,
+    TIMELINE_VIEWS_JS,
+    chromium,
+    next_frames,
+    screenshot,
+    watch,
+)
+from tests.support.idle_lab import GIB, kernel_entry, place, wait_glance, write_settings
+from tests.support.jupyter import lab_with_processes
+from tests.support.waiting import until
+from tests.test_browser_lab import dashboard_frame, open_lab
+from tests.test_browser_readme_screenshots import small_copy
+from tests.test_lab_processes import call
+
+pytestmark = [pytest.mark.browser, pytest.mark.lab]
+NOTEBOOK_PATH = "cells.ipynb"
+FOOTER = ".nvdashboard-cell-footer"
+TOOLBAR_ITEM = ".nvdashboard-kernel-gpu"
+DARK = "window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})"
+DARK_APPLIED = "() => document.body.dataset.jpThemeLight === 'false'"
+LIGHT_APPLIED = "() => document.body.dataset.jpThemeLight === 'true'"
+HELD_BYTES = 6 * GIB
+BUSY_SM_PCT = 90
+CELL_SECONDS = 12
+# The frontend's wait between a cell's reply and its request (src/cellFooter.ts).
+CELL_REPORT_DELAY_MS = 1500
+
+
+def go_file(processes_file: Path) -> Path:
+    """What cell (c) waits for before it ends."""
+    return processes_file.parent / "go-c"
+
+
+def helper_module(processes_file: Path) -> str:
+    """``simulated_gpu.py`` beside the notebook: what the cells call to tell the simulated
+    driver about their own kernel, as the process tests' ``place`` does, and to wait for
+    the test (kept out of the cells, so that the pictures show short cells)."""
+    return ('"""The simulated driver\'s process list, for this test\'s notebook."""\n'
+            "import json, os, time\n\n\n"
+            "def use_gpu(sm_pct):\n"
+            "    with open(" + repr(str(processes_file)) + ", 'w') as f:\n"
+            "        json.dump([{'gpu': 1, 'pid': os.getpid(), 'until_exit': True,\n"
+            f"                   'used_memory_bytes': {HELD_BYTES}, 'sm_pct': sm_pct}}], f)\n\n\n"
+            "def until_told():\n"
+            "    while not os.path.exists(" + repr(str(go_file(processes_file))) + "):\n"
+            "        time.sleep(0.05)\n")
+
+
+# The notebook's three cells.
+CELL_SOURCES = [
+    "import time\n"
+    "from simulated_gpu import until_told, use_gpu\n"
+    f"use_gpu(sm_pct={BUSY_SM_PCT})  # the simulated driver: this kernel works on GPU 1\n"
+    f"time.sleep({CELL_SECONDS})",
+    "use_gpu(sm_pct=0)  # holds its memory, does nothing\n"
+    f"time.sleep({CELL_SECONDS})",
+    "sum(range(10**6))  # CPU only\n"
+    "until_told()",
+]
+
+
+@pytest.fixture(scope="module")
+def lab(processes_file: Path) -> Iterator[object]:
+    with lab_with_processes(processes_file, simulate=2,
+                            extra_env={"NVDASHBOARD_SIMULATE_SCENARIO": "starved"},
+                            extra_args=["--LabApp.expose_app_in_browser=True"]) as running:
+        place(processes_file, [])
+        # No idle notification over the page; JupyterLab's own recordTiming on, so the
+        # test knows each cell's span on the kernel's clock from the notebook itself.
+        write_settings(running, {"idleNotice": False})
+        call(running, "PUT", "lab/api/settings/@jupyterlab/notebook-extension:tracker",
+             {"raw": json.dumps({"recordTiming": True})})
+        call(running, "PUT", "api/contents/simulated_gpu.py",
+             {"type": "file", "format": "text", "content": helper_module(processes_file)})
+        cells = [{"cell_type": "code", "source": source, "metadata": {}, "outputs": [],
+                  "execution_count": None, "id": f"cell-{name}"}
+                 for name, source in zip("abc", CELL_SOURCES, strict=True)]
+        call(running, "PUT", f"api/contents/{NOTEBOOK_PATH}",
+             {"type": "notebook", "content": {"cells": cells, "metadata": {
+                 "kernelspec": {"name": "python3", "display_name": "Python 3",
+                                "language": "python"}}, "nbformat": 4, "nbformat_minor": 5}})
+        yield running
+
+
+# Run a cell as Shift+Enter does, without waiting for it to end.
+RUN_CELL_JS = """(index) => {
+  const app = window.jupyterapp;
+  const panel = app.shell.currentWidget;
+  panel.content.activeCellIndex = index;
+  panel.content.deselectAll();
+  void app.commands.execute('notebook:run-cell');
+}"""
+
+CELL_RUNNING_JS = """(index) => window.jupyterapp.shell.currentWidget.content.widgets[index]
+  .model.executionState === 'running'"""
+
+# A cell's run is done: its reply came (recordTiming wrote its end) and it is idle.
+CELL_DONE_JS = """(index) => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  const cells = panel && panel.content ? panel.content.widgets : [];
+  const cell = cells[index];
+  const timing = cell && cell.model.getMetadata('execution');
+  return Boolean(cell && cell.model.executionState === 'idle' && timing
+                 && timing['shell.execute_reply']);
+}"""
+
+TIMING_JS = """(index) => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  return panel.content.widgets[index].model.getMetadata('execution');
+}"""
+
+
+OPEN_NOTEBOOK_JS = """(path) => {
+  void window.jupyterapp.commands.execute('docmanager:open', {path});
+}"""
+
+
+def cell_node(index: int) -> str:
+    return f".jp-NotebookPanel .jp-Notebook .jp-Cell:nth-child({index + 1})"
+
+
+def open_notebook(page, lab) -> None:  # noqa: ANN001
+    """Open the notebook and wait until its kernel is ready."""
+    page.evaluate(OPEN_NOTEBOOK_JS, NOTEBOOK_PATH)
+    page.wait_for_function("""() => {
+      const panel = window.jupyterapp.shell.currentWidget;
+      const kernel = panel && panel.sessionContext && panel.sessionContext.session
+        && panel.sessionContext.session.kernel;
+      return Boolean(kernel && kernel.status === 'idle' && kernel.connectionStatus === 'connected');
+    }""", timeout=PAGE_WAIT_MS)
+
+
+def run_cell(page, index: int) -> None:  # noqa: ANN001
+    page.evaluate(RUN_CELL_JS, index)
+    page.wait_for_function(CELL_DONE_JS, arg=index, timeout=PAGE_WAIT_MS)
+
+
+def kernel_id(page) -> str:  # noqa: ANN001
+    return page.evaluate(
+        "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.id")
+
+
+def footer_text(page, index: int) -> str:  # noqa: ANN001
+    page.wait_for_selector(f"{cell_node(index)} {FOOTER}", timeout=PAGE_WAIT_MS)
+    return page.inner_text(f"{cell_node(index)} {FOOTER} .nvdashboard-cell-verdict")
+
+
+def details_text(page, index: int) -> str:  # noqa: ANN001
+    return page.evaluate("(sel) => document.querySelector(sel).textContent",
+                         f"{cell_node(index)} {FOOTER} .nvdashboard-cell-details")
+
+
+def test_each_cell_says_what_it_did_on_the_gpu(lab, processes_file: Path) -> None:  # noqa: ANN001
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        watched = watch(page)
+        # Every /cell.json request, and whether the notebook was on screen then.
+        asked: list[tuple[str, bool]] = []
+        notebook_shown = {"now": True}
+        answers: dict[str, dict] = {}
+
+        def on_request(request) -> None:  # noqa: ANN001
+            if urlparse(request.url).path.endswith("/nvdashboard/cell.json"):
+                asked.append((request.url, notebook_shown["now"]))
+
+        def on_response(response) -> None:  # noqa: ANN001
+            if urlparse(response.url).path.endswith("/nvdashboard/cell.json"):
+                answers[response.url] = (response.json() if response.status == 200
+                                         else {"status": response.status,
+                                               "body": response.text()[:300]})
+
+        page.on("request", on_request)
+        page.on("response", on_response)
+        open_lab(page, lab)
+        page.wait_for_function(LIGHT_APPLIED, timeout=30_000)
+        open_notebook(page, lab)
+        kernel = kernel_id(page)
+
+        # (a) busy on GPU 1, (b) holding its memory idle.
+        for index in (0, 1):
+            run_cell(page, index)
+            until_answered(page, answers, asked, index + 1)
+        a_url, b_url = (url for url, _ in asked[:2])
+        for index, url in ((0, a_url), (1, b_url)):
+            # The footer asked about the span JupyterLab's recordTiming keeps: the
+            # kernel's execute_input and execute_reply dates.
+            timing = page.evaluate(TIMING_JS, index)
+            query = parse_qs(urlparse(url).query)
+            assert query["kernel"] == [kernel]
+            assert parse_instant(query["start"][0]) == parse_instant(timing["iopub.execute_input"])
+            assert parse_instant(query["end"][0]) == parse_instant(timing["shell.execute_reply"])
+
+        busy, held = answers[a_url], answers[b_url]
+        assert "verdict" in busy and "verdict" in held, (busy, held)
+        a_text = footer_text(page, 0)
+        assert a_text == busy["verdict"], (a_text, busy)
+        assert "busy" in a_text and "6.0 GiB" in a_text, a_text
+        a_details = details_text(page, 0)
+        assert f"SM {BUSY_SM_PCT}%" in a_details, a_details
+        b_text = footer_text(page, 1)
+        assert b_text == held["verdict"], (b_text, held)
+        assert b_text.startswith("held 6.0 GiB on GPU 1, but GPU 1 worked"), b_text
+        findings = [f["line"] for g in held["gpus"] for f in g["findings"]]
+        assert findings, held
+        b_details = details_text(page, 1)
+        assert all(line in b_details for line in findings), (findings, b_details)
+
+        # The toolbar: the kernel's GPU, as the sidebar says it.
+        page.wait_for_function(f"""() => {{
+          const item = document.querySelector('.jp-NotebookPanel {TOOLBAR_ITEM}');
+          return item && !item.hidden && item.textContent.startsWith('GPU 1 · 6.0 GiB');
+        }}""", timeout=PAGE_WAIT_MS)
+        toolbar = page.inner_text(f".jp-NotebookPanel {TOOLBAR_ITEM}")
+
+        for theme in ("light", "dark"):
+            if theme == "dark":
+                page.evaluate(DARK)
+                page.wait_for_function(DARK_APPLIED, timeout=30_000)
+                # JupyterLab covers the page with its splash while the theme loads.
+                page.wait_for_selector("#jupyterlab-splash", state="detached",
+                                       timeout=PAGE_WAIT_MS)
+            # The figures and findings open on keyboard focus (and on hover).
+            page.focus(f"{cell_node(1)} {FOOTER} .nvdashboard-cell-verdict")
+            page.wait_for_selector(f"{cell_node(1)} {FOOTER} .nvdashboard-cell-details",
+                                   state="visible")
+            next_frames(page)
+            screenshot(page, f"lab-cells-{theme}")
+            small_copy(page, f"cell-footer-{theme}")
+
+        # (c) on the CPU only, run while the notebook is behind another tab: taken off the
+        # GPU first, and the server has seen it go.
+        place(processes_file, [])
+        wait_glance(lab, lambda d: kernel_entry(d, kernel) is None,
+                    "the kernel holds no GPU memory any more")
+        page.evaluate(RUN_CELL_JS, 2)
+        page.wait_for_function(CELL_RUNNING_JS, arg=2, timeout=PAGE_WAIT_MS)
+        page.evaluate("() => { void window.jupyterapp.commands.execute('launcher:create'); }")
+        page.wait_for_function("() => document.querySelector('.jp-NotebookPanel')"
+                               ".classList.contains('lm-mod-hidden')", timeout=PAGE_WAIT_MS)
+        notebook_shown["now"] = False
+        go_file(processes_file).touch()
+        until(lambda: page.evaluate(CELL_DONE_JS_HIDDEN, 2), "cell (c) ran behind the launcher")
+        # Nothing may be asked while the notebook is hidden: stay hidden well past the
+        # footer's wait after a reply (a wait for something not to happen has to last).
+        page.wait_for_function("(t) => Date.now() > t",
+                               arg=time.time() * 1000 + 3 * CELL_REPORT_DELAY_MS,
+                               timeout=PAGE_WAIT_MS)
+        assert len(asked) == 2, asked
+        notebook_shown["now"] = True
+        page.evaluate(OPEN_NOTEBOOK_JS, NOTEBOOK_PATH)
+        until_answered(page, answers, asked, 3)
+        assert asked[2][1], asked
+        no_gpu = answers[asked[2][0]]
+        assert no_gpu["touched_gpu"] is False, no_gpu
+        next_frames(page)
+        assert page.locator(f"{cell_node(2)} {FOOTER}").count() == 0
+        assert page.locator(f"{cell_node(0)} {FOOTER}").count() == 1
+
+        # A click on (a)'s footer opens /GPU-Activity on (a)'s span.
+        page.click(f"{cell_node(0)} {FOOTER} .nvdashboard-cell-verdict")
+        frame = dashboard_frame(page, "/GPU-Activity")
+        shown = parse_qs(urlparse(frame.url).query)
+        assert float(shown["start"][0]) <= busy["start_s"], (shown, busy)
+        assert float(shown["end"][0]) >= busy["end_s"], (shown, busy)
+        assert shown["label"] == ["cell [1]"], shown
+        frame.wait_for_function("() => { try {" + TIMELINE_VIEWS_JS
+                                + " return Boolean(plot); } catch (e) { return false; } }",
+                                timeout=PAGE_WAIT_MS)
+        x_range = frame.evaluate(X_RANGE_JS)
+        assert x_range["start"] <= busy["start_s"] * 1000, (x_range, busy)
+        assert x_range["end"] >= busy["end_s"] * 1000, (x_range, busy)
+        screenshot(page, "lab-cells-activity-dark")
+
+        # From the keyboard: Enter on (b)'s footer (not the notebook's Enter, which would
+        # edit the cell) points the open /GPU-Activity tab at (b)'s span.
+        page.evaluate(OPEN_NOTEBOOK_JS, NOTEBOOK_PATH)
+        page.wait_for_selector(f"{cell_node(1)} {FOOTER}", state="visible",
+                               timeout=PAGE_WAIT_MS)
+        # JupyterLab gives the notebook the keyboard once it is in front; then the footer.
+        page.wait_for_function("() => Boolean(document.activeElement"
+                               " && document.activeElement.closest('.jp-NotebookPanel'))",
+                               timeout=PAGE_WAIT_MS)
+        verdict_b = f"{cell_node(1)} {FOOTER} .nvdashboard-cell-verdict"
+        page.focus(verdict_b)
+        page.wait_for_function("(sel) => document.activeElement === document.querySelector(sel)",
+                               arg=verdict_b, timeout=PAGE_WAIT_MS)
+        page.keyboard.press("Enter")
+        frame.wait_for_url(lambda url: parse_qs(urlparse(url).query).get("label")
+                           == ["cell [2]"], timeout=PAGE_WAIT_MS)
+        shown = parse_qs(urlparse(frame.url).query)
+        assert float(shown["start"][0]) == held["start_s"], (shown, held)
+        assert page.locator(".jp-NotebookPanel .jp-Notebook.jp-mod-editMode").count() == 0
+
+        assert len(asked) == 3, asked  # one request per executed cell
+
+        # The footers are not saved into the notebook (no setting asked for it).
+        page.evaluate(OPEN_NOTEBOOK_JS, NOTEBOOK_PATH)
+        page.wait_for_function("() => { const w = window.jupyterapp.shell.currentWidget;"
+                               " return Boolean(w && w.content && w.content.widgets); }",
+                               timeout=PAGE_WAIT_MS)
+        page.evaluate("async () => {"
+                      " await window.jupyterapp.commands.execute('docmanager:save'); }")
+        until(lambda: all(cell["execution_count"] for cell in saved_cells(lab)[:2]),
+              "the notebook saved with its runs")
+        assert not [cell["metadata"] for cell in saved_cells(lab)
+                    if "nvdashboard" in cell["metadata"]]
+        print(f"(a) {a_text}\n(b) {b_text}\ntoolbar {toolbar}")
+        watched.assert_clean()
+
+
+# The cell's reply came, read without the notebook being the current widget.
+CELL_DONE_JS_HIDDEN = """(index) => {
+  const panel = window.jupyterapp.shell.widgets
+    ? [...window.jupyterapp.shell.widgets('main')].find(w => w.content && w.content.widgets)
+    : null;
+  const cell = panel && panel.content.widgets[index];
+  const timing = cell && cell.model.getMetadata('execution');
+  return Boolean(cell && cell.model.executionState === 'idle' && timing
+                 && timing['shell.execute_reply']);
+}"""
+
+# The x range of the page's first timeline figure (ms since the epoch).
+X_RANGE_JS = "() => {" + TIMELINE_VIEWS_JS + """
+  return {start: plot.model.x_range.start, end: plot.model.x_range.end};
+}"""
+
+
+def saved_cells(lab) -> list[dict]:  # noqa: ANN001
+    """The notebook's cells as saved on disk."""
+    return call(lab, "GET", f"api/contents/{NOTEBOOK_PATH}?content=1")["content"]["cells"]
+
+
+def until_answered(page, answers: dict, asked: list, count: int) -> None:  # noqa: ANN001
+    """Until ``count`` /cell.json requests have their answers."""
+    deadline = time.monotonic() + PAGE_WAIT_MS / 1000
+    while time.monotonic() < deadline:
+        if len(asked) >= count and all(url in answers for url, _ in asked[:count]):
+            return
+        page.wait_for_timeout(200)
+    raise AssertionError(f"not answered: {asked}, {list(answers)}")
