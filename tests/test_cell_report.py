@@ -391,6 +391,22 @@ def test_the_memory_of_a_cell_between_two_passes() -> None:
     assert device.memory.change_bytes == 3 * GIB and not math.isnan(device.memory.peak_bytes)
 
 
+def test_a_pass_speaks_for_the_second_before_it_not_the_cell_after() -> None:
+    """The pure judgment: the kernel worked (SM 90%) until 10.9 s, then a cell from 10.9 to
+    14.0 s only sleeps. The pass at 11 s carries the second before it (NVML's per-process
+    samples and the device's highest reading are those since the previous pass): it tells
+    of the previous cell, and this one did no GPU work."""
+    def on(sm: float) -> tuple[DeviceEvidence, ...]:
+        return (DeviceEvidence(0, "GPU 0", 6 * GIB, sm, True, sm),)
+
+    passes = [KernelPass(10.0, on(90.0)), KernelPass(11.0, on(90.0)),
+              *(KernelPass(t, on(0.0)) for t in (12.0, 13.0, 14.0))]
+    judgment = judge_cell(10.9, 14.0, passes, [], [], gap_s=2.0)
+    [device] = judgment.devices
+    assert device.signal == "per-process"
+    assert device.sm_pct == 0.0 and device.working_share == 0.0, device
+
+
 def test_the_benchmark_gives_its_figures() -> None:
     """``benchmarks/cell_report.py`` runs, judges the kernel busy on the GPUs it holds, and
     prints a median and range for the report and for the route."""

@@ -181,6 +181,20 @@ def _signal(evidence: Sequence[DeviceEvidence]) -> tuple[str, str]:
     return DEVICE, verdicts[0].signal
 
 
+def _covering(passes: Sequence[KernelPass], start_s: float, end_s: float
+              ) -> list[KernelPass]:
+    """The passes whose activity is the span's. A pass's own SM samples and its device's
+    highest activity are those since the previous pass (``diagnosis/idle.py``), so the
+    first pass inside a span mostly tells of what ran before it: a pass counts where the
+    middle of the time it covers lies in the span."""
+    covering = []
+    for previous, current in zip([None, *passes], passes, strict=False):
+        middle = current.time_s if previous is None else (previous.time_s + current.time_s) / 2
+        if start_s <= middle <= end_s:
+            covering.append(current)
+    return covering
+
+
 def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
                samples: Sequence[Sample], facts: Sequence[GpuFacts], *,
                judged_from: str = MEMORY, resolution_s: float = 0.0,
@@ -198,7 +212,8 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
     before = next((p for p in reversed(passes)
                    if start_s - gap_s <= p.time_s < start_s), None)
     after = next((p for p in passes if end_s < p.time_s <= end_s + gap_s), None)
-    judged = inside or [p for p in (before, after) if p is not None]
+    judged = _covering(passes, start_s, end_s) or inside or \
+        [p for p in (before, after) if p is not None]
     # What the kernel held during the span: in its passes, and in the one just after it,
     # which shows what a cell allocated in its last second (a cell with no pass of its
     # own: the passes on either side).
