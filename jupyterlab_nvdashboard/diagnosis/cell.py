@@ -183,16 +183,12 @@ def _signal(evidence: Sequence[DeviceEvidence]) -> tuple[str, str]:
 
 def _covering(passes: Sequence[KernelPass], start_s: float, end_s: float
               ) -> list[KernelPass]:
-    """The passes whose activity is the span's. A pass's own SM samples and its device's
-    highest activity are those since the previous pass (``diagnosis/idle.py``), so the
-    first pass inside a span mostly tells of what ran before it: a pass counts where the
-    middle of the time it covers lies in the span."""
-    covering = []
-    for previous, current in zip([None, *passes], passes, strict=False):
-        middle = current.time_s if previous is None else (previous.time_s + current.time_s) / 2
-        if start_s <= middle <= end_s:
-            covering.append(current)
-    return covering
+    """The passes whose activity is the span's alone. A pass's own SM samples and its
+    device's highest activity are those since the previous pass (``diagnosis/idle.py``), so
+    the first pass inside a span also tells of what ran before it: a pass counts where the
+    time since the previous pass lies wholly in the span."""
+    return [current for previous, current in zip(passes, passes[1:], strict=False)
+            if previous.time_s >= start_s and current.time_s <= end_s]
 
 
 def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
