@@ -16,7 +16,7 @@ from tests.support.browser import (
     screenshot,
     watch,
 )
-from tests.support.idle_lab import start_notebook
+from tests.support.idle_lab import start_notebook, wait_glance
 from tests.support.jupyter import jupyter_lab
 from tests.support.waiting import until
 from tests.test_kernel_cells_lab import run_and_watch, served_cells
@@ -44,6 +44,11 @@ MARK_JS = "(count) => {" + TIMELINE_VIEWS_JS + """
 def test_a_cell_run_in_a_notebook_is_marked_on_gpu_activity() -> None:
     with jupyter_lab(simulate=2) as lab, chromium() as browser:
         kernel_id, pid = start_notebook(lab, "marked.ipynb")
+        # The proxy starts the dashboard server on its first request, and a timeline shows
+        # what its history holds: started first, so the cell runs inside that history (on
+        # a loaded machine the server could start seconds after the cell, and the page
+        # rightly drew the mark left of its x range).
+        wait_glance(lab, lambda d: bool(d.get("devices")), "the dashboard server reads GPUs")
         # The watcher subscribes to a new kernel within a second of its start: the cell is
         # run once it is subscribed (a cell it has seen is served).
         until(lambda: run_and_watch(pid, kernel_id, "pass")
