@@ -20,6 +20,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 
 import { element, placeInOrder, RenderOnShow, setAttr, setText } from './dom';
 import {
+  clockTime,
   DIAGNOSIS_CLASS,
   GLANCE_CLASS,
   IGlanceDevice,
@@ -156,12 +157,16 @@ class Meter {
 
   readonly node: HTMLElement;
 
-  /** `fraction` in [0, 1] or null (not available). */
+  /**
+   * `fraction` in [0, 1] or null (not available); `tooltip`: the title, when it
+   * says more than the name and the value.
+   */
   set(
     name: string,
     fraction: number | null,
     text: string,
-    full: string = text
+    full: string = text,
+    tooltip: string = `${name}: ${full}`
   ): void {
     const pct =
       fraction === null ? null : Math.max(0, Math.min(1, fraction)) * 100;
@@ -173,7 +178,7 @@ class Meter {
     setAttr(this.node, 'aria-label', name);
     setAttr(this.node, 'aria-valuenow', pct === null ? null : pct.toFixed(0));
     setAttr(this.node, 'aria-valuetext', full);
-    setAttr(this.node, 'title', `${name}: ${full}`);
+    setAttr(this.node, 'title', tooltip);
     setText(this._text, text);
   }
 
@@ -190,22 +195,35 @@ class DeviceRow {
 
   readonly node: HTMLElement;
 
-  update(d: IGlanceDevice, trans: TranslationBundle): void {
+  /** `reading`: which reading the meters show ("reading of 09:04:07"), or ''. */
+  update(d: IGlanceDevice, reading: string, trans: TranslationBundle): void {
     this.node.className = `nvdashboard-glance-device nvdashboard-kind-${d.kind}`;
     this.node.dataset.index = String(d.index);
     setText(this._label, d.label);
     const util = formatPercent(d.utilization_pct, trans);
+    // The tooltip also says which reading it is; a screen reader hears the
+    // value alone (the heading says the reading's time once).
+    const tooltip = (name: string, value: string) =>
+      reading
+        ? trans.__('%1: %2 (%3)', name, value, reading)
+        : trans.__('%1: %2', name, value);
+    const utilName = trans.__('%1 utilization', d.label);
     this._util.set(
-      trans.__('%1 utilization', d.label),
+      utilName,
       d.utilization_pct === null ? null : d.utilization_pct / 100,
-      d.utilization_pct === null ? trans.__('util n/a') : util
+      d.utilization_pct === null ? trans.__('util n/a') : util,
+      util,
+      tooltip(utilName, util)
     );
     // The bar shows what fits (used); its name and tooltip say "of total".
+    const memoryName = trans.__('%1 memory used', d.label);
+    const usage = memoryUsage(d.memory_used_bytes, d.memory_total_bytes, trans);
     this._memory.set(
-      trans.__('%1 memory used', d.label),
+      memoryName,
       memoryFraction(d),
       formatMemory(d.memory_used_bytes, trans),
-      memoryUsage(d.memory_used_bytes, d.memory_total_bytes, trans)
+      usage,
+      tooltip(memoryName, usage)
     );
   }
 
@@ -434,7 +452,17 @@ export class GlancePanel extends RenderOnShow {
       node.hidden = !known;
     }
     this._renderKernels(glance?.kernels ?? []);
-    this._renderDevices(glance?.devices ?? []);
+    // Views update at their own pace (this poll, a page's stream): the meters
+    // say which reading they show, as the status bar and /GPU-Memory do.
+    const reading =
+      glance && glance.time !== null
+        ? trans.__('reading of %1', clockTime(glance.time))
+        : '';
+    setText(
+      this._devicesHeading,
+      reading ? trans.__('GPUs, %1', reading) : trans.__('GPUs now')
+    );
+    this._renderDevices(glance?.devices ?? [], reading);
     this._renderDiagnoses(glance?.diagnoses ?? []);
   }
 
@@ -501,7 +529,7 @@ export class GlancePanel extends RenderOnShow {
     }
   }
 
-  private _renderDevices(devices: IGlanceDevice[]): void {
+  private _renderDevices(devices: IGlanceDevice[], reading: string): void {
     const seen = new Set<number>();
     const wanted: HTMLElement[] = [];
     for (const d of devices) {
@@ -511,7 +539,7 @@ export class GlancePanel extends RenderOnShow {
         row = new DeviceRow();
         this._deviceRows.set(d.index, row);
       }
-      row.update(d, this._trans);
+      row.update(d, reading, this._trans);
       wanted.push(row.node);
     }
     for (const [index, row] of this._deviceRows) {

@@ -749,6 +749,30 @@ describe('GlancePanel', () => {
     m.dispose();
   });
 
+  it('says which reading its meters show, as the status bar does', async () => {
+    const at = new Date(2026, 11, 5, 9, 4, 7).getTime() / 1000;
+    const m = model([{ ...GLANCE, time: at + 0.4 }]);
+    const panel = panelFor(m);
+    await settled(m.refresh());
+    const heading = Array.from(panel.node.querySelectorAll('h3')).find(
+      h => !h.hidden && h.textContent?.startsWith('GPUs')
+    );
+    expect(heading?.textContent).toBe('GPUs, reading of 09:04:07');
+    const meters = panel.node.querySelectorAll('[role=meter]');
+    expect(meters[0].getAttribute('title')).toBe(
+      'GPU 0 utilization: 40% (reading of 09:04:07)'
+    );
+    expect(meters[1].getAttribute('title')).toBe(
+      'GPU 0 memory used: 20.0 GiB of 80.0 GiB (reading of 09:04:07)'
+    );
+    // The screen reader's value is the figure alone.
+    expect(meters[1].getAttribute('aria-valuetext')).toBe(
+      '20.0 GiB of 80.0 GiB'
+    );
+    panel.dispose();
+    m.dispose();
+  });
+
   it('says what a kernel holds as the driver reports it, never 0 B for held memory', async () => {
     const kernel = (fields: Record<string, unknown>, id: string) => ({
       kernel_id: id,
