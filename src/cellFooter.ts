@@ -19,6 +19,7 @@ import {
   CellFooterMode,
   cellDetailLines,
   cellLabel,
+  FetchCellReport,
   ICellReport,
   parseCellReport,
   showsFooter
@@ -139,11 +140,7 @@ export namespace NotebookCellFooters {
     /** The notebook's cells now. */
     cells: () => ReadonlyArray<IFooterCell>;
     /** GET `/cell.json` for a span; resolves with its parsed body. */
-    fetchReport: (
-      kernelId: string,
-      start: string,
-      end: string
-    ) => Promise<unknown>;
+    fetchReport: FetchCellReport;
     /** Open /GPU-Activity on a span. */
     open: (range: ITimeRange) => void;
     /**

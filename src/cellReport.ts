@@ -52,6 +52,13 @@ export interface ICellGpu {
   findings: ICellFinding[];
 }
 
+/** GET `/cell.json` for a kernel's span; resolves with its parsed body. */
+export type FetchCellReport = (
+  kernelId: string,
+  start: string,
+  end: string
+) => Promise<unknown>;
+
 export interface ICellReport {
   kernel: string;
   notebook: string | null;

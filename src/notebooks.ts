@@ -9,7 +9,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { IMessageHandler, Message, MessageLoop } from '@lumino/messaging';
 
 import { NotebookCellFooters } from './cellFooter';
-import { CellFooterMode } from './cellReport';
+import { CellFooterMode, FetchCellReport } from './cellReport';
 import { CellSpanWatcher, IKernelLike } from './cellSpans';
 import { GlanceModel } from './glanceModel';
 import { IIdleThresholds } from './idleNotice';
@@ -30,11 +30,7 @@ export interface INotebookGpuSettings {
 export namespace NotebookGpu {
   export interface IOptions {
     glance: GlanceModel;
-    fetchReport: (
-      kernelId: string,
-      start: string,
-      end: string
-    ) => Promise<unknown>;
+    fetchReport: FetchCellReport;
     open: (range: ITimeRange) => void;
     settings: INotebookGpuSettings;
     trans: TranslationBundle;
