@@ -75,7 +75,7 @@ def wait_for_plot(frame) -> dict:  # noqa: ANN001
         frame.wait_for_function(f"() => ({BAR_ROWS_JS})().rows.length > 0",
                                 timeout=PAGE_WAIT_MS)
         return frame.evaluate(f"() => ({{checksum: ({BAR_ROWS_JS})().rows.map("
-                              "(row) => row.label).join('|')}})")
+                              "(row) => row.label).join('|')})")
     if frame.url.split("?")[0].endswith(tuple(TABLE_ROUTES)):
         frame.wait_for_function(TABLE_LIVE_JS, timeout=PAGE_WAIT_MS)
         return frame.evaluate("() => ({checksum: nvdashboardLive.frames})")
