@@ -13,6 +13,7 @@ import time
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
+from tests.support.bar_rows import BAR_PAGE_JS, BAR_ROWS_JS
 from tests.support.browser import (
     PAGE_WAIT_MS,
     canvas_ink,
@@ -70,6 +71,11 @@ UNCHANGING_ROUTES = {"/GPU-Processes"}
 def wait_for_plot(frame) -> dict:  # noqa: ANN001
     frame.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
                             timeout=PAGE_WAIT_MS)
+    if frame.evaluate(BAR_PAGE_JS):  # HTML bars: their words change with each reading
+        frame.wait_for_function(f"() => ({BAR_ROWS_JS})().rows.length > 0",
+                                timeout=PAGE_WAIT_MS)
+        return frame.evaluate(f"() => ({{checksum: ({BAR_ROWS_JS})().rows.map("
+                              "(row) => row.label).join('|')})")
     if frame.url.split("?")[0].endswith(tuple(TABLE_ROUTES)):
         frame.wait_for_function(TABLE_LIVE_JS, timeout=PAGE_WAIT_MS)
         return frame.evaluate("() => ({checksum: nvdashboardLive.frames})")
@@ -83,13 +89,10 @@ EXPECTED_MIG_ROWS = ["GPU 0: NVIDIA A100-SXM4-80GB", "  ↳ GPU 0 · MIG 1 (CUDA
 
 
 def mig_rows(frame) -> list[str]:  # noqa: ANN001
-    """The bar rows' labels, top to bottom, as the page's Bokeh document holds them."""
-    return frame.evaluate("""() => {
-      const doc = Bokeh.documents[0];
-      const ranges = [...doc.all_models].filter(m => m.type === 'FactorRange'
-                                                   || m.constructor.name === 'FactorRange');
-      return [...ranges[0].factors].reverse();
-    }""")
+    """The bar rows' device names, top to bottom, as the page shows them (two spaces for
+    a row set in under its GPU)."""
+    rows = frame.evaluate(BAR_ROWS_JS)["rows"]
+    return [("  " if row["gpuIndent"] > 0 else "") + row["gpuText"] for row in rows]
 
 
 def open_lab(page, lab) -> None:  # noqa: ANN001
@@ -163,8 +166,8 @@ def test_sidebar_dashboards_reload_and_theme(lab, browser) -> None:
         # Some readings refresh once a second (the PCIe snapshot on this profile's driver):
         # polled to a deadline that holds on a loaded machine, not for a count of polls.
         def updated(frame=frame, route=route, first=first) -> bool:  # noqa: ANN001
-            second = wait_for_plot(frame) if route in TABLE_ROUTES \
-                else canvas_ink(frame)
+            second = wait_for_plot(frame) if route in TABLE_ROUTES or \
+                frame.evaluate(BAR_PAGE_JS) else canvas_ink(frame)
             return second["checksum"] != first["checksum"]
         until(updated, f"{route} did not update", seconds=30, every_s=0.5)
         if route in BAR_ROUTES:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.bar_rows import BAR_ROWS_JS
 from tests.support.browser import chromium, screenshot, watch
 from tests.support.jupyter import lab_with_processes
 from tests.support.waiting import until, until_ended
@@ -66,15 +67,8 @@ def gpu0_memory_in_sidebar(page) -> str:  # noqa: ANN001
 
 
 def memory_texts_on_dashboard(frame) -> list[str]:  # noqa: ANN001
-    """The per-GPU memory texts /GPU-Memory's document holds (its bars' labels)."""
-    return frame.evaluate("""() => {
-      const texts = [];
-      for (const model of Bokeh.documents[0].all_models) {
-        const data = model.data;
-        if (data && Array.isArray(data.text)) texts.push(...data.text);
-      }
-      return texts.filter(t => typeof t === 'string');
-    }""")
+    """The per-GPU memory texts /GPU-Memory shows (its bars' values)."""
+    return [row["text"] for row in frame.evaluate(BAR_ROWS_JS)["rows"]]
 
 
 def test_the_sidebar_reads_at_a_glance(lab, processes_file) -> None:  # noqa: ANN001

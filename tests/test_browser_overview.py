@@ -11,8 +11,8 @@ import pytest
 
 from jupyterlab_nvdashboard.apps.processes import current_user
 from jupyterlab_nvdashboard.simnvml.processes import SimulatedProcess
+from tests.support.bar_rows import BAR_ROWS_JS, assert_readable_rows
 from tests.support.browser import (
-    BOKEH_VIEWS_JS,
     PAGE_WAIT_MS,
     chromium,
     next_frames,
@@ -188,37 +188,11 @@ def test_overview_marks_the_free_gpus_with_readable_bars_at_1280x800() -> None:
         watched.assert_clean()
 
 
-# Each bar label of a /GPU-Memory-style page where the browser drew it: the words' left and
-# right edge in canvas pixels (Bokeh's own scale; the width as its 11px font measures), the
-# fill's, and the frame's.
-BAR_LABELS_JS = """() => {""" + BOKEH_VIEWS_JS + """
-  const plot = views.find((v) => v.model.type === 'Figure');
-  const context = document.createElement('canvas').getContext('2d');
-  context.font = '11px helvetica';
-  const frame = plot.frame.bbox, scale = plot.frame.x_scale;
-  const labels = [];
-  const value = (spec) => (spec !== null && typeof spec === 'object' ? spec.value : spec);
-  for (const set of plot.model.center.filter((m) => m.type === 'LabelSet')) {
-    const data = set.source.data, field = set.text.field;
-    const offset = value(set.x_offset), align = value(set.text_align);
-    data[field].forEach((text, i) => {
-      if (!text) return;
-      const end = scale.compute(data.percent[i]), width = context.measureText(text).width;
-      const left = align === 'right' ? end + offset - width : end + offset;
-      labels.push({text, left, right: left + width, start: scale.compute(0), end,
-                   frameLeft: frame.left, frameRight: frame.right});
-    });
-  }
-  return {labels, colours: [...new Set(plot.model.renderers.flatMap(
-            (r) => r.data_source && r.data_source.data.color ? [...r.data_source.data.color]
-                                                              : []))]};
-}"""
-
-
-def test_gpu_memory_labels_are_whole_and_never_across_their_fill() -> None:
+def test_gpu_memory_values_are_whole_and_never_on_their_fill() -> None:
     """/GPU-Memory with 8 GPUs, one nearly full, at 1280 px and with JupyterLab's sidebar
-    open (about 950 px), light and dark: every label is inside the chart, wholly on its
-    fill or wholly off it, and the bars' colours are good/warn/bad only."""
+    open (about 950 px), light and dark: every value is whole, on one line, inside the
+    window and beside its bar, never on its fill, and the bars' colours are good/warn/bad
+    only (tests/support/bar_rows.py)."""
     with in_process_server(gpus=8, profile="mixed", scenario="idle") as server, \
             chromium() as browser:
         totals = {f.index: f.memory_total_bytes for f in server.metrics.facts}
@@ -231,23 +205,17 @@ def test_gpu_memory_labels_are_whole_and_never_across_their_fill() -> None:
         for theme, width in (("light", 1280), ("dark", 1280), ("light", 950), ("dark", 950)):
             page.set_viewport_size({"width": width, "height": 800})
             page.goto(f"{server.url}/GPU-Memory?theme={theme}")
-            # Drawn from a frame in which GPU 6 is held (its bar past half its scale).
+            # Drawn from a frame in which GPU 6 is held (its bar past 90% of its scale).
             page.wait_for_function(
-                f"() => window.Bokeh && Bokeh.index && Object.keys(Bokeh.index).length && "
-                f"({BAR_LABELS_JS})().labels.some((l) => l.end - l.start > "
-                f"0.9 * (l.frameRight - l.start))", timeout=PAGE_WAIT_MS)
+                f"() => ({BAR_ROWS_JS})().rows.some((row) => row.key === '6-memory' && "
+                "row.fill && parseFloat(row.fill.width) > 90)", timeout=PAGE_WAIT_MS)
             next_frames(page)
-            seen = page.evaluate(BAR_LABELS_JS)
+            seen = page.evaluate(BAR_ROWS_JS)
             screenshot(page, f"gpu-memory-{width}-{theme}")
-            assert len(seen["labels"]) == 8, seen
-            for label in seen["labels"]:
-                assert label["frameLeft"] <= label["left"] and \
-                    label["right"] <= label["frameRight"], ("cut", label)
-                on_fill = label["start"] <= label["left"] and label["right"] <= label["end"]
-                off_fill = label["left"] >= label["end"]
-                assert on_fill or off_fill, ("across its fill", label)
-            assert {c.lower() for c in seen["colours"]} <= {
-                "#76b900", "#e8a100", "#d62728"}, seen["colours"]
+            assert len(seen["rows"]) == 8, seen
+            assert_readable_rows(seen, "/GPU-Memory", width)
+            levels = {row["key"]: row["fill"]["colour"] for row in seen["rows"]}
+            assert levels["6-memory"] != levels["0-memory"]  # held: warn or bad, not good
         watched.assert_clean()
 
 

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from jupyterlab_nvdashboard.apps.registry import ROUTES
+from tests.support.bar_rows import BAR_PAGE_JS, BAR_ROWS_JS
 from tests.support.browser import (
     PAGE_WAIT_MS,
     canvas_ink,
@@ -36,6 +37,13 @@ def test_every_dashboard_renders_offline_and_updates() -> None:
             page.goto(url + route)
             page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0",
                                    timeout=PAGE_WAIT_MS)
+            if page.evaluate(BAR_PAGE_JS):  # HTML bars: new readings are shown
+                first = page.evaluate(BAR_ROWS_JS)
+                page.wait_for_function(
+                    f"(first) => ({BAR_ROWS_JS})().rows.some((row, i) => "
+                    "row.label !== first.rows[i].label)", arg=first, timeout=PAGE_WAIT_MS)
+                screenshot(page, "standalone" + route.replace("/", "-").lower())
+                continue
             if route in ("/GPU-Processes", "/GPU-Overview"):  # tables: frames are applied
                 # An unchanged table is not resent: with no process, /GPU-Processes gets
                 # its first frame only; the overview's readings change every second.

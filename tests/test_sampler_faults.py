@@ -19,6 +19,7 @@ from jupyterlab_nvdashboard.metrics.host import HostReader
 from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
 from jupyterlab_nvdashboard.metrics.sampler import History, Sampler
 from jupyterlab_nvdashboard.simnvml import SimulatedNvml
+from tests.support.bar_rows import bar_rows
 from tests.support.bokeh_client import open_session
 from tests.support.servers import get, in_process_server
 from tests.support.stream_client import live_frames, open_stream
@@ -122,7 +123,7 @@ def test_nvml_init_fails_first_then_dashboards_fill_themselves() -> None:
         # reloaded page streams the GPU bars.
         assert told_to_reload
         bars = asyncio.run(live_frames(server.url, "/GPU-Utilization", wanted=1))
-        assert bars.frames[-1].rows.text["y"][0].startswith("GPU 0")
+        assert bar_rows(bars.frames[-1].rows.text["html"][0])[0][0]["gpu"].startswith("GPU 0")
         info = json.loads(get(server.url + "/info.json")[1])
         assert info["nvml_state"] == "ok" and info["gpu_count"] == 2
         assert "/GPU-Utilization" in json.loads(get(server.url + "/index.json")[1])

@@ -13,6 +13,7 @@ import pytest
 from jupyterlab_nvdashboard.apps.components import reading_time
 from jupyterlab_nvdashboard.apps.registry import ROUTES
 from jupyterlab_nvdashboard.simnvml import SimulatedNvml
+from tests.support.bar_rows import bar_rows
 from tests.support.bokeh_client import open_session
 from tests.support.servers import get, in_process_server
 from tests.support.stream_client import count_live_frames, live_frames, open_stream
@@ -170,9 +171,10 @@ def test_lost_gpu_degrades_alone_and_server_keeps_serving() -> None:
         for route in ALL_ROUTES:
             assert get(server.url + route)[0] == 200
         bars = asyncio.run(live_frames(server.url, "/GPU-Utilization", wanted=0))
-        assert bars.frames[0].rows.text["text"][1] == "GPU lost"
+        rows, _ = bar_rows(bars.frames[0].rows.text["html"][0])
+        assert [row["value"] == "GPU lost" for row in rows] == [False, True, False, False]
         # Each bar's hover says which reading it is: a time of day of this run's samples.
-        read_at = set(bars.frames[0].rows.text["read_at"])
+        read_at = {row["title"].rpartition("reading of ")[2] for row in rows}
         assert len(read_at) == 1 and read_at <= {
             reading_time(s.time_s) for s in history.window(server.metrics.history_s)}
 

@@ -3,8 +3,9 @@
 Each comes in two halves. The *feed* (``BarsFeed``, ``TimelineFeed``) turns samples the
 sampler already collected into rows; it is built once per route and shared by every page,
 because the broadcaster encodes its rows once per tick for all of them. The *view*
-(``PerGpuBars``, ``Timeline``) is the Bokeh layout one page draws those rows with: a
-``source`` that only the page's own script fills (``apps/live.py``), and a ``root`` to show.
+(``BarsView``, ``Timeline``) is what one page draws those rows with: a ``source`` that only
+the page's own script fills (``apps/live.py``), and a ``root`` to show. Bars are HTML set in
+place (``in_place.py``); timelines are bands of one Bokeh figure.
 
 Units: GPU and host memory in binary units as nvidia-smi shows them (1 GiB = 2^30 bytes,
 1 MiB = 2^20 bytes); throughput in decimal units (1 GB/s = 10^9 bytes per second), as
@@ -31,11 +32,9 @@ from bokeh.models import (
     DatetimeAxis,
     DatetimeTicker,
     Div,
-    FactorRange,
     FixedTicker,
     Grid,
     HoverTool,
-    LabelSet,
     LayoutDOM,
     Line,
     MultiLine,
@@ -52,16 +51,14 @@ from ..metrics.sampler import rows_total
 from ..stream.broadcaster import TIME_KEY
 from ..stream.downsample import bucket_seconds
 from ..stream.frames import Rows
-from .live import BandsView, LiveView
+from .in_place import StreamedHtml
+from .live import REPLACE_REDRAW_MS, BandsView, LiveView
 
 GB = 1e9
 MB = 1e6
 GIB = float(2**30)
 MIB = float(2**20)
 NOT_AVAILABLE = "not available"
-# A bar filled past this share of its scale has its words inside, at its end (half the
-# chart holds the longest, "12.34 GB/s (20 ms sample)", from 700 px wide).
-LABEL_INSIDE_PCT = 50.0
 
 
 def gpu_color(index: int) -> str:
@@ -156,78 +153,143 @@ class BarMetric:
 
 
 @dataclass(frozen=True)
+class Bar:
+    """One bar as ``BarsFeed`` decided it; the page only shows it."""
+
+    key: str  # one per GPU and metric: the page's morph keeps that row's elements
+    gpu: str  # the device's label (``gpu_label``)
+    swatch: str  # the GPU's own colour, on its swatch only
+    metric: str  # what the bar shows, e.g. "utilization" or "TX"
+    share: float | None  # % of the device's own full scale; None: no fill (never a 0)
+    level: str  # ``bar_level``'s good, warn or bad: the fill's colour
+    text: str  # the value in words, as ``BarMetric.describe`` says it, or "GPU lost"
+    lost: bool
+    mig: bool
+
+
+# The bar pages look like the overview's bars (issue 44): the GPU's colour only on its
+# swatch, the fill's only good, warn or bad (``LEVEL_COLORS``), and the value in words
+# beside the bar in the page's own colour, so it reads alike at any fill in either theme.
+# The rows share one grid (``subgrid``): every bar starts and ends where the others do.
+BARS_STYLE = """<style>
+.nvb { font: 13px/1.3 system-ui, sans-serif; color: inherit; padding: 0 1em 0 .5em; }
+.nvb .axis, .nvb .stamp { font-size: 12px; opacity: .85; margin: .2em 0 .6em; }
+.nvb .stamp { margin-top: .4em; }
+.nvb .rows { display: grid; gap: 5px 10px; align-items: center;
+             grid-template-columns: max-content minmax(8em, 1fr) minmax(6em, max-content); }
+.nvb .rows.nested { grid-template-columns: max-content max-content minmax(8em, 1fr)
+                                           minmax(6em, max-content); }
+.nvb .row { display: grid; grid-column: 1 / -1; grid-template-columns: subgrid;
+            align-items: center; border-radius: 3px; }
+.nvb .row:focus-visible { outline: 2px solid #3b82f6; outline-offset: 2px; }
+.nvb .row.lost { background: rgba(214,39,40,.14); }
+.nvb .gpu, .nvb .metric, .nvb .value { white-space: nowrap; }
+.nvb .mig .gpu { padding-left: 1.4em; }
+.nvb .swatch { display: inline-block; width: .7em; height: .7em; border-radius: 2px;
+               margin-right: 5px; }
+.nvb .metric { font-size: 12px; opacity: .85; }
+.nvb .track { height: 14px; background: rgba(128,128,128,.22); border-radius: 2px; }
+.nvb .na .track { background: repeating-linear-gradient(45deg, rgba(128,128,128,.25) 0 3px,
+                                                        transparent 3px 7px); }
+.nvb .track i { display: block; height: 100%; border-radius: 2px; }
+""" + "".join(f".nvb .track i.{level} {{ background: {color}; }}\n"
+              for level, color in LEVEL_COLORS.items()) + """
+.nvb .value { font-weight: 600; font-variant-numeric: tabular-nums; }
+.nvb .scale { position: relative; height: 1.3em; font-size: 11px;
+              border-top: 1px solid rgba(128,128,128,.6); }
+.nvb .scale span { position: absolute; transform: translateX(-50%); opacity: .8; }
+</style>"""
+BAR_SCALE_TICKS = (0, 25, 50, 75, 100)  # % of each device's own full scale
+
+
+def bars_html(bars: Sequence[Bar], caption: str, read_at: str, nested: bool) -> str:
+    """The bar page's rows as HTML. Each row can take the keyboard's focus; its hover and
+    what a screen reader says name the device, the value and when it was read."""
+    esc = html.escape
+    rows = []
+    previous = None
+    for bar in bars:
+        said = f"{bar.gpu} {bar.metric}: {bar.text}, reading of {read_at}"
+        kind = "".join((" lost" if bar.lost else "", " mig" if bar.mig else "",
+                        " na" if bar.share is None else ""))
+        # On a page of several metrics a device's name heads its first row only.
+        named, previous = not nested or bar.gpu != previous, bar.gpu
+        gpu = (f"<span class='swatch' style='background:{bar.swatch}'></span>{esc(bar.gpu)}"
+               if named else "")
+        fill = "" if bar.share is None else \
+            f"<i class='{bar.level}' style='width:{bar.share:.1f}%'></i>"
+        rows.append(f"<div class='row{kind}' data-key='{esc(bar.key)}' tabindex='0' "
+                    f"role='img' aria-label='{esc(said)}' title='{esc(said)}'>"
+                    f"<span class='gpu'>{gpu}</span>"
+                    + (f"<span class='metric'>{esc(bar.metric)}</span>" if nested else "")
+                    + f"<span class='track'>{fill}</span>"
+                    f"<span class='value'>{esc(bar.text)}</span></div>")
+    ticks = "".join(f"<span style='left:{tick}%'>{tick}%</span>" for tick in BAR_SCALE_TICKS)
+    blanks = "<span></span>" * (2 if nested else 1)
+    rows.append(f"<div class='row' aria-hidden='true'>{blanks}<span class='scale'>{ticks}"
+                "</span><span></span></div>")
+    stamp = f"Reading of {esc(read_at)}." if read_at else "Waiting for a reading."
+    return (f"{BARS_STYLE}<div class='nvb'><div class='axis'>{esc(caption)}</div>"
+            f"<div class='rows{' nested' if nested else ''}'>{''.join(rows)}</div>"
+            f"<div class='stamp'>{stamp}</div></div>")
+
+
+@dataclass(frozen=True)
 class BarsFeed:
-    """Per-GPU bars from the newest sample, each scaled to its own GPU's maximum."""
+    """Per-GPU bars from the newest sample, each scaled to its own GPU's maximum, sent as
+    the page's HTML (``bars_html``), which the page sets in place."""
 
     facts: tuple[GpuFacts, ...]
     metrics: tuple[BarMetric, ...]
     x_label: str
     mode = "replace"
+    # The page repaints at most once per REPLACE_REDRAW_MS: the frames between two repaints
+    # (five a second at the 0.2 s tick) were decoded for nothing. A little under it, so the
+    # tick a second after the last frame is not skipped: a repaint a second, as before.
+    refresh_s = 0.9 * REPLACE_REDRAW_MS / 1000
 
     @property
-    def factors(self) -> list[str | tuple[str, str]]:
-        nested = len(self.metrics) > 1
-        return [(gpu_label(f, short=True), m.label) if nested else
-                gpu_label(f, gpu=parent_facts(self.facts, f))
-                for f in self.facts for m in self.metrics]
+    def nested(self) -> bool:
+        """Several metrics per device (TX and RX): each row names its metric."""
+        return len(self.metrics) > 1
 
-    def rows(self, samples: Sequence[Sample]) -> Rows:
+    def bars(self, samples: Sequence[Sample]) -> list[Bar]:
         readings = {reading.index: reading for reading in samples[-1].gpus} if samples else {}
-        percent: list[float] = []
-        words: list[str] = []
-        inside: list[str] = []
-        outside: list[str] = []
-        color: list[str] = []
+        bars = []
         for facts in self.facts:
             reading = readings.get(facts.index, GpuReading.unavailable(facts.index, lost=False))
             for metric in self.metrics:
                 value, scale = metric.read(reading), metric.full_scale(facts)
-                share = 0.0 if value is None or not scale else min(100.0, 100 * value / scale)
-                percent.append(share)
-                text = "GPU lost" if reading.lost else metric.describe(reading, facts)
-                words.append(text)
-                # A long bar holds its words at its end, a short one has them after it:
-                # never across the fill's edge, never past the chart's right edge.
-                inside.append(text if share > LABEL_INSIDE_PCT else "")
-                outside.append("" if share > LABEL_INSIDE_PCT else text)
-                color.append(LEVEL_COLORS[bar_level(share, metric.levels)])
+                share = None if value is None or not scale else \
+                    max(0.0, min(100.0, 100 * value / scale))
+                bars.append(Bar(
+                    f"{facts.index}-{metric.label}",
+                    gpu_label(facts, gpu=parent_facts(self.facts, facts)).strip(),
+                    gpu_color(facts.index), metric.label, share,
+                    bar_level(share, metric.levels),
+                    "GPU lost" if reading.lost else metric.describe(reading, facts),
+                    reading.lost, facts.kind == "mig"))
+        return bars
+
+    def html(self, samples: Sequence[Sample]) -> str:
         # Which reading this is: views on screen together update at their own pace, so each
         # says when its reading was taken (the status bar's tooltip does too).
         read_at = reading_time(samples[-1].time_s) if samples else ""
-        return Rows({"percent": np.array(percent, dtype=float)},
-                    {"y": self.factors, "text": words, "inside": inside, "outside": outside,
-                     "color": color, "read_at": [read_at] * len(words)})
+        return bars_html(self.bars(samples), self.x_label, read_at, self.nested)
+
+    def rows(self, samples: Sequence[Sample]) -> Rows:
+        return Rows({}, {"html": [self.html(samples)]})
 
 
-class PerGpuBars:
-    """Horizontal bars, one per GPU and metric, drawn from a ``BarsFeed``'s rows."""
+class BarsView:
+    """The bar page: the rows of the newest reading, then each frame's set in place (only
+    the widths, classes and words that changed are touched; no canvas to repaint)."""
 
-    def __init__(self, feed: BarsFeed, height: int | None = None) -> None:
+    def __init__(self, feed: BarsFeed, samples: Sequence[Sample]) -> None:
         self.feed = feed
-        factors = feed.factors
-        self.source = ColumnDataSource({"y": [], "percent": [], "text": [], "inside": [],
-                                        "outside": [], "color": [], "read_at": []},
-                                       syncable=False)
-        plot = figure(
-            # Reversed so GPU 0 is drawn at the top.
-            y_range=FactorRange(*reversed(factors)), x_range=Range1d(0, 100),
-            x_axis_label=feed.x_label, sizing_mode="stretch_both", toolbar_location=None,
-            tools="", height=height or max(160, 60 + 40 * len(factors)), syncable=False,
-        )
-        plot.hbar(y="y", right="percent", height=0.8, color="color", source=self.source)
-        # Black reads on each of the level colours, in either theme; words after a bar take
-        # the theme's colour.
-        plot.add_layout(LabelSet(x="percent", y="y", text="inside", source=self.source,
-                                 x_offset=-4, y_offset=-6, text_font_size="11px",
-                                 text_align="right", text_color="#000000", name="inside"))
-        plot.add_layout(LabelSet(x="percent", y="y", text="outside", source=self.source,
-                                 x_offset=4, y_offset=-6, text_font_size="11px",
-                                 name="outside"))
-        plot.add_tools(HoverTool(tooltips=[("GPU", "@y"), ("value", "@text"),
-                                         ("reading of", "@read_at")]))
-        plot.ygrid.grid_line_color = None
-        self.root = plot
-        self.live = LiveView(self.source)
+        rows = StreamedHtml(feed.html(samples), name="bars")
+        self.root = rows.div
+        self.live = LiveView(rows.source)
 
 
 @dataclass(frozen=True)

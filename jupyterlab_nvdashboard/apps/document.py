@@ -60,10 +60,9 @@ DARK_WIDGET_CSS = """
   --default-disabled: #30383e; --default-disabled-border: #444d54;
 }
 """
-# Bokeh's dark_minimal, plus light text for the value labels it does not cover and the
-# widgets' colours (a widget given stylesheets of its own, such as a themed table, keeps them).
+# Bokeh's dark_minimal, plus the widgets' colours (a widget given stylesheets of its own,
+# such as a themed table, keeps them).
 _DARK = Theme(json={"attrs": {**_dark_minimal_json["attrs"],
-                              "LabelSet": {"text_color": "#e0e0e0"},
                               "Widget": {"stylesheets": [DARK_WIDGET_CSS]}}})
 THEMES = {
     "light": {"bokeh": None, "page_background": "#ffffff", "page_foreground": "#1f1f1f"},

@@ -66,7 +66,7 @@ from .components import (
     row_offset,
     window_label,
 )
-from .in_place import IN_PLACE_JS
+from .in_place import FULL_WIDTH_CSS, IN_PLACE_JS
 from .live import LiveView
 from .sources import DashboardSources
 
@@ -420,11 +420,9 @@ class HealthDashboard:
             {"y": [], **{key: [] for key in LIMIT_BARS},
              **{key: [] for key in HEALTH_COLUMNS},
              **{f"{key}_mark": [] for key in HEALTH_COLUMNS}}, syncable=False)
-        # The bars: HTML that the table's script draws (RENDER_TABLE_JS), as wide as the page
-        # (BokehJS sets a Div's content box inline, as wide as its text).
+        # The bars: HTML that the table's script draws (RENDER_TABLE_JS), as wide as the page.
         self.limit_bars = Div(text="", sizing_mode="stretch_width", syncable=False,
-                              name="limit-bars",
-                              stylesheets=[".bk-clearfix { display: block !important; }"])
+                              name="limit-bars", stylesheets=[FULL_WIDTH_CSS])
         explanation = Div(text=(
             "<div style='font-size:12px;margin:0.3em 1em'>A marked cell is past its threshold; "
             "the reason is written under it. XID events stay listed until the server "

@@ -24,8 +24,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bokeh.models import ColumnDataSource, Div
-
 from ..diagnosis import Diagnosis
 from ..diagnosis.free import FREE_RULE, FreeJudgment
 from ..metrics import GpuFacts, GpuReading, Sample
@@ -46,7 +44,7 @@ from .components import (
     gpu_color,
     reading_time,
 )
-from .in_place import IN_PLACE_JS
+from .in_place import IN_PLACE_JS, StreamedHtml
 from .live import STREAM_CLIENT_JS, LiveView
 from .processes import (
     ANOTHER_CONTAINER,
@@ -426,25 +424,14 @@ class OverviewFeed:
         return self._cache[1]
 
 
-SET_HTML_JS = IN_PLACE_JS + """
-const text = (source.data.html || [])[0];
-if (text !== undefined) setDivHtml(div, text);
-"""
-
-
 class OverviewView:
     """The page: the table, set in place whenever the stream replaces it."""
 
     def __init__(self, sources: DashboardSources, feed: OverviewFeed) -> None:
-        from bokeh.models import CustomJS
-
-        self.source = ColumnDataSource({"html": []}, syncable=False)
-        self.table = Div(text=overview_html(sources, feed.routes, link_prefix=""),
-                         sizing_mode="stretch_width", syncable=False, name="overview")
-        self.source.js_on_change("data", CustomJS(args={"source": self.source,
-                                                        "div": self.table}, code=SET_HTML_JS))
-        self.root = self.table
-        self.live = LiveView(self.source)
+        table = StreamedHtml(overview_html(sources, feed.routes, link_prefix=""),
+                             name="overview")
+        self.root = table.div
+        self.live = LiveView(table.source)
 
 
 # The overview at ``/``: the same stream, without BokehJS. A frame is the header of

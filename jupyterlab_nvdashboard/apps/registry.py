@@ -10,7 +10,7 @@ from typing import Any
 from ..metrics import Metrics
 from ..stream.broadcaster import Feed
 from . import activity, gpu, health, machine, overview, processes, workload
-from .components import BarsFeed, PerGpuBars, Timeline, TimelineFeed
+from .components import BarsFeed, BarsView, Timeline, TimelineFeed
 from .document import Component
 from .sources import DashboardSources
 
@@ -19,7 +19,8 @@ def standard_view(sources: DashboardSources, feed: Feed | None) -> Component:
     """Bars for a ``BarsFeed``, stacked timelines for a ``TimelineFeed``."""
     metrics = sources.metrics
     if isinstance(feed, BarsFeed):
-        return PerGpuBars(feed)
+        latest = metrics.history.latest()
+        return BarsView(feed, [latest] if latest is not None else [])
     assert isinstance(feed, TimelineFeed), "a standard view draws a feed"
     return Timeline(feed, sources.timeline_windows_s, metrics.interval_s,
                     gpu_names={facts.index: facts.label for facts in metrics.facts})
