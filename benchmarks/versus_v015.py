@@ -45,6 +45,7 @@ Run it from the project root (a quick check first)::
     python benchmarks/versus_v015.py --window 5 --rounds 1
     python benchmarks/versus_v015.py [--rounds 3] [--window 20] [--settle 5] [--out DIR]
         [--max-load 1.5] [--load-wait 180] [--venv DIR] [--pages resources,utilization,bare]
+        [--baseline REF]  # also this project at git REF, its own lab, side by side
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -74,6 +76,7 @@ from benchmarks.dashboard_overhead import (  # noqa: E402
     chromium_cpu_s,
     per_process_pct,
 )
+from benchmarks.revision import revision_worktree  # noqa: E402
 from jupyterlab_nvdashboard.apps.live import (  # noqa: E402
     REPLACE_REDRAW_MS,
     TIMELINE_REDRAW_MS,
@@ -85,6 +88,7 @@ OURS = "ours"
 V015_DEFAULT = "v0.15 default"
 V015_SAME_RATE = "v0.15 at ours' rate"
 V015 = "v0.15"  # a bare Lab: v0.15's settings do not matter without a tab
+EXPOSE_APP = "--LabApp.expose_app_in_browser=True"  # window.jupyterapp, to run commands
 PAGE_WAIT_MS = 120_000
 V015_SIDEBAR_TAB = '.jp-SideBar [data-id="gpu-dashboard"]'
 # A table page (the overview at /) counts the frames it applied, not canvas draws.
@@ -111,8 +115,11 @@ class Page:
     v015_button: str | None  # v0.15's sidebar button
     rate_ms: int | None  # ours' repaint interval for it
 
-    def sides(self) -> list[str]:
-        return [V015_DEFAULT, V015_SAME_RATE, OURS] if self.route else [V015, OURS]
+    def sides(self, baseline: str | None = None) -> list[str]:
+        """Who runs it: v0.15 (at its default and at ours' rate where that differs), the
+        ``--baseline`` tree if any, and ours."""
+        return ([V015_DEFAULT, V015_SAME_RATE] if self.route else [V015]) + \
+            ([baseline] if baseline else []) + [OURS]
 
 
 PAGES = [
@@ -163,9 +170,13 @@ class Window:
 class Side:
     """A running lab and how to read its server."""
 
-    name: str  # OURS or V015
+    name: str  # OURS, V015 or the baseline's
     lab: JupyterLab
     nvml_calls: Callable[[], int | None]
+
+    @property
+    def is_v015(self) -> bool:
+        return self.name == V015
 
     def server_cpu_s(self) -> tuple[float, float]:
         """CPU seconds so far of (the Lab server, its child processes)."""
@@ -186,21 +197,52 @@ def ours_nvml_calls(lab: JupyterLab) -> int | None:
     return json.loads(body).get("nvml_calls") if status == 200 else None
 
 
+def our_side(name: str, lab: JupyterLab) -> Side:
+    lab.dashboard_index()  # starts the dashboard server and waits for its GPUs
+    return Side(name, lab, lambda: ours_nvml_calls(lab))
+
+
 @contextmanager
-def labs(venv: Path, scratch: Path) -> Iterator[dict[str, Side]]:
+def baseline_lab(revision: str, scratch: Path) -> Iterator[JupyterLab]:
+    """A lab of this project at git ``revision``, with that tree's frontend built."""
+    folder = scratch / "baseline"
+    folder.mkdir()
+    with revision_worktree(revision, folder) as tree:
+        (tree / "node_modules").symlink_to((ROOT / "node_modules").resolve())
+        print(f"... building {revision}'s labextension (jlpm build)", file=sys.stderr,
+              flush=True)
+        subprocess.run(["jlpm", "build"], cwd=tree, check=True, stdout=subprocess.DEVNULL)
+        labextensions = folder / "share" / "labextensions"
+        labextensions.mkdir(parents=True)
+        (labextensions / "jupyterlab-nvdashboard").symlink_to(
+            tree / "jupyterlab_nvdashboard" / "labextension")
+        with jupyter_lab(simulate=4, extra_env={"PYTHONPATH": str(tree),
+                                                "JUPYTER_PATH": str(folder / "share")},
+                         extra_args=[EXPOSE_APP]) as lab:
+            yield lab
+
+
+@contextmanager
+def labs(venv: Path, scratch: Path, baseline: str | None) -> Iterator[dict[str, Side]]:
+    """Every side's lab, running together: ours, v0.15 and the baseline if asked for."""
     python = v015_side.v015_environment(venv)
     with ExitStack() as stack:
         share = scratch / "share"
         share.mkdir()
-        ours = stack.enter_context(jupyter_lab(
-            simulate=4, extra_env=this_build(str(share)),
-            extra_args=["--LabApp.expose_app_in_browser=True"]))
-        ours.dashboard_index()  # starts the dashboard server and waits for its GPUs
+        sides = {OURS: our_side(OURS, stack.enter_context(jupyter_lab(
+            simulate=4, extra_env=this_build(str(share)), extra_args=[EXPOSE_APP])))}
+        if baseline:
+            name = baseline_name(baseline)
+            sides[name] = our_side(name, stack.enter_context(baseline_lab(baseline, scratch)))
         v015_folder = scratch / "v015"
         v015_folder.mkdir()
         v015 = stack.enter_context(v015_side.v015_lab(python, v015_folder))
-        yield {OURS: Side(OURS, ours, lambda: ours_nvml_calls(ours)),
-               V015: Side(V015, v015, lambda: v015_side.nvml_calls(v015, v015_folder))}
+        sides[V015] = Side(V015, v015, lambda: v015_side.nvml_calls(v015, v015_folder))
+        yield sides
+
+
+def baseline_name(revision: str) -> str:
+    return f"ours at {revision}"
 
 
 # ----- one window ------------------------------------------------------------------------
@@ -226,7 +268,8 @@ def open_lab(page, lab: JupyterLab, workspace: str) -> None:  # noqa: ANN001
 
 
 def open_ours(page, route: str, title: str) -> Callable[[], int | None]:  # noqa: ANN001
-    """Open ``route`` by ours' command; returns the repaints-so-far reader."""
+    """Open ``route`` by ours' command; returns the repaints-so-far reader: 0 until the
+    page's frame is there, None for a page that counts neither draws nor frames."""
     page.evaluate("([route, label]) => window.jupyterapp.commands.execute("
                   "'nvdashboard:open', {route, label})", [route, title])
 
@@ -239,13 +282,10 @@ def open_ours(page, route: str, title: str) -> Callable[[], int | None]:  # noqa
         for frame in frames():
             drawn = frame.evaluate(DRAWS_JS)
             counts.append(drawn if drawn >= 0 else frame.evaluate(LIVE_FRAMES_JS))
-        return sum(counts) if counts and min(counts) >= 0 else None
+        if not counts:
+            return 0
+        return sum(counts) if min(counts) >= 0 else None
 
-    deadline = time.monotonic() + PAGE_WAIT_MS / 1000
-    while not ((repaints() or 0) > 0):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"ours' {route} drew nothing in {PAGE_WAIT_MS / 1000:.0f} s")
-        page.wait_for_timeout(500)
     return repaints
 
 
@@ -256,8 +296,20 @@ def open_v015(page, button: str) -> Callable[[], int | None]:  # noqa: ANN001
     page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
     page.wait_for_selector("#jp-main-dock-panel .recharts-surface", timeout=PAGE_WAIT_MS)
     page.evaluate(V015_REPAINTS_JS)
-    page.wait_for_function("() => window.v015Repaints > 0", timeout=PAGE_WAIT_MS)
     return lambda: page.evaluate("() => window.v015Repaints")
+
+
+def wait_until_live(page, repaints: Callable[[], int | None],  # noqa: ANN001
+                    frames_received: Callable[[], int], what: str) -> None:
+    """Until the page has repainted (or, where it counts no repaints, received a frame)."""
+    deadline = time.monotonic() + PAGE_WAIT_MS / 1000
+    while True:
+        drawn = repaints()
+        if (drawn or 0) > 0 or (drawn is None and frames_received() > 0):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} showed nothing in {PAGE_WAIT_MS / 1000:.0f} s")
+        page.wait_for_timeout(500)
 
 
 def measure_window(browser, side: Side, case: Page, side_name: str,  # noqa: ANN001
@@ -265,7 +317,7 @@ def measure_window(browser, side: Side, case: Page, side_name: str,  # noqa: ANN
     result = Window(round_index, case.title, side_name, window_s=args.window)
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
-    counters = {"frames": 0, "bytes": 0, "requests": 0}
+    counters = {"frames": 0, "received": 0, "bytes": 0, "requests": 0}
 
     def on_websocket(ws) -> None:  # noqa: ANN001 - playwright WebSocket
         if "nvdashboard" not in ws.url:
@@ -275,7 +327,11 @@ def measure_window(browser, side: Side, case: Page, side_name: str,  # noqa: ANN
             counters["frames"] += 1
             counters["bytes"] += len(payload)
 
-        ws.on("framereceived", counted)
+        def received(payload) -> None:  # noqa: ANN001
+            counters["received"] += 1
+            counted(payload)
+
+        ws.on("framereceived", received)
         ws.on("framesent", counted)
 
     def on_request(_request) -> None:  # noqa: ANN001
@@ -286,10 +342,13 @@ def measure_window(browser, side: Side, case: Page, side_name: str,  # noqa: ANN
     open_lab(page, side.lab, f"versus-{round_index}-{case.key}-{side_name.replace(' ', '-')}"
              .replace("'", "").replace(".", ""))
     repaints: Callable[[], int | None] = lambda: None  # noqa: E731 - a bare Lab
-    if case.route and side.name == OURS:
+    if case.route and not side.is_v015:
         repaints = open_ours(page, case.route, case.title)
     elif case.v015_button:
         repaints = open_v015(page, case.v015_button)
+    if case.route:
+        wait_until_live(page, repaints, lambda: counters["received"],
+                        f"{side_name}'s {case.title}")
     page.wait_for_timeout(args.settle * 1000)
 
     for key in counters:
@@ -312,7 +371,7 @@ def measure_window(browser, side: Side, case: Page, side_name: str,  # noqa: ANN
     result.browser_by_process = by_process
     result.browser_cpu_pct = sum(by_process.values())
     result.lab_cpu_pct = 100 * (lab_after - lab_before) / elapsed
-    if side.name == OURS:
+    if not side.is_v015:
         result.dashboard_server_cpu_pct = 100 * (children_after - children_before) / elapsed
     if calls_before is not None and calls_after is not None:
         result.nvml_calls_per_s = (calls_after - calls_before) / elapsed
@@ -366,27 +425,31 @@ def ratios(ours: dict[int, float], theirs: dict[int, float]) -> list[float]:
     return [ours[i] / theirs[i] for i in sorted(ours) if theirs.get(i)]
 
 
-def page_table(page: Page, windows: list[Window]) -> str:
-    """One page's table: each side's median (range), and ours ÷ v0.15 at the same rate."""
+def page_table(page: Page, windows: list[Window], baseline: str | None = None) -> str:
+    """One page's table: each side's median (range), and each of ours' trees ÷ v0.15 at
+    the same rate, per round and their median."""
     mine = [w for w in windows if w.page == page.title]
-    sides = page.sides()
+    sides = page.sides(baseline)
     compared = V015_SAME_RATE if page.route else V015
+    ours_sides = [side for side in sides if side in (baseline, OURS)]
     lines = [f"### {page.title}" + (f" (ours repaints every {page.rate_ms} ms)"
                                     if page.rate_ms else ""),
              "", "| measure | " + " | ".join(f"{s} median (range)" for s in sides)
-             + f" | ours ÷ {compared}, per round | median ratio |",
-             "|" + "---|" * (len(sides) + 3)]
+             + "".join(f" | {s} ÷ {compared}, per round | median ratio" for s in ours_sides)
+             + " |", "|" + "---|" * (1 + len(sides) + 2 * len(ours_sides))]
     for name, measure in MEASURES:
-        by_side = [per_round(mine, side, measure) for side in sides]
-        if not any(by_side):
+        by_side = {side: per_round(mine, side, measure) for side in sides}
+        if not any(by_side.values()):
             continue
-        cells = [median_range(list(values.values())) for values in by_side]
-        ratio_cells = ["", ""]
-        if name in RATIO_MEASURES:
-            each = ratios(by_side[sides.index(OURS)], by_side[sides.index(compared)])
-            ratio_cells = [", ".join(f"{r:.2f}" for r in each) or "-",
-                           f"{statistics.median(each):.2f}" if each else "-"]
-        lines.append(f"| {name} | " + " | ".join(cells + ratio_cells) + " |")
+        cells = [median_range(list(values.values())) for values in by_side.values()]
+        for side in ours_sides:
+            if name not in RATIO_MEASURES:
+                cells += ["", ""]
+                continue
+            each = ratios(by_side[side], by_side[compared])
+            cells += [", ".join(f"{r:.2f}" for r in each) or "-",
+                      f"{statistics.median(each):.2f}" if each else "-"]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -396,18 +459,19 @@ def run(args: argparse.Namespace, pages: list[Page]) -> list[Window]:
 
     windows: list[Window] = []
     with tempfile.TemporaryDirectory(prefix="nvdashboard-versus-") as scratch, \
-            labs(args.venv, Path(scratch)) as running, sync_playwright() as playwright:
-        print(f"# ours: {running[OURS].lab.url}, v0.15: {running[V015].lab.url} "
-              f"({args.venv})", file=sys.stderr, flush=True)
+            labs(args.venv, Path(scratch), args.baseline) as running, \
+            sync_playwright() as playwright:
+        print("# " + ", ".join(f"{name}: {side.lab.url}" for name, side in running.items())
+              + f" (v0.15 from {args.venv})", file=sys.stderr, flush=True)
         for round_index in range(args.rounds):
             for page in pages:
-                sides = page.sides()
+                sides = page.sides(args.baseline and baseline_name(args.baseline))
                 # Each round swaps which side goes first, so neither always follows the
                 # other on a machine whose load drifts.
                 for side_name in sides if round_index % 2 == 0 else sides[::-1]:
-                    side = running[OURS if side_name == OURS else V015]
+                    side = running.get(side_name, running[V015])
                     frequency = page.rate_ms if side_name == V015_SAME_RATE else None
-                    if side.name == V015:
+                    if side.is_v015:
                         v015_side.set_update_frequency(side.lab, frequency)
                     load = wait_for_load(args.max_load, args.load_wait)
                     print(f"... round {round_index + 1}/{args.rounds}: {page.title}, "
@@ -419,7 +483,7 @@ def run(args: argparse.Namespace, pages: list[Page]) -> list[Window]:
                                                 round_index)
                     finally:
                         browser.close()
-                    window.update_frequency_ms = frequency if side.name == V015 else None
+                    window.update_frequency_ms = frequency if side.is_v015 else None
                     windows.append(window)
                     repaints = window.repaints_per_s
                     print(f"    browser {window.browser_cpu_pct:.1f}%, server "
@@ -449,6 +513,9 @@ def main() -> int:
     parser.add_argument("--pages", default=",".join(p.key for p in PAGES),
                         help="which cases, comma-separated: "
                              + ", ".join(p.key for p in PAGES))
+    parser.add_argument("--baseline", metavar="REF",
+                        help="also measure this project at git REF (its frontend built with "
+                             "jlpm in a temporary worktree), beside this tree")
     parser.add_argument("--out", type=Path,
                         default=Path(tempfile.gettempdir()) / "nvdashboard-versus-v015",
                         help="where every window's JSON and screenshot go")
@@ -474,7 +541,7 @@ def main() -> int:
     windows = run(args, pages)
     for page in pages:
         print()
-        print(page_table(page, windows))
+        print(page_table(page, windows, args.baseline and baseline_name(args.baseline)))
     print(f"\n# {len(windows)} windows in {(time.monotonic() - started) / 60:.1f} min; "
           f"JSON and screenshots in {args.out}")
     return 0

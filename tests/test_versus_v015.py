@@ -108,3 +108,21 @@ def test_the_page_table_gives_medians_ranges_and_the_median_ratio() -> None:
     assert any(line.startswith("| browser + server %") for line in table.splitlines())
     repaints = next(line for line in table.splitlines() if line.startswith("| repaints/s"))
     assert repaints.rstrip().endswith("|  |  |")
+
+
+def test_a_baseline_tree_gets_its_own_column_and_ratios() -> None:
+    baseline = "ours at abc1234"
+    browser = {OURS: [8.0, 9.0], baseline: [16.0, 18.0], V015_SAME_RATE: [10.0, 9.0],
+               V015_DEFAULT: [50.0, 60.0]}
+    table = page_table(PAGES[0], windows_of(browser), baseline).splitlines()
+    header = [cell.strip() for cell in table[2].strip("|").split("|")]
+    assert header[1:5] == [f"{side} median (range)" for side in
+                           (V015_DEFAULT, V015_SAME_RATE, baseline, OURS)]
+    row = next(line for line in table if line.startswith("| browser CPU %"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert header[5] == f"{baseline} ÷ {V015_SAME_RATE}, per round"
+    assert cells[5] == ", ".join(f"{b / v:.2f}" for b, v in zip(
+        browser[baseline], browser[V015_SAME_RATE], strict=True))
+    assert header[7] == f"{OURS} ÷ {V015_SAME_RATE}, per round"
+    assert cells[7] == ", ".join(f"{o / v:.2f}" for o, v in zip(
+        browser[OURS], browser[V015_SAME_RATE], strict=True))
