@@ -307,7 +307,7 @@ def run_raw(source: Path, viewers: int, window_s: float, interval_s: float) -> R
 
 
 # ----- real Chromium pages -------------------------------------------------------------
-def _chromium_cpu_s() -> dict[str, float]:
+def chromium_cpu_s() -> dict[str, float]:
     """CPU seconds so far of each Chromium process type (browser, renderer, gpu-process,
     utility...), summed over this process's Chromium children."""
     by_type: dict[str, float] = {}
@@ -323,7 +323,7 @@ def _chromium_cpu_s() -> dict[str, float]:
     return by_type
 
 
-def _per_process_pct(before: dict[str, float], after: dict[str, float],
+def per_process_pct(before: dict[str, float], after: dict[str, float],
                      window_s: float) -> dict[str, float]:
     return {kind: 100 * (cpu - before.get(kind, 0.0)) / window_s
             for kind, cpu in sorted(after.items(), key=lambda item: -item[1])}
@@ -429,13 +429,13 @@ def run_browser(source: Path, viewers: int, window_s: float, interval_s: float,
                 profiler = pages[0].context.new_cdp_session(pages[0])
                 profiler.send("Profiler.enable")
                 profiler.send("Profiler.start")
-            browser_cpu = _chromium_cpu_s()
+            browser_cpu = chromium_cpu_s()
             draws_before = _draws(pages)
             _window_start(server, result)
             # Let playwright dispatch websocket events while the window runs.
             pages[0].wait_for_timeout(window_s * 1000)
             _window_end(server, result, window_s)
-            by_process = _per_process_pct(browser_cpu, _chromium_cpu_s(), window_s)
+            by_process = per_process_pct(browser_cpu, chromium_cpu_s(), window_s)
             result.client_cpu_pct = sum(by_process.values()) / viewers
             result.draws = _draws(pages) - draws_before
             print("    chromium CPU by process, % of a core: " + ", ".join(

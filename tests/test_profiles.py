@@ -289,3 +289,35 @@ def test_server_on_each_profile_under_each_binding(
 
         assert count_live_frames(server.url, "/GPU-Resources") >= 3
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+# The NVLink generation of each GPU architecture, by compute capability major, in the real
+# binding's nvmlNvlinkVersion_t names (NVIDIA's NVLink pages: Ampere 3.0, Hopper 4.0,
+# Blackwell 5.0).
+NVLINK_GENERATION = {8: "NVML_NVLINK_VERSION_3_0", 9: "NVML_NVLINK_VERSION_4_0",
+                     10: "NVML_NVLINK_VERSION_5_0"}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_nvlink_version_answers_as_the_driver_does(profile: str) -> None:
+    """A driver exports nvmlDeviceGetNvLinkVersion. rapidsai's jupyterlab-nvdashboard 0.15
+    calls it at import and treats any error but NOT_SUPPORTED as fatal, so without it that
+    extension does not load over the simulated driver (benchmarks/versus_v015.py)."""
+    models = PROFILES[profile].models
+    pynvml = load_binding(SimulatedNvml(len(models), profile=profile).library)
+    pynvml.nvmlInit()
+    try:
+        for index, model in enumerate(models):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            if not model.nvlink_link_count:
+                with pytest.raises(pynvml.NVMLError_NotSupported):
+                    pynvml.nvmlDeviceGetNvLinkVersion(handle, 0)
+                continue
+            expected = getattr(pynvml, NVLINK_GENERATION[model.compute_capability[0]])
+            assert pynvml.nvmlDeviceGetNvLinkVersion(handle, 0) == expected
+            assert pynvml.nvmlDeviceGetNvLinkVersion(
+                handle, model.nvlink_link_count - 1) == expected
+            with pytest.raises(pynvml.NVMLError_InvalidArgument):
+                pynvml.nvmlDeviceGetNvLinkVersion(handle, model.nvlink_link_count)
+    finally:
+        pynvml.nvmlShutdown()

@@ -326,6 +326,10 @@ class SimulatedLibrary:
         self._scalar("nvmlDeviceGetNvLinkState", device, out, link)
 
     @_c_function
+    def nvmlDeviceGetNvLinkVersion(self, device: Any, link: Any, out: Any) -> None:
+        self._scalar("nvmlDeviceGetNvLinkVersion", device, out, link)
+
+    @_c_function
     def nvmlDeviceGetFieldValues(self, device: Any, count: Any, values: Any) -> None:
         self._machine.nvmlDeviceGetFieldValues(self._handle(device), _target(values),
                                                _number(count))

@@ -669,14 +669,23 @@ class SimulatedNvml(HealthSimulation, SimulatedProcesses):
         return int(self._pcie_rate(gpu, counter) / 1024)  # KB/s
 
     def nvmlDeviceGetNvLinkState(self, handle: SimulatedHandle, link: int) -> int:  # noqa: N802
-        gpu = self._enter("nvmlDeviceGetNvLinkState", handle)
-        assert gpu is not None
-        model = gpu.model
-        if not model.nvlink_link_count or not self._supports(gpu, "nvlink"):
-            raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
-        if not 0 <= link < model.nvlink_link_count:
-            raise NVMLError(E["NVML_ERROR_INVALID_ARGUMENT"])
+        model = self._nvlink_model("nvmlDeviceGetNvLinkState", handle, link)
         return 0 if link in model.nvlink_down else 1
+
+    def _nvlink_model(self, function: str, handle: SimulatedHandle, link: int) -> GpuModel:
+        """The model of ``handle``'s GPU for a per-link call: NOT_SUPPORTED without
+        NVLink, INVALID_ARGUMENT past its last link."""
+        gpu = self._enter(function, handle)
+        assert gpu is not None
+        if not gpu.model.nvlink_link_count or not self._supports(gpu, "nvlink"):
+            raise NVMLError(E["NVML_ERROR_NOT_SUPPORTED"])
+        if not 0 <= link < gpu.model.nvlink_link_count:
+            raise NVMLError(E["NVML_ERROR_INVALID_ARGUMENT"])
+        return gpu.model
+
+    def nvmlDeviceGetNvLinkVersion(self, handle: SimulatedHandle, link: int) -> int:  # noqa: N802
+        """The NVLink version of ``link``, an nvmlNvlinkVersion_t."""
+        return self._nvlink_model("nvmlDeviceGetNvLinkVersion", handle, link).nvlink_version
 
     def _nvlink_bytes(self, gpu: _Gpu, direction: int, link: int) -> int:
         if link in gpu.model.nvlink_down:

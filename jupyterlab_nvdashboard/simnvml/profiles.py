@@ -28,6 +28,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from .nvml_h import CONSTANTS
+
 
 @dataclass(frozen=True)
 class MigSlot:
@@ -57,6 +59,9 @@ class GpuModel:
     nvlink_link_count: int = 0  # links the GPU has; 0 answers NOT_SUPPORTED
     nvlink_down: tuple[int, ...] = ()  # link IDs that are present but not active
     nvlink_link_mbps: int = 0  # per link, per direction
+    # nvmlDeviceGetNvLinkVersion's answer, an nvmlNvlinkVersion_t (NVML_NVLINK_VERSION_*):
+    # NVLink 3.0 on Ampere, 4.0 on Hopper, 5.0 on Blackwell.
+    nvlink_version: int = 0
     gpm: bool = False  # Hopper and later
     fully_supported: bool = True  # False for GeForce (see nvml.h "fully supported devices")
     virtualization_mode: int = 0  # NVML_GPU_VIRTUALIZATION_MODE_*
@@ -83,20 +88,26 @@ class Profile:
         return int(self.driver_version.split(".")[0])
 
 
+NVLINK_3_0 = CONSTANTS["NVML_NVLINK_VERSION_3_0"]
+NVLINK_4_0 = CONSTANTS["NVML_NVLINK_VERSION_4_0"]
+NVLINK_5_0 = CONSTANTS["NVML_NVLINK_VERSION_5_0"]
+
 H200 = GpuModel("NVIDIA H200", 143_771, 552, 5, 16, 700_000, (9, 0), 16_896, 1980,
                 nvlink_link_count=18, nvlink_link_mbps=26_562, gpm=True,
-                max_memory_clock_mhz=3201, temperature_slowdown_c=90, temperature_shutdown_c=95)
+                nvlink_version=NVLINK_4_0, max_memory_clock_mhz=3201, temperature_slowdown_c=90,
+                temperature_shutdown_c=95)
 H100_MIG = GpuModel(
     "NVIDIA H100 80GB HBM3", 81_559, 528, 5, 16, 700_000, (9, 0), 16_896, 1980,
     nvlink_link_count=18, nvlink_link_mbps=26_562, gpm=True, max_memory_clock_mhz=2619,
+    nvlink_version=NVLINK_4_0,
     mig=(MigSlot("3g.40gb", 1, 0, 3, 3, 60, 40_448), MigSlot("2g.20gb", 5, 0, 2, 2, 32, 20_096)),
 )
 A100 = GpuModel("NVIDIA A100-SXM4-80GB", 81_920, 488, 4, 16, 400_000, (8, 0), 6_912, 1410,
-                nvlink_link_count=12, nvlink_link_mbps=25_000)
+                nvlink_link_count=12, nvlink_link_mbps=25_000, nvlink_version=NVLINK_3_0)
 A100_PCIE = GpuModel("NVIDIA A100-PCIE-40GB", 40_960, 480, 4, 16, 250_000, (8, 0), 6_912, 1410)
 A100_MIG = GpuModel(
     "NVIDIA A100-SXM4-80GB", 81_920, 488, 4, 16, 400_000, (8, 0), 6_912, 1410,
-    nvlink_link_count=12, nvlink_link_mbps=25_000,
+    nvlink_link_count=12, nvlink_link_mbps=25_000, nvlink_version=NVLINK_3_0,
     mig=(MigSlot("3g.40gb", 1, 0, 3, 3, 42, 40_192), MigSlot("4g.40gb", 2, 0, 4, 4, 56, 40_192)),
 )
 GEFORCE = GpuModel("NVIDIA GeForce RTX 3080", 10_240, 0, 4, 16, 320_000, (8, 6), 8_704, 2100,
@@ -106,6 +117,7 @@ VGPU = GpuModel("NVIDIA A100-40C", 40_960, 420, 4, 16, 0, (8, 0), 6_912, 1410,
                 virtualization_mode=2)
 B200 = GpuModel("NVIDIA B200", 183_359, 640, 6, 16, 1_000_000, (10, 0), 18_944, 1965,
                 nvlink_link_count=18, nvlink_down=(4, 5), nvlink_link_mbps=53_125, gpm=True,
+                nvlink_version=NVLINK_5_0,
                 max_memory_clock_mhz=3996)
 
 PROFILES: dict[str, Profile] = {profile.name: profile for profile in (
