@@ -11,6 +11,7 @@ import pynvml
 import pytest
 
 from jupyterlab_nvdashboard.apps.components import reading_time
+from jupyterlab_nvdashboard.apps.live import TIMELINE_REDRAW_MS
 from jupyterlab_nvdashboard.apps.registry import ROUTES
 from jupyterlab_nvdashboard.simnvml import SimulatedNvml
 from tests.support.bar_rows import bar_rows
@@ -129,6 +130,23 @@ async def _watch(server, viewers: int, frames_each: int) -> tuple[Counter, int, 
     for page in [*sessions, *streams]:
         page.close()
     return Counter(simulator.calls) - by_function_before, reads, received
+
+
+def test_a_timeline_page_gets_one_frame_per_repaint_with_every_row_since_the_last() -> None:
+    """A timeline repaints at most every TIMELINE_REDRAW_MS: the frames come about that
+    often, not once per tick, and together they still carry every sample in order."""
+    with in_process_server(gpus=2) as server:
+        client = asyncio.run(live_frames(server.url, "/GPU-Resources", wanted=3, timeout_s=30))
+        live = client.frames[1:]
+        assert len(live) == 3
+        interval_s = server.config.interval_s
+        redraw_s = TIMELINE_REDRAW_MS / 1000
+        for frame in live[1:]:  # the first live frame may follow the catch-up at once
+            assert frame.header["rows"] >= 0.8 * redraw_s / interval_s, frame.header
+        times = client.column("time")
+        steps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        assert all(step > 0 for step in steps)
+        assert max(steps) < 3 * interval_s * 1000 + 1000, "a sample is missing between frames"
 
 
 def test_nvml_cost_does_not_grow_with_viewers() -> None:

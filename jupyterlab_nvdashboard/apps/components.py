@@ -52,7 +52,7 @@ from ..stream.broadcaster import TIME_KEY
 from ..stream.downsample import bucket_seconds
 from ..stream.frames import Rows
 from .in_place import StreamedHtml
-from .live import REPLACE_REDRAW_MS, BandsView, LiveView
+from .live import REPLACE_REDRAW_MS, TIMELINE_REDRAW_MS, BandsView, LiveView
 
 GB = 1e9
 MB = 1e6
@@ -324,7 +324,12 @@ class TimelineFeed:
     """Stacked line panels over time: one row per sample, ``time`` in epoch milliseconds."""
 
     panels: tuple[Panel, ...]
-    refresh_s: float = 0.0  # frames at most this often (0: one per tick; stream/broadcaster)
+    # Frames at most this often (stream/broadcaster), all new rows in one. A timeline
+    # repaints at most once per TIMELINE_REDRAW_MS, so one frame per repaint, not one per
+    # 0.2 s tick: the four frames between two repaints cost the page and the server their
+    # handling and were drawn no sooner. A little under it, so the tick two seconds after
+    # the last frame is not skipped.
+    refresh_s: float = 0.9 * TIMELINE_REDRAW_MS / 1000
     mode = "append"
 
     @property

@@ -85,7 +85,7 @@ async def open_stream(base_url: str, route: str, since: int = -1, window_s: floa
     return client
 
 
-async def live_frames(base_url: str, route: str, wanted: int = 3, timeout_s: float = 5.0,
+async def live_frames(base_url: str, route: str, wanted: int = 3, timeout_s: float = 15.0,
                       **options: Any) -> StreamClient:
     """Open a stream and read up to ``wanted`` live frames after the catch-up, within
     ``timeout_s``; the client's ``frames`` holds them (catch-up first)."""
@@ -105,7 +105,7 @@ async def live_frames(base_url: str, route: str, wanted: int = 3, timeout_s: flo
     return client
 
 
-def count_live_frames(base_url: str, route: str, wanted: int = 3, timeout_s: float = 5.0,
+def count_live_frames(base_url: str, route: str, wanted: int = 3, timeout_s: float = 15.0,
                       **options: Any) -> int:
     """How many live frames (after the catch-up) arrived, up to ``wanted``."""
     client = asyncio.run(live_frames(base_url, route, wanted, timeout_s, **options))
