@@ -268,18 +268,24 @@ export class GlanceModel implements IDisposable {
     const interval = this._poller.currentInterval;
     let stream: { close: () => void } | null = null;
     const mine = (): boolean => stream !== null && this._stream === stream;
-    stream = this._connect(interval, {
-      message: body => {
-        if (mine()) {
-          this._onMessage(body);
+    try {
+      stream = this._connect(interval, {
+        message: body => {
+          if (mine()) {
+            this._onMessage(body);
+          }
+        },
+        closed: () => {
+          if (mine()) {
+            this._streamEnded();
+          }
         }
-      },
-      closed: () => {
-        if (mine()) {
-          this._streamEnded();
-        }
-      }
-    });
+      });
+    } catch {
+      // A socket the browser refuses to open (a bad URL) fails as one that closed.
+      this._streamFailed();
+      return;
+    }
     this._stream = stream;
     this._streamInterval = interval;
     this._watchSilence();
@@ -309,8 +315,13 @@ export class GlanceModel implements IDisposable {
     this._closeStream();
     if (wasLive) {
       this._poller.askNow();
-      return;
+    } else {
+      this._streamFailed();
     }
+  }
+
+  /** A socket that brought nothing: the next one only after a longer wait. */
+  private _streamFailed(): void {
     this._streamFailures++;
     this._streamRetryAt =
       this._now() +

@@ -270,6 +270,27 @@ describe('the glance socket', () => {
     m.dispose();
   });
 
+  it('counts a socket the browser refuses to open as one that closed', async () => {
+    let attempts = 0;
+    let fetches = 0;
+    const m = new GlanceModel({
+      fetch: () => (fetches++, Promise.resolve(glance([40, 80]))),
+      connect: () => {
+        attempts++;
+        throw new SyntaxError('The URL is invalid');
+      },
+      interval: 10,
+      now: () => 0
+    });
+    m.use('status', true);
+    await waitFor(() => fetches >= 5);
+    // Tried once; the poll carries on, its readings shown.
+    expect(attempts).toBe(1);
+    expect(m.live).toBe(true);
+    expect(m.poller.outcome).toBe('ok');
+    m.dispose();
+  });
+
   it('closes a socket that falls silent, and the poll asks', async () => {
     const sockets: FakeSocket[] = [];
     let fetches = 0;
