@@ -93,6 +93,10 @@ export function openGlanceStream(
   let open = true;
   const socket = new settings.WebSocket(url);
   socket.onmessage = (event: MessageEvent) => {
+    if (event.data === '') {
+      handlers.alive(); // a tick with nothing new
+      return;
+    }
     let body: unknown;
     try {
       body = JSON.parse(String(event.data));

@@ -48,16 +48,18 @@ import { PollOutcome, Poller, STUCK_MAX_MS } from './poller';
 export const GLANCE_RETRY_MAX_MS = 30 * 1000;
 
 /**
- * How long the socket may stay silent before it counts as hung (closed, and
- * the poll asks): the server sends an unchanged glance again every 10 s
- * (`stream/changes.py: KEEPALIVE_S`), so three of those missed, plus the
- * socket's own interval.
+ * How long past its interval the socket may stay silent before it counts as
+ * hung (closed, and the poll asks): the server sends something at each tick
+ * (a glance, or a heartbeat), so a hung server reads as stale about as soon
+ * as a poll's timeout said so.
  */
-export const GLANCE_STREAM_SILENCE_MS = 30 * 1000;
+export const GLANCE_STREAM_SILENCE_MS = 1000;
 
 /** What the socket's owner is told: each message's parsed body, and a close. */
 export interface IGlanceStreamHandlers {
   message: (body: unknown) => void;
+  /** The server's heartbeat: a tick with nothing new. */
+  alive: () => void;
   /** The socket closed (or could not open) by itself. */
   closed: () => void;
 }
@@ -273,6 +275,11 @@ export class GlanceModel implements IDisposable {
         message: body => {
           if (mine()) {
             this._onMessage(body);
+          }
+        },
+        alive: () => {
+          if (mine() && this._streamLive) {
+            this._watchSilence();
           }
         },
         closed: () => {

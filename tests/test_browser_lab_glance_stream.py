@@ -51,7 +51,9 @@ class GlanceTraffic:
 
     def _socket(self, socket) -> None:  # noqa: ANN001
         if "nvdashboard/glance/stream" in socket.url:
-            socket.on("framereceived", lambda payload: self.messages.append(json.loads(payload)))
+            # An empty message is the server's heartbeat (a tick with nothing new).
+            socket.on("framereceived", lambda payload: self.messages.append(json.loads(payload))
+                      if payload else None)
 
 
 def content(message: dict) -> str:

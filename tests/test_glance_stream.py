@@ -23,7 +23,7 @@ from tornado.ioloop import IOLoop
 from tornado.web import Application
 from tornado.websocket import websocket_connect
 
-from jupyterlab_nvdashboard.stream.changes import ChangeFeed, ChangeSocket
+from jupyterlab_nvdashboard.stream.changes import HEARTBEAT, ChangeFeed, ChangeSocket
 from tests.support.bokeh_client import auth_headers
 from tests.support.servers import cli_server, free_port, in_process_server, server_output
 from tests.support.waiting import until
@@ -73,11 +73,12 @@ async def read_messages(url: str, count: int, headers: dict[str, str] | None = N
     connection = await websocket_connect(HTTPRequest(url, headers=headers or {},
                                                      request_timeout=30))
     try:
-        messages = []
-        for _ in range(count):
+        messages: list[dict[str, Any]] = []
+        while len(messages) < count:
             text = await asyncio.wait_for(connection.read_message(), timeout_s)
             assert text is not None, connection.close_reason
-            messages.append(json.loads(text))
+            if text != HEARTBEAT:  # a tick with nothing new: the server is alive
+                messages.append(json.loads(text))
         return messages
     finally:
         connection.close()

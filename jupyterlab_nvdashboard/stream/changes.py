@@ -14,7 +14,9 @@ hour). At each of its ticks the document is built (shared by the sockets that ti
 ``FRESH_S`` of each other) and compared with what that socket was last sent, without its
 volatile keys (the glance's reading ``time``): the same content is not sent again, except
 once ``keepalive_s`` has passed, so that the reading time a view shows ("reading of
-09:04:07") is never older than that, and the page can tell a hung server from a quiet one.
+09:04:07") is never older than that. A tick that sends nothing else sends ``HEARTBEAT`` (an
+empty text message, parsed by nobody), so that the page tells a hung server (SIGSTOP, a
+stalled proxy) from a quiet one within about one interval, as its polls timed out.
 
 Each tick also calls ``on_watched``: a page that shows the glance keeps the server from its
 idle exit, as its polls of ``/glance.json`` did. The origin and token checks are the
@@ -40,6 +42,8 @@ FRESH_S = 0.25
 SHORTEST_INTERVAL_S, LONGEST_INTERVAL_S = 0.5, 3600.0
 # An unchanged document is sent again after this long (its reading time moves on).
 KEEPALIVE_S = 10.0
+# What a tick with nothing new sends: the server is alive.
+HEARTBEAT = ""
 
 
 class ChangeFeed:
@@ -115,14 +119,14 @@ class ChangeSocket(GuardedSocket):
             return
         text, key = self.feed.current()
         now = time.monotonic()
-        if key == self.last_key and now - self.last_sent_s < self.keepalive_s:
-            return
+        changed = key != self.last_key or now - self.last_sent_s >= self.keepalive_s
         try:
-            written = self.write_message(text)
+            written = self.write_message(text if changed else HEARTBEAT)
         except Exception:  # noqa: BLE001 - closed meanwhile: on_close stops the ticks
             return
-        self.last_key, self.last_sent_s = key, now
-        self.messages += 1
+        if changed:
+            self.last_key, self.last_sent_s = key, now
+            self.messages += 1
         self.writing = True
         written.add_done_callback(self._written)
 

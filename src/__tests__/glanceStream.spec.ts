@@ -54,6 +54,10 @@ class FakeSocket {
   close(): void {
     this.closed = true;
   }
+  /** The server's heartbeat. */
+  beat(): void {
+    this.handlers.alive();
+  }
   /** The server sends `body`. */
   send(body: unknown): void {
     this.handlers.message(body);
@@ -291,7 +295,7 @@ describe('the glance socket', () => {
     m.dispose();
   });
 
-  it('closes a socket that falls silent, and the poll asks', async () => {
+  it('keeps a socket that beats, and closes one that falls silent, and the poll asks', async () => {
     const sockets: FakeSocket[] = [];
     let fetches = 0;
     const m = new GlanceModel({
@@ -302,11 +306,18 @@ describe('the glance socket', () => {
         return socket;
       },
       interval: 10,
-      silenceMs: 50
+      silenceMs: 500
     });
     m.use('status', true);
     await waitFor(() => sockets.length === 1);
     sockets[0].send(glance([45, 80]));
+    // Heartbeats (ticks with nothing new) keep it open past its silence limit.
+    for (let i = 0; i < 40; i++) {
+      await settle(20);
+      sockets[0].beat();
+    }
+    expect(sockets[0].closed).toBe(false);
+    expect(m.streaming).toBe(true);
     const before = fetches;
     await waitFor(() => sockets[0].closed);
     await waitFor(() => fetches > before);
