@@ -100,6 +100,7 @@ from .runs.service import WorkloadService
 from .store import HistoryStore
 from .store.buckets import is_gap
 from .stream.broadcaster import Broadcaster, StreamSocket
+from .stream.changes import ChangeFeed, ChangeSocket
 
 log = logging.getLogger("nvdashboard")
 
@@ -149,8 +150,9 @@ class ViewerWatch:
         # gone (this process was re-parented), nobody can reach this server any more.
         self.parent_pid = parent_pid
         self.idle_since: float | None = None
-        # The JupyterLab status bar polls /glance.json while JupyterLab is visible: somebody
-        # is watching, so the server must not exit (the sampler may still run slowly).
+        # JupyterLab's status bar and sidebar read the glance while JupyterLab is visible
+        # (its /glance/stream socket ticks, or a request of /glance.json): somebody is
+        # watching, so the server must not exit (the sampler may still run slowly).
         self.last_glance: float | None = None
         self.io_loop: IOLoop | None = None
         for broadcaster in self.broadcasters:
@@ -174,6 +176,10 @@ class ViewerWatch:
         """Whether the newest process pass found a process on a GPU."""
         processes = self.metrics.processes
         return processes is not None and bool(processes.latest)
+
+    def glance_read(self) -> None:
+        """Somebody read the glance now (a request, or a tick of an open glance socket)."""
+        self.last_glance = time.monotonic()
 
     def viewers_changed(self, subscribers: int) -> None:
         if subscribers:
@@ -289,7 +295,7 @@ class GlanceHandler(_JsonHandler):
 
     def body(self) -> dict[str, Any]:
         if self.watch is not None:
-            self.watch.last_glance = time.monotonic()
+            self.watch.glance_read()
         return glance(self.sources)
 
 
@@ -654,6 +660,9 @@ def make_server(config: Config, sources: DashboardSources,
             (r"/info\.json", InfoHandler, extra),
             (r"/processes\.json", ProcessesHandler, extra),
             (r"/glance\.json", GlanceHandler, {**extra, "watch": watch}),
+            (r"/glance/stream", ChangeSocket,
+             {"feed": ChangeFeed(lambda: glance(sources)), "allows": access.allows,
+              "on_watched": watch.glance_read}),
             (r"/diagnosis\.json", DiagnosisHandler, extra),
             (r"/cell\.json", CellHandler, extra),
             (r"/history\.csv", HistoryCsvHandler, extra),

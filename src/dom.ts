@@ -47,6 +47,23 @@ export function setAttr(
 }
 
 /**
+ * Show or hide a node only when that changes: setting `hidden` to what it is
+ * writes the attribute again, and every observer of the page sees it.
+ */
+export function setHidden(node: HTMLElement, hidden: boolean): void {
+  if (node.hidden !== hidden) {
+    node.hidden = hidden;
+  }
+}
+
+/** Add or remove a class only when that changes (`classList` writes either way). */
+export function setClass(node: Element, name: string, on: boolean): void {
+  if (node.classList.contains(name) !== on) {
+    node.classList.toggle(name, on);
+  }
+}
+
+/**
  * A widget that draws only while it is visible. `invalidate()` marks the
  * view out of date and, when on screen, asks Lumino for an update: however
  * many changes come before the next animation frame, it is drawn once then.

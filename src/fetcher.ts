@@ -5,11 +5,13 @@
  */
 import { ServerConnection } from '@jupyterlab/services';
 
+import { IGlanceStreamHandlers } from './glanceModel';
 import { FetchError, NetworkFailure } from './model';
 import { IDashboardFetcher } from './tokens';
 import {
   cellReportUrl,
   cullsUrl,
+  glanceStreamUrl,
   glanceUrl,
   indexUrl,
   infoUrl,
@@ -70,6 +72,51 @@ export function fetchGlance(
   timeoutMs = 2000
 ): Promise<unknown> {
   return getJson(glanceUrl(settings.baseUrl), settings, timeoutMs);
+}
+
+/**
+ * The glance socket through jupyter-server-proxy (`glance/stream`): each
+ * message's parsed body to `handlers.message`; `handlers.closed` once when
+ * it closes or cannot open, unless `close()` closed it. Jupyter's login
+ * goes as it does for JupyterLab's own sockets: its cookie, and the token
+ * where the settings append it.
+ */
+export function openGlanceStream(
+  settings: ServerConnection.ISettings,
+  intervalMs: number,
+  handlers: IGlanceStreamHandlers
+): { close: () => void } {
+  let url = glanceStreamUrl(settings.wsUrl, intervalMs);
+  if (settings.appendToken && settings.token) {
+    url += `&token=${encodeURIComponent(settings.token)}`;
+  }
+  let open = true;
+  const socket = new settings.WebSocket(url);
+  socket.onmessage = (event: MessageEvent) => {
+    if (event.data === '') {
+      handlers.alive(); // a tick with nothing new
+      return;
+    }
+    let body: unknown;
+    try {
+      body = JSON.parse(String(event.data));
+    } catch {
+      return; // not a glance: the next one is
+    }
+    handlers.message(body);
+  };
+  socket.onclose = () => {
+    if (open) {
+      open = false;
+      handlers.closed();
+    }
+  };
+  return {
+    close: () => {
+      open = false;
+      socket.close();
+    }
+  };
 }
 
 /**

@@ -1,6 +1,22 @@
 /**
- * The one poll of `{base}nvdashboard/glance.json`, shared by the status-bar
- * item and the sidebar's live section.
+ * The one reading of the glance, shared by the status-bar item, the
+ * sidebar's live section, the notebook toolbar and the idle notice: a poll
+ * of `{base}nvdashboard/glance.json`, and, once that has answered, the
+ * server's `glance/stream` socket, which sends the glance only when its
+ * content changes (`stream/changes.py`: one small message through the
+ * proxy, where each poll was a whole request).
+ *
+ * Once the socket has brought a glance, the poll stands by; when the socket
+ * closes or falls silent, the poll asks at once and carries on with its
+ * retry and backoff until an answer lets the socket open again. A socket
+ * that closes before its first message (a server without the route, a
+ * proxy that does not pass websockets) is tried again only after a wait
+ * twice as long each time, up to `STUCK_MAX_MS`; the poll carries on
+ * meanwhile. A `refresh()` (after
+ * a kernel was shut down) is still a request of its own, so its answer was
+ * read after the call. The socket is closed while JupyterLab is hidden and
+ * while nothing uses the model; when it is shown again, the poll asks at
+ * once (a fresh answer) and opens it again.
  *
  * It polls only while one of them uses it (the status item while enabled,
  * the sidebar section while shown, the idle notice while on) and JupyterLab
@@ -15,6 +31,7 @@
  * launch the dashboard server again.
  */
 import { JSONExt, JSONObject } from '@lumino/coreutils';
+import { IDisposable } from '@lumino/disposable';
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
@@ -25,15 +42,45 @@ import {
   parseGlance
 } from './glance';
 import { errorMessage, isStartingError } from './model';
-import { PollOutcome, Poller } from './poller';
+import { PollOutcome, Poller, STUCK_MAX_MS } from './poller';
 
 /** The longest wait between retries of a server that is down or starting. */
 export const GLANCE_RETRY_MAX_MS = 30 * 1000;
+
+/**
+ * How long past its interval the socket may stay silent before it counts as
+ * hung (closed, and the poll asks): the server sends something at each tick
+ * (a glance, or a heartbeat), so a hung server reads as stale about as soon
+ * as a poll's timeout said so.
+ */
+export const GLANCE_STREAM_SILENCE_MS = 1000;
+
+/** What the socket's owner is told: each message's parsed body, and a close. */
+export interface IGlanceStreamHandlers {
+  message: (body: unknown) => void;
+  /** The server's heartbeat: a tick with nothing new. */
+  alive: () => void;
+  /** The socket closed (or could not open) by itself. */
+  closed: () => void;
+}
+
+/**
+ * Open the glance socket, asking for a message at most every `intervalMs`;
+ * `close()` on what it returns closes it without calling `closed`.
+ */
+export type GlanceStreamConnect = (
+  intervalMs: number,
+  handlers: IGlanceStreamHandlers
+) => { close: () => void };
 
 export namespace GlanceModel {
   export interface IOptions {
     /** Resolve with `glance.json`'s parsed body. */
     fetch: () => Promise<unknown>;
+    /** Open the glance socket; without it, the model only polls. */
+    connect?: GlanceStreamConnect;
+    /** Milliseconds of silence after which the socket counts as hung. */
+    silenceMs?: number;
     /**
      * Milliseconds between polls, and between retries after a failure, for
      * a user that names no interval (the views); the shortest wait.
@@ -52,19 +99,43 @@ export namespace GlanceModel {
   }
 }
 
-export class GlanceModel {
+export class GlanceModel implements IDisposable {
   constructor(options: GlanceModel.IOptions) {
     this._fetch = options.fetch;
+    this._connect = options.connect ?? null;
+    this._silenceMs = options.silenceMs ?? GLANCE_STREAM_SILENCE_MS;
     this._now = options.now ?? Date.now;
+    const standby = options.standby ?? 'when-hidden';
     this._poller = new Poller({
       name: 'nvdashboard:glance',
       request: () => this._request(),
       interval: options.interval ?? GLANCE_INTERVAL_MS,
       retryMax: options.retryMax ?? GLANCE_RETRY_MAX_MS,
       stuckMax: options.stuckMax,
-      standby: options.standby,
+      // The poll stands by while the socket brings the glance, and while the
+      // page is hidden from the first hidden tick (Lumino's 'when-hidden'
+      // asks once more).
+      standby: () => {
+        if (this._streamLive) {
+          return true;
+        }
+        const own = typeof standby === 'function' ? standby() : standby;
+        return own === 'when-hidden' ? pageHidden() : own;
+      },
       autoStart: options.autoStart
     });
+    if (this._connect && typeof document !== 'undefined') {
+      document.addEventListener('visibilitychange', this._onVisibility);
+    }
+  }
+
+  /** Whether the glance socket brings the glance (the poll stands by). */
+  get streaming(): boolean {
+    return this._streamLive;
+  }
+
+  get isDisposed(): boolean {
+    return this._poller.isDisposed;
   }
 
   /** The last good reading, or null. */
@@ -107,18 +178,6 @@ export class GlanceModel {
     return this._now();
   }
 
-  /**
-   * Milliseconds between polls for the views (the refresh rate), and the
-   * shortest wait; a change applies at once.
-   */
-  get interval(): number {
-    return this._poller.interval;
-  }
-
-  set interval(value: number) {
-    this._poller.interval = value;
-  }
-
   /** Milliseconds between polls now: what the most demanding user needs. */
   get currentInterval(): number {
     return this._poller.currentInterval;
@@ -130,6 +189,32 @@ export class GlanceModel {
    */
   use(user: unknown, inUse: boolean, intervalMs?: number): void {
     this._poller.use(user, inUse, intervalMs);
+    if (!this._stream) {
+      return;
+    }
+    // Nobody left: closed. Another pace: opened again at that pace.
+    if (!this._poller.running) {
+      this._closeStream();
+    } else if (this._streamInterval !== this._poller.currentInterval) {
+      this._closeStream();
+      this._openStream();
+    }
+  }
+
+  /**
+   * Milliseconds between polls for the views (the refresh rate), and the
+   * shortest wait; a change applies at once, to the socket too.
+   */
+  get interval(): number {
+    return this._poller.interval;
+  }
+
+  set interval(value: number) {
+    this._poller.interval = value;
+    if (this._stream && this._streamInterval !== this._poller.currentInterval) {
+      this._closeStream();
+      this._openStream();
+    }
   }
 
   /**
@@ -141,6 +226,13 @@ export class GlanceModel {
   }
 
   dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._closeStream();
+    if (this._connect && typeof document !== 'undefined') {
+      document.removeEventListener('visibilitychange', this._onVisibility);
+    }
     this._poller.dispose();
     Signal.clearData(this);
   }
@@ -154,14 +246,122 @@ export class GlanceModel {
       this._apply(null, errorMessage(error), outcome);
       return outcome;
     }
-    // No device: still being read (asked again at the interval: the server
-    // answers, so there is nothing to back off from), or no GPU here (that
-    // will not change).
-    const outcome: PollOutcome =
-      glance.devices.length || glance.reading_gpus ? 'ok' : 'stuck';
+    const outcome = glanceOutcome(glance);
     this._apply(glance, null, outcome);
+    if (
+      outcome === 'ok' &&
+      !this._stream &&
+      this._now() >= this._streamRetryAt
+    ) {
+      this._openStream();
+    }
     return outcome;
   }
+
+  /** Whether the socket should be open: something uses the glance, and it shows. */
+  private _wantsStream(): boolean {
+    return this._connect !== null && this._poller.running && !pageHidden();
+  }
+
+  private _openStream(): void {
+    if (!this._connect || !this._wantsStream()) {
+      return;
+    }
+    const interval = this._poller.currentInterval;
+    let stream: { close: () => void } | null = null;
+    const mine = (): boolean => stream !== null && this._stream === stream;
+    try {
+      stream = this._connect(interval, {
+        message: body => {
+          if (mine()) {
+            this._onMessage(body);
+          }
+        },
+        alive: () => {
+          if (mine() && this._streamLive) {
+            this._watchSilence();
+          }
+        },
+        closed: () => {
+          if (mine()) {
+            this._streamEnded();
+          }
+        }
+      });
+    } catch {
+      // A socket the browser refuses to open (a bad URL) fails as one that closed.
+      this._streamFailed();
+      return;
+    }
+    this._stream = stream;
+    this._streamInterval = interval;
+    this._watchSilence();
+  }
+
+  private _onMessage(body: unknown): void {
+    this._streamLive = true;
+    this._streamFailures = 0;
+    const glance = parseGlance(body);
+    const outcome = glanceOutcome(glance);
+    this._apply(glance, null, outcome);
+    if (outcome === 'ok') {
+      this._watchSilence();
+    } else {
+      // No device any more: the poll judges how long to wait.
+      this._closeStream();
+      this._poller.askNow();
+    }
+  }
+
+  /**
+   * The socket closed by itself, or went silent. One that brought glances:
+   * the poll asks now. One that never did: tried again after a longer wait.
+   */
+  private _streamEnded(): void {
+    const wasLive = this._streamLive;
+    this._closeStream();
+    if (wasLive) {
+      this._poller.askNow();
+    } else {
+      this._streamFailed();
+    }
+  }
+
+  /** A socket that brought nothing: the next one only after a longer wait. */
+  private _streamFailed(): void {
+    this._streamFailures++;
+    this._streamRetryAt =
+      this._now() +
+      Math.min(
+        STUCK_MAX_MS,
+        this._poller.currentInterval * 2 ** this._streamFailures
+      );
+  }
+
+  private _watchSilence(): void {
+    clearTimeout(this._silence);
+    this._silence = setTimeout(
+      () => this._streamEnded(),
+      this._silenceMs + this._streamInterval
+    );
+  }
+
+  private _closeStream(): void {
+    clearTimeout(this._silence);
+    const stream = this._stream;
+    this._stream = null;
+    this._streamLive = false;
+    stream?.close();
+  }
+
+  /** Hidden: the socket closes. Shown: the poll asks at once, and opens it. */
+  private _onVisibility = (): void => {
+    if (pageHidden()) {
+      this._closeStream();
+    } else if (this._poller.running && !this._stream) {
+      this._poller.askNow();
+    }
+  };
 
   private _apply(
     glance: IGlance | null,
@@ -194,6 +394,14 @@ export class GlanceModel {
   }
 
   private _fetch: () => Promise<unknown>;
+  private _connect: GlanceStreamConnect | null;
+  private _silenceMs: number;
+  private _stream: { close: () => void } | null = null;
+  private _streamLive = false;
+  private _streamInterval = 0;
+  private _streamFailures = 0;
+  private _streamRetryAt = -Infinity;
+  private _silence: ReturnType<typeof setTimeout> | undefined = undefined;
   private _now: () => number;
   private _poller: Poller;
   private _stuck = false;
@@ -204,4 +412,20 @@ export class GlanceModel {
     failedAt: null
   };
   private _changed = new Signal<this, IGlanceState>(this);
+}
+
+/**
+ * How a reading went: no device means still being read (asked again at the
+ * interval: the server answers, so there is nothing to back off from), or no
+ * GPU here (that will not change).
+ */
+function glanceOutcome(glance: IGlance): PollOutcome {
+  return glance.devices.length || glance.reading_gpus ? 'ok' : 'stuck';
+}
+
+/** Whether JupyterLab's page is hidden (another browser tab, minimized). */
+function pageHidden(): boolean {
+  return (
+    typeof document !== 'undefined' && document.visibilityState === 'hidden'
+  );
 }

@@ -18,7 +18,15 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { Message } from '@lumino/messaging';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { element, placeInOrder, RenderOnShow, setAttr, setText } from './dom';
+import {
+  element,
+  placeInOrder,
+  RenderOnShow,
+  setAttr,
+  setClass,
+  setHidden,
+  setText
+} from './dom';
 import {
   clockTime,
   DIAGNOSIS_CLASS,
@@ -174,7 +182,7 @@ class Meter {
     if (this._fill.style.width !== width) {
       this._fill.style.width = width;
     }
-    this.node.dataset.value = pct === null ? '' : pct.toFixed(1);
+    setAttr(this.node, 'data-value', pct === null ? '' : pct.toFixed(1));
     setAttr(this.node, 'aria-label', name);
     setAttr(this.node, 'aria-valuenow', pct === null ? null : pct.toFixed(0));
     setAttr(this.node, 'aria-valuetext', full);
@@ -197,8 +205,12 @@ class DeviceRow {
 
   /** `reading`: which reading the meters show ("reading of 09:04:07"), or ''. */
   update(d: IGlanceDevice, reading: string, trans: TranslationBundle): void {
-    this.node.className = `nvdashboard-glance-device nvdashboard-kind-${d.kind}`;
-    this.node.dataset.index = String(d.index);
+    setAttr(
+      this.node,
+      'class',
+      `nvdashboard-glance-device nvdashboard-kind-${d.kind}`
+    );
+    setAttr(this.node, 'data-index', String(d.index));
     setText(this._label, d.label);
     const util = formatPercent(d.utilization_pct, trans);
     // The tooltip also says which reading it is; a screen reader hears the
@@ -276,15 +288,15 @@ class KernelRow {
     );
     // "idle on GPU for 42 min" beside an idle holder, with the judgment's
     // own sentence (its signal and figures) as the tooltip.
-    this._idle.hidden = idle === null;
+    setHidden(this._idle, idle === null);
     setText(this._idle, idle ?? '');
     setAttr(
       this._idle,
       'title',
       idle === null ? null : (kernel.idle?.text ?? null)
     );
-    this._stop.hidden = !local;
-    this._elsewhere.hidden = local;
+    setHidden(this._stop, !local);
+    setHidden(this._elsewhere, local);
     setText(this._elsewhere, trans.__('runs under another Jupyter server'));
     setText(
       this._stop,
@@ -427,8 +439,8 @@ export class GlancePanel extends RenderOnShow {
     const glance = state.glance;
     const trans = this._trans;
     const stale = staleWords(state, model.now(), trans);
-    this.toggleClass('nvdashboard-mod-stale', stale !== null);
-    this._stale.hidden = stale === null;
+    setClass(this.node, 'nvdashboard-mod-stale', stale !== null);
+    setHidden(this._stale, stale === null);
     // Said once when readings go stale, and not again at each failed poll.
     setText(
       this._staleSays,
@@ -449,7 +461,7 @@ export class GlancePanel extends RenderOnShow {
       this._devicesHeading,
       this._devices
     ]) {
-      node.hidden = !known;
+      setHidden(node, !known);
     }
     this._renderKernels(glance?.kernels ?? []);
     // Views update at their own pace (this poll, a page's stream): the meters
@@ -556,7 +568,8 @@ export class GlancePanel extends RenderOnShow {
    * and what to try are its tooltip, and open below it on a click.
    */
   private _renderDiagnoses(diagnoses: IGlanceDiagnosis[]): void {
-    this._whyHeading.hidden = this._why.hidden = diagnoses.length === 0;
+    setHidden(this._whyHeading, diagnoses.length === 0);
+    setHidden(this._why, diagnoses.length === 0);
     const key = JSON.stringify(diagnoses);
     if (key === this._whyKey) {
       return; // redraw only on a change, so an open one stays open

@@ -7,8 +7,8 @@
  * - The "GPU Dashboards" sidebar lists the dashboards the server offers.
  * - Above the list, the live section: "Your GPU kernels", each GPU's
  *   meters, and why the GPUs of your kernels are slow; the status-bar item
- *   shows your GPU, else how many are free (or each GPU). Both read one poll of
- *   glance.json.
+ *   shows your GPU, else how many are free (or each GPU). Both read one glance:
+ *   glance.json once, then its socket, which sends it when it changes.
  * - The idle-kernel notice (idleNotice.ts): a kernel of yours that holds
  *   GPU memory and does no GPU work is told once per idle episode, with
  *   Shut down kernel, Open notebook, Not now and Don't ask; what was told
@@ -51,6 +51,7 @@ import {
   fetchCellReport,
   fetchCulls,
   fetchGlance,
+  openGlanceStream,
   postKeep,
   postNotice
 } from './fetcher';
@@ -252,14 +253,17 @@ function activate(
     tracker.forEach(widget => widget.setTheme(theme));
   });
 
-  // One poll of glance.json feeds the status-bar item, the sidebar's meters
-  // and kernel list, and the idle notice; it runs only while JupyterLab is
-  // visible and one of them is in use (the item enabled, the sidebar open,
+  // One glance feeds the status-bar item, the sidebar's meters and kernel
+  // list, and the idle notice: glance.json, then its socket, which sends it
+  // only when it changed (glanceModel.ts). It is read only while JupyterLab
+  // is visible and one of them is in use (the item enabled, the sidebar open,
   // notices on), at the refresh rate for the views, far less often for the
   // notice alone.
   // A poll that gets no answer within its interval (at least 1 s) has failed.
   const glance: GlanceModel = new GlanceModel({
-    fetch: () => fetchGlance(settings, Math.max(1000, glance.interval))
+    fetch: () => fetchGlance(settings, Math.max(1000, glance.interval)),
+    connect: (intervalMs, handlers) =>
+      openGlanceStream(settings, intervalMs, handlers)
   });
   const sidebar = new DashboardSidebar({
     fetcher: createServerFetcher(settings),

@@ -197,6 +197,17 @@ export class Poller implements IDisposable {
     return this._queued;
   }
 
+  /**
+   * Have the poll ask at once, where it runs (something uses it), as if its
+   * wait had ended: what the answer says sets the waits after it.
+   */
+  askNow(): void {
+    const phase = this._poll.state.phase;
+    if (this.running && phase !== 'constructed' && phase !== 'stopped') {
+      void this._poll.refresh();
+    }
+  }
+
   dispose(): void {
     this._users.clear();
     this._poll.dispose();

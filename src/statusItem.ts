@@ -7,7 +7,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { setAttr, setText } from './dom';
+import { setAttr, setClass, setText } from './dom';
 import {
   IGlanceState,
   STATUS_ITEM_CLASS,
@@ -131,7 +131,7 @@ export class GlanceStatusItem extends Widget {
     const now = this._model.now();
     const text = statusText(state, this._figure, now, this._trans);
     setText(this.node, text);
-    this.node.title = statusTooltip(state, now, this._trans);
+    setAttr(this.node, 'title', statusTooltip(state, now, this._trans));
     // The name says the state, not the figures: a name that changed at every
     // poll was read out again and again. The figures are the item's text and
     // its title (its description).
@@ -143,7 +143,7 @@ export class GlanceStatusItem extends Widget {
         readingStateWords(state, this._trans)
       )
     );
-    this.toggleClass('nvdashboard-mod-stale', this._model.stale);
+    setClass(this.node, 'nvdashboard-mod-stale', this._model.stale);
     const active = this.isActive();
     if (active !== this._active) {
       this._active = active;

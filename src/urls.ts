@@ -44,6 +44,15 @@ export function glanceUrl(baseUrl: string): string {
 }
 
 /**
+ * `{wsUrl}nvdashboard/glance/stream?interval=SECONDS`: the glance, sent when
+ * it changes, at most every `intervalMs`.
+ */
+export function glanceStreamUrl(wsUrl: string, intervalMs: number): string {
+  const url = URLExt.join(wsUrl, PROXY_NAME, 'glance', 'stream');
+  return `${url}${URLExt.objectToQueryString({ interval: String(intervalMs / 1000) })}`;
+}
+
+/**
  * `{baseUrl}nvdashboard/cell.json?kernel=…&start=…&end=…`: what a kernel did
  * on the GPU over a cell's span; the times are passed as the kernel stamped
  * them (ISO 8601 with their zone), never re-read by the browser's clock.

@@ -102,10 +102,19 @@ class GlanceReads:
     def __init__(self, page) -> None:  # noqa: ANN001
         self.count = 0
         page.on("response", self._seen)
+        page.on("websocket", self._socket)
 
     def _seen(self, response) -> None:  # noqa: ANN001
         if "nvdashboard/glance.json" in response.url and response.status == 200:
             self.count += 1
+
+    def _socket(self, socket) -> None:  # noqa: ANN001
+        # After its first answer, the page reads the glance from its socket.
+        if "nvdashboard/glance/stream" in socket.url:
+            socket.on("framereceived", self._message)
+
+    def _message(self, _payload: object) -> None:
+        self.count += 1
 
     def wait_more(self, page, n: int = 3) -> None:  # noqa: ANN001
         target = self.count + n

@@ -159,6 +159,14 @@ def test_idle_and_stale_text_reach_4_5_to_1_in_the_light_theme(lab, holders) -> 
     idle = f'{SIDEBAR} [data-kernel-id="{holders["a.ipynb"]}"] .nvdashboard-kernel-idle'
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 800})
+        # The glance's socket, passed through to the server, so that the test can cut it.
+        glance_sockets = []
+
+        def pass_through(socket) -> None:  # noqa: ANN001 - playwright WebSocketRoute
+            socket.connect_to_server()
+            glance_sockets.append(socket)
+
+        page.route_web_socket("**/nvdashboard/glance/stream*", pass_through)
         open_lab(page, lab)
         page.evaluate(LIGHT)
         page.wait_for_function(LIGHT_APPLIED, timeout=30_000)
@@ -170,9 +178,12 @@ def test_idle_and_stale_text_reach_4_5_to_1_in_the_light_theme(lab, holders) -> 
         ratio = contrast(colours["text"], colours["background"])
         print(f"'idle on GPU' in the light theme: {ratio:.2f}:1 {colours}")
         assert ratio >= 4.5, colours
-        # The status item goes stale when glance.json stops answering.
+        # The status item goes stale when the glance stops coming: its socket cut, and
+        # glance.json, which the page then asks, not answering.
         page.wait_for_selector(STATUS_ITEM, timeout=30_000)
         page.route("**/nvdashboard/glance.json*", lambda route: route.abort())
+        for socket in glance_sockets:
+            socket.close()
         page.wait_for_selector(f"{STATUS_ITEM}.nvdashboard-mod-stale", timeout=30_000)
         screenshot(page, "lab-status-item-stale-light")
         colours = page.evaluate(COLOURS_JS, STATUS_ITEM)

@@ -474,15 +474,12 @@ class Broadcaster:
         self.on_viewers_changed(self.subscribers)
 
 
-class StreamSocket(WebSocketHandler):
-    """``<route>/stream``: binary frames for one page, same origin rules as Bokeh's ``/ws``."""
+class GuardedSocket(WebSocketHandler):
+    """A websocket with the same origin rules as Bokeh's ``/ws``, that upgrades only where
+    ``allows`` (the server's token check) says so; 403 otherwise."""
 
-    def initialize(self, route: str, broadcaster: Broadcaster,
-                   allows: Callable[[Any], bool] = lambda handler: True) -> None:
-        self.route, self.broadcaster, self.allows = route, broadcaster, allows
-        self.pending = 0
-        self.subscribed = False
-        self.catching_up = False
+    def initialize(self, allows: Callable[[Any], bool] = lambda handler: True) -> None:
+        self.allows = allows
 
     def check_origin(self, origin: str) -> bool:
         # The same allow-list, and the same check, as Bokeh's own websocket.
@@ -494,6 +491,18 @@ class StreamSocket(WebSocketHandler):
         if not self.allows(self):
             raise HTTPError(403)
         await super().get(*args, **kwargs)
+
+
+class StreamSocket(GuardedSocket):
+    """``<route>/stream``: binary frames for one page."""
+
+    def initialize(self, route: str, broadcaster: Broadcaster,
+                   allows: Callable[[Any], bool] = lambda handler: True) -> None:
+        super().initialize(allows)
+        self.route, self.broadcaster = route, broadcaster
+        self.pending = 0
+        self.subscribed = False
+        self.catching_up = False
 
     async def open(self, *args: str, **kwargs: str) -> None:
         # Tornado reads nothing from the page until this returns: its close is seen after.
