@@ -183,9 +183,9 @@ def test_live_page_streams_moves_axes_and_sends_nothing_back() -> None:
             page.wait_for_timeout(100)
         before = len(sent_on_bokeh_socket)
         first = page.evaluate(f"() => ({{...{LIVE}, socket: null}})")
-        # 50 frames later (10 s of ticks), the time axis has moved 10 s on: waited for as a
+        # 50 samples later (10 s of ticks), the time axis has moved 10 s on: waited for as a
         # condition, since a loaded machine delays both.
-        page.wait_for_function(f"() => {LIVE}.frames >= {first['frames'] + 50} && "
+        page.wait_for_function(f"() => {LIVE}.seq >= {first['seq'] + 50} && "
                                f"{LIVE}.xEnd > {first['xEnd'] + 10_000}", timeout=PAGE_WAIT_MS)
         after = page.evaluate(f"() => ({{...{LIVE}, socket: null}})")
         assert sent_on_bokeh_socket[before:] == [], sent_on_bokeh_socket[before:][:3]

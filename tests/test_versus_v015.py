@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from benchmarks import v015_side
@@ -46,11 +48,16 @@ print(json.dumps({"devices": devices, "calls": calls, "project_modules": [
 
 def test_v015_runs_the_real_binding_over_the_machine_ours_simulates(tmp_path: Path) -> None:
     path = v015_side.simulation_path(tmp_path)
+    # A Unix socket's path has at most 107 bytes: pytest's folders can be longer.
+    sockets = tempfile.mkdtemp(prefix="v015-", dir="/tmp")
     environment = {**os.environ, "PYTHONPATH": str(path),
                    hook.SETTINGS_VARIABLE: json.dumps(v015_side.simulation_settings()),
-                   hook.SOCKET_FOLDER_VARIABLE: str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", V015_START, str(tmp_path)], cwd=tmp_path,
-                          env=environment, capture_output=True, text=True, timeout=60)
+                   hook.SOCKET_FOLDER_VARIABLE: sockets}
+    try:
+        done = subprocess.run([sys.executable, "-c", V015_START, sockets], cwd=tmp_path,
+                              env=environment, capture_output=True, text=True, timeout=60)
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout)
     # The copy of simnvml imports nothing from the project (whose package has v0.15's name).
