@@ -3,7 +3,8 @@
 Counts, not times: every page receives every frame, in order, with no gap (each frame
 says which one it continues), and in them every sample; all pages reach the same sample;
 no page gets an error; ``/index.json`` keeps answering. Latency and CPU under this load
-are measured by ``benchmarks/dashboard_overhead.py``, not asserted here. Marked slow, still run by default.
+are measured by ``benchmarks/dashboard_overhead.py``, not asserted here. Marked slow,
+still run by default.
 """
 
 from __future__ import annotations
