@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,6 +71,10 @@ def test_the_status_bar_follows_the_gpus_over_one_socket(lab, processes_file) ->
         page.wait_for_function(f"() => /4 of 4 GPUs free/.test("
                                f"document.querySelector('{STATUS_ITEM}')?.textContent ?? '')",
                                timeout=PAGE_WAIT_MS)
+        # glance.json answers first; the socket takes over once it is open.
+        deadline = time.monotonic() + PAGE_WAIT_MS / 1000
+        while not traffic.messages and time.monotonic() < deadline:
+            page.wait_for_timeout(100)  # Playwright delivers the socket's events meanwhile
         assert traffic.messages, "the glance came by glance.json alone: no socket message"
         screenshot(page, "lab-status-glance-stream-light")
 
