@@ -24,6 +24,7 @@ import pytest
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.websocket import websocket_connect
 
+from jupyterlab_nvdashboard.apps.components import TimelineFeed
 from jupyterlab_nvdashboard.apps.registry import ROUTES
 from jupyterlab_nvdashboard.bokeh_patches import LOG_LINE_LIMIT
 from jupyterlab_nvdashboard.http_edge import EVERY_RESPONSE, connection_cap
@@ -184,7 +185,9 @@ def test_fuzz_paths_queries_headers_and_frames() -> None:
             problems += await _fuzz_websocket(url, rng)
             _no_children(process)
             before = rows["count"]
-            await asyncio.sleep(1.5)
+            # A timeline page gets one frame per repaint (TimelineFeed.refresh_s), so wait
+            # for two repaints: a shorter wait can fall between two frames.
+            await asyncio.sleep(2 * TimelineFeed.refresh_s + 0.5)
             assert not reader.done(), reader.exception()
             reader.cancel()
             watcher.close()
