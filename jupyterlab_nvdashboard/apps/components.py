@@ -19,11 +19,14 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from bokeh.events import Reset
 from bokeh.layouts import column, row
 from bokeh.models import (
+    AllIndices,
+    CDSView,
     CheckboxButtonGroup,
     ColumnDataSource,
     CoordinateMapping,
@@ -37,10 +40,14 @@ from bokeh.models import (
     HoverTool,
     LayoutDOM,
     Line,
+    LinearScale,
+    MonthsTicker,
     MultiLine,
     Patches,
     RadioButtonGroup,
     Range1d,
+    UnionRenderers,
+    YearsTicker,
 )
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
@@ -54,6 +61,8 @@ from ..stream.frames import Rows
 from .in_place import StreamedHtml
 from .live import REPLACE_REDRAW_MS, TIMELINE_REDRAW_MS, BandsView, LiveView
 
+# A band's areas, in its lines' source (``Timeline``): the page's script fills them.
+AREA_XS, AREA_YS = "area_xs", "area_ys"
 GB = 1e9
 MB = 1e6
 GIB = float(2**30)
@@ -492,6 +501,22 @@ return live ? live.hoverText(special_vars) : "";
 HOVER_HTML = f"<div style='white-space:pre;font-size:12px'>@{{{TIME_KEY}}}{{band}}</div>"
 
 
+class SharedModels:
+    """What a timeline's sources and renderers can share, since BokehJS keeps no state in
+    them: the selection policy of every source, the filter of every renderer's view (the
+    views themselves hold their indices, one each)."""
+
+    def __init__(self) -> None:
+        self.selection_policy = UnionRenderers(syncable=False)
+        self.every_row = AllIndices(syncable=False)
+
+    def source(self, data: dict[str, list[Any]]) -> ColumnDataSource:
+        return ColumnDataSource(data, selection_policy=self.selection_policy, syncable=False)
+
+    def view(self) -> CDSView:
+        return CDSView(filter=self.every_row, syncable=False)
+
+
 class Timeline:
     """Line charts stacked as bands of one figure, under one time axis that follows the
     newest sample.
@@ -522,9 +547,12 @@ class Timeline:
         self.feed = feed
         self.windows_s = tuple(windows_s)
         window_s = default_window_s if default_window_s in self.windows_s else self.windows_s[0]
-        self.source = ColumnDataSource({TIME_KEY: [], **{s.key: [] for s in feed.series},
-                                        **{lost_key(index): [] for index in feed.gpu_rows}},
-                                       syncable=False)
+        # A page's document is mostly its models (item 5 of issue 47: each costs the server
+        # about 5 kB per viewer), so the page's sources and renderers share the models that
+        # hold no state in BokehJS: the selection policy and the filter that keeps every row.
+        shared = SharedModels()
+        self.source = shared.source({TIME_KEY: [], **{s.key: [] for s in feed.series},
+                                     **{lost_key(index): [] for index in feed.gpu_rows}})
         self.x_range = Range1d(0, 1, syncable=False)
         width = scale_width(feed.panels)
         # Where the bands start, in pixels from the canvas's bottom, until the page's script
@@ -533,7 +561,11 @@ class Timeline:
                    for panel in feed.panels]
         height = sum(extents)
         frame_range = Range1d(0, height, syncable=False)
-        time_ticker = DatetimeTicker()
+        # Bokeh's default time ticker also carries five month and year tickers (a model each
+        # in every page's document): no window here reaches them (the store keeps 30 days).
+        time_ticker = DatetimeTicker(tickers=[
+            ticker for ticker in DatetimeTicker().tickers
+            if not isinstance(ticker, MonthsTicker | YearsTicker)])
         plot = figure(x_axis_type=None, y_axis_type=None, x_range=self.x_range,
                       y_range=frame_range, title=None, frame_height=height,
                       min_border_left=width, min_border_bottom=0,
@@ -553,7 +585,8 @@ class Timeline:
         # An unseen line along the bottom answers the hover at every time (a series' own
         # line has gaps where it is not available); the page's script says what the band
         # under the pointer shows at that time.
-        hover_line = plot.add_glyph(self.source, Line(x=TIME_KEY, y=0, line_alpha=0))
+        hover_line = plot.add_glyph(self.source, Line(x=TIME_KEY, y=0, line_alpha=0),
+                                    view=shared.view())
         # The hover is drawn at the pointer (line_policy "none"), in the band it speaks of:
         # snapped to the unseen line, it sat at the canvas's bottom, over another band.
         plot.add_tools(HoverTool(
@@ -564,9 +597,11 @@ class Timeline:
         scales: list[Range1d | None] = []
         targets: list[Range1d] = []
         lines: list[ColumnDataSource] = []
-        areas: list[ColumnDataSource | None] = []
         panel_gpus: list[int | None] = []
         top = float(height)
+        # BokehJS clones a mapping's scales before it sets their ranges, so one scale serves
+        # every band: a page's document is mostly its models (item 5 of issue 47).
+        band_scale = LinearScale(syncable=False)
         for panel, extent in zip(feed.panels, extents, strict=True):
             rows = len(panel.y_labels)
             y_range = Range1d(-0.5 if rows else 0, rows - 0.5 if rows else panel.y_max or 1,
@@ -583,29 +618,29 @@ class Timeline:
             # legend and the GPU filter hide. BokehJS updates every renderer of a source on
             # each stream (five glyph views each), whether it is shown or not: /GPU-Health's
             # 53 lines were most of what a repaint cost (benchmarks/README.md).
+            # A long window's buckets: each series' min-max band under its mean line, a
+            # polygon per series in the same row (``area_xs``, ``area_ys``; empty while every
+            # sample is drawn), so that a band's lines and areas are one source, set once
+            # per repaint. A band of rows has no areas: a row is where a GPU is, not a value
+            # that ranges.
             keys = [series.key for series in panel.series]
-            band_lines = ColumnDataSource({
+            band_lines = shared.source({
                 "xs": [[] for _ in keys], "ys": [[] for _ in keys], "key": keys,
                 "color": [series.color for series in panel.series],
                 "dash": [series.dash for series in panel.series],
-                "visible": [series.visible for series in panel.series]}, syncable=False)
+                "visible": [series.visible for series in panel.series],
+                **({} if rows else {AREA_XS: [[] for _ in keys], AREA_YS: [[] for _ in keys]})})
             mapping = CoordinateMapping(x_source=self.x_range, x_target=self.x_range,
-                                        y_source=y_range, y_target=target)
-            # A long window's buckets: each series' min-max band under its mean line, a
-            # polygon per series (empty while every sample is drawn). A band of rows has
-            # none: a row is where a GPU is, not a value that ranges.
-            band_areas = None if rows else ColumnDataSource(
-                {"xs": [[] for _ in keys], "ys": [[] for _ in keys],
-                 "color": [series.color for series in panel.series]}, syncable=False)
-            if band_areas is not None:
-                plot.add_glyph(band_areas, Patches(xs="xs", ys="ys", fill_color="color",
+                                        y_source=y_range, y_target=target,
+                                        x_scale=band_scale, y_scale=band_scale)
+            if not rows:
+                plot.add_glyph(band_lines, Patches(xs=AREA_XS, ys=AREA_YS, fill_color="color",
                                                    fill_alpha=0.18, line_color=None),
-                               coordinates=mapping)
+                               coordinates=mapping, view=shared.view())
             plot.add_glyph(band_lines, MultiLine(
                 xs="xs", ys="ys", line_color="color", line_dash="dash",
-                line_width=4 if rows else 2), coordinates=mapping)
+                line_width=4 if rows else 2), coordinates=mapping, view=shared.view())
             lines.append(band_lines)
-            areas.append(band_areas)
             gpus = {series.gpu for series in panel.series}
             panel_gpus.append(gpus.pop() if len(gpus) == 1 else None)
         # The headings and scales: HTML over the canvas, laid out once (a pointer passes
@@ -646,7 +681,7 @@ class Timeline:
             picker=self.picker, windows_s=self.windows_s, window_s=window_s,
             units={series.key: panel.unit for panel in feed.panels for series in panel.series},
             rollover={f"{w:g}": rollover(w, interval_s) for w in self.windows_s},
-            lines=lines, areas=areas, series_gpu={s.key: s.gpu for s in feed.series},
+            lines=lines, series_gpu={s.key: s.gpu for s in feed.series},
             lost_columns={s.key: lost_key(s.gpu) for s in feed.series if s.gpu is not None},
             gpu_filter=self.gpu_filter, filter_gpus=gpu_rows, coverage=self.coverage,
             bands=BandsView(plot=plot, frame_range=frame_range, grid_ticker=grid_ticker,
