@@ -13,9 +13,10 @@ refresh also reads ``GET <url>nvdashboard-idle/executions``: when each kernel la
 cell, which the idle clock counts from (``kernel_executions.py``); Jupyter's own
 ``last_activity`` moves for other messages too; and each kernel's last cells, which the
 timelines mark (``cells``). A timeline page showing the marks asks for refreshes
-(``wanted_by_page``) while no kernel holds a GPU too. The copy has an age: ``current()`` gives
-nothing once a refresh failed or none succeeded for ``STALE_S``, so a kernel is never judged
-idle on old news.
+(``wanted_by_page``) while no kernel holds a GPU too: then every ``PAGE_REFRESH_S``, and the
+session list, which names the cells' notebooks, only while there are cells. The copy has an
+age: ``current()`` gives nothing once a refresh failed or none succeeded for ``STALE_S``, so a
+kernel is never judged idle on old news.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ STALE_S = 2 * REFRESH_S + TIMEOUT_S
 # A page that marks cells asks about once a second; the refreshes it asked for stop this long
 # after its last ask (the page closed).
 PAGE_WANTS_S = 5.0
+# While only a page's marks want them, the cells are read this often (a timeline repaints
+# every 2 s), and Jupyter's session list only when there are cells to name: each request
+# costs the Jupyter server about a millisecond, and two a second were most of what an open
+# timeline cost it (benchmarks/README.md).
+PAGE_REFRESH_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -195,21 +201,27 @@ class JupyterSessions:
         self._page_asked_at = -math.inf  # monotonic time of a page's last wanted_by_page
         self.refreshes = 0
         self._refreshed_at: float | None = None  # monotonic time of the last good refresh
+        self._attempted_at = -math.inf  # monotonic time of the last refresh, good or not
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
 
-    def refresh(self) -> None:
-        """Fetch the sessions once (blocking: call from this object's thread or a test)."""
+    def refresh(self, for_marks_only: bool = False) -> None:
+        """Fetch the sessions once (blocking: call from this object's thread or a test).
+        ``for_marks_only``: only a page's cell marks want them, so the session list, which
+        names the cells' notebooks, is not read while there is no cell."""
         if self.server is None:
             return
+        self._attempted_at = time.monotonic()
         try:
             executions = self._executions()
-            self.sessions = parse_sessions(self._fetch(self.server),
-                                           parse_executions(executions)
-                                           if executions is not None else None)
-            self.cells = parse_cells(executions)
-            self._refreshed_at = time.monotonic()
+            cells = parse_cells(executions)
+            if not (for_marks_only and not cells):
+                self.sessions = parse_sessions(self._fetch(self.server),
+                                               parse_executions(executions)
+                                               if executions is not None else None)
+                self._refreshed_at = time.monotonic()
+            self.cells = cells
             self._failing = False
         except (OSError, ValueError) as error:
             if not self._failing:  # once per outage, not once a second
@@ -247,15 +259,20 @@ class JupyterSessions:
         self._page_asked_at = time.monotonic()
 
     def wants_refresh(self, now: float | None = None) -> bool:
-        """Whether the refresh thread reads Jupyter now: while some kernel holds a GPU, or a
-        page asked in the last ``PAGE_WANTS_S`` (``now``: monotonic time)."""
+        """Whether the refresh thread reads Jupyter now: while some kernel holds a GPU, each
+        ``refresh_s``; while a page asked in the last ``PAGE_WANTS_S``, each
+        ``PAGE_REFRESH_S`` (``now``: monotonic time)."""
         now = time.monotonic() if now is None else now
-        return self._wanted() or now - self._page_asked_at < PAGE_WANTS_S
+        if self._wanted():
+            return True
+        # Half a wake-up early counts as due: the thread wakes each refresh_s, give or take.
+        return now - self._page_asked_at < PAGE_WANTS_S and \
+            now - self._attempted_at >= PAGE_REFRESH_S - self.refresh_s / 2
 
     def _loop(self) -> None:
         while not self._stop.wait(self.refresh_s):
             if self.wants_refresh():
-                self.refresh()
+                self.refresh(for_marks_only=not self._wanted())
 
     def start(self) -> None:
         if self.server is not None and self._thread is None:

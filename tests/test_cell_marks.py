@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import time
 
-from jupyterlab_nvdashboard.apps.cell_marks import CellMarks
+from jupyterlab_nvdashboard.apps.cell_marks import CellMarks, cell_marks
 from jupyterlab_nvdashboard.jupyter_sessions import (
+    PAGE_REFRESH_S,
     PAGE_WANTS_S,
     JupyterServer,
     JupyterSessions,
@@ -69,3 +70,42 @@ def test_a_page_that_marks_cells_keeps_them_read_while_no_kernel_holds_a_gpu() -
     assert jupyter.wants_refresh()
     # Once the page stops asking (closed), the refreshes stop.
     assert not jupyter.wants_refresh(now=time.monotonic() + PAGE_WANTS_S + 1)
+
+
+def test_a_page_alone_reads_the_cells_every_2_s_and_jupyters_sessions_only_to_name_cells(
+) -> None:
+    """Benchmarks found an open timeline cost the Jupyter server two requests a second with
+    no kernel at all: its session list and the cells, read for the marks each second."""
+    asked: list[str] = []
+    executions: dict[str, object] = {"kernels": {}, "cells": {}}
+
+    def sessions(_: JupyterServer) -> object:
+        asked.append("api/sessions")
+        return [{"path": "work/a.ipynb", "kernel": {"id": "k1"}}]
+
+    def cells(_: JupyterServer) -> object:
+        asked.append("executions")
+        return executions
+
+    holds_gpu = {"now": False}
+    jupyter = JupyterSessions(JupyterServer("http://127.0.0.1:1/", "/", "t"),
+                              wanted=lambda: holds_gpu["now"], fetch=sessions,
+                              fetch_executions=cells)
+    CellMarks(jupyter, a_timeline().plot).refresh()  # a page shows the marks
+    assert jupyter.wants_refresh()
+    jupyter.refresh(for_marks_only=True)
+    assert asked == ["executions"] and jupyter.cells == {}  # no cell: nothing to name
+    # Due again a repaint later, not at the thread's next wake-up.
+    now = time.monotonic()
+    assert not jupyter.wants_refresh(now=now + jupyter.refresh_s)
+    assert jupyter.wants_refresh(now=now + PAGE_REFRESH_S)
+    executions["cells"] = {"k1": [{"count": 1, "start_s": T0, "end_s": T0 + 2}]}
+    jupyter.refresh(for_marks_only=True)
+    assert asked[1:] == ["executions", "api/sessions"]  # a cell: its notebook is named
+    assert [m.notebook for m in cell_marks(jupyter)] == ["work/a.ipynb"]
+    # A kernel that holds a GPU is judged each second, on the sessions' word.
+    holds_gpu["now"] = True
+    assert jupyter.wants_refresh(now=time.monotonic())
+    executions["cells"] = {}
+    jupyter.refresh()
+    assert asked[3:] == ["executions", "api/sessions"]
