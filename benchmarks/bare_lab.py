@@ -4,7 +4,7 @@ Starts a real ``jupyter lab`` (``tests/support/jupyter.py``: token, base URL /us
 4 simulated GPUs sampled every 200 ms) and opens ``/lab`` in Debian's Chromium at 1280x800
 with no dashboard tab, then measures over a window:
 
-* Chromium's CPU over all its processes (``dashboard_overhead._chromium_cpu_s``), in % of
+* Chromium's CPU over all its processes (``dashboard_overhead.chromium_cpu_s``), in % of
   one core;
 * the Lab server's own CPU (the ``jupyter lab`` process, not its children);
 * the dashboard server's CPU (the child that jupyter-server-proxy started, once something
@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from dashboard_overhead import _chromium_cpu_s  # noqa: E402
+from dashboard_overhead import chromium_cpu_s  # noqa: E402
 from revision import revision_worktree  # noqa: E402
 
 from tests.support.browser import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
@@ -159,13 +159,13 @@ def measure_window(lab, page, traffic: GlanceTraffic, source: str, case: str,  #
     lab_process = psutil.Process(lab.process.pid)
     load = os.getloadavg()[0]
     servers = dashboard_servers(lab_process)
-    browser0, lab0, dash0 = _chromium_cpu_s(), cpu_s([lab_process]), cpu_s(servers)
+    browser0, lab0, dash0 = chromium_cpu_s(), cpu_s([lab_process]), cpu_s(servers)
     requests0, messages0 = traffic.requests, traffic.messages
     started = time.monotonic()
     # Playwright delivers the page's events while it waits.
     page.wait_for_timeout(window_s * 1000)
     elapsed = time.monotonic() - started
-    browser1, lab1, dash1 = _chromium_cpu_s(), cpu_s([lab_process]), cpu_s(servers)
+    browser1, lab1, dash1 = chromium_cpu_s(), cpu_s([lab_process]), cpu_s(servers)
     for server in dashboard_servers(lab_process):  # one that started in the window
         if server.pid not in dash0:
             dash0[server.pid] = 0.0

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from jupyterlab_nvdashboard.simnvml.profiles import PROFILES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,3 +164,22 @@ def test_store_io_measures_the_loop_and_the_memory_while_the_store_is_read(
     assert csv[0]["answered_200"] == 2 and csv[0]["mib_each"] > 0
     assert "2 pages open the 7-day window: the loop's longest stall median" in done.stdout
     assert "2 CSVs of 0.5 days at once: RSS above idle median" in done.stdout
+
+
+@pytest.mark.browser
+@pytest.mark.lab
+def test_bare_lab_measures_a_lab_with_the_sidebar_closed_and_open() -> None:
+    """It had stopped running (an import renamed under it) with nothing to tell."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bare_lab.py"), "--window", "3",
+         "--settle", "1", "--no-without"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line
+            for line in done.stdout.splitlines() if line.startswith("| sidebar")}
+    for case in ("sidebar closed", "sidebar open"):
+        assert (case, "Chromium CPU %") in rows, done.stdout
+        # The glance came over its socket, not as requests.
+        assert rows[(case, "glance requests/min")].split("|")[3].strip().startswith("0.00"), \
+            done.stdout
