@@ -125,9 +125,11 @@ NEWEST_JS = "() => {" + TIMELINE_VIEWS_JS + """
   const xs = line.xs[i], ys = line.ys[i];
   const entry = bands.querySelector("[data-series='utilization0'] b");
   const coverage = Bokeh.documents[0].get_model_by_name('window-coverage');
+  const areas = plot.model.renderers.map((r) => r.data_source.data)
+    .find((data) => data.ys && data.color && !data.key && data.ys.length === line.key.length);
   return {time: xs[xs.length - 1], value: ys[ys.length - 1], legend: entry.textContent,
           steps: ys.slice(0, -2).every((y, j) => j % 2 === 1 || Object.is(y, ys[j + 1])),
-          points: xs.length, band: line.area_ys[i].filter(Number.isFinite).length,
+          points: xs.length, band: areas.ys[i].filter(Number.isFinite).length,
           end: plot.model.x_range.end, now: Date.now(), coverage: coverage ? coverage.text : ''};
 }"""
 

@@ -1,10 +1,9 @@
 """A timeline page's document holds few models (issue 47, item 5): each costs the server
-about 5 kB per viewer, and /GPU-Resources held 124. A band's min-max areas are columns of
-its lines' source, the sources share their selection policy and the renderers' views their
-filter (BokehJS keeps no state in either), and the time ticker carries no month or year
-tickers. Under every simulated profile, on every timeline page; the browser tests
-(test_browser_long_windows.py, test_browser_timelines.py) check that the areas and lines
-still draw."""
+about 5 kB per viewer, and /GPU-Resources held 124. The sources share their selection policy
+and the renderers' views their filter (BokehJS keeps no state in either), the bands' mappings
+one scale, and the time ticker carries no month or year tickers. Under every simulated
+profile, on every timeline page; the browser tests (test_browser_long_windows.py,
+test_browser_timelines.py) check that the areas and lines still draw."""
 
 from __future__ import annotations
 
@@ -15,7 +14,9 @@ from bokeh.document import Document
 from bokeh.models import (
     AllIndices,
     ColumnDataSource,
+    CoordinateMapping,
     GlyphRenderer,
+    LinearScale,
     MonthsTicker,
     MultiLine,
     Patches,
@@ -23,7 +24,6 @@ from bokeh.models import (
     YearsTicker,
 )
 
-from jupyterlab_nvdashboard.apps.components import AREA_XS, AREA_YS
 from jupyterlab_nvdashboard.apps.document import build_document
 from jupyterlab_nvdashboard.apps.registry import ROUTES, RouteFeeds
 from jupyterlab_nvdashboard.apps.sources import DashboardSources
@@ -65,21 +65,22 @@ def test_timeline_documents_share_what_holds_no_state(profile: str) -> None:
         assert kinds[UnionRenderers] < len(sources), (path, kinds[UnionRenderers])
         renderers = list(doc.select({"type": GlyphRenderer}))
         assert kinds[AllIndices] < len(renderers), (path, kinds[AllIndices])
+        mappings = list(doc.select({"type": CoordinateMapping}))
+        assert len({id(m.y_scale) for m in mappings} | {id(m.x_scale) for m in mappings}) \
+            <= 1, path
         for renderer in renderers:
-            if isinstance(renderer.glyph, Patches):  # a band's areas, over its lines' rows
-                data = renderer.data_source.data
-                assert (renderer.glyph.xs, renderer.glyph.ys) == (AREA_XS, AREA_YS), path
-                assert len(data[AREA_XS]) == len(data["key"]) == len(data["xs"]), path
-                lines = [other for other in renderers if other.data_source is
-                         renderer.data_source and isinstance(other.glyph, MultiLine)]
-                assert len(lines) == 1 and lines[0].coordinates is renderer.coordinates, path
+            if isinstance(renderer.glyph, Patches):  # a band's areas, beside its lines
+                lines = [other for other in renderers if isinstance(other.glyph, MultiLine)
+                         and other.coordinates is renderer.coordinates]
+                assert len(lines) == 1, path
+                assert len(renderer.data_source.data["xs"]) == \
+                    len(lines[0].data_source.data["key"]), path
 
 
-def test_gpu_resources_document_holds_at_most_90_models() -> None:
-    """124 before item 5 (4 GPUs, mixed): 9 sources with a selection and a policy each, a
-    renderer's filter each, a scale pair per band, and 12 time tickers."""
+def test_gpu_resources_document_holds_at_most_96_models() -> None:
+    """124 before item 5 (4 GPUs, mixed): a policy per source, a filter per renderer, a
+    scale pair per band, and 12 time tickers."""
     doc = dict(_timeline_documents("mixed", 4))["/GPU-Resources"]
-    assert len(doc.models) <= 90, collections.Counter(type(m).__name__ for m in doc.models)
-    feeds = [model for model in doc.models if isinstance(model, ColumnDataSource)]
-    panels = [r for r in doc.select({"type": GlyphRenderer}) if isinstance(r.glyph, MultiLine)]
-    assert len(feeds) == len(panels) + 1  # the streamed columns, and a source per band
+    assert len(doc.models) <= 96, collections.Counter(type(m).__name__ for m in doc.models)
+    kinds = collections.Counter(type(model) for model in doc.models)
+    assert kinds[LinearScale] == 3  # the figure's two, and the one every band's mapping takes

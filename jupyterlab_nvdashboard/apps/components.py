@@ -61,8 +61,6 @@ from ..stream.frames import Rows
 from .in_place import StreamedHtml
 from .live import REPLACE_REDRAW_MS, TIMELINE_REDRAW_MS, BandsView, LiveView
 
-# A band's areas, in its lines' source (``Timeline``): the page's script fills them.
-AREA_XS, AREA_YS = "area_xs", "area_ys"
 GB = 1e9
 MB = 1e6
 GIB = float(2**30)
@@ -597,6 +595,7 @@ class Timeline:
         scales: list[Range1d | None] = []
         targets: list[Range1d] = []
         lines: list[ColumnDataSource] = []
+        areas: list[ColumnDataSource | None] = []
         panel_gpus: list[int | None] = []
         top = float(height)
         # BokehJS clones a mapping's scales before it sets their ranges, so one scale serves
@@ -618,29 +617,33 @@ class Timeline:
             # legend and the GPU filter hide. BokehJS updates every renderer of a source on
             # each stream (five glyph views each), whether it is shown or not: /GPU-Health's
             # 53 lines were most of what a repaint cost (benchmarks/README.md).
-            # A long window's buckets: each series' min-max band under its mean line, a
-            # polygon per series in the same row (``area_xs``, ``area_ys``; empty while every
-            # sample is drawn), so that a band's lines and areas are one source, set once
-            # per repaint. A band of rows has no areas: a row is where a GPU is, not a value
-            # that ranges.
             keys = [series.key for series in panel.series]
             band_lines = shared.source({
                 "xs": [[] for _ in keys], "ys": [[] for _ in keys], "key": keys,
                 "color": [series.color for series in panel.series],
                 "dash": [series.dash for series in panel.series],
-                "visible": [series.visible for series in panel.series],
-                **({} if rows else {AREA_XS: [[] for _ in keys], AREA_YS: [[] for _ in keys]})})
+                "visible": [series.visible for series in panel.series]})
             mapping = CoordinateMapping(x_source=self.x_range, x_target=self.x_range,
                                         y_source=y_range, y_target=target,
                                         x_scale=band_scale, y_scale=band_scale)
-            if not rows:
-                plot.add_glyph(band_lines, Patches(xs=AREA_XS, ys=AREA_YS, fill_color="color",
+            # A long window's buckets: each series' min-max band under its mean line, a
+            # polygon per series (empty while every sample is drawn). A band of rows has
+            # none: a row is where a GPU is, not a value that ranges. A source of their own,
+            # not columns of the lines': BokehJS updates every renderer of a source that
+            # changed, and the areas change only in a long window (with them beside the
+            # lines, a 2-minute /GPU-Resources cost Chromium 1.03-1.16 times as much).
+            band_areas = None if rows else shared.source(
+                {"xs": [[] for _ in keys], "ys": [[] for _ in keys],
+                 "color": [series.color for series in panel.series]})
+            if band_areas is not None:
+                plot.add_glyph(band_areas, Patches(xs="xs", ys="ys", fill_color="color",
                                                    fill_alpha=0.18, line_color=None),
                                coordinates=mapping, view=shared.view())
             plot.add_glyph(band_lines, MultiLine(
                 xs="xs", ys="ys", line_color="color", line_dash="dash",
                 line_width=4 if rows else 2), coordinates=mapping, view=shared.view())
             lines.append(band_lines)
+            areas.append(band_areas)
             gpus = {series.gpu for series in panel.series}
             panel_gpus.append(gpus.pop() if len(gpus) == 1 else None)
         # The headings and scales: HTML over the canvas, laid out once (a pointer passes
@@ -681,7 +684,7 @@ class Timeline:
             picker=self.picker, windows_s=self.windows_s, window_s=window_s,
             units={series.key: panel.unit for panel in feed.panels for series in panel.series},
             rollover={f"{w:g}": rollover(w, interval_s) for w in self.windows_s},
-            lines=lines, series_gpu={s.key: s.gpu for s in feed.series},
+            lines=lines, areas=areas, series_gpu={s.key: s.gpu for s in feed.series},
             lost_columns={s.key: lost_key(s.gpu) for s in feed.series if s.gpu is not None},
             gpu_filter=self.gpu_filter, filter_gpus=gpu_rows, coverage=self.coverage,
             bands=BandsView(plot=plot, frame_range=frame_range, grid_ticker=grid_ticker,

@@ -93,10 +93,11 @@ class LiveView:
     window_s: float | None = None
     units: dict[str, str] = field(default_factory=dict)
     rollover: dict[str, int] = field(default_factory=dict)  # rows kept, per window
-    # Each panel's lines: one MultiLine source, a row per series (key, colour, dash, visible),
-    # whose area_xs and area_ys columns, where the panel has them, hold the min-max band of a
-    # long window's buckets under each line (a panel of rows has none).
+    # Each panel's lines: one MultiLine source, a row per series (key, colour, dash, visible).
     lines: Sequence[ColumnDataSource] = ()
+    # Each panel's min-max bands of a long window's buckets, a polygon per series in the
+    # order of its lines (None: a panel of rows, which has none).
+    areas: Sequence[ColumnDataSource | None] = ()
     series_gpu: dict[str, int | None] = field(default_factory=dict)  # series key -> GPU row
     gpu_filter: CheckboxButtonGroup | None = None  # its buttons are ``filter_gpus``, in order
     filter_gpus: Sequence[int] = ()
@@ -136,6 +137,7 @@ def attach(doc: Document, view: LiveView) -> None:
         "following": [y_range for y_range, _ in view.following],
         "headings": list(view.headings),
         "picker": view.picker, "spec": spec, "lines": list(view.lines),
+        "areas": list(view.areas),
         "gpu_filter": view.gpu_filter,
         "plot": view.bands.plot, "frame_range": view.bands.frame_range,
         "grid_ticker": view.bands.grid_ticker, "band_targets": list(view.bands.targets),

@@ -1,6 +1,6 @@
 // The page's live-data client (see apps/live.py). Runs once, as a CustomJS, when the
 // document is ready. In scope: source, x_range, following, headings, picker, spec, lines,
-// gpu_filter, plot, frame_range, grid_ticker, band_targets, band_scales, coverage; viewOf
+// areas, gpu_filter, plot, frame_range, grid_ticker, band_targets, band_scales, coverage; viewOf
 // and setDivHtml, from in_place.js, and openStream, from stream_client.js, before it.
 // Frames: see stream/frames.py. Columns are little-endian float64, as in every browser.
 const live = {
@@ -326,23 +326,22 @@ function drawLines() {
     : source.data[key]);
   const times = withOpen("time");
   const buckets = bucketed();
-  (lines || []).forEach((panel) => {
+  (lines || []).forEach((panel, p) => {
     const visible = panel.data.key.map((key) => !isHidden(key));
     const shapes = panel.data.key.map((key, i) => (visible[i] && buckets ? bucketShapes(key)
       : null));
-    // The areas (a long window's min-max bands) live in the same source, so that a band's
-    // repaint is one change of it; a panel of rows has none.
-    const hasAreas = "area_xs" in panel.data;
-    const areas = hasAreas && (buckets || panel.data.area_xs.some((xs) => xs.length)) ? {area_xs: shapes.map((shape) => (shape ? shape.area.xs : [])),
-         area_ys: shapes.map((shape) => (shape ? shape.area.ys : []))}
-      : {};
     panel.data = {
-      ...panel.data, ...areas, visible,
+      ...panel.data, visible,
       ys: panel.data.key.map((key, i) => (!visible[i] ? [] : shapes[i] ? shapes[i].line.ys
         : withOpen(key))),
       xs: panel.data.key.map((key, i) => (!visible[i] ? [] : shapes[i] ? shapes[i].line.xs
         : times)),
     };
+    const area = (areas || [])[p];
+    if (area && (buckets || area.data.xs.some((xs) => xs.length))) {
+      area.data = {...area.data, xs: shapes.map((shape) => (shape ? shape.area.xs : [])),
+                   ys: shapes.map((shape) => (shape ? shape.area.ys : []))};
+    }
   });
 }
 
