@@ -216,7 +216,7 @@ class JupyterSessions:
         try:
             executions = self._executions()
             cells = parse_cells(executions)
-            if not (for_marks_only and not cells):
+            if cells or not for_marks_only:
                 self.sessions = parse_sessions(self._fetch(self.server),
                                                parse_executions(executions)
                                                if executions is not None else None)

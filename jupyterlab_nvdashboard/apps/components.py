@@ -502,11 +502,14 @@ HOVER_HTML = f"<div style='white-space:pre;font-size:12px'>@{{{TIME_KEY}}}{{band
 class SharedModels:
     """What a timeline's sources and renderers can share, since BokehJS keeps no state in
     them: the selection policy of every source, the filter of every renderer's view (the
-    views themselves hold their indices, one each)."""
+    views themselves hold their indices, one each), and the scale of every band's mapping
+    (BokehJS clones it before it sets its ranges). A page's document is mostly its models,
+    each about 5 kB of the server's memory per viewer (issue 47, item 5)."""
 
     def __init__(self) -> None:
         self.selection_policy = UnionRenderers(syncable=False)
         self.every_row = AllIndices(syncable=False)
+        self.scale = LinearScale(syncable=False)
 
     def source(self, data: dict[str, list[Any]]) -> ColumnDataSource:
         return ColumnDataSource(data, selection_policy=self.selection_policy, syncable=False)
@@ -545,9 +548,6 @@ class Timeline:
         self.feed = feed
         self.windows_s = tuple(windows_s)
         window_s = default_window_s if default_window_s in self.windows_s else self.windows_s[0]
-        # A page's document is mostly its models (item 5 of issue 47: each costs the server
-        # about 5 kB per viewer), so the page's sources and renderers share the models that
-        # hold no state in BokehJS: the selection policy and the filter that keeps every row.
         shared = SharedModels()
         self.source = shared.source({TIME_KEY: [], **{s.key: [] for s in feed.series},
                                      **{lost_key(index): [] for index in feed.gpu_rows}})
@@ -598,9 +598,6 @@ class Timeline:
         areas: list[ColumnDataSource | None] = []
         panel_gpus: list[int | None] = []
         top = float(height)
-        # BokehJS clones a mapping's scales before it sets their ranges, so one scale serves
-        # every band: a page's document is mostly its models (item 5 of issue 47).
-        band_scale = LinearScale(syncable=False)
         for panel, extent in zip(feed.panels, extents, strict=True):
             rows = len(panel.y_labels)
             y_range = Range1d(-0.5 if rows else 0, rows - 0.5 if rows else panel.y_max or 1,
@@ -625,7 +622,7 @@ class Timeline:
                 "visible": [series.visible for series in panel.series]})
             mapping = CoordinateMapping(x_source=self.x_range, x_target=self.x_range,
                                         y_source=y_range, y_target=target,
-                                        x_scale=band_scale, y_scale=band_scale)
+                                        x_scale=shared.scale, y_scale=shared.scale)
             # A long window's buckets: each series' min-max band under its mean line, a
             # polygon per series (empty while every sample is drawn). A band of rows has
             # none: a row is where a GPU is, not a value that ranges. A source of their own,
