@@ -153,6 +153,19 @@ class GlanceTraffic:
     def _message(self, _payload: object) -> None:
         self.messages += 1
 
+    def wait_until_live(self, page, timeout_s: float = 60.0) -> None:  # noqa: ANN001
+        """Until the socket has brought a glance: the steady state, not the start.
+
+        The first ``glance.json`` (and its retries while the proxy launches the
+        dashboard server) comes before the socket; a window that opens before
+        the socket's first message counts them as if the glance were polled.
+        """
+        deadline = time.monotonic() + timeout_s
+        while self.messages == 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no glance came over its socket in {timeout_s:.0f} s")
+            page.wait_for_timeout(100)  # Playwright delivers the page's events while it waits
+
 
 def measure_window(lab, page, traffic: GlanceTraffic, source: str, case: str,  # noqa: ANN001
                    round_index: int, window_s: float) -> Window:
@@ -198,6 +211,8 @@ def measure_source(browser, source: Source, round_index: int, window_s: float,  
             page.wait_for_selector("#jp-main-dock-panel .lm-TabBar-tab", timeout=120_000)
             # No dashboard tab: the Launcher is what a bare Lab shows.
             page.wait_for_timeout(settle_s * 1000)
+            if source.enabled:
+                traffic.wait_until_live(page)
             windows = [measure_window(lab, page, traffic, source.name, "sidebar closed",
                                       round_index, window_s)]
             if source.enabled:

@@ -183,3 +183,5 @@ def test_bare_lab_measures_a_lab_with_the_sidebar_closed_and_open() -> None:
         # The glance came over its socket, not as requests.
         assert rows[(case, "glance requests/min")].split("|")[3].strip().startswith("0.00"), \
             done.stdout
+        assert not rows[(case, "glance messages/min")].split("|")[3].strip().startswith("0.00"), \
+            done.stdout
