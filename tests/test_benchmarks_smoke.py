@@ -170,18 +170,19 @@ def test_store_io_measures_the_loop_and_the_memory_while_the_store_is_read(
 @pytest.mark.lab
 def test_bare_lab_measures_a_lab_with_the_sidebar_closed_and_open() -> None:
     """It had stopped running (an import renamed under it) with nothing to tell."""
+    window_s = 6
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bare_lab.py"), "--window", "3",
+        [sys.executable, str(ROOT / "benchmarks" / "bare_lab.py"), "--window", str(window_s),
          "--settle", "1", "--no-without"],
         capture_output=True, text=True, timeout=300,
     )
+    # It measures only once the glance socket has brought a message: it fails otherwise.
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line
             for line in done.stdout.splitlines() if line.startswith("| sidebar")}
     for case in ("sidebar closed", "sidebar open"):
         assert (case, "Chromium CPU %") in rows, done.stdout
-        # The glance came over its socket, not as requests.
-        assert rows[(case, "glance requests/min")].split("|")[3].strip().startswith("0.00"), \
-            done.stdout
-        assert not rows[(case, "glance messages/min")].split("|")[3].strip().startswith("0.00"), \
-            done.stdout
+        # The glance came over its socket: a poll every 2 s would be 3 requests in the
+        # window; one is a socket that fell silent on a loaded machine and was asked once.
+        per_min = float(rows[(case, "glance requests/min")].split("|")[3].split()[0])
+        assert per_min * window_s / 60 < 1.5, done.stdout

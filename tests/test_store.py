@@ -3,6 +3,7 @@ files, two servers on one file. No server, no waiting: the writer is stepped by 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -13,6 +14,8 @@ import shutil
 import signal
 import sqlite3
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -409,6 +412,47 @@ def test_a_writer_that_fails_unforeseen_says_so_and_is_off(
     store.start()  # the writer's own thread meets the defect at its first batch
     until(lambda: store.role == "off", "the store to turn off", 30)
     assert store.info()["role"] == "off" and "a defect no check foresaw" in one_line(caplog)
+    store.stop()
+
+
+def test_a_read_while_the_store_opens_waits_for_it_except_on_an_event_loop(
+        folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page opened as the server starts read a store still "starting", and drew its long
+    window with nothing stored (CI saw a restart's first /info.json say "starting")."""
+    from jupyterlab_nvdashboard.store import service
+
+    path, clock = a_minute_stored(folder)
+    opening = threading.Event()
+    real_open_store = service.open_store
+
+    def slow_open_store(store_path: Path) -> object:
+        opening.set()
+        time.sleep(0.5)  # a loaded machine, or a big file's migration
+        return real_open_store(store_path)
+
+    monkeypatch.setattr(service, "open_store", slow_open_store)
+
+    def started() -> HistoryStore:
+        store = HistoryStore(path, clock=clock, device_uuids=lambda: UUIDS)
+        store.start()
+        assert opening.wait(10)
+        opening.clear()
+        return store
+
+    store = started()
+    assert store.role == "starting"
+    assert len(store.past(START_S, START_S + 60, 5).samples) == 24  # its 12 buckets' min, max
+    assert store.role == "writer"
+    store.stop()
+
+    # On an event loop nothing waits: that read finds the store still opening.
+    store = started()
+
+    async def on_the_loop() -> int:
+        return len(store.past(START_S, START_S + 60, 5).samples)
+
+    assert asyncio.run(on_the_loop()) == 0
+    until(lambda: store.role == "writer", "the store to open", 10)
     store.stop()
 
 

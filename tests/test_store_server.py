@@ -100,8 +100,9 @@ def test_restarts_keep_the_history_with_the_time_off_drawn_as_a_gap(store_path: 
     assert stored_until(store_path) >= stopped - 6
     move_back(store_path, 6 * 3600)  # both servers ran 6 hours ago; since then, nothing
     with cli_server(FAST, env=env) as (url, process):
-        assert info(url)["store"]["role"] == "writer"
+        # At once: the page's read waits for the store to open (CI saw "starting" here).
         times, memory = window_of(url, DAY_S)
+        assert info(url)["store"]["role"] == "writer"
         csv_status, body = get(url + f"/history.csv?seconds={DAY_S:g}")
         _, diagnosis = get(url + f"/diagnosis.json?seconds={DAY_S:g}")
     known, gaps = times[np.isfinite(memory)], times[np.isnan(memory)]
@@ -132,10 +133,10 @@ def test_two_servers_on_one_store_one_writes(store_path: Path) -> None:
         wait_for_batches(writer, 2)
         with cli_server(FAST, env=env) as (reader, _):
             reader_started = time.time()
-            assert info(writer)["store"]["role"] == "writer"
-            assert info(reader)["store"]["role"] == "reader"
             # The reader draws, before its own first sample, what the writer stored.
             times, memory = window_of(reader, 600)
+            assert info(writer)["store"]["role"] == "writer"
+            assert info(reader)["store"]["role"] == "reader"
             assert (times[np.isfinite(memory)] < reader_started - 5).any()
             wait_for_batches(writer, info(writer)["store"]["batches"] + 1)
             assert info(reader)["store"]["batches"] == 0  # it never writes

@@ -23,6 +23,7 @@ nothing was recorded (the server was not running).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -73,6 +74,10 @@ MAX_PENDING_SAMPLES = 18_000
 # minutes of NTP slewing or a small step back. Beyond it the bucket was written while the
 # clock was wrong (a VM restored with a wrong clock, ``date -s``, a bad NTP step).
 TRUSTED_AHEAD_S = 300.0
+# A read that comes while the store is still opening (the server has just started, or is
+# migrating a big file) waits for it up to this long: a page opened at once drew its long
+# window with nothing stored until its next read of the store.
+OPEN_WAIT_S = 10.0
 # Spans per piece of a window read in pieces (``past_in_pieces``): 12 hours of 1-minute
 # buckets, about 2 MB of samples and 1 MB of CSV for 8 GPUs.
 PIECE_ROWS = 720
@@ -136,6 +141,7 @@ class HistoryStore:
         self.batch_s = batch_s
         self.stats = StoreStats()
         self.role = "starting"  # "writer", "reader" or "off"
+        self._opened = threading.Event()  # set when the role is no longer "starting"
         self.problem = ""  # why "off", in one line
         self._queue: queue.SimpleQueue[IdentifiedSample] = queue.SimpleQueue()
         self._history: History | None = None  # the one ``attach`` listens to
@@ -183,6 +189,12 @@ class HistoryStore:
         line, never an exception, when there can be no store."""
         if self.role == "off":
             return
+        try:
+            self._open()
+        finally:
+            self._opened.set()
+
+    def _open(self) -> None:
         try:
             make_folder(self.path)
             if self._lock.try_acquire():
@@ -455,6 +467,16 @@ class HistoryStore:
 
     # -- reading ---------------------------------------------------------------------------
 
+    def _await_open(self) -> None:
+        """While the writer thread is opening the store, wait for it (``OPEN_WAIT_S`` at
+        most), unless called on an event loop, which no store read may hold up."""
+        if self.role != "starting" or self._thread is None:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # not on a loop: a long read's own thread
+            self._opened.wait(OPEN_WAIT_S)
+
     @property
     def readable(self) -> bool:
         return self.role in ("writer", "reader")
@@ -519,6 +541,7 @@ class HistoryStore:
         start and maxima at its middle (what a chart's min/max downsampling draws), or
         "mean", each span's means at its middle (what diagnosis and the CSV read). A gap
         sample (nothing available) marks each span where nothing was recorded."""
+        self._await_open()
         if not self.readable or end_s <= start_s:
             return PastWindow(0.0, 0.0)
         tier = self.tier_for(start_s, resolution_s)
@@ -534,6 +557,7 @@ class HistoryStore:
         Pieces end on multiples of their length, so no span is cut in two; a piece with
         nothing stored has no samples. Each ``next`` reads the file: call it off the event
         loop."""
+        self._await_open()
         if not self.readable or end_s <= start_s:
             return
         tier = self.tier_for(start_s, resolution_s)
