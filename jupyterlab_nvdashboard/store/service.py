@@ -467,15 +467,16 @@ class HistoryStore:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _await_open(self) -> None:
-        """While the writer thread is opening the store, wait for it (``OPEN_WAIT_S`` at
-        most), unless called on an event loop, which no store read may hold up."""
-        if self.role != "starting" or self._thread is None:
-            return
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # not on a loop: a long read's own thread
-            self._opened.wait(OPEN_WAIT_S)
+    def _readable_once_open(self) -> bool:
+        """``readable``, once the writer thread has opened the store: while it opens, a read
+        waits for it (``OPEN_WAIT_S`` at most), unless on an event loop, which no store read
+        may hold up."""
+        if self.role == "starting" and self._thread is not None:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:  # not on a loop: a long read's own thread
+                self._opened.wait(OPEN_WAIT_S)
+        return self.readable
 
     @property
     def readable(self) -> bool:
@@ -541,8 +542,7 @@ class HistoryStore:
         start and maxima at its middle (what a chart's min/max downsampling draws), or
         "mean", each span's means at its middle (what diagnosis and the CSV read). A gap
         sample (nothing available) marks each span where nothing was recorded."""
-        self._await_open()
-        if not self.readable or end_s <= start_s:
+        if not self._readable_once_open() or end_s <= start_s:
             return PastWindow(0.0, 0.0)
         tier = self.tier_for(start_s, resolution_s)
         return self._past_at(tier, max(resolution_s, TIER_WIDTHS_S[tier]), start_s, end_s,
@@ -557,8 +557,7 @@ class HistoryStore:
         Pieces end on multiples of their length, so no span is cut in two; a piece with
         nothing stored has no samples. Each ``next`` reads the file: call it off the event
         loop."""
-        self._await_open()
-        if not self.readable or end_s <= start_s:
+        if not self._readable_once_open() or end_s <= start_s:
             return
         tier = self.tier_for(start_s, resolution_s)
         resolution = max(resolution_s, TIER_WIDTHS_S[tier])
