@@ -6,8 +6,10 @@ kernel manager tracks, whatever asked for it (a widget frontend's ``comm_msg`` w
 reconnects, a ``comm_close`` answering a ``comm_open``), so a page that reconnects restarted
 the idle episode minutes after the last cell. This watcher subscribes to each kernel's IOPub
 on Jupyter's own event loop, as Jupyter's kernel manager does for ``last_activity``, and
-records the time of every message that answers an ``execute_request``: the cell's input,
-its output, and the ``idle`` status that ends it.
+records the time of every message of a cell: an ``execute_request`` the kernel echoes as an
+``execute_input``, its outputs, and the ``idle`` status that ends it. A silent
+``execute_request`` (an extension asking the kernel something) is echoed by no kernel and
+runs no cell, so neither it nor a reconnect's ``kernel_info_request`` restarts the clock.
 
 It also keeps each kernel's last cells as spans of the kernel's own clock (issue 45): a cell
 starts at the header date of its ``execute_input`` (with the execution count of its
@@ -142,23 +144,41 @@ class ExecutionClock:
         self._clock = clock
         self._streams: dict[str, Any] = {}
         self._last: dict[str, float] = {}
+        # Per kernel, the requests it echoed as a cell's input and has not ended yet.
+        self._cells_running: dict[str, set[str]] = {}
         self._unwatchable: set[str] = set()  # told once in the log, tried again each sync
         self._periodic: Any = None
         self.cells = CellSpans()
 
     def last_execution(self, kernel_id: str) -> float | None:
-        """When the kernel last answered an ``execute_request`` (unix time); None: not
-        since it was watched."""
+        """When the kernel last ran a cell (unix time): its input, an output or its end;
+        None: not since it was watched."""
         return self._last.get(kernel_id)
 
     def executions(self) -> dict[str, float]:
         """kernel id -> last execution, for every kernel that ran a cell while watched."""
         return dict(self._last)
 
-    def on_message(self, kernel_id: str, parent_msg_type: str | None) -> None:
-        """One IOPub message of the kernel, by the type of the request it answers."""
-        if parent_msg_type == EXECUTE_REQUEST:
-            self._last[kernel_id] = self._clock()
+    def on_message(self, kernel_id: str, msg_type: str | None, parent: Mapping[str, Any]
+                   ) -> None:
+        """One IOPub message of the kernel (``parent``: the header of the request it
+        answers). A cell is an ``execute_request`` that the kernel echoes as an
+        ``execute_input``: its input, its outputs and the ``idle`` that ends it count as a
+        cell run. A silent one (which an extension sends to ask the kernel something, and a
+        kernel never echoes, jupyter_client's messaging spec), a ``kernel_info_request``
+        (JupyterLab's on each reconnect) or anything else runs no cell, and never restarts
+        the idle clock (issue 51)."""
+        if parent.get("msg_type") != EXECUTE_REQUEST:
+            return
+        request = parent.get("msg_id")
+        cells = self._cells_running.setdefault(kernel_id, set())
+        if msg_type == EXECUTE_INPUT and isinstance(request, str):
+            cells.add(request)
+        if request not in cells:
+            return
+        self._last[kernel_id] = self._clock()
+        if msg_type == STATUS:  # the cell's end (a status of its request is its idle)
+            cells.discard(request)
 
     def receive(self, kernel_id: str, session: Any, msg_list: list[bytes]) -> None:
         """One IOPub message as the kernel's socket delivers it (``session``: a
@@ -170,7 +190,8 @@ class ExecutionClock:
         except Exception:  # noqa: BLE001 - a message it cannot read tells nothing
             return
         parent = message.get("parent_header") or {}
-        self.on_message(kernel_id, parent.get("msg_type"))
+        self.on_message(kernel_id, message.get("msg_type"),
+                        parent if isinstance(parent, Mapping) else {})
         if message.get("msg_type") not in (EXECUTE_INPUT, STATUS):
             return
         try:
@@ -212,6 +233,7 @@ class ExecutionClock:
     def _close(self, kernel_id: str) -> None:
         stream = self._streams.pop(kernel_id)
         self._last.pop(kernel_id, None)
+        self._cells_running.pop(kernel_id, None)
         self.cells.forget(kernel_id)
         try:
             stream.close()

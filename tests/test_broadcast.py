@@ -186,10 +186,17 @@ def test_long_window_sends_min_max_buckets_of_the_history() -> None:
         frames = asyncio.run(run())
         bucket_ms = 1800 / (MAX_POINTS_PER_LINE // 2) * 1000
         times = np.concatenate([f.rows.numeric["time"] for f in frames])
-        # Two rows per bucket: its start and its middle, buckets whole widths apart.
-        gaps = np.mod(np.diff(times[::2]), bucket_ms)
-        assert np.all((gaps < 1) | (gaps > bucket_ms - 1)), gaps
-        assert np.allclose(times[1::2] - times[::2], bucket_ms / 2)
+        # Two rows per bucket: its first sample and halfway from there to its end. The
+        # buckets after the first are whole widths apart (a sample is taken as each
+        # begins, give or take the 0.5 s interval); the first starts where the history
+        # does, never before (issue 51: a 7-day window drew the time before the server).
+        first_sample_ms = server.metrics.history.window(1800)[0].time_s * 1000
+        assert times[0] == pytest.approx(first_sample_ms, abs=1)
+        gaps = np.mod(np.diff(times[2::2]), bucket_ms)
+        assert np.all((gaps < 500 + 1) | (gaps > bucket_ms - 500 - 1)), gaps
+        ends = 2 * times[1::2] - times[::2]
+        gaps = np.mod(np.diff(ends), bucket_ms)
+        assert np.all((gaps < 1) | (gaps > bucket_ms - 1)), ends
 
 
 def test_frame_round_trip_carries_nan_and_text() -> None:

@@ -612,13 +612,31 @@ def test_no_cell_run_counts_from_the_last_execution_where_the_extension_serves_i
 
 
 def test_the_execution_clock_counts_only_what_answers_a_cell() -> None:
+    now = [50.0]
     clock = ExecutionClock(kernel_manager=None, log=logging.getLogger("test"),
-                           clock=lambda: 50.0)
+                           clock=lambda: now[0])
     for parent in ("kernel_info_request", "comm_open", "comm_info_request", None):
-        clock.on_message("k1", parent)
+        clock.on_message("k1", "status", {"msg_type": parent, "msg_id": "m"})
     assert clock.last_execution("k1") is None
-    clock.on_message("k1", "execute_request")
+    # A silent execute_request (an extension asking the kernel something on reconnecting,
+    # issue 51): busy, a result, idle, and never an execute_input. It runs no cell.
+    silent = {"msg_type": "execute_request", "msg_id": "silent"}
+    for kind in ("status", "execute_result", "status"):
+        clock.on_message("k1", kind, silent)
+    assert clock.last_execution("k1") is None
+    cell = {"msg_type": "execute_request", "msg_id": "cell"}
+    clock.on_message("k1", "status", cell)  # busy comes before the input
+    assert clock.last_execution("k1") is None
+    clock.on_message("k1", "execute_input", cell)
     assert clock.last_execution("k1") == 50.0 and clock.executions() == {"k1": 50.0}
+    now[0] = 60.0
+    clock.on_message("k1", "stream", cell)  # its output
+    now[0] = 70.0
+    clock.on_message("k1", "status", cell)  # its end
+    assert clock.last_execution("k1") == 70.0
+    now[0] = 80.0
+    clock.on_message("k1", "status", cell)  # nothing of that cell after its end
+    assert clock.last_execution("k1") == 70.0
 
 
 def test_a_kernel_the_execution_clock_cannot_watch_is_one_log_line(

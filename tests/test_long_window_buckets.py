@@ -37,6 +37,19 @@ def test_bucket_means_count_samples_not_bounds() -> None:
     assert means[4] == means[5] == 6.0
 
 
+def test_a_bucket_is_drawn_from_its_first_sample_to_its_end() -> None:
+    """Issue 51: a server started 7 s into a 10 s bucket has nothing before then, and its
+    7-day window drew a line over the bucket's first 7 s (ten minutes, at 7 days). The
+    first row stands at the first sample; the middle row halfway from it to the bucket's
+    end, so a page still finds the end (``2 * middle - first``). The next bucket starts
+    where the first ends, whenever its own first sample came."""
+    clocks = np.array([7.0, 8.0, 9.0, 11.0, 15.0, 19.0])
+    rows = Rows({"time": 1_000_000 + clocks * 1000, "v": np.arange(6.0)})
+    times = min_max(rows, "time", 10.0, clocks).numeric["time"]
+    assert list(times[::2]) == [1_007_000, 1_010_000]
+    assert list(2 * times[1::2] - times[::2]) == [1_010_000, 1_020_000]
+
+
 class StoredMinute:
     """A store that kept one minute at 40% on average, between 0% and 100%: its "minmax"
     rows (minima at the start, maxima at the middle) and its "mean" row, as store.past reads

@@ -300,22 +300,32 @@ function bucketShapes(key) {
       closeRun();
     }
   };
-  const times = source.data.time, values = source.data[key], means = source.data[key + MEAN];
-  const open = live.open && live.open.time.length >= 3 && live.open[key] ? live.open : null;
-  for (let i = 0; i + 1 < times.length; i += 2) {
-    // A bucket ends where the next begins: a window's first frame cuts the bucket that holds
-    // the history's start in two, its stored part here and its live part open.
-    const next = i + 2 < times.length ? times[i + 2] : open ? open.time[0] : Infinity;
-    bucket(times[i], Math.min(2 * times[i + 1] - times[i], next), values[i], values[i + 1],
-           means[i]);
-  }
-  // The open bucket (its minimum, maximum and mean so far), up to the newest sample.
-  if (open) {
-    bucket(open.time[0], open.time[open.time.length - 1], open[key][0], open[key][1],
-           open[key + MEAN][0]);
-  }
+  const values = source.data[key], means = source.data[key + MEAN];
+  const open = live.open && live.open[key] ? live.open : null;
+  bucketSpans().forEach(([start, end], b) => {
+    if (b < values.length / 2) {
+      bucket(start, end, values[2 * b], values[2 * b + 1], means[2 * b]);
+    } else if (open) {  // the open bucket (its minimum, maximum and mean so far)
+      bucket(start, end, open[key][0], open[key][1], open[key + MEAN][0]);
+    }
+  });
   closeRun();
   return {line, area};
+}
+
+function bucketSpans() {
+  // Where each bucket is drawn, [start, end] in ms: the closed ones, then the open one up to
+  // the newest sample. A bucket starts at its first sample (stream/downsample.py) and ends
+  // where the next begins: a window's first frame cuts the bucket that holds the history's
+  // start in two, its stored part here and its live part open.
+  const times = source.data.time, spans = [];
+  const open = live.open && live.open.time.length >= 3 ? live.open : null;
+  for (let i = 0; i + 1 < times.length; i += 2) {
+    const next = i + 2 < times.length ? times[i + 2] : open ? open.time[0] : Infinity;
+    spans.push([times[i], Math.min(2 * times[i + 1] - times[i], next)]);
+  }
+  if (open) spans.push([open.time[0], open.time[open.time.length - 1]]);
+  return spans;
 }
 
 function drawLines() {
@@ -366,6 +376,20 @@ function concat(a, b) {
   return out;
 }
 
+function rolledOver(columns, added, keep) {
+  // The columns with the added rows after them, the oldest dropped past `keep` rows: new
+  // arrays each time. BokehJS's source.stream rolls a full typed-array column over in
+  // place, so once a window had filled, each panel's lines were given the same arrays as
+  // at their last draw; BokehJS found the new data equal to the old and drew nothing more,
+  // while the axis went on scrolling (issue 51).
+  const out = {};
+  for (const [key, column] of Object.entries(columns)) {
+    const joined = added[key] ? concat(column, added[key]) : column;
+    out[key] = joined.length > keep ? joined.slice(joined.length - keep) : joined;
+  }
+  return out;
+}
+
 function redrawMs() {
   const ms = spec.mode === "append" ? spec.redraw_ms[String(live.window)] : undefined;
   return ms === undefined ? spec.redraw_ms.replace : ms;
@@ -381,7 +405,7 @@ function draw() {
   if (spec.mode === "replace" || reset) {
     source.data = data;  // the source is not synced: nothing goes back to the server
   } else if (data[Object.keys(data)[0]].length) {
-    source.stream(data, spec.rollover[String(live.window)], {sync: false});
+    source.data = rolledOver(source.data, data, spec.rollover[String(live.window)]);
   }
   drawLines();
   live.draws++;
@@ -403,8 +427,17 @@ function showCoverage() {
   // A window longer than the history recorded says how much it holds: its time axis spans
   // only what there is.
   if (!coverage || !picker) return;
+  // What the samples cover: a long window's buckets that hold a reading, each from its
+  // first sample; a bucket of the time the server was off holds none (NaN) and counts for
+  // nothing.
   const times = source.data.time;
-  const recorded = times && times.length ? newestOf("time") - times[0] : 0;
+  const held = (b) => lineKeys.some((key) => {
+    const column = 2 * b < times.length ? source.data[key] : live.open && live.open[key];
+    return column && Number.isFinite(column[2 * b < times.length ? 2 * b : 0]);
+  });
+  const recorded = !times || !times.length ? 0 : bucketed()
+    ? bucketSpans().reduce((sum, [start, end], b) => sum + (held(b) ? end - start : 0), 0)
+    : newestOf("time") - times[0];
   const label = picker.labels[picker.active];
   const text = recorded < 0.98 * live.window * 1000
     ? `${spanText(recorded)} of ${label} recorded` : "";

@@ -539,8 +539,9 @@ class HistoryStore:
              rows: str = "minmax") -> PastWindow:
         """Stored history from ``start_s`` to ``end_s`` (epoch seconds), one row per
         ``resolution_s`` (at least the tier's width): "minmax", each span's minima at its
-        start and maxima at its middle (what a chart's min/max downsampling draws), or
-        "mean", each span's means at its middle (what diagnosis and the CSV read). A gap
+        first stored bucket and maxima halfway from there to its end (what a chart's
+        min/max downsampling draws, stream/downsample.py), or "mean", each span's means at
+        that middle (what diagnosis and the CSV read). A gap
         sample (nothing available) marks each span where nothing was recorded."""
         if not self._readable_once_open() or end_s <= start_s:
             return PastWindow(0.0, 0.0)
@@ -601,12 +602,17 @@ class HistoryStore:
             gaps.append((previous_end, end_s,
                          [row for row in shown[stored[-1].layout] if row is not None]))
         samples: list[Sample] = []
-        for run in (run.folded(resolution) for run in stored):
-            middles = run.starts + resolution / 2
+        for stored_run in stored:
+            run = stored_run.folded(resolution)
+            # A span stands for what it holds: the first after a gap (or the store's first)
+            # holds nothing before its first stored bucket (issue 51), so its rows start
+            # there and its middle is halfway from there to its end.
+            firsts = stored_run.starts[np.searchsorted(stored_run.starts, run.starts)]
+            middles = (firsts + run.starts + resolution) / 2
             if rows == "mean":
                 times, values, highs = middles, run.mean, run.high
-            else:  # each bucket's minima at its start, maxima at its middle
-                times = np.column_stack([run.starts, middles]).ravel()
+            else:  # each span's minima at its first stored bucket, maxima at its middle
+                times = np.column_stack([firsts, middles]).ravel()
                 values = np.stack([run.low, run.high], axis=1).reshape(-1, run.low.shape[1])
                 highs = np.repeat(run.high, 2, axis=0)
             samples += bucket_samples(shown[run.layout], values, highs, times.tolist(),

@@ -5,7 +5,9 @@ Time is cut into buckets of ``bucket_s`` of the samples' monotonic clock
 buckets, and a step of the wall clock neither splits nor merges one. A bucket is drawn at
 its start on the wall clock (as the rows' time says it), so while the wall clock keeps time
 the buckets are aligned to the epoch. Each bucket becomes two rows, the
-smallest value of every column (at the bucket's start) and the largest (at its middle):
+smallest value of every column (at the bucket's start, or at its first sample in a frame's
+first bucket, where the history may begin) and the largest (halfway from there to the
+bucket's end):
 the line still reaches every peak and every trough of the raw samples. NaN is ignored
 unless the whole bucket is NaN (then the bucket is "not available"). ``bucket_means`` adds
 each column's mean over the bucket (``<column>:mean``, the same on both rows), so a page
@@ -65,7 +67,14 @@ def min_max(rows: Rows, time_key: str, bucket_s: float, clocks_s: np.ndarray) ->
     out: dict[str, np.ndarray] = {}
     for key, column in rows.numeric.items():
         if key == time_key:
-            pair = (bucket_start_ms, bucket_start_ms + bucket_s * 500)
+            # The first bucket is drawn from its first sample: the one the history begins
+            # in (a window's first frame) holds nothing before it, and must not be drawn
+            # there (issue 51). The others start where the one before ends, so the line
+            # has no holes. The middle row is halfway to the end, so a page finds the end
+            # from the two (``2 * middle - start``).
+            first_ms = bucket_start_ms.copy()
+            first_ms[0] = times_ms[0]
+            pair = (first_ms, (first_ms + bucket_start_ms + bucket_s * 1000) / 2)
         else:
             with warnings.catch_warnings():  # an all-NaN bucket stays NaN, which is the point
                 warnings.simplefilter("ignore", RuntimeWarning)
