@@ -42,7 +42,8 @@ from jupyterlab_nvdashboard.metrics.families import (  # noqa: E402
 )
 from jupyterlab_nvdashboard.metrics.nvml import NvmlReader  # noqa: E402
 from jupyterlab_nvdashboard.simnvml import SimulatedNvml  # noqa: E402
-from tests.support.servers import free_port  # noqa: E402
+from tests.support.bokeh_client import TEST_TOKEN  # noqa: E402
+from tests.support.servers import cli_server, free_port, get  # noqa: E402
 from tests.test_cli import assert_one_line_error, run_cli  # noqa: E402
 from tests.test_metrics_export import HEALTH, HOST, facts, reading  # noqa: E402
 
@@ -181,8 +182,38 @@ def test_the_name_set_is_a_flag_and_an_environment_variable_with_classic_by_defa
         load_config(["--metrics-names", "both"], environ={})
 
 
+@pytest.mark.parametrize("names", ["both", "DCGM 4.7"])
+def test_a_metrics_only_variable_without_metrics_is_ignored_not_fatal(names: str) -> None:
+    # A hub image that sets the name set for every user's server, /metrics on for some:
+    # where it is off the variable (good or bad) is ignored, as the hostname label is.
+    environ = {"NVDASHBOARD_METRICS_NAMES": names, "NVDASHBOARD_METRICS_HOSTNAME_LABEL": "x"}
+    config = load_config([], environ=environ)
+    assert not config.metrics_enabled and config.metrics_names == "classic"
+    assert config.ignored_variables == ("NVDASHBOARD_METRICS_HOSTNAME_LABEL",
+                                        "NVDASHBOARD_METRICS_NAMES")
+    for off in ({"NVDASHBOARD_METRICS": "0"}, {}):
+        assert load_config([], environ={**environ, **off}).ignored_variables
+    # With /metrics on, the same variables are read, and a bad one stops the server.
+    with pytest.raises(ConfigError, match="NVDASHBOARD_METRICS_HOSTNAME_LABEL"):
+        load_config(["--metrics"], environ=environ)
+    assert load_config([], environ={"NVDASHBOARD_METRICS": "1",
+                                    "NVDASHBOARD_METRICS_NAMES": "both"}
+                       ).ignored_variables == ()
+
+
+def test_the_server_starts_and_warns_once_when_metrics_names_is_set_without_metrics() -> None:
+    env = {"NVDASHBOARD_METRICS_NAMES": "dcgm48"}
+    with cli_server(["--simulate", "1"], env=env) as (url, process):
+        assert get(url + "/metrics", token=TEST_TOKEN)[0] == 404  # /metrics is off
+        log = Path(process.log_path).read_text()  # type: ignore[attr-defined]
+    warnings = [line for line in log.splitlines() if "warning" in line]
+    assert warnings == ["nvdashboard: warning: NVDASHBOARD_METRICS_NAMES ignored: /metrics "
+                        "is off (--metrics or NVDASHBOARD_METRICS=1 turns it on)"], log
+
+
 @pytest.mark.parametrize(("args", "env"), [
     (["--metrics", "--metrics-names", "dcgm48"], {}),
+    (["--metrics-names", "dcgm48"], {}),  # a bad flag is an error even with /metrics off
     (["--metrics"], {"NVDASHBOARD_METRICS_NAMES": "DCGM 4.7"}),
 ])
 def test_a_bad_name_set_is_one_line_and_nothing_listens(args: list[str],
