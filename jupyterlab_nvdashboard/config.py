@@ -436,12 +436,16 @@ BOKEH_ORIGIN_VARIABLE = "BOKEH_ALLOW_WS_ORIGIN"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__  # the installed distribution's, as /info.json reports it
     from .simnvml.scenarios import scenario_names
 
     parser = _OneLineParser(
         prog="python -m jupyterlab_nvdashboard.server",
         description="Serve live GPU and machine dashboards with Bokeh.",
     )
+    parser.add_argument("--version", action="version",
+                        version=f"jupyterlab-nvdashboard {__version__}",
+                        help="print this package's version and exit")
     parser.add_argument("port_positional", nargs="?", type=_port, metavar="PORT",
                         help=f"port to listen on (default {DEFAULT_PORT})")
     parser.add_argument("--port", type=_port, help="port to listen on (same as PORT)")
