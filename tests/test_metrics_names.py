@@ -333,7 +333,12 @@ def driven_scrape(profile: str, name_set: str, seconds: float = 0.5
                                            if simulator.profile.nvlink_throughput_fields else None)
             held[gpu]["pcie"].append(driver.pcie_bytes())
         readings = reader.read()
-    sample = Sample(2, now[0], tuple(readings), HOST)
+    # GPM's NVLink rates (NVML_GPM_METRIC_NVLINK_TOTAL_*) count protocol headers too: more
+    # than the payload on the same traffic. The DCGM names must not take them.
+    gpm = {r.index: GPM_FULL._replace(nvlink_tx_bytes_per_s=r.nvlink_tx_bytes_per_s * 1.06,
+                                      nvlink_rx_bytes_per_s=r.nvlink_rx_bytes_per_s * 1.06)
+           for r in readings if r.nvlink_tx_bytes_per_s and r.nvlink_rx_bytes_per_s}
+    sample = Sample(2, now[0], tuple(readings), HOST, extra={GPM_FAMILY: gpm})
     gpus = exported_gpus("node-a", reader.facts, sample)
     body, _ = render(DcgmCollector(lambda: Scrape(gpus, [("node-a", HOST)]), "hostname",
                                    name_set))
