@@ -115,6 +115,9 @@ class Config:
     # most this many (user, kernel, GPU) series, so the label count stays bounded
     # (docs/prometheus.md: NVIDIA/dcgm-exporter#585).
     metrics_per_user: int = 0
+    # Metrics-only environment variables that were set while /metrics is off: ignored, and
+    # named in one warning line at start-up (server.py), never a reason not to start.
+    ignored_variables: tuple[str, ...] = ()
     # A GPU that did no work this long is "unused" on the overview and in /glance.json
     # (issue 28 item 4: "no work for 30 minutes" is the issue's default).
     unused_after_s: float = 1800.0
@@ -422,18 +425,27 @@ _ENVIRONMENT = {
     # No --token flag on purpose: a command line is visible to every user in `ps`.
     "token": ("NVDASHBOARD_TOKEN", _token),
 }
+# Settings that only shape /metrics. A hub image may set them in the environment of every
+# user's server, with /metrics on for some only: where /metrics is off they are ignored with
+# one warning line (their values unread, so a bad one cannot stop the dashboards). On the
+# command line an operator asked for them: there they still need --metrics.
+METRICS_ONLY_SETTINGS = ("metrics_hostname_label", "metrics_names")
 # Bokeh's own variable replaces our allow-list wholesale; a '*' there would open the
 # websockets to every web page, so it gets the same check.
 BOKEH_ORIGIN_VARIABLE = "BOKEH_ALLOW_WS_ORIGIN"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__  # the installed distribution's, as /info.json reports it
     from .simnvml.scenarios import scenario_names
 
     parser = _OneLineParser(
         prog="python -m jupyterlab_nvdashboard.server",
         description="Serve live GPU and machine dashboards with Bokeh.",
     )
+    parser.add_argument("--version", action="version",
+                        version=f"jupyterlab-nvdashboard {__version__}",
+                        help="print this package's version and exit")
     parser.add_argument("port_positional", nargs="?", type=_port, metavar="PORT",
                         help=f"port to listen on (default {DEFAULT_PORT})")
     parser.add_argument("--port", type=_port, help="port to listen on (same as PORT)")
@@ -541,6 +553,29 @@ def _from_environment(environ: Mapping[str, str]) -> dict[str, object]:
     return values
 
 
+def _ignored_metrics_variables(environ: Mapping[str, str], metrics_flag: bool
+                               ) -> tuple[str, ...]:
+    """The metrics-only variables set in ``environ`` while /metrics is off (neither
+    ``--metrics`` nor NVDASHBOARD_METRICS turns it on)."""
+    variable, parse = _ENVIRONMENT["metrics"]
+    try:
+        metrics_on = metrics_flag or bool(environ.get(variable) and parse(environ[variable]))
+    except ConfigError:
+        return ()  # a bad NVDASHBOARD_METRICS: _from_environment says so, in one line
+    if metrics_on:
+        return ()
+    names = (_ENVIRONMENT[key][0] for key in METRICS_ONLY_SETTINGS)
+    return tuple(name for name in names if environ.get(name))
+
+
+def ignored_variables_warning(config: Config) -> str | None:
+    """The one warning line for ``config.ignored_variables``, or None."""
+    if not config.ignored_variables:
+        return None
+    return (f"{', '.join(config.ignored_variables)} ignored: /metrics is off "
+            "(--metrics or NVDASHBOARD_METRICS=1 turns it on)")
+
+
 def load_config(
     argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
 ) -> Config:
@@ -554,7 +589,9 @@ def load_config(
         args["port"] = positional_port
     elif positional_port is not None and positional_port != args["port"]:
         raise ConfigError(f"PORT {positional_port} and --port {args['port']} disagree")
-    merged = _from_environment(environ)
+    ignored = _ignored_metrics_variables(environ, bool(args.get("metrics")))
+    merged = _from_environment({name: text for name, text in environ.items()
+                                if name not in ignored})
     merged.update({key: value for key, value in args.items() if value is not None})
 
     defaults = Config()
@@ -636,6 +673,7 @@ def load_config(
         metrics_hostname_label=str(merged.get("metrics_hostname_label", "hostname")),
         metrics_per_user=int(merged.get("metrics_per_user", 0)),  # type: ignore[arg-type]
         metrics_names=str(merged.get("metrics_names", defaults.metrics_names)),
+        ignored_variables=ignored,
         unused_after_s=float(merged.get("unused_after",  # type: ignore[arg-type]
                                         defaults.unused_after_s)),
         dask_scheduler=merged.get("dask_scheduler"),  # type: ignore[arg-type]

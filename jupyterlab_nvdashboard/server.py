@@ -81,7 +81,7 @@ from .apps.registry import ROUTES, RouteFeeds, available_routes
 from .apps.sources import DashboardSources
 from .auth import VIEW_ONLY_REASON, Access, BokehAuth, GuardedHandler
 from .composition import create_metrics
-from .config import Config, ConfigError
+from .config import Config, ConfigError, ignored_variables_warning
 from .export.collector import (
     DcgmCollector,
     HealthValue,
@@ -800,6 +800,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if config.address in ("0.0.0.0", "::", ""):
         print("nvdashboard: warning: listening on all interfaces; anyone on the network "
               "can watch these dashboards", file=sys.stderr)
+    if (ignored := ignored_variables_warning(config)) is not None:
+        print(f"nvdashboard: warning: {ignored}", file=sys.stderr)
 
     metrics = create_metrics(config, simulator=simulator)
     try:

@@ -44,6 +44,7 @@ import {
   IDashboardFetcher,
   ILiveReadings,
   IServerInfo,
+  SIDEBAR_FOOTER_CLASS,
   SIDEBAR_ID,
   STATUS_DETAIL_CLASS,
   STATUS_MIG_CLASS
@@ -376,7 +377,11 @@ class IndexSection extends RenderOnShow {
     this._stale.append(this._staleSays, ' ', this._staleDetail);
     this._content = element('div', 'nvdashboard-sidebar-content');
     this._list = element('ul', 'nvdashboard-list');
-    this.node.append(this._heading, this._stale, this._content);
+    // Which package the server runs (its `info.json` version): another project
+    // once published under the same name, so a user can tell which they have.
+    this._footer = element('div', SIDEBAR_FOOTER_CLASS);
+    this._footer.hidden = true;
+    this.node.append(this._heading, this._stale, this._content, this._footer);
   }
 
   protected render(): void {
@@ -426,6 +431,12 @@ class IndexSection extends RenderOnShow {
         );
         break;
       case 'ready': {
+        // The last version read stays while a later info.json fails.
+        const version = state.info?.version;
+        if (version) {
+          setText(this._footer, trans.__('NVDashboard %1', version));
+          this._footer.hidden = false;
+        }
         const status = this._renderStatus(state);
         const list = this._renderList(state.index);
         placeInOrder(this._content, status ? [status, list] : [list]);
@@ -565,6 +576,7 @@ class IndexSection extends RenderOnShow {
   private _staleSays: HTMLElement;
   private _staleDetail: HTMLElement;
   private _content: HTMLElement;
+  private _footer: HTMLElement;
   private _list: HTMLElement;
   private _listNode: HTMLElement | null = null;
   private _listKey = '';

@@ -27,6 +27,9 @@ export const TRACKER_NAMESPACE = 'nvdashboard';
 /** DOM id of the sidebar panel (also its layout-restorer key). */
 export const SIDEBAR_ID = 'nvdashboard-sidebar';
 
+/** Class of the sidebar's footer, which names the server's package version. */
+export const SIDEBAR_FOOTER_CLASS = 'nvdashboard-sidebar-footer';
+
 /** Prefix of the stable per-route main-area widget ids. */
 export const WIDGET_ID_PREFIX = 'nvdashboard-';
 

@@ -7,9 +7,10 @@ worker process per GPU with ``CUDA_VISIBLE_DEVICES`` rotated as dask-cuda rotate
 
 * each GPU is read by exactly one worker (the NVML passes of each worker, counted by its
   simulated driver, are one GPU's), and all 8 appear once;
-* ``DCGM_FI_DEV_PCIE_TX_THROUGHPUT`` never decreases over the window Prometheus scraped,
-  its growth over the scraped span is the simulated traffic, in KiB, and ``rate()`` over it
-  is that growth, as Prometheus extrapolates it over the window;
+* NVML's PCIe counter (``nvdashboard_gpu_pcie_transmit_bytes_total``) never decreases over
+  the window Prometheus scraped, its growth over the scraped span is the simulated traffic,
+  in bytes (the heartbeat carries it in KiB), and ``rate()`` over it is that growth, as
+  Prometheus extrapolates it over the window;
 * every panel of NVIDIA's board (``tests/support/dcgm_exporter_board.json``), with its own
   template variables, gets one series per GPU (one in all for its sum and average panels),
   from the cluster's dashboard and from a single server.
@@ -51,6 +52,7 @@ TRAFFIC_PERIOD_S = 11.0
 # How much older one end's counter reading may be than the other's, against their scrapes:
 # the PCIe counters are read once a second, later on a loaded machine (one run saw 1.3 s).
 READING_AGE_S = 5.0
+PCIE_COUNTER = "nvdashboard_gpu_pcie_transmit_bytes_total"  # NVML's own, in bytes
 WINDOW_S = 33
 
 
@@ -151,7 +153,7 @@ def test_dask_cuda_layout_one_reader_per_gpu_counters_prometheus_can_rate_and_th
             assert sorted(gpu_of(s) for s in series) == sorted(read)
             # The counter, sample by sample, over the window: never down.
             window = api(base, "query",
-                         query=f"DCGM_FI_DEV_PCIE_TX_THROUGHPUT{{{selector}}}[{WINDOW_S}s]")
+                         query=f"{PCIE_COUNTER}{{{selector}}}[{WINDOW_S}s]")
             assert len(window["result"]) == 8
             for each in window["result"]:
                 values = [float(v) for _, v in each["values"]]
@@ -163,16 +165,18 @@ def test_dask_cuda_layout_one_reader_per_gpu_counters_prometheus_can_rate_and_th
             # the second query could see a scrape that the first did not.
             at = str(min(each["values"][-1][0] for each in window["result"]))
             rates = by_gpu(api(base, "query", time=at, query=(
-                f"rate(DCGM_FI_DEV_PCIE_TX_THROUGHPUT{{{selector}}}[{WINDOW_S}s])")))
+                f"rate({PCIE_COUNTER}{{{selector}}}[{WINDOW_S}s])")))
             scraped = api(base, "query", time=at, query=(
-                f"DCGM_FI_DEV_PCIE_TX_THROUGHPUT{{{selector}}}[{WINDOW_S}s]"))["result"]
+                f"{PCIE_COUNTER}{{{selector}}}[{WINDOW_S}s]"))["result"]
             assert len(rates) == 8 and len(scraped) == 8
             for each in scraped:
                 gpu = gpu_of(each)
                 (t_first, first), (t_last, last) = each["values"][0], each["values"][-1]
                 span_s = t_last - t_first
-                moved = (float(last) - float(first)) / span_s  # KiB/s over the scraped span
-                # The traffic the simulated GPU ran, in KiB (bytes would be 1,024 times off):
+                # KiB/s over the scraped span, from the counter's bytes
+                moved = (float(last) - float(first)) / 1024 / span_s
+                # The traffic the simulated GPU ran, in KiB (a KiB count sent as bytes would
+                # be 1,024 times off):
                 # each value is the reader's latest, read a moment before its scrape, so the
                 # growth is over L = span +- READING_AGE_S seconds, and the wave's integral
                 # over any L seconds is (0.5 L +- period / (2 pi)) x the peak.
@@ -184,7 +188,7 @@ def test_dask_cuda_layout_one_reader_per_gpu_counters_prometheus_can_rate_and_th
                 # Prometheus extrapolates the increase from the scraped span towards the
                 # window's ends, never beyond: a scrape missed at an end lowers rate() by
                 # up to the share of the window it left unscraped.
-                assert moved * span_s / WINDOW_S * 0.98 <= rates[gpu] <= moved * 1.02, \
+                assert moved * span_s / WINDOW_S * 0.98 <= rates[gpu] / 1024 <= moved * 1.02, \
                     (gpu, rates[gpu], moved, span_s)
             # NVIDIA's board, with its own variables, on both.
             instances = api(base, "label/instance/values", **{"match[]": "DCGM_FI_DEV_GPU_TEMP"})

@@ -18,11 +18,11 @@ from jupyterlab_nvdashboard.export.collector import (  # noqa: E402
     render,
 )
 from jupyterlab_nvdashboard.export.dcgm import (  # noqa: E402
-    FIELDS,
     MIB,
     exported_gpus,
     mig_profile,
 )
+from jupyterlab_nvdashboard.export.names import exported_fields  # noqa: E402
 from jupyterlab_nvdashboard.metrics import GpuFacts, GpuReading, HostReading, Sample  # noqa: E402
 from jupyterlab_nvdashboard.metrics.families import (  # noqa: E402
     GPM_FAMILY,
@@ -70,8 +70,9 @@ def families_of(text: str) -> dict[str, object]:
 
 
 def test_every_exported_name_is_a_dcgm_field_of_the_same_type() -> None:
-    for field in FIELDS:
-        assert DCGM_REFERENCE.get(field.name) == field.kind, field.name
+    for field in exported_fields("classic"):
+        if not field.own:
+            assert DCGM_REFERENCE.get(field.name) == field.kind, field.name
 
 
 def test_families_are_exported_when_present_with_dcgm_units_and_labels() -> None:
@@ -116,17 +117,19 @@ def test_counters_are_nvmls_own_totals_never_an_integral_of_the_rates() -> None:
                                              nvlink_bytes_total=9e12),), HOST)
                for i in range(4)]
     text = scrape_text(samples, [facts(0)])
-    assert "# TYPE DCGM_FI_DEV_PCIE_TX_THROUGHPUT counter\n" in text
-    assert not re.search(r"DCGM_FI_DEV_PCIE_TX_THROUGHPUT_total", text)
-    values = {name: family.samples[0].value for name, family in families_of(text).items()}
-    # The driver's count (in KiB), whatever this reader saw before: the same for any reader.
-    assert values["DCGM_FI_DEV_PCIE_TX_THROUGHPUT"] == pytest.approx((5e12 + 3 * 2e9) / 1024)
-    assert values["DCGM_FI_DEV_PCIE_RX_THROUGHPUT"] == pytest.approx(7e12 / 1024)
-    assert values["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == pytest.approx(9e12)
+    assert "# TYPE nvdashboard_gpu_pcie_transmit_bytes counter\n" in text
+    values = {name: family.samples[0].value for name, family in families_of(text).items()
+              if family.samples}
+    # The driver's count (in bytes), whatever this reader saw before: the same for any reader.
+    assert values["nvdashboard_gpu_pcie_transmit_bytes_total"] == pytest.approx(5e12 + 3 * 2e9)
+    assert values["nvdashboard_gpu_pcie_receive_bytes_total"] == pytest.approx(7e12)
+    assert values["nvdashboard_gpu_nvlink_bytes_total"] == pytest.approx(9e12)
+    # DCGM never sends its PCIe throughput fields (200, 201): neither do we.
+    assert "DCGM_FI_DEV_PCIE_TX_THROUGHPUT" not in text
     # Without the driver's counters (the 20 ms snapshot): the rates as gauges, no counter.
     snapshot = Sample(1, 100.0, (reading(0, pcie_is_snapshot=True),), HOST)
     families = families_of(scrape_text([snapshot], [facts(0)]))
-    assert "DCGM_FI_DEV_PCIE_TX_THROUGHPUT" not in families
+    assert "nvdashboard_gpu_pcie_transmit_bytes_total" not in families
     assert families["DCGM_FI_PROF_PCIE_TX_BYTES"].samples[0].value == 2e9
 
 

@@ -53,11 +53,13 @@ def test_prometheus_scrapes_dcgm_names_from_a_simulated_server(tmp_path: Path) -
             dcgm = {name: entries[0]["type"] for name, entries in metadata.items()
                     if name.startswith("DCGM_")}
             assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
-                    "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_PCIE_TX_THROUGHPUT"} <= set(dcgm)
+                    "DCGM_FI_DEV_GPU_TEMP"} <= set(dcgm)
             for name, kind in dcgm.items():
                 assert DCGM_REFERENCE.get(name) == kind, (name, kind)
-            # The counters keep their DCGM names: no _total series exists.
-            assert api(base, "query", query="DCGM_FI_DEV_PCIE_TX_THROUGHPUT")["result"]
+            # DCGM never sends its PCIe throughput fields; NVML's own counter is ours, and a
+            # DCGM counter keeps its field's name: no DCGM _total series exists.
+            assert "DCGM_FI_DEV_PCIE_TX_THROUGHPUT" not in dcgm
+            assert api(base, "query", query="nvdashboard_gpu_pcie_transmit_bytes_total")["result"]
             assert not api(base, "query", query='{__name__=~"DCGM_.*_total"}')["result"]
             # A query by dcgm-exporter's current host label (NVIDIA's own board, with its
             # instance and gpu variables, is run in test_cluster_dask_cuda.py).

@@ -348,6 +348,9 @@ NEEDS_SIMULATION = {"NVDASHBOARD_SIMULATE_NVLINK", "NVDASHBOARD_SIMULATE_FAULTS"
 # Any path is a valid runs directory: one that cannot be used disables only the run panel,
 # and the server serves everything else (tests/test_runs_fuzz.py).
 NEVER_MALFORMED = {"NVDASHBOARD_RUNS_DIR"}
+# Metrics-only variables are read only with /metrics on; off, they are ignored with a warning
+# (tests/test_metrics_names.py).
+NEEDS_METRICS = {"NVDASHBOARD_METRICS_HOSTNAME_LABEL", "NVDASHBOARD_METRICS_NAMES"}
 
 
 def test_the_malformed_values_cover_every_variable() -> None:
@@ -363,6 +366,8 @@ def test_every_malformed_environment_value_is_one_line_and_exit_2(variable: str,
     env = {variable: value}
     if variable in NEEDS_SIMULATION:
         env["NVDASHBOARD_SIMULATE"] = "2"
+    if variable in NEEDS_METRICS:
+        env["NVDASHBOARD_METRICS"] = "1"
     first = value == MALFORMED[variable][0]
     _assert_one_line_exit_2(_run_cli(env=env) if first else _refused_in_process(env))
 

@@ -22,7 +22,7 @@ from tornado.web import HTTPError
 
 from ..auth import Access, GuardedHandler
 from ..metrics import HostReading
-from .dcgm import HOSTNAME_LABEL, ExportedGpu
+from .dcgm import HOSTNAME_LABEL, ExportedGpu, device_labels
 from .names import DEFAULT_NAME_SET, exported_fields
 
 # Host readings under nvdashboard_ names: (reading field, metric name, help).
@@ -88,13 +88,15 @@ class DcgmCollector:
 
         scrape = self.snapshot()
         for dcgm in self.fields:
-            # A family is named by its DCGM field and nothing is appended to that name.
+            # A DCGM family is named by its field and nothing is appended to that name.
             family = Metric(dcgm.name, dcgm.help, dcgm.kind)
             for gpu in scrape.gpus:
                 value = dcgm.value(gpu.values)
                 if _known(value):  # not available: left out, never 0
-                    family.add_sample(dcgm.name, gpu.identity.labels(
-                        gpu.hostname, self.hostname_label), value)
+                    # Our own series carry the short label set the usage series carry.
+                    labels = device_labels(gpu.identity, gpu.hostname, self.hostname_label) \
+                        if dcgm.own else gpu.identity.labels(gpu.hostname, self.hostname_label)
+                    family.add_sample(dcgm.sample_name, labels, value)
             if family.samples:
                 yield family
         for attribute, name, text in HOST_METRICS:

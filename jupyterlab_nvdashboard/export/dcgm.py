@@ -4,16 +4,19 @@ Names, types and units follow NVIDIA's dcgm-exporter up to 4.8 (``etc/default-co
 and ``etc/dcp-metrics-included.csv``): the classic set, from which ``names.py`` computes DCGM
 4.7's. The stock Grafana board built on them works unchanged:
 memory in MiB, power in W, clocks in MHz, the ``DCGM_FI_PROF_*`` activities as ratios 0..1,
-interconnect rates in bytes per second, and the PCIe byte counters in KiB. A value we cannot
-read (``None``) is left out of the export; it is never sent as 0.
+interconnect rates in bytes per second. A value we cannot read (``None``) is left out of the
+export; it is never sent as 0.
 
-**Counters are NVML's own.** ``DCGM_FI_DEV_PCIE_{TX,RX}_THROUGHPUT`` and
-``DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`` are the driver's cumulative byte counters as the reader
-last read them: every process reading a GPU exports the same value, and a server restart
-does not reset them, so Prometheus' ``rate()`` is right whoever reported. Where the driver
-has no such counter (before R555: the 20 ms snapshot) they are left out and the rates stay
-what they are, the ``DCGM_FI_PROF_*_BYTES`` gauges: a reader's private integral of sampled
-rates would restart with each reader and is never exported as a counter.
+**A DCGM name carries DCGM's quantity, or is not sent.** ``FIELDS`` is the list of values one
+device row gives (the heartbeat's wire format too): where the classic set sends a value as it
+is, it carries its DCGM name; the rest carry names of their own, and ``names.py`` says which
+exported family is made of them. NVML's cumulative byte counters are our own series
+(``nvdashboard_gpu_{pcie,nvlink}_*_bytes_total``): every process reading a GPU exports the
+same value and a server restart does not reset them, so Prometheus' ``rate()`` is right
+whoever reported. DCGM's ``DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`` (field 449) is a rate in
+MB/s, made of NVML's data-only NVLink counters (``nvlink_payload_bytes_per_second`` here),
+and ``DCGM_FI_DEV_PCIE_{TX,RX}_THROUGHPUT`` (200, 201) are never sent: DCGM answers "not
+supported" for them (``DcgmCacheManager.cpp``, DCGM 4.6.0).
 
 **Labels** are dcgm-exporter's: ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``
 and ``hostname`` (spelled ``Hostname`` before dcgm-exporter's change #655, May 2026; boards
@@ -90,14 +93,15 @@ GAUGES: tuple[DcgmField, ...] = (
               "The rate of data received over NVLink, in bytes per second."),
     DcgmField("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
 )
+# NVML's own cumulative counters, exported under our names (``names.OWN_FIELDS``). The PCIe
+# ones travel in KiB, as the heartbeats of earlier releases sent them.
 COUNTERS: tuple[DcgmField, ...] = (
-    DcgmField("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "counter",
-              "Total number of bytes transmitted through PCIe TX (in KB) via NVML."),
-    DcgmField("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "counter",
-              "Total number of bytes received through PCIe RX (in KB) via NVML."),
-    DcgmField("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter",
-              "Total number of NVLink bandwidth counters for all lanes (bytes transmitted "
-              "and received, all active links)."),
+    DcgmField("pcie_tx_kibibytes_total", "counter",
+              "NVML's PCIe transmit byte counter (NVML_FI_DEV_PCIE_COUNT_TX_BYTES), in KiB."),
+    DcgmField("pcie_rx_kibibytes_total", "counter",
+              "NVML's PCIe receive byte counter (NVML_FI_DEV_PCIE_COUNT_RX_BYTES), in KiB."),
+    DcgmField("nvlink_bytes_total", "counter",
+              "NVML's NVLink byte counters, transmitted and received, all active links."),
 )
 # After the counters, so that a Dask worker of an earlier release, whose heartbeat rows end
 # with the counters, is still read right (the missing values are None).
@@ -105,7 +109,13 @@ EVENTS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge",
               "Bitmask of the reasons the clocks are held down (NVML clocks-event reasons)."),
 )
-FIELDS = GAUGES + COUNTERS + EVENTS
+# After the events, for the same reason: what DCGM's NVLink throughput fields are made of.
+LINKS: tuple[DcgmField, ...] = (
+    DcgmField("nvlink_payload_bytes_per_second", "gauge",
+              "NVLink data (payload) throughput, transmitted and received, all active links, "
+              "from NVML's NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_* counters (bytes per second)."),
+)
+FIELDS = GAUGES + COUNTERS + EVENTS + LINKS
 
 
 class GpuIdentity(NamedTuple):
@@ -242,6 +252,16 @@ def counter_values(reading: GpuReading) -> list[float | None]:
             reading.nvlink_bytes_total]
 
 
+def link_values(reading: GpuReading, facts: GpuFacts | None) -> list[float | None]:
+    """The ``LINKS`` of one device row: the NVLink payload rate, both directions, where the
+    rates come from NVML's data-only counters; None where another counter (with protocol
+    overhead, or of another quantity) or nothing stands behind them: never a stand-in."""
+    if reading.lost or facts is None or not facts.nvlink_payload_counters:
+        return [None] * len(LINKS)
+    tx, rx = reading.nvlink_tx_bytes_per_s, reading.nvlink_rx_bytes_per_s
+    return [None if tx is None or rx is None else tx + rx]
+
+
 def event_values(reading: GpuReading, health: HealthReading | None) -> list[float | None]:
     """The ``EVENTS`` of one device row: NVML's clocks-event reasons, as the health
     readings hold them."""
@@ -256,6 +276,7 @@ def exported_gpus(hostname: str, facts: Sequence[GpuFacts],
     if sample is None:
         return []
     labels = identities(facts)
+    facts_by_row = {each.index: each for each in facts}
     out = []
     for reading in sample.gpus:
         identity = labels.get(reading.index)
@@ -265,6 +286,7 @@ def exported_gpus(hostname: str, facts: Sequence[GpuFacts],
         values = gauge_values(
             reading, device_reading(sample.extra, GPM_FAMILY, reading.index, GpmReading),
             health)
-        values += counter_values(reading) + event_values(reading, health)
+        values += counter_values(reading) + event_values(reading, health) + \
+            link_values(reading, facts_by_row.get(reading.index))
         out.append(ExportedGpu(hostname, identity, reading.lost, tuple(values)))
     return out

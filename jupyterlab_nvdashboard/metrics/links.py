@@ -123,17 +123,18 @@ class LinkReader:
         good = [field_reading(v)[2] for v in speeds or [] if s.succeeded(v)]
         total = sum(good) * 1e6 if good else None  # NVML reports MB/s per link
         # The throughput fields (KiB) where they answer, else the newer byte counts.
-        for tx_name, rx_name, scale in (
+        for tx_name, rx_name, scale, payload_only in (
             ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX",
-             1024.0),
-            ("NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES", "NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES", 1.0),
+             1024.0, True),
+            ("NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES", "NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES", 1.0,
+             False),
         ):
             tx, rx = s.constant(tx_name), s.constant(rx_name)
             if tx is None or rx is None:
                 continue
             probe = s.fields(device, [(tx, active[0]), (rx, active[0])])
             if probe and all(s.succeeded(value) for value in probe):
-                device.nvlink_fields = NvlinkFields(tx, rx, scale)
+                device.nvlink_fields = NvlinkFields(tx, rx, scale, payload_only)
                 break
         if device.nvlink_fields is None:
             device.unavailable["nvlink"] = "no NVLink byte counter answers on this driver"

@@ -383,7 +383,10 @@ class NvmlReader:
         )
         device.facts = facts
         links, nvlink_max = self.links.probe_nvlink(device)
-        device.facts = facts._replace(nvlink_link_ids=links, nvlink_max_bytes_per_s=nvlink_max)
+        counters = device.nvlink_fields
+        device.facts = facts._replace(
+            nvlink_link_ids=links, nvlink_max_bytes_per_s=nvlink_max,
+            nvlink_payload_counters=bool(counters and counters.payload_only))
         self.links.probe_pcie(device)
         if facts.mig_enabled:
             device.unavailable["utilization"] = MIG_PARENT_UTILIZATION

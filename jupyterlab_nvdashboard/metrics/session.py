@@ -72,6 +72,10 @@ class GpuFacts(NamedTuple):
     virtualization: str  # "none", "passthrough", "vgpu" (a guest), "host_vgpu", ...
     gpm_supported: bool | None
     pci_bus_id: str | None = None  # "00000000:18:00.0" (nvmlPciInfo_t.busId); a MIG device's GPU's
+    # The NVLink rates come from NVML's data-only counters (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_*,
+    # payload without protocol overhead, in KiB), the ones DCGM's NVLink throughput is made of;
+    # False where only the newer byte counts (NVML_FI_DEV_NVLINK_COUNT_*_BYTES) answer, or none.
+    nvlink_payload_counters: bool = False
 
 
 
@@ -87,6 +91,7 @@ class NvlinkFields:
     tx: int
     rx: int
     scale: float  # bytes per counter unit
+    payload_only: bool  # nvml.h's THROUGHPUT_DATA_* fields: data, no protocol overhead
 
 
 @dataclass

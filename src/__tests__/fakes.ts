@@ -37,7 +37,7 @@ function answer(queue: Answer[], call: number): Promise<unknown> {
 }
 
 export const DEFAULT_INFO = {
-  version: '0.1.0',
+  version: '2026.12.0',
   nvml_state: 'ok',
   nvml_message: '',
   simulated: false,

@@ -20,7 +20,7 @@ function texts(lines: IStatusLine[]): string[] {
 }
 
 const INFO = {
-  version: '0.1.0',
+  version: '2026.12.0',
   nvml_state: 'ok',
   nvml_message: '',
   simulated: false,

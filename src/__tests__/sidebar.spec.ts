@@ -339,6 +339,23 @@ describe('DashboardSidebar', () => {
     expect(text(widget)).not.toContain('unavailable');
   });
 
+  it("names the server's package version in its footer, and keeps it", async () => {
+    const fetcher = new FakeFetcher([INDEX]);
+    const widget = make(fetcher);
+    const footer = widget.node.querySelector<HTMLElement>(
+      '.nvdashboard-sidebar-footer'
+    )!;
+    expect(footer.hidden).toBe(true); // nothing read yet: nothing claimed
+    await settled(widget.refresh());
+    MessageLoop.flush();
+    expect(footer.hidden).toBe(false);
+    expect(footer.textContent).toBe(`NVDashboard ${DEFAULT_INFO.version}`);
+    fetcher.infoAnswers = [new FetchError(599, 'no answer within 10 s')];
+    await settled(widget.refresh());
+    MessageLoop.flush();
+    expect(footer.textContent).toBe(`NVDashboard ${DEFAULT_INFO.version}`);
+  });
+
   it('says so when there are no dashboards', async () => {
     const widget = make(new FakeFetcher([{}]));
     await settled(widget.refresh());
