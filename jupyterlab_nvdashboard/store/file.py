@@ -72,8 +72,23 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
                start_s INTEGER NOT NULL, layout INTEGER NOT NULL, samples INTEGER NOT NULL,
                covered_s REAL NOT NULL, data BLOB NOT NULL)""",
     ),
+    3: (
+        # The layouts version 2 rewrote as "index:N" (a version 1 store's rows), and
+        # whether the GPUs behind them can still be known (``upgraded_rows.py``): pending
+        # (1) when this start is the upgrade from version 1 (set by ``FROM_VERSION_1``), so
+        # the GPUs the first sample shows are the same machine's; 0 for a store upgraded to
+        # version 2 by an earlier start, whose first GPUs were never noted.
+        """CREATE TABLE upgraded_rows (layout INTEGER PRIMARY KEY,
+               pending INTEGER NOT NULL DEFAULT 0)""",
+        "INSERT INTO upgraded_rows (layout) SELECT id FROM layouts WHERE gpus LIKE 'index:%'",
+    ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
+# Statements run in the transaction of the migration they are keyed by, only when the store
+# was found at version 1 in this start: that migration then knows the upgrade happens now.
+FROM_VERSION_1: dict[int, tuple[str, ...]] = {
+    3: ("UPDATE upgraded_rows SET pending = 1",),
+}
 
 
 class StoreUnusable(Exception):
@@ -255,11 +270,14 @@ def migrate(connection: sqlite3.Connection, version: int) -> None:
     """Apply each migration after ``version``, each in one explicit transaction with the
     version it brings: all of it or none of it, whenever the process ends. (Python's
     sqlite3 opens a transaction of its own only before INSERT, UPDATE and DELETE, so each
-    CREATE or ALTER would otherwise commit alone.)"""
+    CREATE or ALTER would otherwise commit alone.) ``FROM_VERSION_1`` runs in its
+    migration's transaction when ``version`` (the version found) is 1."""
     for target in sorted(v for v in MIGRATIONS if v > version):
         connection.execute("BEGIN IMMEDIATE")
         try:
             for statement in MIGRATIONS[target]:
+                connection.execute(statement)
+            for statement in FROM_VERSION_1.get(target, ()) if version == 1 else ():
                 connection.execute(statement)
             connection.execute(f"PRAGMA application_id={APPLICATION_ID}")
             connection.execute(f"PRAGMA user_version={target}")

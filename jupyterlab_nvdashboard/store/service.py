@@ -40,6 +40,7 @@ from typing import Protocol
 import numpy as np
 
 from ..metrics import History, Sample
+from . import upgraded_rows
 from .buckets import (
     Bucket,
     BucketRun,
@@ -169,6 +170,9 @@ class HistoryStore:
         self.clock_judgment: ClockJudgment | None = None
         self._opened_at_monotonic = 0.0
         self._last_take_over = -float("inf")
+        # A version 1 store's row-numbered GPU history waits for the first sample's UUIDs
+        # (``upgraded_rows``).
+        self._rows_pending = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -242,6 +246,7 @@ class HistoryStore:
             # bucket after the real newest minute from it.
             self._set_aside_ahead()
             self._roll_up_left_over()
+            self._rows_pending = upgraded_rows.pending(self._connection)
 
     def _roll_up_left_over(self) -> None:
         """Fold into minutes the 5-second buckets newer than the newest minute: what a
@@ -279,6 +284,8 @@ class HistoryStore:
             self._try_take_over()
         if self.role != "writer" or self._connection is None:
             return
+        if self._rows_pending and new:
+            self._key_upgraded_rows(new[0].uuids)
         samples = [*self._open_fine, *new]
         fine = fold_samples(samples, TIER_WIDTHS_S[FINE_TIER], self.slack_s,
                             self._before_open)
@@ -317,6 +324,20 @@ class HistoryStore:
         if final or now - self._last_prune >= PRUNE_EVERY_S:
             self._last_prune = now
             self._prune()
+
+    def _key_upgraded_rows(self, uuids: Mapping[int, str]) -> None:
+        """The first sample after the upgrade from version 1 names the GPUs the stored rows
+        were read from: key their history by those UUIDs (``upgraded_rows``)."""
+        assert self._connection is not None
+        with self._connection:
+            rewritten = upgraded_rows.key_by_uuid(self._connection, uuids)
+        if not uuids:
+            return  # no GPU read yet: the next sample's
+        self._rows_pending = False
+        self._layout_ids.clear()
+        if rewritten:
+            log.info("history store %s: the GPU history stored before the upgrade (by row "
+                     "number) is keyed by the UUIDs of this machine's GPUs now", self.path)
 
     def _try_take_over(self) -> None:
         now = self.clock.monotonic()
