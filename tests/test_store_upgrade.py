@@ -45,8 +45,9 @@ def stored_gpu_history(store: HistoryStore) -> list[list[tuple[int, float | None
     return [[(g.index, g.utilization_pct) for g in s.gpus] for s in window if not is_gap(s)]
 
 
-def test_the_fixture_is_a_version_1_store() -> None:
-    with contextlib.closing(sqlite3.connect(f"file:{FIXTURE}?mode=ro", uri=True)) as db:
+def test_the_fixture_is_a_version_1_store(old_store: Path) -> None:
+    # Read from a copy: a WAL store's reader leaves -wal and -shm files beside it.
+    with contextlib.closing(sqlite3.connect(old_store)) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == 1
         assert db.execute("SELECT gpus FROM layouts").fetchall() == [("0,1",)]
         assert db.execute("SELECT count(*) FROM buckets WHERE tier=1").fetchone()[0] == MINUTES
