@@ -28,6 +28,7 @@ from jupyterlab_nvdashboard.store import (
     FINE_TIER,
     SCHEMA_VERSION,
     HistoryStore,
+    StoreReadOnEventLoop,
     file,
 )
 from jupyterlab_nvdashboard.store.buckets import Bucket, column_count, is_gap
@@ -375,7 +376,7 @@ def test_a_writer_that_fails_unforeseen_says_so_and_is_off(
     store.stop()
 
 
-def test_a_read_while_the_store_opens_waits_for_it_except_on_an_event_loop(
+def test_a_read_while_the_store_opens_waits_for_it_and_none_runs_on_an_event_loop(
         folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A page opened as the server starts read a store still "starting", and drew its long
     window with nothing stored (CI saw a restart's first /info.json say "starting")."""
@@ -405,14 +406,18 @@ def test_a_read_while_the_store_opens_waits_for_it_except_on_an_event_loop(
     assert store.role == "writer"
     store.stop()
 
-    # On an event loop nothing waits: that read finds the store still opening.
+    # On an event loop nothing waits, and nothing is read: the read is refused.
     store = started()
 
     async def on_the_loop() -> int:
         return len(store.past(START_S, START_S + 60, 5).samples)
 
-    assert asyncio.run(on_the_loop()) == 0
+    with pytest.raises(StoreReadOnEventLoop):
+        asyncio.run(on_the_loop())
+    assert store.role == "starting"
     until(lambda: store.role == "writer", "the store to open", 10)
+    with pytest.raises(StoreReadOnEventLoop):
+        asyncio.run(on_the_loop())
     store.stop()
 
 

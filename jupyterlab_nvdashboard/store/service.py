@@ -24,7 +24,6 @@ nothing was recorded (the server was not running).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -39,6 +38,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ..event_loop import on_event_loop
 from ..metrics import History, Sample
 from . import upgraded_rows
 from .buckets import (
@@ -91,6 +91,12 @@ OPEN_WAIT_S = 10.0
 # Spans per piece of a window read in pieces (``past_in_pieces``): 12 hours of 1-minute
 # buckets, about 2 MB of samples and 1 MB of CSV for 8 GPUs.
 PIECE_ROWS = 720
+
+
+class StoreReadOnEventLoop(RuntimeError):
+    """A store read was asked for on an event loop: reading the file may take seconds (a
+    week of buckets, a busy disk), and would stall every page, socket and route meanwhile.
+    The caller must read on a thread of its own (``long_reads.py``, a diagnosis thread)."""
 
 
 class Clock(Protocol):
@@ -569,13 +575,11 @@ class HistoryStore:
 
     def _readable_once_open(self) -> bool:
         """``readable``, once the writer thread has opened the store: while it opens, a read
-        waits for it (``OPEN_WAIT_S`` at most), unless on an event loop, which no store read
-        may hold up."""
+        waits for it (``OPEN_WAIT_S`` at most). Raises StoreReadOnEventLoop on an event
+        loop: every read asks this first (``past``, ``past_in_pieces``)."""
+        refuse_on_event_loop()
         if self.role == "starting" and self._thread is not None:
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:  # not on a loop: a long read's own thread
-                self._opened.wait(OPEN_WAIT_S)
+            self._opened.wait(OPEN_WAIT_S)
         return self.readable
 
     @property
@@ -672,6 +676,7 @@ class HistoryStore:
                  rows: str) -> PastWindow:
         """``past`` from the given tier at the given resolution."""
         width = TIER_WIDTHS_S[tier]
+        refuse_on_event_loop()  # each piece of ``past_in_pieces`` too
         try:
             connection = connect(self.path, read_only=True)
             try:
@@ -741,6 +746,14 @@ class HistoryStore:
                           if self.clock_judgment is not None else None),
                 "retention_counts_from_s": (round(self._present(), 1)
                                             if self.role == "writer" else None)}
+
+
+def refuse_on_event_loop() -> None:
+    """Raise StoreReadOnEventLoop when called on an event loop: the one rule every read of
+    the store's file obeys, so none can stall the pages, by construction."""
+    if on_event_loop():
+        raise StoreReadOnEventLoop("the history store is read off the event loop only "
+                                   "(long_reads.py)")
 
 
 def _utc(time_s: float) -> str:
