@@ -74,6 +74,9 @@ class ClockJudgment:
     def as_info(self) -> dict[str, object]:
         """``/info.json``'s ``store.clock``."""
         return {"state": self.state, "wall_at_open_s": self.wall_s,
+                # Retention counts back from this plus the time since open (never past
+                # the wall clock): a value fixed at open, so /info.json stays still.
+                "retention_anchor_s": self.anchor_s,
                 "clock_minus_newest_s": (None if self.offset_s is None
                                          else round(self.offset_s, 1)),
                 "oldest_bucket_s": self.oldest_s, "newest_bucket_end_s": self.newest_end_s,

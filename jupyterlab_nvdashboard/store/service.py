@@ -743,9 +743,7 @@ class HistoryStore:
                 "writer_cpu_s": round(self.stats.cpu_s, 4),
                 # The writer's reading of the wall clock at open (None: not the writer).
                 "clock": (self.clock_judgment.as_info()
-                          if self.clock_judgment is not None else None),
-                "retention_counts_from_s": (round(self._present(), 1)
-                                            if self.role == "writer" else None)}
+                          if self.clock_judgment is not None else None)}
 
 
 def refuse_on_event_loop() -> None:
