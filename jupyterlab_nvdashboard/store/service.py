@@ -335,8 +335,15 @@ class HistoryStore:
         """The first sample after the upgrade from version 1 names the GPUs the stored rows
         were read from: key their history by those UUIDs (``upgraded_rows``)."""
         assert self._connection is not None
-        with self._connection:
-            rewritten = upgraded_rows.key_by_uuid(self._connection, uuids)
+        try:
+            with self._connection:
+                rewritten = upgraded_rows.key_by_uuid(self._connection, uuids)
+        except sqlite3.Error as error:
+            # Before this batch's samples are written: they must not be lost with it. The
+            # rows stay pending, for the next step.
+            log.warning("history store %s: keying the history stored before the upgrade "
+                        "failed (%s); tried again at the next write", self.path, error)
+            return
         if not uuids:
             return  # no GPU read yet: the next sample's
         self._rows_pending = False
