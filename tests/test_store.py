@@ -22,71 +22,32 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jupyterlab_nvdashboard.metrics import GpuReading, History, HostReading
 from jupyterlab_nvdashboard.store import (
     APPLICATION_ID,
     COARSE_TIER,
     FINE_TIER,
     SCHEMA_VERSION,
     HistoryStore,
+    StoreReadOnEventLoop,
     file,
 )
 from jupyterlab_nvdashboard.store.buckets import Bucket, column_count, is_gap
 from tests.support.store_clock import ScriptedClock
+from tests.support.store_feed import (
+    DAY_S,
+    START_S,
+    UUIDS,
+    Feeder,
+    open_writer,
+    stored,
+)
 from tests.support.waiting import until
-
-START_S = 1_699_999_980.0  # a multiple of 60: bucket edges are easy to reason about
-DAY_S = 86400.0
-# The UUID of each device row (what the server hands the store from the NVML facts).
-UUIDS = {0: "GPU-0a0a0a0a-0000-4000-8000-000000000000",
-         1: "GPU-1b1b1b1b-0000-4000-8000-000000000001"}
-
-
-def gpu(index: int, utilization: float | None) -> GpuReading:
-    return GpuReading(index, False, utilization, 10.0, 2e9, 8e10, None, 1e6, 2e6, False, None,
-                      None, 50.0, 250.0)
-
-
-HOST = HostReading(12.0, 4e9, 16e9, 0.0, 0.0, 0.0, 0.0)
 
 
 @pytest.fixture
 def folder() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="nvdashboard-store-") as name:
         yield Path(name)
-
-
-class Feeder:
-    """Appends samples to a history the store listens to, as the sampler would, stepping the
-    writer every ``batch_s`` of monotonic time."""
-
-    def __init__(self, store: HistoryStore, clock: ScriptedClock, interval_s: float = 1.0):
-        self.store, self.clock, self.interval_s = store, clock, interval_s
-        self.history = History(100_000)
-        store.attach(self.history)
-        self.last_step = clock.mono
-
-    def run(self, seconds: float, value=lambda t: 50.0) -> None:
-        for _ in range(int(round(seconds / self.interval_s))):
-            self.history.append(self.clock.wall, (gpu(0, value(self.clock.wall)), gpu(1, 7.0)),
-                                HOST, monotonic_s=self.clock.mono)
-            self.clock.advance(self.interval_s)
-            if self.clock.mono - self.last_step >= self.store.batch_s:
-                self.store.step()
-                self.last_step = self.clock.mono
-
-
-def stored(path: Path, tier: int) -> list[tuple[int, int]]:
-    with contextlib.closing(sqlite3.connect(path)) as connection:
-        return connection.execute("SELECT start_s, samples FROM buckets WHERE tier=? "
-                                  "ORDER BY start_s", (tier,)).fetchall()
-
-
-def open_writer(path: Path, clock: ScriptedClock, **kwargs: float) -> HistoryStore:
-    store = HistoryStore(path, clock=clock, device_uuids=lambda: UUIDS, **kwargs)
-    store.open()
-    assert store.role == "writer", store.problem
-    return store
 
 
 def test_tiers_roll_up_with_mean_min_and_max(folder: Path) -> None:
@@ -415,7 +376,7 @@ def test_a_writer_that_fails_unforeseen_says_so_and_is_off(
     store.stop()
 
 
-def test_a_read_while_the_store_opens_waits_for_it_except_on_an_event_loop(
+def test_a_read_while_the_store_opens_waits_for_it_and_none_runs_on_an_event_loop(
         folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A page opened as the server starts read a store still "starting", and drew its long
     window with nothing stored (CI saw a restart's first /info.json say "starting")."""
@@ -445,14 +406,18 @@ def test_a_read_while_the_store_opens_waits_for_it_except_on_an_event_loop(
     assert store.role == "writer"
     store.stop()
 
-    # On an event loop nothing waits: that read finds the store still opening.
+    # On an event loop nothing waits, and nothing is read: the read is refused.
     store = started()
 
     async def on_the_loop() -> int:
         return len(store.past(START_S, START_S + 60, 5).samples)
 
-    assert asyncio.run(on_the_loop()) == 0
+    with pytest.raises(StoreReadOnEventLoop):
+        asyncio.run(on_the_loop())
+    assert store.role == "starting"
     until(lambda: store.role == "writer", "the store to open", 10)
+    with pytest.raises(StoreReadOnEventLoop):
+        asyncio.run(on_the_loop())
     store.stop()
 
 

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 
 from ..diagnosis.live import DeviceDiagnoses
 from ..jupyter_sessions import JupyterSessions
-from ..metrics import Metrics, Sample, prepend_past
+from ..metrics import Metrics, Sample
 from ..runs.service import WorkloadService
 from ..store import HistoryStore
 from .components import timeline_windows
+from .stored_span import StoredSpan
 from .usage import GpuUsage
 
 if TYPE_CHECKING:  # distributed is an optional extra, imported only in cluster mode
@@ -48,24 +49,25 @@ class DashboardSources:
     def __post_init__(self) -> None:
         self.diagnoses = DeviceDiagnoses(self.metrics, past=self.store)
         self.usage = GpuUsage(self.metrics, self.jupyter)
-        # The stored part of ``history_since``: (its span, its samples). What the store holds
-        # of the past does not change, so pages refreshing every second read it once.
-        self._stored: tuple[tuple[int, int], list[Sample]] = ((0, 0), [])
+        # The stored part of ``history_since``, read off the event loop.
+        self.stored_span = StoredSpan(self.store) if self.store is not None else None
 
     def history_since(self, start_s: float, now_s: float) -> list[Sample]:
         """The samples from ``start_s`` (epoch seconds) to ``now_s``: the in-memory history's,
         and before its oldest, the store's 5-second means (1-minute past their retention).
-        A run that finished before a restart is judged from them (``apps/workload.py``)."""
+        A run that finished before a restart is judged from them (``apps/workload.py``). On
+        an event loop the stored part is the one read last, until a thread's read lands
+        (``stored_span.py``; ``stored_version`` then changes)."""
         recent = self.metrics.history.window(now_s - start_s + 1)
-        if self.store is None:
+        if self.stored_span is None:
             return recent
         first = recent[0].time_s if recent else now_s
-        key = (int(start_s), int(first // 60))  # read again once a minute, at most
-        if key != self._stored[0]:
-            older, _ = prepend_past([], now_s - start_s, self.store, 0.0, rows="mean",
-                                    now_s=now_s, before_s=first)
-            self._stored = (key, older)
-        return [s for s in self._stored[1] if s.time_s < first] + recent
+        return self.stored_span.before(start_s, now_s, first) + recent
+
+    @property
+    def stored_version(self) -> int:
+        """Changes when ``history_since``'s stored part was read anew."""
+        return self.stored_span.version if self.stored_span is not None else 0
 
     @property
     def timeline_windows_s(self) -> tuple[float, ...]:

@@ -493,6 +493,8 @@ class WorkloadDashboard:
         self.metrics, self.service = metrics, sources.workload
         # The history, and before it the store: a finished run is judged after a restart.
         self.history_since = sources.history_since
+        self.stored_version = lambda: sources.stored_version
+        self._seen_stored = -1
         self.run_control = sources.run_control
         self.clock = clock  # epoch seconds, as the run events say time
         # Simulated GPUs cannot run anything: only real ones are offered to GPU runs.
@@ -709,10 +711,13 @@ class WorkloadDashboard:
         self._refresh_progress(newest)
         version = self.service.watcher.version
         running = self.service.launcher.running
-        # Recompute the table when runs changed, and on every refresh while one runs.
-        if version == self._seen_version and not running:
+        # Recompute the table when runs changed, when the store's part of their history was
+        # read anew (off the event loop, so after the refresh that asked for it), and on
+        # every refresh while one runs.
+        stored = self.stored_version()
+        if version == self._seen_version and stored == self._seen_stored and not running:
             return
-        self._seen_version = version
+        self._seen_version, self._seen_stored = version, stored
         runs = self.service.watcher.runs()
         self._runs = {run.source: run for run in runs}
         self._stream_iterations(runs)

@@ -8,7 +8,10 @@ history the sampler already filled, and before its oldest sample, for a longer w
 the store kept (``past``: the means of its buckets, about ``MAX_STORED_ROWS`` of them).
 
 ``current`` is called on the event loop, so it diagnoses there only windows up to
-``INLINE_WINDOW_S``. A longer one (30 minutes of 8 GPUs: 130-185 ms of CPU, over a second
+``INLINE_WINDOW_S`` that the in-memory history holds whole: a window that reaches past it
+(``--history`` under 2 minutes, or the first minutes after a start) reads the store, which
+never happens on an event loop, so it goes to a thread like a long one. A longer one
+(30 minutes of 8 GPUs: 130-185 ms of CPU, over a second
 of wall time on a busy 2-core machine) is diagnosed on a thread of its own while
 ``current`` answers with its last result; ``compute`` waits for it, for callers off the
 event loop. Each device is diagnosed on its own: one that raises is logged once and left
@@ -22,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..metrics import Metrics, PastSource, window_with_past
+from ..metrics import Metrics, PastSource, past_span, window_with_past
 from .findings import Diagnosis
 from .rules import diagnose
 
@@ -62,7 +65,7 @@ class DeviceDiagnoses:
         fresh, cached, due = self._lookup(key)
         if fresh is not None:
             return fresh
-        if key <= INLINE_WINDOW_S:
+        if key <= INLINE_WINDOW_S and self._memory_holds(key):
             return self._diagnose(key, *due)
         with self._lock:
             if key not in self._running:
@@ -71,6 +74,15 @@ class DeviceDiagnoses:
                 self._running[key] = thread
                 thread.start()
         return cached
+
+    def _memory_holds(self, key: float) -> bool:
+        """Whether the window reads nothing from the store: no store, or the in-memory
+        history holds all of it."""
+        if self.past is None:
+            return True
+        history = self.metrics.history
+        ends = [sample for sample in (history.oldest(), history.latest()) if sample]
+        return past_span(ends, key, key / MAX_STORED_ROWS) is None
 
     def compute(self, window_s: float = DEFAULT_WINDOW_S) -> list[Diagnosis]:
         """``current``, waiting for a long window's diagnosis (off the event loop only)."""

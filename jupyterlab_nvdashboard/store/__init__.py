@@ -8,8 +8,15 @@ schema; ``buckets.py`` is the arithmetic.
 
 from .buckets import GPU_FIELDS, HOST_FIELDS, Bucket
 from .file import APPLICATION_ID, SCHEMA_VERSION, StoreUnusable
-from .service import COARSE_TIER, FINE_TIER, TIER_WIDTHS_S, HistoryStore, PastWindow
+from .service import (
+    COARSE_TIER,
+    FINE_TIER,
+    TIER_WIDTHS_S,
+    HistoryStore,
+    PastWindow,
+    StoreReadOnEventLoop,
+)
 
 __all__ = ["APPLICATION_ID", "COARSE_TIER", "FINE_TIER", "GPU_FIELDS", "HOST_FIELDS",
            "SCHEMA_VERSION", "TIER_WIDTHS_S", "Bucket", "HistoryStore", "PastWindow",
-           "StoreUnusable"]
+           "StoreReadOnEventLoop", "StoreUnusable"]

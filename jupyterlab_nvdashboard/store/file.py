@@ -7,7 +7,13 @@ What may be found at the store's path, and what happens (one log line each, neve
   kill or a full disk at any step leaves an empty file or a store of ours at some version,
   which the next start finishes;
 - our store (SQLite, ``APPLICATION_ID``, owned by this user) at this or an older schema
-  version: used, migrated first when older;
+  version: used, migrated first when older; set to mode 0600 first if others could write
+  it (``permissions.py``);
+- a file with our mark and version but not the tables that version has (made by hand or by
+  another program): found with a read-only connection before anything writes to it; never
+  opened for writing, never moved; no store;
+- a folder other users can write (no sticky bit), or another user's folder: no store
+  (``permissions.py``);
 - our store from a newer version of nvdashboard: left as it is (that version still uses it),
   and this server keeps no store;
 - our store, damaged: renamed aside (``history.sqlite.corrupt-<time>``, nothing deleted) and
@@ -30,6 +36,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from .permissions import folder_problem, make_private
 
 log = logging.getLogger("nvdashboard")
 
@@ -72,8 +80,23 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
                start_s INTEGER NOT NULL, layout INTEGER NOT NULL, samples INTEGER NOT NULL,
                covered_s REAL NOT NULL, data BLOB NOT NULL)""",
     ),
+    3: (
+        # The layouts version 2 rewrote as "index:N" (a version 1 store's rows), and
+        # whether the GPUs behind them can still be known (``upgraded_rows.py``): pending
+        # (1) when this start is the upgrade from version 1 (set by ``FROM_VERSION_1``), so
+        # the GPUs the first sample shows are the same machine's; 0 for a store upgraded to
+        # version 2 by an earlier start, whose first GPUs were never noted.
+        """CREATE TABLE upgraded_rows (layout INTEGER PRIMARY KEY,
+               pending INTEGER NOT NULL DEFAULT 0)""",
+        "INSERT INTO upgraded_rows (layout) SELECT id FROM layouts WHERE gpus LIKE 'index:%'",
+    ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
+# Statements run in the transaction of the migration they are keyed by, only when the store
+# was found at version 1 in this start: that migration then knows the upgrade happens now.
+FROM_VERSION_1: dict[int, tuple[str, ...]] = {
+    3: ("UPDATE upgraded_rows SET pending = 1",),
+}
 
 
 class StoreUnusable(Exception):
@@ -178,6 +201,39 @@ def check_readable(path: Path) -> None:
                             f"{version}, this one knows {SCHEMA_VERSION}); left as it is")
 
 
+def tables(connection: sqlite3.Connection) -> dict[str, list[str]]:
+    """Each table of a database and its columns' names, in order."""
+    names = [name for (name,) in connection.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+        "ORDER BY name")]
+    return {name: [column[1] for column in connection.execute(
+        "SELECT * FROM pragma_table_info(?)", (name,))] for name in names}
+
+
+def expected_tables(version: int) -> dict[str, list[str]]:
+    """The tables a store of ``version`` has: its migrations, run on an empty database."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as memory:
+        for target in sorted(v for v in MIGRATIONS if v <= version):
+            for statement in MIGRATIONS[target]:
+                memory.execute(statement)
+        return tables(memory)
+
+
+def check_tables(path: Path) -> None:
+    """Raises StoreUnusable when the file at ``path``, marked as ours, lacks a table or a
+    column its version has; read on a read-only connection (sqlite3.DatabaseError when it is
+    damaged)."""
+    with contextlib.closing(connect(path, read_only=True)) as connection:
+        version = int(pragma(connection, "user_version") or 0)
+        found = tables(connection)
+    expected = expected_tables(min(version, SCHEMA_VERSION))
+    wrong = sorted(name for name, columns in expected.items() if found.get(name) != columns)
+    if wrong:
+        raise StoreUnusable(f"{path} carries nvdashboard's mark (store version {version}) but "
+                            f"not the tables of that version ({', '.join(wrong)} missing or "
+                            "different), so nvdashboard did not make it; left untouched")
+
+
 def pragma(connection: sqlite3.Connection, statement: str) -> object:
     """The first value a PRAGMA answers, its statement finished: one left open holds a
     read lock that makes a later checkpoint fail ("database table is locked")."""
@@ -206,6 +262,12 @@ def _prepare(path: Path) -> Opened:
                          | getattr(os, "O_NOFOLLOW", 0), 0o600))
     if kind in ("new", "empty"):
         write_header(path)
+    if kind == "ours":
+        # Before anything writes to it (a journal-mode switch, a chmod included): a file
+        # with our mark but other tables is not one we made.
+        check_tables(path)
+    if kind in ("ours", "empty"):
+        make_private(path)
     if kind == "ours":
         # Reads the whole file's structure: a damaged page shows here, not mid-write. On a
         # connection of its own: after a quick_check, a connection that switches a store
@@ -255,11 +317,14 @@ def migrate(connection: sqlite3.Connection, version: int) -> None:
     """Apply each migration after ``version``, each in one explicit transaction with the
     version it brings: all of it or none of it, whenever the process ends. (Python's
     sqlite3 opens a transaction of its own only before INSERT, UPDATE and DELETE, so each
-    CREATE or ALTER would otherwise commit alone.)"""
+    CREATE or ALTER would otherwise commit alone.) ``FROM_VERSION_1`` runs in its
+    migration's transaction when ``version`` (the version found) is 1."""
     for target in sorted(v for v in MIGRATIONS if v > version):
         connection.execute("BEGIN IMMEDIATE")
         try:
             for statement in MIGRATIONS[target]:
+                connection.execute(statement)
+            for statement in FROM_VERSION_1.get(target, ()) if version == 1 else ():
                 connection.execute(statement)
             connection.execute(f"PRAGMA application_id={APPLICATION_ID}")
             connection.execute(f"PRAGMA user_version={target}")
@@ -270,12 +335,16 @@ def migrate(connection: sqlite3.Connection, version: int) -> None:
 
 
 def make_folder(path: Path) -> None:
-    """The store's folder, made private to the user when it is new; StoreUnusable if not."""
+    """The store's folder, made private to the user when it is new; StoreUnusable if it
+    cannot be made, or others could change what is in it (``permissions.py``)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as error:
         raise StoreUnusable(f"cannot make the store's folder {path.parent}: "
                             f"{error.strerror}") from None
+    problem = folder_problem(path.parent)
+    if problem is not None:
+        raise StoreUnusable(problem)
 
 
 def open_store(path: Path, on_set_aside: Callable[[Path], None] | None = None) -> Opened:

@@ -4,10 +4,11 @@ It listens to ``History`` like the broadcaster does (a queue put per sample, on 
 thread) and owns one thread that, every ``batch_s`` (5 s), folds the new samples into
 5-second buckets and those into 1-minute buckets (mean, min and max of every reading), writes
 what closed in one transaction, and now and then deletes buckets past their tier's
-retention, counted back from now (the wall clock). A bucket stamped more than
-``TRUSTED_AHEAD_S`` ahead of the wall clock (written while the clock was set wrong) is never
-trusted: it is set aside (kept in the ``set_aside`` table, out of every window) with one log
-line, and the rest of the history is kept. The newest open bucket stays in memory until a
+retention, counted back from now. "Now" is the wall clock, but no later than the newest
+stored bucket at open plus the monotonic time since (``clock_check.py``): a clock wrong at
+start deletes nothing. Buckets cut off ahead of the clock (written while it was set wrong)
+are set aside at open (kept in the ``set_aside`` table, out of every window) with one log
+line, and come back when the clock reaches them. The newest open bucket stays in memory until a
 later sample closes it, so ``kill -9`` loses at most that bucket and the batch not yet
 committed; a clean stop writes everything. At start the 1-minute tier is rebuilt from the
 5-second buckets a kill left un-rolled.
@@ -23,7 +24,6 @@ nothing was recorded (the server was not running).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -38,7 +38,9 @@ from typing import Protocol
 
 import numpy as np
 
+from ..event_loop import on_event_loop
 from ..metrics import History, Sample
+from . import upgraded_rows
 from .buckets import (
     Bucket,
     BucketRun,
@@ -50,6 +52,15 @@ from .buckets import (
     layout_text,
     parse_layout,
     rows_now,
+)
+from .clock_check import (
+    AGREES,
+    AHEAD,
+    EMPTY,
+    TRUSTED_AHEAD_S,
+    ClockJudgment,
+    StoreExtremes,
+    judge_clock,
 )
 from .file import (
     Opened,
@@ -70,10 +81,9 @@ PRUNE_EVERY_S = 60.0
 TAKE_OVER_EVERY_S = 30.0  # how often a reading server tries to become the writer
 # Samples kept for the next try while writes fail (a full disk): an hour at 200 ms.
 MAX_PENDING_SAMPLES = 18_000
-# How far ahead of the wall clock a bucket may be stamped and still be trusted: a few
-# minutes of NTP slewing or a small step back. Beyond it the bucket was written while the
-# clock was wrong (a VM restored with a wrong clock, ``date -s``, a bad NTP step).
-TRUSTED_AHEAD_S = 300.0
+# Why a bucket was set aside (the ``set_aside`` table's ``why``): "ahead" ones come back
+# when the clock reaches them; "damaged" ones go after the longest retention.
+AHEAD_OF_THE_CLOCK, DAMAGED = "ahead of the clock", "damaged"
 # A read that comes while the store is still opening (the server has just started, or is
 # migrating a big file) waits for it up to this long: a page opened at once drew its long
 # window with nothing stored until its next read of the store.
@@ -81,6 +91,12 @@ OPEN_WAIT_S = 10.0
 # Spans per piece of a window read in pieces (``past_in_pieces``): 12 hours of 1-minute
 # buckets, about 2 MB of samples and 1 MB of CSV for 8 GPUs.
 PIECE_ROWS = 720
+
+
+class StoreReadOnEventLoop(RuntimeError):
+    """A store read was asked for on an event loop: reading the file may take seconds (a
+    week of buckets, a busy disk), and would stall every page, socket and route meanwhile.
+    The caller must read on a thread of its own (``long_reads.py``, a diagnosis thread)."""
 
 
 class Clock(Protocol):
@@ -106,6 +122,7 @@ class StoreStats:
     merged: int = 0  # buckets added to one already stored (a restart or a clock step back)
     pruned: int = 0
     set_aside: int = 0  # buckets taken out of the history: ahead of the clock, or damaged
+    brought_back: int = 0  # buckets set aside as ahead that the clock has reached since
     cpu_s: float = 0.0  # the writer thread's own CPU time
     errors: int = 0
 
@@ -153,10 +170,15 @@ class HistoryStore:
         self._open_coarse: list[Bucket] = []  # 5-second buckets of the open minute
         self._layout_ids: dict[tuple[str, ...], int] = {}
         self._last_prune = -float("inf")
-        # The wall and monotonic clocks when this server became the writer: the present a
-        # prune counts back from never runs ahead of the monotonic clock since then.
-        self._opened_at: tuple[float, float] | None = None
+        # What the writer made of the wall clock at open (``clock_check``), and the
+        # monotonic clock then: the present a prune counts back from is the judgment's
+        # anchor plus the monotonic time since, never past the wall clock.
+        self.clock_judgment: ClockJudgment | None = None
+        self._opened_at_monotonic = 0.0
         self._last_take_over = -float("inf")
+        # A version 1 store's row-numbered GPU history waits for the first sample's UUIDs
+        # (``upgraded_rows``).
+        self._rows_pending = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -219,13 +241,18 @@ class HistoryStore:
     def _become_writer(self, opened: Opened) -> None:
         self._connection = opened.connection
         self.role = "writer"
-        self._opened_at = (self.clock.time(), self.clock.monotonic())
         with self._connection:
             self._set_aside_damaged()
+            # Before judging: what an earlier start set aside as ahead and the clock has
+            # reached since is history again (and what an older nvdashboard set aside under
+            # a clock that was behind comes back).
+            self._bring_back_reached()
+            self._judge_clock()
             # Before the roll-up: a minute stamped in the future would hide every 5-second
             # bucket after the real newest minute from it.
             self._set_aside_ahead()
             self._roll_up_left_over()
+            self._rows_pending = upgraded_rows.pending(self._connection)
 
     def _roll_up_left_over(self) -> None:
         """Fold into minutes the 5-second buckets newer than the newest minute: what a
@@ -263,6 +290,8 @@ class HistoryStore:
             self._try_take_over()
         if self.role != "writer" or self._connection is None:
             return
+        if self._rows_pending and new:
+            self._key_upgraded_rows(new[0].uuids)
         samples = [*self._open_fine, *new]
         fine = fold_samples(samples, TIER_WIDTHS_S[FINE_TIER], self.slack_s,
                             self._before_open)
@@ -301,6 +330,27 @@ class HistoryStore:
         if final or now - self._last_prune >= PRUNE_EVERY_S:
             self._last_prune = now
             self._prune()
+
+    def _key_upgraded_rows(self, uuids: Mapping[int, str]) -> None:
+        """The first sample after the upgrade from version 1 names the GPUs the stored rows
+        were read from: key their history by those UUIDs (``upgraded_rows``)."""
+        assert self._connection is not None
+        try:
+            with self._connection:
+                rewritten = upgraded_rows.key_by_uuid(self._connection, uuids)
+        except sqlite3.Error as error:
+            # Before this batch's samples are written: they must not be lost with it. The
+            # rows stay pending, for the next step.
+            log.warning("history store %s: keying the history stored before the upgrade "
+                        "failed (%s); tried again at the next write", self.path, error)
+            return
+        if not uuids:
+            return  # no GPU read yet: the next sample's
+        self._rows_pending = False
+        self._layout_ids.clear()
+        if rewritten:
+            log.info("history store %s: the GPU history stored before the upgrade (by row "
+                     "number) is keyed by the UUIDs of this machine's GPUs now", self.path)
 
     def _try_take_over(self) -> None:
         now = self.clock.monotonic()
@@ -357,42 +407,105 @@ class HistoryStore:
             self.stats.buckets_written += 1
 
     def _prune(self) -> None:
-        """Delete each tier's buckets older than its retention, counted back from now; set
-        aside the buckets stamped ahead of the clock first. Counting from the newest bucket
-        instead would let one bucket from a clock set a year ahead delete the whole store."""
+        """Delete each tier's buckets older than its retention, counted back from the
+        present (``_present``); bring back first what was set aside as ahead and the clock
+        has reached. Counting from the newest bucket instead would let one bucket from a
+        clock set a year ahead delete the whole store."""
         assert self._connection is not None
         now = self._present()
         with self._connection:
-            self._set_aside_ahead()
+            self._bring_back_reached()
             for tier, retention in self.retention_s.items():
                 self.stats.pruned += self._connection.execute(
                     "DELETE FROM buckets WHERE tier=? AND start_s < ?",
                     (tier, int(now - retention))).rowcount
-            # What was set aside goes when it is past the longest retention as well.
-            self._connection.execute("DELETE FROM set_aside WHERE start_s < ?",
-                                     (int(now - max(self.retention_s.values())),))
+            # What was set aside as damaged goes when it is past the longest retention as
+            # well; what was set aside as ahead never goes as such: it comes back when the
+            # clock reaches it, and is pruned as history then.
+            self._connection.execute("DELETE FROM set_aside WHERE why != ? AND start_s < ?",
+                                     (AHEAD_OF_THE_CLOCK,
+                                      int(now - max(self.retention_s.values()))))
 
     def _present(self) -> float:
-        """The wall clock, but never further past the time this server became the writer
-        than the monotonic clock has run since: a wall-clock step forward while it runs
-        (``date -s``, a bad NTP step) deletes nothing (a suspend only defers a deletion)."""
+        """The wall clock, but never past the anchor judged at open (the newest stored
+        bucket, or the wall clock when they agreed) plus the monotonic time since: a clock
+        ahead at start, or stepped forward while the server runs (``date -s``, a bad NTP
+        step), deletes nothing (a suspend or a server that was off only defers a
+        deletion)."""
         now = self.clock.time()
-        if self._opened_at is None:
+        if self.clock_judgment is None:
             return now
-        wall, monotonic = self._opened_at
-        return min(now, wall + self.clock.monotonic() - monotonic)
+        return min(now, self.clock_judgment.anchor_s
+                   + self.clock.monotonic() - self._opened_at_monotonic)
+
+    def _judge_clock(self) -> None:
+        """Compare the wall clock with the stored buckets' extremes (``clock_check``); one
+        log line when they do not agree. In the caller's transaction."""
+        assert self._connection is not None
+        wall = self.clock.time()
+        reach = int(wall + TRUSTED_AHEAD_S)
+        end = f"start_s + CASE tier WHEN {FINE_TIER} THEN {TIER_WIDTHS_S[FINE_TIER]} " \
+              f"ELSE {TIER_WIDTHS_S[COARSE_TIER]} END"
+        oldest, newest_end, reached_end, beyond = self._connection.execute(
+            f"SELECT min(start_s), max({end}), max(CASE WHEN start_s <= ? THEN {end} END), "
+            "min(CASE WHEN start_s > ? THEN start_s END) FROM buckets",
+            (reach, reach)).fetchone()
+        judgment = judge_clock(wall, StoreExtremes(oldest, newest_end, reached_end, beyond))
+        self.clock_judgment = judgment
+        self._opened_at_monotonic = self.clock.monotonic()
+        if judgment.state in (AGREES, EMPTY):
+            return
+        assert judgment.offset_s is not None and newest_end is not None
+        if judgment.state == AHEAD:
+            # An ordinary start after the server was off looks the same: info, not a warning.
+            log.info("history store %s: the wall clock (%s UTC) is %s past the newest stored "
+                     "bucket (%s UTC): the server was off that long, or the clock is ahead; "
+                     "retention counts from the newest bucket plus the time since start, so "
+                     "nothing is deleted early", self.path, _utc(wall),
+                     _duration(judgment.offset_s), _utc(newest_end))
+        else:
+            log.warning("history store %s: the wall clock (%s UTC) is %s behind the newest "
+                        "stored bucket (%s UTC), which the history reaches without a break: "
+                        "the clock is behind; nothing is set aside as ahead of it, and what "
+                        "it stamps is added to the buckets already stored", self.path,
+                        _utc(wall), _duration(-judgment.offset_s), _utc(newest_end))
 
     def _set_aside_ahead(self) -> None:
-        """Move the buckets stamped more than ``TRUSTED_AHEAD_S`` ahead of the wall clock
-        out of the history into ``set_aside`` (one log line); in the caller's transaction."""
-        now = self.clock.time()
-        ahead, newest = self._set_aside("ahead of the clock", "start_s > ?",
-                                        (int(now + TRUSTED_AHEAD_S),))
+        """Move the buckets the clock judgment cut off ahead of the clock out of the history
+        into ``set_aside`` (one log line); in the caller's transaction."""
+        judgment = self.clock_judgment
+        if judgment is None or judgment.set_aside_from_s is None:
+            return
+        ahead, newest = self._set_aside(AHEAD_OF_THE_CLOCK, "start_s > ?",
+                                        (int(judgment.set_aside_from_s),))
         if ahead:
-            log.warning("history store %s: %d buckets stamped ahead of the clock (up to %s "
-                        "UTC; the clock was wrong when they were written) are set aside, "
-                        "never trusted; the rest of the history is kept", self.path, ahead,
-                        time.strftime("%Y-%m-%d %H:%M", time.gmtime(newest)))
+            log.warning("history store %s: %d buckets stamped ahead of the clock, apart from "
+                        "the history (up to %s UTC; the clock was wrong when they were "
+                        "written) are set aside until the clock reaches them; the rest of the "
+                        "history is kept", self.path, ahead, _utc(newest))
+
+    def _bring_back_reached(self) -> None:
+        """Put the buckets set aside as ahead of the clock that the clock has reached back
+        into the history (merged with any written there since); in the caller's
+        transaction."""
+        assert self._connection is not None
+        rows = self._connection.execute(
+            "SELECT s.rowid, s.tier, s.start_s, l.gpus, s.samples, s.covered_s, s.data "
+            "FROM set_aside s JOIN layouts l ON l.id = s.layout WHERE s.why = ? AND "
+            "s.start_s <= ? ORDER BY s.tier, s.start_s",
+            (AHEAD_OF_THE_CLOCK, int(self.clock.time() + TRUSTED_AHEAD_S))).fetchall()
+        for rowid, tier, start, gpus, samples, covered, blob in rows:
+            layout = parse_layout(gpus)
+            if layout is None or tier not in TIER_WIDTHS_S:
+                continue  # not a row this nvdashboard writes: it stays aside
+            try:
+                bucket = Bucket.decode(float(start), TIER_WIDTHS_S[tier], layout, samples,
+                                       covered, blob)
+            except (ValueError, TypeError):
+                continue
+            self._write(tier, [bucket])
+            self._connection.execute("DELETE FROM set_aside WHERE rowid = ?", (rowid,))
+            self.stats.brought_back += 1
 
     def _set_aside_damaged(self) -> None:
         """Move the buckets this nvdashboard would not have written (a layout that is not a
@@ -404,7 +517,7 @@ class HistoryStore:
                       self._connection.execute("SELECT id, gpus FROM layouts")
                       if parse_layout(text) is None]
         damaged, _ = self._set_aside(
-            "damaged",
+            DAMAGED,
             "typeof(start_s) != 'integer' OR typeof(samples) != 'integer' OR "
             "typeof(covered_s) NOT IN ('integer', 'real') OR typeof(data) != 'blob' OR "
             "layout NOT IN (SELECT id FROM layouts) OR layout IN (SELECT value FROM "
@@ -469,13 +582,11 @@ class HistoryStore:
 
     def _readable_once_open(self) -> bool:
         """``readable``, once the writer thread has opened the store: while it opens, a read
-        waits for it (``OPEN_WAIT_S`` at most), unless on an event loop, which no store read
-        may hold up."""
+        waits for it (``OPEN_WAIT_S`` at most). Raises StoreReadOnEventLoop on an event
+        loop: every read asks this first (``past``, ``past_in_pieces``)."""
+        refuse_on_event_loop()
         if self.role == "starting" and self._thread is not None:
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:  # not on a loop: a long read's own thread
-                self._opened.wait(OPEN_WAIT_S)
+            self._opened.wait(OPEN_WAIT_S)
         return self.readable
 
     @property
@@ -573,6 +684,7 @@ class HistoryStore:
                  rows: str) -> PastWindow:
         """``past`` from the given tier at the given resolution."""
         width = TIER_WIDTHS_S[tier]
+        refuse_on_event_loop()  # each piece of ``past_in_pieces`` too
         try:
             connection = connect(self.path, read_only=True)
             try:
@@ -641,7 +753,30 @@ class HistoryStore:
                 "retention_s": {f"{TIER_WIDTHS_S[t]:g}": kept
                                 for t, kept in self.retention_s.items()},
                 "batches": self.stats.batches, "buckets_written": self.stats.buckets_written,
-                "writer_cpu_s": round(self.stats.cpu_s, 4)}
+                "writer_cpu_s": round(self.stats.cpu_s, 4),
+                # The writer's reading of the wall clock at open (None: not the writer).
+                "clock": (self.clock_judgment.as_info()
+                          if self.clock_judgment is not None else None)}
+
+
+def refuse_on_event_loop() -> None:
+    """Raise StoreReadOnEventLoop when called on an event loop: the one rule every read of
+    the store's file obeys, so none can stall the pages, by construction."""
+    if on_event_loop():
+        raise StoreReadOnEventLoop("the history store is read off the event loop only "
+                                   "(long_reads.py)")
+
+
+def _utc(time_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(time_s))
+
+
+def _duration(seconds: float) -> str:
+    """A span in words a log reader takes in at once: "365 d 0 h 2 min"."""
+    days, left = divmod(abs(seconds), 86400)
+    hours, left = divmod(left, 3600)
+    parts = ([f"{days:.0f} d"] if days else []) + ([f"{hours:.0f} h"] if hours or days else [])
+    return " ".join([*parts, f"{left // 60:.0f} min"])
 
 
 def _floor(time_s: float, width_s: float) -> float:
