@@ -11,7 +11,8 @@ At each check, on what is on screen rather than in the page's data source:
   repaints of now (plus the tick and the socket's slack on a loaded machine);
 - the canvas's own pixels: in each band, a line's colour reaches that far right;
 - the values painted at the newest point are those ``/history.csv`` has for that moment;
-- a process that ended is gone from ``/GPU-Processes`` within a refresh;
+- ``/GPU-Processes`` follows within a refresh: the process's SM % once it idles (a table of
+  as many rows as before, which BokehJS did not draw again), and its row once it ended;
 - no console error, and each page's JS heap and DOM node count stay bounded.
 Screenshots of every timeline, light and dark, go to test-artifacts/ (``soak-*``).
 """
@@ -47,9 +48,9 @@ TIMELINE_STREAM = {"/GPU-Health": "timeline"}
 SLACK_MS = 2500
 # What a page may grow by between a check after its window filled and the last one: data
 # no longer grows then, so anything more is a leak.
-# An ended process leaves the table at its next refresh: the driver's next process pass (once
-# a second while a page is open and a process holds a GPU), then the table's refresh (1 s),
-# with a loaded machine's slack.
+# The table follows the driver at its next refresh: the next process pass (once a second
+# while a page is open and a process holds a GPU), then the table's refresh (1 s), with a
+# loaded machine's slack.
 GONE_WITHIN_S = 5.0
 HEAP_GROWTH = 1.3
 HEAP_SLACK_BYTES = 4 * 2**20
@@ -141,11 +142,14 @@ TABLE_ROWS_JS = """() => {
 }"""
 
 
-def seconds_until_gone(page, pid: str) -> float:  # noqa: ANN001
-    """How long /GPU-Processes still shows a row naming ``pid`` (up to a minute)."""
+def seconds_until(page, pid: str, sm: str | None) -> float:  # noqa: ANN001
+    """How long until /GPU-Processes shows ``pid``'s row with its SM % at ``sm`` (None: no
+    row naming ``pid``), up to a minute."""
     start = time.monotonic()
     while time.monotonic() - start < 60:
-        if not [row for row in page.evaluate(TABLE_ROWS_JS) if pid in row]:
+        rows = [row.split("\n") for row in page.evaluate(TABLE_ROWS_JS) if pid in row]
+        if not rows if sm is None else any(
+                cells[cells.index(pid) + 4] == sm for cells in rows if pid in cells):
             break
         page.wait_for_timeout(200)
     return time.monotonic() - start
@@ -236,12 +240,16 @@ def test_every_page_stays_true_for_a_window_and_a_half(tmp_path: Path) -> None:
                     if not worked and elapsed >= WORK_UNTIL_S:
                         write_holder(listing, holder.pid, 0)
                         worked = True
+                        # The table follows, with as many rows as before.
+                        idle_s = seconds_until(opened[("/GPU-Processes", "light")][0],
+                                               str(holder.pid), "0%")
+                        assert idle_s <= GONE_WITHIN_S, idle_s
                     if not ended and elapsed >= ENDS_AT_S:
                         holder.kill()
                         holder.wait()
                         ended = True
-                        gone_s = seconds_until_gone(opened[("/GPU-Processes", "light")][0],
-                                                    str(holder.pid))
+                        gone_s = seconds_until(opened[("/GPU-Processes", "light")][0],
+                                               str(holder.pid), None)
                         assert gone_s <= GONE_WITHIN_S, gone_s
                     time.sleep(0.5)
                 for (route, theme), (page, _, cdp) in opened.items():

@@ -376,6 +376,19 @@ function concat(a, b) {
   return out;
 }
 
+// The tables that show the source (/GPU-Processes'), found at the first draw. BokehJS
+// re-renders a DataTable when its view's row indices change, and new data of as many rows
+// as the old gives equal indices: a table showed its first rows for as long as their count
+// stayed, an ended process among them (issue 51).
+let tables = null;
+function refreshTables() {
+  if (tables === null) {
+    tables = source.document ? [...source.document.all_models].filter(
+      (model) => model.type === "DataTable" && model.source === source) : [];
+  }
+  for (const table of tables) table.view.change.emit();
+}
+
 function rolledOver(columns, added, keep) {
   // The columns with the added rows after them, the oldest dropped past `keep` rows: new
   // arrays each time. BokehJS's source.stream rolls a full typed-array column over in
@@ -404,6 +417,7 @@ function draw() {
   pending = null;
   if (spec.mode === "replace" || reset) {
     source.data = data;  // the source is not synced: nothing goes back to the server
+    refreshTables();
   } else if (data[Object.keys(data)[0]].length) {
     source.data = rolledOver(source.data, data, spec.rollover[String(live.window)]);
   }
