@@ -4,7 +4,9 @@ describe, and the address or unix socket it is to listen on.
 Bokeh's import takes a second of CPU (several on a busy machine); a malformed setting, fault
 spec or address needs none of it. ``server.py`` runs ``exit_on_bad_settings`` first thing
 when started as a program, and ``main()`` runs ``check`` again for the settings it serves.
-Standard library, ``config`` and, in simulate mode, ``composition`` only.
+It also starts the watch of the Jupyter server this one is for (``jupyter_watch.py``), and
+exits at once when that server is already gone. Standard library, ``config``,
+``jupyter_watch`` and, in simulate mode, ``composition`` only.
 """
 
 from __future__ import annotations
@@ -99,10 +101,24 @@ def check(argv: Sequence[str] | None = None) -> tuple[Config, SimulatedNvml | No
     return config, simulator
 
 
-def exit_on_bad_settings(argv: Sequence[str]) -> None:
-    """Exit with code 2 and one line on stderr when ``check`` refuses; return when not."""
+def exit_on_bad_settings(argv: Sequence[str]) -> Config:
+    """Exit with code 2 and one line on stderr when ``check`` refuses; the settings when not."""
     try:
-        check(argv)
+        return check(argv)[0]
     except ConfigError as error:
         print(f"nvdashboard: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def exit_if_jupyter_gone(config: Config) -> None:
+    """Start watching the Jupyter server this one is for (if any), and exit (code 0, one
+    line) when it is already gone: a server launched as Jupyter went away reads no GPU
+    and takes no store lock."""
+    if config.jupyter_process is None:
+        return
+    from .jupyter_watch import watch_jupyter
+
+    watch = watch_jupyter(config.jupyter_process)
+    if watch.gone.is_set():
+        print(f"nvdashboard: {watch.reason}", file=sys.stderr)
+        raise SystemExit(0)

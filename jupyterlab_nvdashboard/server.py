@@ -28,10 +28,11 @@ import sys
 
 if __name__ == "__main__":
     # A bad flag, setting or address is answered before Bokeh is imported, which takes
-    # seconds on a busy machine; main() checks the same settings again.
-    from jupyterlab_nvdashboard.preflight import exit_on_bad_settings
+    # seconds on a busy machine; main() checks the same settings again. So is a Jupyter
+    # server already gone, and its watch starts here: it covers the whole start-up.
+    from jupyterlab_nvdashboard.preflight import exit_if_jupyter_gone, exit_on_bad_settings
 
-    exit_on_bad_settings(sys.argv[1:])
+    exit_if_jupyter_gone(exit_on_bad_settings(sys.argv[1:]))
 
 import csv
 import errno
@@ -93,6 +94,7 @@ from .export.local import LocalScrape
 from .export.usage import usage_series
 from .instants import parse_span
 from .jupyter_sessions import JupyterSessions, find_parent_server
+from .jupyter_watch import watch_jupyter
 from .long_reads import RETRY_AFTER_S, Busy, LongReads
 from .metrics import GpuReading, HostReading, Metrics, Sample, past_span
 from .metrics.demand import HOLDING
@@ -141,14 +143,10 @@ class ViewerWatch:
     CHECK_MS = 1000
 
     def __init__(self, metrics: Metrics, broadcasters: Sequence[Broadcaster],
-                 live_sessions: LiveSessions, exit_after_s: float,
-                 parent_pid: int | None = None) -> None:
+                 live_sessions: LiveSessions, exit_after_s: float) -> None:
         self.metrics, self.sampler = metrics, metrics.sampler
         self.broadcasters, self.live_sessions = tuple(broadcasters), live_sessions
         self.exit_after_s = exit_after_s
-        # Behind jupyter-server-proxy: the Jupyter server that started this one. When it is
-        # gone (this process was re-parented), nobody can reach this server any more.
-        self.parent_pid = parent_pid
         self.idle_since: float | None = None
         # JupyterLab's status bar and sidebar read the glance while JupyterLab is visible
         # (its /glance/stream socket ticks, or a request of /glance.json): somebody is
@@ -191,11 +189,6 @@ class ViewerWatch:
         PeriodicCallback(self.check, self.CHECK_MS).start()
 
     def check(self) -> None:
-        if self.parent_pid is not None and os.getppid() != self.parent_pid and self.io_loop:
-            log.info("the Jupyter server that started this one (pid %d) is gone: exiting",
-                     self.parent_pid)
-            self.io_loop.stop()
-            return
         self.sampler.set_consumers(self.consumers())
         if self.viewers:
             self.idle_since = None
@@ -644,8 +637,7 @@ def make_server(config: Config, sources: DashboardSources,
                         {"route": CLUSTER_PATH, "broadcaster": cluster_broadcaster,
                          "allows": access.allows}))
     watch = ViewerWatch(metrics, [b for b in (broadcaster, cluster_broadcaster) if b],
-                        live_sessions, config.idle_exit_s,
-                        parent_pid=os.getppid() if config.jupyter_proxy else None)
+                        live_sessions, config.idle_exit_s)
     extra = {"access": access, "sources": sources, "live_sessions": live_sessions,
              "broadcaster": broadcaster, "long_reads": long_reads,
              "metrics_collector": make_metrics_collector(config, sources, watch, broadcaster),
@@ -715,7 +707,11 @@ def compose_sources(config: Config, metrics: Metrics) -> DashboardSources:
     def kernels_hold_gpus() -> bool:
         return owners is not None and any(o.kernel_id for o in owners.latest.values())
 
-    jupyter = JupyterSessions(find_parent_server(), wanted=kernels_hold_gpus)
+    # The Jupyter server named at launch, not this process's parent now: that is init
+    # once Jupyter is gone.
+    jupyter = JupyterSessions(find_parent_server(parent_pid=config.jupyter_process.pid
+                                                 if config.jupyter_process else None),
+                              wanted=kernels_hold_gpus)
     cluster = None
     if config.dask_scheduler:
         from .cluster.view import ClusterView
@@ -800,6 +796,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if config.address in ("0.0.0.0", "::", ""):
         print("nvdashboard: warning: listening on all interfaces; anyone on the network "
               "can watch these dashboards", file=sys.stderr)
+    # Started before Bokeh's import when run as a program; here when main() is called.
+    jupyter = watch_jupyter(config.jupyter_process) if config.jupyter_process else None
+    if jupyter is not None and jupyter.gone.is_set():
+        log.info(jupyter.reason)
+        return 0
 
     metrics = create_metrics(config, simulator=simulator)
     try:
@@ -846,6 +847,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             asyncio_loop.remove_signal_handler(stopping)
             signal.signal(stopping, signal.SIG_DFL)
         server.io_loop.stop()
+
+    def stop_without_jupyter() -> None:
+        assert jupyter is not None
+        log.info(jupyter.reason)
+        stop()
+
+    if jupyter is not None:
+        # From the watch's thread; queued before the loop runs, it runs first thing. The
+        # clean stop below then writes the store's last batch and lets go of its lock.
+        jupyter.when_gone(lambda: server.io_loop.add_callback(stop_without_jupyter))
 
     # The loop's own handlers, not Python's KeyboardInterrupt: that is raised wherever the
     # main thread happens to be, and where it lands in a callback that swallows exceptions (a
