@@ -1,24 +1,20 @@
 """A dashboard server never outlives the Jupyter server that started it (issue 57).
 
-However early Jupyter goes (before the server has read its GPUs, while the request that
-launches it is in flight, killed with ``-9`` once it is up), the dashboard server exits
-within a few seconds, with one log line saying why, and the store's writer lock is free for
-the next server. Each case once left a server sampling for ever: it took its parent's PID
-seconds after it started, when a Jupyter already gone had left it re-parented to init.
-
 A fake Jupyter (a Python process that calls ``launch_server()`` in itself, as Jupyter
-does, and starts the command it returns) places the end exactly; the real ``jupyter lab``
-goes through jupyter-server-proxy's own launcher.
+does, and starts the command it returns) ends exactly where a test wants: before the
+server has read its GPUs, or after; with a store and without. The server exits within a
+few seconds, with one log line saying why, and the store's writer lock is free for the next
+server. The first case once left a server sampling for ever: it took its parent's PID
+seconds after it started, when a Jupyter already gone had left it re-parented to init.
+The real ``jupyter lab``, through jupyter-server-proxy's own launcher, is in
+``test_jupyter_gone_lab.py``.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,13 +24,10 @@ import pytest
 
 from jupyterlab_nvdashboard.config import JupyterProcess, load_config
 from jupyterlab_nvdashboard.jupyter_watch import JupyterWatch, start_mark, this_process
-from jupyterlab_nvdashboard.store.file import WriterLock
-from tests.support.jupyter import CHECKOUT, dashboard_servers, jupyter_lab
+from tests.support.jupyter import CHECKOUT
+from tests.support.jupyter_gone import lock_is_free, seconds_to_end, stored_buckets
 from tests.support.waiting import until
 
-# The issue's "within a few seconds", on a loaded 2-core machine: the watch looks four
-# times a second, and a clean stop writes the store's last batch.
-EXIT_WITHIN_S = 10.0
 GONE_LINE = "the Jupyter server that started this one"
 GPUS_READ_LINE = "simulated GPU(s) every"
 
@@ -51,45 +44,6 @@ with open(log_path, "w") as log:
 print(server.pid, flush=True)
 sys.stdin.read()
 """
-
-
-def has_ended(pid: int) -> bool:
-    """Whether ``pid`` has ended: gone, or a zombie whose new parent has not reaped it."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def lock_is_free(store: Path) -> bool:
-    """Whether the next server would become the store's writer now."""
-    lock = WriterLock(store)
-    try:
-        return lock.try_acquire()
-    finally:
-        lock.release()
-
-
-def stored_buckets(store: Path) -> int:
-    import sqlite3
-    from contextlib import closing
-
-    with closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True)) as db:
-        return db.execute("SELECT count(*) FROM buckets").fetchone()[0]
-
-
-def seconds_to_end(pid: int, log: Path) -> float:
-    """How long ``pid`` took to end from now; it is killed (and the test fails) when it
-    keeps running past ``EXIT_WITHIN_S``."""
-    started = time.monotonic()
-    try:
-        until(lambda: has_ended(pid), "the dashboard server exits", EXIT_WITHIN_S)
-    except AssertionError:
-        with_output = log.read_text()[-2000:] if log.exists() else ""
-        psutil.Process(pid).kill()
-        raise AssertionError(f"the dashboard server outlived its Jupyter server:\n"
-                             f"{with_output}") from None
-    return time.monotonic() - started
 
 
 @contextmanager
@@ -181,40 +135,3 @@ def test_a_watch_runs_what_was_asked_once_when_the_jupyter_goes() -> None:
     watch.when_gone(lambda: acts.append("asked after"))  # at once, on this thread
     until(lambda: len(acts) == 2, "both acts ran")
     assert sorted(acts) == ["asked after", "asked before"]
-
-
-def lab_env(store: Path) -> dict[str, str]:
-    # One launch, by the test's own request: not the server extension's at start-up.
-    return {"NVDASHBOARD_STORE": str(store), "NVDASHBOARD_START_WITH_JUPYTER": "0"}
-
-
-def test_jupyter_shut_down_while_the_request_that_launches_the_server_is_in_flight(
-        tmp_path: Path) -> None:
-    store = tmp_path / "history.sqlite"
-    with jupyter_lab(simulate=1, extra_env=lab_env(store)) as lab:
-        threading.Thread(target=lab.get, args=("nvdashboard/info.json",), daemon=True).start()
-        [server] = until(lambda: dashboard_servers(lab.process.pid),
-                         "jupyter-server-proxy launches the dashboard server", every_s=0.01)
-        # Held still from its first moments until its Jupyter has gone, as a machine too busy
-        # to run it would: the request is in flight, the server not yet started.
-        server.suspend()
-        try:
-            lab.shut_down()
-            lab.process.wait(60)
-        finally:
-            server.resume()
-        seconds_to_end(server.pid, tmp_path / "no log")
-    assert lock_is_free(store)
-
-
-def test_jupyter_killed_with_minus_9_after_the_server_is_up(tmp_path: Path) -> None:
-    store = tmp_path / "history.sqlite"
-    with jupyter_lab(simulate=1, extra_env=lab_env(store)) as lab:
-        assert "/GPU-Resources" in lab.dashboard_index()  # it has read its GPUs
-        [server] = dashboard_servers(lab.process.pid)
-        lab.process.send_signal(signal.SIGKILL)
-        lab.process.wait(30)
-        took = seconds_to_end(server.pid, tmp_path / "no log")
-    assert lock_is_free(store)
-    assert stored_buckets(store) > 0
-    print(f"the dashboard server exited {took:.2f} s after its Jupyter was killed")

@@ -1,0 +1,54 @@
+"""Waiting for a dashboard server to end once its Jupyter server is gone, and checking what
+it left: shared by the fake-Jupyter and the real-lab tests of issue 57."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from contextlib import closing
+from pathlib import Path
+
+import psutil
+
+from jupyterlab_nvdashboard.store.file import WriterLock
+from tests.support.waiting import until
+
+# The issue's "within a few seconds", on a loaded 2-core machine: the watch looks four
+# times a second, and a clean stop writes the store's last batch.
+EXIT_WITHIN_S = 10.0
+
+
+def has_ended(pid: int) -> bool:
+    """Whether ``pid`` has ended: gone, or a zombie whose new parent has not reaped it."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def lock_is_free(store: Path) -> bool:
+    """Whether the next server would become the store's writer now."""
+    lock = WriterLock(store)
+    try:
+        return lock.try_acquire()
+    finally:
+        lock.release()
+
+
+def stored_buckets(store: Path) -> int:
+    with closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True)) as db:
+        return db.execute("SELECT count(*) FROM buckets").fetchone()[0]
+
+
+def seconds_to_end(pid: int, log: Path) -> float:
+    """How long ``pid`` took to end from now; it is killed (and the test fails) when it
+    keeps running past ``EXIT_WITHIN_S``. ``log``: its output, shown when it does not end."""
+    started = time.monotonic()
+    try:
+        until(lambda: has_ended(pid), "the dashboard server exits", EXIT_WITHIN_S)
+    except AssertionError:
+        with_output = log.read_text()[-2000:] if log.exists() else ""
+        psutil.Process(pid).kill()
+        raise AssertionError(f"the dashboard server outlived its Jupyter server:\n"
+                             f"{with_output}") from None
+    return time.monotonic() - started
