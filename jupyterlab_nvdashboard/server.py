@@ -16,7 +16,8 @@ as CSV; past the in-memory history, the store's buckets) and ``/`` (the GPU over
 link to every dashboard, which is also jupyter-server-proxy's readiness check). With no page
 open the sampler slows down; a server started by jupyter-server-proxy without a store exits
 after ``--exit-after-idle`` seconds (with one it keeps sampling at the idle interval, so the
-stored history has no hole).
+stored history has no hole). Either way it exits once the Jupyter server that started it is
+gone (``--jupyter-process``, ``jupyter_watch.py``).
 The history store (``store/``) keeps 5-second and 1-minute buckets across restarts.
 BokehJS is served by this server itself, with page-relative URLs, so pages render with no
 internet and behind a path prefix. Bad input is reported as one line with exit code 2.
@@ -848,7 +849,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(stopping, signal.SIG_DFL)
         server.io_loop.stop()
 
-    def stop_without_jupyter() -> None:
+    def stop_because_jupyter_is_gone() -> None:
         assert jupyter is not None
         log.info(jupyter.reason)
         stop()
@@ -856,7 +857,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if jupyter is not None:
         # From the watch's thread; queued before the loop runs, it runs first thing. The
         # clean stop below then writes the store's last batch and lets go of its lock.
-        jupyter.when_gone(lambda: server.io_loop.add_callback(stop_without_jupyter))
+        jupyter.when_gone(lambda: server.io_loop.add_callback(stop_because_jupyter_is_gone))
 
     # The loop's own handlers, not Python's KeyboardInterrupt: that is raised wherever the
     # main thread happens to be, and where it lands in a callback that swallows exceptions (a

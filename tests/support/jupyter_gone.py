@@ -40,15 +40,17 @@ def stored_buckets(store: Path) -> int:
         return db.execute("SELECT count(*) FROM buckets").fetchone()[0]
 
 
-def seconds_to_end(pid: int, log: Path) -> float:
-    """How long ``pid`` took to end from now; it is killed (and the test fails) when it
-    keeps running past ``EXIT_WITHIN_S``. ``log``: its output, shown when it does not end."""
+def seconds_to_end(pid: int, log: Path | None = None) -> float:
+    """How long ``pid`` took to end from now (printed: ``-s`` shows it); it is killed, and
+    the test fails with its output (``log``), when it runs past ``EXIT_WITHIN_S``."""
     started = time.monotonic()
     try:
         until(lambda: has_ended(pid), "the dashboard server exits", EXIT_WITHIN_S)
     except AssertionError:
-        with_output = log.read_text()[-2000:] if log.exists() else ""
+        output = log.read_text()[-2000:] if log is not None and log.exists() else ""
         psutil.Process(pid).kill()
         raise AssertionError(f"the dashboard server outlived its Jupyter server:\n"
-                             f"{with_output}") from None
-    return time.monotonic() - started
+                             f"{output}") from None
+    took = time.monotonic() - started
+    print(f"the dashboard server ended {took:.2f} s after its Jupyter server")
+    return took
