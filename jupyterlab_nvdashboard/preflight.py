@@ -110,15 +110,41 @@ def exit_on_bad_settings(argv: Sequence[str]) -> Config:
         raise SystemExit(2) from None
 
 
-def exit_if_jupyter_gone(config: Config) -> None:
-    """Start watching the Jupyter server this one is for (if any), and exit (code 0, one
-    line) when it is already gone: a server launched as Jupyter went away reads no GPU
-    and takes no store lock."""
+#: The folder jupyter-server-proxy makes for a ``unix_socket: True`` server (``mkdtemp``)
+#: and never removes: ours goes with the socket, so a stopped server leaves nothing.
+PROXY_SOCKET_FOLDER_PREFIX = "jupyter-server-proxy-"
+
+
+def remove_proxy_socket_folder(path: str) -> None:
+    """Remove jupyter-server-proxy's folder around our socket, if it is now empty."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(folder).startswith(PROXY_SOCKET_FOLDER_PREFIX):
+        try:
+            os.rmdir(folder)  # only an empty folder: anything else in it stays
+        except OSError:
+            pass
+
+
+def jupyter_gone(config: Config) -> str | None:
+    """Why this server must not start (the one log line), when the Jupyter server it is for
+    is already gone; None when it runs or none was named. Starts the watch of it
+    (``jupyter_watch.py``). A server that does not start reads no GPU, takes no store lock,
+    and leaves no proxy socket folder behind."""
     if config.jupyter_process is None:
-        return
+        return None
     from .jupyter_watch import watch_jupyter
 
     watch = watch_jupyter(config.jupyter_process)
-    if watch.gone.is_set():
-        print(f"nvdashboard: {watch.reason}", file=sys.stderr)
+    if not watch.gone.is_set():
+        return None
+    if config.jupyter_proxy and config.unix_socket:
+        remove_proxy_socket_folder(config.unix_socket)
+    return watch.reason
+
+
+def exit_if_jupyter_gone(config: Config) -> None:
+    """Exit (code 0, one line) when the Jupyter server this one is for is already gone."""
+    why_not = jupyter_gone(config)
+    if why_not:
+        print(f"nvdashboard: {why_not}", file=sys.stderr)
         raise SystemExit(0)

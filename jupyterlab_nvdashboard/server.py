@@ -755,21 +755,6 @@ def remove_own_socket(path: str, identity: tuple[int, int] | None) -> None:
         pass
 
 
-#: The folder jupyter-server-proxy makes for a ``unix_socket: True`` server (``mkdtemp``)
-#: and never removes: ours goes with the socket, so a stopped server leaves nothing.
-PROXY_SOCKET_FOLDER_PREFIX = "jupyter-server-proxy-"
-
-
-def remove_proxy_socket_folder(path: str) -> None:
-    """Remove jupyter-server-proxy's folder around our socket, if it is now empty."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.basename(folder).startswith(PROXY_SOCKET_FOLDER_PREFIX):
-        try:
-            os.rmdir(folder)  # only an empty folder: anything else in it stays
-        except OSError:
-            pass
-
-
 def dashboards_url(config: Config) -> str:
     """What to open: the URL with this launch's token, as Jupyter prints it."""
     if config.unix_socket:
@@ -797,11 +782,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if config.address in ("0.0.0.0", "::", ""):
         print("nvdashboard: warning: listening on all interfaces; anyone on the network "
               "can watch these dashboards", file=sys.stderr)
-    # Started before Bokeh's import when run as a program; here when main() is called.
-    jupyter = watch_jupyter(config.jupyter_process) if config.jupyter_process else None
-    if jupyter is not None and jupyter.gone.is_set():
-        log.info(jupyter.reason)
+    why_not = preflight.jupyter_gone(config)  # it may have gone during Bokeh's import
+    if why_not:
+        log.info(why_not)
         return 0
+    jupyter = watch_jupyter(config.jupyter_process) if config.jupyter_process else None
 
     metrics = create_metrics(config, simulator=simulator)
     try:
@@ -874,7 +859,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if config.unix_socket:
             remove_own_socket(config.unix_socket, socket_identity)
             if config.jupyter_proxy:
-                remove_proxy_socket_folder(config.unix_socket)
+                preflight.remove_proxy_socket_folder(config.unix_socket)
         log.info("stopped")
     return 0
 

@@ -13,17 +13,21 @@ The real ``jupyter lab``, through jupyter-server-proxy's own launcher, is in
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 import pytest
 
 from jupyterlab_nvdashboard.config import JupyterProcess, load_config
 from jupyterlab_nvdashboard.jupyter_watch import JupyterWatch, start_mark, this_process
+from jupyterlab_nvdashboard.preflight import PROXY_SOCKET_FOLDER_PREFIX
 from tests.support.jupyter import CHECKOUT
 from tests.support.jupyter_gone import lock_is_free, seconds_to_end, stored_buckets
 from tests.support.waiting import until
@@ -46,22 +50,32 @@ sys.stdin.read()
 """
 
 
+class FakeJupyter(NamedTuple):
+    process: subprocess.Popen
+    server_pid: int  # the dashboard server it started (1 simulated GPU)
+    socket_folder: Path  # made as jupyter-server-proxy makes it, for the server to remove
+
+
 @contextmanager
-def fake_jupyter(folder: Path, store: Path | None) -> Iterator[tuple[subprocess.Popen, int]]:
-    """The fake Jupyter and the PID of the dashboard server it started (1 simulated GPU)."""
+def fake_jupyter(folder: Path, store: Path | None) -> Iterator[FakeJupyter]:
     env = {**os.environ, "NVDASHBOARD_SIMULATE": "1",
            "NVDASHBOARD_STORE": str(store) if store else "off",
            "NVDASHBOARD_RUNS_DIR": str(folder / "runs"),
            "PYTHONPATH": os.pathsep.join(filter(None, [CHECKOUT, os.environ.get("PYTHONPATH")]))}
-    jupyter = subprocess.Popen(
-        [sys.executable, "-c", _FAKE_JUPYTER, str(folder / "s.sock"), str(folder / "server.log")],
+    # In the session's temp folder, as the proxy does: under tmp_path the socket's path
+    # would pass the 107 bytes a unix socket's path may hold.
+    socket_folder = Path(tempfile.mkdtemp(prefix=PROXY_SOCKET_FOLDER_PREFIX))
+    process = subprocess.Popen(
+        [sys.executable, "-c", _FAKE_JUPYTER, str(socket_folder / "socket"),
+         str(folder / "server.log")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-    assert jupyter.stdout is not None and jupyter.stdin is not None
+    assert process.stdout is not None and process.stdin is not None
     try:
-        yield jupyter, int(jupyter.stdout.readline())
+        yield FakeJupyter(process, int(process.stdout.readline()), socket_folder)
     finally:
-        jupyter.kill()
-        jupyter.wait()
+        process.kill()
+        process.wait()
+        shutil.rmtree(socket_folder, ignore_errors=True)
 
 
 def end(jupyter: subprocess.Popen) -> None:
@@ -74,9 +88,10 @@ def end(jupyter: subprocess.Popen) -> None:
 def test_jupyter_exits_before_the_server_has_read_its_gpus(tmp_path: Path,
                                                            with_store: bool) -> None:
     store = tmp_path / "history.sqlite" if with_store else None
-    with fake_jupyter(tmp_path, store) as (jupyter, server):
-        end(jupyter)  # the server has only just been started
-        seconds_to_end(server, tmp_path / "server.log")
+    with fake_jupyter(tmp_path, store) as jupyter:
+        end(jupyter.process)  # the server has only just been started
+        seconds_to_end(jupyter.server_pid, tmp_path / "server.log")
+        assert not jupyter.socket_folder.exists()
     output = (tmp_path / "server.log").read_text()
     # It read no GPU and opened no store: it left before Bokeh was even imported.
     assert GONE_LINE in output and GPUS_READ_LINE not in output, output
@@ -90,10 +105,11 @@ def test_jupyter_exits_after_the_server_has_read_its_gpus(tmp_path: Path,
                                                           with_store: bool) -> None:
     store = tmp_path / "history.sqlite" if with_store else None
     log = tmp_path / "server.log"
-    with fake_jupyter(tmp_path, store) as (jupyter, server):
+    with fake_jupyter(tmp_path, store) as jupyter:
         until(lambda: GPUS_READ_LINE in log.read_text(), "the server reads its GPUs")
-        end(jupyter)
-        seconds_to_end(server, log)
+        end(jupyter.process)
+        seconds_to_end(jupyter.server_pid, log)
+        assert not jupyter.socket_folder.exists()  # its socket, and the proxy's folder
     output = log.read_text()
     assert output.count(GONE_LINE) == 1 and "Traceback" not in output, output
     assert output.rstrip().endswith("stopped"), output  # the clean stop ran
