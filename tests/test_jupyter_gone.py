@@ -29,7 +29,12 @@ from jupyterlab_nvdashboard.config import JupyterProcess, load_config
 from jupyterlab_nvdashboard.jupyter_watch import JupyterWatch, start_mark, this_process
 from jupyterlab_nvdashboard.preflight import PROXY_SOCKET_FOLDER_PREFIX
 from tests.support.jupyter import CHECKOUT
-from tests.support.jupyter_gone import lock_is_free, seconds_to_end, stored_buckets
+from tests.support.jupyter_gone import (
+    lock_is_free,
+    lock_is_held,
+    seconds_to_end,
+    stored_buckets,
+)
 from tests.support.waiting import until
 
 GONE_LINE = "the Jupyter server that started this one"
@@ -57,8 +62,9 @@ class FakeJupyter(NamedTuple):
 
 
 @contextmanager
-def fake_jupyter(folder: Path, store: Path | None) -> Iterator[FakeJupyter]:
-    env = {**os.environ, "NVDASHBOARD_SIMULATE": "1",
+def fake_jupyter(folder: Path, store: Path | None, faults: str = "") -> Iterator[FakeJupyter]:
+    """``faults``: the simulated driver's (``NVDASHBOARD_SIMULATE_FAULTS``)."""
+    env = {**os.environ, "NVDASHBOARD_SIMULATE": "1", "NVDASHBOARD_SIMULATE_FAULTS": faults,
            "NVDASHBOARD_STORE": str(store) if store else "off",
            "NVDASHBOARD_RUNS_DIR": str(folder / "runs"),
            "PYTHONPATH": os.pathsep.join(filter(None, [CHECKOUT, os.environ.get("PYTHONPATH")]))}
@@ -100,6 +106,20 @@ def test_jupyter_exits_before_the_server_has_read_its_gpus(tmp_path: Path,
         assert lock_is_free(store)
 
 
+def test_jupyter_exits_while_the_server_serves_but_still_reads_its_gpus(tmp_path: Path) -> None:
+    # Every simulated NVML call takes 1 s: the pages answer, the first GPU read is far off.
+    store, log = tmp_path / "history.sqlite", tmp_path / "server.log"
+    with fake_jupyter(tmp_path, store, faults="slow=1") as jupyter:
+        until(lambda: "dashboards at" in log.read_text(), "the server serves")
+        until(lambda: lock_is_held(store), "the server writes the store")
+        end(jupyter.process)
+        seconds_to_end(jupyter.server_pid, log)
+    output = log.read_text()
+    assert GPUS_READ_LINE not in output and output.count(GONE_LINE) == 1, output
+    assert output.rstrip().endswith("stopped"), output
+    assert lock_is_free(store)
+
+
 @pytest.mark.parametrize("with_store", [True, False], ids=["store", "no-store"])
 def test_jupyter_exits_after_the_server_has_read_its_gpus(tmp_path: Path,
                                                           with_store: bool) -> None:
@@ -107,6 +127,8 @@ def test_jupyter_exits_after_the_server_has_read_its_gpus(tmp_path: Path,
     log = tmp_path / "server.log"
     with fake_jupyter(tmp_path, store) as jupyter:
         until(lambda: GPUS_READ_LINE in log.read_text(), "the server reads its GPUs")
+        if store is not None:
+            until(lambda: lock_is_held(store), "the server writes the store")
         end(jupyter.process)
         seconds_to_end(jupyter.server_pid, log)
         assert not jupyter.socket_folder.exists()  # its socket, and the proxy's folder

@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.support.jupyter import dashboard_servers, jupyter_lab
-from tests.support.jupyter_gone import lock_is_free, seconds_to_end, stored_buckets
+from tests.support.jupyter_gone import (
+    lock_is_free,
+    lock_is_held,
+    seconds_to_end,
+    stored_buckets,
+)
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.lab
@@ -53,6 +58,7 @@ def test_jupyter_killed_with_minus_9_after_the_server_is_up(tmp_path: Path) -> N
     with jupyter_lab(simulate=1, extra_env=lab_env(store)) as lab:
         assert "/GPU-Resources" in lab.dashboard_index()  # it has read its GPUs
         [server] = dashboard_servers(lab.process.pid)
+        until(lambda: lock_is_held(store), "the dashboard server writes the store")
         lab.process.send_signal(signal.SIGKILL)
         lab.process.wait(30)
         seconds_to_end(server.pid)

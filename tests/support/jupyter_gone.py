@@ -3,6 +3,8 @@ it left: shared by the fake-Jupyter and the real-lab tests of issue 57."""
 
 from __future__ import annotations
 
+import os
+import re
 import sqlite3
 import time
 from contextlib import closing
@@ -33,6 +35,19 @@ def lock_is_free(store: Path) -> bool:
         return lock.try_acquire()
     finally:
         lock.release()
+
+
+def lock_is_held(store: Path) -> bool:
+    """Whether some process holds the store's writer lock now, read from ``/proc/locks``
+    without taking it (a test that took it, even for a moment, could make the server a
+    reader)."""
+    try:
+        inode = os.stat(f"{store}.writer").st_ino
+    except FileNotFoundError:
+        return False
+    # "1: FLOCK  ADVISORY  WRITE 4242 00:2a:1234 0 EOF": the file is MAJOR:MINOR:INODE.
+    with open("/proc/locks") as locks:
+        return any(re.search(rf"\s[0-9a-f]+:[0-9a-f]+:{inode}\s", line) for line in locks)
 
 
 def stored_buckets(store: Path) -> int:
