@@ -85,23 +85,26 @@ def processes_left(folder: str, ignore: set[int], grace_s: float = PROCESS_GRACE
     return left
 
 
-# What pytest-xdist's workers report they left: in their temp folders, and still running
-# (controller only); and the workers themselves, which carry the controller's folder.
+# What pytest-xdist's workers report they left in their temp folders, and still running
+# (controller only).
 WORKER_LEFTOVERS = pytest.StashKey[list[str]]()
 WORKER_PROCESSES_LEFT = pytest.StashKey[list[str]]()
-WORKER_PIDS = pytest.StashKey[set[int]]()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     worker_output = getattr(session.config, "workeroutput", None)
-    running = processes_left(SESSION_TEMP, {os.getpid()} |
-                             session.config.stash.get(WORKER_PIDS, set()))
+    ignore = {os.getpid()}
+    if session.config.pluginmanager.hasplugin("dsession"):
+        # pytest-xdist's controller: its children are the workers, which carry its folder
+        # (they started with its TMPDIR) and end once it lets them go; each checks its own.
+        ignore |= {child.pid for child in psutil.Process().children()}
+    running = processes_left(SESSION_TEMP, ignore)
     left = leftovers(SESSION_TEMP)
     shutil.rmtree(SESSION_TEMP, ignore_errors=True)
     if worker_output is not None:
         # A pytest-xdist worker: its exit status is not the run's, so hand what it found to the
         # controller (pytest_testnodedown), which fails the run.
-        worker_output.update(leftovers=left, processes_left=running, pid=os.getpid())
+        worker_output.update(leftovers=left, processes_left=running)
         return
     left += session.config.stash.get(WORKER_LEFTOVERS, [])
     running += session.config.stash.get(WORKER_PROCESSES_LEFT, [])
@@ -122,9 +125,6 @@ def pytest_testnodedown(node: object, error: object) -> None:
     config: pytest.Config = node.config  # type: ignore[attr-defined]
     config.stash.setdefault(WORKER_LEFTOVERS, []).extend(output.get("leftovers", []))
     config.stash.setdefault(WORKER_PROCESSES_LEFT, []).extend(output.get("processes_left", []))
-    if "pid" in output:
-        # Still running until the controller lets it go, after its own check.
-        config.stash.setdefault(WORKER_PIDS, set()).add(output["pid"])
 
 
 # Libraries no test module may import when it is collected: every pytest-xdist worker
