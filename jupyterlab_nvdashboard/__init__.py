@@ -35,13 +35,18 @@ def launch_server() -> dict[str, Any]:
     ``NVDASHBOARD_*`` settings (simulate mode and so on) reach the server through the
     environment it inherits from Jupyter. ``--jupyter-proxy`` asks for no token of its
     own (Jupyter's login covers every request) and keeps run control on; the server
-    refuses it without ``--unix-socket``.
+    refuses it without ``--unix-socket``. jupyter-server-proxy calls this inside the Jupyter
+    server, so ``--jupyter-process`` names that very process: the dashboard server exits
+    once it is gone, however early (``jupyter_watch.py``).
     """
+    from .jupyter_watch import this_process
+
     return {
         "command": [
             sys.executable, "-m", "jupyterlab_nvdashboard.server",
             "--unix-socket", "{unix_socket}", "--jupyter-proxy",
             "--allow-websocket-origin", PROXY_ORIGIN_HOST,
+            "--jupyter-process", this_process().argument(),
         ],
         "unix_socket": True,
         "request_headers_override": {"Origin": f"http://{PROXY_ORIGIN_HOST}"},

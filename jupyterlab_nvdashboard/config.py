@@ -67,6 +67,22 @@ class SimulationConfig:
 
 
 @dataclass(frozen=True)
+class JupyterProcess:
+    """The Jupyter server a proxied dashboard server lives for: ``launch_server()`` names
+    the process it runs in (``--jupyter-process PID:STARTED``), and the server exits once
+    that process is gone (``jupyter_watch.py`` says why this identity cannot race)."""
+
+    pid: int
+    # When it started, as ``jupyter_watch.start_mark`` reads it: a later process given the
+    # same PID has another.
+    started: int
+
+    def argument(self) -> str:
+        """The value of ``--jupyter-process``; ``_jupyter_process`` reads it back."""
+        return f"{self.pid}:{self.started}"
+
+
+@dataclass(frozen=True)
 class Config:
     address: str = "127.0.0.1"
     port: int = DEFAULT_PORT
@@ -100,6 +116,8 @@ class Config:
     token: str | None = field(default_factory=new_token, repr=False)
     # Started by jupyter-server-proxy on a private unix socket (launch_server()).
     jupyter_proxy: bool = False
+    # The Jupyter server whose end ends this server (launch_server() names it); None: none.
+    jupyter_process: JupyterProcess | None = None
     # /metrics (Prometheus, DCGM names) is served only when asked for (export/).
     metrics_enabled: bool = False
     # Addresses (or networks) whose /metrics scrapes need no token, e.g. a Prometheus host.
@@ -370,6 +388,22 @@ def _scheduler(text: str) -> str:
     return address
 
 
+# Linux's largest PID (PID_MAX_LIMIT, 2**22); other systems stay below it too.
+MAX_PID = 4_194_304
+
+
+def _jupyter_process(text: str) -> JupyterProcess:
+    pid, _, started = text.strip().partition(":")
+    try:
+        process = JupyterProcess(int(pid), int(started))
+    except ValueError:
+        process = None
+    if process is None or not 1 <= process.pid <= MAX_PID or process.started < 0:
+        raise ConfigError(f"--jupyter-process must be PID:STARTED, two whole numbers (as "
+                          f"launch_server() writes it), got {text!r}")
+    return process
+
+
 _port = _positive_int("port", 1, 65535)
 _keep_runs = _positive_int("keep-runs", 1, 1_000_000)
 # A bound on the per-user series; 10,000 (x 5 series) is well within what one Prometheus
@@ -528,6 +562,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jupyter-proxy", action="store_true",
                         help="internal: set by jupyter-server-proxy, which authenticates every "
                         "request; needs --unix-socket")
+    parser.add_argument("--jupyter-process", type=_jupyter_process, metavar="PID:STARTED",
+                        help="internal: set by jupyter-server-proxy: the Jupyter server's PID "
+                        "and start time; this server exits once that process is gone")
     return parser
 
 
@@ -668,6 +705,7 @@ def load_config(
         check_unused_sessions_ms=check_interval_ms(lifetime_ms),
         token=token,
         jupyter_proxy=jupyter_proxy,
+        jupyter_process=merged.get("jupyter_process"),  # type: ignore[arg-type]
         metrics_enabled=bool(merged.get("metrics", False)),
         metrics_allow=tuple(allow),  # type: ignore[arg-type]
         metrics_hostname_label=str(merged.get("metrics_hostname_label", "hostname")),

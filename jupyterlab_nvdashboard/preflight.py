@@ -4,7 +4,9 @@ describe, and the address or unix socket it is to listen on.
 Bokeh's import takes a second of CPU (several on a busy machine); a malformed setting, fault
 spec or address needs none of it. ``server.py`` runs ``exit_on_bad_settings`` first thing
 when started as a program, and ``main()`` runs ``check`` again for the settings it serves.
-Standard library, ``config`` and, in simulate mode, ``composition`` only.
+It also starts the watch of the Jupyter server this one is for (``jupyter_watch.py``), and
+exits at once when that server is already gone. Standard library, ``config``,
+``jupyter_watch`` and, in simulate mode, ``composition`` only.
 """
 
 from __future__ import annotations
@@ -99,10 +101,50 @@ def check(argv: Sequence[str] | None = None) -> tuple[Config, SimulatedNvml | No
     return config, simulator
 
 
-def exit_on_bad_settings(argv: Sequence[str]) -> None:
-    """Exit with code 2 and one line on stderr when ``check`` refuses; return when not."""
+def exit_on_bad_settings(argv: Sequence[str]) -> Config:
+    """Exit with code 2 and one line on stderr when ``check`` refuses; the settings when not."""
     try:
-        check(argv)
+        return check(argv)[0]
     except ConfigError as error:
         print(f"nvdashboard: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+#: The folder jupyter-server-proxy makes for a ``unix_socket: True`` server (``mkdtemp``)
+#: and never removes: ours goes with the socket, so a stopped server leaves nothing.
+PROXY_SOCKET_FOLDER_PREFIX = "jupyter-server-proxy-"
+
+
+def remove_proxy_socket_folder(path: str) -> None:
+    """Remove jupyter-server-proxy's folder around our socket, if it is now empty."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(folder).startswith(PROXY_SOCKET_FOLDER_PREFIX):
+        try:
+            os.rmdir(folder)  # only an empty folder: anything else in it stays
+        except OSError:
+            pass
+
+
+def jupyter_gone(config: Config) -> str | None:
+    """Why this server must not start (the one log line), when the Jupyter server it is for
+    is already gone; None when it runs or none was named. Starts the watch of it
+    (``jupyter_watch.py``). A server that does not start reads no GPU, takes no store lock,
+    and leaves no proxy socket folder behind."""
+    if config.jupyter_process is None:
+        return None
+    from .jupyter_watch import watch_jupyter
+
+    watch = watch_jupyter(config.jupyter_process)
+    if not watch.gone.is_set():
+        return None
+    if config.jupyter_proxy and config.unix_socket:
+        remove_proxy_socket_folder(config.unix_socket)
+    return watch.reason
+
+
+def exit_if_jupyter_gone(config: Config) -> None:
+    """Exit (code 0, one line) when the Jupyter server this one is for is already gone."""
+    why_not = jupyter_gone(config)
+    if why_not:
+        print(f"nvdashboard: {why_not}", file=sys.stderr)
+        raise SystemExit(0)

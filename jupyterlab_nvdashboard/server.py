@@ -16,7 +16,8 @@ as CSV; past the in-memory history, the store's buckets) and ``/`` (the GPU over
 link to every dashboard, which is also jupyter-server-proxy's readiness check). With no page
 open the sampler slows down; a server started by jupyter-server-proxy without a store exits
 after ``--exit-after-idle`` seconds (with one it keeps sampling at the idle interval, so the
-stored history has no hole).
+stored history has no hole). Either way it exits once the Jupyter server that started it is
+gone (``--jupyter-process``, ``jupyter_watch.py``).
 The history store (``store/``) keeps 5-second and 1-minute buckets across restarts.
 BokehJS is served by this server itself, with page-relative URLs, so pages render with no
 internet and behind a path prefix. Bad input is reported as one line with exit code 2.
@@ -28,10 +29,11 @@ import sys
 
 if __name__ == "__main__":
     # A bad flag, setting or address is answered before Bokeh is imported, which takes
-    # seconds on a busy machine; main() checks the same settings again.
-    from jupyterlab_nvdashboard.preflight import exit_on_bad_settings
+    # seconds on a busy machine; main() checks the same settings again. So is a Jupyter
+    # server already gone, and its watch starts here: it covers the whole start-up.
+    from jupyterlab_nvdashboard.preflight import exit_if_jupyter_gone, exit_on_bad_settings
 
-    exit_on_bad_settings(sys.argv[1:])
+    exit_if_jupyter_gone(exit_on_bad_settings(sys.argv[1:]))
 
 import csv
 import errno
@@ -93,6 +95,7 @@ from .export.local import LocalScrape
 from .export.usage import usage_series
 from .instants import parse_span
 from .jupyter_sessions import JupyterSessions, find_parent_server
+from .jupyter_watch import watch_jupyter
 from .long_reads import RETRY_AFTER_S, Busy, LongReads
 from .metrics import GpuReading, HostReading, Metrics, Sample, past_span
 from .metrics.demand import HOLDING
@@ -141,14 +144,10 @@ class ViewerWatch:
     CHECK_MS = 1000
 
     def __init__(self, metrics: Metrics, broadcasters: Sequence[Broadcaster],
-                 live_sessions: LiveSessions, exit_after_s: float,
-                 parent_pid: int | None = None) -> None:
+                 live_sessions: LiveSessions, exit_after_s: float) -> None:
         self.metrics, self.sampler = metrics, metrics.sampler
         self.broadcasters, self.live_sessions = tuple(broadcasters), live_sessions
         self.exit_after_s = exit_after_s
-        # Behind jupyter-server-proxy: the Jupyter server that started this one. When it is
-        # gone (this process was re-parented), nobody can reach this server any more.
-        self.parent_pid = parent_pid
         self.idle_since: float | None = None
         # JupyterLab's status bar and sidebar read the glance while JupyterLab is visible
         # (its /glance/stream socket ticks, or a request of /glance.json): somebody is
@@ -191,11 +190,6 @@ class ViewerWatch:
         PeriodicCallback(self.check, self.CHECK_MS).start()
 
     def check(self) -> None:
-        if self.parent_pid is not None and os.getppid() != self.parent_pid and self.io_loop:
-            log.info("the Jupyter server that started this one (pid %d) is gone: exiting",
-                     self.parent_pid)
-            self.io_loop.stop()
-            return
         self.sampler.set_consumers(self.consumers())
         if self.viewers:
             self.idle_since = None
@@ -644,8 +638,7 @@ def make_server(config: Config, sources: DashboardSources,
                         {"route": CLUSTER_PATH, "broadcaster": cluster_broadcaster,
                          "allows": access.allows}))
     watch = ViewerWatch(metrics, [b for b in (broadcaster, cluster_broadcaster) if b],
-                        live_sessions, config.idle_exit_s,
-                        parent_pid=os.getppid() if config.jupyter_proxy else None)
+                        live_sessions, config.idle_exit_s)
     extra = {"access": access, "sources": sources, "live_sessions": live_sessions,
              "broadcaster": broadcaster, "long_reads": long_reads,
              "metrics_collector": make_metrics_collector(config, sources, watch, broadcaster),
@@ -715,7 +708,11 @@ def compose_sources(config: Config, metrics: Metrics) -> DashboardSources:
     def kernels_hold_gpus() -> bool:
         return owners is not None and any(o.kernel_id for o in owners.latest.values())
 
-    jupyter = JupyterSessions(find_parent_server(), wanted=kernels_hold_gpus)
+    # The Jupyter server named at launch, not this process's parent now: that is init
+    # once Jupyter is gone.
+    jupyter = JupyterSessions(find_parent_server(parent_pid=config.jupyter_process.pid
+                                                 if config.jupyter_process else None),
+                              wanted=kernels_hold_gpus)
     cluster = None
     if config.dask_scheduler:
         from .cluster.view import ClusterView
@@ -758,21 +755,6 @@ def remove_own_socket(path: str, identity: tuple[int, int] | None) -> None:
         pass
 
 
-#: The folder jupyter-server-proxy makes for a ``unix_socket: True`` server (``mkdtemp``)
-#: and never removes: ours goes with the socket, so a stopped server leaves nothing.
-PROXY_SOCKET_FOLDER_PREFIX = "jupyter-server-proxy-"
-
-
-def remove_proxy_socket_folder(path: str) -> None:
-    """Remove jupyter-server-proxy's folder around our socket, if it is now empty."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.basename(folder).startswith(PROXY_SOCKET_FOLDER_PREFIX):
-        try:
-            os.rmdir(folder)  # only an empty folder: anything else in it stays
-        except OSError:
-            pass
-
-
 def dashboards_url(config: Config) -> str:
     """What to open: the URL with this launch's token, as Jupyter prints it."""
     if config.unix_socket:
@@ -802,6 +784,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               "can watch these dashboards", file=sys.stderr)
     if (ignored := ignored_variables_warning(config)) is not None:
         print(f"nvdashboard: warning: {ignored}", file=sys.stderr)
+    why_not = preflight.jupyter_gone(config)  # it may have gone during Bokeh's import
+    if why_not:
+        log.info(why_not)
+        return 0
+    jupyter = watch_jupyter(config.jupyter_process) if config.jupyter_process else None
 
     metrics = create_metrics(config, simulator=simulator)
     try:
@@ -849,6 +836,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(stopping, signal.SIG_DFL)
         server.io_loop.stop()
 
+    def stop_because_jupyter_is_gone() -> None:
+        assert jupyter is not None
+        log.info(jupyter.reason)
+        stop()
+
+    if jupyter is not None:
+        # From the watch's thread; queued before the loop runs, it runs first thing. The
+        # clean stop below then writes the store's last batch and lets go of its lock.
+        jupyter.when_gone(lambda: server.io_loop.add_callback(stop_because_jupyter_is_gone))
+
     # The loop's own handlers, not Python's KeyboardInterrupt: that is raised wherever the
     # main thread happens to be, and where it lands in a callback that swallows exceptions (a
     # weakref's, a finalizer's) the server never stops. They also replace an inherited
@@ -864,7 +861,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if config.unix_socket:
             remove_own_socket(config.unix_socket, socket_identity)
             if config.jupyter_proxy:
-                remove_proxy_socket_folder(config.unix_socket)
+                preflight.remove_proxy_socket_folder(config.unix_socket)
         log.info("stopped")
     return 0
 

@@ -4,7 +4,9 @@ The whole session (and every process it starts: servers, runs, JupyterLab, Chrom
 a temp folder of its own, made here at import and removed when the session ends, so the
 suite leaves nothing in the system temp folder even when a test or a killed process does.
 What this suite's own helpers leave there is still reported: a helper that does not clean
-up after itself fails the session (``pytest_sessionfinish``).
+up after itself fails the session (``pytest_sessionfinish``). So does a process the session
+started, directly or not, that is still running when it ends: each carries the session's
+temp folder in its environment (``processes_left``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 # pytest-xdist's workers inherit the controller's TMPDIR (its session folder): each makes its
@@ -44,22 +47,72 @@ def leftovers(folder: str) -> list[str]:
         return []
 
 
-# What pytest-xdist's workers report they found left in their temp folders (controller only).
+# How long a process the session started may take to end after its last test (a server
+# writing its store's last batch, Chromium closing) before the session calls it left behind.
+PROCESS_GRACE_S = 10.0
+
+
+def carries(environ: dict[str, str], folder: str) -> bool:
+    """Whether an environment names ``folder``: TMPDIR, or any path inside it."""
+    return any(value == folder or value.startswith(folder + os.sep)
+               for value in environ.values())
+
+
+def processes_left(folder: str, ignore: set[int], grace_s: float = PROCESS_GRACE_S
+                   ) -> list[str]:
+    """The command lines of the processes still running after ``grace_s`` whose environment
+    carries ``folder`` (those a session started, directly or not: it set TMPDIR before it
+    started any), but for ``ignore``; each is killed once listed, so a failed run leaves
+    none behind. A process started with an environment of its own making, or one that
+    reset it, is not seen."""
+    carrying = []
+    for process in psutil.process_iter():
+        if process.pid in ignore:
+            continue
+        try:
+            if carries(process.environ(), folder):
+                carrying.append(process)
+        except psutil.Error:  # gone meanwhile, a zombie, or another user's
+            continue
+    _, alive = psutil.wait_procs(carrying, timeout=grace_s) if carrying else ([], [])
+    left = []
+    for process in alive:
+        try:
+            left.append(f"pid {process.pid}: {' '.join(process.cmdline())[:300]}")
+            process.kill()
+        except psutil.Error:
+            continue
+    return left
+
+
+# What pytest-xdist's workers report they left in their temp folders, and still running
+# (controller only).
 WORKER_LEFTOVERS = pytest.StashKey[list[str]]()
+WORKER_PROCESSES_LEFT = pytest.StashKey[list[str]]()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    worker_output = getattr(session.config, "workeroutput", None)
+    ignore = {os.getpid()}
+    if session.config.pluginmanager.hasplugin("dsession"):
+        # pytest-xdist's controller: its children are the workers, which carry its folder
+        # (they started with its TMPDIR) and end once it lets them go; each checks its own.
+        ignore |= {child.pid for child in psutil.Process().children()}
+    running = processes_left(SESSION_TEMP, ignore)
     left = leftovers(SESSION_TEMP)
     shutil.rmtree(SESSION_TEMP, ignore_errors=True)
-    worker_output = getattr(session.config, "workeroutput", None)
     if worker_output is not None:
         # A pytest-xdist worker: its exit status is not the run's, so hand what it found to the
         # controller (pytest_testnodedown), which fails the run.
-        worker_output["leftovers"] = left
+        worker_output.update(leftovers=left, processes_left=running)
         return
     left += session.config.stash.get(WORKER_LEFTOVERS, [])
+    running += session.config.stash.get(WORKER_PROCESSES_LEFT, [])
     if left:
         print(f"\ntests left these in the temp folder: {', '.join(left[:20])}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if running:
+        print("\ntests left these processes running (now killed):\n" + "\n".join(running))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if session.config.getoption("record_durations"):
         record_durations(FILE_SECONDS)
@@ -68,9 +121,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: object, error: object) -> None:
     """pytest-xdist's controller: a worker has finished; keep what it left behind."""
-    left = getattr(node, "workeroutput", {}).get("leftovers", [])
+    output = getattr(node, "workeroutput", {})
     config: pytest.Config = node.config  # type: ignore[attr-defined]
-    config.stash.setdefault(WORKER_LEFTOVERS, []).extend(left)
+    config.stash.setdefault(WORKER_LEFTOVERS, []).extend(output.get("leftovers", []))
+    config.stash.setdefault(WORKER_PROCESSES_LEFT, []).extend(output.get("processes_left", []))
 
 
 # Libraries no test module may import when it is collected: every pytest-xdist worker

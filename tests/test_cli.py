@@ -41,6 +41,9 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> N
         (["--interval", "fast"], ["interval"]),
         (["--frobnicate"], ["--frobnicate"]),
         (["--simulate", "-1"], ["simulate"]),
+        (["--jupyter-process", "4242"], ["--jupyter-process", "PID:STARTED"]),
+        (["--jupyter-process", "0:17"], ["--jupyter-process"]),
+        (["--jupyter-process", "4242:soon"], ["--jupyter-process"]),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(args: list[str], words: list[str]) -> None:
@@ -160,42 +163,3 @@ def test_all_interfaces_warns() -> None:
         process.send_signal(signal.SIGINT)
         process.wait(15)
         assert "anyone on the network can watch" in server_output(process)
-
-
-# Starts the server the way jupyter-server-proxy does, waits until it serves, then exits
-# like a Jupyter server that was killed: the server is left without its parent.
-_ORPHANING_LAUNCHER = """
-import os, subprocess, sys, time
-log = open(sys.argv[2], "w")
-server = subprocess.Popen([sys.executable, "-m", "jupyterlab_nvdashboard.server",
-                           "--unix-socket", sys.argv[1], "--jupyter-proxy", "--simulate", "1"],
-                          stdout=log, stderr=log)
-print(server.pid, flush=True)
-while not os.path.exists(sys.argv[1]) and server.poll() is None:
-    time.sleep(0.1)
-"""
-
-
-def test_a_proxied_server_exits_when_the_jupyter_server_that_started_it_is_gone(tmp_path) -> None:
-    import time
-
-    import psutil
-
-    sock, log = tmp_path / "nvd.sock", tmp_path / "server.log"
-    launcher = subprocess.run([sys.executable, "-c", _ORPHANING_LAUNCHER, str(sock), str(log)],
-                              capture_output=True, text=True, timeout=120)
-    server_pid = int(launcher.stdout.split()[0])
-    assert sock.exists(), log.read_text()[-2000:]
-    deadline = time.monotonic() + 60  # its watch checks once a second
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(server_pid).status() == psutil.STATUS_ZOMBIE:
-                break
-        except psutil.NoSuchProcess:
-            break
-        time.sleep(0.2)
-    else:
-        psutil.Process(server_pid).kill()
-        raise AssertionError("the orphaned server kept running:\n" + log.read_text()[-2000:])
-    text = log.read_text()
-    assert "is gone: exiting" in text and "Traceback" not in text, text[-2000:]

@@ -11,29 +11,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from jupyterlab_nvdashboard import jupyter_extension
 from jupyterlab_nvdashboard.config import ConfigError, start_with_jupyter
-from tests.support.jupyter import jupyter_lab
+from tests.support.jupyter import dashboard_servers, jupyter_lab
 
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def dashboard_servers(jupyter_pid: int) -> list[psutil.Process]:
-    try:
-        children = psutil.Process(jupyter_pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-    found = []
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            if "jupyterlab_nvdashboard.server" in " ".join(child.cmdline()):
-                found.append(child)
-    return found
 
 
 def stored_buckets(path: Path) -> int:

@@ -29,6 +29,7 @@ from tests.conftest import (
     SYSTEM_TEMP,
     leftovers,
     longest_first,
+    processes_left,
     recorded_durations,
 )
 from tests.support.browser import JUPYTERLAB_OWN_CONSOLE_ERRORS, jupyterlab_own_error
@@ -107,6 +108,35 @@ def test_waiting_for_a_process_to_end_holds_when_it_already_has() -> None:
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_process_the_session_started_and_left_running_is_listed_and_killed(
+        tmp_path: Path) -> None:
+    # Its grandchild too: the dashboard server a Jupyter started, Chromium under Playwright.
+    folder = str(tmp_path / "nvdashboard-tests-x")
+    elsewhere = str(tmp_path / "nvdashboard-tests-xy")  # a folder beside it is not it
+    sleeper = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+    ours = subprocess.Popen(sleeper, stdin=subprocess.PIPE, env={**os.environ, "TMPDIR": folder})
+    inside = subprocess.Popen(sleeper, stdin=subprocess.PIPE,
+                              env={"XDG_STATE_HOME": os.path.join(folder, "state")})
+    not_ours = subprocess.Popen(sleeper, stdin=subprocess.PIPE,
+                                env={**os.environ, "TMPDIR": elsewhere})
+    ended = subprocess.Popen([sys.executable, "-c", "pass"], env={"TMPDIR": folder})
+    ended.wait()
+    try:
+        # One of them ends within the grace period: only the other is left behind.
+        assert inside.stdin is not None
+        inside.stdin.close()
+        left = processes_left(folder, ignore=set(), grace_s=5)
+        assert len(left) == 1 and left[0].startswith(f"pid {ours.pid}: "), left
+        assert "sys.stdin.read()" in left[0]
+        assert ours.wait(10) == -signal.SIGKILL  # listed, then killed
+        assert not_ours.poll() is None
+        assert processes_left(folder, ignore=set(), grace_s=0) == []
+    finally:
+        for process in (ours, inside, not_ours):
+            process.kill()
+            process.wait()
 
 
 def test_jupyterlab_keeps_its_state_in_its_own_folder(tmp_path: Path) -> None:

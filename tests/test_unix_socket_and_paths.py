@@ -125,7 +125,7 @@ def test_a_nul_byte_in_a_static_path_is_a_400(tmp_path: Path) -> None:
 
 
 def test_the_proxy_socket_folder_goes_with_the_socket_and_only_when_empty(tmp_path: Path) -> None:
-    from jupyterlab_nvdashboard.server import remove_proxy_socket_folder
+    from jupyterlab_nvdashboard.preflight import remove_proxy_socket_folder
 
     # What jupyter-server-proxy makes for `unix_socket: True`: mkdtemp("jupyter-server-proxy-").
     folder = tmp_path / "jupyter-server-proxy-abc123"

@@ -4,6 +4,7 @@ browser tests. NVDashboard is reached through jupyter-server-proxy at
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -17,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from tests.support.servers import free_port
 
@@ -82,6 +85,12 @@ class JupyterLab:
         except OSError:  # not listening yet
             return 0, b""
 
+    def shut_down(self) -> None:
+        """Ask Jupyter to shut down (``api/shutdown``, its File menu's "Shut Down")."""
+        request = urllib.request.Request(self.url + "api/shutdown", method="POST",
+                                         headers=self.auth, data=b"")
+        urllib.request.urlopen(request, timeout=10)
+
     def dashboard_index(self, timeout_s: float = 60.0) -> dict[str, str]:
         """The proxied server's dashboard index once it has read its GPUs: the first request
         starts it, and until its first GPU read its index lists the machine dashboards only."""
@@ -94,6 +103,20 @@ class JupyterLab:
                 return json.loads(body)
             time.sleep(0.2)
         raise AssertionError(f"the proxied server did not read its GPUs in {timeout_s:.0f} s")
+
+
+def dashboard_servers(jupyter_pid: int) -> list[psutil.Process]:
+    """The dashboard servers the Jupyter server ``jupyter_pid`` started (its proxy's)."""
+    try:
+        children = psutil.Process(jupyter_pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            if "jupyterlab_nvdashboard.server" in " ".join(child.cmdline()):
+                found.append(child)
+    return found
 
 
 def _never_ask_about_news(settings_dir: str) -> None:
@@ -157,10 +180,8 @@ def jupyter_lab(
                 time.sleep(0.5)
             yield lab
         finally:
-            request = urllib.request.Request(lab.url + "api/shutdown", method="POST",
-                                             headers=lab.auth, data=b"")
             try:
-                urllib.request.urlopen(request, timeout=10)
+                lab.shut_down()
                 process.wait(30)
             except (OSError, subprocess.TimeoutExpired):
                 process.kill()
