@@ -32,6 +32,7 @@ from jupyterlab_nvdashboard.diagnosis.cell import (
     BUSY,
     CANNOT_TELL,
     HELD_IDLE,
+    HELD_NO_WORK,
     NO_GPU_WORK,
     TOO_SHORT,
     KernelPass,
@@ -184,14 +185,15 @@ def test_held_but_idle_cell_says_why_from_the_findings(tmp_path: Path, now: floa
     assert data["state"] == HELD_IDLE and gpu["signal"] == "device", data
     assert gpu["working_share"] == pytest.approx(0.25, abs=0.03)
     assert gpu["findings"][0]["cause"] == "starved"
-    assert data["verdict"] == "held 12.0 GiB on GPU 1, but GPU 1 worked 25% of 40 s: starved"
-    # A time.sleep cell: nothing runs at all.
+    assert data["verdict"] == "held 12.0 GiB on GPU 1, but this cell worked it 25% of 40 s: starved"
+    # A time.sleep cell: nothing runs at all. It did no GPU work, and gets no advice.
     metrics, sources = scripted(tmp_path)
     write(metrics.history, now - 100, now, 2, lambda g, t: 0.0,
           kernel_on_gpu1(lambda t: 12 * GIB, 0.0))
     data = report(sources, start, end)
-    assert data["state"] == HELD_IDLE and data["gpus"][0]["signal"] == "per-process"
-    assert data["verdict"] == "held 12.0 GiB on GPU 1, but GPU 1 worked 0% of 40 s: idle"
+    assert data["state"] == HELD_NO_WORK and data["gpus"][0]["signal"] == "per-process"
+    assert data["verdict"] == "held 12.0 GiB on GPU 1; this cell did no GPU work"
+    assert data["gpus"][0]["findings"] == []
 
 
 def test_per_process_samples_speak_over_the_device(tmp_path: Path, now: float) -> None:
@@ -204,7 +206,9 @@ def test_per_process_samples_speak_over_the_device(tmp_path: Path, now: float) -
     write(metrics.history, now - 100, now, 2, lambda g, t: 95.0 if g == 1 else 0.0,
           kernel_on_gpu1(lambda t: 4 * GIB, 0.0, others))
     own = report(sources, start, end)
-    assert own["state"] == HELD_IDLE and own["gpus"][0]["signal"] == "per-process", own
+    assert own["state"] == HELD_NO_WORK and own["gpus"][0]["signal"] == "per-process", own
+    # The device's findings are the other process's: no advice about this cell's code.
+    assert own["gpus"][0]["findings"] == [] and own["gpus"][0]["whose"] == "gpu"
     assert own["gpus"][0]["sm_pct"] == 0.0 and own["gpus"][0]["working_share"] == 0.0
     metrics, sources = scripted(tmp_path)
     write(metrics.history, now - 100, now, 2, lambda g, t: 95.0 if g == 1 else 0.0,
@@ -231,10 +235,12 @@ def test_two_kernels_sharing_a_gpu_cannot_tell(tmp_path: Path, now: float) -> No
     [gpu] = data["gpus"]
     assert data["state"] == CANNOT_TELL and gpu["signal"] == "cannot-tell"
     assert gpu["sm_pct"] is None and gpu["memory"]["peak_bytes"] == 6 * GIB
-    assert "cannot tell" in data["verdict"] and "peak 6.0 GiB (+0.0)" in data["verdict"]
-    assert "shared with another process that is working" in data["verdict"]
-    # The share the GPU worked is still the GPU's: it says what the device did.
-    assert gpu["working_share"] == 1.0
+    assert "cannot tell what this cell did" in data["verdict"]
+    assert "peak 6.0 GiB (+0.0)" in data["verdict"]
+    assert f"GPU 1 is shared with your kernel {OTHER_KERNEL[:8]}" in data["verdict"]
+    # The GPU's work is not the kernel's: no share, no findings, no advice.
+    assert gpu["working_share"] is None and gpu["findings"] == []
+    assert gpu["shared_with"] == [f"your kernel {OTHER_KERNEL[:8]}"]
 
 
 def test_no_gpu_work_and_too_short(tmp_path: Path, now: float) -> None:
@@ -303,8 +309,8 @@ def test_a_span_older_than_the_history_is_judged_from_the_store(tmp_path: Path,
         assert gpu["index"] == 1 and gpu["signal"] == "device"
         assert gpu["memory"]["peak_bytes"] == pytest.approx(13 * GIB)
         assert gpu["working_share"] == 0.0
-        assert data["verdict"] == ("held 13.0 GiB on GPU 1, but GPU 1 worked 0% of 5 min 00 s:"
-                                   " idle (from the history store's 5 s means)")
+        assert data["verdict"] == ("held 13.0 GiB on GPU 1; this cell did no GPU work"
+                                   " (from the history store's 5 s means)")
         assert data["samples"] == pytest.approx(60, abs=1)
     finally:
         store.stop()
@@ -320,7 +326,7 @@ def test_kernels_of_another_server_or_user_are_refused(tmp_path: Path, now: floa
         metrics, sources = scripted(tmp_path)
         write(metrics.history, now - 20, now, 2, lambda g, t: 0.0,
               lambda t: [Held(0, 4100, GIB, 0.0), Held(1, 4200, GIB, 0.0)])
-        assert report(sources, now - 10, now - 5)["state"] == HELD_IDLE
+        assert report(sources, now - 10, now - 5)["state"] == HELD_NO_WORK
         for kernel, status in ((OTHER_KERNEL, 403), ("0d0e0f10-1112-4314-9516-171819202122", 404),
                                ("../../etc/passwd", 400), ("", 400)):
             with pytest.raises(CellRefused) as refused:
@@ -357,7 +363,9 @@ def test_a_cell_on_a_mig_device(tmp_path: Path, now: float) -> None:
     assert gpu["index"] == mig.index and gpu["mig"] == "GPU 0 · MIG 1", gpu
     assert gpu["label"] == "GPU 0 · MIG 1" and gpu["signal"] == "device"
     assert gpu["sm_pct"] == pytest.approx(70.0) and "SM activity" in gpu["signal_text"]
-    assert data["verdict"].startswith("GPU 0 · MIG 1: busy 100% of 30 s, peak 5.0 GiB")
+    # The headline names what the details find (SM activity 70%: underused).
+    assert data["verdict"].startswith("GPU 0 · MIG 1: busy 100% of 30 s (underused), "
+                                      "peak 5.0 GiB")
 
 
 def test_a_standalone_kernel_that_never_held_a_gpu_is_known_by_its_connection_file(
@@ -417,7 +425,8 @@ def test_the_benchmark_gives_its_figures() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert "1-minute span of 2 GPUs (the kernel on 1)" in lines[0], lines
-    assert lines[1] == "  verdict: GPU 0: busy 100% of 58 s, peak 13.0 GiB (+0.0)", lines
+    assert lines[1] == "  verdict: GPU 0: busy 100% of 58 s (underused), peak 13.0 GiB (+0.0)", \
+        lines
     for what in ("the report, wall:", "the report, CPU:", "GET /cell.json:"):
         [line] = [line for line in lines if what in line]
         assert re.search(r"[\d.]+ ms \([\d.]+-[\d.]+\)", line), line
