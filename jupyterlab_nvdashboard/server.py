@@ -46,7 +46,7 @@ import signal
 import socket
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -60,7 +60,7 @@ from tornado.iostream import StreamClosedError
 from tornado.web import HTTPError
 
 from . import __version__, bokeh_patches, http_edge, preflight
-from .apps.cells import CellRefused, cell_report, pass_after
+from .apps.cells import CellRefused, cell_report, gpu_kernel_runs_a_cell, pass_after
 from .apps.cluster import (
     CLUSTER_PATH,
     ClusterFeeds,
@@ -95,7 +95,7 @@ from .instants import parse_span
 from .jupyter_sessions import JupyterSessions, find_parent_server
 from .long_reads import RETRY_AFTER_S, Busy, LongReads
 from .metrics import GpuReading, HostReading, Metrics, Sample, past_span
-from .metrics.demand import HOLDING
+from .metrics.demand import CELL_RUNNING, HOLDING
 from .runs.service import WorkloadService
 from .store import HistoryStore
 from .store.buckets import is_gap
@@ -142,8 +142,12 @@ class ViewerWatch:
 
     def __init__(self, metrics: Metrics, broadcasters: Sequence[Broadcaster],
                  live_sessions: LiveSessions, exit_after_s: float,
-                 parent_pid: int | None = None) -> None:
+                 parent_pid: int | None = None,
+                 cell_running: Callable[[], bool] = lambda: False) -> None:
         self.metrics, self.sampler = metrics, metrics.sampler
+        # Whether a kernel that holds GPU memory runs a cell now (apps/cells.py): its
+        # verdict is read at its own pace, whatever pages are open.
+        self.cell_running = cell_running
         self.broadcasters, self.live_sessions = tuple(broadcasters), live_sessions
         self.exit_after_s = exit_after_s
         # Behind jupyter-server-proxy: the Jupyter server that started this one. When it is
@@ -163,13 +167,16 @@ class ViewerWatch:
         return sum(b.subscribers for b in self.broadcasters) + self.live_sessions()
 
     def consumers(self) -> set[str]:
-        """What is watched now: the routes of the open pages, and ``HOLDING`` while one is
-        open and a process holds a GPU (``metrics/demand.py`` says what each reads)."""
+        """What is watched now: the routes of the open pages, ``HOLDING`` while one is open
+        and a process holds a GPU, and ``CELL_RUNNING`` while a kernel with GPU memory runs
+        a cell (``metrics/demand.py`` says what each reads)."""
         routes = self.live_sessions.routes()
         for broadcaster in self.broadcasters:
             routes |= broadcaster.watched_routes()
         if routes and self.holders():
             routes.add(HOLDING)
+        if self.cell_running():
+            routes.add(CELL_RUNNING)
         return routes
 
     def holders(self) -> bool:
@@ -645,7 +652,8 @@ def make_server(config: Config, sources: DashboardSources,
                          "allows": access.allows}))
     watch = ViewerWatch(metrics, [b for b in (broadcaster, cluster_broadcaster) if b],
                         live_sessions, config.idle_exit_s,
-                        parent_pid=os.getppid() if config.jupyter_proxy else None)
+                        parent_pid=os.getppid() if config.jupyter_proxy else None,
+                        cell_running=lambda: gpu_kernel_runs_a_cell(sources))
     extra = {"access": access, "sources": sources, "live_sessions": live_sessions,
              "broadcaster": broadcaster, "long_reads": long_reads,
              "metrics_collector": make_metrics_collector(config, sources, watch, broadcaster),

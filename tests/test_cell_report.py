@@ -430,3 +430,34 @@ def test_the_benchmark_gives_its_figures() -> None:
     for what in ("the report, wall:", "the report, CPU:", "GET /cell.json:"):
         [line] = [line for line in lines if what in line]
         assert re.search(r"[\d.]+ ms \([\d.]+-[\d.]+\)", line), line
+
+
+def test_a_running_cell_of_a_gpu_kernel_is_read_at_its_own_pace_with_no_page_open(
+        tmp_path: Path, now: float) -> None:
+    """Issue 53: the cell verdict is a consumer of the read-rate table. While a kernel that
+    holds GPU memory runs a cell (Jupyter says busy), the server asks for a pass a second
+    with no page open, as it does with one open: the cell's samples, and so its verdict, do
+    not depend on the pages."""
+    from jupyterlab_nvdashboard.apps.cells import gpu_kernel_runs_a_cell
+    from jupyterlab_nvdashboard.metrics.demand import CELL_RUNNING, HOLDING, read_intervals
+    from jupyterlab_nvdashboard.server import LiveSessions, ViewerWatch
+
+    state = {"execution_state": "busy"}
+    jupyter = JupyterSessions(JupyterServer("http://127.0.0.1:9/", "/", "t"),
+                              fetch=lambda server: [{"path": "a.ipynb", "type": "notebook",
+                                                     "kernel": {"id": KERNEL, **state}}],
+                              fetch_executions=lambda server: {"kernels": {}})
+    metrics, sources = scripted(tmp_path, jupyter=jupyter)
+    write(metrics.history, now - 10, now, 2, lambda g, t: 50.0,
+          kernel_on_gpu1(lambda t: GIB, 50.0))
+    jupyter.refresh()
+    watch = ViewerWatch(metrics, [], LiveSessions(), 0.0,
+                        cell_running=lambda: gpu_kernel_runs_a_cell(sources))
+    assert gpu_kernel_runs_a_cell(sources) and CELL_RUNNING in watch.consumers()
+    with_page = read_intervals({"/GPU-Utilization", HOLDING}, TICK_S, 2.0)
+    no_page = read_intervals(watch.consumers(), TICK_S, 2.0)
+    assert no_page[PROCESS_FAMILY] == with_page[PROCESS_FAMILY] == 1.0
+    assert no_page["core"] <= 1.0
+    state["execution_state"] = "idle"
+    jupyter.refresh()
+    assert not gpu_kernel_runs_a_cell(sources) and watch.consumers() == set()

@@ -112,6 +112,20 @@ def check_kernel(sources: DashboardSources, kernel_id: str) -> str | None:
     raise CellRefused(404, f"kernel {kernel_id} is not a kernel of this server's user")
 
 
+def gpu_kernel_runs_a_cell(sources: DashboardSources) -> bool:
+    """Whether a kernel that held GPU memory in the newest pass runs a cell now (Jupyter
+    says it is busy): then the sampler reads for the cell's verdict (``demand.CELL_RUNNING``)."""
+    jupyter = sources.jupyter
+    if jupyter is None:
+        return False
+    sessions = jupyter.sessions
+    for _, kernel in sources.usage.snapshot()[3]:
+        session = sessions.get(kernel) if kernel else None
+        if session is not None and session.execution_state == "busy":
+            return True
+    return False
+
+
 def _closes(sample: Sample, end_s: float) -> bool:
     """Whether ``sample`` carries a process pass after ``end_s``."""
     return sample.time_s > end_s and PROCESS_FAMILY in sample.extra
