@@ -89,8 +89,9 @@ class MemoryChange:
     end_bytes: float | None  # the start with the changes charged to this cell
     peak_bytes: float | None  # the highest the kernel held in the span
     change_bytes: float | None  # the changes charged to this cell
-    # Changes the passes cannot place in this cell or its neighbours, and the execution
-    # counts of the cells they span (this one's too; None where a cell has no count).
+    # Changes the passes cannot place in this cell or its neighbours (their net), and the
+    # execution counts of the cells they span (this one's too; None where a cell has none):
+    # named whenever the passes cannot separate this cell's memory from a neighbour's.
     spanning_bytes: float = 0.0
     spanning_cells: tuple[int | None, ...] = ()
 
@@ -184,33 +185,38 @@ def charge_memory(points: Sequence[tuple[float, float | None]], start_s: float,
     near = [p for p in points if start_s - gap_s <= p[0] <= end_s + gap_s]
     if not near:
         return MemoryChange(None, None, None, None)
-    first = max((i for i, p in enumerate(near) if p[0] <= start_s), default=0)
+    first = max((i for i, p in enumerate(near) if p[0] <= start_s), default=None)
     last = min((i for i, p in enumerate(near) if p[0] >= end_s), default=len(near) - 1)
+    # No pass at or before the start (one was missed), or none at or after the end: what
+    # the kernel held when the cell began or ended, and so what it changed, is not known.
+    start = near[first][1] if first is not None else None
+    closed = near[last][0] >= end_s
+    first = first if first is not None else 0
     last = max(last, first)
-    start = near[first][1]
-    charged: float | None = 0.0
+    charged: float | None = 0.0 if closed else None
     spanning, spanned = 0.0, dict.fromkeys([count])
-    peak = start
+    held = [near[first][1]]  # what the kernel held during the span, as the passes show it
     for (t0, v0), (t1, v1) in zip(near[first:last], near[first + 1:last + 1], strict=True):
         outside = [(a, b) for a, b in ((t0, min(t1, start_s)), (max(t0, end_s), t1)) if a < b]
         neighbours = [cell for cell in others for a, b in outside if cell.overlaps(a, b)]
-        inside_span = t1 <= end_s
+        if t1 <= end_s or not neighbours:
+            held.append(v1)
         if v0 is None or v1 is None:
             if not neighbours:
                 charged = None
-            if inside_span or not neighbours:
-                peak = None
             continue
         if neighbours:
             spanning += v1 - v0
             spanned.update(dict.fromkeys(cell.count for cell in neighbours))
         elif charged is not None:
             charged += v1 - v0
-        if (inside_span or not neighbours) and peak is not None:
-            peak = max(peak, v1)
+    peak = None if None in held else max(held)  # type: ignore[type-var]
     end = None if start is None or charged is None else start + charged
     change = None if start is None else charged
-    cells = tuple(sorted(spanned, key=lambda c: -1 if c is None else c)) if spanning else ()
+    # Cells named even where the net change between their passes is nothing: a cell that
+    # freed what the next one took shows no change there, and neither did nothing.
+    cells = tuple(sorted(spanned, key=lambda c: -1 if c is None else c)) \
+        if len(spanned) > 1 else ()
     return MemoryChange(start, end, peak, change, spanning, cells)
 
 
@@ -334,8 +340,11 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
     memory_of = {row: charge_memory(_held_series(around, row), start_s, end_s, gap_s,
                                     others, count)
                  for row in dict.fromkeys(d.row for p in around for d in p.devices)}
+    # A row held only around the span, with what the cell did to it unknown (a pass
+    # missed), is the cell's too: "memory change unknown" rather than nothing.
     rows = dict.fromkeys(row for row, memory in memory_of.items() if any(
-        d.row == row and d.held_bytes != 0.0 for p in inside for d in p.devices)
+        d.row == row and d.held_bytes != 0.0
+        for p in (inside if memory.change_bytes is not None else around) for d in p.devices)
         or memory.spanning_bytes != 0.0
         or any(value not in (None, 0.0) for value in (memory.start_bytes, memory.end_bytes)))
     rows.update(dict.fromkeys(rows_held))
@@ -369,11 +378,13 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
             sm, share, alone = (0.0, 0.0, False) if nobody else (None, None, False)
         else:
             memory = memory_of.get(row, MemoryChange(None, None, None, None))
-            if signal == DEVICE and covered and all(
+            if signal == DEVICE and covered and len(evidence) == len(judged) and all(
                     d.only_holder or (d.device_pct is not None and d.device_pct < WORK_PCT)
                     for d in evidence):
-                # Alone (or nobody worked) in every pass: the device's samples are the
-                # kernel's, at the samples' finer pace, over the time the passes vouch for.
+                # On the device, and alone there (or nobody worked), in every pass: the
+                # device's samples are the kernel's, at the samples' finer pace, over the
+                # time the passes vouch for. (A pass without the kernel on the device
+                # leaves the device's samples there to whoever else held it.)
                 covered_activity = _activity(device_readings(covered, row)[0],
                                              _gpm_passes(covered), row)
                 sm, share = mean(covered_activity), _share(covered_activity)
