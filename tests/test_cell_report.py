@@ -461,3 +461,38 @@ def test_a_running_cell_of_a_gpu_kernel_is_read_at_its_own_pace_with_no_page_ope
     state["execution_state"] = "idle"
     jupyter.refresh()
     assert not gpu_kernel_runs_a_cell(sources) and watch.consumers() == set()
+
+
+def test_a_symlink_planted_as_a_connection_file_is_not_ours(
+        tmp_path: Path, now: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 53: another user may plant ``kernel-<their id>.json`` in a shared runtime
+    folder as a symlink to any file of ours; a connection file counts only as a regular
+    file of our own."""
+    metrics, sources = scripted(tmp_path)
+    write(metrics.history, now - 20, now, 2, lambda g, t: 0.0, lambda t: [])
+    theirs = "0d0e0f10-1112-4314-9516-171819202122"
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    mine = tmp_path / "notes.txt"
+    mine.write_text("mine")
+    (tmp_path / f"kernel-{theirs}.json").symlink_to(mine)
+    with pytest.raises(CellRefused) as refused:
+        report(sources, now - 10, now - 5, kernel=theirs)
+    assert refused.value.status == 404
+
+
+def test_another_users_process_naming_the_kernel_is_not_the_kernel(
+        tmp_path: Path, now: float) -> None:
+    """Issue 53: another user's process whose command line names this kernel's connection
+    file is another holder of the GPU, not the kernel: its memory and its work are not the
+    cell's, and it is named as sharing the GPU."""
+    OWNERS[4400] = owner(4400, KERNEL, 4400, user="someone-else")
+    try:
+        metrics, sources = scripted(tmp_path)
+        write(metrics.history, now - 60, now, 2, lambda g, t: 90.0 if g == 1 else 0.0,
+              lambda t: [Held(1, 4100, 4 * GIB, 0.0), Held(1, 4400, 20 * GIB, 90.0)])
+        data = report(sources, now - 40, now - 10)
+    finally:
+        del OWNERS[4400]
+    [gpu] = data["gpus"]
+    assert data["state"] == HELD_NO_WORK and gpu["memory"]["peak_bytes"] == 4 * GIB, data
+    assert gpu["shared_with"] == ["someone-else's process"] and gpu["findings"] == []

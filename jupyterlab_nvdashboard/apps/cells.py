@@ -17,8 +17,10 @@ import asyncio
 import contextlib
 import math
 import os
+import stat
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..diagnosis.cell import (
@@ -100,12 +102,7 @@ def check_kernel(sources: DashboardSources, kernel_id: str) -> str | None:
     if me in users:
         return None
     folder = runtime_dir(os.environ)
-    try:
-        mine = folder is not None and \
-            (folder / f"kernel-{kernel_id}.json").stat().st_uid == os.getuid()
-    except OSError:
-        mine = False
-    if mine:
+    if folder is not None and own_connection_file(folder / f"kernel-{kernel_id}.json"):
         return None
     if users:
         raise CellRefused(403, f"kernel {kernel_id} is another user's")
@@ -119,11 +116,23 @@ def gpu_kernel_runs_a_cell(sources: DashboardSources) -> bool:
     if jupyter is None:
         return False
     sessions = jupyter.sessions
-    for _, kernel in sources.usage.snapshot()[3]:
-        session = sessions.get(kernel) if kernel else None
+    me = current_user() or ""
+    for user, kernel in sources.usage.snapshot()[3]:
+        session = sessions.get(kernel) if kernel and user == me else None
         if session is not None and session.execution_state == "busy":
             return True
     return False
+
+
+def own_connection_file(path: Path) -> bool:
+    """Whether ``path`` is a connection file of this server's user: a regular file, not a
+    symlink (another user may plant one in a shared runtime folder, pointing at any file
+    of ours), owned by us. Read with ``lstat``: the link itself is judged."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid()
 
 
 def _closes(sample: Sample, end_s: float) -> bool:
@@ -222,18 +231,20 @@ def kernel_passes(sources: DashboardSources, kernel_id: str, start_s: float, end
     them (``usage.GpuUsage``), where their processes' owners were all known (a process's
     owner is told a slow pass after it first shows: until then, whether the kernel held
     anything cannot be told, and a pass is not taken for "held nothing"), with who else
-    held each device the kernel held."""
+    held each device the kernel held. The kernel's processes are those of this server's
+    user in its process tree (``metrics/attribution.py``): another user's process whose
+    command line names the kernel's connection file is another holder, not the kernel."""
     me = current_user()
+    own = (me or "", kernel_id)
     found = []
     for seen in sources.usage.passes_between(start_s, end_s):
         if not seen.owners_known or seen.unattributed:
             continue
-        mine = tuple(device for (_, kernel), devices in seen.holders.items()
-                     if kernel == kernel_id for device in devices)
+        mine = tuple(seen.holders.get(own, ()))
         others = tuple(
             (row, tuple(holder_words(user, kernel, me)
                         for (user, kernel), devices in seen.holders.items()
-                        if kernel != kernel_id and any(d.row == row for d in devices))
+                        if (user, kernel) != own and any(d.row == row for d in devices))
              or ("another process",))
             for row in dict.fromkeys(d.row for d in mine if not d.only_holder))
         found.append(KernelPass(seen.time_s, mine, others))
@@ -260,8 +271,9 @@ def held_rows(sources: DashboardSources, kernel_id: str, start_s: float, end_s: 
     where it began as the history did (the kernel held it when this server started, and
     the store's readings of the row are the best word on it)."""
     seen_by = max(end_s, history_first_s + ATTRIBUTION_DELAY_S + gap_s)
-    return [row for ((_, kernel), row), track in sources.usage.snapshot()[1].items()
-            if kernel == kernel_id and track.first_s <= seen_by
+    own = (current_user() or "", kernel_id)
+    return [row for (key, row), track in sources.usage.snapshot()[1].items()
+            if key == own and track.first_s <= seen_by
             and track.last_pass_s >= start_s]
 
 
