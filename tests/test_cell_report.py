@@ -496,3 +496,29 @@ def test_another_users_process_naming_the_kernel_is_not_the_kernel(
     [gpu] = data["gpus"]
     assert data["state"] == HELD_NO_WORK and gpu["memory"]["peak_bytes"] == 4 * GIB, data
     assert gpu["shared_with"] == ["someone-else's process"] and gpu["findings"] == []
+
+
+def test_an_end_ahead_of_the_clock_is_refused_at_once(tmp_path: Path, now: float) -> None:
+    """Issue 53: an end 59 s ahead of this server's clock held a shared thread for seconds;
+    an end more than ``FUTURE_SLACK_S`` ahead is refused before anything waits."""
+    from jupyterlab_nvdashboard.apps.cells import FUTURE_SLACK_S
+
+    metrics, sources = scripted(tmp_path)
+    write(metrics.history, now - 20, now, 2, lambda g, t: 0.0, kernel_on_gpu1(lambda t: GIB, 0.0))
+    began = time.monotonic()
+    with pytest.raises(CellRefused) as refused:
+        report(sources, now - 10, time.time() + 59)
+    assert refused.value.status == 400 and "ahead of this server's clock" in refused.value.reason
+    assert time.monotonic() - began < 0.5 and FUTURE_SLACK_S <= 5
+
+
+def test_a_spans_read_costs_what_it_holds() -> None:
+    """Issue 53: the in-memory history and the passes are cut by bisection: a span reads
+    its own samples, not the history before or after it."""
+    from jupyterlab_nvdashboard.metrics import History
+
+    history = History(1000)
+    for i in range(1000):
+        history.append(100.0 + i, (), NO_HOST, monotonic_s=float(i))
+    assert [s.time_s for s in history.between(150.0, 152.5)] == [150.0, 151.0, 152.0]
+    assert history.between(2000.0, 3000.0) == [] and len(history.between(0.0, 1e9)) == 1000

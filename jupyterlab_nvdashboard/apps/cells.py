@@ -203,10 +203,7 @@ def span_samples(sources: DashboardSources, start_s: float, end_s: float
     latest, oldest = history.latest(), history.oldest()
     if latest is None or oldest is None:
         return None, [], MEMORY, metrics.interval_s
-    # The history is cut by the monotonic clock; the span by the wall clock: the window
-    # reaches back from the newest sample by the wall clock's distance, and is cut again.
-    in_memory = [s for s in history.window(max(0.0, latest.time_s - start_s) + 1.0)
-                 if start_s <= s.time_s <= end_s]
+    in_memory = history.between(start_s, end_s)
     first = oldest.time_s
     store = sources.store
     if start_s >= first - metrics.interval_s or store is None or not store.readable:

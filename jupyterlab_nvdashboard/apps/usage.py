@@ -14,6 +14,7 @@ updates per pass; readers take a copy under the lock.
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 import time
@@ -142,6 +143,10 @@ class HolderPass:
     # pass cannot say.
     unattributed: int = 0
     owners_known: bool = True
+
+
+def _pass_time(seen: HolderPass) -> float:
+    return seen.time_s
 
 
 class HolderPasses:
@@ -329,10 +334,12 @@ class GpuUsage:
             return dict(self.holders), dict(self.holder_rows), dict(self.devices), self.current
 
     def passes_between(self, start_s: float, end_s: float) -> list[HolderPass]:
-        """The process passes from ``start_s`` to ``end_s`` (wall time), oldest first."""
+        """The process passes from ``start_s`` to ``end_s`` (wall time), oldest first;
+        found by bisection, so a cell's span costs what it holds."""
         with self._lock:
             passes = list(self.recent)
-        return [seen for seen in passes if start_s <= seen.time_s <= end_s]
+        low = bisect.bisect_left(passes, start_s, key=_pass_time)
+        return passes[low:bisect.bisect_right(passes, end_s, lo=low, key=_pass_time)]
 
     def judgment(self, user: str, kernel_id: str, now_s: float | None = None
                  ) -> IdleJudgment | None:

@@ -25,6 +25,7 @@ it (within ``gap_s``); its end, the start plus the changes charged to it.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -173,34 +174,51 @@ def _share(values: Sequence[float | None]) -> float | None:
     return sum(1 for value in known if value >= WORK_PCT) / len(known) if known else None
 
 
-def charge_memory(points: Sequence[tuple[float, float | None]], start_s: float,
+def charge_memory(times: Sequence[float], held: Sequence[float | None], start_s: float,
                   end_s: float, gap_s: float, others: Sequence[OtherCell] = (),
                   count: int | None = None) -> MemoryChange:
     """The kernel's memory on one device charged to the cell from ``start_s`` to ``end_s``.
 
-    ``points``: (pass time, the kernel's memory there: 0 where it held none, None where its
-    share is not known on its own), oldest first, around the span. ``others``: the kernel's
-    other cells near the span (a change that may fall in one of them is not this cell's);
-    ``count``: this cell's execution count, to name the cells a change spans."""
-    near = [p for p in points if start_s - gap_s <= p[0] <= end_s + gap_s]
-    if not near:
+    ``times``: the kernel's passes around the span, oldest first; ``held``: its memory on
+    the device in each (0 where it held none, None where its share is not known on its
+    own). ``others``: the kernel's other cells near the span (a change that may fall in one
+    of them is not this cell's); ``count``: this cell's execution count, to name the cells a
+    change spans. Costs a few steps per interval at the span's edges and one sum over the
+    passes inside it."""
+    low, high = bisect_left(times, start_s - gap_s), bisect_right(times, end_s + gap_s)
+    if low >= high:
         return MemoryChange(None, None, None, None)
-    first = max((i for i, p in enumerate(near) if p[0] <= start_s), default=None)
-    last = min((i for i, p in enumerate(near) if p[0] >= end_s), default=len(near) - 1)
+    # The pass at or before the start, and the one at or after the end (as near as any).
+    before_start = bisect_right(times, start_s, low, high) - 1
+    after_end = bisect_left(times, end_s, low, high)
     # No pass at or before the start (one was missed), or none at or after the end: what
     # the kernel held when the cell began or ended, and so what it changed, is not known.
-    start = near[first][1] if first is not None else None
-    closed = near[last][0] >= end_s
-    first = first if first is not None else 0
-    last = max(last, first)
-    charged: float | None = 0.0 if closed else None
+    start = held[before_start] if before_start >= low else None
+    first = max(before_start, low)
+    last = max(min(after_end, high - 1), first)
+    charged: float | None = 0.0 if after_end < high else None
     spanning, spanned = 0.0, dict.fromkeys([count])
-    held = [near[first][1]]  # what the kernel held during the span, as the passes show it
-    for (t0, v0), (t1, v1) in zip(near[first:last], near[first + 1:last + 1], strict=True):
+    seen = [held[first]]  # what the kernel held during the span, as the passes show it
+    # Intervals wholly inside the span, [inner_from, inner_to): no other cell reaches them,
+    # and their changes sum to the difference of their ends.
+    inner_from = first if times[first] >= start_s else first + 1
+    inner_to = max(inner_from, bisect_right(times, end_s, low, high) - 1)
+    for k in range(first, last):
+        if k == inner_from and inner_from < inner_to:
+            block = held[inner_from:inner_to + 1]
+            seen.extend(block[1:])
+            if None in block:
+                charged = None
+            elif charged is not None:
+                charged += block[-1] - block[0]  # type: ignore[operator]
+            continue
+        if inner_from < k < inner_to:
+            continue
+        t0, t1, v0, v1 = times[k], times[k + 1], held[k], held[k + 1]
         outside = [(a, b) for a, b in ((t0, min(t1, start_s)), (max(t0, end_s), t1)) if a < b]
         neighbours = [cell for cell in others for a, b in outside if cell.overlaps(a, b)]
         if t1 <= end_s or not neighbours:
-            held.append(v1)
+            seen.append(v1)
         if v0 is None or v1 is None:
             if not neighbours:
                 charged = None
@@ -210,7 +228,7 @@ def charge_memory(points: Sequence[tuple[float, float | None]], start_s: float,
             spanned.update(dict.fromkeys(cell.count for cell in neighbours))
         elif charged is not None:
             charged += v1 - v0
-    peak = None if None in held else max(held)  # type: ignore[type-var]
+    peak = None if None in seen else max(seen)  # type: ignore[type-var]
     end = None if start is None or charged is None else start + charged
     change = None if start is None else charged
     # Cells named even where the net change between their passes is nothing: a cell that
@@ -292,12 +310,14 @@ def _judged(passes: Sequence[KernelPass], start_s: float, end_s: float,
             and not any(cell.overlaps(since, p.time_s) for cell in others)]
 
 
-def _held_series(passes: Sequence[KernelPass], row: int) -> list[tuple[float, float | None]]:
-    """The kernel's memory on ``row`` in each pass: 0 where it held none there."""
-    series = []
-    for kernel_pass in passes:
-        held = next((d.held_bytes for d in kernel_pass.devices if d.row == row), 0.0)
-        series.append((kernel_pass.time_s, held))
+def _held_by_row(passes: Sequence[KernelPass]) -> dict[int, list[float | None]]:
+    """The kernel's memory on each row it held in any of ``passes``, in each pass: 0 where
+    it held none there."""
+    rows = dict.fromkeys(d.row for p in passes for d in p.devices)
+    series: dict[int, list[float | None]] = {row: [0.0] * len(passes) for row in rows}
+    for i, kernel_pass in enumerate(passes):
+        for device in kernel_pass.devices:
+            series[device.row][i] = device.held_bytes
     return series
 
 
@@ -334,38 +354,59 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
     around = [p for p in (before, *inside, after) if p is not None]
     judged_since = _judged(around, start_s, end_s, others)
     judged = [p for _, p in judged_since]
+    # One walk over the passes, by row: what a span's read costs grows with the span.
+    series = _held_by_row(around)
+    held_inside = {d.row for p in inside for d in p.devices if d.held_bytes != 0.0}
+    held_around = {d.row for p in around for d in p.devices if d.held_bytes != 0.0}
+    evidence_of: dict[int, list[DeviceEvidence]] = {}
+    names_of: dict[int, list[str]] = {}
+    for kernel_pass in judged:
+        for device in kernel_pass.devices:
+            evidence_of.setdefault(device.row, []).append(device)
+            if not device.only_holder:
+                names_of.setdefault(device.row, []).extend(kernel_pass.others_on(device.row))
     # The rows the kernel held during the span: in its passes in it, and where the memory
     # charged to the cell (its start, its end, or a change it cannot be told from its
     # neighbours) is not nothing.
-    memory_of = {row: charge_memory(_held_series(around, row), start_s, end_s, gap_s,
-                                    others, count)
-                 for row in dict.fromkeys(d.row for p in around for d in p.devices)}
+    times = [p.time_s for p in around]
+    memory_of = {row: charge_memory(times, held, start_s, end_s, gap_s, others, count)
+                 for row, held in series.items()}
     # A row held only around the span, with what the cell did to it unknown (a pass
     # missed), is the cell's too: "memory change unknown" rather than nothing.
-    rows = dict.fromkeys(row for row, memory in memory_of.items() if any(
-        d.row == row and d.held_bytes != 0.0
-        for p in (inside if memory.change_bytes is not None else around) for d in p.devices)
+    rows = dict.fromkeys(row for row, memory in memory_of.items() if row in (
+        held_inside if memory.change_bytes is not None else held_around)
         or memory.spanning_bytes != 0.0
         or any(value not in (None, 0.0) for value in (memory.start_bytes, memory.end_bytes)))
     rows.update(dict.fromkeys(rows_held))
     span = [s for s in samples if start_s <= s.time_s <= end_s]
     by_row = {fact.index: fact for fact in facts}
-    gpm = _gpm_passes(span)
-    # The samples the judged passes vouch for: the device's finer pace, where it speaks.
-    covered = [s for s in span if judged_since[0][0] < s.time_s <= judged[-1].time_s] \
-        if judged else []
+    gpm = _gpm_passes(span) if judged_from == STORE or any(
+        device.process_sm_pct is None for found in evidence_of.values() for device in found
+    ) else []
+    # The samples the judged passes vouch for (a stretch of the span's): the device's finer
+    # pace, where it speaks for the kernel.
+    if judged:
+        since, until = judged_since[0][0], judged[-1].time_s
+        covered = [i for i, sample in enumerate(span) if since < sample.time_s <= until]
+    else:
+        covered = []
     devices = []
     for row in sorted(rows):
         fact = by_row.get(row)
         label = fact.label if fact else f"GPU row {row}"
-        evidence = [d for p in judged for d in p.devices if d.row == row]
-        names = [name for p in judged for name in p.others_on(row)]
-        own = _own(label, evidence, names)
+        evidence = evidence_of.get(row, [])
+        own = _own(label, evidence, names_of.get(row, []))
         signal, words = own.signal, own.words
-        readings = device_readings(span, row)[0]
-        activity = _activity(readings, gpm, row)
-        lost = row in lost_rows or fact is None or any(
-            r is not None and r.lost for r in readings)
+        # A lost GPU stays lost until the devices are enumerated again (which ends the
+        # span's rows): the span's newest reading of the row says whether it was lost.
+        newest = next((r for sample in reversed(span) for r in sample.gpus if r.index == row),
+                      None)
+        lost = row in lost_rows or fact is None or (newest is not None and newest.lost)
+        # The device's readings and activity, read only where they speak (its own signal
+        # or the store's): a span's cost is mostly these, and the diagnosis's.
+        readings = device_readings(span, row)[0] \
+            if judged_from == STORE or signal == DEVICE else []
+        activity = _activity(readings, gpm, row) if readings else []
         if judged_from == STORE:
             # The store keeps each device's readings, no process's: its memory is the
             # device's, and its activity speaks for the kernel only where nobody worked.
@@ -385,8 +426,7 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
                 # device's samples are the kernel's, at the samples' finer pace, over the
                 # time the passes vouch for. (A pass without the kernel on the device
                 # leaves the device's samples there to whoever else held it.)
-                covered_activity = _activity(device_readings(covered, row)[0],
-                                             _gpm_passes(covered), row)
+                covered_activity = activity[covered[0]:covered[-1] + 1]
                 sm, share = mean(covered_activity), _share(covered_activity)
             else:
                 sm = mean(own.pass_pcts) if own.pass_pcts else None
