@@ -60,7 +60,14 @@ from tornado.iostream import StreamClosedError
 from tornado.web import HTTPError
 
 from . import __version__, bokeh_patches, http_edge, preflight
-from .apps.cells import CellRefused, cell_report, gpu_kernel_runs_a_cell, pass_after
+from .apps.cells import (
+    CellRefused,
+    cell_report,
+    gpu_kernel_runs_a_cell,
+    pass_after,
+    reaches_store,
+    refuse_future,
+)
 from .apps.cluster import (
     CLUSTER_PATH,
     ClusterFeeds,
@@ -371,7 +378,14 @@ class DiagnosisHandler(_JsonHandler):
 
 class CellHandler(_JsonHandler):
     """``/cell.json?kernel=<id>&start=<t>&end=<t>``: what a notebook cell (a span of a
-    kernel) did on the GPU (``apps/cells.py``)."""
+    kernel) did on the GPU (``apps/cells.py``). A span older than the in-memory history is a
+    long read (``long_reads.py``), bounded as ``/history.csv``'s are."""
+
+    def initialize(self, access: Access, sources: DashboardSources,  # type: ignore[override]
+                   live_sessions: LiveSessions, broadcaster: Broadcaster,
+                   long_reads: LongReads, **rest: object) -> None:
+        super().initialize(access, sources, live_sessions, broadcaster, **rest)
+        self.long_reads = long_reads
 
     async def get(self) -> None:
         try:
@@ -382,13 +396,27 @@ class CellHandler(_JsonHandler):
         # A cell that just ended waits for the process pass that closes it (here, on the
         # loop); then the report reads the store's file and asks Jupyter for its kernels:
         # off the event loop.
-        await pass_after(self.sources, end_s)
+        kernel = self.get_argument("kernel", "")
         try:
-            body = await IOLoop.current().run_in_executor(
-                None, cell_report, self.sources, self.get_argument("kernel", ""), start_s,
-                end_s)
+            refuse_future(end_s)  # at once: nothing waits for a span still to come
+            await pass_after(self.sources, end_s)
+            if reaches_store(self.sources, start_s):
+                # A long read, bounded as /history.csv's are: 429 past the queue.
+                async with self.long_reads.slot():
+                    body = await IOLoop.current().run_in_executor(
+                        self.long_reads.executor, cell_report, self.sources, kernel,
+                        start_s, end_s)
+            else:
+                body = await IOLoop.current().run_in_executor(
+                    None, cell_report, self.sources, kernel, start_s, end_s)
         except CellRefused as refusal:
             raise HTTPError(refusal.status, reason=one_line(refusal.reason)) from None
+        except Busy as busy:
+            # Answered here, not by HTTPError, whose page would drop the Retry-After.
+            self.set_status(429, reason="too many long reads at once")
+            self.set_header("Retry-After", str(RETRY_AFTER_S))
+            self.finish(f"{busy}\n")
+            return
         self.write_json(body)
 
 

@@ -303,7 +303,18 @@ def test_a_span_older_than_the_history_is_judged_from_the_store(tmp_path: Path,
         metrics, sources = scripted(tmp_path, store=store)
         write(metrics.history, now - 120, now, 2, lambda g, t: 0.0,
               kernel_on_gpu1(lambda t: 12 * GIB, 0.0))
+        read: list[tuple[float, float]] = []
+        pieces = store.past_in_pieces
+
+        def recorded(start_s: float, end_s: float, *args: object, **kwargs: object):  # noqa: ANN202
+            read.append((start_s, end_s))
+            return pieces(start_s, end_s, *args, **kwargs)  # type: ignore[arg-type]
+
+        store.past_in_pieces = recorded  # type: ignore[method-assign]
         data = report(sources, now - 600, now - 300)
+        # The span's own part of the store, not everything up to the history (issue 53: a
+        # minute 20 days ago read 20 days).
+        assert read == [(now - 600, now - 300)], read
         assert data["judged_from"] == "store" and data["resolution_s"] == 5.0, data
         [gpu] = data["gpus"]
         assert gpu["index"] == 1 and gpu["signal"] == "device"

@@ -39,7 +39,7 @@ from ..diagnosis.cell import (
     judge_cell,
 )
 from ..jupyter_sessions import runtime_dir
-from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, Sample, prepend_past
+from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, Sample
 from ..metrics.attribution import kernel_id_of
 from ..metrics.processes import PROCESS_EVERY_S
 from .components import GIB, duration_text, format_memory
@@ -56,6 +56,10 @@ ATTRIBUTION_DELAY_S = 10.0
 # milliseconds), and the footer asks 1.5 s after a cell ended; a span in the future would be
 # judged before it happened, and waiting for it held a shared thread (issue 53). Our choice.
 FUTURE_SLACK_S = 2.0
+# The most stored samples one span is judged from: the in-memory history's 10 minutes at the
+# default tick (0.2 s) is 3,000, the size benchmarks/cell_report.py holds to its budget. A
+# longer span is read at a coarser resolution (the store folds its buckets), never longer.
+MAX_STORE_SAMPLES = 3000
 # Two starts this close are the same cell's: both are its execute_input's header date,
 # which the executions route keeps as a float of the same text.
 SAME_START_S = 1e-3
@@ -194,25 +198,42 @@ async def pass_after(sources: DashboardSources, end_s: float) -> None:
         history.remove_listener(listen)
 
 
+def reaches_store(sources: DashboardSources, start_s: float) -> bool:
+    """Whether a span from ``start_s`` begins before the in-memory history, where a store
+    keeps it: then its report is a long read (``long_reads.py``)."""
+    oldest, store = sources.metrics.history.oldest(), sources.store
+    return oldest is not None and store is not None and store.readable and \
+        start_s < oldest.time_s - sources.metrics.interval_s
+
+
 def span_samples(sources: DashboardSources, start_s: float, end_s: float
                  ) -> tuple[float | None, list[Sample], str, float]:
     """(where the in-memory history starts, the span's samples to judge, where they come
-    from, and their resolution)."""
+    from, and their resolution). The store is read for the span's part before the
+    in-memory history only (a cell of 20 days ago reads its minute, not the 20 days since),
+    a piece at a time (``HistoryStore.past_in_pieces``, as ``/history.csv`` reads), at a
+    resolution that keeps the span to ``MAX_STORE_SAMPLES``: what one request holds is
+    bounded whatever the span's length."""
     metrics = sources.metrics
     history = metrics.history
-    latest, oldest = history.latest(), history.oldest()
-    if latest is None or oldest is None:
+    oldest = history.oldest()
+    if oldest is None:
         return None, [], MEMORY, metrics.interval_s
     in_memory = history.between(start_s, end_s)
     first = oldest.time_s
     store = sources.store
-    if start_s >= first - metrics.interval_s or store is None or not store.readable:
+    if store is None or not reaches_store(sources, start_s):
         return first, in_memory, MEMORY, metrics.interval_s
-    samples, resolution = prepend_past(in_memory, end_s - start_s, store, 0.0, rows="mean",
-                                       now_s=end_s, before_s=first)
-    if not resolution:  # the store kept nothing of it
+    until = min(end_s, first)
+    wish = (until - start_s) / MAX_STORE_SAMPLES
+    older: list[Sample] = []
+    resolution = 0.0
+    for piece in store.past_in_pieces(start_s, until, wish, rows="mean"):
+        older += [sample for sample in piece.samples if sample.time_s < first]
+        resolution = piece.resolution_s
+    if not older:  # the store kept nothing of it
         return first, in_memory, MEMORY, metrics.interval_s
-    return first, samples, STORE, resolution
+    return first, older + in_memory, STORE, resolution
 
 
 def holder_words(user: str, kernel_id: str, me: str | None) -> str:
