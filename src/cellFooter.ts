@@ -127,6 +127,8 @@ export class CellGpuFooter extends Widget {
 export interface IFooterCell {
   readonly layout: Layout | null;
   readonly isDisposed: boolean;
+  /** Resolves once the cell has rendered (JupyterLab 4 `Cell.ready`). */
+  readonly ready?: Promise<void>;
   readonly model: {
     readonly id: string;
     getMetadata(key: string): unknown;
@@ -239,9 +241,13 @@ export class NotebookCellFooters {
     }
   }
 
-  /** A cell ran: ask about its span once (now if shown, else when shown). */
+  /**
+   * A cell ran: ask about its span once (now if shown, else when shown). A
+   * run the cell was sent again after is not asked about: its footer would
+   * stand under the newer run, still running (`[*]`).
+   */
   cellEnded(span: ICellSpan): void {
-    if (this._mode === 'off') {
+    if (this._mode === 'off' || span.superseded) {
       return;
     }
     this._waiting.set(span.cellId, span);
@@ -250,7 +256,11 @@ export class NotebookCellFooters {
     }
   }
 
-  /** Show the footers saved in the notebook file (when it is opened). */
+  /**
+   * Show the footers saved in the notebook file (when it is opened), each
+   * once its cell has rendered: JupyterLab 4 fills a cell in on its first
+   * render, and a footer added before would stand above the cell's input.
+   */
   restoreSaved(): void {
     for (const cell of this._options.cells()) {
       const saved = savedContent(cell.model.getMetadata(CELL_METADATA_KEY));
@@ -325,8 +335,20 @@ export class NotebookCellFooters {
     }
   }
 
-  /** Put this content's footer under the cell (none for null or by the mode). */
+  /**
+   * Put this content's footer under the cell (none for null or by the mode),
+   * once the cell has rendered (`ready`), last in its layout.
+   */
   private _place(cell: IFooterCell, content: ICellFooterContent | null): void {
+    if (cell.ready !== undefined && !this._rendered.has(cell)) {
+      void cell.ready.then(() => {
+        this._rendered.add(cell);
+        if (!this._disposed) {
+          this._place(cell, this._shown.get(cell.model.id) ?? null);
+        }
+      });
+      return;
+    }
     const layout = cell.layout;
     if (cell.isDisposed || !(layout instanceof PanelLayout)) {
       return;
@@ -389,6 +411,8 @@ export class NotebookCellFooters {
   private _generation = new Map<string, number>();
   /** What each cell's footer shows (kept when the mode hides it). */
   private _shown = new Map<string, ICellFooterContent>();
+  /** Cells seen rendered (their `ready` resolved). */
+  private _rendered = new WeakSet<IFooterCell>();
 }
 
 /** A footer saved in a cell's metadata, or null when there is none or it is odd. */
