@@ -32,6 +32,9 @@ import { ITimeRange } from './tokens';
 /** Class of a footer (tests and browser tests find them by it). */
 export const CELL_FOOTER_CLASS = 'nvdashboard-cell-footer';
 
+/** A footer whose figures Escape closed (until pointer and focus leave it). */
+export const DISMISSED_CLASS = 'nvdashboard-mod-dismissed';
+
 /** The cell metadata key a footer is saved under (only when a setting asks). */
 export const CELL_METADATA_KEY = 'nvdashboard';
 
@@ -102,16 +105,39 @@ export class CellGpuFooter extends Widget {
       label: cellLabel(count, trans)
     };
     this._button.addEventListener('click', () => options.open(range));
-    // Escape hides the figures until the footer loses the keyboard.
-    this._button.addEventListener('keydown', (event: KeyboardEvent) => {
-      if (event.key === 'Escape') {
-        this.addClass('nvdashboard-mod-dismissed');
-      }
-    });
-    this._button.addEventListener('blur', () =>
-      this.removeClass('nvdashboard-mod-dismissed')
-    );
+    // While the figures may show (pointer over the footer, or focus in it),
+    // Escape anywhere hides them (WCAG 1.4.13: dismissible without moving
+    // the pointer or the focus) until both have left the footer.
+    this.node.addEventListener('mouseenter', this._onEnter);
+    this.node.addEventListener('focusin', this._onEnter);
+    this.node.addEventListener('mouseleave', this._onLeave);
+    this.node.addEventListener('focusout', this._onLeave);
   }
+
+  dispose(): void {
+    document.removeEventListener('keydown', this._onKey, true);
+    super.dispose();
+  }
+
+  private _onEnter = (): void => {
+    document.addEventListener('keydown', this._onKey, true);
+  };
+
+  private _onLeave = (event: Event): void => {
+    const to = (event as FocusEvent | MouseEvent).relatedTarget;
+    const hovered = this.node.matches(':hover');
+    const focused = to instanceof Node && this.node.contains(to);
+    if (!hovered && !focused && !this.node.contains(document.activeElement)) {
+      document.removeEventListener('keydown', this._onKey, true);
+      this.removeClass(DISMISSED_CLASS);
+    }
+  };
+
+  private _onKey = (event: KeyboardEvent): void => {
+    if (event.key === 'Escape' && !this.hasClass(DISMISSED_CLASS)) {
+      this.addClass(DISMISSED_CLASS);
+    }
+  };
 
   readonly content: ICellFooterContent;
 

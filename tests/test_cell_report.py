@@ -533,3 +533,24 @@ def test_a_spans_read_costs_what_it_holds() -> None:
         history.append(100.0 + i, (), NO_HOST, monotonic_s=float(i))
     assert [s.time_s for s in history.between(150.0, 152.5)] == [150.0, 151.0, 152.0]
     assert history.between(2000.0, 3000.0) == [] and len(history.between(0.0, 1e9)) == 1000
+
+
+def test_the_glance_gives_the_kernels_own_share_not_the_shared_gpus(
+        tmp_path: Path, now: float) -> None:
+    """Issue 53: the toolbar showed 'GPU 1 · 4.0 GiB · 95%' for a kernel whose own samples
+    said it did nothing: the glance now gives the kernel's own share by its own signal
+    (``own_pct``), and none where its signal cannot tell."""
+    from jupyterlab_nvdashboard.apps.processes import glance
+
+    jupyter = JupyterSessions(JupyterServer("http://127.0.0.1:9/", "/", "t"),
+                              fetch=lambda server: [{"path": "a.ipynb", "type": "notebook",
+                                                     "kernel": {"id": KERNEL}}],
+                              fetch_executions=lambda server: {"kernels": {}})
+    jupyter.refresh()
+    for sm, own in ((0.0, 0.0), (None, None)):
+        metrics, sources = scripted(tmp_path, jupyter=jupyter)
+        write(metrics.history, now - 20, now, 2, lambda g, t: 95.0 if g == 1 else 0.0,
+              lambda t, sm=sm: [Held(1, 4100, 4 * GIB, sm), Held(1, 4300, 20 * GIB, sm)])
+        [kernel] = glance(sources)["kernels"]
+        assert kernel["own_pct"] == own, kernel
+        assert (kernel["own_signal"] == "per-process SM samples") == (own is not None)

@@ -32,6 +32,7 @@ from ..diagnosis.idle import (
     DeviceTrack,
     HolderTrack,
     IdleJudgment,
+    PassEvidence,
     advance,
     advance_device,
     evidence_gap_s,
@@ -340,6 +341,15 @@ class GpuUsage:
             passes = list(self.recent)
         low = bisect.bisect_left(passes, start_s, key=_pass_time)
         return passes[low:bisect.bisect_right(passes, end_s, lo=low, key=_pass_time)]
+
+    def own_activity(self, user: str, kernel_id: str) -> PassEvidence | None:
+        """What the newest pass told of ``user``'s kernel's own GPU work: its highest
+        activity by its own signal (``idle.device_evidence``: its per-process samples, or
+        its device's where it was the only process or nobody worked), or ``UNKNOWN``. The
+        toolbar shows this, not a shared device's utilization, as the kernel's share."""
+        with self._lock:
+            track = self.holders.get((user, kernel_id))
+        return None if track is None else track.last
 
     def judgment(self, user: str, kernel_id: str, now_s: float | None = None
                  ) -> IdleJudgment | None:
