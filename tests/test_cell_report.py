@@ -554,3 +554,31 @@ def test_the_glance_gives_the_kernels_own_share_not_the_shared_gpus(
         [kernel] = glance(sources)["kernels"]
         assert kernel["own_pct"] == own, kernel
         assert (kernel["own_signal"] == "per-process SM samples") == (own is not None)
+
+
+@pytest.mark.parametrize("duration_s", [0.6, 1.5, 2.5, 6.0])
+@pytest.mark.parametrize("sm", [90.0, 0.0, None])
+def test_the_verdict_does_not_change_with_the_pages_open(tmp_path: Path, now: float,
+                                                         duration_s: float,
+                                                         sm: float | None) -> None:
+    """Issue 53: with a timeline open the server samples every 0.2 s; with none, while a
+    kernel with GPU memory runs a cell, once a second (``CELL_RUNNING``). The same cell
+    gets the same verdict either way: too short below a second, else judged."""
+    start = now - 30.3
+    end = start + duration_s
+    busy = (lambda g, t: 90.0 if g == 1 and start <= t <= end else 0.0) if sm else \
+        (lambda g, t: 0.0)
+    states = []
+    for page_open in (True, False):
+        metrics, sources = scripted(tmp_path)
+        write(metrics.history, now - 60, now, 2, busy, kernel_on_gpu1(lambda t: 4 * GIB, sm))
+        if not page_open:  # only the samples of the 1 s pace: those that carry a pass
+            kept = [s for s in metrics.history.window(1e9) if PROCESS_FAMILY in s.extra]
+            metrics, sources = scripted(tmp_path)
+            for sample in kept:
+                metrics.history.append(sample.time_s, sample.gpus, sample.host,
+                                       extra=sample.extra, monotonic_s=sample.clock_s)
+        data = report(sources, start, end)
+        states.append((data["state"], data["too_short"]))
+    assert states[0] == states[1], (duration_s, sm, states)
+    assert states[0][1] == (duration_s < 1.0)

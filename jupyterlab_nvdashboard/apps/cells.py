@@ -121,7 +121,7 @@ def gpu_kernel_runs_a_cell(sources: DashboardSources) -> bool:
         return False
     sessions = jupyter.sessions
     me = current_user() or ""
-    for user, kernel in sources.usage.snapshot()[3]:
+    for user, kernel in sources.usage.current:  # the holders of the newest pass
         session = sessions.get(kernel) if kernel and user == me else None
         if session is not None and session.execution_state == "busy":
             return True

@@ -51,8 +51,15 @@ NO_GPU_WORK, TOO_SHORT = "no-gpu-work", "too-short"
 # gpu_time_util and the PyTorch profiler call a GPU in use less than half the time
 # underused (thresholds.LOW_UTILIZATION_PCT); a cell is judged by the same line.
 BUSY_SHARE = LOW_UTILIZATION_PCT / 100.0
-# A span needs this many samples to be judged (issue 45: "shorter than two samples").
+# A span from the store needs this many of its buckets to be judged (issue 45: "shorter
+# than two samples").
 MIN_SPAN_SAMPLES = 2
+# A span from memory shorter than this is too short to judge, whatever the samples: while a
+# kernel with GPU memory runs a cell, the server reads a pass and a sample a second
+# (``metrics/demand.py``'s CELL_RUNNING), and faster only while some page asks. Counting
+# samples made a 1.5 s cell "too short" with no page open and "busy" with a timeline open
+# (issue 53); a second is the pace every cell gets.
+SHORTEST_JUDGED_S = 1.0
 STORE, MEMORY = "store", "memory"
 
 
@@ -133,7 +140,9 @@ class CellJudgment:
 
     @property
     def too_short(self) -> bool:
-        return self.samples < MIN_SPAN_SAMPLES
+        if self.judged_from == STORE:
+            return self.samples < MIN_SPAN_SAMPLES
+        return self.duration_s < SHORTEST_JUDGED_S or self.samples == 0
 
     @property
     def touched_gpu(self) -> bool:
