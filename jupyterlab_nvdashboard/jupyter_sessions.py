@@ -31,11 +31,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from .instants import jupyter_time
 from .kernel_executions import CellSpan
 
 log = logging.getLogger(__name__)
@@ -152,17 +152,6 @@ def parse_cells(body: Any) -> dict[str, tuple[CellSpan, ...]]:
     return {kernel_id: cells for kernel_id, cells in parsed.items() if cells}
 
 
-def parse_time(text: Any) -> float | None:
-    """Jupyter's ISO 8601 time ("2026-12-02T08:40:26.123456Z") as unix time; None if not one."""
-    if not isinstance(text, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
-
-
 def parse_sessions(body: Any, executions: dict[str, float] | None = None
                    ) -> dict[str, Session]:
     """kernel id -> session, from the sessions API's body and the executions route's (None:
@@ -177,7 +166,7 @@ def parse_sessions(body: Any, executions: dict[str, float] | None = None
         sessions[kernel["id"]] = Session(path, str(item.get("type") or "notebook"),
                                          str(item.get("name") or os.path.basename(path)),
                                          state if isinstance(state, str) else None,
-                                         parse_time(kernel.get("last_activity")),
+                                         jupyter_time(kernel.get("last_activity")),
                                          (executions or {}).get(kernel["id"]),
                                          executions is not None)
     return sessions

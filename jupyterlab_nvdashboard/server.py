@@ -48,7 +48,7 @@ import signal
 import socket
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -62,7 +62,14 @@ from tornado.iostream import StreamClosedError
 from tornado.web import HTTPError
 
 from . import __version__, bokeh_patches, http_edge, preflight
-from .apps.cells import CellRefused, cell_report, pass_after
+from .apps.cells import (
+    CellRefused,
+    cell_report,
+    gpu_kernel_runs_a_cell,
+    pass_after,
+    reaches_store,
+    refuse_future,
+)
 from .apps.cluster import (
     CLUSTER_PATH,
     ClusterFeeds,
@@ -98,7 +105,7 @@ from .jupyter_sessions import JupyterSessions, find_parent_server
 from .jupyter_watch import watch_jupyter
 from .long_reads import RETRY_AFTER_S, Busy, LongReads
 from .metrics import GpuReading, HostReading, Metrics, Sample, past_span
-from .metrics.demand import HOLDING
+from .metrics.demand import CELL_RUNNING, HOLDING
 from .runs.service import WorkloadService
 from .store import HistoryStore
 from .store.buckets import is_gap
@@ -144,8 +151,12 @@ class ViewerWatch:
     CHECK_MS = 1000
 
     def __init__(self, metrics: Metrics, broadcasters: Sequence[Broadcaster],
-                 live_sessions: LiveSessions, exit_after_s: float) -> None:
+                 live_sessions: LiveSessions, exit_after_s: float,
+                 cell_running: Callable[[], bool] = lambda: False) -> None:
         self.metrics, self.sampler = metrics, metrics.sampler
+        # Whether a kernel that holds GPU memory runs a cell now (apps/cells.py): its
+        # verdict is read at its own pace, whatever pages are open.
+        self.cell_running = cell_running
         self.broadcasters, self.live_sessions = tuple(broadcasters), live_sessions
         self.exit_after_s = exit_after_s
         self.idle_since: float | None = None
@@ -162,13 +173,16 @@ class ViewerWatch:
         return sum(b.subscribers for b in self.broadcasters) + self.live_sessions()
 
     def consumers(self) -> set[str]:
-        """What is watched now: the routes of the open pages, and ``HOLDING`` while one is
-        open and a process holds a GPU (``metrics/demand.py`` says what each reads)."""
+        """What is watched now: the routes of the open pages, ``HOLDING`` while one is open
+        and a process holds a GPU, and ``CELL_RUNNING`` while a kernel with GPU memory runs
+        a cell (``metrics/demand.py`` says what each reads)."""
         routes = self.live_sessions.routes()
         for broadcaster in self.broadcasters:
             routes |= broadcaster.watched_routes()
         if routes and self.holders():
             routes.add(HOLDING)
+        if self.cell_running():
+            routes.add(CELL_RUNNING)
         return routes
 
     def holders(self) -> bool:
@@ -358,7 +372,14 @@ class DiagnosisHandler(_JsonHandler):
 
 class CellHandler(_JsonHandler):
     """``/cell.json?kernel=<id>&start=<t>&end=<t>``: what a notebook cell (a span of a
-    kernel) did on the GPU (``apps/cells.py``)."""
+    kernel) did on the GPU (``apps/cells.py``). A span older than the in-memory history is a
+    long read (``long_reads.py``), bounded as ``/history.csv``'s are."""
+
+    def initialize(self, access: Access, sources: DashboardSources,  # type: ignore[override]
+                   live_sessions: LiveSessions, broadcaster: Broadcaster,
+                   long_reads: LongReads, **rest: object) -> None:
+        super().initialize(access, sources, live_sessions, broadcaster, **rest)
+        self.long_reads = long_reads
 
     async def get(self) -> None:
         try:
@@ -369,13 +390,27 @@ class CellHandler(_JsonHandler):
         # A cell that just ended waits for the process pass that closes it (here, on the
         # loop); then the report reads the store's file and asks Jupyter for its kernels:
         # off the event loop.
-        await pass_after(self.sources, end_s)
+        kernel = self.get_argument("kernel", "")
         try:
-            body = await IOLoop.current().run_in_executor(
-                None, cell_report, self.sources, self.get_argument("kernel", ""), start_s,
-                end_s)
+            refuse_future(end_s)  # at once: nothing waits for a span still to come
+            await pass_after(self.sources, end_s)
+            if reaches_store(self.sources, start_s):
+                # A long read, bounded as /history.csv's are: 429 past the queue.
+                async with self.long_reads.slot():
+                    body = await IOLoop.current().run_in_executor(
+                        self.long_reads.executor, cell_report, self.sources, kernel,
+                        start_s, end_s)
+            else:
+                body = await IOLoop.current().run_in_executor(
+                    None, cell_report, self.sources, kernel, start_s, end_s)
         except CellRefused as refusal:
             raise HTTPError(refusal.status, reason=one_line(refusal.reason)) from None
+        except Busy as busy:
+            # Answered here, not by HTTPError, whose page would drop the Retry-After.
+            self.set_status(429, reason="too many long reads at once")
+            self.set_header("Retry-After", str(RETRY_AFTER_S))
+            self.finish(f"{busy}\n")
+            return
         self.write_json(body)
 
 
@@ -638,7 +673,8 @@ def make_server(config: Config, sources: DashboardSources,
                         {"route": CLUSTER_PATH, "broadcaster": cluster_broadcaster,
                          "allows": access.allows}))
     watch = ViewerWatch(metrics, [b for b in (broadcaster, cluster_broadcaster) if b],
-                        live_sessions, config.idle_exit_s)
+                        live_sessions, config.idle_exit_s,
+                        cell_running=lambda: gpu_kernel_runs_a_cell(sources))
     extra = {"access": access, "sources": sources, "live_sessions": live_sessions,
              "broadcaster": broadcaster, "long_reads": long_reads,
              "metrics_collector": make_metrics_collector(config, sources, watch, broadcaster),

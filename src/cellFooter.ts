@@ -32,6 +32,9 @@ import { ITimeRange } from './tokens';
 /** Class of a footer (tests and browser tests find them by it). */
 export const CELL_FOOTER_CLASS = 'nvdashboard-cell-footer';
 
+/** A footer whose figures Escape closed (until pointer and focus leave it). */
+export const DISMISSED_CLASS = 'nvdashboard-mod-dismissed';
+
 /** The cell metadata key a footer is saved under (only when a setting asks). */
 export const CELL_METADATA_KEY = 'nvdashboard';
 
@@ -102,16 +105,39 @@ export class CellGpuFooter extends Widget {
       label: cellLabel(count, trans)
     };
     this._button.addEventListener('click', () => options.open(range));
-    // Escape hides the figures until the footer loses the keyboard.
-    this._button.addEventListener('keydown', (event: KeyboardEvent) => {
-      if (event.key === 'Escape') {
-        this.addClass('nvdashboard-mod-dismissed');
-      }
-    });
-    this._button.addEventListener('blur', () =>
-      this.removeClass('nvdashboard-mod-dismissed')
-    );
+    // While the figures may show (pointer over the footer, or focus in it),
+    // Escape anywhere hides them (WCAG 1.4.13: dismissible without moving
+    // the pointer or the focus) until both have left the footer.
+    this.node.addEventListener('mouseenter', this._onEnter);
+    this.node.addEventListener('focusin', this._onEnter);
+    this.node.addEventListener('mouseleave', this._onLeave);
+    this.node.addEventListener('focusout', this._onLeave);
   }
+
+  dispose(): void {
+    document.removeEventListener('keydown', this._onKey, true);
+    super.dispose();
+  }
+
+  private _onEnter = (): void => {
+    document.addEventListener('keydown', this._onKey, true);
+  };
+
+  private _onLeave = (event: Event): void => {
+    const to = (event as FocusEvent | MouseEvent).relatedTarget;
+    const hovered = this.node.matches(':hover');
+    const focused = to instanceof Node && this.node.contains(to);
+    if (!hovered && !focused && !this.node.contains(document.activeElement)) {
+      document.removeEventListener('keydown', this._onKey, true);
+      this.removeClass(DISMISSED_CLASS);
+    }
+  };
+
+  private _onKey = (event: KeyboardEvent): void => {
+    if (event.key === 'Escape' && !this.hasClass(DISMISSED_CLASS)) {
+      this.addClass(DISMISSED_CLASS);
+    }
+  };
 
   readonly content: ICellFooterContent;
 
@@ -127,6 +153,8 @@ export class CellGpuFooter extends Widget {
 export interface IFooterCell {
   readonly layout: Layout | null;
   readonly isDisposed: boolean;
+  /** Resolves once the cell has rendered (JupyterLab 4 `Cell.ready`). */
+  readonly ready?: Promise<void>;
   readonly model: {
     readonly id: string;
     getMetadata(key: string): unknown;
@@ -239,9 +267,13 @@ export class NotebookCellFooters {
     }
   }
 
-  /** A cell ran: ask about its span once (now if shown, else when shown). */
+  /**
+   * A cell ran: ask about its span once (now if shown, else when shown). A
+   * run the cell was sent again after is not asked about: its footer would
+   * stand under the newer run, still running (`[*]`).
+   */
   cellEnded(span: ICellSpan): void {
-    if (this._mode === 'off') {
+    if (this._mode === 'off' || span.superseded) {
       return;
     }
     this._waiting.set(span.cellId, span);
@@ -250,7 +282,11 @@ export class NotebookCellFooters {
     }
   }
 
-  /** Show the footers saved in the notebook file (when it is opened). */
+  /**
+   * Show the footers saved in the notebook file (when it is opened), each
+   * once its cell has rendered: JupyterLab 4 fills a cell in on its first
+   * render, and a footer added before would stand above the cell's input.
+   */
   restoreSaved(): void {
     for (const cell of this._options.cells()) {
       const saved = savedContent(cell.model.getMetadata(CELL_METADATA_KEY));
@@ -325,8 +361,20 @@ export class NotebookCellFooters {
     }
   }
 
-  /** Put this content's footer under the cell (none for null or by the mode). */
+  /**
+   * Put this content's footer under the cell (none for null or by the mode),
+   * once the cell has rendered (`ready`), last in its layout.
+   */
   private _place(cell: IFooterCell, content: ICellFooterContent | null): void {
+    if (cell.ready !== undefined && !this._rendered.has(cell)) {
+      void cell.ready.then(() => {
+        this._rendered.add(cell);
+        if (!this._disposed) {
+          this._place(cell, this._shown.get(cell.model.id) ?? null);
+        }
+      });
+      return;
+    }
     const layout = cell.layout;
     if (cell.isDisposed || !(layout instanceof PanelLayout)) {
       return;
@@ -389,6 +437,8 @@ export class NotebookCellFooters {
   private _generation = new Map<string, number>();
   /** What each cell's footer shows (kept when the mode hides it). */
   private _shown = new Map<string, ICellFooterContent>();
+  /** Cells seen rendered (their `ready` resolved). */
+  private _rendered = new WeakSet<IFooterCell>();
 }
 
 /** A footer saved in a cell's metadata, or null when there is none or it is odd. */

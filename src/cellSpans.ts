@@ -25,6 +25,12 @@ export interface ICellSpan {
   start: string;
   /** The `execute_reply` header date. */
   end: string;
+  /**
+   * The cell was sent to run again before this run ended (queued twice, or
+   * Run All over a cell already queued): this run's footer would stand
+   * under the newer run, which is still to come. Absent otherwise.
+   */
+  superseded?: true;
 }
 
 /** The part of a kernel message this reads (`KernelMessage.IMessage`). */
@@ -50,6 +56,8 @@ const PENDING_BOUND = 256;
 
 interface IPending {
   cellId: string;
+  /** The order it was sent in. */
+  serial: number;
   count: number | null;
   start: string | null;
 }
@@ -105,6 +113,7 @@ export class CellSpanWatcher {
       if (type === 'execute_request' && typeof cellId === 'string') {
         this._pending.set(msg.header.msg_id, {
           cellId,
+          serial: ++this._sent,
           count: null,
           start: null
         });
@@ -133,12 +142,19 @@ export class CellSpanWatcher {
         return;
       }
       const count = msg.content.execution_count;
+      // A request for the same cell, sent after this one, still pending (one
+      // sent before it and never answered, as after a kernel restart, is not).
+      const superseded = Array.from(this._pending.values()).some(
+        other =>
+          other.cellId === pending.cellId && other.serial > pending.serial
+      );
       this._ended.emit({
         kernelId: this._kernel.id,
         cellId: pending.cellId,
         count: typeof count === 'number' ? count : pending.count,
         start: pending.start,
-        end
+        end,
+        ...(superseded ? { superseded: true as const } : {})
       });
     }
   }
@@ -146,6 +162,7 @@ export class CellSpanWatcher {
   private _kernel: IKernelLike;
   private _disposed = false;
   private _pending = new Map<string, IPending>();
+  private _sent = 0;
   private _started = new Signal<this, string>(this);
   private _ended = new Signal<this, ICellSpan>(this);
 }

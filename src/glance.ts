@@ -66,6 +66,15 @@ export interface IGpuKernel {
    */
   shared_memory_bytes: number | null;
   devices: string[];
+  /**
+   * The kernel's own GPU activity in the newest pass, %, by its own signal
+   * (its per-process SM samples, or its GPU's where it is the only process
+   * or nobody worked); null where that cannot be told (a shared GPU without
+   * per-process samples) or from an older server.
+   */
+  own_pct: number | null;
+  /** Which signal `own_pct` is read from, in words ('' when null). */
+  own_signal: string;
   /** The idle judgment; null from a server that does not judge. */
   idle: IKernelIdle | null;
 }
@@ -201,6 +210,8 @@ export function parseGlance(body: unknown): IGlance {
       memory_known: k.memory_known !== false,
       shared_memory_bytes: numberOrNull(k.shared_memory_bytes),
       devices: strings(k.devices),
+      own_pct: numberOrNull(k.own_pct),
+      own_signal: typeof k.own_signal === 'string' ? k.own_signal : '',
       idle: parseIdle(k.idle)
     });
   }

@@ -46,6 +46,7 @@ import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { IDisposable } from '@lumino/disposable';
 
 import { CellFooterMode } from './cellReport';
+import { CellReportRequests } from './cellRequests';
 import {
   createServerFetcher,
   fetchCellReport,
@@ -365,11 +366,14 @@ function activate(
   // Each notebook's cell footers and toolbar item, following the settings.
   let current = DEFAULT_SETTINGS;
   const notebookParts = new Set<NotebookGpu>();
+  // One queue for the Lab: one request per run across views, a few at once.
+  const cellRequests = new CellReportRequests((kernelId, start, end) =>
+    fetchCellReport(settings, kernelId, start, end)
+  );
   notebooks?.widgetAdded.connect((_, panel) => {
     const parts = new NotebookGpu(panel, {
       glance,
-      fetchReport: (kernelId, start, end) =>
-        fetchCellReport(settings, kernelId, start, end),
+      fetchReport: cellRequests.fetch,
       open: range =>
         void commands.execute(COMMAND_OPEN, {
           route: ACTIVITY_ROUTE,

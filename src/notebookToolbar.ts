@@ -1,9 +1,13 @@
 /**
- * The notebook's own GPU state in its toolbar: `GPU 1 · 12.3 GiB · 87%`
- * while its kernel holds GPU memory, `idle on GPU for 42 min` when the
- * server judges it an idle holder, nothing when it holds no GPU. It reads
- * the one `GlanceModel` (the sidebar's and the status bar's poll) while its
- * notebook is on screen, and says it in their words.
+ * The notebook's own GPU state in its toolbar: `GPU 1 · 12.3 GiB · kernel
+ * 87%` while its kernel holds GPU memory (the kernel's own share, by the
+ * server's rule; where that cannot be told, the GPU's utilization, named as
+ * the GPU's: `GPU 95%`), `idle on GPU for 42 min` when the server judges it
+ * an idle holder, nothing when it holds no GPU. It reads the one
+ * `GlanceModel` (the sidebar's and the status bar's poll) while its notebook
+ * is on screen, and says it in their words. It is reached with Tab, its
+ * accessible name carries the figures and the sentence, and it is not a
+ * live region: a reading every 2 s is not announced.
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import { Message } from '@lumino/messaging';
@@ -70,12 +74,40 @@ export function kernelGpuWords(
   const gpus = devices
     .map((d, i) => d?.label ?? kernel.devices[i])
     .join(trans.__(', '));
+  if (kernel.own_pct !== null) {
+    // The kernel's own share: the one figure that speaks for this notebook.
+    return {
+      text: trans.__(
+        '%1 · %2 · kernel %3',
+        gpus,
+        memory,
+        formatPercent(kernel.own_pct, trans)
+      ),
+      tooltip: trans.__(
+        '%1 Its own GPU activity: %2 (%3).',
+        tooltip,
+        formatPercent(kernel.own_pct, trans),
+        kernel.own_signal
+      )
+    };
+  }
+  // Its own share cannot be told (a shared GPU without per-process
+  // samples): the GPUs' utilization, said to be theirs, not the kernel's.
   const utilization = devices
     .map(d => formatPercent(d?.utilization_pct ?? null, trans))
     .join(' ');
   return {
-    text: trans.__('%1 · %2 · %3', gpus, memory, utilization),
-    tooltip
+    text: trans.__(
+      '%1 · %2 · %3 %4',
+      gpus,
+      memory,
+      trans._n('GPU', 'GPUs', devices.length),
+      utilization
+    ),
+    tooltip: trans.__(
+      '%1 The utilization shown is the whole GPU’s: the kernel’s own share cannot be told.',
+      tooltip
+    )
   };
 }
 
@@ -98,7 +130,9 @@ export class KernelGpuItem extends Widget {
     this._options = options;
     this._trans = options.trans ?? NULL_BUNDLE;
     this.addClass(KERNEL_GPU_CLASS);
-    this.node.setAttribute('role', 'status');
+    // Focusable and named by its figures; a note, not a live region.
+    this.node.setAttribute('role', 'note');
+    this.node.tabIndex = 0;
     options.model.changed.connect(this.refresh, this);
     this.refresh();
   }
@@ -136,6 +170,11 @@ export class KernelGpuItem extends Widget {
     this.node.hidden = words === null;
     setText(this.node, words?.text ?? '');
     setAttr(this.node, 'title', words?.tooltip ?? null);
+    setAttr(
+      this.node,
+      'aria-label',
+      words ? this._trans.__('%1. %2', words.text, words.tooltip) : null
+    );
   }
 
   dispose(): void {

@@ -12,7 +12,8 @@ A notebook of three cells, each run from the page as a user runs it:
   while the notebook is hidden behind another tab.
 
 Checks: (a)'s footer is the server's verdict, busy, with the 6.0 GiB and 90% the test gave
-the driver; (b)'s says held but idle, with the server's finding; (c) has no footer; each
+the driver; (b)'s says it held the memory and did no GPU work (no advice); (c) has no
+footer; each
 footer asked ``/cell.json`` once with the span JupyterLab's own ``recordTiming`` recorded
 (the kernel's clock), three requests for three cells, and (c)'s only once its notebook was
 shown again; a click on (a)'s footer opens /GPU-Activity on (a)'s span; the toolbar shows
@@ -236,11 +237,12 @@ def test_each_cell_says_what_it_did_on_the_gpu(lab, processes_file: Path) -> Non
         assert f"SM {BUSY_SM_PCT}%" in a_details, a_details
         b_text = footer_text(page, 1)
         assert b_text == held["verdict"], (b_text, held)
-        assert b_text.startswith("held 6.0 GiB on GPU 1, but GPU 1 worked"), b_text
-        findings = [f["line"] for g in held["gpus"] for f in g["findings"]]
-        assert findings, held
+        # Its own samples say 0% while the GPU plays "starved": it did no GPU work, and
+        # gets no advice about code it did not run (issue 53).
+        assert b_text == "held 6.0 GiB on GPU 1; this cell did no GPU work", b_text
+        assert all(not g["findings"] for g in held["gpus"]), held
         b_details = details_text(page, 1)
-        assert all(line in b_details for line in findings), (findings, b_details)
+        assert "Cell [2] ran" in b_details, b_details
 
         # The toolbar: the kernel's GPU, as the sidebar says it.
         page.wait_for_function(f"""() => {{

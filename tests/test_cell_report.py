@@ -32,6 +32,7 @@ from jupyterlab_nvdashboard.diagnosis.cell import (
     BUSY,
     CANNOT_TELL,
     HELD_IDLE,
+    HELD_NO_WORK,
     NO_GPU_WORK,
     TOO_SHORT,
     KernelPass,
@@ -184,14 +185,15 @@ def test_held_but_idle_cell_says_why_from_the_findings(tmp_path: Path, now: floa
     assert data["state"] == HELD_IDLE and gpu["signal"] == "device", data
     assert gpu["working_share"] == pytest.approx(0.25, abs=0.03)
     assert gpu["findings"][0]["cause"] == "starved"
-    assert data["verdict"] == "held 12.0 GiB on GPU 1, but GPU 1 worked 25% of 40 s: starved"
-    # A time.sleep cell: nothing runs at all.
+    assert data["verdict"] == "held 12.0 GiB on GPU 1, but this cell worked it 25% of 40 s: starved"
+    # A time.sleep cell: nothing runs at all. It did no GPU work, and gets no advice.
     metrics, sources = scripted(tmp_path)
     write(metrics.history, now - 100, now, 2, lambda g, t: 0.0,
           kernel_on_gpu1(lambda t: 12 * GIB, 0.0))
     data = report(sources, start, end)
-    assert data["state"] == HELD_IDLE and data["gpus"][0]["signal"] == "per-process"
-    assert data["verdict"] == "held 12.0 GiB on GPU 1, but GPU 1 worked 0% of 40 s: idle"
+    assert data["state"] == HELD_NO_WORK and data["gpus"][0]["signal"] == "per-process"
+    assert data["verdict"] == "held 12.0 GiB on GPU 1; this cell did no GPU work"
+    assert data["gpus"][0]["findings"] == []
 
 
 def test_per_process_samples_speak_over_the_device(tmp_path: Path, now: float) -> None:
@@ -204,7 +206,9 @@ def test_per_process_samples_speak_over_the_device(tmp_path: Path, now: float) -
     write(metrics.history, now - 100, now, 2, lambda g, t: 95.0 if g == 1 else 0.0,
           kernel_on_gpu1(lambda t: 4 * GIB, 0.0, others))
     own = report(sources, start, end)
-    assert own["state"] == HELD_IDLE and own["gpus"][0]["signal"] == "per-process", own
+    assert own["state"] == HELD_NO_WORK and own["gpus"][0]["signal"] == "per-process", own
+    # The device's findings are the other process's: no advice about this cell's code.
+    assert own["gpus"][0]["findings"] == [] and own["gpus"][0]["whose"] == "gpu"
     assert own["gpus"][0]["sm_pct"] == 0.0 and own["gpus"][0]["working_share"] == 0.0
     metrics, sources = scripted(tmp_path)
     write(metrics.history, now - 100, now, 2, lambda g, t: 95.0 if g == 1 else 0.0,
@@ -231,10 +235,12 @@ def test_two_kernels_sharing_a_gpu_cannot_tell(tmp_path: Path, now: float) -> No
     [gpu] = data["gpus"]
     assert data["state"] == CANNOT_TELL and gpu["signal"] == "cannot-tell"
     assert gpu["sm_pct"] is None and gpu["memory"]["peak_bytes"] == 6 * GIB
-    assert "cannot tell" in data["verdict"] and "peak 6.0 GiB (+0.0)" in data["verdict"]
-    assert "shared with another process that is working" in data["verdict"]
-    # The share the GPU worked is still the GPU's: it says what the device did.
-    assert gpu["working_share"] == 1.0
+    assert "cannot tell what this cell did" in data["verdict"]
+    assert "peak 6.0 GiB (+0.0)" in data["verdict"]
+    assert f"GPU 1 is shared with your kernel {OTHER_KERNEL[:8]}" in data["verdict"]
+    # The GPU's work is not the kernel's: no share, no findings, no advice.
+    assert gpu["working_share"] is None and gpu["findings"] == []
+    assert gpu["shared_with"] == [f"your kernel {OTHER_KERNEL[:8]}"]
 
 
 def test_no_gpu_work_and_too_short(tmp_path: Path, now: float) -> None:
@@ -297,14 +303,25 @@ def test_a_span_older_than_the_history_is_judged_from_the_store(tmp_path: Path,
         metrics, sources = scripted(tmp_path, store=store)
         write(metrics.history, now - 120, now, 2, lambda g, t: 0.0,
               kernel_on_gpu1(lambda t: 12 * GIB, 0.0))
+        read: list[tuple[float, float]] = []
+        pieces = store.past_in_pieces
+
+        def recorded(start_s: float, end_s: float, *args: object, **kwargs: object):  # noqa: ANN202
+            read.append((start_s, end_s))
+            return pieces(start_s, end_s, *args, **kwargs)  # type: ignore[arg-type]
+
+        store.past_in_pieces = recorded  # type: ignore[method-assign]
         data = report(sources, now - 600, now - 300)
+        # The span's own part of the store, not everything up to the history (issue 53: a
+        # minute 20 days ago read 20 days).
+        assert read == [(now - 600, now - 300)], read
         assert data["judged_from"] == "store" and data["resolution_s"] == 5.0, data
         [gpu] = data["gpus"]
         assert gpu["index"] == 1 and gpu["signal"] == "device"
         assert gpu["memory"]["peak_bytes"] == pytest.approx(13 * GIB)
         assert gpu["working_share"] == 0.0
-        assert data["verdict"] == ("held 13.0 GiB on GPU 1, but GPU 1 worked 0% of 5 min 00 s:"
-                                   " idle (from the history store's 5 s means)")
+        assert data["verdict"] == ("held 13.0 GiB on GPU 1; this cell did no GPU work"
+                                   " (from the history store's 5 s means)")
         assert data["samples"] == pytest.approx(60, abs=1)
     finally:
         store.stop()
@@ -320,7 +337,7 @@ def test_kernels_of_another_server_or_user_are_refused(tmp_path: Path, now: floa
         metrics, sources = scripted(tmp_path)
         write(metrics.history, now - 20, now, 2, lambda g, t: 0.0,
               lambda t: [Held(0, 4100, GIB, 0.0), Held(1, 4200, GIB, 0.0)])
-        assert report(sources, now - 10, now - 5)["state"] == HELD_IDLE
+        assert report(sources, now - 10, now - 5)["state"] == HELD_NO_WORK
         for kernel, status in ((OTHER_KERNEL, 403), ("0d0e0f10-1112-4314-9516-171819202122", 404),
                                ("../../etc/passwd", 400), ("", 400)):
             with pytest.raises(CellRefused) as refused:
@@ -357,7 +374,9 @@ def test_a_cell_on_a_mig_device(tmp_path: Path, now: float) -> None:
     assert gpu["index"] == mig.index and gpu["mig"] == "GPU 0 · MIG 1", gpu
     assert gpu["label"] == "GPU 0 · MIG 1" and gpu["signal"] == "device"
     assert gpu["sm_pct"] == pytest.approx(70.0) and "SM activity" in gpu["signal_text"]
-    assert data["verdict"].startswith("GPU 0 · MIG 1: busy 100% of 30 s, peak 5.0 GiB")
+    # The headline names what the details find (SM activity 70%: underused).
+    assert data["verdict"].startswith("GPU 0 · MIG 1: busy 100% of 30 s (underused), "
+                                      "peak 5.0 GiB")
 
 
 def test_a_standalone_kernel_that_never_held_a_gpu_is_known_by_its_connection_file(
@@ -417,7 +436,149 @@ def test_the_benchmark_gives_its_figures() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert "1-minute span of 2 GPUs (the kernel on 1)" in lines[0], lines
-    assert lines[1] == "  verdict: GPU 0: busy 100% of 58 s, peak 13.0 GiB (+0.0)", lines
+    assert lines[1] == "  verdict: GPU 0: busy 100% of 58 s (underused), peak 13.0 GiB (+0.0)", \
+        lines
     for what in ("the report, wall:", "the report, CPU:", "GET /cell.json:"):
         [line] = [line for line in lines if what in line]
         assert re.search(r"[\d.]+ ms \([\d.]+-[\d.]+\)", line), line
+
+
+def test_a_running_cell_of_a_gpu_kernel_is_read_at_its_own_pace_with_no_page_open(
+        tmp_path: Path, now: float) -> None:
+    """Issue 53: the cell verdict is a consumer of the read-rate table. While a kernel that
+    holds GPU memory runs a cell (Jupyter says busy), the server asks for a pass a second
+    with no page open, as it does with one open: the cell's samples, and so its verdict, do
+    not depend on the pages."""
+    from jupyterlab_nvdashboard.apps.cells import gpu_kernel_runs_a_cell
+    from jupyterlab_nvdashboard.metrics.demand import CELL_RUNNING, HOLDING, read_intervals
+    from jupyterlab_nvdashboard.server import LiveSessions, ViewerWatch
+
+    state = {"execution_state": "busy"}
+    jupyter = JupyterSessions(JupyterServer("http://127.0.0.1:9/", "/", "t"),
+                              fetch=lambda server: [{"path": "a.ipynb", "type": "notebook",
+                                                     "kernel": {"id": KERNEL, **state}}],
+                              fetch_executions=lambda server: {"kernels": {}})
+    metrics, sources = scripted(tmp_path, jupyter=jupyter)
+    write(metrics.history, now - 10, now, 2, lambda g, t: 50.0,
+          kernel_on_gpu1(lambda t: GIB, 50.0))
+    jupyter.refresh()
+    watch = ViewerWatch(metrics, [], LiveSessions(), 0.0,
+                        cell_running=lambda: gpu_kernel_runs_a_cell(sources))
+    assert gpu_kernel_runs_a_cell(sources) and CELL_RUNNING in watch.consumers()
+    with_page = read_intervals({"/GPU-Utilization", HOLDING}, TICK_S, 2.0)
+    no_page = read_intervals(watch.consumers(), TICK_S, 2.0)
+    assert no_page[PROCESS_FAMILY] == with_page[PROCESS_FAMILY] == 1.0
+    assert no_page["core"] <= 1.0
+    state["execution_state"] = "idle"
+    jupyter.refresh()
+    assert not gpu_kernel_runs_a_cell(sources) and watch.consumers() == set()
+
+
+def test_a_symlink_planted_as_a_connection_file_is_not_ours(
+        tmp_path: Path, now: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 53: another user may plant ``kernel-<their id>.json`` in a shared runtime
+    folder as a symlink to any file of ours; a connection file counts only as a regular
+    file of our own."""
+    metrics, sources = scripted(tmp_path)
+    write(metrics.history, now - 20, now, 2, lambda g, t: 0.0, lambda t: [])
+    theirs = "0d0e0f10-1112-4314-9516-171819202122"
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    mine = tmp_path / "notes.txt"
+    mine.write_text("mine")
+    (tmp_path / f"kernel-{theirs}.json").symlink_to(mine)
+    with pytest.raises(CellRefused) as refused:
+        report(sources, now - 10, now - 5, kernel=theirs)
+    assert refused.value.status == 404
+
+
+def test_another_users_process_naming_the_kernel_is_not_the_kernel(
+        tmp_path: Path, now: float) -> None:
+    """Issue 53: another user's process whose command line names this kernel's connection
+    file is another holder of the GPU, not the kernel: its memory and its work are not the
+    cell's, and it is named as sharing the GPU."""
+    OWNERS[4400] = owner(4400, KERNEL, 4400, user="someone-else")
+    try:
+        metrics, sources = scripted(tmp_path)
+        write(metrics.history, now - 60, now, 2, lambda g, t: 90.0 if g == 1 else 0.0,
+              lambda t: [Held(1, 4100, 4 * GIB, 0.0), Held(1, 4400, 20 * GIB, 90.0)])
+        data = report(sources, now - 40, now - 10)
+    finally:
+        del OWNERS[4400]
+    [gpu] = data["gpus"]
+    assert data["state"] == HELD_NO_WORK and gpu["memory"]["peak_bytes"] == 4 * GIB, data
+    assert gpu["shared_with"] == ["someone-else's process"] and gpu["findings"] == []
+
+
+def test_an_end_ahead_of_the_clock_is_refused_at_once(tmp_path: Path, now: float) -> None:
+    """Issue 53: an end 59 s ahead of this server's clock held a shared thread for seconds;
+    an end more than ``FUTURE_SLACK_S`` ahead is refused before anything waits."""
+    from jupyterlab_nvdashboard.apps.cells import FUTURE_SLACK_S
+
+    metrics, sources = scripted(tmp_path)
+    write(metrics.history, now - 20, now, 2, lambda g, t: 0.0, kernel_on_gpu1(lambda t: GIB, 0.0))
+    began = time.monotonic()
+    with pytest.raises(CellRefused) as refused:
+        report(sources, now - 10, time.time() + 59)
+    assert refused.value.status == 400 and "ahead of this server's clock" in refused.value.reason
+    assert time.monotonic() - began < 0.5 and FUTURE_SLACK_S <= 5
+
+
+def test_a_spans_read_costs_what_it_holds() -> None:
+    """Issue 53: the in-memory history and the passes are cut by bisection: a span reads
+    its own samples, not the history before or after it."""
+    from jupyterlab_nvdashboard.metrics import History
+
+    history = History(1000)
+    for i in range(1000):
+        history.append(100.0 + i, (), NO_HOST, monotonic_s=float(i))
+    assert [s.time_s for s in history.between(150.0, 152.5)] == [150.0, 151.0, 152.0]
+    assert history.between(2000.0, 3000.0) == [] and len(history.between(0.0, 1e9)) == 1000
+
+
+def test_the_glance_gives_the_kernels_own_share_not_the_shared_gpus(
+        tmp_path: Path, now: float) -> None:
+    """Issue 53: the toolbar showed 'GPU 1 · 4.0 GiB · 95%' for a kernel whose own samples
+    said it did nothing: the glance now gives the kernel's own share by its own signal
+    (``own_pct``), and none where its signal cannot tell."""
+    from jupyterlab_nvdashboard.apps.processes import glance
+
+    jupyter = JupyterSessions(JupyterServer("http://127.0.0.1:9/", "/", "t"),
+                              fetch=lambda server: [{"path": "a.ipynb", "type": "notebook",
+                                                     "kernel": {"id": KERNEL}}],
+                              fetch_executions=lambda server: {"kernels": {}})
+    jupyter.refresh()
+    for sm, own in ((0.0, 0.0), (None, None)):
+        metrics, sources = scripted(tmp_path, jupyter=jupyter)
+        write(metrics.history, now - 20, now, 2, lambda g, t: 95.0 if g == 1 else 0.0,
+              lambda t, sm=sm: [Held(1, 4100, 4 * GIB, sm), Held(1, 4300, 20 * GIB, sm)])
+        [kernel] = glance(sources)["kernels"]
+        assert kernel["own_pct"] == own, kernel
+        assert (kernel["own_signal"] == "per-process SM samples") == (own is not None)
+
+
+@pytest.mark.parametrize("duration_s", [0.6, 1.5, 2.5, 6.0])
+@pytest.mark.parametrize("sm", [90.0, 0.0, None])
+def test_the_verdict_does_not_change_with_the_pages_open(tmp_path: Path, now: float,
+                                                         duration_s: float,
+                                                         sm: float | None) -> None:
+    """Issue 53: with a timeline open the server samples every 0.2 s; with none, while a
+    kernel with GPU memory runs a cell, once a second (``CELL_RUNNING``). The same cell
+    gets the same verdict either way: too short below a second, else judged."""
+    start = now - 30.3
+    end = start + duration_s
+    busy = (lambda g, t: 90.0 if g == 1 and start <= t <= end else 0.0) if sm else \
+        (lambda g, t: 0.0)
+    states = []
+    for page_open in (True, False):
+        metrics, sources = scripted(tmp_path)
+        write(metrics.history, now - 60, now, 2, busy, kernel_on_gpu1(lambda t: 4 * GIB, sm))
+        if not page_open:  # only the samples of the 1 s pace: those that carry a pass
+            kept = [s for s in metrics.history.window(1e9) if PROCESS_FAMILY in s.extra]
+            metrics, sources = scripted(tmp_path)
+            for sample in kept:
+                metrics.history.append(sample.time_s, sample.gpus, sample.host,
+                                       extra=sample.extra, monotonic_s=sample.clock_s)
+        data = report(sources, start, end)
+        states.append((data["state"], data["too_short"]))
+    assert states[0] == states[1], (duration_s, sm, states)
+    assert states[0][1] == (duration_s < 1.0)

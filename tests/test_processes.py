@@ -427,3 +427,43 @@ def test_held_for_reads_like_every_other_duration_on_the_pages(
                     simulation=SimulationConfig(gpu_count=1))
     feed = processes.process_feed(DashboardSources(create_metrics(config, environ={})))
     assert feed.rows([]).text["held"] == ["7 s", "2 min 05 s", "1 h 02 min", "not available"]
+
+
+# A process that only names a kernel's connection file: started by someone else (here a
+# parent that exits at once, so it is re-parented), in a session of its own.
+_IMPOSTOR = """
+import subprocess, sys
+impostor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-f",
+                             sys.argv[1]], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(impostor.pid, flush=True)
+"""
+
+
+def test_a_kernel_is_the_process_its_launcher_started_not_a_command_line(
+        tmp_path: Path) -> None:
+    """Issue 53: with the kernel launcher known (the Jupyter server), a process whose
+    command line names a kernel's connection file but that the launcher did not start, nor
+    descends from the kernel, is no kernel's. The kernel, its children and its re-parented
+    group members still are."""
+    kernel_id = str(uuid.uuid4())
+    connection = tmp_path / f"kernel-{kernel_id}.json"
+    kernel = subprocess.Popen([sys.executable, "-c", _KERNEL, "-f", str(connection)],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    starter = subprocess.run([sys.executable, "-c", _IMPOSTOR, str(connection)],
+                             capture_output=True, text=True, timeout=60)
+    impostor = int(starter.stdout.split()[0])
+    try:
+        child, orphan = (int(pid) for pid in kernel.stdout.readline().split())  # type: ignore[union-attr]
+        launched = ProcessAttributor(lambda: (), host_namespace=True,
+                                     kernel_launcher_pid=os.getpid())
+        owners = launched.attribute([kernel.pid, child, orphan, impostor])
+        assert [owners[pid].kernel_id for pid in (kernel.pid, child, orphan)] == [kernel_id] * 3
+        assert owners[impostor].kernel_id is None and owners[impostor].kernel_pid is None
+        # Without a known launcher (standalone), the command line is all there is.
+        anyone = ProcessAttributor(lambda: (), host_namespace=True)
+        assert anyone.attribute([impostor])[impostor].kernel_id == kernel_id
+    finally:
+        os.killpg(kernel.pid, 9)
+        os.kill(impostor, 9)
+        kernel.wait()

@@ -241,6 +241,17 @@ def test_long_reads_past_the_bound_queue_and_then_are_told_to_come_back(
         busy = connection.getresponse()
         assert busy.status == 429 and int(busy.getheader("Retry-After")) > 0
         assert b"try again" in busy.read()
+        # A cell's span older than the in-memory history is a long read too (issue 53):
+        # told to come back under the same bound, before anything is read.
+        until(lambda: writing(server.url), "the store opened")
+        old_end = time.time() - 3 * 3600
+        connection.request("GET", f"/cell.json?kernel=6f1c2a8e-0d4b-4c55-9a1e-3b7d2c9e8f01"
+                                  f"&start={old_end - 60:.0f}&end={old_end:.0f}",
+                           headers={"Authorization": f"token {TEST_TOKEN}"})
+        busy = connection.getresponse()
+        said = busy.read()
+        assert busy.status == 429 and int(busy.getheader("Retry-After") or 0) > 0, \
+            (busy.status, said)
         connection.close()
         for release in releases:
             server.on_loop(release.set)

@@ -17,13 +17,16 @@ import asyncio
 import contextlib
 import math
 import os
+import stat
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..diagnosis.cell import (
     BUSY,
     CANNOT_TELL,
+    HELD_NO_WORK,
     LOST,
     MEMORY,
     NO_GPU_WORK,
@@ -32,10 +35,11 @@ from ..diagnosis.cell import (
     CellJudgment,
     DeviceCell,
     KernelPass,
+    OtherCell,
     judge_cell,
 )
 from ..jupyter_sessions import runtime_dir
-from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, Sample, prepend_past
+from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, Sample
 from ..metrics.attribution import kernel_id_of
 from ..metrics.processes import PROCESS_EVERY_S
 from .components import GIB, duration_text, format_memory
@@ -47,10 +51,18 @@ if TYPE_CHECKING:
 # How long after a process shows its holder's first pass may come: its owner is told by
 # the slow thread, once a second or once an idle interval (2 s by default), a few passes on.
 ATTRIBUTION_DELAY_S = 10.0
-# An end this far ahead of this server's clock is refused: the kernel's clock and this
-# server's differ by seconds at worst on one machine (both are the host's), and a span in
-# the future would be judged before it happened. Our choice, generous for remote kernels.
-FUTURE_SLACK_S = 60.0
+# An end this far ahead of this server's clock is refused, at once: the kernel's clock and
+# this server's are the host's on one machine (a remote kernel's NTP-kept clock is within
+# milliseconds), and the footer asks 1.5 s after a cell ended; a span in the future would be
+# judged before it happened, and waiting for it held a shared thread (issue 53). Our choice.
+FUTURE_SLACK_S = 2.0
+# The most stored samples one span is judged from: the in-memory history's 10 minutes at the
+# default tick (0.2 s) is 3,000, the size benchmarks/cell_report.py holds to its budget. A
+# longer span is read at a coarser resolution (the store folds its buckets), never longer.
+MAX_STORE_SAMPLES = 3000
+# Two starts this close are the same cell's: both are its execute_input's header date,
+# which the executions route keeps as a float of the same text.
+SAME_START_S = 1e-3
 
 
 class CellRefused(Exception):
@@ -94,16 +106,37 @@ def check_kernel(sources: DashboardSources, kernel_id: str) -> str | None:
     if me in users:
         return None
     folder = runtime_dir(os.environ)
-    try:
-        mine = folder is not None and \
-            (folder / f"kernel-{kernel_id}.json").stat().st_uid == os.getuid()
-    except OSError:
-        mine = False
-    if mine:
+    if folder is not None and own_connection_file(folder / f"kernel-{kernel_id}.json"):
         return None
     if users:
         raise CellRefused(403, f"kernel {kernel_id} is another user's")
     raise CellRefused(404, f"kernel {kernel_id} is not a kernel of this server's user")
+
+
+def gpu_kernel_runs_a_cell(sources: DashboardSources) -> bool:
+    """Whether a kernel that held GPU memory in the newest pass runs a cell now (Jupyter
+    says it is busy): then the sampler reads for the cell's verdict (``demand.CELL_RUNNING``)."""
+    jupyter = sources.jupyter
+    if jupyter is None:
+        return False
+    sessions = jupyter.sessions
+    me = current_user() or ""
+    for user, kernel in sources.usage.current:  # the holders of the newest pass
+        session = sessions.get(kernel) if kernel and user == me else None
+        if session is not None and session.execution_state == "busy":
+            return True
+    return False
+
+
+def own_connection_file(path: Path) -> bool:
+    """Whether ``path`` is a connection file of this server's user: a regular file, not a
+    symlink (another user may plant one in a shared runtime folder, pointing at any file
+    of ours), owned by us. Read with ``lstat``: the link itself is judged."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid()
 
 
 def _closes(sample: Sample, end_s: float) -> bool:
@@ -165,28 +198,49 @@ async def pass_after(sources: DashboardSources, end_s: float) -> None:
         history.remove_listener(listen)
 
 
+def reaches_store(sources: DashboardSources, start_s: float) -> bool:
+    """Whether a span from ``start_s`` begins before the in-memory history, where a store
+    keeps it: then its report is a long read (``long_reads.py``)."""
+    oldest, store = sources.metrics.history.oldest(), sources.store
+    return oldest is not None and store is not None and store.readable and \
+        start_s < oldest.time_s - sources.metrics.interval_s
+
+
 def span_samples(sources: DashboardSources, start_s: float, end_s: float
                  ) -> tuple[float | None, list[Sample], str, float]:
     """(where the in-memory history starts, the span's samples to judge, where they come
-    from, and their resolution)."""
+    from, and their resolution). The store is read for the span's part before the
+    in-memory history only (a cell of 20 days ago reads its minute, not the 20 days since),
+    a piece at a time (``HistoryStore.past_in_pieces``, as ``/history.csv`` reads), at a
+    resolution that keeps the span to ``MAX_STORE_SAMPLES``: what one request holds is
+    bounded whatever the span's length."""
     metrics = sources.metrics
     history = metrics.history
-    latest, oldest = history.latest(), history.oldest()
-    if latest is None or oldest is None:
+    oldest = history.oldest()
+    if oldest is None:
         return None, [], MEMORY, metrics.interval_s
-    # The history is cut by the monotonic clock; the span by the wall clock: the window
-    # reaches back from the newest sample by the wall clock's distance, and is cut again.
-    in_memory = [s for s in history.window(max(0.0, latest.time_s - start_s) + 1.0)
-                 if start_s <= s.time_s <= end_s]
+    in_memory = history.between(start_s, end_s)
     first = oldest.time_s
     store = sources.store
-    if start_s >= first - metrics.interval_s or store is None or not store.readable:
+    if store is None or not reaches_store(sources, start_s):
         return first, in_memory, MEMORY, metrics.interval_s
-    samples, resolution = prepend_past(in_memory, end_s - start_s, store, 0.0, rows="mean",
-                                       now_s=end_s, before_s=first)
-    if not resolution:  # the store kept nothing of it
+    until = min(end_s, first)
+    wish = (until - start_s) / MAX_STORE_SAMPLES
+    older: list[Sample] = []
+    resolution = 0.0
+    for piece in store.past_in_pieces(start_s, until, wish, rows="mean"):
+        older += [sample for sample in piece.samples if sample.time_s < first]
+        resolution = piece.resolution_s
+    if not older:  # the store kept nothing of it
         return first, in_memory, MEMORY, metrics.interval_s
-    return first, samples, STORE, resolution
+    return first, older + in_memory, STORE, resolution
+
+
+def holder_words(user: str, kernel_id: str, me: str | None) -> str:
+    """Another holder of a device, as a cell's verdict names it."""
+    if user == me:
+        return f"your kernel {kernel_id[:8]}" if kernel_id else "your process outside any kernel"
+    return f"{user or 'another user'}'s process"
 
 
 def kernel_passes(sources: DashboardSources, kernel_id: str, start_s: float, end_s: float
@@ -194,22 +248,67 @@ def kernel_passes(sources: DashboardSources, kernel_id: str, start_s: float, end
     """The kernel's process passes from ``start_s`` to ``end_s``, as the idle judgment read
     them (``usage.GpuUsage``), where their processes' owners were all known (a process's
     owner is told a slow pass after it first shows: until then, whether the kernel held
-    anything cannot be told, and a pass is not taken for "held nothing")."""
-    return [KernelPass(seen.time_s, tuple(
-        device for (_, kernel), devices in seen.holders.items() if kernel == kernel_id
-        for device in devices))
-        for seen in sources.usage.passes_between(start_s, end_s)
-        if seen.owners_known and not seen.unattributed]
+    anything cannot be told, and a pass is not taken for "held nothing"), with who else
+    held each device the kernel held. The kernel's processes are those of this server's
+    user in its process tree (``metrics/attribution.py``): another user's process whose
+    command line names the kernel's connection file is another holder, not the kernel."""
+    me = current_user()
+    own = (me or "", kernel_id)
+    found = []
+    for seen in sources.usage.passes_between(start_s, end_s):
+        if not seen.owners_known or seen.unattributed:
+            continue
+        mine = tuple(seen.holders.get(own, ()))
+        others = tuple(
+            (row, tuple(holder_words(user, kernel, me)
+                        for (user, kernel), devices in seen.holders.items()
+                        if (user, kernel) != own and any(d.row == row for d in devices))
+             or ("another process",))
+            for row in dict.fromkeys(d.row for d in mine if not d.only_holder))
+        found.append(KernelPass(seen.time_s, mine, others))
+    return found
+
+
+def kernel_cells(sources: DashboardSources, kernel_id: str, start_s: float
+                 ) -> tuple[list[OtherCell], int | None]:
+    """The kernel's other cells that Jupyter's executions route lists (``jupyter_sessions``)
+    and this cell's execution count, found by its start (both are the ``execute_input``'s
+    header date); none standalone."""
+    jupyter = sources.jupyter
+    spans = jupyter.cells.get(kernel_id, ()) if jupyter is not None else ()
+    this = next((cell for cell in spans if abs(cell.start_s - start_s) < SAME_START_S), None)
+    return ([OtherCell(cell.count, cell.start_s, cell.end_s) for cell in spans
+             if cell is not this], this.count if this is not None else None)
+
+
+def held_rows(sources: DashboardSources, kernel_id: str, start_s: float, end_s: float,
+              history_first_s: float, gap_s: float) -> list[int]:
+    """The rows the kernel held during the span, by its tracks (a span older than the
+    in-memory passes: the store keeps no process). A row it let go of before the span is
+    not the cell's, nor one it took after it: a track that began after the span counts only
+    where it began as the history did (the kernel held it when this server started, and
+    the store's readings of the row are the best word on it)."""
+    seen_by = max(end_s, history_first_s + ATTRIBUTION_DELAY_S + gap_s)
+    own = (current_user() or "", kernel_id)
+    return [row for (key, row), track in sources.usage.snapshot()[1].items()
+            if key == own and track.first_s <= seen_by
+            and track.last_pass_s >= start_s]
+
+
+def refuse_future(end_s: float, now_s: float | None = None) -> None:
+    """``CellRefused`` (400) for an end ahead of this server's clock by more than
+    ``FUTURE_SLACK_S``: at once, before any wait, so it holds no thread."""
+    now = time.time() if now_s is None else now_s
+    if end_s > now + FUTURE_SLACK_S:
+        raise CellRefused(400, f"end is {end_s - now:.1f} s ahead of this server's clock")
 
 
 def cell_report(sources: DashboardSources, kernel_id: str, start_s: float, end_s: float
                 ) -> dict[str, Any]:
     """``/cell.json``'s answer for ``kernel_id`` from ``start_s`` to ``end_s`` (wall time),
     or ``CellRefused``. Blocks: call it off the event loop."""
+    refuse_future(end_s)
     notebook = check_kernel(sources, kernel_id)
-    now = time.time()
-    if end_s > now + FUTURE_SLACK_S:
-        raise CellRefused(400, f"end is {end_s - now:.0f} s ahead of this server's clock")
     metrics = sources.metrics
     gap_s = pass_gap_s(sources)
     wait_for_pass_after(sources, end_s, gap_s)
@@ -218,20 +317,15 @@ def cell_report(sources: DashboardSources, kernel_id: str, start_s: float, end_s
         raise CellRefused(404, "the span is older than this server's history, and no "
                                "history store keeps it")
     passes = kernel_passes(sources, kernel_id, start_s - gap_s, end_s + gap_s)
-    rows_held: list[int] = []
-    if judged_from == STORE and first is not None:
-        # The store keeps no process: the rows the kernel held since this server saw it
-        # first, if that was before the span ended or when the history began (it held them
-        # then, and what the store kept of them is the best word on them).
-        seen_by = max(end_s, first + ATTRIBUTION_DELAY_S + gap_s)
-        rows_held = [row for ((_, kernel), row), track in sources.usage.snapshot()[1].items()
-                     if kernel == kernel_id and track.first_s <= seen_by]
+    others, count = kernel_cells(sources, kernel_id, start_s)
+    rows_held = held_rows(sources, kernel_id, start_s, end_s, first, gap_s) \
+        if judged_from == STORE and first is not None else []
     latest = metrics.history.latest()
     lost_rows = [r.index for r in latest.gpus if r.lost] if latest is not None else []
     judgment = judge_cell(start_s, end_s, passes, samples, metrics.facts,
                           judged_from=judged_from, resolution_s=resolution, gap_s=gap_s,
                           rows_held=rows_held, lost_rows=lost_rows,
-                          simulated=metrics.simulated)
+                          simulated=metrics.simulated, others=others, count=count)
     return cell_json(judgment, kernel_id, notebook)
 
 
@@ -254,32 +348,57 @@ def device_json(device: DeviceCell) -> dict[str, Any]:
                        "change_bytes": _finite(memory.change_bytes)},
             "signal": device.signal, "signal_text": device.signal_words,
             "sm_pct": _finite(device.sm_pct), "working_share": _finite(device.working_share),
+            "shared_with": list(device.shared_with), "whose": device.whose,
+            "memory_spanning": {"change_bytes": _finite(device.memory.spanning_bytes),
+                                "cells": list(device.memory.spanning_cells)},
             "findings": [{**finding.to_json(), "line": finding.summary()}
                          for finding in device.findings]}
 
 
+def cells_text(counts: tuple[int | None, ...]) -> str:
+    """``cells [3]–[4]`` (the first and last execution counts, ``[?]`` where none)."""
+    names = [f"[{'?' if count is None else count}]" for count in counts]
+    return f"cells {names[0]}–{names[-1]}" if len(names) > 1 else f"cell {names[0]}"
+
+
 def _peak(device: DeviceCell) -> str:
-    """``peak 12.3 GiB (+2.1)``; what is known of the memory."""
+    """``peak 12.3 GiB (+2.1)``; what is known of the memory, and a change the passes could
+    not place in one cell (``+6.0 GiB over cells [3]–[4]``)."""
     memory = device.memory
     change = change_text(memory.change_bytes)
-    return f"peak {format_memory(memory.peak_bytes)}" + (f" ({change})" if change else "")
+    text = f"peak {format_memory(memory.peak_bytes)}" + (f" ({change})" if change else "")
+    if memory.spanning_bytes:
+        text += (f"; {change_text(memory.spanning_bytes)} GiB over "
+                 f"{cells_text(memory.spanning_cells)}")
+    return text
+
+
+def _cause(device: DeviceCell) -> str:
+    """The first finding with something to try, where the findings are the kernel's
+    (``whose.py``): the headline names what the details advise on."""
+    return next((f.cause_words for f in device.findings if not f.good and f.advice), "")
 
 
 def device_clause(device: DeviceCell, duration_s: float) -> str:
-    """One device's part of the verdict, in the issue's words."""
+    """One device's part of the verdict, in the issue's words; it agrees with the details
+    (the worst finding's cause is named in it)."""
     label, span = device.label, duration_text(duration_s)
     worked = "" if device.working_share is None else f"{100 * device.working_share:.0f}%"
     if device.state == LOST:
         return f"{label} was lost (it stopped answering the driver); {_peak(device)}"
     if device.state == CANNOT_TELL:
-        return f"{label}: cannot tell whether this cell worked it ({device.signal_words}); " \
-               f"{_peak(device)}"
+        return f"{label}: {device.signal_words}; {_peak(device)}"
+    cause = _cause(device)
     if device.state == BUSY:
-        return f"{label}: busy {worked} of {span}, {_peak(device)}"
-    held = device.memory.peak_bytes
-    cause = next((f.cause_words for f in device.findings if not f.good), "")
-    return (f"held {format_memory(held)} on {label}, but {label} worked "
-            f"{worked or 'an unknown share'} of {span}" + (f": {cause}" if cause else ""))
+        return f"{label}: busy {worked} of {span}" + (f" ({cause})" if cause else "") + \
+            f", {_peak(device)}"
+    held = format_memory(device.memory.peak_bytes)
+    if device.state == HELD_NO_WORK:
+        spanning = _peak(device).partition("; ")[2]
+        return f"held {held} on {label}; this cell did no GPU work" + \
+            (f" ({spanning})" if spanning else "")
+    return (f"held {held} on {label}, but this cell worked it {worked or 'an unknown share'} of "
+            f"{span}" + (f": {cause}" if cause else ""))
 
 
 def verdict(judgment: CellJudgment) -> str:
@@ -302,6 +421,7 @@ def verdict(judgment: CellJudgment) -> str:
 def cell_json(judgment: CellJudgment, kernel_id: str, notebook: str | None) -> dict[str, Any]:
     return {"kernel": kernel_id, "notebook": notebook, "start_s": judgment.start_s,
             "end_s": judgment.end_s, "duration_s": judgment.duration_s,
+            "count": judgment.count,
             "judged_from": judgment.judged_from, "resolution_s": judgment.resolution_s,
             "samples": judgment.samples, "too_short": judgment.too_short,
             "touched_gpu": judgment.touched_gpu, "state": judgment.state,

@@ -4,7 +4,8 @@
 A finding is about a GPU's activity over a window, not about one process on it. The sidebar
 used to put "GPU 1: starved … Try: find what the GPU waits for" under a kernel of the user's
 that was idle on GPU 1, while GPU 1's work was another user's job. So the server says whose
-the finding is, and gives the advice only where it can be about the user's own kernel:
+the finding is (``diagnosis/whose.py``, the rule a cell's footer applies too), and gives the
+advice only where it can be about the user's own kernel:
 
 - the finding is **the user's** when the user's kernels are the only processes on the GPU
   and at least one of them does GPU work (judged ``busy`` by ``usage.py``): their work is
@@ -19,12 +20,12 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..diagnosis.idle import BUSY, IDLE
+from ..diagnosis.whose import THE_GPUS, YOURS, whose_finding
 
 if TYPE_CHECKING:
     from ..diagnosis.findings import Diagnosis
 
-YOURS = "yours"  # the user's kernels are all that runs on the GPU, and they work
-THE_GPUS = "gpu"  # other processes share the GPU, or the user's kernels do no GPU work
+__all__ = ["THE_GPUS", "YOURS", "ProcessRow", "told_to_the_user"]
 
 
 class ProcessRow(Protocol):
@@ -52,7 +53,7 @@ def told_to_the_user(diagnosis: Diagnosis, rows: Sequence[ProcessRow],
     idle = sorted({row.notebook for row in kernels
                    if row.notebook and idle_states.get(row.kernel_id or "") == IDLE})
     working = any(idle_states.get(row.kernel_id or "") == BUSY for row in kernels)
-    whose = YOURS if working and not others else THE_GPUS
+    whose = whose_finding(alone=bool(kernels) and not others, worked=working)
     return {"index": diagnosis.row, "label": diagnosis.label, "cause": diagnosis.cause,
             "brief": diagnosis.brief(), "line": diagnosis.line(),
             "advice": diagnosis.first.advice if whose == YOURS else "",

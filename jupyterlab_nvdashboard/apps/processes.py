@@ -32,6 +32,7 @@ from bokeh.models import (
 )
 
 from ..diagnosis.free import FREE_WINDOW_S, FreeJudgment, by_device, judge_free
+from ..diagnosis.idle import NO_WORK, WORK
 from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessOwner, ProcessReading, Sample
 from ..metrics.identity import OTHER, PAIRED, SAME, SHARED, UNKNOWN, UNLISTED
 from ..stream.frames import Rows
@@ -575,6 +576,13 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
         if row.gpu not in kernel["devices"]:
             kernel["devices"].append(row.gpu)
     for kernel in kernels.values():
+        # The kernel's own GPU work in the newest pass, by its own signal (the rule a
+        # cell's verdict reads): the toolbar shows it, never a shared GPU's load as its.
+        own = sources.usage.own_activity(user or "", kernel["kernel_id"])
+        if own is not None and own.kind in (WORK, NO_WORK):
+            kernel["own_pct"], kernel["own_signal"] = own.pct, own.signal
+        else:
+            kernel["own_pct"], kernel["own_signal"] = None, ""
         kernel["idle"] = idle_json(
             sources.usage.judgment(user or "", kernel["kernel_id"]), kernel["path"],
             kernel["kernel_id"], kernel["memory_bytes"], kernel["devices"],

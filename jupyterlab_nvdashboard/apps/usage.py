@@ -14,6 +14,7 @@ updates per pass; readers take a copy under the lock.
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 import time
@@ -31,6 +32,7 @@ from ..diagnosis.idle import (
     DeviceTrack,
     HolderTrack,
     IdleJudgment,
+    PassEvidence,
     advance,
     advance_device,
     evidence_gap_s,
@@ -142,6 +144,10 @@ class HolderPass:
     # pass cannot say.
     unattributed: int = 0
     owners_known: bool = True
+
+
+def _pass_time(seen: HolderPass) -> float:
+    return seen.time_s
 
 
 class HolderPasses:
@@ -329,10 +335,21 @@ class GpuUsage:
             return dict(self.holders), dict(self.holder_rows), dict(self.devices), self.current
 
     def passes_between(self, start_s: float, end_s: float) -> list[HolderPass]:
-        """The process passes from ``start_s`` to ``end_s`` (wall time), oldest first."""
+        """The process passes from ``start_s`` to ``end_s`` (wall time), oldest first;
+        found by bisection, so a cell's span costs what it holds."""
         with self._lock:
             passes = list(self.recent)
-        return [seen for seen in passes if start_s <= seen.time_s <= end_s]
+        low = bisect.bisect_left(passes, start_s, key=_pass_time)
+        return passes[low:bisect.bisect_right(passes, end_s, lo=low, key=_pass_time)]
+
+    def own_activity(self, user: str, kernel_id: str) -> PassEvidence | None:
+        """What the newest pass told of ``user``'s kernel's own GPU work: its highest
+        activity by its own signal (``idle.device_evidence``: its per-process samples, or
+        its device's where it was the only process or nobody worked), or ``UNKNOWN``. The
+        toolbar shows this, not a shared device's utilization, as the kernel's share."""
+        with self._lock:
+            track = self.holders.get((user, kernel_id))
+        return None if track is None else track.last
 
     def judgment(self, user: str, kernel_id: str, now_s: float | None = None
                  ) -> IdleJudgment | None:

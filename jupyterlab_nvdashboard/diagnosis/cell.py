@@ -1,65 +1,107 @@
 """What one notebook cell did on the GPU: a kernel's process tree judged over a time span.
 
-Pure functions over plain values (issue 45, item 2). ``apps/cells.py`` gathers the span's
-samples and, for each process pass, the kernel's ``DeviceEvidence`` (the same evidence the
-idle judgment reads: its memory, its own SM samples, whether it was the device's only
-process); this module says, for each device the kernel held, what its memory did, which
-signal speaks for the kernel and what it says, the share of the span that device worked,
-and the diagnosis findings over exactly the span. It says it in figures and classes; the
-page's words (GiB, seconds) are ``apps/cells.py``'s.
+Pure functions over plain values (issue 45, item 2; issue 53). ``apps/cells.py`` gathers the
+span's samples and, for each process pass, the kernel's ``DeviceEvidence`` (the same
+evidence the idle judgment reads: its memory, its own SM samples, whether it was the
+device's only process) and who else held each device; this module says, for each device
+the kernel held, what its memory did, which signal speaks for the kernel and what it says,
+and the diagnosis findings over the span where they are the kernel's. It says it in figures
+and classes; the page's words (GiB, seconds) are ``apps/cells.py``'s.
 
-**Signals** are those of ``idle.py`` (``device_evidence``): per-process SM samples; else the
-device's activity when the kernel was its only process, or when nobody on it worked; else
-"cannot tell".
+**Whose** (issue 53, item 1): a cell's verdict rests only on its kernel's own signals, pass
+by pass: its per-process SM samples where the driver gives them; the device's activity
+where the kernel was the device's only process, or where nobody on the device worked;
+otherwise the cell "cannot tell", naming who shares the device. Another kernel's activity
+is never counted as this cell's work. The diagnosis findings (and their advice about code)
+are the kernel's only by ``whose.py``'s rule: alone on the device and this cell did work.
 
-**Memory** at the start is the kernel's in the last pass before the span (within ``gap_s``),
-at the end in the first pass after it: a cell's change is what it allocated or freed, even
-when no pass falls inside a short cell.
+**Memory** (issue 53, item 2): a change between two passes happened somewhere between them.
+It is this cell's when that interval lies in the span, or reaches out of it only into time
+when the kernel ran no other cell; where it reaches into another cell of the kernel's (Run
+All's back-to-back cells between two passes), it is charged to neither, and named as
+spanning those cells. A cell's start is the kernel's memory in the last pass at or before
+it (within ``gap_s``); its end, the start plus the changes charged to it.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..metrics import GpuFacts, GpuReading, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading
 from .findings import Finding, mean
-from .idle import UNKNOWN, WORK_PCT, DeviceEvidence, device_evidence
+from .idle import WORK_PCT, DeviceEvidence
 from .rules import device_readings, diagnose
 from .thresholds import LOW_UTILIZATION_PCT
+from .whose import YOURS, whose_finding
 
 # The signals, as /cell.json names them.
 PER_PROCESS, DEVICE, CANNOT_TELL = "per-process", "device", "cannot-tell"
-# What a device's part of a cell was.
-BUSY, HELD_IDLE, LOST = "busy", "held-idle", "lost"
-# The cell's verdict class, beside its GPUs' (the first of LOST, CANNOT_TELL, HELD_IDLE
-# that any of them is, else BUSY: a GPU held idle beside a busy one is worth saying).
+# What a device's part of a cell was: busy; held memory and worked the device a little;
+# held memory and did no GPU work at all (a CPU-only cell in a kernel with a CUDA context);
+# lost.
+BUSY, HELD_IDLE, HELD_NO_WORK, LOST = "busy", "held-idle", "held-no-work", "lost"
+# The cell's verdict class, beside its GPUs' (the first of LOST, CANNOT_TELL, HELD_IDLE,
+# HELD_NO_WORK that any of them is, else BUSY: a GPU held idle beside a busy one is worth
+# saying).
 NO_GPU_WORK, TOO_SHORT = "no-gpu-work", "too-short"
 # A device that worked less than this share of the cell held memory idle. Nsight's
 # gpu_time_util and the PyTorch profiler call a GPU in use less than half the time
 # underused (thresholds.LOW_UTILIZATION_PCT); a cell is judged by the same line.
 BUSY_SHARE = LOW_UTILIZATION_PCT / 100.0
-# A span needs this many samples to be judged (issue 45: "shorter than two samples").
+# A span from the store needs this many of its buckets to be judged (issue 45: "shorter
+# than two samples").
 MIN_SPAN_SAMPLES = 2
+# A span from memory shorter than this is too short to judge, whatever the samples: while a
+# kernel with GPU memory runs a cell, the server reads a pass and a sample a second
+# (``metrics/demand.py``'s CELL_RUNNING), and faster only while some page asks. Counting
+# samples made a 1.5 s cell "too short" with no page open and "busy" with a timeline open
+# (issue 53); a second is the pace every cell gets.
+SHORTEST_JUDGED_S = 1.0
 STORE, MEMORY = "store", "memory"
 
 
 @dataclass(frozen=True)
 class KernelPass:
     """One process pass, and the kernel's evidence on each device row it held then (none:
-    it held no GPU memory in that pass)."""
+    it held no GPU memory in that pass). ``others``: on each row the kernel held, the other
+    holders listed there, in words ("user bob's process"); a row the kernel shared with a
+    process whose owner is not known has ``another process`` among them."""
 
     time_s: float
     devices: tuple[DeviceEvidence, ...]
+    others: tuple[tuple[int, tuple[str, ...]], ...] = ()
+
+    def others_on(self, row: int) -> tuple[str, ...]:
+        return next((names for where, names in self.others if where == row), ())
+
+
+@dataclass(frozen=True)
+class OtherCell:
+    """Another cell of the same kernel, on the kernel's clock: ``end_s`` None while it
+    runs."""
+
+    count: int | None
+    start_s: float
+    end_s: float | None
+
+    def overlaps(self, start_s: float, end_s: float) -> bool:
+        return self.start_s < end_s and (self.end_s is None or self.end_s > start_s)
 
 
 @dataclass(frozen=True)
 class MemoryChange:
     start_bytes: float | None
-    end_bytes: float | None
-    peak_bytes: float | None
-    change_bytes: float | None
+    end_bytes: float | None  # the start with the changes charged to this cell
+    peak_bytes: float | None  # the highest the kernel held in the span
+    change_bytes: float | None  # the changes charged to this cell
+    # Changes the passes cannot place in this cell or its neighbours (their net), and the
+    # execution counts of the cells they span (this one's too; None where a cell has none):
+    # named whenever the passes cannot separate this cell's memory from a neighbour's.
+    spanning_bytes: float = 0.0
+    spanning_cells: tuple[int | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,10 +116,12 @@ class DeviceCell:
     memory: MemoryChange
     signal: str  # PER_PROCESS, DEVICE or CANNOT_TELL
     signal_words: str  # which reading spoke, or why none could
-    sm_pct: float | None
-    working_share: float | None  # 0..1
-    findings: tuple[Finding, ...]
-    state: str  # BUSY, HELD_IDLE, CANNOT_TELL or LOST
+    sm_pct: float | None  # the kernel's own SM %, where its signal tells it
+    working_share: float | None  # 0..1: the share of the span the kernel worked the device
+    findings: tuple[Finding, ...]  # the device's diagnosis, where it is the kernel's
+    state: str  # BUSY, HELD_IDLE, HELD_NO_WORK, CANNOT_TELL or LOST
+    shared_with: tuple[str, ...] = ()  # who else held the device during the span
+    whose: str = YOURS  # whose.py's word on the findings
 
 
 @dataclass(frozen=True)
@@ -88,6 +132,7 @@ class CellJudgment:
     resolution_s: float
     samples: int  # samples in the span
     devices: tuple[DeviceCell, ...]
+    count: int | None = None  # the cell's execution count, where known
 
     @property
     def duration_s(self) -> float:
@@ -95,7 +140,9 @@ class CellJudgment:
 
     @property
     def too_short(self) -> bool:
-        return self.samples < MIN_SPAN_SAMPLES
+        if self.judged_from == STORE:
+            return self.samples < MIN_SPAN_SAMPLES
+        return self.duration_s < SHORTEST_JUDGED_S or self.samples == 0
 
     @property
     def touched_gpu(self) -> bool:
@@ -107,7 +154,7 @@ class CellJudgment:
             return NO_GPU_WORK
         if self.too_short:
             return TOO_SHORT
-        for state in (LOST, CANNOT_TELL, HELD_IDLE):
+        for state in (LOST, CANNOT_TELL, HELD_IDLE, HELD_NO_WORK):
             if any(device.state == state for device in self.devices):
                 return state
         return BUSY
@@ -136,25 +183,68 @@ def _share(values: Sequence[float | None]) -> float | None:
     return sum(1 for value in known if value >= WORK_PCT) / len(known) if known else None
 
 
-def _held(passes: Sequence[KernelPass], rows: Sequence[int]) -> dict[int, list[float | None]]:
-    """The kernel's memory on each row in each pass: 0 where it held none there."""
-    series: dict[int, list[float | None]] = {row: [] for row in rows}
-    for kernel_pass in passes:
-        held = {device.row: device.held_bytes for device in kernel_pass.devices}
-        for row, values in series.items():
-            values.append(held.get(row, 0.0))
-    return series
+def charge_memory(times: Sequence[float], held: Sequence[float | None], start_s: float,
+                  end_s: float, gap_s: float, others: Sequence[OtherCell] = (),
+                  count: int | None = None) -> MemoryChange:
+    """The kernel's memory on one device charged to the cell from ``start_s`` to ``end_s``.
 
-
-def _memory(held: Sequence[float | None]) -> MemoryChange:
-    """``held``: the kernel's memory in the pass before the span, those in it and the one
-    after it (as far as there are such)."""
-    if not held:
+    ``times``: the kernel's passes around the span, oldest first; ``held``: its memory on
+    the device in each (0 where it held none, None where its share is not known on its
+    own). ``others``: the kernel's other cells near the span (a change that may fall in one
+    of them is not this cell's); ``count``: this cell's execution count, to name the cells a
+    change spans. Costs a few steps per interval at the span's edges and one sum over the
+    passes inside it."""
+    low, high = bisect_left(times, start_s - gap_s), bisect_right(times, end_s + gap_s)
+    if low >= high:
         return MemoryChange(None, None, None, None)
-    start, end = held[0], held[-1]
-    peak = None if None in held else max(held)  # type: ignore[type-var]
-    change = end - start if start is not None and end is not None else None
-    return MemoryChange(start, end, peak, change)
+    # The pass at or before the start, and the one at or after the end (as near as any).
+    before_start = bisect_right(times, start_s, low, high) - 1
+    after_end = bisect_left(times, end_s, low, high)
+    # No pass at or before the start (one was missed), or none at or after the end: what
+    # the kernel held when the cell began or ended, and so what it changed, is not known.
+    start = held[before_start] if before_start >= low else None
+    first = max(before_start, low)
+    last = max(min(after_end, high - 1), first)
+    charged: float | None = 0.0 if after_end < high else None
+    spanning, spanned = 0.0, dict.fromkeys([count])
+    seen = [held[first]]  # what the kernel held during the span, as the passes show it
+    # Intervals wholly inside the span, [inner_from, inner_to): no other cell reaches them,
+    # and their changes sum to the difference of their ends.
+    inner_from = first if times[first] >= start_s else first + 1
+    inner_to = max(inner_from, bisect_right(times, end_s, low, high) - 1)
+    for k in range(first, last):
+        if k == inner_from and inner_from < inner_to:
+            block = held[inner_from:inner_to + 1]
+            seen.extend(block[1:])
+            if None in block:
+                charged = None
+            elif charged is not None:
+                charged += block[-1] - block[0]  # type: ignore[operator]
+            continue
+        if inner_from < k < inner_to:
+            continue
+        t0, t1, v0, v1 = times[k], times[k + 1], held[k], held[k + 1]
+        outside = [(a, b) for a, b in ((t0, min(t1, start_s)), (max(t0, end_s), t1)) if a < b]
+        neighbours = [cell for cell in others for a, b in outside if cell.overlaps(a, b)]
+        if t1 <= end_s or not neighbours:
+            seen.append(v1)
+        if v0 is None or v1 is None:
+            if not neighbours:
+                charged = None
+            continue
+        if neighbours:
+            spanning += v1 - v0
+            spanned.update(dict.fromkeys(cell.count for cell in neighbours))
+        elif charged is not None:
+            charged += v1 - v0
+    peak = None if None in seen else max(seen)  # type: ignore[type-var]
+    end = None if start is None or charged is None else start + charged
+    change = None if start is None else charged
+    # Cells named even where the net change between their passes is nothing: a cell that
+    # freed what the next one took shows no change there, and neither did nothing.
+    cells = tuple(sorted(spanned, key=lambda c: -1 if c is None else c)) \
+        if len(spanned) > 1 else ()
+    return MemoryChange(start, end, peak, change, spanning, cells)
 
 
 def _device_memory(readings: Sequence[GpuReading | None]) -> MemoryChange:
@@ -166,102 +256,201 @@ def _device_memory(readings: Sequence[GpuReading | None]) -> MemoryChange:
     return MemoryChange(known[0], known[-1], max(known), known[-1] - known[0])
 
 
-def _signal(evidence: Sequence[DeviceEvidence]) -> tuple[str, str]:
-    """The signal that speaks for the kernel on one device over the span's passes, and
-    which reading it was, or why none could."""
+@dataclass(frozen=True)
+class _Own:
+    """What the kernel's own signals say of one device over the span's passes."""
+
+    signal: str
+    words: str
+    pass_pcts: tuple[float, ...]  # its own activity in each pass (CANNOT_TELL: none)
+    alone: bool  # its processes were the device's only ones in every pass
+    shared_with: tuple[str, ...]
+
+
+def _own(label: str, evidence: Sequence[DeviceEvidence],
+         others: Sequence[str]) -> _Own:
+    """The kernel's own activity on one device, pass by pass, from its signals only: its
+    per-process SM samples; else the device's activity where it was the only process, or
+    where nobody worked (then the kernel did not either); else nothing can be told."""
+    shared_with = tuple(dict.fromkeys(others))
+    alone = bool(evidence) and all(device.only_holder for device in evidence)
     if not evidence:
-        return CANNOT_TELL, "no process pass fell in the span"
+        return _Own(CANNOT_TELL, "no process pass fell in the span", (), alone, shared_with)
+    pcts: list[float] = []
+    device_words = ""
+    for device in evidence:
+        if device.process_sm_pct is not None:
+            pcts.append(device.process_sm_pct)
+        elif device.device_pct is not None and (device.only_holder
+                                                or device.device_pct < WORK_PCT):
+            pcts.append(device.device_pct)
+            device_words = device_words or (
+                f"{label}'s {device.device_signal}: " + (
+                    "the kernel is its only process" if device.only_holder
+                    else "no process on it worked"))
+        else:
+            if device.device_pct is None:
+                why = (f"{label} gives neither per-process SM samples nor SM activity or "
+                       "utilization")
+            else:
+                who = ", ".join(shared_with) or "another process"
+                why = (f"cannot tell what this cell did; {label} is shared with {who}, and "
+                       "the driver gives no per-process SM samples")
+            return _Own(CANNOT_TELL, why, (), alone, shared_with)
     if all(device.process_sm_pct is not None for device in evidence):
-        return PER_PROCESS, device_evidence(evidence[0]).signal
-    verdicts = [device_evidence(device) for device in evidence
-                if device.process_sm_pct is None]
-    unknown = next((v for v in verdicts if v.kind == UNKNOWN), None)
-    if unknown is not None:
-        return CANNOT_TELL, unknown.why
-    return DEVICE, verdicts[0].signal
+        return _Own(PER_PROCESS, "per-process SM samples", tuple(pcts), alone, shared_with)
+    return _Own(DEVICE, device_words, tuple(pcts), alone, shared_with)
 
 
-def _covering(passes: Sequence[KernelPass], start_s: float, end_s: float
-              ) -> list[KernelPass]:
-    """The passes whose activity is the span's alone. A pass's own SM samples and its
-    device's highest activity are those since the previous pass (``diagnosis/idle.py``), so
-    the first pass inside a span also tells of what ran before it: a pass counts where the
-    time since the previous pass lies wholly in the span."""
-    return [current for previous, current in zip(passes, passes[1:], strict=False)
-            if previous.time_s >= start_s and current.time_s <= end_s]
+def _judged(passes: Sequence[KernelPass], start_s: float, end_s: float,
+            others: Sequence[OtherCell]) -> list[tuple[float, KernelPass]]:
+    """The passes that speak for the span, each with the time its activity starts from. A
+    pass's own SM samples and its device's highest activity are those since the previous
+    pass (``diagnosis/idle.py``), so a pass tells of the time since the previous one: the
+    passes whose time lies wholly in the span, where there are such; else (a cell shorter
+    than a pass) those whose time overlaps the span and no other cell of the kernel's (the
+    kernel runs nothing between cells, and another cell's work is not this one's)."""
+    timed = list(zip((p.time_s for p in passes), passes[1:], strict=False))
+    wholly = [(since, p) for since, p in timed if since >= start_s and p.time_s <= end_s]
+    if wholly:
+        return wholly
+    return [(since, p) for since, p in timed
+            if since < end_s and p.time_s > start_s
+            and not any(cell.overlaps(since, p.time_s) for cell in others)]
+
+
+def _held_by_row(passes: Sequence[KernelPass]) -> dict[int, list[float | None]]:
+    """The kernel's memory on each row it held in any of ``passes``, in each pass: 0 where
+    it held none there."""
+    rows = dict.fromkeys(d.row for p in passes for d in p.devices)
+    series: dict[int, list[float | None]] = {row: [0.0] * len(passes) for row in rows}
+    for i, kernel_pass in enumerate(passes):
+        for device in kernel_pass.devices:
+            series[device.row][i] = device.held_bytes
+    return series
+
+
+def _state(lost: bool, signal: str, share: float | None) -> str:
+    if lost:
+        return LOST
+    if signal == CANNOT_TELL:
+        return CANNOT_TELL
+    if share is None or share == 0.0:
+        return HELD_NO_WORK
+    return BUSY if share >= BUSY_SHARE else HELD_IDLE
 
 
 def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
                samples: Sequence[Sample], facts: Sequence[GpuFacts], *,
                judged_from: str = MEMORY, resolution_s: float = 0.0,
                gap_s: float = 2.5, rows_held: Sequence[int] = (), lost_rows: Sequence[int] = (),
-               simulated: bool = False) -> CellJudgment:
+               simulated: bool = False, others: Sequence[OtherCell] = (),
+               count: int | None = None) -> CellJudgment:
     """The cell from ``start_s`` to ``end_s`` (wall time).
 
     ``passes``: the kernel's process passes around the span, oldest first (the pass before
     it and the one after it count within ``gap_s``). ``samples``: every sample of the span,
     oldest first (from the store: its bucket means, at ``resolution_s``). ``rows_held``:
-    device rows the kernel is known to have held in the span beyond what the passes show
-    (a span reaching into the store, which keeps no process). ``lost_rows``: rows lost
-    since (the newest readings say so)."""
+    device rows the kernel held during the span beyond what the passes show (a span
+    reaching into the store, which keeps no process). ``lost_rows``: rows lost since (the
+    newest readings say so). ``others``: the kernel's other cells around the span, and
+    ``count`` this one's execution count: a memory change the passes cannot place in this
+    cell is named as spanning them."""
     inside = [p for p in passes if start_s <= p.time_s <= end_s]
     before = next((p for p in reversed(passes)
                    if start_s - gap_s <= p.time_s < start_s), None)
     after = next((p for p in passes if end_s < p.time_s <= end_s + gap_s), None)
-    judged = _covering(passes, start_s, end_s) or inside or \
-        [p for p in (before, after) if p is not None]
-    # What the kernel held during the span: in its passes, and in the one just after it,
-    # which shows what a cell allocated in its last second (a cell with no pass of its
-    # own: the passes on either side).
-    held_in = [p for p in ([*inside, after] if inside else [before, after]) if p is not None]
-    rows = dict.fromkeys([d.row for p in held_in for d in p.devices if d.held_bytes != 0.0])
+    around = [p for p in (before, *inside, after) if p is not None]
+    judged_since = _judged(around, start_s, end_s, others)
+    judged = [p for _, p in judged_since]
+    # One walk over the passes, by row: what a span's read costs grows with the span.
+    series = _held_by_row(around)
+    held_inside = {d.row for p in inside for d in p.devices if d.held_bytes != 0.0}
+    held_around = {d.row for p in around for d in p.devices if d.held_bytes != 0.0}
+    evidence_of: dict[int, list[DeviceEvidence]] = {}
+    names_of: dict[int, list[str]] = {}
+    for kernel_pass in judged:
+        for device in kernel_pass.devices:
+            evidence_of.setdefault(device.row, []).append(device)
+            if not device.only_holder:
+                names_of.setdefault(device.row, []).extend(kernel_pass.others_on(device.row))
+    # The rows the kernel held during the span: in its passes in it, and where the memory
+    # charged to the cell (its start, its end, or a change it cannot be told from its
+    # neighbours) is not nothing.
+    times = [p.time_s for p in around]
+    memory_of = {row: charge_memory(times, held, start_s, end_s, gap_s, others, count)
+                 for row, held in series.items()}
+    # A row held only around the span, with what the cell did to it unknown (a pass
+    # missed), is the cell's too: "memory change unknown" rather than nothing.
+    rows = dict.fromkeys(row for row, memory in memory_of.items() if row in (
+        held_inside if memory.change_bytes is not None else held_around)
+        or memory.spanning_bytes != 0.0
+        or any(value not in (None, 0.0) for value in (memory.start_bytes, memory.end_bytes)))
     rows.update(dict.fromkeys(rows_held))
     span = [s for s in samples if start_s <= s.time_s <= end_s]
     by_row = {fact.index: fact for fact in facts}
-    gpm = _gpm_passes(span)
-    held = _held([p for p in (before, *inside, after) if p is not None], list(rows))
-    evidence_of: dict[int, list[DeviceEvidence]] = {row: [] for row in rows}
-    for kernel_pass in judged:
-        for device in kernel_pass.devices:
-            if device.row in evidence_of:
-                evidence_of[device.row].append(device)
+    gpm = _gpm_passes(span) if judged_from == STORE or any(
+        device.process_sm_pct is None for found in evidence_of.values() for device in found
+    ) else []
+    # The samples the judged passes vouch for (a stretch of the span's): the device's finer
+    # pace, where it speaks for the kernel.
+    if judged:
+        since, until = judged_since[0][0], judged[-1].time_s
+        covered = [i for i, sample in enumerate(span) if since < sample.time_s <= until]
+    else:
+        covered = []
     devices = []
     for row in sorted(rows):
         fact = by_row.get(row)
         label = fact.label if fact else f"GPU row {row}"
-        evidence = evidence_of[row]
-        signal, words = _signal(evidence)
-        readings = device_readings(span, row)[0]
-        activity = _activity(readings, gpm, row)
-        lost = row in lost_rows or fact is None or any(
-            r is not None and r.lost for r in readings)
+        evidence = evidence_of.get(row, [])
+        own = _own(label, evidence, names_of.get(row, []))
+        signal, words = own.signal, own.words
+        # A lost GPU stays lost until the devices are enumerated again (which ends the
+        # span's rows): the span's newest reading of the row says whether it was lost.
+        newest = next((r for sample in reversed(span) for r in sample.gpus if r.index == row),
+                      None)
+        lost = row in lost_rows or fact is None or (newest is not None and newest.lost)
+        # The device's readings and activity, read only where they speak (its own signal
+        # or the store's): a span's cost is mostly these, and the diagnosis's.
+        readings = device_readings(span, row)[0] \
+            if judged_from == STORE or signal == DEVICE else []
+        activity = _activity(readings, gpm, row) if readings else []
         if judged_from == STORE:
             # The store keeps each device's readings, no process's: its memory is the
             # device's, and its activity speaks for the kernel only where nobody worked.
             memory = _device_memory(readings)
-            if _share(activity) == 0.0:
-                signal, words = DEVICE, f"{label}'s stored activity: no process on it worked"
+            nobody = _share(activity) == 0.0
+            signal, words = (DEVICE, f"{label}'s stored activity: no process on it worked") \
+                if nobody else (CANNOT_TELL, f"cannot tell what this cell did: the history "
+                                             f"store keeps no process's readings, and "
+                                             f"{label} worked")
+            sm, share, alone = (0.0, 0.0, False) if nobody else (None, None, False)
+        else:
+            memory = memory_of.get(row, MemoryChange(None, None, None, None))
+            if signal == DEVICE and covered and len(evidence) == len(judged) and all(
+                    d.only_holder or (d.device_pct is not None and d.device_pct < WORK_PCT)
+                    for d in evidence):
+                # On the device, and alone there (or nobody worked), in every pass: the
+                # device's samples are the kernel's, at the samples' finer pace, over the
+                # time the passes vouch for. (A pass without the kernel on the device
+                # leaves the device's samples there to whoever else held it.)
+                covered_activity = activity[covered[0]:covered[-1] + 1]
+                sm, share = mean(covered_activity), _share(covered_activity)
             else:
-                signal, words = CANNOT_TELL, (f"the history store keeps no process's "
-                                              f"readings, and {label} worked")
-        else:
-            memory = _memory(held[row])
-        if signal == PER_PROCESS:
-            own = [d.process_sm_pct for d in evidence]
-            sm, share = mean(own), _share(own)
-        else:
-            sm = mean(activity) if signal == DEVICE else None
-            share = _share(activity)
+                sm = mean(own.pass_pcts) if own.pass_pcts else None
+                share = _share(own.pass_pcts) if own.pass_pcts else None
+            alone = own.alone
+        state = _state(lost, signal, share)
+        worked = share is not None and share > 0.0
+        whose = whose_finding(alone, worked)
         findings = diagnose(span, facts, row, simulated=simulated).findings \
-            if len(span) >= MIN_SPAN_SAMPLES else ()
-        if lost:
-            state = LOST
-        elif signal == CANNOT_TELL:
-            state = CANNOT_TELL
-        else:
-            state = BUSY if share is not None and share >= BUSY_SHARE else HELD_IDLE
+            if len(span) >= MIN_SPAN_SAMPLES and (whose == YOURS or lost) else ()
         devices.append(DeviceCell(
             row, label, fact.uuid if fact else "",
             fact.label if fact is not None and fact.kind == "mig" else None, lost, memory,
-            signal, words, sm, share, findings, state))
-    return CellJudgment(start_s, end_s, judged_from, resolution_s, len(span), tuple(devices))
+            signal, words, sm if signal != CANNOT_TELL else None,
+            share if signal != CANNOT_TELL else None, findings, state, own.shared_with,
+            whose))
+    return CellJudgment(start_s, end_s, judged_from, resolution_s, len(span), tuple(devices),
+                        count)

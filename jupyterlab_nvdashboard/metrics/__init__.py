@@ -119,7 +119,13 @@ def build_metrics(
     processes.host_namespace = host_namespace
     processes.holders = lambda: nodes.latest
     processes.node_rows = lambda: nodes.node_rows
-    owners = ProcessAttributor(lambda: processes.latest, host_namespace=host_namespace)
+    # Behind jupyter-server-proxy the Jupyter server that launched this one (named at
+    # launch, --jupyter-process: the parent may be gone or another by now) launches the
+    # kernels: a kernel is a process it started, with that process's tree.
+    launcher = config.jupyter_process.pid if config.jupyter_process else \
+        os.getppid() if config.jupyter_proxy else None
+    owners = ProcessAttributor(lambda: processes.latest, host_namespace=host_namespace,
+                               kernel_launcher_pid=launcher)
     if host_namespace is not True:  # the host's PIDs need no pairing: no scan
         sampler.slow_families.append(nodes.family)
     sampler.slow_families.append(owners.family)

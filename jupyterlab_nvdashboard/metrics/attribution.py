@@ -13,7 +13,11 @@ of the processes found holding GPU nodes in a ``shared`` group, and stores
   ``kernel-<id>.json``, on its command line. A process belongs to kernel <id> if it is that
   process, descends from it (children, forked workers), or is in its process group
   (``jupyter_client`` starts each kernel as a group leader, and a worker that was re-parented
-  to init keeps its group). The notebook path for a kernel id comes from the Jupyter server
+  to init keeps its group). Where the process that launches kernels is known (the Jupyter
+  server this one runs under, ``kernel_launcher_pid``), the kernel is the process it
+  started: a kernel's processes are that process's tree, and any other process whose command
+  line merely names the connection file (another user's, a ``jupyter console --existing``)
+  is no kernel's (issue 53). The notebook path for a kernel id comes from the Jupyter server
   (``jupyter_sessions.py``), not from here.
 - **Containers.** Only local PIDs are looked up: an NVML entry that ``identity.pair()`` could
   not tie to a process of this namespace is never looked up under its number (a host PID
@@ -86,8 +90,10 @@ class ProcessAttributor:
     def __init__(self, readings: Callable[[], tuple[ProcessReading, ...]],
                  host_namespace: bool | None = None, psutil_module: Any = None,
                  getpgid: Callable[[int], int] = os.getpgid,
-                 created: Callable[[int], float] | None = None) -> None:
+                 created: Callable[[int], float] | None = None,
+                 kernel_launcher_pid: int | None = None) -> None:
         self._readings = readings
+        self._launcher = kernel_launcher_pid
         self._psutil = psutil_module or _load_psutil()
         self._getpgid = getpgid
         # The create time that keys the cache: /proc/<pid>/stat where Linux has it, else
@@ -205,6 +211,8 @@ class ProcessAttributor:
                 kernel_id, kernel_pid = found, current.pid
             elif kernel_id is not None:
                 break  # above the kernel: its launcher, the Jupyter server
+        if kernel_pid is not None and not self._launched(kernel_pid):
+            kernel_id = kernel_pid = None  # it names a kernel, but is none's tree
         if kernel_id is None:
             try:
                 leader = self._getpgid(pid)
@@ -215,8 +223,20 @@ class ProcessAttributor:
                     kernel_id = self._kernel_id(self._psutil.Process(leader))
                 except (self._psutil.NoSuchProcess, self._psutil.AccessDenied):
                     kernel_id = None
-                kernel_pid = leader if kernel_id else None
+                kernel_pid = leader if kernel_id and self._launched(leader) else None
+                kernel_id = kernel_id if kernel_pid is not None else None
         return tuple(lineage), kernel_id, kernel_pid
+
+    def _launched(self, kernel_pid: int) -> bool:
+        """Whether the process taken for a kernel is one the kernel launcher started (any,
+        where the launcher is not known)."""
+        if self._launcher is None:
+            return True
+        psutil = self._psutil
+        try:
+            return psutil.Process(kernel_pid).ppid() == self._launcher
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return False
 
     def _kernel_id(self, process: Any) -> str | None:
         """The kernel id a process's own command line names (cached per process)."""

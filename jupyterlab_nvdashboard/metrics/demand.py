@@ -22,6 +22,10 @@ Why each pace:
   each pass, as the diagnosis and the idle judgment count them.
 - While a process holds a GPU and a page is open, the idle judgment and the diagnosis see a
   process pass (with the activity beside it) once a second, as they did with any page open.
+- While a kernel that holds GPU memory runs a cell, the cell's verdict (``/cell.json``)
+  reads the same: a pass and a core reading once a second, whatever pages are open, so a
+  cell gets the same samples, and the same verdict, with a dashboard tab open or not
+  (issue 53: a 1.5 s busy cell was "too short" at the idle pace and "busy" with a tab open).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ IDLE_JUDGMENT = "idle judgment"
 DIAGNOSIS = "diagnosis"
 SCRAPE = "a /metrics scrape"
 HOLDING = "a process holds a GPU"  # the server adds it while a page is open
+CELL_RUNNING = "a kernel with GPU memory runs a cell"  # the server adds it, pages or not
 
 _BARS: ReadRates = {CORE: Pace.SECOND}
 _TIMELINE: ReadRates = {CORE: Pace.FAST}
@@ -62,6 +67,7 @@ READS: dict[str, ReadRates] = {
                 PROCESS_FAMILY: Pace.RESTING},
     SCRAPE: {CORE: Pace.RESTING, GPM_FAMILY: Pace.RESTING, HEALTH_FAMILY: Pace.RESTING},
     HOLDING: {CORE: Pace.SECOND, GPM_FAMILY: Pace.SECOND, PROCESS_FAMILY: Pace.SECOND},
+    CELL_RUNNING: {CORE: Pace.SECOND, GPM_FAMILY: Pace.SECOND, PROCESS_FAMILY: Pace.SECOND},
     "/GPU-Utilization": _BARS,
     "/GPU-Memory": _BARS,
     "/PCIe-Throughput": _BARS,

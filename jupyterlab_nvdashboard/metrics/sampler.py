@@ -24,6 +24,7 @@ publishes new rows to open pages from there, without polling.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 import threading
@@ -82,6 +83,10 @@ class Sample:
         return self.time_s if self.monotonic_s is None else self.monotonic_s
 
 
+def _wall_time(sample: Sample) -> float:
+    return sample.time_s
+
+
 class History:
     """A thread-safe ring buffer of samples, sized by a time window."""
 
@@ -137,6 +142,16 @@ class History:
                                                     reversed(self._samples)))
         newest_first.reverse()
         return newest_first
+
+    def between(self, start_s: float, end_s: float) -> list[Sample]:
+        """Samples stamped from ``start_s`` to ``end_s`` (wall time), oldest first: found by
+        bisection, so a span costs what it holds, not the history before or after it (a
+        wall clock set back meanwhile may leave a few out, as any wall-time cut would)."""
+        with self._lock:
+            held = list(self._samples)  # a C-level copy of references: microseconds
+        low = bisect.bisect_left(held, start_s, key=_wall_time)
+        high = bisect.bisect_right(held, end_s, lo=low, key=_wall_time)
+        return held[low:high]
 
     def latest(self) -> Sample | None:
         with self._lock:

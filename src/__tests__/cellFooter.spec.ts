@@ -385,11 +385,29 @@ describe('CellGpuFooter', () => {
     expect(opened).toEqual([
       { start_s: BUSY.start_s, end_s: BUSY.end_s, label: 'cell [12]' }
     ]);
+    // Escape closes the figures wherever the focus is (WCAG 1.4.13), until
+    // the pointer and the focus have left the footer.
+    if (!footer.isAttached) {
+      Widget.attach(footer, document.body);
+    }
     button.focus();
-    button.dispatchEvent(new KeyboardEvent('keydown', { key: 'Escape' }));
+    const elsewhere = document.createElement('input');
+    document.body.append(elsewhere);
+    elsewhere.dispatchEvent(
+      new KeyboardEvent('keydown', { key: 'Escape', bubbles: true })
+    );
     expect(footer.hasClass('nvdashboard-mod-dismissed')).toBe(true);
     button.blur();
     expect(footer.hasClass('nvdashboard-mod-dismissed')).toBe(false);
+    // Hovered only (no focus): Escape pressed with the focus in a cell.
+    footer.node.dispatchEvent(new MouseEvent('mouseenter'));
+    elsewhere.dispatchEvent(
+      new KeyboardEvent('keydown', { key: 'Escape', bubbles: true })
+    );
+    expect(footer.hasClass('nvdashboard-mod-dismissed')).toBe(true);
+    footer.node.dispatchEvent(new MouseEvent('mouseleave'));
+    expect(footer.hasClass('nvdashboard-mod-dismissed')).toBe(false);
+    elsewhere.remove();
     footer.dispose();
   });
 });

@@ -74,8 +74,12 @@ const GLANCE = {
 describe('kernelGpuWords', () => {
   it('says the kernel’s GPU, memory and utilization, or how long it is idle, or nothing', () => {
     const glance = parseGlance(GLANCE);
+    // An older server, or a shared GPU: the GPU's utilization, named as the GPU's.
     expect(kernelGpuWords(glance, 'busy', THRESHOLDS)?.text).toBe(
-      'GPU 1 · 12.3 GiB · 87%'
+      'GPU 1 · 12.3 GiB · GPU 87%'
+    );
+    expect(kernelGpuWords(glance, 'busy', THRESHOLDS)?.tooltip).toContain(
+      'the whole GPU’s'
     );
     expect(kernelGpuWords(glance, 'idle', THRESHOLDS)?.text).toBe(
       'idle on GPU for 42 min'
@@ -89,6 +93,37 @@ describe('kernelGpuWords', () => {
     expect(kernelGpuWords(glance, 'cpu-only', THRESHOLDS)).toBeNull();
     expect(kernelGpuWords(glance, null, THRESHOLDS)).toBeNull();
     expect(kernelGpuWords(null, 'busy', THRESHOLDS)).toBeNull();
+  });
+});
+
+describe('the kernel’s own share (issue 53)', () => {
+  it('shows the kernel’s own share where the server tells it, not the GPU’s', () => {
+    const glance = parseGlance({
+      ...GLANCE,
+      kernels: [
+        {
+          ...GLANCE.kernels[0],
+          own_pct: 0,
+          own_signal: 'per-process SM samples'
+        }
+      ]
+    });
+    const words = kernelGpuWords(glance, 'busy', THRESHOLDS);
+    expect(words?.text).toBe('GPU 1 · 12.3 GiB · kernel 0%');
+    expect(words?.tooltip).toContain('Its own GPU activity: 0% (per-process');
+  });
+
+  it('is focusable, named by its figures, and not a live region', () => {
+    const model = new GlanceModel({
+      fetch: () => Promise.resolve(GLANCE),
+      autoStart: false
+    });
+    const item = new KernelGpuItem({ model, kernelId: () => 'busy' });
+    expect(item.node.getAttribute('role')).not.toBe('status');
+    expect(item.node.getAttribute('aria-live')).toBeNull();
+    expect(item.node.tabIndex).toBe(0);
+    item.dispose();
+    model.dispose();
   });
 });
 
@@ -110,7 +145,10 @@ describe('KernelGpuItem', () => {
     expect(users()).toBe(1);
     await model.refresh();
     expect(calls).toBe(1);
-    expect(item.node.textContent).toBe('GPU 1 · 12.3 GiB · 87%');
+    expect(item.node.textContent).toBe('GPU 1 · 12.3 GiB · GPU 87%');
+    expect(item.node.getAttribute('aria-label')).toContain(
+      'GPU 1 · 12.3 GiB · GPU 87%. This notebook’s kernel holds'
+    );
     expect(item.node.hidden).toBe(false);
     // The notebook's kernel changed to one without a GPU: nothing shown.
     kernelId = 'cpu-only';
