@@ -534,8 +534,10 @@ def main() -> int:
     args = parser.parse_args()
     routes = [route for route in args.routes.split(",") if route]
     counts = {"raw": [int(k) for k in args.raw.split(",") if k],
-              "chromium": [int(k) for k in args.browser.split(",") if k],
-              "chromium-hidden": [int(k) for k in args.hidden.split(",") if k]}
+              # A browser run of no page measures nothing (the raw run of 0 is the idle
+              # server): 0 there is left out, as an empty list is.
+              "chromium": [int(k) for k in args.browser.split(",") if k and int(k)],
+              "chromium-hidden": [int(k) for k in args.hidden.split(",") if k and int(k)]}
     if any(k > 16 for k in counts["chromium"]):
         parser.error("--browser counts must be <= 16")
     if counts["chromium"] and not Path(CHROMIUM).exists():
