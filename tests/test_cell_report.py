@@ -224,6 +224,21 @@ def test_per_process_samples_speak_over_the_device(tmp_path: Path, now: float) -
     assert gpu["sm_pct"] == pytest.approx(60.0) and "only process" in gpu["signal_text"]
 
 
+def test_passes_without_the_kernels_own_samples_tell_nothing(tmp_path: Path,
+                                                             now: float) -> None:
+    """The kernel alone on GPU 1 with its own samples at 90% in most passes, and none in
+    every third (the driver had no sample newer than the pass before: a loaded machine's
+    passes slip). Those passes tell nothing; the device's 60% is not the kernel's. The cell
+    reads 90% from its own samples (the full suite's lab test saw "SM 78% (the GPU's)")."""
+    metrics, sources = scripted(tmp_path)
+    start, end = now - 50, now - 10
+    write(metrics.history, now - 100, now, 2, lambda g, t: 60.0 if g == 1 else 0.0,
+          lambda t: [Held(1, 4100, 4 * GIB, None if int(round(t)) % 3 == 0 else 90.0)])
+    [gpu] = report(sources, start, end)["gpus"]
+    assert gpu["signal"] == "per-process", gpu
+    assert gpu["sm_pct"] == pytest.approx(90.0), gpu
+
+
 def test_two_kernels_sharing_a_gpu_cannot_tell(tmp_path: Path, now: float) -> None:
     """Two kernels on GPU 1, the GPU busy, no per-process samples: which kernel worked it
     cannot be told. The verdict says so, with the memory the cell held."""

@@ -276,13 +276,20 @@ def _own(label: str, evidence: Sequence[DeviceEvidence],
     alone = bool(evidence) and all(device.only_holder for device in evidence)
     if not evidence:
         return _Own(CANNOT_TELL, "no process pass fell in the span", (), alone, shared_with)
+    sampled = tuple(device.process_sm_pct for device in evidence
+                    if device.process_sm_pct is not None)
+    if sampled:
+        # The driver samples each process's SM share; a pass between two of its samples
+        # has none (nvmlDeviceGetProcessUtilization: NOT_FOUND, nothing newer than the last
+        # pass), which tells nothing. The device's figure there is not the kernel's, so the
+        # cell rests on the passes that carry its own samples (a loaded machine's passes
+        # slip and miss some).
+        return _Own(PER_PROCESS, "per-process SM samples", sampled, alone, shared_with)
     pcts: list[float] = []
     device_words = ""
-    for device in evidence:
-        if device.process_sm_pct is not None:
-            pcts.append(device.process_sm_pct)
-        elif device.device_pct is not None and (device.only_holder
-                                                or device.device_pct < WORK_PCT):
+    for device in evidence:  # none carries the kernel's own samples
+        if device.device_pct is not None and (device.only_holder
+                                              or device.device_pct < WORK_PCT):
             pcts.append(device.device_pct)
             device_words = device_words or (
                 f"{label}'s {device.device_signal}: " + (
@@ -297,8 +304,6 @@ def _own(label: str, evidence: Sequence[DeviceEvidence],
                 why = (f"cannot tell what this cell did; {label} is shared with {who}, and "
                        "the driver gives no per-process SM samples")
             return _Own(CANNOT_TELL, why, (), alone, shared_with)
-    if all(device.process_sm_pct is not None for device in evidence):
-        return _Own(PER_PROCESS, "per-process SM samples", tuple(pcts), alone, shared_with)
     return _Own(DEVICE, device_words, tuple(pcts), alone, shared_with)
 
 
