@@ -95,7 +95,7 @@ from .instants import parse_span
 from .jupyter_sessions import JupyterSessions, find_parent_server
 from .long_reads import RETRY_AFTER_S, Busy, LongReads
 from .metrics import GpuReading, HostReading, Metrics, Sample, past_span
-from .metrics.demand import HOLDING
+from .metrics.demand import AT_WORK, HOLDING
 from .runs.service import WorkloadService
 from .store import HistoryStore
 from .store.buckets import is_gap
@@ -163,19 +163,30 @@ class ViewerWatch:
         return sum(b.subscribers for b in self.broadcasters) + self.live_sessions()
 
     def consumers(self) -> set[str]:
-        """What is watched now: the routes of the open pages, and ``HOLDING`` while one is
-        open and a process holds a GPU (``metrics/demand.py`` says what each reads)."""
+        """What is watched now: the routes of the open pages, ``HOLDING`` while one is
+        open and a process holds a GPU, and ``AT_WORK`` while a GPU is at work, page or not
+        (``metrics/demand.py`` says what each reads)."""
         routes = self.live_sessions.routes()
         for broadcaster in self.broadcasters:
             routes |= broadcaster.watched_routes()
-        if routes and self.holders():
+        holders = self.holders()
+        if routes and holders:
             routes.add(HOLDING)
+        if holders or self.busy():
+            routes.add(AT_WORK)
         return routes
 
     def holders(self) -> bool:
         """Whether the newest process pass found a process on a GPU."""
         processes = self.metrics.processes
         return processes is not None and bool(processes.latest)
+
+    def busy(self) -> bool:
+        """Whether the newest sample shows a GPU busy: work that no process list shows (a
+        driver that lists none, or no process reader)."""
+        latest = self.metrics.history.latest()
+        return latest is not None and any(reading.utilization_pct
+                                          for reading in latest.gpus)
 
     def glance_read(self) -> None:
         """Somebody read the glance now (a request, or a tick of an open glance socket)."""
