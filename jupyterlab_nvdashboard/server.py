@@ -142,8 +142,10 @@ class ViewerWatch:
 
     def __init__(self, metrics: Metrics, broadcasters: Sequence[Broadcaster],
                  live_sessions: LiveSessions, exit_after_s: float,
-                 parent_pid: int | None = None) -> None:
+                 parent_pid: int | None = None,
+                 workload: WorkloadService | None = None) -> None:
         self.metrics, self.sampler = metrics, metrics.sampler
+        self.workload = workload  # its runs are followed faster while a page is open
         self.broadcasters, self.live_sessions = tuple(broadcasters), live_sessions
         self.exit_after_s = exit_after_s
         # Behind jupyter-server-proxy: the Jupyter server that started this one. When it is
@@ -196,6 +198,8 @@ class ViewerWatch:
         if subscribers:
             self.idle_since = None
         self.sampler.set_consumers(self.consumers())
+        if self.workload is not None:
+            self.workload.set_watched(not self.sampler.idle)
 
     def start(self) -> None:
         self.io_loop = IOLoop.current()
@@ -208,6 +212,8 @@ class ViewerWatch:
             self.io_loop.stop()
             return
         self.sampler.set_consumers(self.consumers())
+        if self.workload is not None:
+            self.workload.set_watched(not self.sampler.idle)
         if self.viewers:
             self.idle_since = None
             return
@@ -656,7 +662,8 @@ def make_server(config: Config, sources: DashboardSources,
                          "allows": access.allows}))
     watch = ViewerWatch(metrics, [b for b in (broadcaster, cluster_broadcaster) if b],
                         live_sessions, config.idle_exit_s,
-                        parent_pid=os.getppid() if config.jupyter_proxy else None)
+                        parent_pid=os.getppid() if config.jupyter_proxy else None,
+                        workload=sources.workload)
     extra = {"access": access, "sources": sources, "live_sessions": live_sessions,
              "broadcaster": broadcaster, "long_reads": long_reads,
              "metrics_collector": make_metrics_collector(config, sources, watch, broadcaster),
@@ -720,7 +727,9 @@ def compose_sources(config: Config, metrics: Metrics) -> DashboardSources:
     With ``--dask-scheduler``, the cluster reader too; raises ImportError (one line) when
     cluster mode lacks ``distributed``.
     """
-    workload = WorkloadService(config.runs_dir, keep_runs=config.keep_runs)
+    # Nobody watching, the runs are followed at the sampler's resting pace.
+    workload = WorkloadService(config.runs_dir, keep_runs=config.keep_runs,
+                               resting_poll_s=config.idle_interval_s)
     owners = metrics.owners
 
     def kernels_hold_gpus() -> bool:

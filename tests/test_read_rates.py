@@ -11,6 +11,8 @@ process holds a GPU.
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,6 +38,7 @@ from jupyterlab_nvdashboard.metrics.host import HostReader
 from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
 from jupyterlab_nvdashboard.metrics.processes import ProcessReader
 from jupyterlab_nvdashboard.metrics.sampler import Sampler
+from jupyterlab_nvdashboard.runs.watcher import RunsWatcher
 from jupyterlab_nvdashboard.simnvml import SimulatedNvml, SimulatedProcess
 from tests.support.servers import get, in_process_server
 from tests.support.stream_client import open_stream
@@ -305,3 +308,42 @@ def test_the_server_names_a_gpu_at_work_only_while_one_is() -> None:
         until(lambda: sampler.consumers == frozenset(), "the holder left", 30)
         server.simulator.set_scenario("compute-bound")
         until(lambda: AT_WORK in (sampler.consumers or ()), "a busy GPU, no holder", 30)
+
+
+def test_nobody_watching_the_runs_are_followed_at_the_resting_pace() -> None:
+    """The runs folder was listed twice a second whatever was open. Nobody watching, it is
+    followed once per idle interval; an open page brings it back to twice a second at
+    once, and leaving lets it rest again."""
+    with in_process_server(gpus=1, interval_s=FAST_S, idle_interval_s=RESTING_S) as server:
+        server.wait_until_gpus_read()
+        watcher = server.sources.workload.watcher  # type: ignore[attr-defined]
+        until(lambda: server.metrics.sampler.idle and watcher.poll_s == RESTING_S,
+              "the runs rest with nobody watching", 30)
+        polls = watcher._polls
+        time.sleep(4 * RESTING_S)
+        assert watcher._polls - polls <= 5  # 4 at the idle interval; 16 at 0.5 s
+
+        async def watch() -> None:
+            stream = await open_stream(server.url, "/GPU-Utilization")
+            try:
+                until(lambda: watcher.poll_s == 0.5, "a page: the runs followed again", 30)
+            finally:
+                stream.close()
+
+        asyncio.run(watch())
+        until(lambda: watcher.poll_s == RESTING_S, "the runs rest again", 30)
+
+
+def test_a_resting_watcher_polls_at_once_for_a_run_that_exited(tmp_path: Path) -> None:
+    """A run's exit waits for the watcher's polls (``WorkloadService._run_exited``): at a
+    slow pace they come at once, not at the next pace."""
+    watcher = RunsWatcher(tmp_path, poll_s=30.0)
+    watcher.start()
+    try:
+        until(lambda: watcher._polls >= 1, "the first poll", 10)
+        started = time.monotonic()
+        watcher.wait_for_poll(timeout_s=10.0)
+        assert watcher._polls >= 3
+        assert time.monotonic() - started < 2.0
+    finally:
+        watcher.stop()
