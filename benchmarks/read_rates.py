@@ -24,6 +24,17 @@ Run from the project root::
 
 Medians and ranges over the rounds; the revisions take turns in each round, so both see
 the same machine. NVML call counts do not depend on the machine's load; CPU does.
+
+``--idle``: what an unwatched server costs (issue 51, item 7). Starts this checkout and
+the baseline, each with and without the store (``--no-store``), all four at once and side
+by side, nobody connected; after ``--warm`` seconds (60), measures ``--rounds`` windows of
+``--window`` seconds (3 of 60) on all four together: the server's CPU in % of one core and
+its NVML calls per second by family, with the load average at each window's start and end.
+``--scenario idle`` plays GPUs with nothing running (the simulated profile's own load keeps
+them busy, with no process listed)::
+
+    python benchmarks/read_rates.py --idle --baseline e4fabee --scenario idle
+    python benchmarks/read_rates.py --idle --baseline e4fabee
 """
 
 from __future__ import annotations
@@ -112,15 +123,21 @@ def family_of(function: str) -> str:
 
 
 class ServerUnderTest:
-    def __init__(self, source: Path, folder: Path, interval_s: float) -> None:
+    def __init__(self, source: Path, folder: Path, interval_s: float, store: bool = True,
+                 scenario: str = "") -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.calls_file = folder / f"calls-{self.port}.json"
+        runs = folder / f"runs-{self.port}"  # an empty runs folder of its own
+        runs.mkdir()
         self.process = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--serve", str(self.port),
-             "--simulate", str(GPUS), "--interval", str(interval_s)],
+             "--simulate", str(GPUS), "--interval", str(interval_s),
+             *([] if store else ["--no-store"])],
             env={**os.environ, "NVDASHBOARD_TOKEN": TEST_TOKEN, "PYTHONPATH": str(source),
                  "NVDASHBOARD_STORE": str(folder / f"store-{self.port}.sqlite"),
+                 "NVDASHBOARD_RUNS_DIR": str(runs),
+                 **({"NVDASHBOARD_SIMULATE_SCENARIO": scenario} if scenario else {}),
                  "READ_RATES_CALLS": str(self.calls_file)},
             cwd=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
@@ -235,6 +252,57 @@ def table(results: dict[str, list[dict[str, dict[str, float]]]]) -> str:
     return "\n".join(lines)
 
 
+def idle_cost(sources: dict[str, Path], folder: Path, args: argparse.Namespace) -> str:
+    """``--idle``: every source with and without the store, side by side, nobody
+    connected; the same windows measured on all of them at once."""
+    servers: dict[str, ServerUnderTest] = {}
+    try:
+        for name, source in sources.items():
+            for store in (True, False):
+                label = f"{name}, {'store' if store else 'no store'}"
+                servers[label] = ServerUnderTest(source, folder, args.interval, store,
+                                                 args.scenario)
+        print(f"{len(servers)} servers up; {args.warm:g} s before the first window",
+              file=sys.stderr)
+        time.sleep(args.warm)
+        windows: dict[str, list[dict[str, float]]] = {label: [] for label in servers}
+        loads: list[tuple[float, float]] = []
+        for number in range(args.rounds):
+            load = os.getloadavg()[0]
+            before = {label: (server.calls(), server.cpu_s(), time.monotonic())
+                      for label, server in servers.items()}
+            time.sleep(args.window)
+            for label, server in servers.items():
+                calls, cpu, started = before[label]
+                after, cpu_after = server.calls(), server.cpu_s()
+                elapsed = time.monotonic() - started
+                result = {family: 0.0 for family in FAMILIES}
+                for function, count in after.items():
+                    result[family_of(function)] += (count - calls.get(function, 0)) / elapsed
+                result["total"] = sum(result[family] for family in FAMILIES)
+                result["cpu_pct"] = 100 * (cpu_after - cpu) / elapsed
+                windows[label].append(result)
+            loads.append((load, os.getloadavg()[0]))
+            print(f"window {number + 1}, load {load:.2f} to {loads[-1][1]:.2f}: " + ", ".join(
+                f"{label} {rows[-1]['cpu_pct']:.3f}%" for label, rows in windows.items()),
+                file=sys.stderr)
+    finally:
+        for server in servers.values():
+            server.stop()
+    columns = ["cpu_pct", "total", *FAMILIES]
+    lines = [f"nobody connected, {args.rounds} windows of {args.window:g} s, "
+             f"{args.warm:g} s after start, scenario {args.scenario or '(the profile own)'}; "
+             "load average (1 min) at each window's start and end: " +
+             ", ".join(f"{a:.2f}-{b:.2f}" for a, b in loads), "",
+             "| server | CPU % of a core | each window | NVML calls/s | "
+             + " | ".join(FAMILIES) + " |", "|---" * (len(columns) + 2) + "|"]
+    for label, rows in windows.items():
+        cells = [spread([r[c] for r in rows], 3 if c == "cpu_pct" else 1) for c in columns]
+        each = ", ".join(f"{r['cpu_pct']:.3f}" for r in rows)
+        lines.append(f"| {label} | {cells[0]} | {each} | " + " | ".join(cells[1:]) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", help="also measure this git revision, in turn")
@@ -242,7 +310,15 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=15.0, help="seconds per measure")
     parser.add_argument("--interval", type=float, default=0.2)
     parser.add_argument("--route", default=ROUTE, help=f"what the viewers open ({ROUTE})")
+    parser.add_argument("--idle", action="store_true",
+                        help="nobody connected: with and without the store, side by side")
+    parser.add_argument("--warm", type=float, default=60.0,
+                        help="--idle: seconds after start before the first window")
+    parser.add_argument("--scenario", default="",
+                        help="--idle: NVDASHBOARD_SIMULATE_SCENARIO (e.g. idle)")
     args = parser.parse_args()
+    if args.idle and args.window == parser.get_default("window"):
+        args.window = 60.0
     print(f"{platform.node()}: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f} at start, "
           f"{GPUS} simulated GPUs, {args.rounds} rounds of {args.window:g} s windows",
           file=sys.stderr)
@@ -252,6 +328,10 @@ def main() -> int:
         with (revision_worktree(args.baseline, folder) if args.baseline else nullcontext()) as tree:
             if tree is not None:
                 sources = {f"baseline {args.baseline}": tree, **sources}
+            if args.idle:
+                print(idle_cost(sources, folder, args))
+                print(f"load {os.getloadavg()[0]:.2f} at the end", file=sys.stderr)
+                return 0
             results: dict[str, list[dict[str, dict[str, float]]]] = {name: [] for name in sources}
             for number in range(args.rounds):
                 order = list(sources.items())

@@ -105,7 +105,7 @@ from .jupyter_sessions import JupyterSessions, find_parent_server
 from .jupyter_watch import watch_jupyter
 from .long_reads import RETRY_AFTER_S, Busy, LongReads
 from .metrics import GpuReading, HostReading, Metrics, Sample, past_span
-from .metrics.demand import CELL_RUNNING, HOLDING
+from .metrics.demand import AT_WORK, CELL_RUNNING, HOLDING
 from .runs.service import WorkloadService
 from .store import HistoryStore
 from .store.buckets import is_gap
@@ -152,11 +152,13 @@ class ViewerWatch:
 
     def __init__(self, metrics: Metrics, broadcasters: Sequence[Broadcaster],
                  live_sessions: LiveSessions, exit_after_s: float,
-                 cell_running: Callable[[], bool] = lambda: False) -> None:
+                 cell_running: Callable[[], bool] = lambda: False,
+                 workload: WorkloadService | None = None) -> None:
         self.metrics, self.sampler = metrics, metrics.sampler
         # Whether a kernel that holds GPU memory runs a cell now (apps/cells.py): its
         # verdict is read at its own pace, whatever pages are open.
         self.cell_running = cell_running
+        self.workload = workload  # its runs are followed faster while a page is open
         self.broadcasters, self.live_sessions = tuple(broadcasters), live_sessions
         self.exit_after_s = exit_after_s
         self.idle_since: float | None = None
@@ -174,13 +176,17 @@ class ViewerWatch:
 
     def consumers(self) -> set[str]:
         """What is watched now: the routes of the open pages, ``HOLDING`` while one is open
-        and a process holds a GPU, and ``CELL_RUNNING`` while a kernel with GPU memory runs
-        a cell (``metrics/demand.py`` says what each reads)."""
+        and a process holds a GPU, ``AT_WORK`` while a GPU is at work, page or not, and
+        ``CELL_RUNNING`` while a kernel with GPU memory runs a cell (``metrics/demand.py``
+        says what each reads)."""
         routes = self.live_sessions.routes()
         for broadcaster in self.broadcasters:
             routes |= broadcaster.watched_routes()
-        if routes and self.holders():
+        holders = self.holders()
+        if routes and holders:
             routes.add(HOLDING)
+        if holders or self.busy():
+            routes.add(AT_WORK)
         if self.cell_running():
             routes.add(CELL_RUNNING)
         return routes
@@ -190,6 +196,13 @@ class ViewerWatch:
         processes = self.metrics.processes
         return processes is not None and bool(processes.latest)
 
+    def busy(self) -> bool:
+        """Whether the newest sample shows a GPU busy: work that no process list shows (a
+        driver that lists none, or no process reader)."""
+        latest = self.metrics.history.latest()
+        return latest is not None and any(reading.utilization_pct
+                                          for reading in latest.gpus)
+
     def glance_read(self) -> None:
         """Somebody read the glance now (a request, or a tick of an open glance socket)."""
         self.last_glance = time.monotonic()
@@ -198,6 +211,8 @@ class ViewerWatch:
         if subscribers:
             self.idle_since = None
         self.sampler.set_consumers(self.consumers())
+        if self.workload is not None:
+            self.workload.set_watched(not self.sampler.idle)
 
     def start(self) -> None:
         self.io_loop = IOLoop.current()
@@ -205,6 +220,8 @@ class ViewerWatch:
 
     def check(self) -> None:
         self.sampler.set_consumers(self.consumers())
+        if self.workload is not None:
+            self.workload.set_watched(not self.sampler.idle)
         if self.viewers:
             self.idle_since = None
             return
@@ -674,7 +691,8 @@ def make_server(config: Config, sources: DashboardSources,
                          "allows": access.allows}))
     watch = ViewerWatch(metrics, [b for b in (broadcaster, cluster_broadcaster) if b],
                         live_sessions, config.idle_exit_s,
-                        cell_running=lambda: gpu_kernel_runs_a_cell(sources))
+                        cell_running=lambda: gpu_kernel_runs_a_cell(sources),
+                        workload=sources.workload)
     extra = {"access": access, "sources": sources, "live_sessions": live_sessions,
              "broadcaster": broadcaster, "long_reads": long_reads,
              "metrics_collector": make_metrics_collector(config, sources, watch, broadcaster),
@@ -738,7 +756,9 @@ def compose_sources(config: Config, metrics: Metrics) -> DashboardSources:
     With ``--dask-scheduler``, the cluster reader too; raises ImportError (one line) when
     cluster mode lacks ``distributed``.
     """
-    workload = WorkloadService(config.runs_dir, keep_runs=config.keep_runs)
+    # Nobody watching, the runs are followed at the sampler's resting pace.
+    workload = WorkloadService(config.runs_dir, keep_runs=config.keep_runs,
+                               resting_poll_s=config.idle_interval_s)
     owners = metrics.owners
 
     def kernels_hold_gpus() -> bool:

@@ -262,6 +262,30 @@ def test_idle_server_slows_down_and_wakes_for_the_first_page() -> None:
         assert seq - before.seq >= 10
 
 
+def test_with_no_page_a_sample_does_not_wake_the_event_loop() -> None:
+    """Issue 51, item 7: each sample woke the event loop to publish to nobody. With no page
+    it does not; a page that opens gets every sample from its first on, then one publish a
+    sample."""
+    with in_process_server(gpus=2, interval_s=0.2, idle_interval_s=0.2) as server:
+        stats, history = server.broadcaster.stats, server.metrics.history
+        until(lambda: history.last_seq >= 3, "a few samples", 30)
+        publishes, seq = stats.publishes, history.last_seq
+        until(lambda: history.last_seq >= seq + 5, "five more samples", 30)
+        assert stats.publishes == publishes
+
+        async def watch() -> None:
+            page = await open_stream(server.url, ROUTE)
+            try:
+                first = page.seq
+                for _ in range(5):
+                    await page.receive(5)
+                assert page.seq >= first + 4 and stats.publishes >= publishes + 4
+            finally:
+                page.close()
+
+        asyncio.run(watch())
+
+
 def test_server_behind_the_proxy_exits_when_nobody_watches() -> None:
     with cli_server(["--simulate", "1", "--exit-after-idle", "2"]) as (_, process):
         try:

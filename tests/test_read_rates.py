@@ -11,6 +11,8 @@ process holds a GPU.
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,9 +23,11 @@ from jupyterlab_nvdashboard.export.dcgm import exported_gpus
 from jupyterlab_nvdashboard.metrics import History, Metrics, Sample
 from jupyterlab_nvdashboard.metrics.binding import binding_loader
 from jupyterlab_nvdashboard.metrics.demand import (
+    AT_WORK,
     CORE,
     EVERYTHING,
     HOLDING,
+    QUIET_S,
     READS,
     read_intervals,
 )
@@ -34,6 +38,7 @@ from jupyterlab_nvdashboard.metrics.host import HostReader
 from jupyterlab_nvdashboard.metrics.nvml import NvmlReader
 from jupyterlab_nvdashboard.metrics.processes import ProcessReader
 from jupyterlab_nvdashboard.metrics.sampler import Sampler
+from jupyterlab_nvdashboard.runs.watcher import RunsWatcher
 from jupyterlab_nvdashboard.simnvml import SimulatedNvml, SimulatedProcess
 from tests.support.servers import get, in_process_server
 from tests.support.stream_client import open_stream
@@ -163,13 +168,14 @@ def exported_pattern(sampler: Sampler, sample: Sample) -> list[list[bool]]:
 
 
 def test_a_family_read_less_often_is_in_every_sample_and_exported() -> None:
-    """With a bars page open, health and GPM are read once per idle interval; every
-    sample still carries the newest of each, so a scrape exports what it did before."""
+    """With a bars page open and a GPU at work, health and GPM are read once per idle
+    interval; every sample still carries the newest of each, so a scrape exports what it
+    did before."""
     everything, _, clock = hand_driven(profile="h200")
     before = exported_pattern(everything, passes(everything, clock, 4.0)[-1])
     assert before and all(any(gpu) for gpu in before)
     sampler, simulator, clock = hand_driven(profile="h200")
-    sampler.set_consumers({"/GPU-Utilization"})
+    sampler.set_consumers({"/GPU-Utilization", AT_WORK})  # h200's GPUs are busy
     passes(sampler, clock, 2.0)  # GPM derives its first reading from two samples
     read = simulator.calls["nvmlDeviceGetPerformanceState"]
     samples = passes(sampler, clock, 10.0)
@@ -210,7 +216,8 @@ def test_a_utilization_page_reads_slowly_but_metrics_and_processes_stay_fresh() 
         async def watch() -> None:
             stream = await open_stream(server.url, "/GPU-Utilization")
             try:
-                until(lambda: sampler.consumers == {"/GPU-Utilization"},
+                # The profile's GPUs are busy (no process listed): at work.
+                until(lambda: sampler.consumers == {"/GPU-Utilization", AT_WORK},
                       "the server names the open page", 30)
                 assert sampler.current_interval_s == 1.0
                 assert sampler.read_intervals[HEALTH_FAMILY] == RESTING_S
@@ -248,3 +255,95 @@ def test_a_timeline_page_reads_every_family_it_draws_at_the_sampling_interval() 
     assert sampler.read_intervals == read_intervals(None, FAST_S, RESTING_S)
     assert {family: sampler.read_intervals[family] for family in EVERYTHING} == \
         {CORE: FAST_S, HEALTH_FAMILY: FAST_S, GPM_FAMILY: 1.0, PROCESS_FAMILY: 1.0}
+
+
+def test_with_no_gpu_at_work_health_and_gpm_rest_but_every_sample_carries_them() -> None:
+    """Nobody watching and no GPU at work (no holder, none busy): health and GPM are read
+    every ``QUIET_S``, the process lists still once per idle interval (how a new holder is
+    noticed); every sample carries the newest health and GPM reading, so a scrape exports
+    every family as before. Once a GPU is at work, both are back at the idle interval."""
+    sampler, simulator, clock = hand_driven(profile="h200")
+    simulator.set_scenario("idle")
+    sampler.set_consumers(set())
+    assert sampler.idle
+    passes(sampler, clock, 2 * QUIET_S)  # GPM derives its first reading from two samples
+    health = simulator.calls["nvmlDeviceGetPerformanceState"]
+    gpm = simulator.calls["nvmlGpmSampleGet"]
+    listed = simulator.calls["nvmlDeviceGetComputeRunningProcesses_v3"]
+    samples = passes(sampler, clock, 60.0)
+    assert len(samples) == 60 / RESTING_S
+    # 4 GPUs: at most one health and one GPM reading each per QUIET_S (5 in 60 s, one of
+    # them on the boundary), against 30 each at the idle interval.
+    assert simulator.calls["nvmlDeviceGetPerformanceState"] - health <= 5 * 4
+    assert simulator.calls["nvmlGpmSampleGet"] - gpm <= 5 * 4
+    assert simulator.calls["nvmlDeviceGetComputeRunningProcesses_v3"] - listed == 30 * 4
+    assert all(PROCESS_FAMILY in sample.extra for sample in samples)
+    for sample in samples:
+        assert HEALTH_FAMILY in sample.extra and GPM_FAMILY in sample.extra
+        assert all(any(gpu) for gpu in exported_pattern(sampler, sample))
+    sampler.set_consumers({AT_WORK})  # what the server names once a process holds a GPU
+    assert sampler.idle
+    health = simulator.calls["nvmlDeviceGetPerformanceState"]
+    passes(sampler, clock, 10.0)
+    assert simulator.calls["nvmlDeviceGetPerformanceState"] - health == 5 * 4
+
+
+def test_the_server_names_a_gpu_at_work_only_while_one_is() -> None:
+    """A real server, nobody watching: on an idle machine health rests at ``QUIET_S``; a
+    process on a GPU brings it back to the idle interval within a few passes, and its
+    leaving lets it rest again. A busy GPU that no process list shows counts as at work."""
+    with in_process_server(gpus=4, profile="h200", interval_s=FAST_S,
+                           idle_interval_s=RESTING_S, scenario="idle") as server:
+        server.wait_until_gpus_read()
+        sampler = server.metrics.sampler
+        until(lambda: sampler.consumers == frozenset(), "nobody watching, nothing at work",
+              30)
+        assert sampler.idle and sampler.read_intervals[HEALTH_FAMILY] == QUIET_S
+        assert sampler.read_intervals[PROCESS_FAMILY] == RESTING_S
+        server.simulator.set_processes([SimulatedProcess(1, 4242, 8 * GIB)])
+        until(lambda: AT_WORK in (sampler.consumers or ()), "the server sees the holder", 30)
+        assert sampler.idle and sampler.read_intervals[HEALTH_FAMILY] == RESTING_S
+        assert HOLDING not in sampler.consumers  # no page open
+        server.simulator.set_processes([])
+        until(lambda: sampler.consumers == frozenset(), "the holder left", 30)
+        server.simulator.set_scenario("compute-bound")
+        until(lambda: AT_WORK in (sampler.consumers or ()), "a busy GPU, no holder", 30)
+
+
+def test_nobody_watching_the_runs_are_followed_at_the_resting_pace() -> None:
+    """The runs folder was listed twice a second whatever was open. Nobody watching, it is
+    followed once per idle interval; an open page brings it back to twice a second at
+    once, and leaving lets it rest again."""
+    with in_process_server(gpus=1, interval_s=FAST_S, idle_interval_s=RESTING_S) as server:
+        server.wait_until_gpus_read()
+        watcher = server.sources.workload.watcher  # type: ignore[attr-defined]
+        until(lambda: server.metrics.sampler.idle and watcher.poll_s == RESTING_S,
+              "the runs rest with nobody watching", 30)
+        polls = watcher._polls
+        time.sleep(4 * RESTING_S)
+        assert watcher._polls - polls <= 5  # 4 at the idle interval; 16 at 0.5 s
+
+        async def watch() -> None:
+            stream = await open_stream(server.url, "/GPU-Utilization")
+            try:
+                until(lambda: watcher.poll_s == 0.5, "a page: the runs followed again", 30)
+            finally:
+                stream.close()
+
+        asyncio.run(watch())
+        until(lambda: watcher.poll_s == RESTING_S, "the runs rest again", 30)
+
+
+def test_a_resting_watcher_polls_at_once_for_a_run_that_exited(tmp_path: Path) -> None:
+    """A run's exit waits for the watcher's polls (``WorkloadService._run_exited``): at a
+    slow pace they come at once, not at the next pace."""
+    watcher = RunsWatcher(tmp_path, poll_s=30.0)
+    watcher.start()
+    try:
+        until(lambda: watcher._polls >= 1, "the first poll", 10)
+        started = time.monotonic()
+        watcher.wait_for_poll(timeout_s=10.0)
+        assert watcher._polls >= 3
+        assert time.monotonic() - started < 2.0
+    finally:
+        watcher.stop()

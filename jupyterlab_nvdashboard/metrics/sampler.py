@@ -34,7 +34,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .demand import CORE, read_intervals
+from .demand import CORE, read_intervals, watched
 from .host import HostReader, HostReading
 from .nvml import GpuReading, NvmlReader
 from .rates import total
@@ -303,14 +303,14 @@ class Sampler:
 
     def set_consumers(self, consumers: Collection[str] | None) -> None:
         """Read each family at the pace ``consumers`` need (``demand.py``: open routes and
-        the like; empty: nobody watching; None: as for any page). A faster pace starts at
-        once."""
+        the like; empty, or only ``demand.UNWATCHED`` ones: nobody watching; None: as for
+        any page). A faster pace starts at once."""
         chosen = None if consumers is None else frozenset(consumers)
         if chosen == self.consumers:
             return
         before = self.current_interval_s
         self.consumers = chosen
-        self.idle = chosen is not None and not chosen
+        self.idle = not watched(chosen)
         self.read_intervals = read_intervals(chosen, self.interval_s, self.idle_interval_s)
         core = self.current_interval_s
         for family in self.families:

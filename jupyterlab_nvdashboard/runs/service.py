@@ -62,8 +62,10 @@ def is_run_file(path: str | os.PathLike[str]) -> bool:
 class WorkloadService:
     """The watcher, the launcher, and whether this runs directory can be used at all."""
 
-    def __init__(self, runs_dir: Path, keep_runs: int = 200, poll_s: float = 0.5) -> None:
+    def __init__(self, runs_dir: Path, keep_runs: int = 200, poll_s: float = 0.5,
+                 resting_poll_s: float | None = None) -> None:
         self.runs_dir, self.keep_runs = Path(runs_dir), keep_runs
+        self.poll_s, self.resting_poll_s = poll_s, max(poll_s, resting_poll_s or poll_s)
         self.watcher = RunsWatcher(self.runs_dir, poll_s)
         self.launcher = RunLauncher(self.runs_dir, on_exit=self._run_exited)
         self.disabled_reason: str | None = None
@@ -75,6 +77,13 @@ class WorkloadService:
         else:
             self.prune()
         self.watcher.start()  # it shows whatever it can read, even when runs cannot start
+
+    def set_watched(self, watched: bool) -> None:
+        """Follow the runs at ``poll_s`` while a page is open (the run panel shows a run's
+        progress, ``/GPU-Processes`` names its process); else at ``resting_poll_s``: what
+        nobody watches is only read by ``/glance.json`` and ``/processes.json``, to name a
+        run's process, and a run's exit asks for its own poll (``wait_for_poll``)."""
+        self.watcher.set_poll_s(self.poll_s if watched else self.resting_poll_s)
 
     def stop(self) -> None:
         self.watcher.stop()

@@ -7,6 +7,8 @@ a device or a directory named ``x.jsonl`` is skipped), each is opened non-blocki
 one parser (``workload/events.py``). A line that is not a valid event is skipped and counted
 on its run ("n bad lines"). The polling thread survives any exception and logs it as one
 line. Memory is bounded: ``MAX_RUNS`` files are followed, ``MAX_ITERATIONS_KEPT`` events each.
+It polls at the pace its readers need (``set_poll_s``: the server slows it while no page is
+open), and at once for a caller of ``wait_for_poll``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 import os
 import stat
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,6 +186,7 @@ class RunsWatcher:
 
     def __init__(self, runs_dir: Path, poll_s: float = 0.5) -> None:
         self.runs_dir, self.poll_s = Path(runs_dir), poll_s
+        self._wake = threading.Event()  # poll now (a faster pace, a waiter, or stop)
         self._lock = threading.Lock()
         self._runs: dict[Path, Run] = {}
         self._tails: dict[Path, _Tail] = {}
@@ -282,16 +286,29 @@ class RunsWatcher:
             with self._polled:
                 self._polls += 1
                 self._polled.notify_all()
-            if self._stop.wait(self.poll_s):
+            self._wake.wait(self.poll_s)
+            self._wake.clear()
+            if self._stop.is_set():
                 return
+
+    def set_poll_s(self, poll_s: float) -> None:
+        """Poll every ``poll_s`` from now on; a faster pace polls at once."""
+        faster = poll_s < self.poll_s
+        self.poll_s = poll_s
+        if faster:
+            self._wake.set()
 
     def wait_for_poll(self, timeout_s: float = 5.0) -> None:
         """Wait until the thread has read everything written before this call."""
         if self._thread is None or not self._thread.is_alive():
             return
+        deadline = time.monotonic() + timeout_s
         with self._polled:
             wanted = self._polls + 2  # the poll under way may have listed files already
-            self._polled.wait_for(lambda: self._polls >= wanted, timeout_s)
+            # Each poll is asked for now: at a resting pace the next may be seconds away.
+            while self._polls < wanted and time.monotonic() < deadline:
+                self._wake.set()
+                self._polled.wait(min(0.1, max(0.0, deadline - time.monotonic())))
 
     def start(self) -> None:
         """Start polling; the first poll runs on the thread, so nothing here can block."""
@@ -302,6 +319,7 @@ class RunsWatcher:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
 
 
 def _order(run: Run) -> tuple[float, str, str]:

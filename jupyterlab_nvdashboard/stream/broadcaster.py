@@ -342,7 +342,15 @@ class Broadcaster:
     def attach(self, io_loop: IOLoop) -> None:
         """Publish on ``io_loop`` whenever the sampler appends (called from any thread)."""
         self.io_loop = io_loop
-        self.history.add_listener(lambda sample: io_loop.add_callback(self.publish))
+
+        def appended(sample: object) -> None:  # noqa: ARG001 - publish reads the history
+            # ``publish`` skips a family with no page: with no page anywhere (an unwatched
+            # server), the event loop is not woken for it. A page that joins later starts
+            # from the history, this sample included (it was appended before we were told).
+            if any(family.subscribers for family in list(self.families.values())):
+                io_loop.add_callback(self.publish)
+
+        self.history.add_listener(appended)
 
     def family_key(self, feed: Feed, window_s: float | None) -> float:
         if feed.mode == "replace":

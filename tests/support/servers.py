@@ -107,6 +107,7 @@ class RunningServer:
     config: Config
     metrics: Metrics
     server: object = None  # the bokeh Server, for its public API (get_sessions)
+    sources: object = None  # the DashboardSources it serves (the workload service, ...)
 
     @property
     def broadcaster(self) -> Broadcaster:
@@ -192,7 +193,8 @@ def in_process_server(
     assert started.wait(30)
     sources.start()
     try:
-        yield RunningServer(f"http://127.0.0.1:{config.port}", config, metrics, holder["server"])
+        yield RunningServer(f"http://127.0.0.1:{config.port}", config, metrics, holder["server"],
+                            sources)
     finally:
         sources.stop()
         server = holder["server"]
