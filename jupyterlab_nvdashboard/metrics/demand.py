@@ -4,10 +4,11 @@ The sampler reads each family (the core GPU pass with the host, GPM, health, the
 lists) at the fastest pace that any of its consumers asks for, and no faster. The server
 says which consumers are there (``Sampler.set_consumers``): the routes of the pages open
 now, ``HOLDING`` while a page is open and a process holds a GPU, ``AT_WORK`` while a GPU
-is at work, page or not, and ``CELL_RUNNING`` while a kernel with GPU memory runs a cell. The consumers in ``ALWAYS`` are there whatever is open. A
-consumer the table does not know (a route added later, a further stream of a page) is read
-for as today's pages were: everything at the sampling interval, so nothing a page shows is
-ever read more slowly than it draws.
+is at work, page or not, and ``CELL_RUNNING`` while a kernel with GPU memory runs a cell.
+The consumers in ``ALWAYS`` are there whatever is open. A consumer the table does not know
+(a route added later, a further stream of a page) is read for as today's pages were:
+everything at the sampling interval, so nothing a page shows is ever read more slowly than
+it draws.
 
 Why each pace:
 
