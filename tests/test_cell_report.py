@@ -465,7 +465,12 @@ def test_a_running_cell_of_a_gpu_kernel_is_read_at_its_own_pace_with_no_page_ope
     with no page open, as it does with one open: the cell's samples, and so its verdict, do
     not depend on the pages."""
     from jupyterlab_nvdashboard.apps.cells import gpu_kernel_runs_a_cell
-    from jupyterlab_nvdashboard.metrics.demand import CELL_RUNNING, HOLDING, read_intervals
+    from jupyterlab_nvdashboard.metrics.demand import (
+        AT_WORK,
+        CELL_RUNNING,
+        HOLDING,
+        read_intervals,
+    )
     from jupyterlab_nvdashboard.server import LiveSessions, ViewerWatch
 
     state = {"execution_state": "busy"}
@@ -486,7 +491,8 @@ def test_a_running_cell_of_a_gpu_kernel_is_read_at_its_own_pace_with_no_page_ope
     assert no_page["core"] <= 1.0
     state["execution_state"] = "idle"
     jupyter.refresh()
-    assert not gpu_kernel_runs_a_cell(sources) and watch.consumers() == set()
+    # The kernel still holds GPU 1, which still works: only AT_WORK is left (issue 51).
+    assert not gpu_kernel_runs_a_cell(sources) and watch.consumers() == {AT_WORK}
 
 
 def test_a_symlink_planted_as_a_connection_file_is_not_ours(
