@@ -203,11 +203,20 @@ class JupyterSessions:
             return
         self._attempted_at = time.monotonic()
         try:
-            executions = self._executions()
-            cells = parse_cells(executions)
-            if cells or not for_marks_only:
-                self.sessions = parse_sessions(self._fetch(self.server),
-                                               parse_executions(executions)
+            if for_marks_only:  # the sessions only name the cells' notebooks
+                executions = self._executions()
+                cells = parse_cells(executions)
+                body = self._fetch(self.server) if cells else None
+            else:
+                # The sessions first, then the executions: a kernel that Jupyter says is
+                # idle has its last cell's end in executions read after (one IOPub message
+                # moves both). Read the other way round, a cell that ended between the two
+                # reads was judged from its start, its idle time counted from then.
+                body = self._fetch(self.server)
+                executions = self._executions()
+                cells = parse_cells(executions)
+            if body is not None:
+                self.sessions = parse_sessions(body, parse_executions(executions)
                                                if executions is not None else None)
                 self._refreshed_at = time.monotonic()
             self.cells = cells
