@@ -66,7 +66,10 @@ class DeviceDiagnoses:
         if fresh is not None:
             return fresh
         if key <= INLINE_WINDOW_S and self._memory_holds(key):
-            return self._diagnose(key, *due)
+            # On the caller's thread, maybe an event loop: from memory alone. A tick after
+            # the check the history may have dropped its oldest sample, and the window
+            # would read the store for it, which no loop may (a 500 under load).
+            return self._diagnose(key, *due, from_memory=True)
         with self._lock:
             if key not in self._running:
                 thread = threading.Thread(target=self._diagnose, args=(key, *due),
@@ -115,10 +118,12 @@ class DeviceDiagnoses:
             return held, held, (now, seq)
         return None, held, (now, seq)
 
-    def _diagnose(self, key: float, now: float, seq: int) -> tuple[list[Diagnosis], float]:
+    def _diagnose(self, key: float, now: float, seq: int, from_memory: bool = False
+                  ) -> tuple[list[Diagnosis], float]:
         metrics = self.metrics
         try:
-            samples, resolution = window_with_past(metrics.history, key, self.past,
+            samples, resolution = window_with_past(metrics.history, key,
+                                                   None if from_memory else self.past,
                                                    key / MAX_STORED_ROWS, rows="mean")
             result = []
             for fact in metrics.facts:
