@@ -519,3 +519,33 @@ def test_one_device_whose_diagnosis_raises_leaves_the_others_and_is_logged_once(
         assert [d.row for d in live.current(60)] == [1]
     assert len(caplog.records) == 1 and "GPU 0" in caplog.records[0].getMessage()
     assert not caplog.records[0].exc_info
+
+
+def test_a_window_diagnosed_inline_never_reads_the_store() -> None:
+    """Issue 52's rule (no store read on an event loop) met a race: ``current`` diagnoses a
+    2-minute window on the caller's thread once memory holds it, but it checked that on the
+    history's oldest sample and then read the window, which a dropped or missing sample can
+    leave short; it then read the store there, and on an event loop that raised (a 500 on
+    /glance.json under load). Here the history holds a sample 130 s old, then nothing until
+    110 s ago: the inline diagnosis reads memory alone."""
+    from jupyterlab_nvdashboard.diagnosis.live import DeviceDiagnoses
+
+    class RecordingPast:
+        calls: list[tuple[float, float]] = []
+
+        def past_samples(self, start_s: float, end_s: float, resolution_s: float,
+                         rows: str = "minmax") -> tuple[list[Sample], float]:
+            self.calls.append((start_s, end_s))
+            return [], 0.0
+
+    metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=1, profile="h200")),
+                             environ={})
+    now = 1_800_000_000.0
+    host = HostReading(10.0, 8e9, 6.4e10, 0.0, 0.0, 0.0, 0.0)
+    for t in [now - 130, *(now - 110 + i for i in range(111))]:
+        gpus = (GpuReading.unavailable(0, False)._replace(utilization_pct=50.0),)
+        metrics.history.append(t, gpus, host, monotonic_s=t - now + 1000.0)
+    past = RecordingPast()
+    live = DeviceDiagnoses(metrics, past=past)
+    live.current(120)
+    assert past.calls == []
