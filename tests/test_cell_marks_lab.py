@@ -71,7 +71,7 @@ def test_a_cell_run_in_a_notebook_is_marked_on_gpu_activity() -> None:
             # Hovering the mark names its notebook and the cell.
             page.mouse.move(mark["x"] + 1, min(mark["bottom"], 790) - 40)
             page.wait_for_function(f"() => ({TOOLTIP_JS})().includes('of marked.ipynb')",
-                                   timeout=15_000)
+                                   timeout=60_000)  # a loaded machine's hover draws late
             assert f"cell {count} of marked.ipynb: " in page.evaluate(TOOLTIP_JS)
             screenshot(page, f"cell-marks-gpu-activity-{theme}")
         watched.assert_clean()
