@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from jupyterlab_nvdashboard.apps.live import redraw_interval_ms
-from tests.support.browser import chromium, screenshot, watch
+from tests.support.browser import BOKEH_VIEWS_JS, chromium, screenshot, watch
 from tests.support.servers import cli_server, get, with_token
 
 pytestmark = pytest.mark.browser
@@ -62,13 +62,7 @@ NODES_SLACK = 60
 # line's colour.
 PAINTED_JS = """(name) => {
   const live = (window.nvdashboardStreams || {})[name];
-  if (!live || !window.Bokeh || !Bokeh.index) return null;
-  const views = [];
-  const walk = (view) => { views.push(view);
-    const children = typeof view.children_views === 'function' ? view.children_views()
-      : (view.child_views || []);
-    for (const child of children) walk(child); };
-  for (const view of Object.values(Bokeh.index)) walk(view);
+  if (!live || !window.Bokeh || !Bokeh.index) return null;""" + BOKEH_VIEWS_JS + """
   const plot = views.find((v) => v.model.type === 'Figure' &&
                           v.model.above.some((a) => a.type === 'DatetimeAxis'));
   if (!plot) return null;
