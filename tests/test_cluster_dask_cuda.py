@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -34,10 +33,9 @@ import pytest
 pytest.importorskip("distributed")
 pytest.importorskip("prometheus_client")
 
-from tests.support.bokeh_client import TEST_TOKEN  # noqa: E402
 from tests.support.dask_cluster import DaskCluster, start_scheduler  # noqa: E402
 from tests.support.grafana import check_nvidia_board  # noqa: E402
-from tests.support.prometheus import api, stop  # noqa: E402
+from tests.support.prometheus import api, scrape_config, start, stop  # noqa: E402
 from tests.support.servers import cli_server, free_port, get  # noqa: E402
 
 PROMETHEUS = shutil.which("prometheus")
@@ -80,22 +78,6 @@ def probe(dask_worker: Any) -> dict[str, Any]:
             "visible": sorted(gpus.metrics.nvml.cuda_positions)}
 
 
-def start_prometheus(tmp_path: Path, targets: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    jobs = "".join(
-        f"  - job_name: {job}\n"
-        f"    authorization: {{type: Bearer, credentials: {TEST_TOKEN}}}\n"
-        f"    static_configs: [{{targets: ['{target}']}}]\n" for job, target in targets.items())
-    config = tmp_path / "prometheus.yml"
-    config.write_text("global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
-                      f"scrape_configs:\n{jobs}")
-    port = free_port()
-    log = (tmp_path / "prometheus.log").open("w")
-    process = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
-    return process, f"http://127.0.0.1:{port}"
-
-
 def gpu_of(series: dict[str, Any]) -> tuple[str, str]:
     """A Prometheus series' GPU: (hostname, UUID)."""
     return series["metric"]["hostname"], series["metric"]["UUID"]
@@ -127,7 +109,8 @@ def test_dask_cuda_layout_one_reader_per_gpu_counters_prometheus_can_rate_and_th
 
         targets = {"cluster": urllib.parse.urlsplit(dashboard).netloc,
                    "single": urllib.parse.urlsplit(single).netloc}
-        prometheus, base = start_prometheus(tmp_path, targets)
+        prometheus, base = start(tmp_path, scrape_config(
+            {job: [target] for job, target in targets.items()}))
         try:
             with Client(cluster.address, timeout="10s", set_as_default=False) as client:
                 before = client.run(probe)

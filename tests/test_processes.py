@@ -206,6 +206,28 @@ def test_processes_file_is_read_from_outside_and_follows_pid_exit(tmp_path: Path
     assert reader.read_all() == ()
 
 
+
+def test_a_processes_file_read_while_half_written_is_read_again_when_finished(
+        tmp_path: Path) -> None:
+    """A writer truncates, then writes (``Path.write_text``, a notebook's ``json.dump``), and
+    both can fall in one tick of the filesystem's clock: a read between them must not keep
+    the old list once the file is whole (the full suite's cells test read a kernel's 90% SM
+    a second into the next cell, which set it to 0)."""
+    spec = tmp_path / "processes.json"
+    busy = [{"gpu": 0, "pid": os.getpid(), "used_memory_bytes": 2e9, "sm_pct": 90}]
+    spec.write_text(json.dumps(busy))
+    simulator = SimulatedNvml(gpu_count=1)
+    simulator.set_processes_file(str(spec))
+    reader = reader_for(simulator)
+    assert [r.used_memory_bytes for r in reader.read_all()] == [2e9]
+    tick = spec.stat().st_mtime_ns
+    spec.write_text("")  # truncated: the writer has not written yet
+    os.utime(spec, ns=(tick, tick))
+    assert [r.used_memory_bytes for r in reader.read_all()] == [2e9]  # the previous list
+    spec.write_text(json.dumps([{**busy[0], "used_memory_bytes": 3e9}]))
+    os.utime(spec, ns=(tick, tick))  # finished within the same tick
+    assert [r.used_memory_bytes for r in reader.read_all()] == [3e9]
+
 # ----- attribution ----------------------------------------------------------------------
 
 def test_a_pid_that_exits_between_nvml_and_psutil_is_ended() -> None:

@@ -90,7 +90,10 @@ def test_the_installed_wheel_reports_this_projects_version(tmp_path: Path) -> No
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
                    check=True, timeout=120)
     python = str(venv / "bin" / "python")
-    installed = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
+    # --ignore-installed: where this machine's packages already hold the same version (CI
+    # installs the checkout itself), pip would call the wheel satisfied and install nothing.
+    installed = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps",
+                                "--ignore-installed", str(wheel)],
                                capture_output=True, text=True, timeout=300)
     assert installed.returncode == 0, installed.stderr[-3000:]
     outside = tmp_path / "elsewhere"  # not the checkout: its package cannot be imported

@@ -146,7 +146,11 @@ class SimulatedProcesses:
 
     _processes: tuple[SimulatedProcess, ...] = ()
     _processes_file: str | None = None
-    _processes_file_mtime: float | None = None
+    # The file's version as last read: its modification time and size. A writer truncates,
+    # then writes; both can fall in one tick of the filesystem's coarse clock, so a read
+    # between them (an empty or half-written file) shares the finished file's time, and
+    # only its size tells the finished file apart.
+    _processes_file_version: tuple[int, int] | None = None
     pid_behaviour = "host"  # PID_BEHAVIOURS: what a caller in a PID namespace gets back
 
     # ----- test hooks -----------------------------------------------------------------
@@ -163,18 +167,19 @@ class SimulatedProcesses:
 
     def set_processes_file(self, path: str | None) -> None:
         """Read the process list from this JSON file, again whenever it changes (test-only)."""
-        self._processes_file, self._processes_file_mtime = path or None, None
+        self._processes_file, self._processes_file_version = path or None, None
 
     def _current_processes(self) -> tuple[SimulatedProcess, ...]:
         path = self._processes_file
         if path:
             try:
-                mtime = os.stat(path).st_mtime_ns
+                stat = os.stat(path)
+                version: tuple[int, int] | None = (stat.st_mtime_ns, stat.st_size)
             except OSError:
-                mtime = None
-            if mtime != self._processes_file_mtime:
-                self._processes_file_mtime = mtime
-                self._load_processes_file(path, mtime)
+                version = None
+            if version != self._processes_file_version:
+                self._processes_file_version = version
+                self._load_processes_file(path, version is not None)
         caller = _caller_namespace()
         return tuple(p for p in self._processes if not p.until_exit
                      or _exists(p.pid if p.pid_in(caller or 0) is None else p.pid_in(caller or 0)))
@@ -187,8 +192,8 @@ class SimulatedProcesses:
         return process.pid_in(_caller_namespace() or 0) if process.namespace_pids \
             else process.pid
 
-    def _load_processes_file(self, path: str, mtime: float | None) -> None:
-        if mtime is None:
+    def _load_processes_file(self, path: str, exists: bool) -> None:
+        if not exists:
             self._processes = ()
             return
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -28,27 +29,60 @@ def api(base: str, path: str, **params: str) -> Any:
     return body["data"]
 
 
+def scrape_config(jobs: dict[str, list[str]]) -> str:
+    """A configuration scraping each job's targets (host:port) once a second with the test
+    token."""
+    return "global: {scrape_interval: 1s, scrape_timeout: 1s}\nscrape_configs:\n" + "".join(
+        f"  - job_name: {job}\n"
+        f"    authorization: {{type: Bearer, credentials: {TEST_TOKEN}}}\n"
+        f"    static_configs: [{{targets: {targets!r}}}]\n" for job, targets in jobs.items())
+
+
+def _answers_for(base: str, config: Path) -> bool | None:
+    """Whether the Prometheus at ``base`` runs ``config``: None while nothing answers."""
+    try:
+        return api(base, "status/flags").get("config.file") == str(config)
+    except OSError:
+        return None
+
+
+def start(folder: Path, config_text: str, tries: int = 3) -> tuple[subprocess.Popen, str]:
+    """A Prometheus running ``config_text`` in ``folder`` (its log ``prometheus.log``), once
+    it answers on its port; and its base URL. A free port can be taken by another process
+    before Prometheus binds it (a neighbouring test's server, or the next Prometheus of the
+    same test, which then answers for this one): such a start is retried on a new port."""
+    assert PROMETHEUS is not None, "needs Debian's prometheus package"
+    config = folder / "prometheus.yml"
+    config.write_text(config_text)
+    for _ in range(tries):
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        with (folder / "prometheus.log").open("a") as log:
+            process = subprocess.Popen(
+                [PROMETHEUS, f"--config.file={config}",
+                 f"--storage.tsdb.path={folder / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and process.poll() is None:
+            ours = _answers_for(base, config)
+            if ours:
+                return process, base
+            if ours is False:
+                break  # another Prometheus answers on that port
+            time.sleep(0.2)
+        stop(process)
+    raise AssertionError(f"Prometheus did not start in {tries} tries: {folder / 'prometheus.log'}")
+
+
 @contextmanager
 def prometheus(folder: Path, *targets: str) -> Iterator[str]:
     """Prometheus scraping ``targets`` (host:port) once a second with the test token; yields
-    its base URL. Its log is ``folder/prometheus.log``."""
-    assert PROMETHEUS is not None, "needs Debian's prometheus package"
-    config = folder / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: nvdashboard\n"
-        f"    authorization: {{type: Bearer, credentials: {TEST_TOKEN}}}\n"
-        f"    static_configs: [{{targets: {list(targets)!r}}}]\n")
-    port = free_port()
-    with (folder / "prometheus.log").open("w") as log:
-        process = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            stop(process)
+    its base URL once it answers. Its log is ``folder/prometheus.log``."""
+    process, base = start(folder, scrape_config({"nvdashboard": list(targets)}))
+    try:
+        yield base
+    finally:
+        stop(process)
 
 
 def stop(process: subprocess.Popen, timeout_s: float = 15.0) -> None:
