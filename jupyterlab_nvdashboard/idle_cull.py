@@ -208,6 +208,9 @@ class IdleCuller:
         self._last_execution = last_execution
         self.notices: dict[str, Notice] = {}
         self.kept: dict[str, float] = {}  # kernel id -> "Keep this kernel" until (epoch s)
+        # kernel id -> why its armed warning has not led to a cull, as of the last check:
+        # an admin (or a test) reading the culls sees what the cull still waits for.
+        self.waiting: dict[str, str] = {}
         self.culls: deque[dict[str, Any]] = deque(maxlen=MAX_CULLS)
         self._culls_made = 0
         self.checks = 0  # passes made: a client can wait for "the next pass" by counting
@@ -268,7 +271,8 @@ class IdleCuller:
     def warnings(self) -> list[dict[str, Any]]:
         """The warnings armed now: JupyterLab shows exactly these while the cull is on."""
         return [{"kernel_id": n.kernel_id, "episode": n.episode, "shown_at": n.shown_at,
-                 "cull_at": n.cull_at(self.policy)} for n in self.notices.values()]
+                 "cull_at": n.cull_at(self.policy),
+                 "waiting_for": self.waiting.get(n.kernel_id)} for n in self.notices.values()]
 
     def state(self) -> dict[str, Any]:
         """What ``GET nvdashboard-idle/culls`` answers: the policy, the warnings armed and
@@ -285,6 +289,7 @@ class IdleCuller:
 
     async def _check(self) -> list[dict[str, Any]]:
         now = self._clock()
+        self.waiting.clear()  # said afresh by this check, of the notices it finds armed
         for kernel_id in [k for k in self.notices if not self.is_kernel(k)]:
             del self.notices[kernel_id]  # shut down by the user, or gone
         for kernel_id in [k for k, until in self.kept.items()
@@ -300,6 +305,7 @@ class IdleCuller:
                                   "judgment (%s: %s); no kernel is shut down meanwhile",
                                   type(error).__name__, error)
             self._glance_failing = True
+            self.waiting = dict.fromkeys(self.notices, "the GPU judgment cannot be read")
             return []
         self._glance_failing = False
         entries = {k.get("kernel_id"): k for k in (body or {}).get("kernels") or []
@@ -313,7 +319,9 @@ class IdleCuller:
                 del self.notices[kernel_id]  # that warning is spent
                 continue
             now = self._clock()
-            if why_kept(self.policy, notice, idle, state, activity, now):
+            kept = why_kept(self.policy, notice, idle, state, activity, now)
+            if kept:
+                self.waiting[kernel_id] = kept
                 continue
             cull = await self._cull(notice, entry, idle or {}, now)
             if cull is not None:

@@ -209,3 +209,32 @@ def test_a_kept_kernel_is_told_the_time_and_not_armed_meanwhile() -> None:
 ])
 def test_a_posted_notice_is_two_short_strings(body: object, expected: object) -> None:
     assert notice_from_body(body) == expected
+
+
+def test_an_armed_warning_says_what_the_cull_waits_for() -> None:
+    """``GET nvdashboard-idle/culls`` names, for each warning it holds armed, the rule its
+    last check stopped at: an admin whose kernel is not shut down can see why."""
+    clock = [NOW]
+    kernels = FakeKernelManager("k1")
+    reading = {"kernels": [{"kernel_id": "k1", "path": "x.ipynb", "idle": idle()}]}
+    proxy_down = [False]
+
+    async def read_glance() -> dict[str, Any]:
+        if proxy_down[0]:
+            raise OSError("proxy down")
+        return reading
+
+    culler = IdleCuller(POLICY, kernels, read_glance, logging.getLogger("test"),
+                        clock=lambda: clock[0], last_execution=lambda kernel_id: ACTIVE)
+    culler.record_notice("k1", EPISODE)
+    [armed] = culler.state()["warnings"]
+    assert armed["waiting_for"] is None  # no check yet
+    clock[0] += 30.0
+    culler.record_notice("k1", EPISODE)
+    asyncio.run(culler.check())
+    [armed] = culler.state()["warnings"]
+    assert armed["waiting_for"] == "told 30 s ago, the cull waits 600 s"
+    proxy_down[0] = True
+    asyncio.run(culler.check())
+    assert culler.state()["warnings"][0]["waiting_for"] == "the GPU judgment cannot be read"
+
