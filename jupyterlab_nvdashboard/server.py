@@ -108,7 +108,7 @@ from .metrics import GpuReading, HostReading, Metrics, Sample, past_span
 from .metrics.demand import AT_WORK, CELL_RUNNING, HOLDING
 from .runs.service import WorkloadService
 from .store import HistoryStore
-from .store.buckets import is_gap
+from .store.buckets import before_upgrade_column, before_upgrade_readings, is_gap
 from .stream.broadcaster import Broadcaster, StreamSocket
 from .stream.changes import ChangeFeed, ChangeSocket
 
@@ -327,18 +327,24 @@ class GlanceHandler(_JsonHandler):
 HISTORY_CSV_FIELDS = [name for name in GpuReading._fields if name != "index"]
 
 
-def history_csv_header(gpu_indices: list[int]) -> str:
-    """``/history.csv``'s first line: every column's unit is the end of its name."""
+def history_csv_header(gpu_indices: list[int], before_upgrade: Sequence[int] = ()) -> str:
+    """``/history.csv``'s first line: every column's unit is the end of its name. The
+    columns of a GPU the store knows only by its row before an upgrade
+    (``before_upgrade``) follow today's GPUs', named apart (``before_upgrade_column``)."""
     header = ["time_unix_s", "gpu_age_s"]
     header += [f"gpu{index}_{name}" for index in gpu_indices for name in HISTORY_CSV_FIELDS]
+    header += [f"{before_upgrade_column(row)}_{name}" for row in before_upgrade
+               for name in HISTORY_CSV_FIELDS]
     header += [f"host_{name}" for name in HostReading._fields]
     header += ["resolution_s"]
     return ",".join(header) + "\n"
 
 
 def history_csv_rows(samples: Sequence[Sample], gpu_indices: list[int],
-                     interval_s: float = 0.0, store_resolution_s: float = 0.0) -> str:
-    """One row per sample; empty = not available.
+                     interval_s: float = 0.0, store_resolution_s: float = 0.0,
+                     before_upgrade: Sequence[int] = ()) -> str:
+    """One row per sample; empty = not available. ``before_upgrade`` as in
+    ``history_csv_header``.
 
     ``resolution_s``, the last column, is the span a row stands for: the sampling interval
     for a sample of the in-memory history, the bucket width for a row from the store (the
@@ -356,11 +362,13 @@ def history_csv_rows(samples: Sequence[Sample], gpu_indices: list[int],
         if stored and is_gap(sample):
             continue  # a gap marker: the time the server was not running has no row
         readings = {reading.index: reading for reading in sample.gpus}
+        before = {reading.index: reading for reading in before_upgrade_readings(sample)}
         row: list[object] = [f"{sample.time_s:.3f}", cell(sample.gpu_age_s)]
-        for index in gpu_indices:
-            reading = readings.get(index)
-            row += [cell(getattr(reading, name)) if reading else ""
-                    for name in HISTORY_CSV_FIELDS]
+        for devices, indices in ((readings, gpu_indices), (before, before_upgrade)):
+            for index in indices:
+                reading = devices.get(index)
+                row += [cell(getattr(reading, name)) if reading else ""
+                        for name in HISTORY_CSV_FIELDS]
         row += [cell(value) for value in sample.host]
         row.append(f"{store_resolution_s if stored else interval_s:g}")
         writer.writerow(row)
@@ -482,31 +490,39 @@ class HistoryCsvHandler(GuardedHandler):
         self.set_header("Content-Type", "text/csv; charset=utf-8")
         self.set_header("Content-Disposition", 'attachment; filename="nvdashboard-history.csv"')
         self.set_header("Cache-Control", "no-store")
-        self.write(history_csv_header(indices))
         run = partial(IOLoop.current().run_in_executor, self.long_reads.executor)
         resolution = 0.0  # of the rows from the store; 0: none (sent before the first row)
         store, span = self.store, past_span(recent, seconds, 0.0)
-        if store is not None and span is not None:
+        before_upgrade: tuple[int, ...] = ()
+        if store is None or span is None:
+            self.write(history_csv_header(indices))
+        else:
             start, first = span
             # The store's finest tier that still holds the window's start: 5 s, or 1 min.
             pieces = store.past_in_pieces(start, first, 0.0, rows="mean")
-            while not self.gone and (piece := await run(next, pieces, None)) is not None:
+            # The first piece waits for the store to open: only then does it know the GPUs
+            # it kept from before an upgrade, which have columns of their own.
+            piece = await run(next, pieces, None)
+            before_upgrade = store.rows_before_upgrade
+            self.write(history_csv_header(indices, before_upgrade))
+            while not self.gone and piece is not None:
                 older = [sample for sample in piece.samples if sample.time_s < first]
-                if not older:
-                    continue
-                if not resolution:
-                    resolution = piece.resolution_s
-                    self.set_header("X-Store-Resolution-S", f"{resolution:g}")
-                self.write(await run(history_csv_rows, older, indices,
-                                     self.metrics.interval_s, resolution))
-                await self.flush()  # waits for the client: one piece in memory at a time
+                if older:
+                    if not resolution:
+                        resolution = piece.resolution_s
+                        self.set_header("X-Store-Resolution-S", f"{resolution:g}")
+                    self.write(await run(history_csv_rows, older, indices,
+                                         self.metrics.interval_s, resolution, before_upgrade))
+                    await self.flush()  # waits for the client: one piece in memory at a time
+                if not self.gone:
+                    piece = await run(next, pieces, None)
         if not resolution:
             self.set_header("X-Store-Resolution-S", "0")
         for at in range(0, len(recent), PIECE_SAMPLES):
             if self.gone:
                 return
             self.write(await run(history_csv_rows, recent[at:at + PIECE_SAMPLES], indices,
-                                 self.metrics.interval_s, resolution))
+                                 self.metrics.interval_s, resolution, before_upgrade))
             await self.flush()
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ..metrics import Metrics
 from ..stream.broadcaster import Feed
@@ -31,7 +30,9 @@ class Route:
     path: str
     title: str
     # What the page streams (built once per set of devices, shared by all its pages).
-    make_feed: Callable[[Any], Feed]  # given the Metrics (or the sources: feed_from_sources)
+    # Given the Metrics (or the sources: feed_from_sources), and the rows from before an
+    # upgrade where draws_rows_before_upgrade.
+    make_feed: Callable[..., Feed]
     make_view: Callable[[DashboardSources, Feed | None], Component] = standard_view
     needs_gpu: bool = True  # without a GPU the page shows the "no GPU" notice instead
     shows_gpu: bool = True  # draws GPU readings, so simulate mode labels it SIMULATED
@@ -41,6 +42,10 @@ class Route:
     # Further streams of the page, each at <path>/<name>/stream: name -> its feed, taken
     # from the route's own feed (so both are built, and rebuilt, together).
     substreams: tuple[tuple[str, Callable[[Feed], Feed]], ...] = ()
+    # Draws the GPUs the store knows only by their row before an upgrade: make_feed is
+    # given their rows too (``DashboardSources.rows_before_upgrade``), and the feed is made
+    # anew (its pages reload) when they change, as when the GPUs change.
+    draws_rows_before_upgrade: bool = False
 
     @property
     def stream_keys(self) -> list[str]:
@@ -66,11 +71,13 @@ ROUTES: tuple[Route, ...] = (
           feed_from_sources=True),
     Route("/GPU-Utilization", "GPU Utilization", gpu.gpu_utilization),
     Route("/GPU-Memory", "GPU Memory", gpu.gpu_memory),
-    Route("/GPU-Resources", "GPU Resources", gpu.gpu_resources),
+    Route("/GPU-Resources", "GPU Resources", gpu.gpu_resources,
+          draws_rows_before_upgrade=True),
     Route("/PCIe-Throughput", "PCIe Throughput", gpu.pcie_throughput),
     Route("/NVLink-Throughput", "NVLink Throughput", gpu.nvlink_throughput,
           available=_has_nvlink),
-    Route("/NVLink-Timeline", "NVLink Timeline", gpu.nvlink_timeline, available=_has_nvlink),
+    Route("/NVLink-Timeline", "NVLink Timeline", gpu.nvlink_timeline, available=_has_nvlink,
+          draws_rows_before_upgrade=True),
     Route("/GPU-Activity", "GPU Activity", activity.gpu_activity,
           activity.activity_dashboard),
     Route("/GPU-Health", "GPU Health", health.health_feed, health.health_dashboard,
@@ -116,14 +123,20 @@ class RouteFeeds:
         facts = tuple(self.metrics.facts)
         if route.needs_gpu and not facts:
             return None
+        before_upgrade = (self.sources.rows_before_upgrade
+                          if route.draws_rows_before_upgrade and self.sources is not None
+                          else ())
+        layout = (*facts, before_upgrade)
         built = self._built.get(path)
-        if built is not None and built[0] == facts:
+        if built is not None and built[0] == layout:
             return built[1]
         if route.feed_from_sources:
             if self.sources is None:
                 return None
             feed = route.make_feed(self.sources)
+        elif route.draws_rows_before_upgrade:
+            feed = route.make_feed(self.metrics, before_upgrade)
         else:
             feed = route.make_feed(self.metrics)
-        self._built[path] = (facts, feed)
+        self._built[path] = (layout, feed)
         return feed

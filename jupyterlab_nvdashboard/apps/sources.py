@@ -70,6 +70,12 @@ class DashboardSources:
         return self.stored_span.version if self.stored_span is not None else 0
 
     @property
+    def rows_before_upgrade(self) -> tuple[int, ...]:
+        """The GPUs the store knows only by their row before an upgrade (none without a
+        store): the GPU timelines draw each as a device of its own."""
+        return self.store.rows_before_upgrade if self.store is not None else ()
+
+    @property
     def timeline_windows_s(self) -> tuple[float, ...]:
         """The windows every timeline offers: the history's, then the store's long ones."""
         stored = self.store.longest_s if self.store is not None else 0.0

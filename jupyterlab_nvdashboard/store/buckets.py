@@ -53,13 +53,15 @@ def column_count(layout: Sequence[str]) -> int:
 
 # What NVML's nvmlDeviceGetUUID answers ("GPU-<uuid>"; "MIG-<uuid>", or "MIG-GPU-<uuid>/gi/ci"
 # before R470, for a MIG device); "index:N" for a row whose UUID was not known, which is
-# kept but drawn under no device. Nothing else is a device key the writer makes.
+# kept but drawn under no device of today (``rows_before_upgrade``). Nothing else is a
+# device key the writer makes.
+ROW_KEY_PREFIX = "index:"
 _DEVICE_KEY = re.compile(r"(?:GPU|MIG)-[0-9A-Za-z/_.-]+|index:[0-9]+")
 
 
 def device_key(index: int, uuid: str | None) -> str:
     """How the store names device row ``index`` whose UUID is ``uuid``."""
-    return uuid if uuid and _DEVICE_KEY.fullmatch(uuid) else f"index:{index}"
+    return uuid if uuid and _DEVICE_KEY.fullmatch(uuid) else f"{ROW_KEY_PREFIX}{index}"
 
 
 def layout_text(layout: Sequence[str]) -> str:
@@ -80,7 +82,43 @@ def rows_now(layout: Sequence[str], uuids: Mapping[int, str]) -> list[int | None
     """For each device of ``layout``, the row it has now (``uuids``: each row's UUID); None
     for a device not shown now."""
     row_of = {device_key(index, uuid): index for index, uuid in uuids.items()}
-    return [None if key.startswith("index:") else row_of.get(key) for key in layout]
+    return [None if key.startswith(ROW_KEY_PREFIX) else row_of.get(key) for key in layout]
+
+
+# A GPU of a version 1 store whose UUID could not be known at the upgrade
+# (``upgraded_rows.py``) is known by the row it had then, and only by that: its stored
+# readings ride in ``Sample.extra[BEFORE_UPGRADE]`` (a tuple of ``GpuReading`` whose index
+# is that old row), never in ``Sample.gpus``, so no reader takes them for today's GPU of
+# that row. Every page and file names such a GPU by ``before_upgrade_label`` (the CSV's
+# columns by ``before_upgrade_column``): one phrase, here only.
+BEFORE_UPGRADE = "before_upgrade"
+_BEFORE_UPGRADE_WORDS = "before upgrade"
+
+
+def before_upgrade_label(row: int) -> str:
+    """A GPU known only by its row before the upgrade, as pages name it."""
+    return f"GPU {row} ({_BEFORE_UPGRADE_WORDS})"
+
+
+def before_upgrade_column(row: int) -> str:
+    """The same GPU as ``/history.csv`` names its columns (``gpu0_`` for today's GPU 0)."""
+    return f"gpu{row}_{_BEFORE_UPGRADE_WORDS.replace(' ', '_')}"
+
+
+def rows_before_upgrade(layout: Sequence[str], upgraded: bool) -> list[int | None]:
+    """For each device of ``layout``, the row it had before the upgrade when it is known by
+    that row only (``upgraded``: the layout is one the upgrade from version 1 rewrote);
+    None otherwise. A row-numbered key the writer made itself (a GPU whose UUID NVML did
+    not answer) is no GPU from before an upgrade: drawn under none."""
+    return [int(key[len(ROW_KEY_PREFIX):]) if upgraded and key.startswith(ROW_KEY_PREFIX)
+            else None for key in layout]
+
+
+def before_upgrade_readings(sample: Sample) -> tuple[GpuReading, ...]:
+    """The stored readings of ``sample``'s GPUs known only by their row before the upgrade
+    (none for a sample of the in-memory history)."""
+    readings = sample.extra.get(BEFORE_UPGRADE, ())
+    return readings if isinstance(readings, tuple) else ()
 
 
 class IdentifiedSample(NamedTuple):
@@ -320,13 +358,15 @@ assert GpuReading._fields[2:2 + len(GPU_FIELDS) + 1] == (
 
 
 def bucket_samples(rows_shown: Sequence[int | None], rows: np.ndarray, highs: np.ndarray,
-                   times_s: Sequence[float], monotonic_s: Sequence[float | None]
-                   ) -> list[Sample]:
+                   times_s: Sequence[float], monotonic_s: Sequence[float | None],
+                   rows_before: Sequence[int | None] = ()) -> list[Sample]:
     """Rows of buckets of one layout (their means, minima or maxima) as ``Sample``s at
     ``times_s``, so every reader of samples (feeds, diagnosis, the CSV) reads stored history
     unchanged; ``highs``, each row's bucket's maxima, say which GPUs were lost;
     ``rows_shown``, the row each of the layout's devices has now (``rows_now``; None: left
-    out). Their sequence number is -1: they are not in the in-memory history. NaN becomes
+    out); ``rows_before``, the row a device had before the upgrade where it is known by
+    that only (``rows_before_upgrade``): its readings go to ``extra[BEFORE_UPGRADE]``.
+    Their sequence number is -1: they are not in the in-memory history. NaN becomes
     None in one pass over the whole array (a 7-day window makes 2,000 samples at once)."""
     cells = rows.astype(object)
     cells[np.isnan(rows)] = None
@@ -335,16 +375,25 @@ def bucket_samples(rows_shown: Sequence[int | None], rows: np.ndarray, highs: np
     host_at = len(rows_shown) * PER_GPU
     shown = sorted((index, position) for position, index in enumerate(rows_shown)
                    if index is not None)
+    before = sorted((index, position) for position, index in enumerate(rows_before)
+                    if index is not None)
+
+    def readings(row: list, gone: list[bool], devices: list[tuple[int, int]]
+                 ) -> tuple[GpuReading, ...]:
+        found = []
+        for index, position in devices:
+            part = row[position * PER_GPU:position * PER_GPU + PER_GPU - 1]
+            found.append(GpuReading(index, gone[position], *part[:_SNAPSHOT_AT], False,
+                                    *part[_SNAPSHOT_AT:]))
+        return tuple(found)
+
     samples = []
     for row, gone, time_s, monotonic in zip(cells.tolist(), lost, times_s, monotonic_s,
                                             strict=True):
-        gpus = []
-        for index, position in shown:
-            part = row[position * PER_GPU:position * PER_GPU + PER_GPU - 1]
-            gpus.append(GpuReading(index, gone[position], *part[:_SNAPSHOT_AT], False,
-                                   *part[_SNAPSHOT_AT:]))
-        samples.append(Sample(-1, time_s, tuple(gpus), HostReading(*row[host_at:]),
-                              gpu_age_s=None, extra={}, monotonic_s=monotonic))
+        extra = {BEFORE_UPGRADE: readings(row, gone, before)} if before else {}
+        samples.append(Sample(-1, time_s, readings(row, gone, shown),
+                              HostReading(*row[host_at:]), gpu_age_s=None, extra=extra,
+                              monotonic_s=monotonic))
     return samples
 
 

@@ -51,6 +51,7 @@ from .buckets import (
     gap_sample,
     layout_text,
     parse_layout,
+    rows_before_upgrade,
     rows_now,
 )
 from .clock_check import (
@@ -179,6 +180,11 @@ class HistoryStore:
         # A version 1 store's row-numbered GPU history waits for the first sample's UUIDs
         # (``upgraded_rows``).
         self._rows_pending = False
+        # The rows of the GPUs from before the upgrade that no sample could key and that
+        # still have buckets (``upgraded_rows.rows_kept``): the timelines draw each as
+        # "GPU N (before upgrade)". Noted at open and when the rows are keyed, on the
+        # store's thread, so reading it reads no file.
+        self.rows_before_upgrade: tuple[int, ...] = ()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -224,6 +230,7 @@ class HistoryStore:
                 self._become_writer(opened)
             else:
                 check_readable(self.path)
+                self._note_rows_before_upgrade()
                 self.role = "reader"
                 log.info("history store %s: another nvdashboard server writes it; this one "
                          "reads it", self.path)
@@ -231,6 +238,19 @@ class HistoryStore:
             self._turn_off(str(error))
         except (sqlite3.Error, OSError) as error:
             self._turn_off(f"cannot use {self.path}: {error}")
+
+    def _note_rows_before_upgrade(self) -> None:
+        """A reader's ``rows_before_upgrade``, read once at open: the writer's notes them
+        on its own connection."""
+        try:
+            connection = connect(self.path, read_only=True)
+            try:
+                self.rows_before_upgrade = upgraded_rows.rows_kept(connection)
+            finally:
+                connection.close()
+        except sqlite3.Error as error:  # the history is still read; only those rows wait
+            log.warning("history store %s: cannot read which GPUs it kept from before an "
+                        "upgrade: %s", self.path, error)
 
     def _turn_off(self, why: str) -> None:
         self._lock.release()
@@ -253,6 +273,7 @@ class HistoryStore:
             self._set_aside_ahead()
             self._roll_up_left_over()
             self._rows_pending = upgraded_rows.pending(self._connection)
+            self.rows_before_upgrade = upgraded_rows.rows_kept(self._connection)
 
     def _roll_up_left_over(self) -> None:
         """Fold into minutes the 5-second buckets newer than the newest minute: what a
@@ -348,6 +369,7 @@ class HistoryStore:
             return  # no GPU read yet: the next sample's
         self._rows_pending = False
         self._layout_ids.clear()
+        self.rows_before_upgrade = upgraded_rows.rows_kept(self._connection)
         if rewritten:
             log.info("history store %s: the GPU history stored before the upgrade (by row "
                      "number) is keyed by the UUIDs of this machine's GPUs now", self.path)
@@ -413,18 +435,23 @@ class HistoryStore:
         clock set a year ahead delete the whole store."""
         assert self._connection is not None
         now = self._present()
+        pruned = 0
         with self._connection:
             self._bring_back_reached()
             for tier, retention in self.retention_s.items():
-                self.stats.pruned += self._connection.execute(
+                pruned += self._connection.execute(
                     "DELETE FROM buckets WHERE tier=? AND start_s < ?",
                     (tier, int(now - retention))).rowcount
+            self.stats.pruned += pruned
             # What was set aside as damaged goes when it is past the longest retention as
             # well; what was set aside as ahead never goes as such: it comes back when the
             # clock reaches it, and is pruned as history then.
             self._connection.execute("DELETE FROM set_aside WHERE why != ? AND start_s < ?",
                                      (AHEAD_OF_THE_CLOCK,
                                       int(now - max(self.retention_s.values()))))
+        if pruned and self.rows_before_upgrade:
+            # The GPUs from before the upgrade whose last buckets went: no longer drawn.
+            self.rows_before_upgrade = upgraded_rows.rows_kept(self._connection)
 
     def _present(self) -> float:
         """The wall clock, but never past the anchor judged at open (the newest stored
@@ -689,6 +716,7 @@ class HistoryStore:
             connection = connect(self.path, read_only=True)
             try:
                 stored = self._read_runs(connection, tier, start_s, end_s)
+                by_row = upgraded_rows.kept_by_row(connection)
             finally:
                 connection.close()
         except sqlite3.Error as error:
@@ -699,6 +727,9 @@ class HistoryStore:
         # Each stored device under the row it has now (by UUID); one not shown now is left out.
         uuids = self.device_uuids()
         shown = {run.layout: rows_now(run.layout, uuids) for run in stored}
+        # ... and a GPU known only by its row before the upgrade, under a device of its own.
+        before = {run.layout: rows_before_upgrade(run.layout, run.layout in by_row)
+                  for run in stored}
         gaps: list[tuple[float, float, list[int]]] = []
         previous_end = None
         for run in stored:  # nothing stored for longer than the slack: not running
@@ -728,7 +759,7 @@ class HistoryStore:
                 values = np.stack([run.low, run.high], axis=1).reshape(-1, run.low.shape[1])
                 highs = np.repeat(run.high, 2, axis=0)
             samples += bucket_samples(shown[run.layout], values, highs, times.tolist(),
-                                      (times + offset).tolist())
+                                      (times + offset).tolist(), before[run.layout])
         for gap_start, gap_end, devices in gaps:
             middle = (gap_start + gap_end) / 2
             samples.append(gap_sample(devices, middle, middle + offset))

@@ -7,11 +7,13 @@ so the GPUs the server sees at its first sample after the upgrade from version 1
 that history was read from: each row number becomes that row's UUID then, once
 (``upgraded_rows.pending``, set by migration 3 only when it runs in the upgrade from version
 1). A store upgraded to version 2 by an earlier start, or a row with no GPU at that first
-sample, keeps "index:N": its GPUs are not known, so its series are drawn under none of
-today's GPUs (``buckets.rows_now``), never under whichever GPU has that row now; its host
-readings are drawn as ever.
+sample, keeps "index:N": its GPU is not known, so its series are never drawn under
+whichever GPU has that row now (``buckets.rows_now``), but under a device of its own,
+"GPU N (before upgrade)" (``buckets.rows_before_upgrade``, ``before_upgrade_label``), which
+the timelines' long windows and ``/history.csv`` show; a diagnosis, which judges today's
+GPUs, leaves it out. Its host readings are drawn as ever.
 
-Functions over the writer's connection, each in the caller's transaction.
+Functions over a connection, each in the caller's transaction.
 """
 
 from __future__ import annotations
@@ -19,9 +21,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping
 
-from .buckets import device_key, layout_text, parse_layout
-
-ROW_KEY_PREFIX = "index:"
+from .buckets import (
+    ROW_KEY_PREFIX,
+    device_key,
+    layout_text,
+    parse_layout,
+    rows_before_upgrade,
+)
 
 
 def pending(connection: sqlite3.Connection) -> bool:
@@ -62,3 +68,33 @@ def key_by_uuid(connection: sqlite3.Connection, uuids: Mapping[int, str]) -> int
     connection.execute("UPDATE upgraded_rows SET pending = 0")
     return rewritten
 
+
+
+def kept_by_row(connection: sqlite3.Connection) -> frozenset[tuple[str, ...]]:
+    """The layouts the upgrade from version 1 rewrote and no first sample will key any more
+    (not pending): their "index:N" devices are GPUs from before the upgrade."""
+    found = set()
+    for (text,) in connection.execute(
+            "SELECT l.gpus FROM upgraded_rows u JOIN layouts l ON l.id = u.layout "
+            "WHERE u.pending = 0"):
+        layout = parse_layout(text)
+        if layout is not None:
+            found.add(layout)
+    return frozenset(found)
+
+
+def rows_kept(connection: sqlite3.Connection) -> tuple[int, ...]:
+    """The rows of the GPUs from before the upgrade that still have stored buckets: the
+    devices a timeline draws beside today's GPUs (none once the retention has taken them)."""
+    rows: set[int] = set()
+    for layout in kept_by_row(connection):
+        before = {row for row in rows_before_upgrade(layout, upgraded=True) if row is not None}
+        if not before - rows:
+            continue
+        # The old buckets are the oldest: a scan of a tier by its start finds one at once.
+        held = connection.execute(
+            "SELECT EXISTS (SELECT 1 FROM buckets WHERE layout = (SELECT id FROM layouts "
+            "WHERE gpus = ?))", (layout_text(layout),)).fetchone()[0]
+        if held:
+            rows |= before
+    return tuple(sorted(rows))
