@@ -1,13 +1,14 @@
 """The footer is always under its own cell and its own run (issue 53, item 5): a real
 ``jupyter lab`` (token, base_url /user/alice/), a real kernel and Chromium at 1280x800, on 2
-simulated GPUs (``tests/support/lab_cells.py``), with the footers saved into the notebook
-(``saveCellFooter``).
+simulated GPUs (``tests/support/lab_cells.py``), with a footer under every cell run
+(``cellFooter: all``, so that a cell without GPU work shows where its footer stands too) and
+the footers saved into the notebook (``saveCellFooter``).
 
 One notebook, one Lab:
 
 - **Run All** over (a) work on GPU 1 (90% SM, 6 GiB), (b) holding the memory idle, (c) CPU
-  only with the context kept, (c2) releasing the memory, (d) work on GPU 0 that ends in an
-  error, and (e), which the error leaves unrun. Each cell's work ends with the cell, as a
+  only with the context kept, (c2) releasing the memory, (d) an error ("no GPU work", under
+  its traceback), and (e), which the error leaves unrun. Each cell's work ends with the cell, as a
   cell's synchronous work does. Each footer stands under its own cell (last in it, below its
   input and outputs, above the next cell) with the verdict the server gave for that cell's
   span (``apps/cells.py::verdict``'s words); one ``/cell.json`` request per run, each with
@@ -68,12 +69,9 @@ CELLS = {
          "    sum(range(10**5))",
     "c2": "time.sleep(2)  # saves the model\n"
           "release()  # del model; torch.cuda.empty_cache()\n"
-          "time.sleep(2)",
-    "d": "time.sleep(3)  # loads a batch\n"
-         "use_gpu(sm_pct=90, gpu=0, gib=2)\n"
-         "time.sleep(4)\n"
-         "release()\n"
-         "raise RuntimeError('CUDA error: an illegal memory access was encountered')",
+          "time.sleep(4)",
+    "d": "time.sleep(2)  # reads the next file\n"
+         "raise ValueError('label 7 is out of range')",
     "e": "use_gpu(sm_pct=90, gpu=1, gib=1)\n"
          "until_told()  # the test says when this run ends\n"
          "release()",
@@ -81,9 +79,9 @@ CELLS = {
 NAMES = list(CELLS)
 RUN_ALL = ["a", "b", "c", "c2", "d"]  # what Run All runs: (d)'s error leaves (e) unrun
 HELD_NO_WORK = "held 6.0 GiB on GPU 1; this cell did no GPU work"
-# (c2) and (d) change their memory seconds into the cell, so that a process pass in the cell
-# before the change places it there; where a loaded machine's passes slip, (c2)'s release
-# cannot be told from (c)'s end, and both footers name it over both cells.
+# (c2) frees its memory seconds into the cell and then runs on, so that process passes in
+# the cell place the release there; where a loaded machine's passes slip, it cannot be told
+# from (c)'s end, and both footers name it over both cells.
 RELEASE_SPANNING = r" \(-6\.0 GiB over cells \[3\]–\[4\]\)"
 # Each cell's verdict, in apps/cells.py::verdict's words (the share and the span's length
 # vary with a loaded machine's timing, and a device's finding may be named in brackets).
@@ -92,16 +90,20 @@ VERDICTS = {
     "b": re.compile(re.escape(HELD_NO_WORK)),
     "c": re.compile(re.escape(HELD_NO_WORK) + f"(?:{RELEASE_SPANNING})?"),
     "c2": re.compile(re.escape(HELD_NO_WORK) + f"(?:{RELEASE_SPANNING})?"),
-    "d": re.compile(r"GPU 0: busy \d+% of [^,]+, peak 2\.0 GiB(?: \([+-]\d\.\d\))?"),
-    "e": re.compile(r"GPU 1: busy \d+% of [^,]+, peak 1\.0 GiB \([+-]\d\.\d\)"),
+    "d": re.compile("no GPU work"),
+    # Its first run's take, where no attributed pass separates it from the second run, is
+    # named over both runs.
+    "e": re.compile(r"GPU 1: busy \d+% of [^,]+, peak 1\.0 GiB \([+-]\d\.\d\)"
+                    r"(?:; \+1\.0 GiB over cells \[\d+\]–\[\d+\])?"),
 }
 # The cells that did no GPU work: no finding, so no advice about code they did not run.
-NO_WORK = ["b", "c", "c2"]
+NO_WORK = ["b", "c", "c2", "d"]
 
 
 @pytest.fixture(scope="module")
 def lab(processes_file: Path) -> Iterator[object]:
-    with cells_lab(processes_file, NOTEBOOK_PATH, CELLS, {"saveCellFooter": True}) as running:
+    with cells_lab(processes_file, NOTEBOOK_PATH, CELLS, {"cellFooter": "all",
+                                                              "saveCellFooter": True}) as running:
         yield running
 
 
@@ -140,12 +142,22 @@ FOOTERS_JS = """async () => {
 VIEW_IDS_JS = """() => [...window.jupyterapp.shell.widgets('main')]
   .filter(w => w.content && w.content.widgets && w.sessionContext).map(w => w.id)"""
 
-# Every notebook view scrolled to its first cell (top) or its last (else), for a picture.
-SCROLL_JS = """(top) => { for (const w of window.jupyterapp.shell.widgets('main')) {
-  if (!(w.content && w.content.widgets)) continue;
-  for (const el of [w.content.node, ...w.content.node.querySelectorAll('*')]) {
-    if (el.scrollHeight > el.clientHeight + 1) el.scrollTop = top ? 0 : el.scrollHeight;
-  } } }"""
+# Every notebook view scrolled to its first cell (top) or its last (else), for a picture;
+# resolves once the cell is on screen in each view.
+SCROLL_JS = """async (top) => {
+  const frames = () => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  for (const w of window.jupyterapp.shell.widgets('main')) {
+    if (!(w.content && w.content.widgets && w.content.widgets.length)) continue;
+    const cells = w.content.widgets;
+    const cell = top ? cells[0] : cells[cells.length - 1];
+    for (let i = 0; i < 50; i++) {
+      cell.node.scrollIntoView({block: top ? 'start' : 'end'});
+      await frames();
+      const box = cell.node.getBoundingClientRect();
+      if (box.height > 0 && box.bottom > 0 && box.top < window.innerHeight) break;
+    }
+  }
+}"""
 
 COUNT_JS = """(index) => window.jupyterapp.shell.currentWidget.content.widgets[index]
   .model.executionCount"""
@@ -228,7 +240,6 @@ def test_footers_stay_under_their_own_cells_and_runs(lab, processes_file: Path) 
         footers = until_footers(page, RUN_ALL)
         for name in RUN_ALL:
             check_footer(name, footers[name], requests.answers[by_cell[name]], counts[name])
-        assert "GPU 1" not in footers["d"]["verdict"], footers["d"]
         for name in NO_WORK:
             answer = requests.answers[by_cell[name]]
             assert all(not gpu["findings"] for gpu in answer["gpus"]), (name, answer)
