@@ -43,129 +43,55 @@ from tests.support.browser import (
     screenshot,
     watch,
 )
-from tests.support.idle_lab import GIB, kernel_entry, place, wait_glance, write_settings
-from tests.support.jupyter import lab_with_processes
+from tests.support.idle_lab import kernel_entry, place, wait_glance
+from tests.support.lab_cells import (
+    CELL_RUNNING_JS,
+    DARK,
+    DARK_APPLIED,
+    FOOTER,
+    LIGHT_APPLIED,
+    NOTHING_ASKED_MS,
+    OPEN_NOTEBOOK_JS,
+    RUN_CELL_JS,
+    TIMING_JS,
+    CellRequests,
+    cell_node,
+    cells_lab,
+    details_text,
+    footer_text,
+    go_file,
+    kernel_id,
+    open_notebook,
+    run_cell,
+    saved_cells,
+)
 from tests.support.waiting import until
 from tests.test_browser_lab import dashboard_frame, open_lab
 from tests.test_browser_readme_screenshots import small_copy
-from tests.test_lab_processes import call
 
 pytestmark = [pytest.mark.browser, pytest.mark.lab]
 NOTEBOOK_PATH = "cells.ipynb"
-FOOTER = ".nvdashboard-cell-footer"
 TOOLBAR_ITEM = ".nvdashboard-kernel-gpu"
-DARK = "window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})"
-DARK_APPLIED = "() => document.body.dataset.jpThemeLight === 'false'"
-LIGHT_APPLIED = "() => document.body.dataset.jpThemeLight === 'true'"
-HELD_BYTES = 6 * GIB
 BUSY_SM_PCT = 90
 CELL_SECONDS = 12
-# The frontend's wait between a cell's reply and its request (src/cellFooter.ts).
-CELL_REPORT_DELAY_MS = 1500
 
-
-def go_file(processes_file: Path) -> Path:
-    """What cell (c) waits for before it ends."""
-    return processes_file.parent / "go-c"
-
-
-def helper_module(processes_file: Path) -> str:
-    """``simulated_gpu.py`` beside the notebook: what the cells call to tell the simulated
-    driver about their own kernel, as the process tests' ``place`` does, and to wait for
-    the test (kept out of the cells, so that the pictures show short cells)."""
-    return ('"""The simulated driver\'s process list, for this test\'s notebook."""\n'
-            "import json, os, time\n\n\n"
-            "def use_gpu(sm_pct):\n"
-            "    with open(" + repr(str(processes_file)) + ", 'w') as f:\n"
-            "        json.dump([{'gpu': 1, 'pid': os.getpid(), 'until_exit': True,\n"
-            f"                   'used_memory_bytes': {HELD_BYTES}, 'sm_pct': sm_pct}}], f)\n\n\n"
-            "def until_told():\n"
-            "    while not os.path.exists(" + repr(str(go_file(processes_file))) + "):\n"
-            "        time.sleep(0.05)\n")
-
-
-# The notebook's three cells.
-CELL_SOURCES = [
-    "import time\n"
-    "from simulated_gpu import until_told, use_gpu\n"
-    f"use_gpu(sm_pct={BUSY_SM_PCT})  # the simulated driver: this kernel works on GPU 1\n"
-    f"time.sleep({CELL_SECONDS})",
-    "use_gpu(sm_pct=0)  # holds its memory, does nothing\n"
-    f"time.sleep({CELL_SECONDS})",
-    "sum(range(10**6))  # CPU only\n"
-    "until_told()",
-]
+# The notebook's three cells (simulated_gpu.py: tests/support/lab_cells.py).
+CELL_SOURCES = {
+    "a": "import time\n"
+         "from simulated_gpu import until_told, use_gpu\n"
+         f"use_gpu(sm_pct={BUSY_SM_PCT})  # the simulated driver: this kernel works on GPU 1\n"
+         f"time.sleep({CELL_SECONDS})",
+    "b": "use_gpu(sm_pct=0)  # holds its memory, does nothing\n"
+         f"time.sleep({CELL_SECONDS})",
+    "c": "sum(range(10**6))  # CPU only\n"
+         "until_told()",
+}
 
 
 @pytest.fixture(scope="module")
 def lab(processes_file: Path) -> Iterator[object]:
-    with lab_with_processes(processes_file, simulate=2,
-                            extra_env={"NVDASHBOARD_SIMULATE_SCENARIO": "starved"},
-                            extra_args=["--LabApp.expose_app_in_browser=True"]) as running:
-        place(processes_file, [])
-        # No idle notification over the page; JupyterLab's own recordTiming on, so the
-        # test knows each cell's span on the kernel's clock from the notebook itself.
-        write_settings(running, {"idleNotice": False})
-        call(running, "PUT", "lab/api/settings/@jupyterlab/notebook-extension:tracker",
-             {"raw": json.dumps({"recordTiming": True})})
-        call(running, "PUT", "api/contents/simulated_gpu.py",
-             {"type": "file", "format": "text", "content": helper_module(processes_file)})
-        cells = [{"cell_type": "code", "source": source, "metadata": {}, "outputs": [],
-                  "execution_count": None, "id": f"cell-{name}"}
-                 for name, source in zip("abc", CELL_SOURCES, strict=True)]
-        call(running, "PUT", f"api/contents/{NOTEBOOK_PATH}",
-             {"type": "notebook", "content": {"cells": cells, "metadata": {
-                 "kernelspec": {"name": "python3", "display_name": "Python 3",
-                                "language": "python"}}, "nbformat": 4, "nbformat_minor": 5}})
+    with cells_lab(processes_file, NOTEBOOK_PATH, CELL_SOURCES, {}) as running:
         yield running
-
-
-# Run a cell as Shift+Enter does, without waiting for it to end.
-RUN_CELL_JS = """(index) => {
-  const app = window.jupyterapp;
-  const panel = app.shell.currentWidget;
-  panel.content.activeCellIndex = index;
-  panel.content.deselectAll();
-  void app.commands.execute('notebook:run-cell');
-}"""
-
-CELL_RUNNING_JS = """(index) => window.jupyterapp.shell.currentWidget.content.widgets[index]
-  .model.executionState === 'running'"""
-
-# A cell's run is done: its reply came (recordTiming wrote its end) and it is idle.
-CELL_DONE_JS = """(index) => {
-  const panel = window.jupyterapp.shell.currentWidget;
-  const cells = panel && panel.content ? panel.content.widgets : [];
-  const cell = cells[index];
-  const timing = cell && cell.model.getMetadata('execution');
-  return Boolean(cell && cell.model.executionState === 'idle' && timing
-                 && timing['shell.execute_reply']);
-}"""
-
-TIMING_JS = """(index) => {
-  const panel = window.jupyterapp.shell.currentWidget;
-  return panel.content.widgets[index].model.getMetadata('execution');
-}"""
-
-
-OPEN_NOTEBOOK_JS = """(path) => {
-  void window.jupyterapp.commands.execute('docmanager:open', {path});
-}"""
-
-
-def cell_node(index: int) -> str:
-    return f".jp-NotebookPanel .jp-Notebook .jp-Cell:nth-child({index + 1})"
-
-
-def open_notebook(page, lab) -> None:  # noqa: ANN001
-    """Open the notebook and wait until its kernel is ready."""
-    page.evaluate(OPEN_NOTEBOOK_JS, NOTEBOOK_PATH)
-    page.wait_for_function("""() => {
-      const panel = window.jupyterapp.shell.currentWidget;
-      const kernel = panel && panel.sessionContext && panel.sessionContext.session
-        && panel.sessionContext.session.kernel;
-      return Boolean(kernel && kernel.status === 'idle' && kernel.connectionStatus === 'connected');
-    }""", timeout=PAGE_WAIT_MS)
 
 
 def work_ended(processes_file: Path) -> None:
@@ -177,56 +103,22 @@ def work_ended(processes_file: Path) -> None:
     processes_file.write_text(json.dumps([{**entry, "sm_pct": 0} for entry in listed]))
 
 
-def run_cell(page, index: int) -> None:  # noqa: ANN001
-    page.evaluate(RUN_CELL_JS, index)
-    page.wait_for_function(CELL_DONE_JS, arg=index, timeout=PAGE_WAIT_MS)
-
-
-def kernel_id(page) -> str:  # noqa: ANN001
-    return page.evaluate(
-        "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.id")
-
-
-def footer_text(page, index: int) -> str:  # noqa: ANN001
-    page.wait_for_selector(f"{cell_node(index)} {FOOTER}", timeout=PAGE_WAIT_MS)
-    return page.inner_text(f"{cell_node(index)} {FOOTER} .nvdashboard-cell-verdict")
-
-
-def details_text(page, index: int) -> str:  # noqa: ANN001
-    return page.evaluate("(sel) => document.querySelector(sel).textContent",
-                         f"{cell_node(index)} {FOOTER} .nvdashboard-cell-details")
-
-
 def test_each_cell_says_what_it_did_on_the_gpu(lab, processes_file: Path) -> None:  # noqa: ANN001
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         watched = watch(page)
         # Every /cell.json request, and whether the notebook was on screen then.
-        asked: list[tuple[str, bool]] = []
-        notebook_shown = {"now": True}
-        answers: dict[str, dict] = {}
-
-        def on_request(request) -> None:  # noqa: ANN001
-            if urlparse(request.url).path.endswith("/nvdashboard/cell.json"):
-                asked.append((request.url, notebook_shown["now"]))
-
-        def on_response(response) -> None:  # noqa: ANN001
-            if urlparse(response.url).path.endswith("/nvdashboard/cell.json"):
-                answers[response.url] = (response.json() if response.status == 200
-                                         else {"status": response.status,
-                                               "body": response.text()[:300]})
-
-        page.on("request", on_request)
-        page.on("response", on_response)
+        requests = CellRequests(page)
+        asked, answers = requests.asked, requests.answers
         open_lab(page, lab)
         page.wait_for_function(LIGHT_APPLIED, timeout=30_000)
-        open_notebook(page, lab)
+        open_notebook(page, NOTEBOOK_PATH)
         kernel = kernel_id(page)
 
         # (a) busy on GPU 1, (b) holding its memory idle.
         for index in (0, 1):
             run_cell(page, index)
-            until_answered(page, answers, asked, index + 1)
+            requests.until_answered(index + 1)
             if index == 0:
                 work_ended(processes_file)
         a_url, b_url = (url for url, _ in asked[:2])
@@ -287,18 +179,18 @@ def test_each_cell_says_what_it_did_on_the_gpu(lab, processes_file: Path) -> Non
         page.evaluate("() => { void window.jupyterapp.commands.execute('launcher:create'); }")
         page.wait_for_function("() => document.querySelector('.jp-NotebookPanel')"
                                ".classList.contains('lm-mod-hidden')", timeout=PAGE_WAIT_MS)
-        notebook_shown["now"] = False
+        requests.shown = False
         go_file(processes_file).touch()
         until(lambda: page.evaluate(CELL_DONE_JS_HIDDEN, 2), "cell (c) ran behind the launcher")
         # Nothing may be asked while the notebook is hidden: stay hidden well past the
         # footer's wait after a reply (a wait for something not to happen has to last).
         page.wait_for_function("(t) => Date.now() > t",
-                               arg=time.time() * 1000 + 3 * CELL_REPORT_DELAY_MS,
+                               arg=time.time() * 1000 + NOTHING_ASKED_MS,
                                timeout=PAGE_WAIT_MS)
         assert len(asked) == 2, asked
-        notebook_shown["now"] = True
+        requests.shown = True
         page.evaluate(OPEN_NOTEBOOK_JS, NOTEBOOK_PATH)
-        until_answered(page, answers, asked, 3)
+        requests.until_answered(3)
         assert asked[2][1], asked
         no_gpu = answers[asked[2][0]]
         assert no_gpu["touched_gpu"] is False, no_gpu
@@ -350,9 +242,9 @@ def test_each_cell_says_what_it_did_on_the_gpu(lab, processes_file: Path) -> Non
                                timeout=PAGE_WAIT_MS)
         page.evaluate("async () => {"
                       " await window.jupyterapp.commands.execute('docmanager:save'); }")
-        until(lambda: all(cell["execution_count"] for cell in saved_cells(lab)[:2]),
+        until(lambda: all(cell["execution_count"] for cell in saved_cells(lab, NOTEBOOK_PATH)[:2]),
               "the notebook saved with its runs")
-        assert not [cell["metadata"] for cell in saved_cells(lab)
+        assert not [cell["metadata"] for cell in saved_cells(lab, NOTEBOOK_PATH)
                     if "nvdashboard" in cell["metadata"]]
         print(f"(a) {a_text}\n(b) {b_text}\ntoolbar {toolbar}")
         watched.assert_clean()
@@ -373,18 +265,3 @@ CELL_DONE_JS_HIDDEN = """(index) => {
 X_RANGE_JS = "() => {" + TIMELINE_VIEWS_JS + """
   return {start: plot.model.x_range.start, end: plot.model.x_range.end};
 }"""
-
-
-def saved_cells(lab) -> list[dict]:  # noqa: ANN001
-    """The notebook's cells as saved on disk."""
-    return call(lab, "GET", f"api/contents/{NOTEBOOK_PATH}?content=1")["content"]["cells"]
-
-
-def until_answered(page, answers: dict, asked: list, count: int) -> None:  # noqa: ANN001
-    """Until ``count`` /cell.json requests have their answers."""
-    deadline = time.monotonic() + PAGE_WAIT_MS / 1000
-    while time.monotonic() < deadline:
-        if len(asked) >= count and all(url in answers for url, _ in asked[:count]):
-            return
-        page.wait_for_timeout(200)
-    raise AssertionError(f"not answered: {asked}, {list(answers)}")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyterlab_nvdashboard.apps.cells import CellRefused, cell_report
+from jupyterlab_nvdashboard.apps.cells import CellRefused, cell_report, cells_text
 from jupyterlab_nvdashboard.apps.processes import current_user
 from jupyterlab_nvdashboard.apps.sources import DashboardSources
 from jupyterlab_nvdashboard.composition import create_metrics
@@ -36,6 +36,7 @@ from jupyterlab_nvdashboard.diagnosis.cell import (
     NO_GPU_WORK,
     TOO_SHORT,
     KernelPass,
+    OtherCell,
     judge_cell,
 )
 from jupyterlab_nvdashboard.diagnosis.idle import DeviceEvidence
@@ -423,6 +424,29 @@ def test_the_memory_of_a_cell_between_two_passes() -> None:
     [device] = judgment.devices
     assert device.memory.start_bytes == 0.0 and device.memory.end_bytes == 3 * GIB
     assert device.memory.change_bytes == 3 * GIB and not math.isnan(device.memory.peak_bytes)
+
+
+def test_a_change_between_two_cells_is_named_over_those_two_alone() -> None:
+    """The pure judgment, Run All's (b), (c), (c2): cell [3] runs on the CPU from 13 to 16 s
+    holding 6 GiB, cell [4] frees it at its start. The passes place the change between the
+    one at 15.5 s (in [3]) and the one at 16.5 s (in [4]); the unchanged interval from the
+    pass in [2] names no change of [2]'s (the old rule named it: "cells [2]–[4]")."""
+    def on(held: float) -> tuple[DeviceEvidence, ...]:
+        return (DeviceEvidence(0, "GPU 0", held, 0.0, True, 0.0),) if held else ()
+
+    passes = [KernelPass(t, on(6 * GIB)) for t in (12.5, 13.5, 14.5, 15.5)] + \
+        [KernelPass(16.5, on(0.0))]
+    neighbours = [OtherCell(2, 10.0, 13.0), OtherCell(4, 16.0, 19.0)]
+    judgment = judge_cell(13.0, 16.0, passes, [], [], gap_s=2.5, others=neighbours, count=3)
+    [device] = judgment.devices
+    assert device.memory.change_bytes == 0.0
+    assert device.memory.spanning_bytes == -6 * GIB
+    assert device.memory.spanning_cells == (3, 4)
+    assert cells_text(device.memory.spanning_cells) == "cells [3]–[4]"
+    # Where nothing changed, the cells the passes cannot separate are all named.
+    steady = judge_cell(13.0, 16.0, [KernelPass(t, on(6 * GIB)) for t in (12.5, 14.5, 16.5)],
+                        [], [], gap_s=2.5, others=neighbours, count=3)
+    assert steady.devices[0].memory.spanning_cells == (2, 3, 4)
 
 
 def test_a_pass_speaks_for_the_second_before_it_not_the_cell_after() -> None:

@@ -207,6 +207,7 @@ def charge_memory(times: Sequence[float], held: Sequence[float | None], start_s:
     last = max(min(after_end, high - 1), first)
     charged: float | None = 0.0 if after_end < high else None
     spanning, spanned = 0.0, dict.fromkeys([count])
+    moved = dict.fromkeys([count])  # the cells of the intervals whose memory changed
     seen = [held[first]]  # what the kernel held during the span, as the passes show it
     # Intervals wholly inside the span, [inner_from, inner_to): no other cell reaches them,
     # and their changes sum to the difference of their ends.
@@ -235,15 +236,22 @@ def charge_memory(times: Sequence[float], held: Sequence[float | None], start_s:
         if neighbours:
             spanning += v1 - v0
             spanned.update(dict.fromkeys(cell.count for cell in neighbours))
+            if v1 != v0:
+                moved.update(dict.fromkeys(cell.count for cell in neighbours))
         elif charged is not None:
             charged += v1 - v0
     peak = None if None in seen else max(seen)  # type: ignore[type-var]
     end = None if start is None or charged is None else start + charged
     change = None if start is None else charged
     # Cells named even where the net change between their passes is nothing: a cell that
-    # freed what the next one took shows no change there, and neither did nothing.
-    cells = tuple(sorted(spanned, key=lambda c: -1 if c is None else c)) \
-        if len(spanned) > 1 else ()
+    # freed what the next one took shows no change there, and neither did nothing. Where
+    # the memory did change between passes, the change is named over the cells those
+    # intervals reach, and no others: a change between a pass in this cell and one in the
+    # next is "over cells [3]–[4]", though an unchanged interval also reaches the cell
+    # before (Run All's release after a CPU-only cell named [2]–[4]).
+    named = moved if len(moved) > 1 else spanned
+    cells = tuple(sorted(named, key=lambda c: -1 if c is None else c)) \
+        if len(named) > 1 else ()
     return MemoryChange(start, end, peak, change, spanning, cells)
 
 
