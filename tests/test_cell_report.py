@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyterlab_nvdashboard.apps.cells import CellRefused, cell_report, cells_text
+from jupyterlab_nvdashboard.apps.cells import CellRefused, cell_report, cells_text, device_clause
 from jupyterlab_nvdashboard.apps.processes import current_user
 from jupyterlab_nvdashboard.apps.sources import DashboardSources
 from jupyterlab_nvdashboard.composition import create_metrics
@@ -35,10 +35,13 @@ from jupyterlab_nvdashboard.diagnosis.cell import (
     HELD_NO_WORK,
     NO_GPU_WORK,
     TOO_SHORT,
+    DeviceCell,
     KernelPass,
+    MemoryChange,
     OtherCell,
     judge_cell,
 )
+from jupyterlab_nvdashboard.diagnosis.findings import NO_SIGNAL, Figure, Finding
 from jupyterlab_nvdashboard.diagnosis.idle import DeviceEvidence
 from jupyterlab_nvdashboard.jupyter_sessions import JupyterServer, JupyterSessions
 from jupyterlab_nvdashboard.metrics import (
@@ -238,6 +241,23 @@ def test_passes_without_the_kernels_own_samples_tell_nothing(tmp_path: Path,
     [gpu] = report(sources, start, end)["gpus"]
     assert gpu["signal"] == "per-process", gpu
     assert gpu["sm_pct"] == pytest.approx(90.0), gpu
+
+
+def test_a_cell_that_frees_its_gpu_at_its_start_did_no_work_there(tmp_path: Path,
+                                                                   now: float) -> None:
+    """The kernel held 6 GiB on GPU 1 until the cell's first line freed it; every pass in
+    the cell lists none of its processes there. That is the driver's word that the kernel
+    did no work on GPU 1, not "no process pass fell in the span" (the Run All lab test's
+    release cell)."""
+    metrics, sources = scripted(tmp_path)
+    start, end = now - 50, now - 10
+    write(metrics.history, now - 100, now, 2, lambda g, t: 0.0,
+          lambda t: [Held(1, 4100, 6 * GIB, 0.0)] if t < start + 0.1 else [])
+    data = report(sources, start, end)
+    [gpu] = data["gpus"]
+    assert gpu["signal"] == "per-process" and gpu["working_share"] == 0.0, gpu
+    assert gpu["memory"]["change_bytes"] == -6 * GIB, gpu
+    assert data["verdict"] == "held 6.0 GiB on GPU 1; this cell did no GPU work", data
 
 
 def test_two_kernels_sharing_a_gpu_cannot_tell(tmp_path: Path, now: float) -> None:
@@ -627,3 +647,25 @@ def test_the_verdict_does_not_change_with_the_pages_open(tmp_path: Path, now: fl
         states.append((data["state"], data["too_short"]))
     assert states[0] == states[1], (duration_s, sm, states)
     assert states[0][1] == (duration_s < 1.0)
+
+
+def test_a_finding_on_no_signal_is_not_named_as_the_cells_cause() -> None:
+    """A short busy cell's device has too few samples for the diagnosis: the headline said
+    "busy 100% of 5 s (not enough samples)", as if that were why (the Run All lab test);
+    a finding with a signal is still named."""
+    too_few = Finding("not-enough-samples", "not enough samples",
+                      (Figure("samples", 2.0, "", 2),), NO_SIGNAL,
+                      "wait a few seconds for more samples")
+    starved = Finding("starved", "starved: the GPU waits for work",
+                      (Figure("utilization", 40.0, "%", 20),), "utilization-gaps",
+                      "look at the input pipeline")
+    memory = MemoryChange(6 * GIB, 6 * GIB, 6 * GIB, 0.0)
+
+    def busy(*findings: Finding) -> str:
+        return device_clause(DeviceCell(
+            1, "GPU 1", "GPU-1", None, False, memory, "per-process", "per-process SM samples",
+            90.0, 1.0, findings, BUSY), 5.0)
+
+    assert busy(too_few) == "GPU 1: busy 100% of 5 s, peak 6.0 GiB (+0.0)"
+    assert busy(too_few, starved) == "GPU 1: busy 100% of 5 s (starved), peak 6.0 GiB (+0.0)"
+

@@ -32,6 +32,7 @@ from jupyterlab_nvdashboard.jupyter_sessions import (
 )
 from jupyterlab_nvdashboard.metrics import OWNER_FAMILY, PROCESS_FAMILY, ProcessReading
 from jupyterlab_nvdashboard.metrics.attribution import (
+    REMEMBER_S,
     ProcessAttributor,
     host_pid_namespace,
     kernel_id_of,
@@ -240,6 +241,37 @@ def test_a_pid_that_exits_between_nvml_and_psutil_is_ended() -> None:
     child.wait()
     owners = ProcessAttributor(lambda: readings, host_namespace=True).family()[OWNER_FAMILY]
     assert owners[child.pid].status == "ended" and owners[child.pid].user is None
+
+
+def test_a_process_that_let_go_of_its_gpu_keeps_its_owner_while_it_lives() -> None:
+    """A cell frees the kernel's memory and the next takes it again: the kernel's owner is
+    known at once (its passes count for its cells), not a slow pass later; an ended
+    process, and one unlisted for REMEMBER_S, are forgotten."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    listed: list[tuple[ProcessReading, ...]] = []
+    clock = [0.0]
+    attributor = ProcessAttributor(lambda: listed[-1], host_namespace=True,
+                                   clock=lambda: clock[0])
+    try:
+        listed.append(tuple(ProcessReading(0, pid, "compute", GB, 0.0, 0.0)
+                            for pid in (os.getpid(), child.pid)))
+        assert set(attributor.family()[OWNER_FAMILY]) == {os.getpid(), child.pid}
+        listed.append(())  # both let go of the GPU
+        clock[0] = 10.0
+        owners = attributor.family()[OWNER_FAMILY]
+        assert set(owners) == {os.getpid(), child.pid}
+        assert owners[os.getpid()].status == "ok" and owners[os.getpid()].user
+        child.kill()
+        child.wait()
+        clock[0] = 20.0
+        assert set(attributor.family()[OWNER_FAMILY]) == {os.getpid()}
+        clock[0] = REMEMBER_S - 1  # last listed at 0
+        assert set(attributor.family()[OWNER_FAMILY]) == {os.getpid()}
+        clock[0] = REMEMBER_S + 1
+        assert attributor.family()[OWNER_FAMILY] == {}
+    finally:
+        child.kill()
+        child.wait()
 
 
 class _HiddenProc:

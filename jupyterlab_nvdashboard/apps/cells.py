@@ -38,6 +38,7 @@ from ..diagnosis.cell import (
     OtherCell,
     judge_cell,
 )
+from ..diagnosis.findings import NO_SIGNAL
 from ..jupyter_sessions import runtime_dir
 from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, Sample
 from ..metrics.attribution import kernel_id_of
@@ -375,8 +376,10 @@ def _peak(device: DeviceCell) -> str:
 
 def _cause(device: DeviceCell) -> str:
     """The first finding with something to try, where the findings are the kernel's
-    (``whose.py``): the headline names what the details advise on."""
-    return next((f.cause_words for f in device.findings if not f.good and f.advice), "")
+    (``whose.py``): the headline names what the details advise on. A finding that rests on
+    no signal ("not enough samples") is no cause of what the cell did: the details say it."""
+    return next((f.cause_words for f in device.findings
+                 if not f.good and f.advice and f.signal != NO_SIGNAL), "")
 
 
 def device_clause(device: DeviceCell, duration_s: float) -> str:

@@ -276,13 +276,19 @@ class _Own:
 
 
 def _own(label: str, evidence: Sequence[DeviceEvidence],
-         others: Sequence[str]) -> _Own:
+         others: Sequence[str], judged: int) -> _Own:
     """The kernel's own activity on one device, pass by pass, from its signals only: its
     per-process SM samples; else the device's activity where it was the only process, or
-    where nobody worked (then the kernel did not either); else nothing can be told."""
+    where nobody worked (then the kernel did not either); else nothing can be told.
+    ``judged``: the passes that speak for the span; the kernel is on the device in
+    ``evidence``'s. In a judged pass without it, the driver listed none of its processes
+    there: no context, so no work on that device (a cell that freed it at its start)."""
     shared_with = tuple(dict.fromkeys(others))
     alone = bool(evidence) and all(device.only_holder for device in evidence)
     if not evidence:
+        if judged:
+            return _Own(PER_PROCESS, f"the driver listed none of the kernel's processes on "
+                        f"{label} in the span", (0.0,) * judged, alone, shared_with)
         return _Own(CANNOT_TELL, "no process pass fell in the span", (), alone, shared_with)
     sampled = tuple(device.process_sm_pct for device in evidence
                     if device.process_sm_pct is not None)
@@ -417,7 +423,7 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
         fact = by_row.get(row)
         label = fact.label if fact else f"GPU row {row}"
         evidence = evidence_of.get(row, [])
-        own = _own(label, evidence, names_of.get(row, []))
+        own = _own(label, evidence, names_of.get(row, []), len(judged))
         signal, words = own.signal, own.words
         # A lost GPU stays lost until the devices are enumerated again (which ends the
         # span's rows): the span's newest reading of the row says whether it was lost.

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # The signal a finding rests on, best first, and how it says so in words.
+# The signal of a finding that rests on none ("not enough samples", "GPU lost"): it is no
+# cause of what the GPU did.
+NO_SIGNAL = "none"
 SIGNALS: dict[str, str] = {
     "gpm": "GPM counters",
     "per-process": "the run's own per-process SM utilization (time-based, not SM activity)",
@@ -19,7 +22,7 @@ SIGNALS: dict[str, str] = {
     "steps": "the run's own step timings",
     "host": "the machine's CPU and utilization",
     "process-lists": "the driver's per-GPU process lists",
-    "none": "no signal",
+    NO_SIGNAL: "no signal",
 }
 
 

@@ -42,7 +42,7 @@ from ..metrics.gpm import gpm_unavailable_reason
 from ..metrics.health import CLOCK_EVENT_REASONS
 from ..metrics.identity import UNKNOWN, certain, runs_as
 from . import thresholds as T
-from .findings import Diagnosis, Figure, Finding, mean
+from .findings import NO_SIGNAL, Diagnosis, Figure, Finding, mean
 
 GB = 1e9
 MAX_READINGS = 900  # per share or rate: one every 2 s over 30 minutes
@@ -293,13 +293,13 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     if lost_since is not None:  # lost now: nothing it does can be read
         lost_for_s = mine[-1].clock_s - lost_since
         return done([Finding(
-            "lost", "GPU lost", (Figure("lost for", lost_for_s, "s", lost_count),), "none",
+            "lost", "GPU lost", (Figure("lost for", lost_for_s, "s", lost_count),), NO_SIGNAL,
             "look for an XID error in the kernel log (dmesg) and in nvidia-smi -q; the GPU "
             "may need a reset", words=f"it stopped answering NVML {lost_for_s:.0f} s ago, "
             "and nothing since can be judged")])
     if count < T.MIN_SAMPLES:
         return done([Finding("not-enough-samples", "not enough samples",
-                             (Figure("samples", float(count), "", count),), "none",
+                             (Figure("samples", float(count), "", count),), NO_SIGNAL,
                              "wait a few seconds for more samples",
                              needs=f"at least {T.MIN_SAMPLES} samples of this device",
                              words=f"{count} of {T.MIN_SAMPLES} needed")])
@@ -365,7 +365,7 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
         findings += _machine_cpu_findings(mine[::coarse], utilization[::coarse])
     if not findings:
         needs = gpm_needs or "utilization (MIG devices have none: their activity needs GPM)"
-        findings.append(Finding("unknown", "no activity signal", (util_fig,), "none",
+        findings.append(Finding("unknown", "no activity signal", (util_fig,), NO_SIGNAL,
                                 "watch it on a GPU that reports GPM or utilization",
                                 needs=needs, words=needs))
     findings.sort(key=lambda finding: ORDER.get(finding.cause, len(ORDER)))

@@ -22,6 +22,10 @@ of the processes found holding GPU nodes in a ``shared`` group, and stores
 - **Containers.** Only local PIDs are looked up: an NVML entry that ``identity.pair()`` could
   not tie to a process of this namespace is never looked up under its number (a host PID
   may name a different local process), so a row is never given a wrong name.
+- **Remembered.** A process that let go of every GPU keeps its owner in the family for
+  ``REMEMBER_S`` while it lives (the same create time): when it takes a GPU again (a cell
+  that frees its memory, and the next that allocates), its passes are its kernel's at once,
+  not a slow pass later (a 5 s cell after a release was "no process pass fell in the span").
 - **Not visible.** A PID that ended between NVML's list and this lookup, or that
   ``hidepid=2`` hides, is ``ended``; one whose ``/proc`` entry may not be read
   (``hidepid=1``, ``AccessDenied``) is ``no_access``.
@@ -32,6 +36,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
@@ -41,6 +46,9 @@ from .identity import SHARED, start_ticks
 OWNER_FAMILY = "process_owners"  # dict[int, ProcessOwner], keyed by local PID
 COMMAND_CHARS = 160
 _MAX_ANCESTORS = 32
+# How long the owner of a process that let go of every GPU is kept, and of how many.
+REMEMBER_S = 600.0
+REMEMBER_MAX = 256
 # The initial (host) PID namespace's inode number (include/linux/proc_ns.h PROC_PID_INIT_INO).
 _HOST_PID_NAMESPACE_INODE = 0xEFFFFFFC
 __all__ = ["OWNER_FAMILY", "ProcessAttributor", "ProcessOwner", "host_pid_namespace",
@@ -91,8 +99,13 @@ class ProcessAttributor:
                  host_namespace: bool | None = None, psutil_module: Any = None,
                  getpgid: Callable[[int], int] = os.getpgid,
                  created: Callable[[int], float] | None = None,
-                 kernel_launcher_pid: int | None = None) -> None:
+                 kernel_launcher_pid: int | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._readings = readings
+        self._clock = clock
+        # Local PIDs listed in a pass, and when last (the clock's): the owners kept for
+        # processes that let go of every GPU (REMEMBER_S).
+        self._listed_at: dict[int, float] = {}
         self._launcher = kernel_launcher_pid
         self._psutil = psutil_module or _load_psutil()
         self._getpgid = getpgid
@@ -117,11 +130,25 @@ class ProcessAttributor:
                 local.add(reading.local_pid)
             elif reading.identity == SHARED and reading.group is not None:
                 local.update(reading.group.holders)
-        pids = tuple(sorted(local))
+        now = self._clock()
+        self._listed_at.update(dict.fromkeys(local, now))
+        recent = sorted(self._listed_at, key=self._listed_at.__getitem__)
+        for pid in recent[:max(0, len(recent) - REMEMBER_MAX)]:
+            del self._listed_at[pid]
+        for pid in [p for p, at in self._listed_at.items() if now - at > REMEMBER_S]:
+            del self._listed_at[pid]
+        pids = tuple(sorted(self._listed_at))
         if not pids and self._last_pids == ():
             return {}
         self._last_pids = pids
-        owners = self.attribute(pids)
+        # A process no longer listed keeps its owner while it lives; one that ended, or
+        # whose PID another process took, is forgotten (listed ones say "ended" as ever).
+        owners = {pid: owner for pid, owner in self.attribute(pids).items()
+                  if pid in local or (owner.status == "ok" and pid in self.latest
+                                      and self.latest[pid].create_time_s
+                                      == owner.create_time_s)}
+        for pid in self._listed_at.keys() - owners.keys():
+            del self._listed_at[pid]
         if owners != self.latest:  # unchanged: the same object again, a reference in history
             self.latest = owners
         return {OWNER_FAMILY: self.latest}
