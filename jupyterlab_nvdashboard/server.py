@@ -53,7 +53,6 @@ from functools import partial
 from typing import Any
 
 from bokeh.application import Application
-from bokeh.application.handlers.function import FunctionHandler
 from bokeh.server.server import Server
 from bokeh.settings import settings as bokeh_settings
 from bokeh.util import logconfig as bokeh_logconfig
@@ -78,7 +77,6 @@ from .apps.cluster import (
     cluster_windows,
 )
 from .apps.document import (
-    PAGE_ARGUMENTS,
     THEMES,
     build_document,
     gpus_being_read,
@@ -106,6 +104,7 @@ from .jupyter_watch import watch_jupyter
 from .long_reads import RETRY_AFTER_S, Busy, LongReads
 from .metrics import GpuReading, HostReading, Metrics, Sample, past_span
 from .metrics.demand import AT_WORK, CELL_RUNNING, HOLDING
+from .page_handler import PageHandler
 from .runs.service import WorkloadService
 from .store import HistoryStore
 from .store.buckets import before_upgrade_column, before_upgrade_readings, is_gap
@@ -618,21 +617,6 @@ def make_metrics_collector(config: Config, sources: DashboardSources, watch: Vie
         return scrape
 
     return DcgmCollector(snapshot, config.metrics_hostname_label, config.metrics_names)
-
-
-class PageHandler(FunctionHandler):
-    """A dashboard's document factory whose session token carries no credential.
-
-    Bokeh copies every request argument into the signed session token it writes into the
-    page, where page scripts and the ``Sec-WebSocket-Protocol`` header can read it (a JWT is
-    signed, not encrypted): ``?token=``, and Jupyter's token behind the proxy. What this
-    returns replaces those arguments; headers and cookies are left out by the ``Server``.
-    """
-
-    def process_request(self, request: Any) -> dict[str, Any]:
-        arguments = getattr(request, "arguments", None) or {}
-        return {"arguments": {name: arguments[name] for name in PAGE_ARGUMENTS
-                              if name in arguments}}
 
 
 def make_applications(sources: DashboardSources, feeds: RouteFeeds) -> dict[str, Application]:

@@ -92,7 +92,7 @@ class Refreshing(Protocol):
 
 
 # The request arguments a document reads; the server passes these alone to the document
-# (server.py's PageHandler: every other one, a token among them, stays out of the page).
+# (page_handler.py's PageHandler: every other one, a token among them, stays out of the page).
 PAGE_ARGUMENTS = ("theme", *SPAN_ARGUMENTS)
 
 
