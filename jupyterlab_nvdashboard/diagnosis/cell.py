@@ -33,7 +33,7 @@ from ..metrics import GpuFacts, GpuReading, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading
 from .findings import Finding, mean
 from .idle import WORK_PCT, DeviceEvidence
-from .rules import device_readings, diagnose
+from .rules import DiagnosisWindow
 from .thresholds import LOW_UTILIZATION_PCT
 from .whose import YOURS, whose_finding
 
@@ -324,15 +324,38 @@ def _judged(passes: Sequence[KernelPass], start_s: float, end_s: float,
             and not any(cell.overlaps(since, p.time_s) for cell in others)]
 
 
-def _held_by_row(passes: Sequence[KernelPass]) -> dict[int, list[float | None]]:
-    """The kernel's memory on each row it held in any of ``passes``, in each pass: 0 where
-    it held none there."""
-    rows = dict.fromkeys(d.row for p in passes for d in p.devices)
-    series: dict[int, list[float | None]] = {row: [0.0] * len(passes) for row in rows}
+def _covered(span: Sequence[Sample], judged_since: Sequence[tuple[float, KernelPass]]
+             ) -> list[int]:
+    """The positions in ``span`` of the samples the judged passes vouch for: after the
+    first's start, up to the last."""
+    if not judged_since:
+        return []
+    since, until = judged_since[0][0], judged_since[-1][1].time_s
+    return [i for i, sample in enumerate(span) if since < sample.time_s <= until]
+
+
+def _held_by_row(passes: Sequence[KernelPass], start_s: float, end_s: float
+                 ) -> tuple[dict[int, list[float | None]], set[int], set[int]]:
+    """The kernel's memory on each row it held in any of ``passes``, in each pass (0 where
+    it held none there); and the rows where it held memory (or memory not known on its own)
+    in a pass from ``start_s`` to ``end_s``, and in any of ``passes``. One walk: a span of
+    8 GPUs holds thousands of the kernel's device entries."""
+    series: dict[int, list[float | None]] = {}
+    held_inside: set[int] = set()
+    held_around: set[int] = set()
     for i, kernel_pass in enumerate(passes):
+        inside = start_s <= kernel_pass.time_s <= end_s
         for device in kernel_pass.devices:
-            series[device.row][i] = device.held_bytes
-    return series
+            row, held = device.row, device.held_bytes
+            found = series.get(row)
+            if found is None:
+                series[row] = found = [0.0] * len(passes)
+            found[i] = held
+            if held != 0.0:
+                held_around.add(row)
+                if inside:
+                    held_inside.add(row)
+    return series, held_inside, held_around
 
 
 def _state(lost: bool, signal: str, share: float | None) -> str:
@@ -369,9 +392,7 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
     judged_since = _judged(around, start_s, end_s, others)
     judged = [p for _, p in judged_since]
     # One walk over the passes, by row: what a span's read costs grows with the span.
-    series = _held_by_row(around)
-    held_inside = {d.row for p in inside for d in p.devices if d.held_bytes != 0.0}
-    held_around = {d.row for p in around for d in p.devices if d.held_bytes != 0.0}
+    series, held_inside, held_around = _held_by_row(around, start_s, end_s)
     evidence_of: dict[int, list[DeviceEvidence]] = {}
     names_of: dict[int, list[str]] = {}
     for kernel_pass in judged:
@@ -394,16 +415,13 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
     rows.update(dict.fromkeys(rows_held))
     span = [s for s in samples if start_s <= s.time_s <= end_s]
     by_row = {fact.index: fact for fact in facts}
-    gpm = _gpm_passes(span) if judged_from == STORE or any(
-        device.process_sm_pct is None for found in evidence_of.values() for device in found
-    ) else []
-    # The samples the judged passes vouch for (a stretch of the span's): the device's finer
-    # pace, where it speaks for the kernel.
-    if judged:
-        since, until = judged_since[0][0], judged[-1].time_s
-        covered = [i for i, sample in enumerate(span) if since < sample.time_s <= until]
-    else:
-        covered = []
+    # Every device's diagnosis over the span reads it once (rules.DiagnosisWindow).
+    window = DiagnosisWindow(span, facts, simulated=simulated)
+    # Read only for a row whose device speaks (its own signal, or the store's): the GPM
+    # passes of the span, and the samples the judged passes vouch for (a stretch of the
+    # span's), the device's finer pace.
+    gpm: list[dict[int, GpmReading]] | None = None
+    covered: list[int] | None = None
     devices = []
     for row in sorted(rows):
         fact = by_row.get(row)
@@ -418,9 +436,11 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
         lost = row in lost_rows or fact is None or (newest is not None and newest.lost)
         # The device's readings and activity, read only where they speak (its own signal
         # or the store's): a span's cost is mostly these, and the diagnosis's.
-        readings = device_readings(span, row)[0] \
+        readings = window.readings(row)[0] \
             if judged_from == STORE or signal == DEVICE else []
-        activity = _activity(readings, gpm, row) if readings else []
+        if readings and gpm is None:
+            gpm = _gpm_passes(span)
+        activity = _activity(readings, gpm, row) if readings and gpm is not None else []
         if judged_from == STORE:
             # The store keeps each device's readings, no process's: its memory is the
             # device's, and its activity speaks for the kernel only where nobody worked.
@@ -433,6 +453,8 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
             sm, share, alone = (0.0, 0.0, False) if nobody else (None, None, False)
         else:
             memory = memory_of.get(row, MemoryChange(None, None, None, None))
+            if signal == DEVICE and covered is None:
+                covered = _covered(span, judged_since)
             if signal == DEVICE and covered and len(evidence) == len(judged) and all(
                     d.only_holder or (d.device_pct is not None and d.device_pct < WORK_PCT)
                     for d in evidence):
@@ -449,7 +471,7 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
         state = _state(lost, signal, share)
         worked = share is not None and share > 0.0
         whose = whose_finding(alone, worked)
-        findings = diagnose(span, facts, row, simulated=simulated).findings \
+        findings = window.diagnose(row).findings \
             if len(span) >= MIN_SPAN_SAMPLES and (whose == YOURS or lost) else ()
         devices.append(DeviceCell(
             row, label, fact.uuid if fact else "",
