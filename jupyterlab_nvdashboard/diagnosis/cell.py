@@ -28,6 +28,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
+from operator import attrgetter, ne
 
 from ..metrics import GpuFacts, GpuReading, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading
@@ -61,6 +63,9 @@ MIN_SPAN_SAMPLES = 2
 # (issue 53); a second is the pace every cell gets.
 SHORTEST_JUDGED_S = 1.0
 STORE, MEMORY = "store", "memory"
+# A span's passes hold thousands of the kernel's entries: their fields are read in C.
+_ONLY_HOLDER = attrgetter("only_holder")
+_PROCESS_SM = attrgetter("process_sm_pct")
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,8 @@ def _activity(readings: Sequence[GpuReading | None], gpm: Sequence[dict[int, Gpm
 
 def _share(values: Sequence[float | None]) -> float | None:
     known = [value for value in values if value is not None]
-    return sum(1 for value in known if value >= WORK_PCT) / len(known) if known else None
+    return len([value for value in known if value >= WORK_PCT]) / len(known) if known \
+        else None
 
 
 def charge_memory(times: Sequence[float], held: Sequence[float | None], start_s: float,
@@ -212,16 +218,19 @@ def charge_memory(times: Sequence[float], held: Sequence[float | None], start_s:
     # and their changes sum to the difference of their ends.
     inner_from = first if times[first] >= start_s else first + 1
     inner_to = max(inner_from, bisect_right(times, end_s, low, high) - 1)
-    for k in range(first, last):
-        if k == inner_from and inner_from < inner_to:
+    # In order: the intervals before the block, the block as one step, those after it
+    # (the block's own intervals are never walked: a 10-minute span holds 600).
+    inner = inner_from < inner_to and first <= inner_from < last
+    steps = chain(range(first, inner_from), (inner_from,), range(inner_to, last)) \
+        if inner else range(first, last)
+    for k in steps:
+        if inner and k == inner_from:
             block = held[inner_from:inner_to + 1]
             seen.extend(block[1:])
             if None in block:
                 charged = None
             elif charged is not None:
                 charged += block[-1] - block[0]  # type: ignore[operator]
-            continue
-        if inner_from < k < inner_to:
             continue
         t0, t1, v0, v1 = times[k], times[k + 1], held[k], held[k + 1]
         outside = [(a, b) for a, b in ((t0, min(t1, start_s)), (max(t0, end_s), t1)) if a < b]
@@ -273,11 +282,10 @@ def _own(label: str, evidence: Sequence[DeviceEvidence],
     per-process SM samples; else the device's activity where it was the only process, or
     where nobody worked (then the kernel did not either); else nothing can be told."""
     shared_with = tuple(dict.fromkeys(others))
-    alone = bool(evidence) and all(device.only_holder for device in evidence)
+    alone = bool(evidence) and all(map(_ONLY_HOLDER, evidence))
     if not evidence:
         return _Own(CANNOT_TELL, "no process pass fell in the span", (), alone, shared_with)
-    sampled = tuple(device.process_sm_pct for device in evidence
-                    if device.process_sm_pct is not None)
+    sampled = tuple(pct for pct in map(_PROCESS_SM, evidence) if pct is not None)
     if sampled:
         # The driver samples each process's SM share; a pass between two of its samples
         # has none (nvmlDeviceGetProcessUtilization: NOT_FOUND, nothing newer than the last
@@ -308,54 +316,52 @@ def _own(label: str, evidence: Sequence[DeviceEvidence],
 
 
 def _judged(passes: Sequence[KernelPass], start_s: float, end_s: float,
-            others: Sequence[OtherCell]) -> list[tuple[float, KernelPass]]:
-    """The passes that speak for the span, each with the time its activity starts from. A
-    pass's own SM samples and its device's highest activity are those since the previous
-    pass (``diagnosis/idle.py``), so a pass tells of the time since the previous one: the
-    passes whose time lies wholly in the span, where there are such; else (a cell shorter
-    than a pass) those whose time overlaps the span and no other cell of the kernel's (the
-    kernel runs nothing between cells, and another cell's work is not this one's)."""
-    timed = list(zip((p.time_s for p in passes), passes[1:], strict=False))
-    wholly = [(since, p) for since, p in timed if since >= start_s and p.time_s <= end_s]
+            others: Sequence[OtherCell]) -> list[tuple[float, int]]:
+    """The passes that speak for the span (their positions in ``passes``), each with the
+    time its activity starts from. A pass's own SM samples and its device's highest
+    activity are those since the previous pass (``diagnosis/idle.py``), so a pass tells of
+    the time since the previous one: the passes whose time lies wholly in the span, where
+    there are such; else (a cell shorter than a pass) those whose time overlaps the span and
+    no other cell of the kernel's (the kernel runs nothing between cells, and another cell's
+    work is not this one's)."""
+    timed = [(before.time_s, i, p.time_s)
+             for i, (before, p) in enumerate(zip(passes, passes[1:], strict=False), 1)]
+    wholly = [(since, i) for since, i, until in timed if since >= start_s and until <= end_s]
     if wholly:
         return wholly
-    return [(since, p) for since, p in timed
-            if since < end_s and p.time_s > start_s
-            and not any(cell.overlaps(since, p.time_s) for cell in others)]
+    return [(since, i) for since, i, until in timed
+            if since < end_s and until > start_s
+            and not any(cell.overlaps(since, until) for cell in others)]
 
 
-def _covered(span: Sequence[Sample], judged_since: Sequence[tuple[float, KernelPass]]
-             ) -> list[int]:
+def _covered(span: Sequence[Sample], judged_since: Sequence[tuple[float, int]],
+             until_s: float) -> list[int]:
     """The positions in ``span`` of the samples the judged passes vouch for: after the
-    first's start, up to the last."""
+    first's start, up to the last (at ``until_s``)."""
     if not judged_since:
         return []
-    since, until = judged_since[0][0], judged_since[-1][1].time_s
-    return [i for i, sample in enumerate(span) if since < sample.time_s <= until]
+    since = judged_since[0][0]
+    return [i for i, sample in enumerate(span) if since < sample.time_s <= until_s]
 
 
-def _held_by_row(passes: Sequence[KernelPass], start_s: float, end_s: float
-                 ) -> tuple[dict[int, list[float | None]], set[int], set[int]]:
-    """The kernel's memory on each row it held in any of ``passes``, in each pass (0 where
-    it held none there); and the rows where it held memory (or memory not known on its own)
-    in a pass from ``start_s`` to ``end_s``, and in any of ``passes``. One walk: a span of
-    8 GPUs holds thousands of the kernel's device entries."""
-    series: dict[int, list[float | None]] = {}
-    held_inside: set[int] = set()
-    held_around: set[int] = set()
+def _by_row(passes: Sequence[KernelPass]) -> dict[int, list[DeviceEvidence | None]]:
+    """The kernel's entry on each row it held in any of ``passes``, in each pass (None
+    where it held nothing there; a pass has one entry per row). The one walk over every
+    entry: a span of 8 GPUs holds thousands, and what is read of them is read by row."""
+    columns: dict[int, list[DeviceEvidence | None]] = {}
     for i, kernel_pass in enumerate(passes):
-        inside = start_s <= kernel_pass.time_s <= end_s
         for device in kernel_pass.devices:
-            row, held = device.row, device.held_bytes
-            found = series.get(row)
-            if found is None:
-                series[row] = found = [0.0] * len(passes)
-            found[i] = held
-            if held != 0.0:
-                held_around.add(row)
-                if inside:
-                    held_inside.add(row)
-    return series, held_inside, held_around
+            column = columns.get(device.row)
+            if column is None:
+                columns[device.row] = column = [None] * len(passes)
+            column[i] = device
+    return columns
+
+
+def _held(column: Sequence[DeviceEvidence | None]) -> list[float | None]:
+    """The kernel's memory on a row in each pass (``_by_row``'s column): 0 where it held
+    none there, None where its share is not known on its own."""
+    return [0.0 if device is None else device.held_bytes for device in column]
 
 
 def _state(lost: bool, signal: str, share: float | None) -> str:
@@ -390,16 +396,27 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
     after = next((p for p in passes if end_s < p.time_s <= end_s + gap_s), None)
     around = [p for p in (before, *inside, after) if p is not None]
     judged_since = _judged(around, start_s, end_s, others)
-    judged = [p for _, p in judged_since]
-    # One walk over the passes, by row: what a span's read costs grows with the span.
-    series, held_inside, held_around = _held_by_row(around, start_s, end_s)
+    judged = [around[i] for _, i in judged_since]
+    # One walk over the passes' entries, then each row's: what a span's read costs grows
+    # with the span.
+    columns = _by_row(around)
+    series = {row: _held(column) for row, column in columns.items()}
+    inside_from = 1 if before is not None else 0
+    inside_to = inside_from + len(inside)
+    # Held: memory, or memory not known on its own (None), in a pass.
+    held_inside = {row for row, held in series.items()
+                   if any(map(ne, repeat(0.0), held[inside_from:inside_to]))}
+    held_around = {row for row, held in series.items() if any(map(ne, repeat(0.0), held))}
     evidence_of: dict[int, list[DeviceEvidence]] = {}
     names_of: dict[int, list[str]] = {}
-    for kernel_pass in judged:
-        for device in kernel_pass.devices:
-            evidence_of.setdefault(device.row, []).append(device)
-            if not device.only_holder:
-                names_of.setdefault(device.row, []).extend(kernel_pass.others_on(device.row))
+    for row, column in columns.items():
+        found = [(i, device) for _, i in judged_since if (device := column[i]) is not None]
+        if found:
+            evidence_of[row] = [device for _, device in found]
+            names = [name for i, device in found if not device.only_holder
+                     for name in around[i].others_on(row)]
+            if names:
+                names_of[row] = names
     # The rows the kernel held during the span: in its passes in it, and where the memory
     # charged to the cell (its start, its end, or a change it cannot be told from its
     # neighbours) is not nothing.
@@ -454,7 +471,7 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
         else:
             memory = memory_of.get(row, MemoryChange(None, None, None, None))
             if signal == DEVICE and covered is None:
-                covered = _covered(span, judged_since)
+                covered = _covered(span, judged_since, judged[-1].time_s if judged else 0.0)
             if signal == DEVICE and covered and len(evidence) == len(judged) and all(
                     d.only_holder or (d.device_pct is not None and d.device_pct < WORK_PCT)
                     for d in evidence):
