@@ -195,10 +195,16 @@ def _held(samples: Sequence[Sample], row: int, passes: Sequence[object] | None =
                for readings in chain((first,), remaining) for reading in readings)  # type: ignore[attr-defined]
 
 
-def _distinct(passes: Sequence[object], row: int, kind: type) -> list:
-    """The readings of ``row`` in a family's reading passes (``_passes``), one per pass."""
-    return [reading for readings in passes if type(readings) is dict
-            and type(reading := readings.get(row)) is kind]
+def _by_device(passes: Sequence[object]) -> list[dict]:
+    """A family's reading passes (``_passes``) that hold readings by device row."""
+    return [readings for readings in passes if type(readings) is dict]
+
+
+def _distinct(passes: Sequence[dict], row: int, kind: type) -> list:
+    """The readings of ``row`` in a family's passes by device (``_by_device``), one per
+    pass (looked up in C: a window holds a pass a second)."""
+    return [reading for reading in map(dict.get, passes, repeat(row))
+            if type(reading) is kind]
 
 
 def _own_process(passes: Sequence[object], row: int, pid: int) -> list[float]:
@@ -303,22 +309,23 @@ class DiagnosisWindow:
         reading there (zip stops at the shortest)."""
         return list(zip(*map(_GPUS, self.samples), strict=False))
 
-    def readings(self, row: int) -> tuple[list[GpuReading | None], bool]:
+    def readings(self, row: int) -> tuple[Sequence[GpuReading | None], bool]:
         """``device_readings(samples, row)``, read off one transposition of the samples'
         rows made for every device, where each sample holds ``row``'s reading at its
         position (as the history stores them); searched otherwise."""
         columns = self._columns
         if 0 <= row < len(columns) and set(map(_INDEX, columns[row])) <= {row}:
-            return list(columns[row]), True
+            return columns[row], True
         return device_readings(self.samples, row)
 
     @cached_property
-    def _gpm_passes(self) -> list[object]:
-        return _passes(list(map(_EXTRA, self.samples[::self.fine])), GPM_FAMILY)
+    def _gpm_passes(self) -> list[dict]:
+        return _by_device(_passes(list(map(_EXTRA, self.samples[::self.fine])), GPM_FAMILY))
 
     @cached_property
-    def _health_passes(self) -> list[object]:
-        return _passes(list(map(_EXTRA, self.samples[::self.coarse])), HEALTH_FAMILY)
+    def _health_passes(self) -> list[dict]:
+        return _by_device(_passes(list(map(_EXTRA, self.samples[::self.coarse])),
+                                  HEALTH_FAMILY))
 
     @cached_property
     def _list_passes(self) -> list[object]:
