@@ -33,9 +33,7 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -195,22 +193,11 @@ def load() -> str:
 def side_by_side(revision: str, rounds: int, arguments: list[str]) -> int:
     """Alternate fresh processes of ``revision``'s package and this tree's, ``rounds``
     times, over one history (the same span end)."""
-    from benchmarks.revision import revision_worktree  # this tree's (ROOT is on sys.path)
+    from benchmarks.revision import in_turn  # this tree's (ROOT is on sys.path)
 
-    end = time.time() - 5.0
-    sides: dict[str, list[dict[str, Any]]] = {revision: [], "this tree": []}
     loads = [load()]
-    with tempfile.TemporaryDirectory(prefix="cell-report-baseline-") as folder, \
-            revision_worktree(revision, Path(folder)) as tree:
-        for round_number in range(rounds):
-            for side, root in ((revision, tree), ("this tree", ROOT)):
-                print(f"... round {round_number + 1}/{rounds}: {side} (load {load()})",
-                      file=sys.stderr, flush=True)
-                out = Path(folder) / "out.json"
-                subprocess.run([sys.executable, __file__, *arguments, "--end", repr(end),
-                                "--json", str(out)], check=True, stdout=subprocess.DEVNULL,
-                               env={**os.environ, "CELL_REPORT_PACKAGE_ROOT": str(root)})
-                sides[side].append(json.loads(out.read_text()))
+    sides = in_turn(revision, rounds, __file__,
+                    [*arguments, "--end", repr(time.time() - 5.0)], "CELL_REPORT_PACKAGE_ROOT")
     loads.append(load())
     first = sides["this tree"][0]
     print(f"/cell.json: {arguments[arguments.index('--minutes') + 1]}-minute span of "

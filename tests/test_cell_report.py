@@ -559,7 +559,7 @@ def test_the_benchmark_times_a_revision_beside_this_tree(tmp_path: Path) -> None
     assert [row.split(" | ")[1] for row in rows] == ["HEAD", "this tree"], done.stdout
     assert "the same report on both sides: yes" in done.stdout
     assert "load average" in done.stdout
-    assert not list(tmp_path.glob("cell-report-baseline-*"))
+    assert not list(tmp_path.glob("nvdashboard-baseline-*"))
 
 
 def test_a_kernels_pass_has_one_entry_per_gpu(tmp_path: Path, now: float) -> None:
