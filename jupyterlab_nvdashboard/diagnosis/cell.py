@@ -285,7 +285,7 @@ def _own(label: str, evidence: Sequence[DeviceEvidence],
     alone = bool(evidence) and all(map(_ONLY_HOLDER, evidence))
     if not evidence:
         return _Own(CANNOT_TELL, "no process pass fell in the span", (), alone, shared_with)
-    sampled = tuple(pct for pct in map(_PROCESS_SM, evidence) if pct is not None)
+    sampled = tuple([pct for pct in map(_PROCESS_SM, evidence) if pct is not None])
     if sampled:
         # The driver samples each process's SM share; a pass between two of its samples
         # has none (nvmlDeviceGetProcessUtilization: NOT_FOUND, nothing newer than the last
@@ -409,14 +409,16 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
     held_around = {row for row, held in series.items() if any(map(ne, repeat(0.0), held))}
     evidence_of: dict[int, list[DeviceEvidence]] = {}
     names_of: dict[int, list[str]] = {}
+    judged_at = [i for _, i in judged_since]
     for row, column in columns.items():
-        found = [(i, device) for _, i in judged_since if (device := column[i]) is not None]
-        if found:
-            evidence_of[row] = [device for _, device in found]
-            names = [name for i, device in found if not device.only_holder
-                     for name in around[i].others_on(row)]
-            if names:
-                names_of[row] = names
+        evidence = [device for device in map(column.__getitem__, judged_at)
+                    if device is not None]
+        if evidence:
+            evidence_of[row] = evidence
+        if not all(map(_ONLY_HOLDER, evidence)):  # others on the row: who, pass by pass
+            names_of[row] = [name for i in judged_at
+                             if (device := column[i]) is not None and not device.only_holder
+                             for name in around[i].others_on(row)]
     # The rows the kernel held during the span: in its passes in it, and where the memory
     # charged to the cell (its start, its end, or a change it cannot be told from its
     # neighbours) is not nothing.
