@@ -2,6 +2,7 @@
 8 GPUs (issue 45; target: 20 ms or less on this machine).
 
     python benchmarks/cell_report.py [--gpus 8] [--minutes 10] [--held 8] [--repeats 30]
+    python benchmarks/cell_report.py --baseline 68adbdc [--rounds 3]
 
 Builds the history a server holds: 30 minutes (the in-memory history's default length) of
 ``--gpus`` H200-class GPUs (facts from the simulated driver) at the default tick (0.2 s),
@@ -16,12 +17,19 @@ every tick. Then times, ``--repeats`` times each:
   what the footer waits for.
 
 Prints the median and range (min-max) of each.
+
+``--baseline REV`` times that git revision side by side with this tree: each round runs this
+script once on the revision's package (checked out in a temporary worktree) and once on this
+tree's, each in a fresh process over the same history (one span end for all), so drift in
+the machine's load hits both alike. It prints each round's and all rounds' figures per side,
+the load average before and after, and whether both sides answered the same report.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import os
 import statistics
@@ -30,9 +38,12 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The package to time: this checkout's, or (for --baseline) a revision's worktree.
+sys.path.insert(0, os.environ.get("CELL_REPORT_PACKAGE_ROOT")
+                or str(Path(__file__).resolve().parent.parent))
 
 from tornado.ioloop import IOLoop
 
@@ -59,6 +70,7 @@ from jupyterlab_nvdashboard.metrics.families import (
 from jupyterlab_nvdashboard.server import make_server
 from tests.support.servers import free_port
 
+ROOT = Path(__file__).resolve().parent.parent
 GIB = float(2**30)
 HISTORY_S = 1800.0
 TARGET_MS = 20.0
@@ -105,10 +117,6 @@ def fill(metrics: Metrics, held: int, interval_s: float, end_s: float) -> None:
                                monotonic_s=now_mono - (end_s - t))
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.1f} ms ({min(values):.1f}-{max(values):.1f})"
-
-
 def serve(config: Config, sources: DashboardSources) -> tuple[object, threading.Thread]:
     """A real server over ``sources`` (its sampler not started: the history is the
     script's), on its own IOLoop thread."""
@@ -131,30 +139,23 @@ def serve(config: Config, sources: DashboardSources) -> tuple[object, threading.
     return holder["server"], thread
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gpus", type=int, default=8)
-    parser.add_argument("--held", type=int, default=None,
-                        help="GPUs the kernel holds (default: all)")
-    parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--interval", type=float, default=0.2)
-    parser.add_argument("--repeats", type=int, default=30)
-    args = parser.parse_args()
-    held = args.gpus if args.held is None else args.held
-    config = Config(port=free_port(), interval_s=args.interval, token=TOKEN,
+def measure(gpus: int, held: int, minutes: float, interval: float, repeats: int,
+            end: float) -> dict[str, Any]:
+    """The report's wall and CPU ms and ``GET /cell.json``'s wall ms, ``repeats`` each, over
+    a history ending at ``end``; and the report itself."""
+    config = Config(port=free_port(), interval_s=interval, token=TOKEN,
                     runs_dir=Path(os.devnull).parent,
-                    simulation=SimulationConfig(gpu_count=args.gpus, profile="h200"))
+                    simulation=SimulationConfig(gpu_count=gpus, profile="h200"))
     metrics = create_metrics(config, environ={})
     metrics.nvml.ensure_initialized()
     sources = DashboardSources(metrics)
-    end = time.time() - 5.0
-    fill(metrics, held, args.interval, end)
-    start = end - args.minutes * 60
+    fill(metrics, held, interval, end)
+    start = end - minutes * 60
     span = (start, end - 2.0)  # a pass follows the span's end: nothing is waited for
     first = cell_report(sources, KERNEL, *span)  # warm-up, and what is timed says
     assert len(first["gpus"]) == held and first["state"] == "busy", first["verdict"]
     wall, cpu = [], []
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         started, started_cpu = time.perf_counter(), time.thread_time()
         cell_report(sources, KERNEL, *span)
         cpu.append(1000 * (time.thread_time() - started_cpu))
@@ -165,7 +166,7 @@ def main() -> None:
     request = urllib.request.Request(url, headers={"Authorization": f"token {TOKEN}"})
     http = []
     try:
-        for _ in range(args.repeats + 1):
+        for _ in range(repeats + 1):
             started = time.perf_counter()
             with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
                 assert response.status == 200
@@ -174,17 +175,89 @@ def main() -> None:
     finally:
         server.io_loop.add_callback(server.io_loop.stop)  # type: ignore[attr-defined]
         thread.join(10)
-    http = http[1:]  # the first opens the connection pool's thread
     samples = sum(1 for s in metrics.history.window(HISTORY_S + 1) if span[0] <= s.time_s
                   <= span[1])
+    # The first request opens the connection pool's thread.
+    return {"wall_ms": wall, "cpu_ms": cpu, "http_ms": http[1:], "samples": samples,
+            "report": first}
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} ms ({min(values):.1f}-{max(values):.1f})"
+
+
+def load() -> str:
+    return "-".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def side_by_side(revision: str, rounds: int, arguments: list[str]) -> int:
+    """Alternate fresh processes of ``revision``'s package and this tree's, ``rounds``
+    times, over one history (the same span end)."""
+    from benchmarks.revision import in_turn  # this tree's (ROOT is on sys.path)
+
+    loads = [load()]
+    sides = in_turn(revision, rounds, __file__,
+                    [*arguments, "--end", repr(time.time() - 5.0)], "CELL_REPORT_PACKAGE_ROOT")
+    loads.append(load())
+    first = sides["this tree"][0]
+    print(f"/cell.json: {arguments[arguments.index('--minutes') + 1]}-minute span of "
+          f"{arguments[arguments.index('--gpus') + 1]} GPUs, {first['samples']} samples, "
+          f"{revision} against this tree, {rounds} alternating rounds of "
+          f"{len(first['wall_ms'])} repeats; load average (1, 5, 15 min) {loads[0]} before, "
+          f"{loads[1]} after\n")
+    print("| round | tree | the report, wall | the report, CPU | `GET /cell.json`, wall |\n"
+          "|---|---|---|---|---|")
+    for round_number in range(rounds):
+        for side in sides:
+            run = sides[side][round_number]
+            print(f"| {round_number + 1} | {side} | {spread(run['wall_ms'])} | "
+                  f"{spread(run['cpu_ms'])} | {spread(run['http_ms'])} |")
+    for side, runs in sides.items():
+        pooled = [[v for run in runs for v in run[figure]]
+                  for figure in ("wall_ms", "cpu_ms", "http_ms")]
+        print(f"| all | {side} | " + " | ".join(spread(values) for values in pooled) + " |")
+    same = all(run["report"] == first["report"] for runs in sides.values() for run in runs)
+    print(f"\nthe same report on both sides: {'yes' if same else 'NO'}\n"
+          f"  verdict: {first['report']['verdict'][:120]}...")
+    return 0 if same else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--held", type=int, default=None,
+                        help="GPUs the kernel holds (default: all)")
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--interval", type=float, default=0.2)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also time the report at this git revision, side by side")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternating rounds for --baseline (3)")
+    parser.add_argument("--end", type=float, help=argparse.SUPPRESS)  # --baseline's sides
+    parser.add_argument("--json", type=Path, help="write the per-run figures here")
+    args = parser.parse_args(argv)
+    held = args.gpus if args.held is None else args.held
+    if args.baseline:
+        return side_by_side(args.baseline, args.rounds,
+                            ["--gpus", str(args.gpus), "--held", str(held),
+                             "--minutes", f"{args.minutes:g}", "--interval",
+                             f"{args.interval:g}", "--repeats", str(args.repeats)])
+    result = measure(args.gpus, held, args.minutes, args.interval, args.repeats,
+                     time.time() - 5.0 if args.end is None else args.end)
+    if args.json:
+        args.json.write_text(json.dumps(result))
     print(f"/cell.json: {args.minutes:g}-minute span of {args.gpus} GPUs (the kernel on "
-          f"{held}), {samples} samples at {args.interval} s in a {HISTORY_S / 60:.0f}-minute "
-          f"history, {args.repeats} repeats, pid {os.getpid()}")
-    print(f"  verdict: {first['verdict'][:120]}{'...' if len(first['verdict']) > 120 else ''}")
-    print(f"  the report, wall:  {spread(wall)}")
-    print(f"  the report, CPU:   {spread(cpu)}")
-    print(f"  GET /cell.json:    {spread(http)}  (target <= {TARGET_MS:g} ms)")
+          f"{held}), {result['samples']} samples at {args.interval} s in a "
+          f"{HISTORY_S / 60:.0f}-minute history, {args.repeats} repeats, pid {os.getpid()}, "
+          f"load average {load()}")
+    verdict = result["report"]["verdict"]
+    print(f"  verdict: {verdict[:120]}{'...' if len(verdict) > 120 else ''}")
+    print(f"  the report, wall:  {spread(result['wall_ms'])}")
+    print(f"  the report, CPU:   {spread(result['cpu_ms'])}")
+    print(f"  GET /cell.json:    {spread(result['http_ms'])}  (target <= {TARGET_MS:g} ms)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

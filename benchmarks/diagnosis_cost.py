@@ -26,9 +26,7 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -114,20 +112,9 @@ def _spread(values: list[float]) -> str:
 
 def side_by_side(revision: str, rounds: int, arguments: list[str]) -> int:
     """Alternate fresh processes of ``revision``'s package and this tree's, ``rounds`` times."""
-    from benchmarks.revision import revision_worktree  # this tree's (ROOT is on sys.path)
+    from benchmarks.revision import in_turn  # this tree's (ROOT is on sys.path)
 
-    sides: dict[str, list[dict[str, Any]]] = {revision: [], "this tree": []}
-    with tempfile.TemporaryDirectory(prefix="diagnosis-cost-baseline-") as folder, \
-            revision_worktree(revision, Path(folder)) as tree:
-        for round_number in range(rounds):
-            for side, root in ((revision, tree), ("this tree", ROOT)):
-                print(f"... round {round_number + 1}/{rounds}: {side}", file=sys.stderr,
-                      flush=True)
-                out = Path(folder) / "out.json"
-                subprocess.run([sys.executable, __file__, *arguments, "--json", str(out)],
-                               check=True, stdout=subprocess.DEVNULL,
-                               env={**os.environ, "DIAGNOSIS_COST_PACKAGE_ROOT": str(root)})
-                sides[side].append(json.loads(out.read_text()))
+    sides = in_turn(revision, rounds, __file__, arguments, "DIAGNOSIS_COST_PACKAGE_ROOT")
     then, now = sides[revision], sides["this tree"]
     runs = sum(len(r["cases"][CASES[0][0]]["wall_ms"]) for r in now)
     print(f"diagnosis over {then[0]['ticks']} samples of {GPUS} GPUs: {revision} against this "

@@ -13,6 +13,7 @@ reaches into the history store, and a GPU lost during the span. The pure judgmen
 from __future__ import annotations
 
 import math
+import os
 import re
 import subprocess
 import sys
@@ -586,6 +587,41 @@ def test_an_end_ahead_of_the_clock_is_refused_at_once(tmp_path: Path, now: float
         report(sources, now - 10, time.time() + 59)
     assert refused.value.status == 400 and "ahead of this server's clock" in refused.value.reason
     assert time.monotonic() - began < 0.5 and FUTURE_SLACK_S <= 5
+
+
+def test_the_benchmark_times_a_revision_beside_this_tree(tmp_path: Path) -> None:
+    """``--baseline REV``: the revision and this tree in turn, over one history, each round
+    a row a side; the same report on both; the revision's worktree removed again."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "cell_report.py"),
+                           "--gpus", "2", "--held", "1", "--minutes", "1", "--repeats", "2",
+                           "--baseline", "HEAD", "--rounds", "1"],
+                          capture_output=True, text=True, timeout=600, cwd=root,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| 1 |")]
+    assert [row.split(" | ")[1] for row in rows] == ["HEAD", "this tree"], done.stdout
+    assert "the same report on both sides: yes" in done.stdout
+    assert "load average" in done.stdout
+    assert not list(tmp_path.glob("nvdashboard-baseline-*"))
+
+
+def test_a_kernels_pass_has_one_entry_per_gpu(tmp_path: Path, now: float) -> None:
+    """What the judgment reads by row (``diagnosis.cell._by_row``): a pass holds one entry
+    of the kernel's per GPU, its processes' memory summed (the kernel and its child on GPU
+    1, both with memory), however many of its processes the driver lists there."""
+    from jupyterlab_nvdashboard.apps.cells import kernel_passes
+
+    metrics, sources = scripted(tmp_path)
+    write(metrics.history, now - 30, now, 2, lambda g, t: 50.0,
+          lambda t: [Held(1, 4100, 3 * GIB, 40.0), Held(1, 4101, 2 * GIB, 60.0),
+                     Held(0, 4101, GIB, 10.0)])
+    passes = kernel_passes(sources, KERNEL, now - 20, now - 5)
+    assert len(passes) == 16
+    for kernel_pass in passes:
+        assert [d.row for d in kernel_pass.devices] == [0, 1], kernel_pass
+        assert [d.held_bytes for d in kernel_pass.devices] == [GIB, 5 * GIB]
+        assert [d.process_sm_pct for d in kernel_pass.devices] == [10.0, 60.0]
 
 
 def test_a_spans_read_costs_what_it_holds() -> None:

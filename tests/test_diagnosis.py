@@ -25,6 +25,7 @@ from jupyterlab_nvdashboard.diagnosis import (
     process_presence,
     window,
 )
+from jupyterlab_nvdashboard.diagnosis.rules import DiagnosisWindow
 from jupyterlab_nvdashboard.metrics import GpuFacts, GpuReading, HostReading, Sample
 from jupyterlab_nvdashboard.metrics.families import (
     GPM_FAMILY,
@@ -356,6 +357,32 @@ def test_a_device_missing_from_some_samples_is_judged_on_the_others() -> None:
             for i, s in enumerate(samples)]
     result = diagnose(gone, facts("a100-535"), 0)
     assert result.samples == 75 and result.first.figures[0].count == 75
+
+
+def test_one_window_diagnoses_each_device_as_if_alone() -> None:
+    """``DiagnosisWindow`` reads what every device's diagnosis shares once (a cell's report
+    diagnoses each GPU over one span): each device, asked in any order through one window,
+    gets what it gets over the samples alone. Across the cases: the machine's CPU over 90%
+    and not, MIG instances (their GPU's links and clocks), a device missing from some
+    samples, a lost one, and a run's own PID."""
+    histories = [case.history for case in CASES] + [
+        History(util=50.0, sm=40.0, mask=0x4, cpu=95.0, extra_rows={1: 3.0})]
+    for history in histories:
+        samples = history.samples()
+        all_facts = facts(history.profile)
+        rows = [fact.index for fact in all_facts]
+        variants = [samples,  # the second device gone from every third sample
+                    [s if i % 3 else Sample(s.seq, s.time_s, s.gpus[:1], s.host, extra=s.extra)
+                     for i, s in enumerate(samples)],
+                    [s if i < len(samples) - 5 else Sample(s.seq, s.time_s, tuple(  # lost
+                        GpuReading.unavailable(g.index, lost=True) for g in s.gpus), s.host)
+                     for i, s in enumerate(samples)]]
+        for variant in variants:
+            for kwargs in ({}, {"pid": PID}):
+                alone = {row: diagnose(variant, all_facts, row, **kwargs) for row in rows}
+                for order in (rows, rows[::-1]):
+                    shared = DiagnosisWindow(variant, all_facts)
+                    assert {row: shared.diagnose(row, **kwargs) for row in order} == alone
 
 
 def test_simulated_label_and_window_cut() -> None:

@@ -20,6 +20,7 @@ import os
 import stat
 import threading
 import time
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +62,7 @@ FUTURE_SLACK_S = 2.0
 # default tick (0.2 s) is 3,000, the size benchmarks/cell_report.py holds to its budget. A
 # longer span is read at a coarser resolution (the store folds its buckets), never longer.
 MAX_STORE_SAMPLES = 3000
+_ONLY_HOLDER = attrgetter("only_holder")
 # Two starts this close are the same cell's: both are its execute_input's header date,
 # which the executions route keeps as a float of the same text.
 SAME_START_S = 1e-3
@@ -260,7 +262,9 @@ def kernel_passes(sources: DashboardSources, kernel_id: str, start_s: float, end
         if not seen.owners_known or seen.unattributed:
             continue
         mine = tuple(seen.holders.get(own, ()))
-        others = tuple(
+        # Most passes find the kernel alone on its devices: nobody else to name (read in
+        # C: a span holds a pass a second).
+        others = () if all(map(_ONLY_HOLDER, mine)) else tuple(
             (row, tuple(holder_words(user, kernel, me)
                         for (user, kernel), devices in seen.holders.items()
                         if (user, kernel) != own and any(d.row == row for d in devices))

@@ -28,12 +28,14 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
+from operator import attrgetter, ne
 
 from ..metrics import GpuFacts, GpuReading, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading
 from .findings import Finding, mean
 from .idle import WORK_PCT, DeviceEvidence
-from .rules import device_readings, diagnose
+from .rules import DiagnosisWindow
 from .thresholds import LOW_UTILIZATION_PCT
 from .whose import YOURS, whose_finding
 
@@ -61,6 +63,9 @@ MIN_SPAN_SAMPLES = 2
 # (issue 53); a second is the pace every cell gets.
 SHORTEST_JUDGED_S = 1.0
 STORE, MEMORY = "store", "memory"
+# A span's passes hold thousands of the kernel's entries: their fields are read in C.
+_ONLY_HOLDER = attrgetter("only_holder")
+_PROCESS_SM = attrgetter("process_sm_pct")
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,8 @@ def _activity(readings: Sequence[GpuReading | None], gpm: Sequence[dict[int, Gpm
 
 def _share(values: Sequence[float | None]) -> float | None:
     known = [value for value in values if value is not None]
-    return sum(1 for value in known if value >= WORK_PCT) / len(known) if known else None
+    return len([value for value in known if value >= WORK_PCT]) / len(known) if known \
+        else None
 
 
 def charge_memory(times: Sequence[float], held: Sequence[float | None], start_s: float,
@@ -213,16 +219,19 @@ def charge_memory(times: Sequence[float], held: Sequence[float | None], start_s:
     # and their changes sum to the difference of their ends.
     inner_from = first if times[first] >= start_s else first + 1
     inner_to = max(inner_from, bisect_right(times, end_s, low, high) - 1)
-    for k in range(first, last):
-        if k == inner_from and inner_from < inner_to:
+    # In order: the intervals before the block, the block as one step, those after it
+    # (the block's own intervals are never walked: a 10-minute span holds 600).
+    inner = inner_from < inner_to and first <= inner_from < last
+    steps = chain(range(first, inner_from), (inner_from,), range(inner_to, last)) \
+        if inner else range(first, last)
+    for k in steps:
+        if inner and k == inner_from:
             block = held[inner_from:inner_to + 1]
             seen.extend(block[1:])
             if None in block:
                 charged = None
             elif charged is not None:
                 charged += block[-1] - block[0]  # type: ignore[operator]
-            continue
-        if inner_from < k < inner_to:
             continue
         t0, t1, v0, v1 = times[k], times[k + 1], held[k], held[k + 1]
         outside = [(a, b) for a, b in ((t0, min(t1, start_s)), (max(t0, end_s), t1)) if a < b]
@@ -284,14 +293,13 @@ def _own(label: str, evidence: Sequence[DeviceEvidence],
     ``evidence``'s. In a judged pass without it, the driver listed none of its processes
     there: no context, so no work on that device (a cell that freed it at its start)."""
     shared_with = tuple(dict.fromkeys(others))
-    alone = bool(evidence) and all(device.only_holder for device in evidence)
+    alone = bool(evidence) and all(map(_ONLY_HOLDER, evidence))
     if not evidence:
         if judged:
             return _Own(PER_PROCESS, f"the driver listed none of the kernel's processes on "
                         f"{label} in the span", (0.0,) * judged, alone, shared_with)
         return _Own(CANNOT_TELL, "no process pass fell in the span", (), alone, shared_with)
-    sampled = tuple(device.process_sm_pct for device in evidence
-                    if device.process_sm_pct is not None)
+    sampled = tuple([pct for pct in map(_PROCESS_SM, evidence) if pct is not None])
     if sampled:
         # The driver samples each process's SM share; a pass between two of its samples
         # has none (nvmlDeviceGetProcessUtilization: NOT_FOUND, nothing newer than the last
@@ -322,31 +330,52 @@ def _own(label: str, evidence: Sequence[DeviceEvidence],
 
 
 def _judged(passes: Sequence[KernelPass], start_s: float, end_s: float,
-            others: Sequence[OtherCell]) -> list[tuple[float, KernelPass]]:
-    """The passes that speak for the span, each with the time its activity starts from. A
-    pass's own SM samples and its device's highest activity are those since the previous
-    pass (``diagnosis/idle.py``), so a pass tells of the time since the previous one: the
-    passes whose time lies wholly in the span, where there are such; else (a cell shorter
-    than a pass) those whose time overlaps the span and no other cell of the kernel's (the
-    kernel runs nothing between cells, and another cell's work is not this one's)."""
-    timed = list(zip((p.time_s for p in passes), passes[1:], strict=False))
-    wholly = [(since, p) for since, p in timed if since >= start_s and p.time_s <= end_s]
+            others: Sequence[OtherCell]) -> list[tuple[float, int]]:
+    """The passes that speak for the span (their positions in ``passes``), each with the
+    time its activity starts from. A pass's own SM samples and its device's highest
+    activity are those since the previous pass (``diagnosis/idle.py``), so a pass tells of
+    the time since the previous one: the passes whose time lies wholly in the span, where
+    there are such; else (a cell shorter than a pass) those whose time overlaps the span and
+    no other cell of the kernel's (the kernel runs nothing between cells, and another cell's
+    work is not this one's)."""
+    timed = [(before.time_s, i, p.time_s)
+             for i, (before, p) in enumerate(zip(passes, passes[1:], strict=False), 1)]
+    wholly = [(since, i) for since, i, until in timed if since >= start_s and until <= end_s]
     if wholly:
         return wholly
-    return [(since, p) for since, p in timed
-            if since < end_s and p.time_s > start_s
-            and not any(cell.overlaps(since, p.time_s) for cell in others)]
+    return [(since, i) for since, i, until in timed
+            if since < end_s and until > start_s
+            and not any(cell.overlaps(since, until) for cell in others)]
 
 
-def _held_by_row(passes: Sequence[KernelPass]) -> dict[int, list[float | None]]:
-    """The kernel's memory on each row it held in any of ``passes``, in each pass: 0 where
-    it held none there."""
-    rows = dict.fromkeys(d.row for p in passes for d in p.devices)
-    series: dict[int, list[float | None]] = {row: [0.0] * len(passes) for row in rows}
+def _covered(span: Sequence[Sample], judged_since: Sequence[tuple[float, int]],
+             until_s: float) -> list[int]:
+    """The positions in ``span`` of the samples the judged passes vouch for: after the
+    first's start, up to the last (at ``until_s``)."""
+    if not judged_since:
+        return []
+    since = judged_since[0][0]
+    return [i for i, sample in enumerate(span) if since < sample.time_s <= until_s]
+
+
+def _by_row(passes: Sequence[KernelPass]) -> dict[int, list[DeviceEvidence | None]]:
+    """The kernel's entry on each row it held in any of ``passes``, in each pass (None
+    where it held nothing there; a pass has one entry per row). The one walk over every
+    entry: a span of 8 GPUs holds thousands, and what is read of them is read by row."""
+    columns: dict[int, list[DeviceEvidence | None]] = {}
     for i, kernel_pass in enumerate(passes):
         for device in kernel_pass.devices:
-            series[device.row][i] = device.held_bytes
-    return series
+            column = columns.get(device.row)
+            if column is None:
+                columns[device.row] = column = [None] * len(passes)
+            column[i] = device
+    return columns
+
+
+def _held(column: Sequence[DeviceEvidence | None]) -> list[float | None]:
+    """The kernel's memory on a row in each pass (``_by_row``'s column): 0 where it held
+    none there, None where its share is not known on its own."""
+    return [0.0 if device is None else device.held_bytes for device in column]
 
 
 def _state(lost: bool, signal: str, share: float | None) -> str:
@@ -381,18 +410,29 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
     after = next((p for p in passes if end_s < p.time_s <= end_s + gap_s), None)
     around = [p for p in (before, *inside, after) if p is not None]
     judged_since = _judged(around, start_s, end_s, others)
-    judged = [p for _, p in judged_since]
-    # One walk over the passes, by row: what a span's read costs grows with the span.
-    series = _held_by_row(around)
-    held_inside = {d.row for p in inside for d in p.devices if d.held_bytes != 0.0}
-    held_around = {d.row for p in around for d in p.devices if d.held_bytes != 0.0}
+    judged = [around[i] for _, i in judged_since]
+    # One walk over the passes' entries, then each row's: what a span's read costs grows
+    # with the span.
+    columns = _by_row(around)
+    series = {row: _held(column) for row, column in columns.items()}
+    inside_from = 1 if before is not None else 0
+    inside_to = inside_from + len(inside)
+    # Held: memory, or memory not known on its own (None), in a pass.
+    held_inside = {row for row, held in series.items()
+                   if any(map(ne, repeat(0.0), held[inside_from:inside_to]))}
+    held_around = {row for row, held in series.items() if any(map(ne, repeat(0.0), held))}
     evidence_of: dict[int, list[DeviceEvidence]] = {}
     names_of: dict[int, list[str]] = {}
-    for kernel_pass in judged:
-        for device in kernel_pass.devices:
-            evidence_of.setdefault(device.row, []).append(device)
-            if not device.only_holder:
-                names_of.setdefault(device.row, []).extend(kernel_pass.others_on(device.row))
+    judged_at = [i for _, i in judged_since]
+    for row, column in columns.items():
+        evidence = [device for device in map(column.__getitem__, judged_at)
+                    if device is not None]
+        if evidence:
+            evidence_of[row] = evidence
+        if not all(map(_ONLY_HOLDER, evidence)):  # others on the row: who, pass by pass
+            names_of[row] = [name for i in judged_at
+                             if (device := column[i]) is not None and not device.only_holder
+                             for name in around[i].others_on(row)]
     # The rows the kernel held during the span: in its passes in it, and where the memory
     # charged to the cell (its start, its end, or a change it cannot be told from its
     # neighbours) is not nothing.
@@ -408,16 +448,13 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
     rows.update(dict.fromkeys(rows_held))
     span = [s for s in samples if start_s <= s.time_s <= end_s]
     by_row = {fact.index: fact for fact in facts}
-    gpm = _gpm_passes(span) if judged_from == STORE or any(
-        device.process_sm_pct is None for found in evidence_of.values() for device in found
-    ) else []
-    # The samples the judged passes vouch for (a stretch of the span's): the device's finer
-    # pace, where it speaks for the kernel.
-    if judged:
-        since, until = judged_since[0][0], judged[-1].time_s
-        covered = [i for i, sample in enumerate(span) if since < sample.time_s <= until]
-    else:
-        covered = []
+    # Every device's diagnosis over the span reads it once (rules.DiagnosisWindow).
+    window = DiagnosisWindow(span, facts, simulated=simulated)
+    # Read only for a row whose device speaks (its own signal, or the store's): the GPM
+    # passes of the span, and the samples the judged passes vouch for (a stretch of the
+    # span's), the device's finer pace.
+    gpm: list[dict[int, GpmReading]] | None = None
+    covered: list[int] | None = None
     devices = []
     for row in sorted(rows):
         fact = by_row.get(row)
@@ -432,9 +469,11 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
         lost = row in lost_rows or fact is None or (newest is not None and newest.lost)
         # The device's readings and activity, read only where they speak (its own signal
         # or the store's): a span's cost is mostly these, and the diagnosis's.
-        readings = device_readings(span, row)[0] \
+        readings = window.readings(row)[0] \
             if judged_from == STORE or signal == DEVICE else []
-        activity = _activity(readings, gpm, row) if readings else []
+        if readings and gpm is None:
+            gpm = _gpm_passes(span)
+        activity = _activity(readings, gpm, row) if readings and gpm is not None else []
         if judged_from == STORE:
             # The store keeps each device's readings, no process's: its memory is the
             # device's, and its activity speaks for the kernel only where nobody worked.
@@ -447,6 +486,8 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
             sm, share, alone = (0.0, 0.0, False) if nobody else (None, None, False)
         else:
             memory = memory_of.get(row, MemoryChange(None, None, None, None))
+            if signal == DEVICE and covered is None:
+                covered = _covered(span, judged_since, judged[-1].time_s if judged else 0.0)
             if signal == DEVICE and covered and len(evidence) == len(judged) and all(
                     d.only_holder or (d.device_pct is not None and d.device_pct < WORK_PCT)
                     for d in evidence):
@@ -463,7 +504,7 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
         state = _state(lost, signal, share)
         worked = share is not None and share > 0.0
         whose = whose_finding(alone, worked)
-        findings = diagnose(span, facts, row, simulated=simulated).findings \
+        findings = window.diagnose(row).findings \
             if len(span) >= MIN_SPAN_SAMPLES and (whose == YOURS or lost) else ()
         devices.append(DeviceCell(
             row, label, fact.uuid if fact else "",

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
+from functools import cached_property
 from itertools import chain, compress, count, repeat
 from operator import attrgetter, is_not, itemgetter
 from typing import NamedTuple
@@ -144,6 +145,8 @@ def _fact(facts: Sequence[GpuFacts], row: int) -> GpuFacts | None:
 # the method up again for each sample, three times the cost).
 _EXTRA = attrgetter("extra")
 _CLOCK = attrgetter("clock_s")
+_HOST = attrgetter("host")
+_CPU = attrgetter("cpu_pct")
 _GPUS = attrgetter("gpus")
 _INDEX = itemgetter(GpuReading._fields.index("index"))
 _UTILIZATION = itemgetter(GpuReading._fields.index("utilization_pct"))
@@ -192,10 +195,16 @@ def _held(samples: Sequence[Sample], row: int, passes: Sequence[object] | None =
                for readings in chain((first,), remaining) for reading in readings)  # type: ignore[attr-defined]
 
 
-def _distinct(extras: Sequence[dict[str, object]], family: str, row: int, kind: type) -> list:
-    """The family's readings of ``row``, one per reading pass."""
-    return [reading for readings in _passes(extras, family) if type(readings) is dict
-            and type(reading := readings.get(row)) is kind]
+def _by_device(passes: Sequence[object]) -> list[dict]:
+    """A family's reading passes (``_passes``) that hold readings by device row."""
+    return [readings for readings in passes if type(readings) is dict]
+
+
+def _distinct(passes: Sequence[dict], row: int, kind: type) -> list:
+    """The readings of ``row`` in a family's passes by device (``_by_device``), one per
+    pass (looked up in C: a window holds a pass a second)."""
+    return [reading for reading in map(dict.get, passes, repeat(row))
+            if type(reading) is kind]
 
 
 def _own_process(passes: Sequence[object], row: int, pid: int) -> list[float]:
@@ -258,118 +267,187 @@ def diagnose(samples: Sequence[Sample], facts: Sequence[GpuFacts], row: int, *,
     (input and CPU time per step, where the run reports them). ``pcie_link``: the link's
     current generation and width, where known. ``skip_first_gpm``: drop the first GPM
     reading, which may have been derived across the window's start (a run's warm-up).
+    Several devices over one window: ``DiagnosisWindow(samples, facts).diagnose(row)`` for
+    each reads what they share once.
     """
-    fact = _fact(facts, row)
-    prefix = "SIMULATED " if simulated else ""
-    label = f"{prefix}{fact.label if fact else f'GPU row {row}'}"
-    uuid = fact.uuid if fact else ""
-    own_rows, complete = device_readings(samples, row)
-    if not complete:
-        mine = [s for s, r in zip(samples, own_rows, strict=True) if r is not None]
-        own_rows = [r for r in own_rows if r is not None]
-    else:
-        mine = list(samples)
-    count = len(mine)
-    span_s = mine[-1].clock_s - mine[0].clock_s if count else 0.0  # durations: monotonic
-    interval = span_s / (count - 1) if count > 1 else 0.0
-    # Shares and rates (clock events, links, host CPU) rest on at most MAX_READINGS samples,
-    # evenly spaced. A family read at its own 1 s rate (GPM, processes) keeps each reading
-    # for at least 1 s of ticks (the reader refreshes it no sooner), so looking at every
-    # sample a little under 1 s apart still sees every reading pass, and counts it once.
-    coarse = max(1, -(-count // MAX_READINGS))
-    fine = max(1, min(coarse, int(FAMILY_EVERY_S / interval) - 1)) if interval > 0 else 1
-    extras = list(map(_EXTRA, mine[::fine]))
-    coarse_extras = extras if coarse == fine else list(map(_EXTRA, mine[::coarse]))
-    window_s = span_s + interval if count else 0.0
+    return DiagnosisWindow(samples, facts, simulated=simulated).diagnose(
+        row, pid=pid, steps=steps, pcie_link=pcie_link, skip_first_gpm=skip_first_gpm)
 
-    def done(findings: list[Finding]) -> Diagnosis:
-        return Diagnosis(row, label, uuid, count, window_s, tuple(findings))
 
-    lost_since, lost_count = None, 0  # the readings at the window's end that say lost
-    for sample, reading in zip(reversed(mine), reversed(own_rows), strict=True):
-        if reading is None or not reading.lost:
-            break
-        lost_since, lost_count = sample.clock_s, lost_count + 1
-    if lost_since is not None:  # lost now: nothing it does can be read
-        lost_for_s = mine[-1].clock_s - lost_since
-        return done([Finding(
-            "lost", "GPU lost", (Figure("lost for", lost_for_s, "s", lost_count),), NO_SIGNAL,
-            "look for an XID error in the kernel log (dmesg) and in nvidia-smi -q; the GPU "
-            "may need a reset", words=f"it stopped answering NVML {lost_for_s:.0f} s ago, "
-            "and nothing since can be judged")])
-    if count < T.MIN_SAMPLES:
-        return done([Finding("not-enough-samples", "not enough samples",
-                             (Figure("samples", float(count), "", count),), NO_SIGNAL,
-                             "wait a few seconds for more samples",
-                             needs=f"at least {T.MIN_SAMPLES} samples of this device",
-                             words=f"{count} of {T.MIN_SAMPLES} needed")])
-    parent = parent_facts(facts, fact) if fact else None
-    physical = parent or fact
-    physical_row = physical.index if physical else row
-    utilization: list[float | None] = list(map(attrgetter("utilization_pct"), own_rows))
-    # A lost GPU's readings are all "not available" (GpuReading.unavailable), never 0.
-    util_known = _known(utilization)
-    gpm = _distinct(extras, GPM_FAMILY, row, GpmReading)
-    if skip_first_gpm and gpm:
-        gpm = gpm[1:]
-    sm_values = _known(map(_SM_ACTIVITY, gpm))
-    has_gpm = len(sm_values) >= T.MIN_SAMPLES
-    sm_mean = mean(sm_values, all_known=True) if has_gpm else None
-    # The process lists ride only in the samples of their pass: every sample is looked at.
-    lists = list_passes(mine) if pid is not None else None
-    own = _own_process(lists, row, pid) if lists is not None and pid is not None \
-        else []
-    has_own = len(own) >= T.MIN_SAMPLES
-    has_util = len(util_known) >= T.MIN_SAMPLES
-    gpm_count = len(sm_values)
-    gpm_needs = None
-    if not has_gpm and fact is not None:
-        reason = gpm_unavailable_reason(fact, parent, {})
-        gpm_needs = ("SM activity needs GPM: " + reason) if reason else \
-            (f"SM activity needs {T.MIN_SAMPLES} GPM readings ({gpm_count} so far)")
+class DiagnosisWindow:
+    """A window of samples that devices are diagnosed over, one ``diagnose(row)`` each.
 
-    findings: list[Finding] = []
-    util_mean = mean(util_known, all_known=True)
-    util_fig = Figure("utilization", util_mean, "%", len(util_known))
+    What every device's diagnosis reads alike is read once, when first asked for, however
+    many devices are diagnosed: the samples' spacing, the GPM, health and process-list
+    passes, the machine's CPU, the samples' clock, and each device's readings (one
+    transposition of the samples' rows, not one walk of the window per device). A cell's
+    report and ``/diagnosis.json`` diagnose every device over one window: with 8 GPUs these
+    were most of their cost, eight times over (issue 53)."""
 
-    # ----- the run's own steps: input-bound, host-CPU-bound ---------------------------------
-    findings += _step_findings(steps, util_known)
-    # ----- activity level ---------------------------------------------------------------
-    if has_gpm:
-        findings += _gpm_findings(gpm, sm_values, sm_mean, util_fig if has_util else None)
-    elif has_own:
-        own_mean = mean(own, all_known=True)
-        own_fig = Figure("its own SM utilization", own_mean, "%", len(own), "process readings")
-        findings += _level_findings(own_mean, own_fig, "per-process", gpm_needs)
-    elif has_util:
-        findings += _level_findings(util_mean, util_fig, "utilization", gpm_needs)
-    if has_util and not any(f.cause == "idle" for f in findings) and \
-            min(util_known) < T.IDLE_PCT:
-        times = list(map(_CLOCK, mine))  # only where a gap may be
-        findings += _gap_findings(times, utilization, interval, window_s, count)
-    # ----- links, clocks -----------------------------------------------------------------
-    physical_rows = own_rows[::coarse] if physical_row == row else \
-        device_readings(mine[::coarse], physical_row)[0]
-    health = _distinct(coarse_extras, HEALTH_FAMILY, physical_row, HealthReading)
-    if pcie_link is None:
-        pcie_link = _current_pcie_link(health)
-    whole_gpu = _link_findings(physical_rows, physical, sm_mean, pcie_link) + \
-        _throttle_findings(health)
-    if parent is not None:  # a MIG device: these are its GPU's, whatever instance caused them
-        whole_gpu = [replace(finding, title=f"on its GPU ({parent.label}, shared by its MIG "
-                                            f"instances): {finding.title}")
-                     for finding in whole_gpu]
-    findings += whole_gpu
-    if not any(f.cause.startswith("host") for f in findings) and not steps and \
-            _held(mine, row, lists):
-        findings += _machine_cpu_findings(mine[::coarse], utilization[::coarse])
-    if not findings:
-        needs = gpm_needs or "utilization (MIG devices have none: their activity needs GPM)"
-        findings.append(Finding("unknown", "no activity signal", (util_fig,), NO_SIGNAL,
-                                "watch it on a GPU that reports GPM or utilization",
-                                needs=needs, words=needs))
-    findings.sort(key=lambda finding: ORDER.get(finding.cause, len(ORDER)))
-    return done(findings)
+    def __init__(self, samples: Sequence[Sample], facts: Sequence[GpuFacts], *,
+                 simulated: bool = False) -> None:
+        self.samples = samples if isinstance(samples, list) else list(samples)
+        self.facts = facts
+        self.simulated = simulated
+        mine = self.samples
+        self.count = count = len(mine)
+        self.span_s = mine[-1].clock_s - mine[0].clock_s if count else 0.0  # monotonic
+        self.interval_s = interval = self.span_s / (count - 1) if count > 1 else 0.0
+        # Shares and rates (clock events, links, host CPU) rest on at most MAX_READINGS
+        # samples, evenly spaced. A family read at its own 1 s rate (GPM, processes) keeps
+        # each reading for at least 1 s of ticks (the reader refreshes it no sooner), so
+        # looking at every sample a little under 1 s apart still sees every reading pass,
+        # and counts it once.
+        self.coarse = coarse = max(1, -(-count // MAX_READINGS))
+        self.fine = max(1, min(coarse, int(FAMILY_EVERY_S / interval) - 1)) \
+            if interval > 0 else 1
+        self.window_s = self.span_s + interval if count else 0.0
+
+    @cached_property
+    def _columns(self) -> list[tuple[GpuReading, ...]]:
+        """The samples' readings by position: a column exists where every sample has a
+        reading there (zip stops at the shortest)."""
+        return list(zip(*map(_GPUS, self.samples), strict=False))
+
+    def readings(self, row: int) -> tuple[Sequence[GpuReading | None], bool]:
+        """``device_readings(samples, row)``, read off one transposition of the samples'
+        rows made for every device, where each sample holds ``row``'s reading at its
+        position (as the history stores them); searched otherwise."""
+        columns = self._columns
+        if 0 <= row < len(columns) and set(map(_INDEX, columns[row])) <= {row}:
+            return columns[row], True
+        return device_readings(self.samples, row)
+
+    @cached_property
+    def _gpm_passes(self) -> list[dict]:
+        return _by_device(_passes(list(map(_EXTRA, self.samples[::self.fine])), GPM_FAMILY))
+
+    @cached_property
+    def _health_passes(self) -> list[dict]:
+        return _by_device(_passes(list(map(_EXTRA, self.samples[::self.coarse])),
+                                  HEALTH_FAMILY))
+
+    @cached_property
+    def _list_passes(self) -> list[object]:
+        return list_passes(self.samples)
+
+    @cached_property
+    def _clock(self) -> list[float]:
+        return list(map(_CLOCK, self.samples))
+
+    @cached_property
+    def _machine_cpu(self) -> list[float | None] | None:
+        """The machine's CPU in every ``coarse``-th sample; None where it is never over
+        ``HOST_CPU_HIGH_PCT``: then no device waits on it (``_machine_cpu_findings`` would
+        find nothing for any), and no device's samples are walked for it."""
+        cpu = list(map(_CPU, map(_HOST, self.samples[::self.coarse])))
+        return cpu if any(c is not None and c > T.HOST_CPU_HIGH_PCT for c in cpu) else None
+
+    def diagnose(self, row: int, *, pid: int | None = None, steps: Sequence[Step] = (),
+                 pcie_link: PcieLink | None = None, skip_first_gpm: bool = False
+                 ) -> Diagnosis:
+        """``diagnose(samples, facts, row, ...)`` over this window."""
+        own_rows, complete = self.readings(row)
+        if not complete:  # the device's own samples are its window
+            mine = [s for s, r in zip(self.samples, own_rows, strict=True) if r is not None]
+            return DiagnosisWindow(mine, self.facts, simulated=self.simulated).diagnose(
+                row, pid=pid, steps=steps, pcie_link=pcie_link, skip_first_gpm=skip_first_gpm)
+        facts, mine, count = self.facts, self.samples, self.count
+        fact = _fact(facts, row)
+        prefix = "SIMULATED " if self.simulated else ""
+        label = f"{prefix}{fact.label if fact else f'GPU row {row}'}"
+        uuid = fact.uuid if fact else ""
+        interval, coarse, window_s = self.interval_s, self.coarse, self.window_s
+
+        def done(findings: list[Finding]) -> Diagnosis:
+            return Diagnosis(row, label, uuid, count, window_s, tuple(findings))
+
+        lost_since, lost_count = None, 0  # the readings at the window's end that say lost
+        for sample, reading in zip(reversed(mine), reversed(own_rows), strict=True):
+            if reading is None or not reading.lost:
+                break
+            lost_since, lost_count = sample.clock_s, lost_count + 1
+        if lost_since is not None:  # lost now: nothing it does can be read
+            lost_for_s = mine[-1].clock_s - lost_since
+            return done([Finding(
+                "lost", "GPU lost", (Figure("lost for", lost_for_s, "s", lost_count),),
+                NO_SIGNAL, "look for an XID error in the kernel log (dmesg) and in "
+                "nvidia-smi -q; the GPU may need a reset", words=f"it stopped answering NVML "
+                f"{lost_for_s:.0f} s ago, and nothing since can be judged")])
+        if count < T.MIN_SAMPLES:
+            return done([Finding("not-enough-samples", "not enough samples",
+                                 (Figure("samples", float(count), "", count),), NO_SIGNAL,
+                                 "wait a few seconds for more samples",
+                                 needs=f"at least {T.MIN_SAMPLES} samples of this device",
+                                 words=f"{count} of {T.MIN_SAMPLES} needed")])
+        parent = parent_facts(facts, fact) if fact else None
+        physical = parent or fact
+        physical_row = physical.index if physical else row
+        utilization: list[float | None] = list(map(attrgetter("utilization_pct"), own_rows))
+        # A lost GPU's readings are all "not available" (GpuReading.unavailable), never 0.
+        util_known = _known(utilization)
+        gpm = _distinct(self._gpm_passes, row, GpmReading)
+        if skip_first_gpm and gpm:
+            gpm = gpm[1:]
+        sm_values = _known(map(_SM_ACTIVITY, gpm))
+        has_gpm = len(sm_values) >= T.MIN_SAMPLES
+        sm_mean = mean(sm_values, all_known=True) if has_gpm else None
+        # The process lists ride only in the samples of their pass: every sample is looked at.
+        lists = self._list_passes if pid is not None else None
+        own = _own_process(lists, row, pid) if lists is not None and pid is not None \
+            else []
+        has_own = len(own) >= T.MIN_SAMPLES
+        has_util = len(util_known) >= T.MIN_SAMPLES
+        gpm_count = len(sm_values)
+        gpm_needs = None
+        if not has_gpm and fact is not None:
+            reason = gpm_unavailable_reason(fact, parent, {})
+            gpm_needs = ("SM activity needs GPM: " + reason) if reason else \
+                (f"SM activity needs {T.MIN_SAMPLES} GPM readings ({gpm_count} so far)")
+
+        findings: list[Finding] = []
+        util_mean = mean(util_known, all_known=True)
+        util_fig = Figure("utilization", util_mean, "%", len(util_known))
+
+        # ----- the run's own steps: input-bound, host-CPU-bound -----------------------------
+        findings += _step_findings(steps, util_known)
+        # ----- activity level ---------------------------------------------------------------
+        if has_gpm:
+            findings += _gpm_findings(gpm, sm_values, sm_mean, util_fig if has_util else None)
+        elif has_own:
+            own_mean = mean(own, all_known=True)
+            own_fig = Figure("its own SM utilization", own_mean, "%", len(own),
+                             "process readings")
+            findings += _level_findings(own_mean, own_fig, "per-process", gpm_needs)
+        elif has_util:
+            findings += _level_findings(util_mean, util_fig, "utilization", gpm_needs)
+        if has_util and not any(f.cause == "idle" for f in findings) and \
+                min(util_known) < T.IDLE_PCT:
+            times = self._clock  # where a gap may be
+            findings += _gap_findings(times, utilization, interval, window_s, count)
+        # ----- links, clocks ----------------------------------------------------------------
+        physical_rows = own_rows[::coarse] if physical_row == row else \
+            self.readings(physical_row)[0][::coarse]
+        health = _distinct(self._health_passes, physical_row, HealthReading)
+        if pcie_link is None:
+            pcie_link = _current_pcie_link(health)
+        whole_gpu = _link_findings(physical_rows, physical, sm_mean, pcie_link) + \
+            _throttle_findings(health)
+        if parent is not None:  # a MIG device: these are its GPU's, whatever instance caused them
+            whole_gpu = [replace(finding, title=f"on its GPU ({parent.label}, shared by its "
+                                                f"MIG instances): {finding.title}")
+                         for finding in whole_gpu]
+        findings += whole_gpu
+        if not any(f.cause.startswith("host") for f in findings) and not steps and \
+                self._machine_cpu is not None and _held(mine, row, lists):
+            findings += _machine_cpu_findings(self._machine_cpu, utilization[::coarse])
+        if not findings:
+            needs = gpm_needs or "utilization (MIG devices have none: their activity needs GPM)"
+            findings.append(Finding("unknown", "no activity signal", (util_fig,), NO_SIGNAL,
+                                    "watch it on a GPU that reports GPM or utilization",
+                                    needs=needs, words=needs))
+        findings.sort(key=lambda finding: ORDER.get(finding.cause, len(ORDER)))
+        return done(findings)
 
 
 # The order findings are shown in: host-side causes first (they explain a starved GPU), then
@@ -518,7 +596,10 @@ def _link_findings(physical_rows: Sequence[GpuReading | None], physical: GpuFact
     if physical is None:
         return []
     out: list[Finding] = []
-    readings = [r for r in physical_rows if r is not None and not r.lost]
+    # A link is only "bound" while the SMs wait for it (KempnerPulse I/O): where they do
+    # not, its rates are not read.
+    waiting = sm_mean is None or sm_mean < T.LINK_SM_WAITING_PCT
+    readings = [r for r in physical_rows if r is not None and not r.lost] if waiting else []
     for name, cause, maximum, tx_field, rx_field, advice in (
         ("PCIe", "pcie-bound", physical.pcie_max_bytes_per_s, "pcie_tx_bytes_per_s",
          "pcie_rx_bytes_per_s", "pinned (page-locked) host memory and fewer, larger copies; "
@@ -527,7 +608,7 @@ def _link_findings(physical_rows: Sequence[GpuReading | None], physical: GpuFact
          "nvlink_rx_bytes_per_s", "overlap communication with compute, and fewer, larger "
          "collectives"),
     ):
-        if not maximum:
+        if not maximum or not waiting:
             continue
         tx_known = _known(map(attrgetter(tx_field), readings))
         rx_known = _known(map(attrgetter(rx_field), readings))
@@ -536,8 +617,7 @@ def _link_findings(physical_rows: Sequence[GpuReading | None], physical: GpuFact
         busiest = max(mean(tx_known, all_known=True) or 0.0,
                       mean(rx_known, all_known=True) or 0.0)
         share = busiest / maximum
-        waiting = sm_mean is None or sm_mean < T.LINK_SM_WAITING_PCT  # KempnerPulse I/O
-        if share >= T.LINK_NEAR_MAX and waiting:
+        if share >= T.LINK_NEAR_MAX:
             n = max(len(tx_known), len(rx_known))
             out.append(Finding(cause, f"{name}-bound: the link runs near its own maximum",
                                (Figure(f"{name} busiest direction", busiest / GB, "GB/s", n),
@@ -604,10 +684,10 @@ def _throttle_findings(health: Sequence[HealthReading]) -> list[Finding]:
                           "(FI 74, 269-271), which this reader does not read")]
 
 
-def _machine_cpu_findings(samples: Sequence[Sample],
+def _machine_cpu_findings(cpu: Sequence[float | None],
                           utilization: list[float | None]) -> list[Finding]:
+    """``cpu``: the machine's CPU % in the samples ``utilization`` is the device's of."""
     # Parallel lists, no tuple per sample: a window holds thousands of samples.
-    cpu = list(map(attrgetter("cpu_pct"), map(attrgetter("host"), samples)))
     machine: list[float] = []  # the machine's CPU where both are known, in order
     both = 0
     for u, c in zip(utilization, cpu, strict=True):
