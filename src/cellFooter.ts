@@ -10,7 +10,9 @@
  * (a hidden notebook's runs are asked about when it is shown again). The
  * footer lives in the page only; it goes into the notebook file (the cell's
  * `nvdashboard` metadata) only when the user's setting asks for it, and a
- * footer saved there is shown again when the notebook is opened.
+ * footer saved there is shown again when the notebook is opened. A footer
+ * not saved is told to `footerShown`, and where a reload dropped them a hint
+ * stands in the first one's place (`showHint`, footerHint.ts).
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import { Layout, PanelLayout, Widget } from '@lumino/widgets';
@@ -102,7 +104,8 @@ export class CellGpuFooter extends Widget {
     const range: ITimeRange = {
       start_s: report.start_s,
       end_s: report.end_s,
-      label: cellLabel(count, trans)
+      label: cellLabel(count, trans),
+      ...cellGpus(report)
     };
     this._button.addEventListener('click', () => options.open(range));
     // While the figures may show (pointer over the footer, or focus in it),
@@ -185,6 +188,8 @@ export namespace NotebookCellFooters {
     visible?: boolean;
     delayMs?: number;
     trans?: TranslationBundle;
+    /** A footer was shown under this cell and not saved into the notebook. */
+    footerShown?: (cellId: string) => void;
   }
 }
 
@@ -217,6 +222,7 @@ export class NotebookCellFooters {
     if (value === 'off') {
       this._waiting.clear();
       this._clearTimers();
+      this._hint?.dispose(); // no footers wanted: nothing to keep
     }
     this._redraw();
   }
@@ -228,6 +234,54 @@ export class NotebookCellFooters {
   /** Whether footers go into the notebook file; applies to the next runs. */
   set save(value: boolean) {
     this._save = value;
+    if (value) {
+      this._hint?.dispose(); // what the hint asks for is done
+    }
+  }
+
+  /** The hint in a footer's place (footerHint.ts), while it stands. */
+  get hint(): Widget | null {
+    return this._hint;
+  }
+
+  /**
+   * Put `hint` in this cell's footer place (last in its layout, once it has
+   * rendered), in place of any hint before; it goes when the cell runs again.
+   */
+  showHint(cellId: string, hint: Widget): void {
+    this._hint?.dispose();
+    const cell = this._find(cellId);
+    if (!cell || this._disposed) {
+      hint.dispose();
+      return;
+    }
+    this._hint = hint;
+    this._hintCell = cellId;
+    hint.disposed.connect(() => {
+      if (this._hint === hint) {
+        this._hint = null;
+        this._hintCell = null;
+      }
+    });
+    const put = (): void => {
+      const layout = cell.layout;
+      if (hint.isDisposed) {
+        return;
+      }
+      if (cell.isDisposed || !(layout instanceof PanelLayout)) {
+        hint.dispose();
+        return;
+      }
+      layout.addWidget(hint);
+    };
+    if (cell.ready !== undefined && !this._rendered.has(cell)) {
+      void cell.ready.then(() => {
+        this._rendered.add(cell);
+        put();
+      });
+    } else {
+      put();
+    }
   }
 
   get visible(): boolean {
@@ -258,6 +312,9 @@ export class NotebookCellFooters {
     this._waiting.delete(cellId);
     this._clearTimer(cellId);
     this._shown.delete(cellId);
+    if (this._hintCell === cellId) {
+      this._hint?.dispose(); // its footer place is the new run's
+    }
     const cell = this._find(cellId);
     if (cell) {
       this._place(cell, null);
@@ -300,6 +357,7 @@ export class NotebookCellFooters {
   dispose(): void {
     this._clearTimers();
     this._waiting.clear();
+    this._hint?.dispose();
     this._disposed = true;
   }
 
@@ -353,6 +411,9 @@ export class NotebookCellFooters {
       cell.model.setMetadata(CELL_METADATA_KEY, { ...content });
     }
     this._place(cell, content);
+    if (!this._save && showsFooter(report, this._mode)) {
+      this._options.footerShown?.(cell.model.id);
+    }
   }
 
   private _redraw(): void {
@@ -439,6 +500,8 @@ export class NotebookCellFooters {
   private _shown = new Map<string, ICellFooterContent>();
   /** Cells seen rendered (their `ready` resolved). */
   private _rendered = new WeakSet<IFooterCell>();
+  private _hint: Widget | null = null;
+  private _hintCell: string | null = null;
 }
 
 /** A footer saved in a cell's metadata, or null when there is none or it is odd. */
@@ -452,4 +515,17 @@ export function savedContent(value: unknown): ICellFooterContent | null {
     report,
     count: typeof saved.count === 'number' ? saved.count : null
   };
+}
+
+/**
+ * The GPUs /GPU-Activity shows alone for this cell: every GPU of its report,
+ * by UUID. None (every GPU shown) when the report names none, or one without
+ * its UUID (a footer saved by an older version): no GPU of the cell is hidden.
+ */
+export function cellGpus(report: ICellReport): { gpus?: string[] } {
+  const uuids = report.gpus.map(gpu => gpu.uuid);
+  if (!uuids.length || uuids.some(uuid => uuid === null)) {
+    return {};
+  }
+  return { gpus: Array.from(new Set(uuids as string[])) };
 }

@@ -39,6 +39,8 @@ export type CellSignal = 'per-process' | 'device' | 'cannot-tell';
 export interface ICellGpu {
   index: number;
   label: string;
+  /** NVML's UUID (`GPU-…`, `MIG-…`); null when the server did not say. */
+  uuid: string | null;
   /** The MIG device's label, or null. */
   mig: string | null;
   /** The GPU disappeared during or after the span. */
@@ -99,6 +101,7 @@ function parseGpu(value: unknown): ICellGpu | null {
   return {
     index: g.index,
     label: typeof g.label === 'string' ? g.label : `GPU ${g.index}`,
+    uuid: typeof g.uuid === 'string' && g.uuid ? g.uuid : null,
     mig: typeof g.mig === 'string' && g.mig ? g.mig : null,
     lost: g.lost === true,
     memory: {

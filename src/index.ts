@@ -16,7 +16,8 @@
  * - In each notebook (notebooks.ts): under each cell that touched a GPU,
  *   a footer with what it did there (`/cell.json` over the cell's span on
  *   the kernel's clock), a click from /GPU-Activity on that span; in its
- *   toolbar, its kernel's GPU state from the same glance poll.
+ *   toolbar, its kernel's GPU state from the same glance poll. Where a
+ *   reload dropped footers (not saved), a hint says once how to keep them.
  * - Settings (schema/plugin.json): refresh rates, whether the status item
  *   shows and which figure, the idle notice, the cell footers and the
  *   notebook toolbar item; changes apply at once.
@@ -56,6 +57,7 @@ import {
   postKeep,
   postNotice
 } from './fetcher';
+import { FooterHints, SAVE_SETTING_TITLE } from './footerHint';
 import { GLANCE_INTERVAL_MS, StatusFigure } from './glance';
 import { GlanceModel } from './glanceModel';
 import { GlancePanel } from './glancePanel';
@@ -83,6 +85,9 @@ import { DashboardWidget, isNotebookPath } from './widget';
 
 /** The plugin's id; also the key of its settings (schema/plugin.json). */
 export const PLUGIN_ID = 'jupyterlab-nvdashboard:plugin';
+
+/** JupyterLab's command that opens the settings editor (at a `query`). */
+const SETTINGS_OPEN = 'settingeditor:open';
 
 /** The id the status-bar item is registered under. */
 export const STATUS_ITEM_ID = 'nvdashboard:glance';
@@ -365,6 +370,18 @@ function activate(
 
   // Each notebook's cell footers and toolbar item, following the settings.
   let current = DEFAULT_SETTINGS;
+  // Once, where a reload dropped footers, how to keep them (footerHint.ts).
+  const hintMemory = new Map<string, unknown>();
+  const hints = new FooterHints({
+    store: state ?? {
+      fetch: async id => hintMemory.get(id),
+      save: async (id, value) => hintMemory.set(id, value)
+    },
+    canOpenSettings: () => commands.hasCommand(SETTINGS_OPEN),
+    openSettings: () =>
+      void commands.execute(SETTINGS_OPEN, { query: SAVE_SETTING_TITLE }),
+    trans
+  });
   const notebookParts = new Set<NotebookGpu>();
   // One queue for the Lab: one request per run across views, a few at once.
   const cellRequests = new CellReportRequests((kernelId, start, end) =>
@@ -381,7 +398,8 @@ function activate(
           range: { ...range }
         }),
       settings: notebookSettings(current),
-      trans
+      trans,
+      hints
     });
     notebookParts.add(parts);
     panel.disposed.connect(() => notebookParts.delete(parts));

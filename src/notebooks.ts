@@ -9,6 +9,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { IMessageHandler, Message, MessageLoop } from '@lumino/messaging';
 
 import { NotebookCellFooters } from './cellFooter';
+import { FooterHints } from './footerHint';
 import { CellFooterMode, FetchCellReport } from './cellReport';
 import { CellSpanWatcher, IKernelLike } from './cellSpans';
 import { GlanceModel } from './glanceModel';
@@ -34,6 +35,8 @@ export namespace NotebookGpu {
     open: (range: ITimeRange) => void;
     settings: INotebookGpuSettings;
     trans: TranslationBundle;
+    /** The Lab's hint about footers a reload dropped (footerHint.ts). */
+    hints?: FooterHints;
   }
 }
 
@@ -41,7 +44,10 @@ export namespace NotebookGpu {
 export class NotebookGpu {
   constructor(panel: NotebookPanel, options: NotebookGpu.IOptions) {
     this._panel = panel;
-    const { settings } = options;
+    const { settings, hints } = options;
+    // The path it was opened as: its other views are counted under it.
+    this._openedAs = panel.context.path;
+    const firstView = hints?.opened(this._openedAs) ?? false;
     this.footers = new NotebookCellFooters({
       cells: () => panel.content.widgets,
       fetchReport: options.fetchReport,
@@ -51,7 +57,10 @@ export class NotebookGpu {
       mode: settings.cellFooter,
       save: settings.saveCellFooter,
       visible: this._onScreen(),
-      trans: options.trans
+      trans: options.trans,
+      footerShown: hints
+        ? cellId => void hints.footerShown(panel.context.path, cellId)
+        : undefined
     });
     const session = panel.sessionContext;
     this.item = new KernelGpuItem({
@@ -59,6 +68,7 @@ export class NotebookGpu {
       kernelId: () => session.session?.kernel?.id ?? null,
       trans: options.trans
     });
+    this._hints = hints;
     this.apply(settings);
     if (!panel.toolbar.insertAfter('spacer', TOOLBAR_ITEM_NAME, this.item)) {
       panel.toolbar.addItem(TOOLBAR_ITEM_NAME, this.item);
@@ -67,7 +77,12 @@ export class NotebookGpu {
     this._watchKernel();
     MessageLoop.installMessageHook(panel, this._hook);
     document.addEventListener('visibilitychange', this._onVisibility);
-    void panel.context.ready.then(() => this.footers.restoreSaved());
+    void panel.context.ready.then(() => {
+      this.footers.restoreSaved();
+      if (hints && firstView && !this._disposed) {
+        this._hintDropped(hints);
+      }
+    });
     panel.disposed.connect(() => this.dispose());
   }
 
@@ -86,6 +101,7 @@ export class NotebookGpu {
       return;
     }
     this._disposed = true;
+    this._hints?.closed(this._openedAs);
     MessageLoop.removeMessageHook(this._panel, this._hook);
     document.removeEventListener('visibilitychange', this._onVisibility);
     this._panel.sessionContext.kernelChanged.disconnect(
@@ -95,6 +111,23 @@ export class NotebookGpu {
     this._watcher?.dispose();
     this.footers.dispose();
     this.item.dispose();
+  }
+
+  /**
+   * Opened again after a reload (or a close) dropped footers it showed: the
+   * hint in the first one's place, where footers are on and not saved.
+   */
+  private _hintDropped(hints: FooterHints): void {
+    const footers = this.footers;
+    const wanted = (): boolean => footers.mode !== 'off' && !footers.save;
+    const cells = this._panel.content.widgets.map(cell => cell.model.id);
+    void hints
+      .hintFor(this._panel.context.path, cells, wanted())
+      .then(cellId => {
+        if (cellId !== null && !this._disposed && wanted()) {
+          footers.showHint(cellId, hints.createHint());
+        }
+      });
   }
 
   private _onScreen(): boolean {
@@ -136,6 +169,8 @@ export class NotebookGpu {
   };
 
   private _panel: NotebookPanel;
+  private _openedAs: string;
+  private _hints: FooterHints | undefined;
   private _watcher: CellSpanWatcher | null = null;
   private _disposed = false;
 }

@@ -54,7 +54,10 @@ export function openOrActivate<T extends Widget>(
   return { widget, created: true };
 }
 
-/** A time range from untyped arguments: finite, start not after end; else null. */
+/**
+ * A time range from untyped arguments: finite, start not after end; else
+ * null. Its GPUs are the strings of `gpus` (the server checks them).
+ */
 export function toTimeRange(value: unknown): ITimeRange | null {
   const r = (value ?? {}) as Record<string, unknown>;
   const start = r.start_s;
@@ -68,10 +71,14 @@ export function toTimeRange(value: unknown): ITimeRange | null {
   ) {
     return null;
   }
+  const gpus = Array.isArray(r.gpus)
+    ? r.gpus.filter((g): g is string => typeof g === 'string' && g !== '')
+    : [];
   return {
     start_s: start,
     end_s: end,
-    label: typeof r.label === 'string' ? r.label : ''
+    label: typeof r.label === 'string' ? r.label : '',
+    ...(gpus.length ? { gpus } : {})
   };
 }
 

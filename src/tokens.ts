@@ -137,6 +137,11 @@ export interface ITimeRange {
   end_s: number;
   /** What the page labels the span with (e.g. `cell [12]`); '' for its times. */
   label: string;
+  /**
+   * The UUIDs of the GPUs to show alone (a cell's, from `/cell.json`);
+   * absent or empty: every GPU.
+   */
+  gpus?: string[];
 }
 
 /** Arguments of the `nvdashboard:open` command. */

@@ -85,7 +85,8 @@ export function cullsUrl(baseUrl: string): string {
 /**
  * `{baseUrl}nvdashboard/<Route>?theme=dark|light`, and with a time range
  * `&start=<s>&end=<s>&label=<words>`: a timeline page then shows that span,
- * marked.
+ * marked; and `&gpus=<uuid>,<uuid>` where it names GPUs: /GPU-Activity then
+ * shows those alone.
  */
 export function dashboardUrl(
   baseUrl: string,
@@ -100,6 +101,9 @@ export function dashboardUrl(
     query.end = String(range.end_s);
     if (range.label) {
       query.label = range.label;
+    }
+    if (range.gpus && range.gpus.length) {
+      query.gpus = range.gpus.join(',');
     }
   }
   return `${url}${URLExt.objectToQueryString(query)}`;

@@ -16,9 +16,11 @@ the driver; (b)'s says it held the memory and did no GPU work (no advice); (c) h
 footer; each
 footer asked ``/cell.json`` once with the span JupyterLab's own ``recordTiming`` recorded
 (the kernel's clock), three requests for three cells, and (c)'s only once its notebook was
-shown again; a click on (a)'s footer opens /GPU-Activity on (a)'s span; the toolbar shows
-the kernel's GPU. Screenshots go to test-artifacts/ (and with
-``NVDASHBOARD_README_SCREENSHOTS=1`` the README's small copy to docs/images/).
+shown again; a click on (a)'s footer opens /GPU-Activity on (a)'s span and GPUs; the toolbar
+shows the kernel's GPU. The footers are not saved (the default): a reload drops them, and one
+hint under (a) says how to keep them, once (issue 53, item 9). Screenshots go to
+test-artifacts/ (and with ``NVDASHBOARD_README_SCREENSHOTS=1`` the README's small copy to
+docs/images/).
 
 It runs the extension built from this checkout (``jlpm build``) and, with ``PYTHONPATH``
 naming this checkout, its servers.
@@ -67,7 +69,9 @@ from tests.support.lab_cells import (
 )
 from tests.support.waiting import until
 from tests.test_browser_lab import dashboard_frame, open_lab
+from tests.test_browser_lab_kernel_findings import COLOURS_JS, contrast
 from tests.test_browser_readme_screenshots import small_copy
+from tests.test_lab_processes import call
 
 pytestmark = [pytest.mark.browser, pytest.mark.lab]
 NOTEBOOK_PATH = "cells.ipynb"
@@ -205,6 +209,8 @@ def test_each_cell_says_what_it_did_on_the_gpu(lab, processes_file: Path) -> Non
         assert float(shown["start"][0]) <= busy["start_s"], (shown, busy)
         assert float(shown["end"][0]) >= busy["end_s"], (shown, busy)
         assert shown["label"] == ["cell [1]"], shown
+        # ... and names (a)'s GPUs, by UUID: the page shows those alone (issue 53).
+        assert shown["gpus"] == [",".join(gpu["uuid"] for gpu in busy["gpus"])], shown
         frame.wait_for_function("() => { try {" + TIMELINE_VIEWS_JS
                                 + " return Boolean(plot); } catch (e) { return false; } }",
                                 timeout=PAGE_WAIT_MS)
@@ -246,8 +252,67 @@ def test_each_cell_says_what_it_did_on_the_gpu(lab, processes_file: Path) -> Non
               "the notebook saved with its runs")
         assert not [cell["metadata"] for cell in saved_cells(lab, NOTEBOOK_PATH)
                     if "nvdashboard" in cell["metadata"]]
+
+        # A reload drops them: the notebook says how to keep them, once, in the first
+        # dropped footer's place, (a)'s (issue 53, item 9).
+        check_the_hint_after_a_reload(page, lab)
         print(f"(a) {a_text}\n(b) {b_text}\ntoolbar {toolbar}")
         watched.assert_clean()
+
+
+HINT = ".nvdashboard-footer-hint"
+LIGHT = "window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})"
+HINT_STATE = "jupyterlab-nvdashboard:footer-hint"
+
+
+def check_the_hint_after_a_reload(page, lab) -> None:  # noqa: ANN001
+    """After the footers of (a) and (b) were shown and not saved: a reload restores the
+    notebook without them, and one hint stands under (a), naming the setting; a note with
+    two buttons the keyboard reaches, not a live region, its text and buttons over 4.5:1
+    in both themes; Dismiss removes it, and the next reload says nothing."""
+    open_lab(page, lab)
+    page.evaluate(OPEN_NOTEBOOK_JS, NOTEBOOK_PATH)
+    page.wait_for_selector(HINT, state="visible", timeout=PAGE_WAIT_MS)
+    assert page.locator(HINT).count() == 1
+    assert page.locator(f"{cell_node(0)} {HINT}").count() == 1
+    assert page.locator(FOOTER).count() == 0  # the footers were dropped
+    hint = page.evaluate("""(sel) => { const hint = document.querySelector(sel);
+      return {role: hint.getAttribute('role'), text: hint.textContent,
+              live: Boolean(hint.closest('[aria-live], [role=status], [role=alert]')
+                            || hint.querySelector('[aria-live], [role=status], [role=alert]')),
+              buttons: [...hint.querySelectorAll('button')].map((b) => b.textContent)}; }""",
+                         HINT)
+    assert hint["role"] == "note" and not hint["live"], hint
+    assert "Save the GPU footers into the notebook file" in hint["text"], hint
+    assert hint["buttons"] == ["Open Settings", "Dismiss"], hint
+    for theme, applied in (("dark", DARK_APPLIED), ("light", LIGHT_APPLIED)):
+        page.evaluate(DARK if theme == "dark" else LIGHT)
+        page.wait_for_function(applied, timeout=30_000)
+        page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=PAGE_WAIT_MS)
+        for part in (f"{HINT} .nvdashboard-footer-hint-text",
+                     f"{HINT} .nvdashboard-footer-hint-button"):
+            colours = page.evaluate(COLOURS_JS, part)
+            ratio = contrast(colours["text"], colours["background"])
+            assert ratio >= 4.5, (theme, part, colours, ratio)
+        page.locator(f"{HINT} button").last.scroll_into_view_if_needed()
+        next_frames(page)
+        screenshot(page, f"lab-cells-footer-hint-{theme}")
+    # The keyboard reaches both buttons: Tab from Open Settings to Dismiss, Enter on it.
+    page.focus(f"{HINT} button >> nth=0")
+    page.keyboard.press("Tab")
+    assert page.evaluate("() => document.activeElement.textContent") == "Dismiss"
+    page.keyboard.press("Enter")
+    page.wait_for_selector(HINT, state="detached", timeout=PAGE_WAIT_MS)
+    assert page.locator(".jp-NotebookPanel .jp-Notebook.jp-mod-editMode").count() == 0
+    # Kept in the workspace (JupyterLab saves its state database there, a moment later).
+    until(lambda: (call(lab, "GET", "lab/api/workspaces/default")["data"]
+                   .get(HINT_STATE) or {}).get("dismissed") is True,
+          "the dismissal kept in the workspace")
+    open_lab(page, lab)
+    page.evaluate(OPEN_NOTEBOOK_JS, NOTEBOOK_PATH)
+    page.wait_for_selector(f"{cell_node(0)}", timeout=PAGE_WAIT_MS)
+    next_frames(page)
+    assert page.locator(HINT).count() == 0
 
 
 # The cell's reply came, read without the notebook being the current widget.

@@ -1,9 +1,12 @@
 """A timeline page's range in its URL (``?start=&end=&label=``, issue 45), without a browser:
 which span a URL asks for, which window shows it, where the time axis is set, and what a page
-says when the range is malformed. The browser's view of it: test_timeline_range_browser.py."""
+says when the range is malformed; and the view a cell's footer opens (``&gpus=``, issue 53):
+the cell's GPUs alone, legends that read the span. The browser's view of it:
+test_timeline_range_browser.py."""
 
 from __future__ import annotations
 
+import re
 import time
 from types import SimpleNamespace
 
@@ -11,7 +14,11 @@ import pytest
 from bokeh.document import Document
 from bokeh.models import BoxAnnotation, Div
 
-from jupyterlab_nvdashboard.apps.activity import ActivityDashboard, gpu_activity
+from jupyterlab_nvdashboard.apps.activity import (
+    ActivityDashboard,
+    activity_dashboard,
+    gpu_activity,
+)
 from jupyterlab_nvdashboard.apps.components import (
     Panel,
     Series,
@@ -19,12 +26,21 @@ from jupyterlab_nvdashboard.apps.components import (
     TimelineFeed,
     timeline_windows,
 )
-from jupyterlab_nvdashboard.apps.document import PAGE_ARGUMENTS, requested_span
+from jupyterlab_nvdashboard.apps.document import (
+    PAGE_ARGUMENTS,
+    build_document,
+    requested_gpus,
+    requested_span,
+)
+from jupyterlab_nvdashboard.apps.gpu import gpu_resources
+from jupyterlab_nvdashboard.apps.registry import standard_view
 from jupyterlab_nvdashboard.apps.shown_span import (
     ShownSpan,
+    gpus_from_query,
     show_span,
     span_from_query,
     window_for,
+    with_kin,
 )
 from jupyterlab_nvdashboard.apps.sources import DashboardSources
 from jupyterlab_nvdashboard.composition import create_metrics
@@ -132,3 +148,149 @@ def test_a_page_without_a_range_follows_the_newest_sample() -> None:
     timeline = a_timeline()
     assert timeline.live.follow is True
     assert not [m for m in timeline.plot.center if isinstance(m, (BoxAnnotation, Div))]
+
+
+# --- The view a cell's footer opens (issue 53, item 3): the cell's GPUs, legends that read
+# the span. The browser's view of it: test_timeline_range_browser.py.
+
+def four_gpus(profile: str = "mixed") -> tuple[DashboardSources, list]:
+    """Sources over four simulated GPUs of ``profile`` (mixed: GPUs 0 and 2 report GPM, 1
+    and 3 do not), with one sample read."""
+    metrics = create_metrics(Config(simulation=SimulationConfig(gpu_count=4, profile=profile)),
+                             environ={})
+    metrics.nvml.ensure_initialized()
+    metrics.sampler.tick()
+    return DashboardSources(metrics), list(metrics.facts)
+
+
+def test_the_gpus_a_url_names_are_parsed_in_one_place_with_one_line_refusals() -> None:
+    _, facts = four_gpus()
+    uuids = [fact.uuid for fact in facts]
+    assert gpus_from_query(None, facts) is None
+    assert gpus_from_query(f" {uuids[2]},{uuids[1]},{uuids[2]}, ", facts) == (1, 2)
+    assert "gpus" in PAGE_ARGUMENTS  # the server hands it to the page
+    for text, words in [
+        ("", "gpus names no GPU"),
+        (" , ", "gpus names no GPU"),
+        ("1,2", "'1' is not a GPU UUID (GPU-… or MIG-…)"),
+        ("GPU-0<script>", "is not a GPU UUID"),
+        ("GPU-ffff0000-0000-4000-8000-000000000009", "is not a GPU of this server"),
+        (f"{uuids[0]},GPU-nope", "'GPU-nope' is not a GPU of this server"),
+        ("GPU-" + "a" * 5000, "gpus is longer than 4000 characters"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(words)):
+            gpus_from_query(text, facts)
+        rows, refusal = requested_gpus(document_asking(gpus=text), SimpleNamespace(facts=facts))
+        assert rows is None and refusal.startswith("The GPUs in the address were ignored: ")
+        assert words in refusal and "\n" not in refusal and len(refusal) < 200
+    assert requested_gpus(document_asking(), SimpleNamespace(facts=facts)) == (None, "")
+
+
+def test_a_mig_device_brings_its_gpu_and_a_gpu_its_mig_devices() -> None:
+    _, facts = four_gpus("a100-mig")
+    mig = next(fact for fact in facts if fact.kind == "mig")
+    siblings = {f.index for f in facts if f.parent == mig.parent}
+    assert with_kin((mig.index,), facts) == (mig.parent, mig.index)
+    assert set(with_kin((mig.parent,), facts)) == {mig.parent} | siblings
+    # Parsed by its own UUID, as /cell.json names it.
+    assert gpus_from_query(mig.uuid, facts) == (mig.index,)
+
+
+def playing(sources: DashboardSources, now: float, span: tuple[float, float]) -> None:
+    """A minute of samples every 0.5 s: inside ``span`` GPU r at 10 * (r + 1)% utilization,
+    outside it (now too) at 95%: a legend that reads now says 95%."""
+    history = sources.metrics.history
+    template = history.latest()
+    for step in range(120, -1, -1):
+        time_s = now - 0.5 * step
+        inside = span[0] <= time_s <= span[1]
+        gpus = tuple(reading._replace(utilization_pct=10.0 * (reading.index + 1) if inside
+                                      else 95.0) for reading in template.gpus)
+        history.append(time_s, gpus, template.host, extra=template.extra)
+
+
+def activity_page(sources: DashboardSources, **arguments: str) -> tuple[Document, object]:
+    """/GPU-Activity's document as the server builds it for a URL of these arguments."""
+    doc = document_asking(**arguments)
+    built = []
+
+    def make() -> ActivityDashboard:
+        built.append(activity_dashboard(sources, gpu_activity(sources.metrics)))
+        return built[0]
+
+    build_document(doc, sources, "GPU Activity", needs_gpu=True, shows_gpu=True,
+                   make_component=make)
+    return doc, built[0]
+
+
+def shown_series(timeline: Timeline) -> set[str]:
+    """The series keys the page draws at first: those of the GPUs its filter has on."""
+    live = timeline.live
+    shown_rows = {live.filter_gpus[i] for i in timeline.gpu_filter.active}
+    return {key for key, gpu in live.series_gpu.items() if gpu is None or gpu in shown_rows}
+
+
+def test_the_view_a_footer_opens_shows_the_cells_gpus_and_legends_read_the_span() -> None:
+    sources, facts = four_gpus()
+    now = time.time()
+    span = (now - 40.0, now - 30.0)
+    playing(sources, now, span)
+    doc, dashboard = activity_page(
+        sources, start=f"{span[0]:.3f}", end=f"{span[1]:.3f}", label="cell [5]",
+        gpus=f"{facts[1].uuid},{facts[2].uuid}")
+    timeline = dashboard.timeline
+    assert [n.text for n in doc.select({"name": "span-notice"})] == []
+    # GPU 1 (no GPM: its utilization in the closest metric's band) and GPU 2 (its own band,
+    # and its PCIe and NVLink lines), nothing of GPUs 0 and 3.
+    shown = shown_series(timeline)
+    assert "closest1" in shown and "gpm2_utilization" in shown and "gpm2_pcie_tx" in shown
+    assert not {key for key in shown if key.startswith(("gpm0", "gpm3", "closest0",
+                                                        "closest3"))}
+    assert [timeline.live.filter_gpus[i] for i in timeline.gpu_filter.active] == [1, 2]
+    # Legends: the span's means, said to be, not now's 95%.
+    legend = dict(zip(timeline.live.span_legend.data["key"],
+                      timeline.live.span_legend.data["text"], strict=True))
+    assert (legend["closest1"], legend["gpm2_utilization"], legend["closest3"]) == \
+        ("20%", "30%", "40%")
+    assert legend["gpm0_utilization"] == "10%"
+    assert timeline.bands.text.count("<i data-span-note") == len(timeline.feed.panels)
+    assert "mean over cell [5]:" in timeline.bands.text
+    assert timeline.live.follow is False
+
+
+def test_without_a_span_or_gpus_the_view_is_as_before_and_bad_gpus_say_why() -> None:
+    sources, facts = four_gpus()
+    playing(sources, time.time(), (0.0, 0.0))
+    _, plain = activity_page(sources)
+    assert plain.timeline.live.span_legend is None
+    assert "data-span-note" not in plain.timeline.bands.text
+    assert plain.timeline.gpu_filter.active == [0, 1, 2, 3]
+    # GPUs without a span: those alone shown, legends read now.
+    _, cell = activity_page(sources, gpus=facts[3].uuid)
+    assert cell.timeline.gpu_filter.active == [3] and cell.timeline.live.span_legend is None
+    # A malformed list: every GPU, and one line says why.
+    now = time.time()
+    doc, bad = activity_page(sources, start=f"{now - 20:.3f}", end=f"{now - 10:.3f}",
+                             gpus="GPU-none")
+    assert bad.timeline.gpu_filter.active == [0, 1, 2, 3]
+    assert [n.text for n in doc.select({"name": "span-notice"})] == [
+        "<p class='nvdashboard-notice' style='margin:0;padding:0.2em 1em'>The GPUs in the "
+        "address were ignored: gpus: &#x27;GPU-none&#x27; is not a GPU of this server.</p>"]
+    assert bad.timeline.live.span_legend is not None  # the span still reads
+
+
+def test_other_timeline_pages_take_the_span_alone() -> None:
+    sources, facts = four_gpus()
+    now = time.time()
+    doc = document_asking(start=f"{now - 20:.3f}", end=f"{now - 10:.3f}", gpus=facts[1].uuid)
+    timelines = []
+
+    def make() -> Timeline:
+        timelines.append(standard_view(sources, gpu_resources(sources.metrics)))
+        return timelines[0]
+
+    build_document(doc, sources, "GPU Resources", True, True, make)
+    timeline = timelines[0]
+    assert timeline.live.follow is False  # on the span, as before
+    assert timeline.gpu_filter.active == [0, 1, 2, 3]
+    assert timeline.live.span_legend is None and "data-span-note" not in timeline.bands.text

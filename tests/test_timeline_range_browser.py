@@ -2,12 +2,17 @@
 Chromium at 1280x800, light and dark: its time axis is set to the span, it stays there while
 newer samples arrive (it does not follow now), and the span is shaded and labelled inside the
 axis. Each timeline page takes it. A malformed range opens the page as usual, following now,
-with one line saying why the range was ignored."""
+with one line saying why the range was ignored. /GPU-Activity opened as a cell's footer opens
+it (``&gpus=``, issue 53) draws the cell's GPUs alone, and its legends read the span."""
 
 from __future__ import annotations
 
+import csv
 import io
+import json
+import re
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from urllib.parse import urlencode
@@ -23,7 +28,8 @@ from tests.support.browser import (
     screenshot,
     watch,
 )
-from tests.support.servers import cli_server, with_token
+from tests.support.servers import TEST_TOKEN, cli_server, with_token
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.browser
 
@@ -181,4 +187,140 @@ def test_every_timeline_page_takes_a_range_and_a_bad_one_is_one_line(
         page.wait_for_function(f"() => nvdashboardLive.xEnd > {shown['end']}",
                                timeout=PAGE_WAIT_MS)
         screenshot(page, f"timeline-range-ignored-{theme}")
+    watched.assert_clean()
+
+
+# What /GPU-Activity draws: each band's lines that have points, each band's title and whether
+# it is folded away, each legend entry's value, and the words that say they read a span.
+DRAWN_JS = "() => {" + TIMELINE_VIEWS_JS + """
+  const drawn = [];
+  for (const r of plot.model.renderers) {
+    if (!r.glyph || r.glyph.type !== 'MultiLine') continue;
+    const data = r.data_source.data;
+    data.key.forEach((key, i) => { if (data.xs[i].length) drawn.push(key); });
+  }
+  const blocks = [...bands.querySelectorAll('[data-band]')].map((block) => ({
+    title: block.querySelector('b').textContent, folded: block.style.display === 'none'}));
+  const legend = {};
+  for (const entry of bands.querySelectorAll('[data-series]')) {
+    const value = entry.querySelector('b');
+    legend[entry.dataset.series] = value ? value.textContent : null;
+  }
+  const notes = [...bands.querySelectorAll('[data-span-note]')].map((note) => ({
+    text: note.textContent, shown: getComputedStyle(note).display !== 'none'}));
+  const times = nvdashboardLive.source.data.time;
+  const newest = (key) => { const c = nvdashboardLive.source.data[key];
+                            return c && c.length ? c[c.length - 1] : null; };
+  const whole = bands.querySelector('[data-bands]').getBoundingClientRect();
+  return {drawn, blocks, legend, notes, following: nvdashboardLive.following,
+          frame: plot.model.y_range.end, height: Math.round(whole.height),
+          draws: nvdashboardLive.draws, newest: times.length ? times[times.length - 1] : null,
+          now: {closest1: newest('closest1'), gpm2_utilization: newest('gpm2_utilization')}};
+}"""
+
+
+def gpu_of(key: str) -> int:
+    """The GPU row of a /GPU-Activity series key (``gpm2_sm_activity_pct``, ``closest1``)."""
+    found = re.match(r"(?:gpm|closest)(\d+)", key)
+    assert found, key
+    return int(found.group(1))
+
+
+def history_csv(url: str, seconds: float) -> list[dict[str, str]]:
+    request = urllib.request.Request(f"{url}/history.csv?seconds={seconds:g}",
+                                     headers={"Authorization": f"token {TEST_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return list(csv.DictReader(io.StringIO(response.read().decode())))
+
+
+def paced_rows(url: str, count: int) -> list[dict[str, str]]:
+    """The newest ``count`` rows of the history, each 0.2 s after the one before (the pace
+    of a page open): the samples a span in the last minute is drawn from."""
+    def rows() -> list[dict[str, str]] | None:
+        newest = history_csv(url, 60)
+        times = [float(row["time_unix_s"]) for row in newest]
+        run = len(times) - 1
+        while run > 0 and times[run] - times[run - 1] < 0.5:
+            run -= 1
+        return newest[-count:] if len(newest) - run >= count else None
+    return until(rows, f"{count} samples at the 0.2 s pace", seconds=120, every_s=0.5)
+
+
+@pytest.fixture(scope="module")
+def four_gpus(server: tuple[str, object, float]) -> Iterator[tuple[str, object, list[dict]]]:
+    """A server of four simulated GPUs that differ (the mixed machine: GPUs 0 and 2 report
+    GPM, 1 and 3 do not; each GPU's load is a wave of its own phase), the module's
+    Chromium, and the GPUs as /info.json lists them."""
+    browser = server[1]
+    with cli_server(["--simulate", "4", "--interval", "0.2"]) as (url, _):
+        request = urllib.request.Request(f"{url}/info.json",
+                                         headers={"Authorization": f"token {TEST_TOKEN}"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            devices = json.loads(response.read())["devices"]
+        yield url, browser, devices
+
+
+def test_gpu_activity_as_a_cells_footer_opens_it_draws_the_cells_gpus_and_the_spans_means(
+        four_gpus: tuple[str, object, list[dict]]) -> None:
+    url, browser, devices = four_gpus
+    assert [(d["index"], d["gpm_supported"]) for d in devices] == \
+        [(0, True), (1, False), (2, True), (3, False)]
+    page, watched = a_page(url, browser)  # a page open: the sampler reads at 0.2 s
+    # A cell that ran on GPUs 1 and 2 over 30 samples, a few seconds ago; the span's edges
+    # half-way between two samples.
+    rows = paced_rows(url, 60)
+    times = [float(row["time_unix_s"]) for row in rows]
+    start_s, end_s = (times[9] + times[10]) / 2, (times[39] + times[40]) / 2
+    inside = rows[10:40]
+    means = {f"gpu{gpu}": sum(float(row[f"gpu{gpu}_utilization_pct"]) for row in inside)
+             / len(inside) for gpu in (1, 2)}
+    cell_gpus = f"{devices[1]['uuid']},{devices[2]['uuid']}"
+    for theme in ("light", "dark"):
+        page.goto(f"{url}/GPU-Activity?" + urlencode({
+            "start": f"{start_s:.3f}", "end": f"{end_s:.3f}", "label": "cell [5]",
+            "gpus": cell_gpus, "theme": theme}))
+        page.wait_for_function("() => window.nvdashboardLive && nvdashboardLive.draws > 2",
+                               timeout=PAGE_WAIT_MS)
+        # The span's means are read on a thread of the server's: '…' until they land.
+        shown = until(lambda: (lambda drawn: drawn if drawn["legend"]["closest1"] != "…"
+                               else None)(page.evaluate(DRAWN_JS)),
+                      "the span's means in the legends", seconds=PAGE_WAIT_MS / 1000)
+        # Only the cell's GPUs' lines: GPU 2's band, and GPU 1's line in the closest
+        # metric's band; GPU 0's band is folded away, no line of GPU 0 or 3 drawn.
+        assert {gpu_of(key) for key in shown["drawn"]} == {1, 2}, shown["drawn"]
+        assert {"closest1", "gpm2_utilization", "gpm2_pcie_tx"} <= set(shown["drawn"])
+        folded = [block["title"] for block in shown["blocks"] if block["folded"]]
+        assert folded == ["GPU 0 (CUDA 0): NVIDIA H200: activity (GPM)"], shown["blocks"]
+        # The legends read the span, and say so: its means, as /history.csv has them.
+        assert shown["notes"] and all(note == {"text": "mean over cell [5]:", "shown": True}
+                                      for note in shown["notes"]), shown["notes"]
+        for key, gpu in (("closest1", "gpu1"), ("gpm2_utilization", "gpu2")):
+            text = shown["legend"][key]
+            assert text.endswith("%") and abs(float(text[:-1]) - means[gpu]) <= 0.5 + 1e-9, \
+                (key, text, means, shown["now"])
+        path = screenshot(page, f"cell-view-gpu-activity-{theme}")
+        # ... and keep reading it while newer samples are drawn (now's values move).
+        later = wait_until_newer_samples_than_the_axis(page, {
+            "draws": shown["draws"], "end": shown["newest"]})
+        again = page.evaluate(DRAWN_JS)
+        assert later["following"] is False
+        assert {k: again["legend"][k] for k in ("closest1", "gpm2_utilization")} == \
+            {k: shown["legend"][k] for k in ("closest1", "gpm2_utilization")}, path
+    # The reset tool follows now again: the words go, the legends read the newest sample.
+    page.locator(".bk-tool-icon-reset").first.click(force=True)
+    page.wait_for_function("() => nvdashboardLive.following", timeout=15_000)
+
+    def reads_now() -> dict | None:
+        now = page.evaluate(DRAWN_JS)
+        newest = now["now"]["closest1"]
+        return now if newest is not None and \
+            now["legend"]["closest1"] == f"{newest:.0f}%" else None
+
+    following = until(reads_now, "the legends read the newest sample again", seconds=60)
+    assert following["notes"] and not any(note["shown"] for note in following["notes"])
+    assert {gpu_of(key) for key in following["drawn"]} == {1, 2}  # the filter keeps them
+    # The reset put the canvas's y-range back to the server's guess; the bands were fitted
+    # again, so each band's lines are under its heading.
+    assert following["frame"] == following["height"], following
+    screenshot(page, "cell-view-gpu-activity-following-dark")
     watched.assert_clean()

@@ -7,6 +7,9 @@ busy" shows. Below, GPM's own PCIe and NVLink rates. GPUs without GPM are named 
 that says why and which metric comes closest, and that metric (utilization) is drawn for
 them instead. Everything streams from ``Sample.extra[GPM_FAMILY]`` like any timeline.
 
+A cell's footer opens this page on the cell's span and GPUs (``shown_span.py``): only those
+GPUs are shown, and the legends read the span (its means) until the page follows now again.
+
 Above the charts, the diagnosis (``diagnosis/``) of every GPU and MIG instance over the
 window the page shows: one line per group of devices with the same finding, each device's
 own a click away. There is one block of lines per window the picker offers, refreshed
@@ -20,6 +23,7 @@ import html
 import re
 from collections.abc import Callable, Sequence
 
+from bokeh.document import Document
 from bokeh.layouts import column
 from bokeh.models import ColumnDataSource, CustomJS, Div
 
@@ -28,6 +32,7 @@ from ..metrics import GpuFacts, Metrics, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading, device_reading
 from ..metrics.gpm import CLOSEST_METRIC, NO_GPM_HARDWARE, gpm_unavailable_reason
 from ..stream.broadcaster import Feed
+from .cells import span_samples
 from .components import (
     GB,
     UNCAPPED_HEIGHT,
@@ -42,6 +47,7 @@ from .components import (
     window_label,
 )
 from .in_place import IN_PLACE_JS
+from .shown_span import ShownSpan, legend_on_span, with_kin
 from .sources import DashboardSources
 
 # GpmReading field -> (legend label, colour); utilization is grey, for comparison.
@@ -247,6 +253,7 @@ class ActivityDashboard:
     refresh_ms = DIAGNOSIS_REFRESH_MS
 
     def __init__(self, sources: DashboardSources, feed: TimelineFeed) -> None:
+        self.sources = sources
         metrics = sources.metrics
         self.diagnoses = sources.diagnoses
         lacking = without_gpm(metrics)
@@ -283,6 +290,19 @@ class ActivityDashboard:
         # In tags: the texts' source is in the document (and reaches the page) with the root.
         self.root = column(*children, sizing_mode="stretch_width", tags=[self.line_texts],
                            styles=UNCAPPED_HEIGHT)
+
+    def show_cell(self, doc: Document, span: ShownSpan | None,
+                  rows: tuple[int, ...] | None) -> None:
+        """What a cell's footer opens (``document.ShowsCell``): the cell's GPUs alone (and
+        their MIG kin), and legends that read the cell's span."""
+        if self.timeline is None:
+            return
+        if rows is not None:
+            self.timeline.show_gpus(with_kin(rows, self.sources.metrics.facts))
+        if span is not None:
+            legend_on_span(doc, self.timeline, span,
+                           lambda start_s, end_s: span_samples(self.sources, start_s,
+                                                               end_s)[1])
 
     def _show_line(self, active: int) -> None:
         for position, line in enumerate(self.lines):

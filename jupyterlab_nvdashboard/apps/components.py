@@ -17,7 +17,7 @@ from __future__ import annotations
 import html
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +125,15 @@ def format_gb_per_s(value: float | None) -> str:
 
 def format_pct(value: float | None) -> str:
     return NOT_AVAILABLE if value is None else f"{value:.0f}%"
+
+
+def legend_text(value: float | None, unit: str) -> str:
+    """A value as a timeline's legend prints it (``live_client.js``'s ``formatValue``):
+    ``42%``, ``7.25 GB/s``, ``n/a``."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    digits = 0 if unit == "%" or abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+    return f"{value:.{digits}f}{'' if unit == '%' else ' '}{unit}".strip()
 
 
 # A bar's colour says only good, warn or bad: the GPU's own colour is its swatch and its
@@ -412,7 +421,7 @@ def scale_width(panels: Sequence[Panel]) -> int:
     return max(48, 7 * longest + 14)
 
 
-def panel_heading(panel: Panel) -> str:
+def panel_heading(panel: Panel, span_words: str = "") -> str:
     """The band's title and legend as HTML over its top.
 
     Bokeh redraws an in-canvas legend on every update: with a legend in each of four
@@ -420,6 +429,8 @@ def panel_heading(panel: Panel) -> str:
     (benchmarks/README.md). This text is laid out once; the page's script writes each
     series' current value into its entry's ``<b>`` about once a second. Only the entries
     take the pointer: the rest lets drags and the hover through to the chart under it.
+    ``span_words`` ("mean over cell [12]:") say that the values read a span
+    (``Timeline.read_span``); the page's script hides them once it follows now again.
     """
     value = "" if panel.y_labels else " <b></b>"  # a row number means nothing to a reader
     # Each entry is a toggle button a keyboard reaches (Tab) and presses (Enter, Space):
@@ -438,8 +449,12 @@ def panel_heading(panel: Panel) -> str:
     )
     unit = (f"<span style='opacity:.7;margin-right:1.2em'>{html.escape(panel.y_label)}</span>"
             if panel.y_label else "")
+    # In the heading's own colour (no opacity): its contrast is the page's text's.
+    note = (f"<i data-span-note style='margin-right:.8em'>{html.escape(span_words)}</i>"
+            if span_words and value else "")
     return (f"<div style='font-size:12px;padding:8px 0 2px'>"
-            f"<b style='margin-right:.6em'>{html.escape(panel.title)}</b>{unit}{items}</div>")
+            f"<b style='margin-right:.6em'>{html.escape(panel.title)}</b>{unit}{note}{items}"
+            "</div>")
 
 
 def band_scale(panel: Panel, width: int) -> str:
@@ -458,14 +473,14 @@ def band_scale(panel: Panel, width: int) -> str:
                    for fraction in SCALE_FRACTIONS)
 
 
-def bands_html(panels: Sequence[Panel], width: int) -> str:
+def bands_html(panels: Sequence[Panel], width: int, span_words: str = "") -> str:
     """Every band's heading over its lines' place, stacked as the bands are in the canvas:
     the page's script reads where each band's lines ended up (``data-band-lines``) and
     draws them there, so a heading that wraps on a narrow page pushes its band down."""
     # A block of its own (flow-root), so that the last band's gap is inside its height.
     return "<div data-bands style='display:flow-root'>" + "".join(
         f"<div data-band='{position}'><div style='margin-left:{width}px'>"
-        f"{panel_heading(panel)}</div>"
+        f"{panel_heading(panel, span_words)}</div>"
         f"<div data-band-lines style='position:relative;height:{band_lines_height(panel)}px;"
         f"margin-bottom:{BAND_GAP}px'>{band_scale(panel, width)}</div></div>"
         for position, panel in enumerate(panels)) + "</div>"
@@ -645,10 +660,12 @@ class Timeline:
             panel_gpus.append(gpus.pop() if len(gpus) == 1 else None)
         # The headings and scales: HTML over the canvas, laid out once (a pointer passes
         # through it to the chart, except on a legend entry).
+        self._scale_width = width
         bands = Div(text=bands_html(feed.panels, width), syncable=False, styles={
             "position": "absolute", "left": "0", "right": "0", "bottom": "0",
             "pointer-events": "none"})
         plot.elements = [bands]
+        self.bands = bands
         self.plot = plot
         self.picker: RadioButtonGroup | None = None
         self.coverage: Div | None = None
@@ -687,6 +704,51 @@ class Timeline:
             bands=BandsView(plot=plot, frame_range=frame_range, grid_ticker=grid_ticker,
                             targets=targets, scales=scales,
                             hover=[band_hover(p) for p in feed.panels], gpus=panel_gpus))
+
+    def show_gpus(self, rows: Collection[int]) -> None:
+        """Open with only these device rows' lines shown: the GPU filter's other buttons
+        off (a band of one of them folds away; the reader may turn them on again). Rows
+        the filter does not offer are left out; where it offers none of them, or there is
+        no filter (one GPU), every GPU stays shown."""
+        if self.gpu_filter is None:
+            return
+        active = [position for position, row in enumerate(self.live.filter_gpus)
+                  if row in rows]
+        if active:
+            self.gpu_filter.active = active
+
+    def span_texts(self, samples: Sequence[Sample]) -> dict[str, str]:
+        """Each legend value's text over ``samples``: the series' mean over those with a
+        value, ``n/a`` where none has one. A band of rows has no values in its legend."""
+        texts = {}
+        for panel in self.feed.panels:
+            if panel.y_labels:
+                continue
+            for series in panel.series:
+                if not series.in_legend:
+                    continue
+                values = [value for value in map(series.read, samples)
+                          if value is not None and math.isfinite(value)]
+                texts[series.key] = legend_text(sum(values) / len(values) if values else None,
+                                                panel.unit)
+        return texts
+
+    def read_span(self, words: str, texts: dict[str, str] | None) -> ColumnDataSource:
+        """Have the legends read a span rather than the newest sample until the page
+        follows now again: ``words`` before each band's values, and ``texts`` as the
+        values (``span_texts``; None: not read yet, each says ``…`` until the source this
+        returns is given them). The page's script writes them in place of the newest."""
+        self.bands.text = bands_html(self.feed.panels, self._scale_width, words)
+        keys = [series.key for panel in self.feed.panels if not panel.y_labels
+                for series in panel.series if series.in_legend]
+        if texts is None:
+            texts = dict.fromkeys(keys, "…")
+        # Synced: a thread's read lands in it after the page is shown (shown_span.py).
+        legend = ColumnDataSource({"key": list(texts), "text": list(texts.values())},
+                                  name="span-legend")
+        self.live.span_legend = legend
+        self.root.tags = [*self.root.tags, legend]  # in the document with the root
+        return legend
 
 
 # Run by a plot's reset tool: the page's script (live_client.js) follows the newest again.

@@ -24,7 +24,14 @@ from jinja2 import Template
 from ..metrics import Metrics
 from .cell_marks import CellMarks
 from .live import LiveView, attach
-from .shown_span import SPAN_ARGUMENTS, ShownSpan, show_span, span_from_query
+from .shown_span import (
+    GPUS_ARGUMENT,
+    SPAN_ARGUMENTS,
+    ShownSpan,
+    gpus_from_query,
+    show_span,
+    span_from_query,
+)
 from .sources import DashboardSources
 
 # BokehJS must load from this server with URLs relative to the page, so the page works
@@ -91,9 +98,19 @@ class Refreshing(Protocol):
     def refresh(self) -> None: ...
 
 
+@runtime_checkable
+class ShowsCell(Protocol):
+    """The page a cell's footer opens (/GPU-Activity): it shows the GPUs its URL names
+    (``?gpus=``) alone, and while it shows the span its URL names, its legends read the
+    span (``shown_span.py``)."""
+
+    def show_cell(self, doc: Document, span: ShownSpan | None,
+                  rows: tuple[int, ...] | None) -> None: ...
+
+
 # The request arguments a document reads; the server passes these alone to the document
 # (page_handler.py's PageHandler: every other one, a token among them, stays out of the page).
-PAGE_ARGUMENTS = ("theme", *SPAN_ARGUMENTS)
+PAGE_ARGUMENTS = ("theme", *SPAN_ARGUMENTS, GPUS_ARGUMENT)
 
 
 def query_argument(doc: Document, name: str) -> str | None:
@@ -120,6 +137,15 @@ def requested_span(doc: Document) -> tuple[ShownSpan | None, str]:
         return span_from_query(*(query_argument(doc, name) for name in SPAN_ARGUMENTS)), ""
     except ValueError as error:
         return None, f"The time range in the address was ignored: {error}."
+
+
+def requested_gpus(doc: Document, metrics: Metrics) -> tuple[tuple[int, ...] | None, str]:
+    """The device rows the page's URL names (``?gpus=``, UUIDs), or None and the one line
+    that says why a malformed list is ignored ('' when none was named)."""
+    try:
+        return gpus_from_query(query_argument(doc, GPUS_ARGUMENT), metrics.facts), ""
+    except ValueError as error:
+        return None, f"The GPUs in the address were ignored: {error}."
 
 
 def title_text(title: str, metrics: Metrics, shows_gpu: bool) -> str:
@@ -203,6 +229,10 @@ def _show_component(doc: Document, page: Column, make_component: Callable[[], Co
     if span is not None and timelines:
         now_s = time.time()
         notes += [note for note in (show_span(view, span, now_s) for view in timelines) if note]
+    if isinstance(component, ShowsCell):
+        rows, refusal = requested_gpus(doc, sources.metrics)
+        notes += [refusal] if refusal else []
+        component.show_cell(doc, span if timelines else None, rows)
     for note in dict.fromkeys(notes):  # a page of two timelines says a thing once
         page.children.append(span_notice(note, text_color))
     # Under Jupyter, the last cells of its kernels are marked on every timeline.

@@ -6,8 +6,10 @@ binary frame and streams its rows into the view's source with ``{sync: false}``,
 goes back to the server; it moves the axes (unless the reader panned or zoomed, or the page
 opened on a span its URL names, ``shown_span.py``: the reset tool follows again; a long
 window reaches its newest sample through the frames' open rows, and says how much of it is
-recorded), places a timeline's bands under their HTML headings
-and fills in their scales, the legends' current values and the hover, draws a long
+recorded), places a timeline's bands under their HTML headings (again after the reset
+tool, which sets the canvas's y-range back) and fills in their scales, the legends' current
+values (a span's, ``span_legend``, while the page shows the span a cell's footer opened it
+on, ``shown_span.py``) and the hover, draws a long
 window's buckets as their means inside their min-max bands, hides what the legend and the
 GPU filter hide (a band of one GPU folds away with it), follows the window picker, repaints
 at most once per ``redraw_interval_ms`` (all frames since the last repaint in one animation
@@ -111,6 +113,9 @@ class LiveView:
     # Whether the time axis follows the newest sample from the start; False for a page
     # opened on a span (``shown_span``): as after a pan, the reset tool follows again.
     follow: bool = True
+    # While the page shows a span and until it follows now again, the legends' values:
+    # columns "key" and "text" (``Timeline.read_span``); None: the newest sample's.
+    span_legend: ColumnDataSource | None = None
 
 
 def attach(doc: Document, view: LiveView) -> None:
@@ -142,5 +147,6 @@ def attach(doc: Document, view: LiveView) -> None:
         "plot": view.bands.plot, "frame_range": view.bands.frame_range,
         "grid_ticker": view.bands.grid_ticker, "band_targets": list(view.bands.targets),
         "band_scales": list(view.bands.scales), "coverage": view.coverage,
+        "span_legend": view.span_legend,
     }
     doc.js_on_event(DocumentReady, CustomJS(args=args, code=CLIENT_JS))

@@ -1,6 +1,7 @@
 // The page's live-data client (see apps/live.py). Runs once, as a CustomJS, when the
 // document is ready. In scope: source, x_range, following, headings, picker, spec, lines,
-// areas, gpu_filter, plot, frame_range, grid_ticker, band_targets, band_scales, coverage; viewOf
+// areas, gpu_filter, plot, frame_range, grid_ticker, band_targets, band_scales, coverage,
+// span_legend; viewOf
 // and setDivHtml, from in_place.js, and openStream, from stream_client.js, before it.
 // Frames: see stream/frames.py. Columns are little-endian float64, as in every browser.
 const live = {
@@ -8,6 +9,9 @@ const live = {
   window: spec.window, socket: null, retryMs: 500, xEnd: null,
   // A page opened on a span (apps/shown_span.py) starts where the server set its time axis.
   draws: 0, following: spec.follow !== false, moving: false, lastDraw: 0, source,
+  // ... and its legends read the span (span_legend: the server's texts) until it follows
+  // now again (the reset tool, a window button); then they read the newest sample.
+  spanShown: Boolean(span_legend) && spec.follow === false,
   // A long window's open bucket and newest sample (stream/frames.py `open`), drawn after
   // the streamed rows until the next frame: columns like source.data's, NaN not available.
   open: null,
@@ -247,12 +251,31 @@ function currentValue(key) {
   return Number.isNaN(value) && lostNow(key) ? "lost" : formatValue(value, spec.units[key] || "");
 }
 
+function spanTexts() {
+  // The span's texts by series key while the legends read it, else null.
+  if (!live.spanShown) return null;
+  const {key, text} = span_legend.data;
+  return new Map(key.map((k, i) => [k, text[i]]));
+}
+
+function showSpanWords(div) {
+  // The words that say the values read the span ("mean over cell [12]:"), while they do.
+  const view = viewOf(div);
+  const root = view && (view.shadow_el || view.el.shadowRoot || view.el);
+  const display = live.spanShown ? "" : "none";
+  for (const note of root ? root.querySelectorAll("[data-span-note]") : []) {
+    if (note.style.display !== display) note.style.display = display;
+  }
+}
+
 function fillHeadings() {
-  // At each draw (at most once a second, see redrawMs): the legend's current values, and
-  // which entries are hidden.
+  // At each draw (at most once a second, see redrawMs): the legend's current values (the
+  // span's, while it is shown), and which entries are hidden.
+  const onSpan = spanTexts();
   headings.forEach((div) => {
+    if (span_legend) showSpanWords(div);
     for (const {span, key, value} of entriesOf(div)) {
-      const text = currentValue(key);
+      const text = onSpan && onSpan.has(key) ? onSpan.get(key) : currentValue(key);
       if (value && value.textContent !== text) value.textContent = text;
       const hidden = isHidden(key);
       if ((span.style.opacity === "0.4") !== hidden) {
@@ -500,13 +523,23 @@ if (picker) {
     live.window = spec.windows[picker.active];
     live.seq = -1;
     live.following = true;
+    live.spanShown = false;
     pending = null;
     stream.reconnect();
   });
 }
 
 // Panning or zooming time stops following the newest sample; the reset tool follows again.
-live.follow = () => { live.following = true; if (x_range) moveAxes(); };
+live.follow = () => {
+  live.following = true;
+  if (live.spanShown) { live.spanShown = false; fillHeadings(); }
+  // The reset tool also set the canvas's y-range back to the height the server guessed:
+  // the bands' lines were drawn tens of pixels off their headings until the next resize.
+  if (plot) fitBands();
+  if (x_range) moveAxes();
+};
+// The span's legend texts, read on a thread, land after the page is shown.
+if (span_legend) span_legend.properties.data.change.connect(fillHeadings);
 if (x_range) {
   const moved = () => { if (!live.moving) live.following = false; };
   x_range.properties.start.change.connect(moved);

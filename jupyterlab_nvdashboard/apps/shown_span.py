@@ -9,21 +9,49 @@ the reset tool or a window button follows it again), and the span shaded and lab
 The times are parsed by ``instants.parse_span`` only, the one parser of the times a request
 names. They are the kernel's clock, which is this server's machine's (or a container's on
 it); the browser's clock plays no part: the window is chosen here.
+
+The footer also names the cell's GPUs, ``&gpus=GPU-…,MIG-…`` (issue 53, item 3), parsed here
+only (``gpus_from_query``): ``/GPU-Activity`` then opens with those GPUs alone shown (the
+GPU filter's other buttons off, so their lines are hidden and a band of one of them folds
+away; the reader may turn them on again), and while the span is shown its legends read the
+span: each series' mean over the span's samples, the words "mean over cell [12]:" before
+them, instead of the newest sample (``legend_on_span``). The reset tool or a window button
+follows now again: the legends then read the newest sample as on any page, and the GPU
+filter keeps what it shows. Other timeline pages take the span alone.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from bokeh.document import Document
 from bokeh.models import BoxAnnotation, FixedTicker, LinearAxis
 
+from ..event_loop import on_event_loop
 from ..instants import parse_span
+from ..metrics import GpuFacts, Sample
 from .live import LiveView
+
+if TYPE_CHECKING:
+    from .components import Timeline
+
+log = logging.getLogger("nvdashboard")
 
 # The query arguments of a span (the page reads them with ``document.query_argument``).
 SPAN_ARGUMENTS = ("start", "end", "label")
+# ... and of the GPUs a cell used: their UUIDs, separated by commas.
+GPUS_ARGUMENT = "gpus"
+# A UUID as NVML gives it: ``GPU-<uuid>``, ``MIG-<uuid>``, or an older driver's
+# ``MIG-GPU-<uuid>/<gpu instance>/<compute instance>``.
+GPU_UUID = re.compile(r"(?:GPU|MIG)-[0-9A-Za-z/-]{1,100}")
+# A machine of 64 devices named one by one is under 3,000 characters: more is not a cell's.
+MAX_GPUS_TEXT = 4000
 # A label is one short line ("cell [12]"); a longer one is cut, not refused.
 MAX_LABEL = 80
 # Room on each side of the span, so its edges are not on the canvas's edges: a tenth of the
@@ -109,3 +137,89 @@ def show_span(view: LiveView, span: ShownSpan, now_s: float) -> str:
         return (f"{span.text} starts before the oldest samples kept: only what is kept of "
                 "it is drawn")
     return ""
+
+
+def gpus_from_query(text: str | None, facts: Sequence[GpuFacts]) -> tuple[int, ...] | None:
+    """The device rows ``?gpus=`` names, in this server's order; None when it names none.
+
+    UUIDs, not rows: a footer saved in a notebook is opened again after the server has
+    restarted, when a row may be another device (``CUDA_VISIBLE_DEVICES``, a MIG layout
+    changed). A one-line ``ValueError`` for a malformed list or a UUID none of this server's
+    devices has: the page then shows every GPU and says why."""
+    if text is None:
+        return None
+    if len(text) > MAX_GPUS_TEXT:
+        raise ValueError(f"gpus is longer than {MAX_GPUS_TEXT} characters")
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise ValueError("gpus names no GPU")
+    rows = {fact.uuid: fact.index for fact in facts if fact.uuid}
+    wanted = []
+    for name in names:
+        shown = ascii(name[:48] + ("..." if len(name) > 48 else ""))
+        if not GPU_UUID.fullmatch(name):
+            raise ValueError(f"gpus: {shown} is not a GPU UUID (GPU-… or MIG-…)")
+        if name not in rows:
+            raise ValueError(f"gpus: {shown} is not a GPU of this server")
+        wanted.append(rows[name])
+    return tuple(sorted(set(wanted)))
+
+
+def with_kin(rows: Collection[int], facts: Sequence[GpuFacts]) -> tuple[int, ...]:
+    """``rows`` with the GPU of each MIG device among them and the MIG devices of each GPU
+    among them: a cell on a MIG device moved its GPU's PCIe (a band of whole GPUs), and a
+    cell on a MIG-enabled GPU worked in its instances (a band each)."""
+    shown = set(rows)
+    for fact in facts:
+        if fact.index in rows and fact.parent is not None:
+            shown.add(fact.parent)
+        if fact.parent is not None and fact.parent in rows:
+            shown.add(fact.index)
+    return tuple(sorted(shown))
+
+
+# What a legend says before its values while a span is shown, so no one reads them as now's.
+SPAN_LEGEND_WORDS = "mean over {}:"
+# Reads a span's samples off the event loop (the store's file, a long history): two at a
+# time for every page, as a page opened on a span is one read, not a stream.
+_READER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nvdashboard-span-legend")
+
+
+def legend_words(span: ShownSpan) -> str:
+    """``mean over cell [12]:``; ``mean over the span:`` for a span without a label."""
+    return SPAN_LEGEND_WORDS.format(span.label or "the span")
+
+
+def legend_on_span(doc: Document, timeline: Timeline, span: ShownSpan,
+                   read: Callable[[float, float], list[Sample]]) -> None:
+    """Have ``timeline``'s legends read ``span`` (``Timeline.read_span``): each series' mean
+    over the samples ``read(start_s, end_s)`` returns. On an event loop (a page being built
+    by the Bokeh server) they are read on a thread, the store's file or a long history
+    being no work for the loop, and set when read; elsewhere (a test) at once."""
+
+    def texts() -> dict[str, str]:
+        samples = [sample for sample in read(span.start_s, span.end_s)
+                   if span.start_s <= sample.time_s <= span.end_s]
+        return timeline.span_texts(samples)
+
+    if not on_event_loop():
+        timeline.read_span(legend_words(span), texts())
+        return
+    legend = timeline.read_span(legend_words(span), None)
+
+    def landed(read_texts: dict[str, str]) -> None:
+        legend.data = {"key": list(read_texts), "text": list(read_texts.values())}
+
+    def work() -> None:
+        try:
+            done = texts()
+        except Exception as error:  # noqa: BLE001 - the page stands; its legends say n/a
+            log.warning("reading a span's samples for its legends failed: %s: %s",
+                        type(error).__name__, error)
+            done = dict.fromkeys(legend.data["key"], "n/a")
+        try:
+            doc.add_next_tick_callback(lambda: landed(done))
+        except Exception:  # noqa: BLE001 - the page was closed meanwhile
+            log.debug("a span's legends landed after its page closed")
+
+    _READER.submit(work)

@@ -11,6 +11,7 @@ import {
   CELL_FOOTER_CLASS,
   CELL_METADATA_KEY,
   CellGpuFooter,
+  cellGpus,
   IFooterCell,
   NotebookCellFooters
 } from '../cellFooter';
@@ -382,8 +383,14 @@ describe('CellGpuFooter', () => {
     // The notebook's shortcuts leave keys on the footer to the footer.
     expect(footer.node.hasAttribute('data-lm-suppress-shortcuts')).toBe(true);
     button.click();
+    // ... and names the cell's GPUs, so the page shows those alone.
     expect(opened).toEqual([
-      { start_s: BUSY.start_s, end_s: BUSY.end_s, label: 'cell [12]' }
+      {
+        start_s: BUSY.start_s,
+        end_s: BUSY.end_s,
+        label: 'cell [12]',
+        gpus: ['GPU-1']
+      }
     ]);
     // Escape closes the figures wherever the focus is (WCAG 1.4.13), until
     // the pointer and the focus have left the footer.
@@ -440,5 +447,22 @@ describe('the cell report', () => {
   it('is not a report without a verdict and a span', () => {
     expect(parseCellReport({ verdict: 'x' })).toBeNull();
     expect(parseCellReport(null)).toBeNull();
+  });
+});
+
+describe('cellGpus', () => {
+  it("names every GPU of the cell's report by UUID, or none where one lacks it", () => {
+    const two = parseCellReport({
+      ...BUSY,
+      gpus: [BUSY.gpus[0], { ...BUSY.gpus[0], index: 3, uuid: 'MIG-3' }]
+    })!;
+    expect(cellGpus(two)).toEqual({ gpus: ['GPU-1', 'MIG-3'] });
+    // A footer saved before the UUID was kept: every GPU, none hidden.
+    const old = parseCellReport({
+      ...BUSY,
+      gpus: [BUSY.gpus[0], { ...BUSY.gpus[0], index: 3, uuid: undefined }]
+    })!;
+    expect(cellGpus(old)).toEqual({});
+    expect(cellGpus(parseCellReport(NO_GPU)!)).toEqual({});
   });
 });

@@ -200,6 +200,34 @@ describe("the open command's time range", () => {
     ).toBe(
       '/lab/nvdashboard/GPU-Activity?theme=dark&start=10.5&end=52&label=cell%20%5B3%5D'
     );
+    // A cell's GPUs, by UUID: validated as strings, carried into the URL.
+    expect(
+      toOpenArgs({
+        route: '/GPU-Activity',
+        range: {
+          start_s: 1,
+          end_s: 2,
+          label: '',
+          gpus: ['GPU-a', 7, '', 'MIG-b']
+        }
+      })?.range
+    ).toEqual({ start_s: 1, end_s: 2, label: '', gpus: ['GPU-a', 'MIG-b'] });
+    expect(
+      toOpenArgs({
+        route: '/GPU-Activity',
+        range: { start_s: 1, end_s: 2, label: '', gpus: 'GPU-a' }
+      })?.range
+    ).toEqual({ start_s: 1, end_s: 2, label: '' });
+    expect(
+      dashboardUrl('/lab/', '/GPU-Activity', 'light', {
+        start_s: 1,
+        end_s: 2,
+        label: 'cell [3]',
+        gpus: ['GPU-a', 'MIG-b']
+      })
+    ).toBe(
+      '/lab/nvdashboard/GPU-Activity?theme=light&start=1&end=2&label=cell%20%5B3%5D&gpus=GPU-a%2CMIG-b'
+    );
     expect(
       cellReportUrl(
         '/lab/',
