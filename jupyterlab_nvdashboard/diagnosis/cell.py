@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..metrics import GpuFacts, GpuReading, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading
@@ -64,18 +64,42 @@ STORE, MEMORY = "store", "memory"
 
 
 @dataclass(frozen=True)
+class BucketEvidence:
+    """What a bucket of the history store keeps of the kernel on one device row
+    (``store/holders.py``): its own SM samples' mean and the share of them at or above
+    ``WORK_PCT`` with the time they stand for, the device's activity (mean and working
+    share of its samples) over the time the kernel's passes stand for, and the most memory
+    it held. A stored bucket's ``KernelPass`` carries one per row beside its
+    ``DeviceEvidence`` (the memory at the bucket's last pass): the same rules judge it."""
+
+    row: int
+    sm_pct: float | None
+    sm_share: float | None
+    sampled_s: float
+    device_pct: float | None
+    device_share: float | None
+    covered_s: float
+    held_max: float | None
+
+
+@dataclass(frozen=True)
 class KernelPass:
     """One process pass, and the kernel's evidence on each device row it held then (none:
     it held no GPU memory in that pass). ``others``: on each row the kernel held, the other
     holders listed there, in words ("user bob's process"); a row the kernel shared with a
-    process whose owner is not known has ``another process`` among them."""
+    process whose owner is not known has ``another process`` among them. From the store, a
+    pass stands for a bucket's passes (``buckets``: their summary per row), at its last."""
 
     time_s: float
     devices: tuple[DeviceEvidence, ...]
     others: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    buckets: tuple[BucketEvidence, ...] = ()
 
     def others_on(self, row: int) -> tuple[str, ...]:
         return next((names for where, names in self.others if where == row), ())
+
+    def bucket_on(self, row: int) -> BucketEvidence | None:
+        return next((bucket for bucket in self.buckets if bucket.row == row), None)
 
 
 @dataclass(frozen=True)
@@ -133,6 +157,10 @@ class CellJudgment:
     samples: int  # samples in the span
     devices: tuple[DeviceCell, ...]
     count: int | None = None  # the cell's execution count, where known
+    # The kernel's passes (from the store: buckets) around the span, and those that speak
+    # for it: from the store, a span that holds no whole bucket of passes is too short.
+    passes: int = 0
+    judged_passes: int = 0
 
     @property
     def duration_s(self) -> float:
@@ -141,7 +169,8 @@ class CellJudgment:
     @property
     def too_short(self) -> bool:
         if self.judged_from == STORE:
-            return self.samples < MIN_SPAN_SAMPLES
+            return self.samples < MIN_SPAN_SAMPLES or (self.passes > 0
+                                                       and not self.judged_passes)
         return self.duration_s < SHORTEST_JUDGED_S or self.samples == 0
 
     @property
@@ -255,13 +284,24 @@ def charge_memory(times: Sequence[float], held: Sequence[float | None], start_s:
     return MemoryChange(start, end, peak, change, spanning, cells)
 
 
-def _device_memory(readings: Sequence[GpuReading | None]) -> MemoryChange:
-    """The device's own memory over the span (the store keeps no process's)."""
-    known = [r.memory_used_bytes for r in readings
-             if r is not None and r.memory_used_bytes is not None]
-    if not known:
-        return MemoryChange(None, None, None, None)
-    return MemoryChange(known[0], known[-1], max(known), known[-1] - known[0])
+# A reading of the kernel's activity: (its mean %, the share of it at or above WORK_PCT,
+# the time it stands for). A pass from memory is one reading of its own (its share 0 or 1,
+# standing for the time since the previous pass); a stored bucket's summary is one reading
+# of its passes together: one weighted mean judges both.
+Reading = tuple[float, float, float]
+
+
+def _reading(pct: float, weight_s: float) -> Reading:
+    return (pct, 1.0 if pct >= WORK_PCT else 0.0, weight_s)
+
+
+def _weighted(readings: Sequence[Reading]) -> tuple[float | None, float | None]:
+    """The readings' mean % and working share, each weighted by the time it stands for."""
+    total = sum(weight for _, _, weight in readings)
+    if not readings or total <= 0:
+        return None, None
+    return (sum(pct * weight for pct, _, weight in readings) / total,
+            sum(share * weight for _, share, weight in readings) / total)
 
 
 @dataclass(frozen=True)
@@ -270,47 +310,67 @@ class _Own:
 
     signal: str
     words: str
-    pass_pcts: tuple[float, ...]  # its own activity in each pass (CANNOT_TELL: none)
+    readings: tuple[Reading, ...]  # its own activity, pass by pass (CANNOT_TELL: none)
     alone: bool  # its processes were the device's only ones in every pass
     shared_with: tuple[str, ...]
 
 
-def _own(label: str, evidence: Sequence[DeviceEvidence],
-         others: Sequence[str], judged: int) -> _Own:
+# The least time a judged pass stands for (two passes stamped alike both count).
+MIN_PASS_S = 1e-3
+
+
+def _own(label: str, evidence: Sequence[tuple[DeviceEvidence, float, BucketEvidence | None]],
+         others: Sequence[str], judged: Sequence[float]) -> _Own:
     """The kernel's own activity on one device, pass by pass, from its signals only: its
     per-process SM samples; else the device's activity where it was the only process, or
     where nobody worked (then the kernel did not either); else nothing can be told.
-    ``judged``: the passes that speak for the span; the kernel is on the device in
-    ``evidence``'s. In a judged pass without it, the driver listed none of its processes
+    ``judged``: the time each pass that speaks for the span stands for; ``evidence``: the
+    kernel's on the device in those passes, each with that time and, from the store, its
+    bucket's summary. In a judged pass without it, the driver listed none of its processes
     there: no context, so no work on that device (a cell that freed it at its start)."""
     shared_with = tuple(dict.fromkeys(others))
-    alone = bool(evidence) and all(device.only_holder for device in evidence)
+    alone = bool(evidence) and all(device.only_holder for device, _, _ in evidence)
     if not evidence:
         if judged:
             return _Own(PER_PROCESS, f"the driver listed none of the kernel's processes on "
-                        f"{label} in the span", (0.0,) * judged, alone, shared_with)
+                        f"{label} in the span", tuple((0.0, 0.0, w) for w in judged), alone,
+                        shared_with)
         return _Own(CANNOT_TELL, "no process pass fell in the span", (), alone, shared_with)
-    sampled = tuple(device.process_sm_pct for device in evidence
-                    if device.process_sm_pct is not None)
+    sampled = tuple(
+        (bucket.sm_pct, bucket.sm_share or 0.0, bucket.sampled_s) if bucket is not None
+        else _reading(device.process_sm_pct, weight)  # type: ignore[arg-type]
+        for device, weight, bucket in evidence
+        if (device.process_sm_pct is not None if bucket is None
+            else bucket.sm_pct is not None and bucket.sampled_s > 0))
     if sampled:
         # The driver samples each process's SM share; a pass between two of its samples
         # has none (nvmlDeviceGetProcessUtilization: NOT_FOUND, nothing newer than the last
         # pass), which tells nothing. The device's figure there is not the kernel's, so the
         # cell rests on the passes that carry its own samples (a loaded machine's passes
         # slip and miss some).
-        return _Own(PER_PROCESS, "per-process SM samples", sampled, alone, shared_with)
-    pcts: list[float] = []
+        return _Own(PER_PROCESS, "per-process SM samples", sampled,  # type: ignore[arg-type]
+                    alone, shared_with)
+    pcts: list[Reading] = []
     device_words = ""
-    for device in evidence:  # none carries the kernel's own samples
-        if device.device_pct is not None and (device.only_holder
-                                              or device.device_pct < WORK_PCT):
-            pcts.append(device.device_pct)
+    for device, weight, bucket in evidence:  # none carries the kernel's own samples
+        if bucket is not None:
+            # A stored bucket: the device's samples over its passes, their mean and
+            # working share; nobody worked where none of them was at WORK_PCT.
+            pct, nobody = bucket.device_pct, bucket.device_share == 0.0
+            reading = None if pct is None else (pct, bucket.device_share or 0.0,
+                                                bucket.covered_s)
+        else:
+            pct = device.device_pct
+            nobody = pct is not None and pct < WORK_PCT
+            reading = None if pct is None else _reading(pct, weight)
+        if reading is not None and (device.only_holder or nobody):
+            pcts.append(reading)
             device_words = device_words or (
                 f"{label}'s {device.device_signal}: " + (
                     "the kernel is its only process" if device.only_holder
                     else "no process on it worked"))
         else:
-            if device.device_pct is None:
+            if pct is None:
                 why = (f"{label} gives neither per-process SM samples nor SM activity or "
                        "utilization")
             else:
@@ -322,16 +382,19 @@ def _own(label: str, evidence: Sequence[DeviceEvidence],
 
 
 def _judged(passes: Sequence[KernelPass], start_s: float, end_s: float,
-            others: Sequence[OtherCell]) -> list[tuple[float, KernelPass]]:
+            others: Sequence[OtherCell], wholly_only: bool = False
+            ) -> list[tuple[float, KernelPass]]:
     """The passes that speak for the span, each with the time its activity starts from. A
     pass's own SM samples and its device's highest activity are those since the previous
     pass (``diagnosis/idle.py``), so a pass tells of the time since the previous one: the
     passes whose time lies wholly in the span, where there are such; else (a cell shorter
     than a pass) those whose time overlaps the span and no other cell of the kernel's (the
-    kernel runs nothing between cells, and another cell's work is not this one's)."""
+    kernel runs nothing between cells, and another cell's work is not this one's).
+    ``wholly_only``: the wholly ones only (a stored bucket that reaches out of the span
+    tells of time that is not the cell's: the span is then too short for the store)."""
     timed = list(zip((p.time_s for p in passes), passes[1:], strict=False))
     wholly = [(since, p) for since, p in timed if since >= start_s and p.time_s <= end_s]
-    if wholly:
+    if wholly or wholly_only:
         return wholly
     return [(since, p) for since, p in timed
             if since < end_s and p.time_s > start_s
@@ -380,17 +443,21 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
                    if start_s - gap_s <= p.time_s < start_s), None)
     after = next((p for p in passes if end_s < p.time_s <= end_s + gap_s), None)
     around = [p for p in (before, *inside, after) if p is not None]
-    judged_since = _judged(around, start_s, end_s, others)
+    store = judged_from == STORE
+    judged_since = _judged(around, start_s, end_s, others, wholly_only=store)
     judged = [p for _, p in judged_since]
+    # The time each judged pass stands for: since the previous one.
+    weights = [max(p.time_s - since, MIN_PASS_S) for since, p in judged_since]
     # One walk over the passes, by row: what a span's read costs grows with the span.
     series = _held_by_row(around)
     held_inside = {d.row for p in inside for d in p.devices if d.held_bytes != 0.0}
     held_around = {d.row for p in around for d in p.devices if d.held_bytes != 0.0}
-    evidence_of: dict[int, list[DeviceEvidence]] = {}
+    evidence_of: dict[int, list[tuple[DeviceEvidence, float, BucketEvidence | None]]] = {}
     names_of: dict[int, list[str]] = {}
-    for kernel_pass in judged:
+    for kernel_pass, weight in zip(judged, weights, strict=True):
         for device in kernel_pass.devices:
-            evidence_of.setdefault(device.row, []).append(device)
+            evidence_of.setdefault(device.row, []).append(
+                (device, weight, kernel_pass.bucket_on(device.row)))
             if not device.only_holder:
                 names_of.setdefault(device.row, []).extend(kernel_pass.others_on(device.row))
     # The rows the kernel held during the span: in its passes in it, and where the memory
@@ -399,6 +466,12 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
     times = [p.time_s for p in around]
     memory_of = {row: charge_memory(times, held, start_s, end_s, gap_s, others, count)
                  for row, held in series.items()}
+    for row, memory in memory_of.items():
+        # A stored bucket keeps the most its passes saw held, not only its last pass's.
+        tops = [bucket.held_max for p in inside for bucket in p.buckets
+                if bucket.row == row and bucket.held_max is not None]
+        if tops and memory.peak_bytes is not None:
+            memory_of[row] = replace(memory, peak_bytes=max(memory.peak_bytes, *tops))
     # A row held only around the span, with what the cell did to it unknown (a pass
     # missed), is the cell's too: "memory change unknown" rather than nothing.
     rows = dict.fromkeys(row for row, memory in memory_of.items() if row in (
@@ -408,8 +481,8 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
     rows.update(dict.fromkeys(rows_held))
     span = [s for s in samples if start_s <= s.time_s <= end_s]
     by_row = {fact.index: fact for fact in facts}
-    gpm = _gpm_passes(span) if judged_from == STORE or any(
-        device.process_sm_pct is None for found in evidence_of.values() for device in found
+    gpm = _gpm_passes(span) if not store and any(
+        device.process_sm_pct is None for found in evidence_of.values() for device, _, _ in found
     ) else []
     # The samples the judged passes vouch for (a stretch of the span's): the device's finer
     # pace, where it speaks for the kernel.
@@ -423,43 +496,30 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
         fact = by_row.get(row)
         label = fact.label if fact else f"GPU row {row}"
         evidence = evidence_of.get(row, [])
-        own = _own(label, evidence, names_of.get(row, []), len(judged))
+        own = _own(label, evidence, names_of.get(row, []), weights)
         signal, words = own.signal, own.words
         # A lost GPU stays lost until the devices are enumerated again (which ends the
         # span's rows): the span's newest reading of the row says whether it was lost.
         newest = next((r for sample in reversed(span) for r in sample.gpus if r.index == row),
                       None)
         lost = row in lost_rows or fact is None or (newest is not None and newest.lost)
-        # The device's readings and activity, read only where they speak (its own signal
-        # or the store's): a span's cost is mostly these, and the diagnosis's.
-        readings = device_readings(span, row)[0] \
-            if judged_from == STORE or signal == DEVICE else []
-        activity = _activity(readings, gpm, row) if readings else []
-        if judged_from == STORE:
-            # The store keeps each device's readings, no process's: its memory is the
-            # device's, and its activity speaks for the kernel only where nobody worked.
-            memory = _device_memory(readings)
-            nobody = _share(activity) == 0.0
-            signal, words = (DEVICE, f"{label}'s stored activity: no process on it worked") \
-                if nobody else (CANNOT_TELL, f"cannot tell what this cell did: the history "
-                                             f"store keeps no process's readings, and "
-                                             f"{label} worked")
-            sm, share, alone = (0.0, 0.0, False) if nobody else (None, None, False)
+        memory = memory_of.get(row, MemoryChange(None, None, None, None))
+        if not store and signal == DEVICE and covered and len(evidence) == len(judged) and all(
+                d.only_holder or (d.device_pct is not None and d.device_pct < WORK_PCT)
+                for d, _, _ in evidence):
+            # On the device, and alone there (or nobody worked), in every pass: the
+            # device's samples are the kernel's, at the samples' finer pace, over the
+            # time the passes vouch for. (A pass without the kernel on the device
+            # leaves the device's samples there to whoever else held it.) The store's
+            # buckets keep the same samples' mean and working share (``BucketEvidence``).
+            # The device's readings and activity are read only here: a span's cost is
+            # mostly these, and the diagnosis's.
+            activity = _activity(device_readings(span, row)[0], gpm, row)
+            covered_activity = activity[covered[0]:covered[-1] + 1]
+            sm, share = mean(covered_activity), _share(covered_activity)
         else:
-            memory = memory_of.get(row, MemoryChange(None, None, None, None))
-            if signal == DEVICE and covered and len(evidence) == len(judged) and all(
-                    d.only_holder or (d.device_pct is not None and d.device_pct < WORK_PCT)
-                    for d in evidence):
-                # On the device, and alone there (or nobody worked), in every pass: the
-                # device's samples are the kernel's, at the samples' finer pace, over the
-                # time the passes vouch for. (A pass without the kernel on the device
-                # leaves the device's samples there to whoever else held it.)
-                covered_activity = activity[covered[0]:covered[-1] + 1]
-                sm, share = mean(covered_activity), _share(covered_activity)
-            else:
-                sm = mean(own.pass_pcts) if own.pass_pcts else None
-                share = _share(own.pass_pcts) if own.pass_pcts else None
-            alone = own.alone
+            sm, share = _weighted(own.readings)
+        alone = own.alone
         state = _state(lost, signal, share)
         worked = share is not None and share > 0.0
         whose = whose_finding(alone, worked)
@@ -472,4 +532,4 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
             share if signal != CANNOT_TELL else None, findings, state, own.shared_with,
             whose))
     return CellJudgment(start_s, end_s, judged_from, resolution_s, len(span), tuple(devices),
-                        count)
+                        count, len(around), len(judged))
