@@ -31,16 +31,24 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from jupyterlab_nvdashboard.apps.cells import cell_report
-from jupyterlab_nvdashboard.diagnosis.cell import CANNOT_TELL
+from jupyterlab_nvdashboard.apps.sources import DashboardSources
+from jupyterlab_nvdashboard.diagnosis.cell import (
+    BUSY_SHARE,
+    CANNOT_TELL,
+    TOO_SHORT,
+)
 from jupyterlab_nvdashboard.jupyter_sessions import JupyterServer, JupyterSessions
 from jupyterlab_nvdashboard.metrics import (
     OWNER_FAMILY,
     PROCESS_FAMILY,
     GpuReading,
     History,
+    Metrics,
     ProcessReading,
 )
 from jupyterlab_nvdashboard.metrics.families import GPM_FAMILY
+from jupyterlab_nvdashboard.store import HistoryStore
+from jupyterlab_nvdashboard.store.service import FINE_TIER, TIER_WIDTHS_S
 from tests.test_cell_report import (
     GIB,
     KERNEL,
@@ -85,15 +93,19 @@ class World:
         return facts_rows[1:1 + self.gpus] if self.mig else list(range(self.gpus))
 
 
+DURATIONS_S = (0.4, 1.5, 3.0, 6.0, 9.0)
+
+
 @st.composite
-def worlds(draw: st.DrawFn) -> World:
+def worlds(draw: st.DrawFn, durations_s: tuple[float, ...] = DURATIONS_S,
+           most_cells: int = 4) -> World:
     gpus = draw(st.integers(1, 2))
     base = tuple(draw(st.sampled_from([0.0, 0.0, 2.0, 4.0])) for _ in range(gpus))
     cells = []
-    for count in range(1, draw(st.integers(1, 4)) + 1):
+    for count in range(1, draw(st.integers(1, most_cells)) + 1):
         cells.append(Cell(
             count, draw(st.sampled_from([0.0, 0.0, 0.02, 1.3, 4.0])),
-            draw(st.sampled_from([0.4, 1.5, 3.0, 6.0, 9.0])),
+            draw(st.sampled_from(durations_s)),
             tuple(draw(st.sampled_from([0.0, 0.0, 40.0, 90.0])) for _ in range(gpus)),
             draw(st.floats(0.05, 0.95)),
             tuple(draw(st.sampled_from([0.0, 0.0, 2.0, 4.0, -2.0])) for _ in range(gpus))))
@@ -209,9 +221,8 @@ def write_world(history: History, truth: Truth, rows: list[int], all_rows: int) 
                        monotonic_s=now_mono + (t - now_wall))
 
 
-def judge_all(world: World, t0: float, b_works: bool, folder: Path
-              ) -> tuple[Truth, list[tuple[Cell, float, float, dict]]]:
-    truth = Truth(world, t0, b_works)
+def sessions(truth: Truth) -> JupyterSessions:
+    """Jupyter's sessions of A and B, with A's cells as its executions route lists them."""
     listed = [{"count": cell.count, "start_s": start, "end_s": end}
               for cell, start, end in truth.spans]
     jupyter = JupyterSessions(
@@ -222,19 +233,36 @@ def judge_all(world: World, t0: float, b_works: bool, folder: Path
                                "kernel": {"id": OTHER_KERNEL}}],
         fetch_executions=lambda server: {"kernels": {}, "cells": {KERNEL: listed}})
     jupyter.refresh()
+    return jupyter
+
+
+def world_sources(world: World, truth: Truth, folder: Path, store: HistoryStore | None = None
+                  ) -> tuple[Metrics, DashboardSources]:
     if world.mig:
-        metrics, sources = scripted(folder, gpus=1, jupyter=jupyter, profile="h100-mig")
-    else:
-        metrics, sources = scripted(folder, gpus=world.gpus, jupyter=jupyter)
-    rows = world.rows([fact.index for fact in metrics.facts])
-    write_world(metrics.history, truth, rows, len(metrics.facts))
+        return scripted(folder, gpus=1, jupyter=sessions(truth), profile="h100-mig",
+                        store=store)
+    return scripted(folder, gpus=world.gpus, jupyter=sessions(truth), store=store)
+
+
+def judge_spans(sources: DashboardSources, truth: Truth, rows: list[int],
+                spans: list[tuple[Cell, float, float]] | None = None
+                ) -> list[tuple[Cell, float, float, dict]]:
     judged = []
-    for cell, start, end in truth.spans:
+    for cell, start, end in truth.spans if spans is None else spans:
         data = cell_report(sources, KERNEL, start, end)
         # By the world's GPU numbers (a MIG device's row is not its GPU's number).
         data["gpus"] = [{**gpu, "index": rows.index(gpu["index"])} for gpu in data["gpus"]]
         judged.append((cell, start, end, data))
-    return truth, judged
+    return judged
+
+
+def judge_all(world: World, t0: float, b_works: bool, folder: Path
+              ) -> tuple[Truth, list[tuple[Cell, float, float, dict]]]:
+    truth = Truth(world, t0, b_works)
+    metrics, sources = world_sources(world, truth, folder)
+    rows = world.rows([fact.index for fact in metrics.facts])
+    write_world(metrics.history, truth, rows, len(metrics.facts))
+    return truth, judge_spans(sources, truth, rows)
 
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
@@ -315,3 +343,104 @@ def test_memory_is_charged_to_the_cell_that_changed_it(world: World, b_works: bo
                 assert cell.count in spanning["cells"] and len(spanning["cells"]) > 1, spanning
             elif change is not None:
                 assert change / GIB == real, (cell, index, real, data["verdict"])
+
+
+BUCKET_S = TIER_WIDTHS_S[FINE_TIER]
+
+
+def judged_from_memory_and_store(world: World, folder: Path
+                                 ) -> tuple[list[tuple[Cell, float, float]],
+                                            list[tuple[dict, dict]]]:
+    """Each cell of A judged from the in-memory history, and again from the store the same
+    samples and passes were written through (its writer's own path: the history's
+    listener and the usage's pass listener), by a server whose in-memory history began
+    after the cells."""
+    t0 = now_t0()
+    truth = Truth(world, t0, True)
+    # The cells the world's history closes (a pass after their end).
+    spans = [(cell, start, end) for cell, start, end in truth.spans
+             if end < t0 + HISTORY_S - 3]
+    path = folder / "store" / "history.sqlite"
+    metrics, _ = world_sources(world, truth, folder)
+    uuids = {fact.index: fact.uuid for fact in metrics.facts}
+    store = HistoryStore(path, device_uuids=lambda: uuids)
+    store.open()
+    try:
+        metrics, sources = world_sources(world, truth, folder, store)
+        store.attach(metrics.history)
+        rows = world.rows([fact.index for fact in metrics.facts])
+        write_world(metrics.history, truth, rows, len(metrics.facts))
+        store.step(final=True)
+        from_memory = judge_spans(sources, truth, rows, spans)
+        # A restarted server: its in-memory history holds only the seconds after the cells.
+        later, restarted = world_sources(world, truth, folder, store)
+        end = t0 + HISTORY_S
+        for i in range(1, 11):
+            later.history.append(end + i * TICK_S, metrics.history.latest().gpus, NO_HOST,
+                                 monotonic_s=time.monotonic())
+        from_store = judge_spans(restarted, truth, rows, spans)
+    finally:
+        store.stop()
+        store.close()
+    return spans, [(memory, stored) for (_, _, _, memory), (_, _, _, stored)
+                   in zip(from_memory, from_store, strict=True)]
+
+
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(worlds(durations_s=(6.0, 11.0, 14.0, 19.0), most_cells=3))
+def test_memory_and_store_verdicts_agree_within_resolution(world: World) -> None:
+    """The same span judged from memory and, after it left memory (a restart), from the
+    store's 5-second buckets of the same samples and passes, gets the same verdict within
+    the store's resolution. Precisely, for each cell of A whose span the world wrote:
+
+    - the store judges a span on the buckets of passes that lie wholly in it: one that
+      holds none (shorter than a bucket and two passes) is "too short" from the store,
+      and only such a span is;
+    - otherwise the GPUs listed are the same, but for a GPU where one of the two names a
+      memory change over this cell and a neighbour (the store's passes stand at its
+      buckets' last, so a neighbour's change may fall between two of them that reach into
+      this cell: it is named over both cells, never charged to this one);
+    - on each GPU both list, the signal is the same (but where the kernel held the GPU
+      only in the span's edges: the store's whole buckets then say the driver listed none
+      of its processes, share 0, and the memory's share is within the edges' part of 0);
+      the working share differs by no more
+      than the part of the span the store's whole buckets leave out at its two edges (at
+      most a bucket and a pass at each: ``2 * (BUCKET_S + pass)`` over the span), and the
+      state is the same unless the memory's share is within that much of a line between
+      states (0, or ``BUSY_SHARE``).
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        spans, pairs = judged_from_memory_and_store(world, Path(folder))
+    edge_s = 2 * (BUCKET_S + world.pass_every_s)
+    for (cell, start, end), (memory, stored) in zip(spans, pairs, strict=True):
+        assert stored["judged_from"] == "store", stored
+        why = (cell, memory["verdict"], stored["verdict"])
+        if stored["state"] == TOO_SHORT:
+            assert end - start < BUCKET_S + 2 * world.pass_every_s or \
+                memory["state"] == TOO_SHORT, why
+            continue
+        mine_by = {g["index"]: g for g in memory["gpus"]}
+        kept_by = {g["index"]: g for g in stored["gpus"]}
+        for index in set(mine_by) ^ set(kept_by):
+            listed = mine_by.get(index) or kept_by[index]
+            named = listed["memory_spanning"]["cells"]
+            assert cell.count in named and len(named) > 1, (index, why)
+        tolerance = min(1.0, edge_s / (end - start))
+        for index in set(mine_by) & set(kept_by):
+            mine, kept = mine_by[index], kept_by[index]
+            if kept["signal"] != mine["signal"]:
+                # The kernel was on the GPU only in the span's edges, which the store's whole
+                # buckets leave out: they say it listed nothing there, so it did no work.
+                assert "listed none" in kept["signal_text"], why
+                assert kept["working_share"] == 0.0, why
+                assert (mine["working_share"] or 0.0) <= tolerance, why
+                continue
+            if mine["working_share"] is None:
+                assert kept["working_share"] is None, why
+                continue
+            share = mine["working_share"]
+            assert abs(kept["working_share"] - share) <= tolerance + 1e-9, why
+            near_a_line = share <= tolerance or abs(share - BUSY_SHARE) <= tolerance
+            if not near_a_line:
+                assert kept["state"] == mine["state"], why

@@ -57,6 +57,7 @@ from jupyterlab_nvdashboard.metrics import (
 )
 from jupyterlab_nvdashboard.metrics.families import GPM_FAMILY, GpmReading
 from jupyterlab_nvdashboard.store import HistoryStore
+from jupyterlab_nvdashboard.store.holders import DeviceActivity, HolderReading, PassRecord
 from tests.support.store_clock import ScriptedClock
 
 GIB = float(2**30)
@@ -316,8 +317,10 @@ def test_a_gpu_lost_during_the_span(tmp_path: Path, now: float) -> None:
 def test_a_span_older_than_the_history_is_judged_from_the_store(tmp_path: Path,
                                                                  now: float) -> None:
     """The store kept 10 minutes from now-900 (GPU 1 held 12 GiB more than its 1 GiB and
-    idle); the in-memory history starts at now-120 and shows the kernel on GPU 1. A cell
-    from now-600 to now-300 is judged from the store's 5-second means, and says so."""
+    idle, the kernel's 12 GiB in every pass, its own samples 0%); the in-memory history
+    starts at now-120. A cell from now-600 to now-300 is judged from the store's 5-second
+    buckets of the kernel's own passes, and says so: the kernel's memory, not the
+    device's."""
     path = tmp_path / "store.sqlite"
     metrics, _ = scripted(tmp_path)
     uuids = {fact.index: fact.uuid for fact in metrics.facts}
@@ -331,6 +334,9 @@ def test_a_span_older_than_the_history_is_judged_from_the_store(tmp_path: Path,
             utilization_pct=0.0, memory_used_bytes=(13 if g == 1 else 1) * GIB,
             memory_total_bytes=80 * GIB) for g in range(2))
         old.append(clock.wall, readings, NO_HOST, monotonic_s=clock.mono)
+        writer.hear_pass(PassRecord(clock.wall, (
+            HolderReading(ME, KERNEL, uuids[1], 12 * GIB, 0.0, True),),
+            (DeviceActivity(uuids[1], 0.0, 0.0, "utilization"),)))
         clock.advance(1.0)
     writer.step(final=True)
     writer.stop()
@@ -354,10 +360,10 @@ def test_a_span_older_than_the_history_is_judged_from_the_store(tmp_path: Path,
         assert read == [(now - 600, now - 300)], read
         assert data["judged_from"] == "store" and data["resolution_s"] == 5.0, data
         [gpu] = data["gpus"]
-        assert gpu["index"] == 1 and gpu["signal"] == "device"
-        assert gpu["memory"]["peak_bytes"] == pytest.approx(13 * GIB)
+        assert gpu["index"] == 1 and gpu["signal"] == "per-process"
+        assert gpu["memory"]["peak_bytes"] == pytest.approx(12 * GIB)
         assert gpu["working_share"] == 0.0
-        assert data["verdict"] == ("held 13.0 GiB on GPU 1; this cell did no GPU work"
+        assert data["verdict"] == ("held 12.0 GiB on GPU 1; this cell did no GPU work"
                                    " (from the history store's 5 s means)")
         assert data["samples"] == pytest.approx(60, abs=1)
     finally:

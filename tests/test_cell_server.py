@@ -205,3 +205,54 @@ def test_a_cell_of_a_kernel_in_a_container() -> None:
     assert reports["local"]["gpus"][0]["sm_pct"] == 0.0
     assert "only process" in reports["host"]["gpus"][0]["signal_text"]
     assert reports["host"]["verdict"].startswith("GPU 0: busy 100% of ")
+
+
+def test_the_same_span_from_memory_from_the_store_and_after_a_restart(
+        kernel: Kernel, tmp_path: Path) -> None:
+    """Issue 53, item 4: a busy cell and an idle one of a kernel, asked about while the
+    in-memory history holds them, again once they have left it (a 12-second history) and
+    the store's buckets of the kernel's own passes judge them, and again after a restart
+    over the same store: the same verdict class on the same GPUs each time."""
+    store = tmp_path / "store" / "history.sqlite"
+    verdicts: dict[str, list[tuple[str, str, list[int]]]] = {}
+
+    def ask(server: RunningServer, spans: list[tuple[float, float]], when: str) -> None:
+        for start, end in spans:
+            status, body = cell(server, kernel.kernel_id, iso(start), iso(end))
+            assert status == 200, body
+            data = json.loads(body)
+            verdicts.setdefault(when, []).append(
+                (data["judged_from"], data["state"], [g["index"] for g in data["gpus"]]))
+
+    with in_process_server(gpus=2, profile="h200", scenario="compute-bound",
+                           store_path=store, history_s=12.0) as server:
+        server.simulator.set_processes([
+            SimulatedProcess(1, kernel.pid, 12 * GIB, sm_pct=87),
+            SimulatedProcess(1, kernel.child, 2 * GIB, sm_pct=87)])
+        until(lambda: attributed(server, kernel.kernel_id), "the kernel's processes attributed")
+        # Eleven passes: a span holds a whole 5-second bucket of passes, whatever its phase.
+        busy = run_cell(server, kernel, passes=11, sampled=True)
+        ask(server, [busy], "memory")
+        server.simulator.set_scenario("idle")
+        server.simulator.set_processes([
+            SimulatedProcess(1, kernel.pid, 12 * GIB, sm_pct=0),
+            SimulatedProcess(1, kernel.child, 2 * GIB, sm_pct=0)])
+        idle = run_cell(server, kernel, passes=11)
+        ask(server, [idle], "memory")
+        history = server.metrics.history
+        until(lambda: history.oldest().time_s > idle[1] + 3.0, "the spans out of memory",
+              seconds=60)
+        ask(server, [busy, idle], "store")
+    with in_process_server(gpus=2, profile="h200", scenario="idle", store_path=store,
+                           history_s=12.0) as restarted:
+        restarted.simulator.set_processes([SimulatedProcess(1, kernel.pid, 12 * GIB,
+                                                            sm_pct=0)])
+        until(lambda: attributed(restarted, kernel.kernel_id),
+              "the kernel's processes attributed")
+        ask(restarted, [busy, idle], "restarted")
+    assert [judged for judged, _, _ in verdicts["memory"]] == ["memory", "memory"], verdicts
+    assert [judged for judged, _, _ in verdicts["store"]] == ["store", "store"], verdicts
+    assert [judged for judged, _, _ in verdicts["restarted"]] == ["store", "store"], verdicts
+    expected = [("busy", [1]), ("held-no-work", [1])]
+    for when in ("memory", "store", "restarted"):
+        assert [(state, gpus) for _, state, gpus in verdicts[when]] == expected, verdicts

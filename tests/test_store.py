@@ -30,8 +30,10 @@ from jupyterlab_nvdashboard.store import (
     HistoryStore,
     StoreReadOnEventLoop,
     file,
+    holders,
 )
 from jupyterlab_nvdashboard.store.buckets import Bucket, column_count, is_gap
+from jupyterlab_nvdashboard.store.holders import DeviceActivity, HolderReading, PassRecord
 from tests.support.store_clock import ScriptedClock
 from tests.support.store_feed import (
     DAY_S,
@@ -685,3 +687,101 @@ def test_a_failed_write_keeps_its_samples_for_the_next_try(
     store.step(final=True)
     assert sum(n for _, n in stored(path, FINE_TIER)) == 40  # none lost
     store.close()
+
+
+def _holder_pass(time_s: float, sm_pct: float | None, held: float = 4e9,
+                 others: int = 0) -> PassRecord:
+    """A pass where kernel K of user u holds ``held`` on GPU 0 (alone unless ``others``
+    other kernels hold 1 byte there too), and someone's idle process holds nothing on GPU
+    1 (a holder that holds nothing adds nothing)."""
+    extra = tuple(HolderReading("v", f"other-{i}", UUIDS[0], 1.0, 0.0, False, (("u", "K"),))
+                  for i in range(others))
+    return PassRecord(time_s, (
+        HolderReading("u", "K", UUIDS[0], held, sm_pct, not others,
+                      tuple(("v", f"other-{i}") for i in range(others))),
+        HolderReading("w", "", UUIDS[1], 0.0, None, True), *extra),
+        (DeviceActivity(UUIDS[0], 50.0, 0.5, "utilization"),))
+
+
+def test_each_holders_evidence_is_kept_per_bucket_and_rolled_up_by_time(folder: Path) -> None:
+    """Passes every second for a minute, then every 2 s for a minute (the pace a page's
+    closing leaves): the kernel works (its own samples 80%) in the first half of each
+    minute and not in the second. Each 5-second bucket keeps its pass mark and the kernel's
+    row (none for a holder that holds nothing); each minute folds them, weighted by the
+    time their passes stand for: half the minute worked, whatever the pace."""
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = open_writer(folder / "history.sqlite", clock)
+    for second in range(60):
+        store.hear_pass(_holder_pass(START_S + second, 80.0 if second < 30 else 0.0))
+    for second in range(60, 120, 2):
+        store.hear_pass(_holder_pass(START_S + second, 80.0 if second < 90 else 0.0))
+    clock.advance(130)
+    store.step(final=True)
+    fine = store.holder_past("u", "K", START_S, START_S + 120, 5.0)
+    assert fine.tier_s == 5.0 and len(fine.marks) == 24 and len(fine.rows) == 24
+    first = fine.rows[0]
+    assert (first.passes, first.sampled, first.sm_share) == (5, 5, 1.0)
+    assert first.sm_mean == pytest.approx(80.0)
+    assert first.held_first == first.held_last == first.held_max == 4e9 and first.alone
+    assert {row.device for row in fine.rows} == {UUIDS[0]}
+    # The minute tier, read for a window past the 5-second tier's reach.
+    coarse = store.holder_past("u", "K", START_S, START_S + 120, 60.0)
+    assert coarse.tier_s == 60.0 and len(coarse.rows) == 2
+    for minute in coarse.rows:
+        assert minute.sm_share == pytest.approx(0.5, abs=0.04), minute
+        assert minute.device_share == pytest.approx(0.5) and minute.held_max == 4e9
+    assert coarse.marks[1].passes == 30 and coarse.marks[0].passes == 60
+    store.stop()
+
+
+def test_a_bucket_keeps_a_bounded_number_of_holders(folder: Path) -> None:
+    """A GPU shared by more holders than a bucket keeps: the most memory-holding ones are
+    kept, and each names at most a few others (with how many there were)."""
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = open_writer(folder / "history.sqlite", clock)
+    many = holders.MAX_HOLDER_ROWS + 20
+    for second in range(5):
+        store.hear_pass(_holder_pass(START_S + second, 10.0, others=many))
+    clock.advance(10)
+    store.step(final=True)
+    with contextlib.closing(sqlite3.connect(folder / "history.sqlite")) as connection:
+        rows = connection.execute("SELECT count(*) FROM holder_buckets WHERE tier=0 AND "
+                                  "device != ''").fetchone()[0]
+    assert rows == holders.MAX_HOLDER_ROWS
+    [mine] = store.holder_past("u", "K", START_S, START_S + 5, 5.0).rows
+    assert len(mine.others) == holders.MAX_OTHERS and mine.others_count == many
+    assert not mine.alone
+    store.stop()
+
+
+def test_an_upgraded_store_gets_the_holders_table_empty_and_keeps_its_history(
+        folder: Path) -> None:
+    """A version 3 store with a minute of buckets, opened by this version: its buckets are
+    all there, the holders' table is new and empty, and a read of a holder finds nothing
+    (no pass mark: the store kept no holders then)."""
+    path = folder / "history.sqlite"
+    clock = ScriptedClock(START_S, 5_000.0)
+    store = open_writer(path, clock)
+    Feeder(store, clock).run(60)
+    store.stop()
+    # The file a version 3 nvdashboard leaves: the tables of migrations 1 to 3.
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        connection.execute("DROP TABLE holder_buckets")
+        connection.execute("PRAGMA user_version=3")
+        assert file.tables(connection) == file.expected_tables(3)
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        before = connection.execute("SELECT count(*) FROM buckets").fetchone()[0]
+    store = open_writer(path, clock)
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert connection.execute("SELECT count(*) FROM buckets").fetchone()[0] == before > 0
+        assert connection.execute("SELECT count(*) FROM holder_buckets").fetchone()[0] == 0
+    found = store.holder_past("u", "K", START_S, START_S + 60, 5.0)
+    assert found.marks == [] and found.rows == []
+
+    async def on_the_loop() -> object:
+        return store.holder_past("u", "K", START_S, START_S + 60, 5.0)
+
+    with pytest.raises(StoreReadOnEventLoop):
+        asyncio.run(on_the_loop())
+    store.stop()

@@ -30,6 +30,7 @@ from tests.support.servers import cli_server, get
 from tests.support.store_clock import ScriptedClock
 from tests.support.store_feed import UUIDS, Feeder
 from tests.support.stream_client import StreamClient, open_stream
+from tests.support.waiting import until
 
 FIXTURE = Path(__file__).parent / "fixtures" / "schema-1-history.sqlite"
 # What the fixture holds (make_schema_1_store.py): ten minutes from START_S of two GPUs,
@@ -186,9 +187,15 @@ def upgraded_server() -> Iterator[UpgradedServer]:
 
 def test_history_csv_has_columns_of_the_gpus_from_before_the_upgrade(
         upgraded_server: UpgradedServer) -> None:
-    status, body = get(upgraded_server.url + f"/history.csv?seconds={SIX_HOURS_S:g}")
-    assert status == 200, body[:300]
-    rows = list(csv.DictReader(io.StringIO(body.decode())))
+    def rows_with_recent() -> list[dict[str, str]] | None:
+        """The CSV's rows once it has rows of the in-memory history (a server just started
+        on a loaded machine may not have sampled yet)."""
+        status, body = get(upgraded_server.url + f"/history.csv?seconds={SIX_HOURS_S:g}")
+        assert status == 200, body[:300]
+        rows = list(csv.DictReader(io.StringIO(body.decode())))
+        return rows if any(row["resolution_s"] == "0.2" for row in rows) else None
+
+    rows = until(rows_with_recent, "a CSV with rows of the in-memory history", seconds=60)
     old = [row for row in rows
            if upgraded_server.old_start_s <= float(row["time_unix_s"]) < upgraded_server.old_end_s]
     assert len(old) == MINUTES * 12  # every 5-second bucket of the fixture

@@ -33,6 +33,7 @@ from ..diagnosis.cell import (
     NO_GPU_WORK,
     STORE,
     TOO_SHORT,
+    BucketEvidence,
     CellJudgment,
     DeviceCell,
     KernelPass,
@@ -40,10 +41,12 @@ from ..diagnosis.cell import (
     judge_cell,
 )
 from ..diagnosis.findings import NO_SIGNAL
+from ..diagnosis.idle import DeviceEvidence
 from ..jupyter_sessions import runtime_dir
 from ..metrics import OWNER_FAMILY, PROCESS_FAMILY, Sample
 from ..metrics.attribution import kernel_id_of
 from ..metrics.processes import PROCESS_EVERY_S
+from ..store.buckets import device_key
 from .components import GIB, duration_text, format_memory
 from .processes import current_user, newest_family
 
@@ -274,6 +277,45 @@ def kernel_passes(sources: DashboardSources, kernel_id: str, start_s: float, end
     return found
 
 
+def stored_kernel_passes(sources: DashboardSources, kernel_id: str, start_s: float,
+                         end_s: float, resolution_s: float) -> list[KernelPass]:
+    """The kernel's passes from ``start_s`` to ``end_s`` as the history store kept them
+    (``store/holders.py``): one ``KernelPass`` per bucket that recorded passes, at its last
+    pass, with the kernel's memory then and its bucket's summary per device row
+    (``BucketEvidence``), by the row each device has now (by UUID; a GPU not shown now is
+    left out). None where the store kept no pass there (written before it kept them)."""
+    store = sources.store
+    if store is None:
+        return []
+    me = current_user()
+    found = store.holder_past(me or "", kernel_id, start_s, end_s, resolution_s)
+    facts = {device_key(fact.index, fact.uuid): fact for fact in sources.metrics.facts}
+    by_start: dict[float, list[Any]] = {}
+    for bucket in found.rows:
+        by_start.setdefault(bucket.start_s, []).append(bucket)
+    passes = []
+    for mark in found.marks:
+        devices, summaries, others = [], [], []
+        for bucket in by_start.get(mark.start_s, ()):
+            fact = facts.get(bucket.device)
+            if fact is None:
+                continue
+            devices.append(DeviceEvidence(
+                fact.index, fact.label, bucket.held_last,
+                bucket.sm_mean if bucket.sampled else None, bucket.alone, bucket.device_mean,
+                bucket.device_signal or "utilization"))
+            summaries.append(BucketEvidence(
+                fact.index, bucket.sm_mean, bucket.sm_share, bucket.sampled_s,
+                bucket.device_mean, bucket.device_share, bucket.covered_s, bucket.held_max))
+            if not bucket.alone:
+                others.append((fact.index, tuple(holder_words(user, kernel, me)
+                                                 for user, kernel in bucket.others)
+                               or ("another process",)))
+        passes.append(KernelPass(mark.last_s, tuple(devices), tuple(others),
+                                 tuple(summaries)))
+    return passes
+
+
 def kernel_cells(sources: DashboardSources, kernel_id: str, start_s: float
                  ) -> tuple[list[OtherCell], int | None]:
     """The kernel's other cells that Jupyter's executions route lists (``jupyter_sessions``)
@@ -323,8 +365,18 @@ def cell_report(sources: DashboardSources, kernel_id: str, start_s: float, end_s
                                "history store keeps it")
     passes = kernel_passes(sources, kernel_id, start_s - gap_s, end_s + gap_s)
     others, count = kernel_cells(sources, kernel_id, start_s)
-    rows_held = held_rows(sources, kernel_id, start_s, end_s, first, gap_s) \
-        if judged_from == STORE and first is not None else []
+    rows_held: list[int] = []
+    if judged_from == STORE and first is not None:
+        # The span's part before the in-memory history, as the store kept the kernel's
+        # passes (a bucket's pass stands at its last: the one before the span is up to a
+        # bucket and a pass away), then the in-memory passes.
+        gap_s += resolution
+        stored = stored_kernel_passes(sources, kernel_id, start_s - gap_s,
+                                      min(end_s + gap_s, first), resolution)
+        passes = [p for p in stored if p.time_s < first] + \
+            [p for p in passes if p.time_s >= first]
+        if not stored:  # a store from before it kept passes: the kernel's tracks say
+            rows_held = held_rows(sources, kernel_id, start_s, end_s, first, gap_s)
     latest = metrics.history.latest()
     lost_rows = [r.index for r in latest.gpus if r.lost] if latest is not None else []
     judgment = judge_cell(start_s, end_s, passes, samples, metrics.facts,

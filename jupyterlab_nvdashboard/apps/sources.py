@@ -49,6 +49,10 @@ class DashboardSources:
     def __post_init__(self) -> None:
         self.diagnoses = DeviceDiagnoses(self.metrics, past=self.store)
         self.usage = GpuUsage(self.metrics, self.jupyter)
+        if self.store is not None:
+            # Each holder's evidence per device and bucket: a cell's span judged from the
+            # store rests on the kernel's own (issue 53, item 4).
+            self.usage.pass_listeners.append(self.store.hear_pass)
         # The stored part of ``history_since``, read off the event loop.
         self.stored_span = StoredSpan(self.store) if self.store is not None else None
 

@@ -20,7 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..diagnosis.idle import (
@@ -51,6 +51,8 @@ from ..metrics import (
 from ..metrics.families import GPM_FAMILY, GpmReading
 from ..metrics.identity import SHARED
 from ..metrics.processes import PROCESS_EVERY_S
+from ..store.buckets import device_key
+from ..store.holders import DeviceActivity, HolderReading, PassRecord
 from .components import duration_text, format_memory
 
 if TYPE_CHECKING:
@@ -86,23 +88,53 @@ def minutes_text(seconds: float) -> str:
 
 
 @dataclass
-class _Activity:
-    """A device's highest readings since the previous process pass."""
+class _Series:
+    """One activity reading's samples since the previous process pass: the highest, and
+    their sum and how many of them were at or above ``WORK_PCT`` (the history store keeps a
+    holder's device activity as a mean and a working share, ``store/holders.py``)."""
 
-    gpm_pct: float | None = None
-    utilization_pct: float | None = None
+    top: float | None = None
+    total: float = 0.0
+    count: int = 0
+    working: int = 0
+
+    def add(self, value: float | None) -> None:
+        if value is None:
+            return
+        if self.top is None or value > self.top:
+            self.top = value
+        self.total += value
+        self.count += 1
+        self.working += value >= WORK_PCT
+
+
+@dataclass
+class _Activity:
+    """A device's readings since the previous process pass."""
+
+    gpm: _Series = field(default_factory=_Series)
+    utilization: _Series = field(default_factory=_Series)
 
     def add(self, gpm: float | None, utilization: float | None) -> None:
-        if gpm is not None and (self.gpm_pct is None or gpm > self.gpm_pct):
-            self.gpm_pct = gpm
-        if utilization is not None and (self.utilization_pct is None
-                                        or utilization > self.utilization_pct):
-            self.utilization_pct = utilization
+        self.gpm.add(gpm)
+        self.utilization.add(utilization)
+
+    def _best(self) -> tuple[_Series, str]:
+        if self.gpm.top is not None:
+            return self.gpm, "SM activity"
+        return self.utilization, "utilization"
 
     def best(self) -> tuple[float | None, str]:
-        if self.gpm_pct is not None:
-            return self.gpm_pct, "SM activity"
-        return self.utilization_pct, "utilization"
+        """The highest reading of the best signal (GPM SM activity, else utilization)."""
+        series, signal = self._best()
+        return series.top, signal
+
+    def spread(self) -> tuple[float | None, float | None]:
+        """The best signal's mean and the share of its samples at or above ``WORK_PCT``."""
+        series, _ = self._best()
+        if not series.count:
+            return None, None
+        return series.total / series.count, series.working / series.count
 
 
 def _activity_since(samples: Sequence[Sample], rows: Sequence[int]) -> dict[int, _Activity]:
@@ -129,6 +161,10 @@ class DevicePass:
     signal: str  # "SM activity" or "utilization"
     processes: int
     held_bytes: float  # the listed entries' known memory together
+    # The same signal's mean since the previous pass, and the share of its samples at or
+    # above WORK_PCT (None: no sample had it): what the history store keeps.
+    mean_pct: float | None = None
+    working_share: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +223,8 @@ class HolderPasses:
             pct, signal = activity[row].best()
             entries = by_row.get(row, [])
             known = [r.used_memory_bytes for r in entries if r.used_memory_bytes is not None]
-            devices[row] = DevicePass(pct, signal, len(entries), sum(known))
+            devices[row] = DevicePass(pct, signal, len(entries), sum(known),
+                                      *activity[row].spread())
             for key, device in self._holders_on(fact.label, row, entries, pct, signal):
                 holders.setdefault(key, []).append(device)
         unattributed = sum(1 for r in readings
@@ -244,6 +281,30 @@ class HolderPasses:
             for key in memory]
 
 
+def pass_record(seen: HolderPass, facts: Sequence[GpuFacts]) -> PassRecord | None:
+    """What the history store keeps of one pass (``store/holders.py``): each holder's
+    evidence on each device it held memory on, keyed by the device's UUID, with the other
+    holders there and the device's activity since the previous pass; None for a pass whose
+    processes' owners were not all known (a cell's verdict skips it too, ``apps/cells.py``)."""
+    if not seen.owners_known or seen.unattributed:
+        return None
+    keys = {fact.index: device_key(fact.index, fact.uuid) for fact in facts}
+    on_row: dict[int, list[HolderKey]] = {}
+    for key, devices in seen.holders.items():
+        for device in devices:
+            on_row.setdefault(device.row, []).append(key)
+    readings = tuple(
+        HolderReading(user, kernel, keys[device.row], device.held_bytes,
+                      device.process_sm_pct, device.only_holder,
+                      tuple(other for other in on_row[device.row] if other != (user, kernel)))
+        for (user, kernel), devices in seen.holders.items() for device in devices
+        if device.row in keys and device.held_bytes != 0.0)
+    activity = tuple(DeviceActivity(keys[row], device.mean_pct, device.working_share,
+                                    device.signal)
+                     for row, device in seen.devices.items() if row in keys and row in on_row)
+    return PassRecord(seen.time_s, readings, activity)
+
+
 class GpuUsage:
     """The tracks of every holder and device; fed by the history, read by the pages."""
 
@@ -268,6 +329,9 @@ class GpuUsage:
         self.paths: dict[str, str] = {}
         self.passes = 0
         self._last_pass_s: float | None = None
+        # Told each pass as the history store keeps it (``pass_record``): the store's
+        # ``hear_pass``, a queue put.
+        self.pass_listeners: list[Callable[[PassRecord], None]] = []
         # With nobody watching, the sampler (and so the process passes) slows to its idle
         # interval: silence that long is the reader's pace, not a gap in what it saw.
         sampler = metrics.sampler
@@ -284,6 +348,11 @@ class GpuUsage:
             seen = self._passes.feed(sample)
             if seen is not None:
                 self._pass(seen)
+        if seen is not None and self.pass_listeners:
+            record = pass_record(seen, self.metrics.facts)
+            if record is not None:
+                for listener in self.pass_listeners:
+                    listener(record)
 
     def _pass(self, seen: HolderPass) -> None:
         self.recent.append(replace(seen, devices={}))  # what a cell reads: the holders

@@ -27,15 +27,13 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
-from itertools import chain, repeat
-from operator import attrgetter, ne
+from dataclasses import dataclass, replace
 
 from ..metrics import GpuFacts, GpuReading, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading
 from .findings import Finding, mean
 from .idle import WORK_PCT, DeviceEvidence
-from .rules import DiagnosisWindow
+from .rules import device_readings, diagnose
 from .thresholds import LOW_UTILIZATION_PCT
 from .whose import YOURS, whose_finding
 
@@ -63,9 +61,25 @@ MIN_SPAN_SAMPLES = 2
 # (issue 53); a second is the pace every cell gets.
 SHORTEST_JUDGED_S = 1.0
 STORE, MEMORY = "store", "memory"
-# A span's passes hold thousands of the kernel's entries: their fields are read in C.
-_ONLY_HOLDER = attrgetter("only_holder")
-_PROCESS_SM = attrgetter("process_sm_pct")
+
+
+@dataclass(frozen=True)
+class BucketEvidence:
+    """What a bucket of the history store keeps of the kernel on one device row
+    (``store/holders.py``): its own SM samples' mean and the share of them at or above
+    ``WORK_PCT`` with the time they stand for, the device's activity (mean and working
+    share of its samples) over the time the kernel's passes stand for, and the most memory
+    it held. A stored bucket's ``KernelPass`` carries one per row beside its
+    ``DeviceEvidence`` (the memory at the bucket's last pass): the same rules judge it."""
+
+    row: int
+    sm_pct: float | None
+    sm_share: float | None
+    sampled_s: float
+    device_pct: float | None
+    device_share: float | None
+    covered_s: float
+    held_max: float | None
 
 
 @dataclass(frozen=True)
@@ -73,14 +87,19 @@ class KernelPass:
     """One process pass, and the kernel's evidence on each device row it held then (none:
     it held no GPU memory in that pass). ``others``: on each row the kernel held, the other
     holders listed there, in words ("user bob's process"); a row the kernel shared with a
-    process whose owner is not known has ``another process`` among them."""
+    process whose owner is not known has ``another process`` among them. From the store, a
+    pass stands for a bucket's passes (``buckets``: their summary per row), at its last."""
 
     time_s: float
     devices: tuple[DeviceEvidence, ...]
     others: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    buckets: tuple[BucketEvidence, ...] = ()
 
     def others_on(self, row: int) -> tuple[str, ...]:
         return next((names for where, names in self.others if where == row), ())
+
+    def bucket_on(self, row: int) -> BucketEvidence | None:
+        return next((bucket for bucket in self.buckets if bucket.row == row), None)
 
 
 @dataclass(frozen=True)
@@ -138,6 +157,10 @@ class CellJudgment:
     samples: int  # samples in the span
     devices: tuple[DeviceCell, ...]
     count: int | None = None  # the cell's execution count, where known
+    # The kernel's passes (from the store: buckets) around the span, and those that speak
+    # for it: from the store, a span that holds no whole bucket of passes is too short.
+    passes: int = 0
+    judged_passes: int = 0
 
     @property
     def duration_s(self) -> float:
@@ -146,7 +169,8 @@ class CellJudgment:
     @property
     def too_short(self) -> bool:
         if self.judged_from == STORE:
-            return self.samples < MIN_SPAN_SAMPLES
+            return self.samples < MIN_SPAN_SAMPLES or (self.passes > 0
+                                                       and not self.judged_passes)
         return self.duration_s < SHORTEST_JUDGED_S or self.samples == 0
 
     @property
@@ -185,8 +209,7 @@ def _activity(readings: Sequence[GpuReading | None], gpm: Sequence[dict[int, Gpm
 
 def _share(values: Sequence[float | None]) -> float | None:
     known = [value for value in values if value is not None]
-    return len([value for value in known if value >= WORK_PCT]) / len(known) if known \
-        else None
+    return sum(1 for value in known if value >= WORK_PCT) / len(known) if known else None
 
 
 def charge_memory(times: Sequence[float], held: Sequence[float | None], start_s: float,
@@ -219,19 +242,16 @@ def charge_memory(times: Sequence[float], held: Sequence[float | None], start_s:
     # and their changes sum to the difference of their ends.
     inner_from = first if times[first] >= start_s else first + 1
     inner_to = max(inner_from, bisect_right(times, end_s, low, high) - 1)
-    # In order: the intervals before the block, the block as one step, those after it
-    # (the block's own intervals are never walked: a 10-minute span holds 600).
-    inner = inner_from < inner_to and first <= inner_from < last
-    steps = chain(range(first, inner_from), (inner_from,), range(inner_to, last)) \
-        if inner else range(first, last)
-    for k in steps:
-        if inner and k == inner_from:
+    for k in range(first, last):
+        if k == inner_from and inner_from < inner_to:
             block = held[inner_from:inner_to + 1]
             seen.extend(block[1:])
             if None in block:
                 charged = None
             elif charged is not None:
                 charged += block[-1] - block[0]  # type: ignore[operator]
+            continue
+        if inner_from < k < inner_to:
             continue
         t0, t1, v0, v1 = times[k], times[k + 1], held[k], held[k + 1]
         outside = [(a, b) for a, b in ((t0, min(t1, start_s)), (max(t0, end_s), t1)) if a < b]
@@ -264,13 +284,24 @@ def charge_memory(times: Sequence[float], held: Sequence[float | None], start_s:
     return MemoryChange(start, end, peak, change, spanning, cells)
 
 
-def _device_memory(readings: Sequence[GpuReading | None]) -> MemoryChange:
-    """The device's own memory over the span (the store keeps no process's)."""
-    known = [r.memory_used_bytes for r in readings
-             if r is not None and r.memory_used_bytes is not None]
-    if not known:
-        return MemoryChange(None, None, None, None)
-    return MemoryChange(known[0], known[-1], max(known), known[-1] - known[0])
+# A reading of the kernel's activity: (its mean %, the share of it at or above WORK_PCT,
+# the time it stands for). A pass from memory is one reading of its own (its share 0 or 1,
+# standing for the time since the previous pass); a stored bucket's summary is one reading
+# of its passes together: one weighted mean judges both.
+Reading = tuple[float, float, float]
+
+
+def _reading(pct: float, weight_s: float) -> Reading:
+    return (pct, 1.0 if pct >= WORK_PCT else 0.0, weight_s)
+
+
+def _weighted(readings: Sequence[Reading]) -> tuple[float | None, float | None]:
+    """The readings' mean % and working share, each weighted by the time it stands for."""
+    total = sum(weight for _, _, weight in readings)
+    if not readings or total <= 0:
+        return None, None
+    return (sum(pct * weight for pct, _, weight in readings) / total,
+            sum(share * weight for _, share, weight in readings) / total)
 
 
 @dataclass(frozen=True)
@@ -279,46 +310,67 @@ class _Own:
 
     signal: str
     words: str
-    pass_pcts: tuple[float, ...]  # its own activity in each pass (CANNOT_TELL: none)
+    readings: tuple[Reading, ...]  # its own activity, pass by pass (CANNOT_TELL: none)
     alone: bool  # its processes were the device's only ones in every pass
     shared_with: tuple[str, ...]
 
 
-def _own(label: str, evidence: Sequence[DeviceEvidence],
-         others: Sequence[str], judged: int) -> _Own:
+# The least time a judged pass stands for (two passes stamped alike both count).
+MIN_PASS_S = 1e-3
+
+
+def _own(label: str, evidence: Sequence[tuple[DeviceEvidence, float, BucketEvidence | None]],
+         others: Sequence[str], judged: Sequence[float]) -> _Own:
     """The kernel's own activity on one device, pass by pass, from its signals only: its
     per-process SM samples; else the device's activity where it was the only process, or
     where nobody worked (then the kernel did not either); else nothing can be told.
-    ``judged``: the passes that speak for the span; the kernel is on the device in
-    ``evidence``'s. In a judged pass without it, the driver listed none of its processes
+    ``judged``: the time each pass that speaks for the span stands for; ``evidence``: the
+    kernel's on the device in those passes, each with that time and, from the store, its
+    bucket's summary. In a judged pass without it, the driver listed none of its processes
     there: no context, so no work on that device (a cell that freed it at its start)."""
     shared_with = tuple(dict.fromkeys(others))
-    alone = bool(evidence) and all(map(_ONLY_HOLDER, evidence))
+    alone = bool(evidence) and all(device.only_holder for device, _, _ in evidence)
     if not evidence:
         if judged:
             return _Own(PER_PROCESS, f"the driver listed none of the kernel's processes on "
-                        f"{label} in the span", (0.0,) * judged, alone, shared_with)
+                        f"{label} in the span", tuple((0.0, 0.0, w) for w in judged), alone,
+                        shared_with)
         return _Own(CANNOT_TELL, "no process pass fell in the span", (), alone, shared_with)
-    sampled = tuple([pct for pct in map(_PROCESS_SM, evidence) if pct is not None])
+    sampled = tuple(
+        (bucket.sm_pct, bucket.sm_share or 0.0, bucket.sampled_s) if bucket is not None
+        else _reading(device.process_sm_pct, weight)  # type: ignore[arg-type]
+        for device, weight, bucket in evidence
+        if (device.process_sm_pct is not None if bucket is None
+            else bucket.sm_pct is not None and bucket.sampled_s > 0))
     if sampled:
         # The driver samples each process's SM share; a pass between two of its samples
         # has none (nvmlDeviceGetProcessUtilization: NOT_FOUND, nothing newer than the last
         # pass), which tells nothing. The device's figure there is not the kernel's, so the
         # cell rests on the passes that carry its own samples (a loaded machine's passes
         # slip and miss some).
-        return _Own(PER_PROCESS, "per-process SM samples", sampled, alone, shared_with)
-    pcts: list[float] = []
+        return _Own(PER_PROCESS, "per-process SM samples", sampled,  # type: ignore[arg-type]
+                    alone, shared_with)
+    pcts: list[Reading] = []
     device_words = ""
-    for device in evidence:  # none carries the kernel's own samples
-        if device.device_pct is not None and (device.only_holder
-                                              or device.device_pct < WORK_PCT):
-            pcts.append(device.device_pct)
+    for device, weight, bucket in evidence:  # none carries the kernel's own samples
+        if bucket is not None:
+            # A stored bucket: the device's samples over its passes, their mean and
+            # working share; nobody worked where none of them was at WORK_PCT.
+            pct, nobody = bucket.device_pct, bucket.device_share == 0.0
+            reading = None if pct is None else (pct, bucket.device_share or 0.0,
+                                                bucket.covered_s)
+        else:
+            pct = device.device_pct
+            nobody = pct is not None and pct < WORK_PCT
+            reading = None if pct is None else _reading(pct, weight)
+        if reading is not None and (device.only_holder or nobody):
+            pcts.append(reading)
             device_words = device_words or (
                 f"{label}'s {device.device_signal}: " + (
                     "the kernel is its only process" if device.only_holder
                     else "no process on it worked"))
         else:
-            if device.device_pct is None:
+            if pct is None:
                 why = (f"{label} gives neither per-process SM samples nor SM activity or "
                        "utilization")
             else:
@@ -330,52 +382,34 @@ def _own(label: str, evidence: Sequence[DeviceEvidence],
 
 
 def _judged(passes: Sequence[KernelPass], start_s: float, end_s: float,
-            others: Sequence[OtherCell]) -> list[tuple[float, int]]:
-    """The passes that speak for the span (their positions in ``passes``), each with the
-    time its activity starts from. A pass's own SM samples and its device's highest
-    activity are those since the previous pass (``diagnosis/idle.py``), so a pass tells of
-    the time since the previous one: the passes whose time lies wholly in the span, where
-    there are such; else (a cell shorter than a pass) those whose time overlaps the span and
-    no other cell of the kernel's (the kernel runs nothing between cells, and another cell's
-    work is not this one's)."""
-    timed = [(before.time_s, i, p.time_s)
-             for i, (before, p) in enumerate(zip(passes, passes[1:], strict=False), 1)]
-    wholly = [(since, i) for since, i, until in timed if since >= start_s and until <= end_s]
-    if wholly:
+            others: Sequence[OtherCell], wholly_only: bool = False
+            ) -> list[tuple[float, KernelPass]]:
+    """The passes that speak for the span, each with the time its activity starts from. A
+    pass's own SM samples and its device's highest activity are those since the previous
+    pass (``diagnosis/idle.py``), so a pass tells of the time since the previous one: the
+    passes whose time lies wholly in the span, where there are such; else (a cell shorter
+    than a pass) those whose time overlaps the span and no other cell of the kernel's (the
+    kernel runs nothing between cells, and another cell's work is not this one's).
+    ``wholly_only``: the wholly ones only (a stored bucket that reaches out of the span
+    tells of time that is not the cell's: the span is then too short for the store)."""
+    timed = list(zip((p.time_s for p in passes), passes[1:], strict=False))
+    wholly = [(since, p) for since, p in timed if since >= start_s and p.time_s <= end_s]
+    if wholly or wholly_only:
         return wholly
-    return [(since, i) for since, i, until in timed
-            if since < end_s and until > start_s
-            and not any(cell.overlaps(since, until) for cell in others)]
+    return [(since, p) for since, p in timed
+            if since < end_s and p.time_s > start_s
+            and not any(cell.overlaps(since, p.time_s) for cell in others)]
 
 
-def _covered(span: Sequence[Sample], judged_since: Sequence[tuple[float, int]],
-             until_s: float) -> list[int]:
-    """The positions in ``span`` of the samples the judged passes vouch for: after the
-    first's start, up to the last (at ``until_s``)."""
-    if not judged_since:
-        return []
-    since = judged_since[0][0]
-    return [i for i, sample in enumerate(span) if since < sample.time_s <= until_s]
-
-
-def _by_row(passes: Sequence[KernelPass]) -> dict[int, list[DeviceEvidence | None]]:
-    """The kernel's entry on each row it held in any of ``passes``, in each pass (None
-    where it held nothing there; a pass has one entry per row). The one walk over every
-    entry: a span of 8 GPUs holds thousands, and what is read of them is read by row."""
-    columns: dict[int, list[DeviceEvidence | None]] = {}
+def _held_by_row(passes: Sequence[KernelPass]) -> dict[int, list[float | None]]:
+    """The kernel's memory on each row it held in any of ``passes``, in each pass: 0 where
+    it held none there."""
+    rows = dict.fromkeys(d.row for p in passes for d in p.devices)
+    series: dict[int, list[float | None]] = {row: [0.0] * len(passes) for row in rows}
     for i, kernel_pass in enumerate(passes):
         for device in kernel_pass.devices:
-            column = columns.get(device.row)
-            if column is None:
-                columns[device.row] = column = [None] * len(passes)
-            column[i] = device
-    return columns
-
-
-def _held(column: Sequence[DeviceEvidence | None]) -> list[float | None]:
-    """The kernel's memory on a row in each pass (``_by_row``'s column): 0 where it held
-    none there, None where its share is not known on its own."""
-    return [0.0 if device is None else device.held_bytes for device in column]
+            series[device.row][i] = device.held_bytes
+    return series
 
 
 def _state(lost: bool, signal: str, share: float | None) -> str:
@@ -409,36 +443,35 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
                    if start_s - gap_s <= p.time_s < start_s), None)
     after = next((p for p in passes if end_s < p.time_s <= end_s + gap_s), None)
     around = [p for p in (before, *inside, after) if p is not None]
-    judged_since = _judged(around, start_s, end_s, others)
-    judged = [around[i] for _, i in judged_since]
-    # One walk over the passes' entries, then each row's: what a span's read costs grows
-    # with the span.
-    columns = _by_row(around)
-    series = {row: _held(column) for row, column in columns.items()}
-    inside_from = 1 if before is not None else 0
-    inside_to = inside_from + len(inside)
-    # Held: memory, or memory not known on its own (None), in a pass.
-    held_inside = {row for row, held in series.items()
-                   if any(map(ne, repeat(0.0), held[inside_from:inside_to]))}
-    held_around = {row for row, held in series.items() if any(map(ne, repeat(0.0), held))}
-    evidence_of: dict[int, list[DeviceEvidence]] = {}
+    store = judged_from == STORE
+    judged_since = _judged(around, start_s, end_s, others, wholly_only=store)
+    judged = [p for _, p in judged_since]
+    # The time each judged pass stands for: since the previous one.
+    weights = [max(p.time_s - since, MIN_PASS_S) for since, p in judged_since]
+    # One walk over the passes, by row: what a span's read costs grows with the span.
+    series = _held_by_row(around)
+    held_inside = {d.row for p in inside for d in p.devices if d.held_bytes != 0.0}
+    held_around = {d.row for p in around for d in p.devices if d.held_bytes != 0.0}
+    evidence_of: dict[int, list[tuple[DeviceEvidence, float, BucketEvidence | None]]] = {}
     names_of: dict[int, list[str]] = {}
-    judged_at = [i for _, i in judged_since]
-    for row, column in columns.items():
-        evidence = [device for device in map(column.__getitem__, judged_at)
-                    if device is not None]
-        if evidence:
-            evidence_of[row] = evidence
-        if not all(map(_ONLY_HOLDER, evidence)):  # others on the row: who, pass by pass
-            names_of[row] = [name for i in judged_at
-                             if (device := column[i]) is not None and not device.only_holder
-                             for name in around[i].others_on(row)]
+    for kernel_pass, weight in zip(judged, weights, strict=True):
+        for device in kernel_pass.devices:
+            evidence_of.setdefault(device.row, []).append(
+                (device, weight, kernel_pass.bucket_on(device.row)))
+            if not device.only_holder:
+                names_of.setdefault(device.row, []).extend(kernel_pass.others_on(device.row))
     # The rows the kernel held during the span: in its passes in it, and where the memory
     # charged to the cell (its start, its end, or a change it cannot be told from its
     # neighbours) is not nothing.
     times = [p.time_s for p in around]
     memory_of = {row: charge_memory(times, held, start_s, end_s, gap_s, others, count)
                  for row, held in series.items()}
+    for row, memory in memory_of.items():
+        # A stored bucket keeps the most its passes saw held, not only its last pass's.
+        tops = [bucket.held_max for p in inside for bucket in p.buckets
+                if bucket.row == row and bucket.held_max is not None]
+        if tops and memory.peak_bytes is not None:
+            memory_of[row] = replace(memory, peak_bytes=max(memory.peak_bytes, *tops))
     # A row held only around the span, with what the cell did to it unknown (a pass
     # missed), is the cell's too: "memory change unknown" rather than nothing.
     rows = dict.fromkeys(row for row, memory in memory_of.items() if row in (
@@ -448,63 +481,49 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
     rows.update(dict.fromkeys(rows_held))
     span = [s for s in samples if start_s <= s.time_s <= end_s]
     by_row = {fact.index: fact for fact in facts}
-    # Every device's diagnosis over the span reads it once (rules.DiagnosisWindow).
-    window = DiagnosisWindow(span, facts, simulated=simulated)
-    # Read only for a row whose device speaks (its own signal, or the store's): the GPM
-    # passes of the span, and the samples the judged passes vouch for (a stretch of the
-    # span's), the device's finer pace.
-    gpm: list[dict[int, GpmReading]] | None = None
-    covered: list[int] | None = None
+    gpm = _gpm_passes(span) if not store and any(
+        device.process_sm_pct is None for found in evidence_of.values() for device, _, _ in found
+    ) else []
+    # The samples the judged passes vouch for (a stretch of the span's): the device's finer
+    # pace, where it speaks for the kernel.
+    if judged:
+        since, until = judged_since[0][0], judged[-1].time_s
+        covered = [i for i, sample in enumerate(span) if since < sample.time_s <= until]
+    else:
+        covered = []
     devices = []
     for row in sorted(rows):
         fact = by_row.get(row)
         label = fact.label if fact else f"GPU row {row}"
         evidence = evidence_of.get(row, [])
-        own = _own(label, evidence, names_of.get(row, []), len(judged))
+        own = _own(label, evidence, names_of.get(row, []), weights)
         signal, words = own.signal, own.words
         # A lost GPU stays lost until the devices are enumerated again (which ends the
         # span's rows): the span's newest reading of the row says whether it was lost.
         newest = next((r for sample in reversed(span) for r in sample.gpus if r.index == row),
                       None)
         lost = row in lost_rows or fact is None or (newest is not None and newest.lost)
-        # The device's readings and activity, read only where they speak (its own signal
-        # or the store's): a span's cost is mostly these, and the diagnosis's.
-        readings = window.readings(row)[0] \
-            if judged_from == STORE or signal == DEVICE else []
-        if readings and gpm is None:
-            gpm = _gpm_passes(span)
-        activity = _activity(readings, gpm, row) if readings and gpm is not None else []
-        if judged_from == STORE:
-            # The store keeps each device's readings, no process's: its memory is the
-            # device's, and its activity speaks for the kernel only where nobody worked.
-            memory = _device_memory(readings)
-            nobody = _share(activity) == 0.0
-            signal, words = (DEVICE, f"{label}'s stored activity: no process on it worked") \
-                if nobody else (CANNOT_TELL, f"cannot tell what this cell did: the history "
-                                             f"store keeps no process's readings, and "
-                                             f"{label} worked")
-            sm, share, alone = (0.0, 0.0, False) if nobody else (None, None, False)
+        memory = memory_of.get(row, MemoryChange(None, None, None, None))
+        if not store and signal == DEVICE and covered and len(evidence) == len(judged) and all(
+                d.only_holder or (d.device_pct is not None and d.device_pct < WORK_PCT)
+                for d, _, _ in evidence):
+            # On the device, and alone there (or nobody worked), in every pass: the
+            # device's samples are the kernel's, at the samples' finer pace, over the
+            # time the passes vouch for. (A pass without the kernel on the device
+            # leaves the device's samples there to whoever else held it.) The store's
+            # buckets keep the same samples' mean and working share (``BucketEvidence``).
+            # The device's readings and activity are read only here: a span's cost is
+            # mostly these, and the diagnosis's.
+            activity = _activity(device_readings(span, row)[0], gpm, row)
+            covered_activity = activity[covered[0]:covered[-1] + 1]
+            sm, share = mean(covered_activity), _share(covered_activity)
         else:
-            memory = memory_of.get(row, MemoryChange(None, None, None, None))
-            if signal == DEVICE and covered is None:
-                covered = _covered(span, judged_since, judged[-1].time_s if judged else 0.0)
-            if signal == DEVICE and covered and len(evidence) == len(judged) and all(
-                    d.only_holder or (d.device_pct is not None and d.device_pct < WORK_PCT)
-                    for d in evidence):
-                # On the device, and alone there (or nobody worked), in every pass: the
-                # device's samples are the kernel's, at the samples' finer pace, over the
-                # time the passes vouch for. (A pass without the kernel on the device
-                # leaves the device's samples there to whoever else held it.)
-                covered_activity = activity[covered[0]:covered[-1] + 1]
-                sm, share = mean(covered_activity), _share(covered_activity)
-            else:
-                sm = mean(own.pass_pcts) if own.pass_pcts else None
-                share = _share(own.pass_pcts) if own.pass_pcts else None
-            alone = own.alone
+            sm, share = _weighted(own.readings)
+        alone = own.alone
         state = _state(lost, signal, share)
         worked = share is not None and share > 0.0
         whose = whose_finding(alone, worked)
-        findings = window.diagnose(row).findings \
+        findings = diagnose(span, facts, row, simulated=simulated).findings \
             if len(span) >= MIN_SPAN_SAMPLES and (whose == YOURS or lost) else ()
         devices.append(DeviceCell(
             row, label, fact.uuid if fact else "",
@@ -513,4 +532,4 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
             share if signal != CANNOT_TELL else None, findings, state, own.shared_with,
             whose))
     return CellJudgment(start_s, end_s, judged_from, resolution_s, len(span), tuple(devices),
-                        count)
+                        count, len(around), len(judged))

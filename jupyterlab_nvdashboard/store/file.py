@@ -90,6 +90,21 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
                pending INTEGER NOT NULL DEFAULT 0)""",
         "INSERT INTO upgraded_rows (layout) SELECT id FROM layouts WHERE gpus LIKE 'index:%'",
     ),
+    4: (
+        # Each holder's evidence per device and bucket, and each bucket's pass mark (device,
+        # user and kernel empty): what a cell's verdict rests on once its span has left the
+        # in-memory history (``holders.py``). A store upgraded from version 3 gets it empty:
+        # its older spans are judged from the device readings they kept, as before.
+        """CREATE TABLE holder_buckets (
+               tier INTEGER NOT NULL, start_s INTEGER NOT NULL, device TEXT NOT NULL,
+               user TEXT NOT NULL, kernel TEXT NOT NULL, passes INTEGER NOT NULL,
+               covered_s REAL NOT NULL, first_s REAL NOT NULL, last_s REAL NOT NULL,
+               held_first REAL, held_last REAL, held_mean REAL, held_max REAL,
+               sampled INTEGER NOT NULL, sampled_s REAL NOT NULL, sm_mean REAL, sm_share REAL,
+               device_mean REAL, device_share REAL, device_signal TEXT NOT NULL,
+               alone INTEGER NOT NULL, others TEXT NOT NULL, others_count INTEGER NOT NULL,
+               PRIMARY KEY (tier, start_s, user, kernel, device)) WITHOUT ROWID""",
+    ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 # Statements run in the transaction of the migration they are keyed by, only when the store

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..event_loop import on_event_loop
 from ..metrics import History, Sample
-from . import upgraded_rows
+from . import holders, upgraded_rows
 from .buckets import (
     Bucket,
     BucketRun,
@@ -72,6 +72,7 @@ from .file import (
     make_folder,
     open_store,
 )
+from .holders import HolderBucket, PassRecord, fold_holder_buckets, fold_passes
 
 log = logging.getLogger("nvdashboard")
 
@@ -138,6 +139,17 @@ class PastWindow:
     samples: list[Sample] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class StoredPasses:
+    """What the store kept of one holder's passes over a span (``holders.py``): each
+    bucket's pass mark and the holder's rows (device keys as stored), oldest first, from
+    the tier of ``tier_s`` buckets."""
+
+    tier_s: float
+    marks: list[HolderBucket] = field(default_factory=list)
+    rows: list[HolderBucket] = field(default_factory=list)
+
+
 class HistoryStore:
     """One store file, its writer thread (when this server is the writer) and its reader.
 
@@ -169,6 +181,13 @@ class HistoryStore:
         self._open_fine: list[IdentifiedSample] = []
         self._before_open: Sample | None = None  # the sample before those (its interval)
         self._open_coarse: list[Bucket] = []  # 5-second buckets of the open minute
+        # Process passes (``holders.py``) heard and not yet written, and the same for them:
+        # the passes of the open 5-second bucket, the pass before those, and the closed
+        # 5-second holder buckets of the open minute.
+        self._pass_queue: queue.SimpleQueue[PassRecord] = queue.SimpleQueue()
+        self._open_passes: list[PassRecord] = []
+        self._before_passes_s: float | None = None
+        self._open_holder_minute: list[HolderBucket] = []
         self._layout_ids: dict[tuple[str, ...], int] = {}
         self._last_prune = -float("inf")
         # What the writer made of the wall clock at open (``clock_check``), and the
@@ -201,16 +220,23 @@ class HistoryStore:
         if self.role != "off":
             self._queue.put(IdentifiedSample(sample, self.device_uuids()))
 
+    def hear_pass(self, record: PassRecord) -> None:
+        """Take one process pass's holder evidence (a queue put, on the sampler's thread:
+        ``apps/usage.py`` hears the passes and hands them here)."""
+        if self.role != "off":
+            self._pass_queue.put(record)
+
     def _stop_hearing(self) -> None:
         """An off store listens no more and lets go of what it had taken (an hour of 8 GPUs
         at 200 ms is about 80 MB)."""
         if self._history is not None:
             self._history.remove_listener(self._hear)
-        while True:
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
+        for waiting in (self._queue, self._pass_queue):
+            while True:
+                try:
+                    waiting.get_nowait()
+                except queue.Empty:
+                    break
 
     def open(self) -> None:
         """Take the writer's role if free (making or migrating the store), else read. One log
@@ -285,6 +311,13 @@ class HistoryStore:
         fine = self._read_buckets(self._connection, FINE_TIER, since, float("inf"))
         if fine:
             self._write(COARSE_TIER, fold_buckets(fine, TIER_WIDTHS_S[COARSE_TIER]))
+        newest_minute = self._connection.execute(
+            "SELECT max(start_s) FROM holder_buckets WHERE tier=?", (COARSE_TIER,)).fetchone()[0]
+        since = -1 if newest_minute is None else newest_minute + TIER_WIDTHS_S[COARSE_TIER]
+        left = self._read_holder_rows(self._connection, FINE_TIER, since, float("inf"))
+        if left:
+            self._write_holders(COARSE_TIER, fold_holder_buckets(
+                left, TIER_WIDTHS_S[COARSE_TIER]))
 
     def step(self, final: bool = False) -> None:
         """Write what the samples since the last step closed, in one transaction (and every
@@ -313,6 +346,7 @@ class HistoryStore:
             return
         if self._rows_pending and new:
             self._key_upgraded_rows(new[0].uuids)
+        passes = self._drain_passes()
         samples = [*self._open_fine, *new]
         fine = fold_samples(samples, TIER_WIDTHS_S[FINE_TIER], self.slack_s,
                             self._before_open)
@@ -331,17 +365,27 @@ class HistoryStore:
         if final and open_coarse:
             minutes += fold_buckets(open_coarse, TIER_WIDTHS_S[COARSE_TIER])
             open_coarse = []
-        if closed_fine or minutes:
+        holder_fine, holder_minutes, open_passes, open_minute = self._fold_passes(passes,
+                                                                                final)
+        if closed_fine or minutes or holder_fine or holder_minutes:
             try:
                 with self._connection:
                     self._write(FINE_TIER, closed_fine)
                     self._write(COARSE_TIER, minutes)
+                    self._write_holders(FINE_TIER, holder_fine)
+                    self._write_holders(COARSE_TIER, holder_minutes)
             except sqlite3.Error:
                 # Nothing of this batch was written (the transaction rolled back): its
-                # samples wait for the next step, an hour of them at most.
+                # samples and passes wait for the next step, an hour of them at most.
                 self._open_fine = samples[-MAX_PENDING_SAMPLES:]
+                self._open_passes = passes[-MAX_PENDING_SAMPLES:]
                 raise
             self.stats.batches += 1
+        if passes:
+            kept = len(open_passes)
+            if len(passes) > kept:
+                self._before_passes_s = passes[-kept - 1].time_s
+            self._open_passes, self._open_holder_minute = open_passes, open_minute
         # The open bucket's own samples stay in memory until a later sample closes it.
         self._open_fine = [s for s in samples if still_open and _in(s, still_open[0])]
         if len(samples) > len(self._open_fine):
@@ -351,6 +395,86 @@ class HistoryStore:
         if final or now - self._last_prune >= PRUNE_EVERY_S:
             self._last_prune = now
             self._prune()
+
+    def _drain_passes(self) -> list[PassRecord]:
+        """The passes of the open bucket and those heard since the last step."""
+        passes = list(self._open_passes)
+        while True:
+            try:
+                passes.append(self._pass_queue.get_nowait())
+            except queue.Empty:
+                return passes
+
+    def _fold_passes(self, passes: list[PassRecord], final: bool
+                     ) -> tuple[list[HolderBucket], list[HolderBucket], list[PassRecord],
+                                list[HolderBucket]]:
+        """(closed 5-second holder buckets, closed minutes, the open bucket's passes, the
+        open minute's 5-second buckets): as the device buckets are closed and rolled up."""
+        fine_s, coarse_s = TIER_WIDTHS_S[FINE_TIER], TIER_WIDTHS_S[COARSE_TIER]
+        if not passes and not final:
+            return [], [], [], self._open_holder_minute
+        # The open bucket: the trailing passes in the last pass's bucket.
+        kept = 0
+        if not final:
+            open_start = _floor(passes[-1].time_s, fine_s)
+            while kept < len(passes) and _floor(passes[-kept - 1].time_s, fine_s) == open_start:
+                kept += 1
+        still_open = passes[len(passes) - kept:]
+        closed = fold_passes(passes[:len(passes) - kept], fine_s, self.slack_s,
+                             self._before_passes_s)
+        minutes: list[HolderBucket] = []
+        open_minute = list(self._open_holder_minute)
+        for bucket in closed:
+            if bucket.is_mark and open_minute and \
+                    _floor(open_minute[0].start_s, coarse_s) != _floor(bucket.start_s,
+                                                                       coarse_s):
+                minutes += fold_holder_buckets(open_minute, coarse_s)
+                open_minute = []
+            open_minute.append(bucket)
+        if final and open_minute:
+            minutes += fold_holder_buckets(open_minute, coarse_s)
+            open_minute = []
+        return closed, minutes, still_open, open_minute
+
+    def _write_holders(self, tier: int, buckets: Sequence[HolderBucket]) -> None:
+        """Insert each holder bucket; one already there is merged with it."""
+        assert self._connection is not None
+        columns = ", ".join(("tier", "start_s", *holders.COLUMNS))
+        marks = ", ".join("?" * (2 + len(holders.COLUMNS)))
+        for bucket in buckets:
+            inserted = self._connection.execute(
+                f"INSERT OR IGNORE INTO holder_buckets ({columns}) VALUES ({marks})",
+                holders.to_row(tier, bucket)).rowcount
+            if inserted:
+                continue
+            key = (tier, int(bucket.start_s), bucket.user, bucket.kernel, bucket.device)
+            where = "tier=? AND start_s=? AND user=? AND kernel=? AND device=?"
+            row = self._connection.execute(
+                f"SELECT start_s, {', '.join(holders.COLUMNS)} FROM holder_buckets "
+                f"WHERE {where}", key).fetchone()
+            stored = holders.from_row(bucket.width_s, row) if row is not None else None
+            if stored is not None:
+                bucket = holders.merged(stored, bucket)
+            self._connection.execute(f"DELETE FROM holder_buckets WHERE {where}", key)
+            self._connection.execute(
+                f"INSERT INTO holder_buckets ({columns}) VALUES ({marks})",
+                holders.to_row(tier, bucket))
+
+    def _read_holder_rows(self, connection: sqlite3.Connection, tier: int, start_s: float,
+                          end_s: float, holder: tuple[str, str] | None = None
+                          ) -> list[HolderBucket]:
+        """The tier's holder buckets that overlap ``start_s`` to ``end_s``, oldest first: the
+        pass marks and ``holder``'s rows (every holder's: None)."""
+        width = TIER_WIDTHS_S[tier]
+        which = "" if holder is None else \
+            " AND ((user=? AND kernel=?) OR (device='' AND user='' AND kernel=''))"
+        rows = connection.execute(
+            f"SELECT start_s, {', '.join(holders.COLUMNS)} FROM holder_buckets WHERE tier=? "
+            f"AND start_s > ? AND start_s < ?{which} ORDER BY start_s",
+            (tier, start_s - width, end_s if end_s != float("inf") else 2**62,
+             *(holder or ()))).fetchall()
+        found = (holders.from_row(width, row) for row in rows)
+        return [bucket for bucket in found if bucket is not None]
 
     def _key_upgraded_rows(self, uuids: Mapping[int, str]) -> None:
         """The first sample after the upgrade from version 1 names the GPUs the stored rows
@@ -442,6 +566,9 @@ class HistoryStore:
                 pruned += self._connection.execute(
                     "DELETE FROM buckets WHERE tier=? AND start_s < ?",
                     (tier, int(now - retention))).rowcount
+                self._connection.execute(
+                    "DELETE FROM holder_buckets WHERE tier=? AND start_s < ?",
+                    (tier, int(now - retention)))
             self.stats.pruned += pruned
             # What was set aside as damaged goes when it is past the longest retention as
             # well; what was set aside as ahead never goes as such: it comes back when the
@@ -765,6 +892,27 @@ class HistoryStore:
             samples.append(gap_sample(devices, middle, middle + offset))
         samples.sort(key=lambda sample: sample.time_s)
         return PastWindow(width, resolution, samples)
+
+    def holder_past(self, user: str, kernel: str, start_s: float, end_s: float,
+                    resolution_s: float) -> StoredPasses:
+        """What the store kept of holder (``user``, ``kernel``)'s passes from ``start_s`` to
+        ``end_s``, from the tier ``past`` reads at ``resolution_s``. Reads the file: off the
+        event loop only."""
+        if not self._readable_once_open() or end_s <= start_s:
+            return StoredPasses(0.0)
+        tier = self.tier_for(start_s, resolution_s)
+        try:
+            connection = connect(self.path, read_only=True)
+            try:
+                found = self._read_holder_rows(connection, tier, start_s, end_s,
+                                               (user, kernel))
+            finally:
+                connection.close()
+        except sqlite3.Error as error:
+            log.warning("history store %s: cannot read it: %s", self.path, error)
+            return StoredPasses(TIER_WIDTHS_S[tier])
+        return StoredPasses(TIER_WIDTHS_S[tier], [b for b in found if b.is_mark],
+                            [b for b in found if not b.is_mark])
 
     def past_samples(self, start_s: float, end_s: float, resolution_s: float,
                      rows: str = "minmax") -> tuple[list[Sample], float]:
