@@ -146,7 +146,9 @@ def test_each_cell_says_what_it_did_on_the_gpu(lab, processes_file: Path) -> Non
         assert b_text == held["verdict"], (b_text, held)
         # Its own samples say 0% while the GPU plays "starved": it did no GPU work, and
         # gets no advice about code it did not run (issue 53).
-        assert b_text == "held 6.0 GiB on GPU 1; this cell did no GPU work", b_text
+        assert b_text == "held 6.0 GiB on GPU 1; this cell did no GPU work", \
+        json.dumps([{key: g.get(key) for key in ("signal", "signal_text", "sm_pct",
+                                                 "working_share")} for g in held["gpus"]])
         assert all(not g["findings"] for g in held["gpus"]), held
         b_details = details_text(page, 1)
         assert "Cell [2] ran" in b_details, b_details

@@ -19,8 +19,10 @@ and 3 whole A100s) with real kernels the simulated driver lists, and in Chromium
 - y, busy since its notice, is kept; z is kept even with a notice posted for it, and "Keep
   this kernel" (its route) holds it off for the stated time.
 
-Settings: ``NVDASHBOARD_CULL_AFTER_MINUTES=1`` (the acceptance's 1-minute grace),
-``NVDASHBOARD_CULL_IDLE_MINUTES=0``.
+Settings: ``NVDASHBOARD_CULL_AFTER_MINUTES=2``, ``NVDASHBOARD_CULL_IDLE_MINUTES=0``. The
+acceptance's grace was 1 minute; in full runs on the 2-core machine, the steps between the
+warnings and the cull (the warnings agreeing, x missing and back, y busy) took longer than
+that, and x was shut down while they ran. Two minutes hold the same rule, with room.
 It runs this checkout's build and, with ``PYTHONPATH`` naming this checkout, its server
 extension. Screenshots go to test-artifacts/.
 """
@@ -56,7 +58,7 @@ from tests.test_browser_lab import open_lab, show_sidebar
 from tests.test_lab_processes import call
 
 pytestmark = [pytest.mark.browser, pytest.mark.lab]
-GRACE_S = 60.0
+GRACE_S = 120.0
 WARNING = re.compile(r"^Shut down at (\d\d:\d\d:\d\d(?: [AP]M)?) if it stays idle: "
                      r"(\w)\.ipynb holds 4\.0 GiB on GPU \d[^,]*, no GPU work for \d+ (s|min)\.$")
 # Samples, from the page's first script on, whether x's warning is on screen.
@@ -66,7 +68,7 @@ setInterval(() => window.__xWarning.push([Date.now(), [...document.querySelector
   '.Toastify__toast')].some(t => t.textContent.includes('x.ipynb holds'))]), 200);
 """
 CULLED = re.compile(r"^GPU idle cull shut down the kernel of x\.ipynb: 4\.0 GiB on GPU 1\b.*, "
-                    r"no GPU work for \d+ (s|min), told \d+ s before\.$")
+                    r"no GPU work for \d+ (s|min), told \d+ (s|min) before\.$")
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +105,7 @@ def running_kernels(lab) -> set[str]:  # noqa: ANN001
     return {k["id"] for k in call(lab, "GET", "api/kernels")}  # type: ignore[union-attr]
 
 
+@pytest.mark.timeout(600)  # a 2-minute grace, on a loaded machine: over the suite's 300 s
 def test_the_gpu_idle_cull(lab, processes_file: Path) -> None:  # noqa: ANN001
     write_settings(lab, {"idleNotice": False})
     kernels = {name: start_notebook(lab, f"{name}.ipynb") for name in "xyz"}
@@ -172,7 +175,7 @@ def test_the_gpu_idle_cull(lab, processes_file: Path) -> None:  # noqa: ANN001
             {"gpu": 0, "mig": 0, "pid": kernels["z"][1], "used_memory_bytes": 4 * GIB},
         ])
         # Its warning stayed (or came back): the cull is still armed for it.
-        page.locator(TOAST, has_text="x.ipynb holds").wait_for(timeout=30_000)
+        page.locator(TOAST, has_text="x.ipynb holds").wait_for(timeout=60_000)
         assert ids["x"] in [w["kernel_id"] for w in cull_state(lab)["warnings"]]
         page.wait_for_selector(f'#nvdashboard-sidebar [data-kernel-id="{ids["x"]}"]',
                                timeout=60_000)
@@ -189,7 +192,7 @@ def test_the_gpu_idle_cull(lab, processes_file: Path) -> None:  # noqa: ANN001
                     {"kernel_id": ids["z"], "episode": z_episode})["cull_at"]
 
         # x goes: through Jupyter's kernel manager, after the grace.
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + GRACE_S + 120
         while ids["x"] in running_kernels(lab):
             # What the cull still waited for, whole (a dict would be cut short).
             assert time.monotonic() < deadline, json.dumps(cull_state(lab)["warnings"])

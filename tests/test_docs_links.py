@@ -2,7 +2,8 @@
 
 The reference moved from the README into docs/, one page per topic (issue 44, section 5):
 every relative link in README.md and docs/*.md must name a file of the checkout, and every
-``#anchor`` a heading of the page it points into, as GitHub makes anchors from headings.
+``#anchor`` a heading of the page it points into, as GitHub makes anchors from headings,
+or an explicit ``<a id>`` there.
 Links to other sites are left alone: the suite never leaves loopback. The README also keeps
 its promises about itself: under 500 lines, the run and test lines exactly as users (and
 `.ci/run`) know them, each docs page linked from it, and its "What you get" pictures (taken
@@ -55,6 +56,9 @@ def anchors(page: Path) -> set[str]:
             while unique in found:  # GitHub numbers repeated headings -1, -2, ...
                 unique, count = f"{anchor}-{count}", count + 1
             found.add(unique)
+        # An explicit anchor (``<a id="..."></a>``) for a place that is no heading: GitHub
+        # keeps it (as ``user-content-...``, which it also answers to under the plain id).
+        found.update(re.findall(r'<a id="([^"]+)"></a>', line))
     return found
 
 
