@@ -185,6 +185,23 @@ def test_the_idle_time_goes_on_between_passes_until_the_readings_stop() -> None:
     assert judge("k", track, T0 + 600 + EVIDENCE_GAP_S + 1, "idle", None).state == CANNOT_TELL
 
 
+def test_a_pass_between_two_of_the_drivers_samples_keeps_the_holders_own_word() -> None:
+    """The kernel's own samples say 0% each second; every third pass comes within the same
+    second of the driver's as the one before (no sample: NOT_FOUND), while the GPU, the
+    kernel alone on it, reads 40% from something the kernel did not do (a simulated
+    scenario, or a process the server cannot see). The episode goes on, by its own samples
+    (the full suite's lab idle test read "GPU 1's utilization: ..." at its first look)."""
+    passes = [(t, [on(sm=None if t % 3 == 0 else 0.0, device=40.0)]) for t in range(1, 300)]
+    track = play(passes)
+    judgment = judge("k", track, T0 + 299, "idle", None)
+    assert judgment.state == IDLE and judgment.signal == "per-process SM samples", judgment
+    assert judgment.episode == f"k:{int(T0 + 1)}"
+    assert track.working_share == 0.0
+    # Samples that stop for longer than the gap: the device speaks again.
+    later = play(passes + [(t, [on(sm=None, device=40.0)]) for t in range(300, 340)])
+    assert judge("k", later, T0 + 339, "idle", None).state == BUSY
+
+
 def test_usage_since_start_integrates_memory_and_working_time() -> None:
     track = play(every(1, 100, [on(held=4 * GIB, sm=50.0)])
                  + every(1, 400, [on(held=4 * GIB)], 101))

@@ -73,6 +73,7 @@ def evidence_gap_s(pass_every_s: float) -> float:
 BUSY_STATES = frozenset({"busy", "starting", "restarting", "autorestarting"})
 
 WORK, NO_WORK, UNKNOWN = "work", "no_work", "unknown"
+OWN_SAMPLES = "per-process SM samples"  # the signal of a holder's own samples
 IDLE, BUSY, CANNOT_TELL = "idle", "busy", "cannot_tell"
 
 
@@ -107,7 +108,7 @@ def device_evidence(device: DeviceEvidence) -> PassEvidence:
     """One device's verdict on one holder, best signal first."""
     if device.process_sm_pct is not None:
         kind = WORK if device.process_sm_pct >= WORK_PCT else NO_WORK
-        return PassEvidence(kind, "per-process SM samples", device.process_sm_pct)
+        return PassEvidence(kind, OWN_SAMPLES, device.process_sm_pct)
     pct = device.device_pct
     if pct is not None and pct < WORK_PCT:
         where = "the kernel is its only process" if device.only_holder else \
@@ -186,6 +187,7 @@ def advance(track: HolderTrack | None, now_s: float, devices: Sequence[DeviceEvi
     known = [d.held_bytes for d in devices if d.held_bytes is not None]
     held = math.fsum(known)
     gpus = tuple(dict.fromkeys(d.label for d in devices))
+    first = track is None
     if track is None:
         track = HolderTrack(now_s, now_s, evidence)
         listed = [d.since_s for d in devices if d.since_s is not None]
@@ -201,6 +203,19 @@ def advance(track: HolderTrack | None, now_s: float, devices: Sequence[DeviceEvi
         "held_s": track.held_s + (dt if devices else 0.0)}
     if track.first_s == now_s:
         dt = 0.0  # before its first pass, whether it worked was not seen
+    if (not first and devices and track.last.signal == OWN_SAMPLES
+            and all(d.process_sm_pct is None for d in devices)
+            and track.last_evidence_s is not None and now_s - track.last_evidence_s <= gap_s):
+        # Its own samples spoke in a recent pass and none came in this one: a pass between
+        # two of the driver's samples (NOT_FOUND, nothing newer than the pass before) tells
+        # nothing of the holder's own work, and the device's figure is not its word in their
+        # place (a loaded machine's passes slip into one second of the driver's). The track
+        # keeps its word, and the time goes to what it last said, until the next sample.
+        changes["last"] = track.last
+        known = {WORK: "working_s", NO_WORK: "no_work_s"}.get(track.last.kind)
+        if known is not None:
+            changes.update(known_s=track.known_s + dt, **{known: getattr(track, known) + dt})
+        return replace(track, **changes)
     if evidence.kind == WORK:
         changes.update(last_evidence_s=now_s, last_work_s=now_s, quiet_since_s=None,
                        quiet_passes=0, quiet_max_pct=None, known_s=track.known_s + dt,
