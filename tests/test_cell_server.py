@@ -45,10 +45,10 @@ def passes_since(server: RunningServer, since_s: float) -> int:
 
 
 def run_cell(server: RunningServer, kernel: Kernel, passes: int = 6,
-             sampled: bool = False) -> tuple[float, float]:
-    """A span of ``passes`` process passes, once two passes have read what the driver was
-    told the kernel does during it (a per-process sample covers the second before its
-    pass, as the driver's do).
+             sampled: bool = False, seconds: float = 0.0) -> tuple[float, float]:
+    """A span of ``passes`` process passes and at least ``seconds``, once two passes have
+    read what the driver was told the kernel does during it (a per-process sample covers
+    the second before its pass, as the driver's do).
 
     ``sampled``: a span whose every pass carried the driver's per-process samples. The
     driver samples once a second and answers NotFound when asked twice within one; a pass
@@ -58,8 +58,8 @@ def run_cell(server: RunningServer, kernel: Kernel, passes: int = 6,
     until(lambda: passes_since(server, told) >= 2, "two process passes")
     for _ in range(3):
         start = time.time()
-        until(lambda start=start: passes_since(server, start) >= passes,
-              f"{passes} process passes")
+        until(lambda start=start: passes_since(server, start) >= passes
+              and time.time() - start >= seconds, f"{passes} process passes")
         end = time.time()
         if not sampled or all_passes_sampled(server, start, end):
             return start, end
@@ -210,7 +210,7 @@ def test_a_cell_of_a_kernel_in_a_container() -> None:
 def test_the_same_span_from_memory_from_the_store_and_after_a_restart(
         kernel: Kernel, tmp_path: Path) -> None:
     """Issue 53, item 4: a busy cell and an idle one of a kernel, asked about while the
-    in-memory history holds them, again once they have left it (a 12-second history) and
+    in-memory history holds them, again once they have left it (a 20-second history) and
     the store's buckets of the kernel's own passes judge them, and again after a restart
     over the same store: the same verdict class on the same GPUs each time."""
     store = tmp_path / "store" / "history.sqlite"
@@ -225,26 +225,29 @@ def test_the_same_span_from_memory_from_the_store_and_after_a_restart(
                 (data["judged_from"], data["state"], [g["index"] for g in data["gpus"]]))
 
     with in_process_server(gpus=2, profile="h200", scenario="compute-bound",
-                           store_path=store, history_s=12.0) as server:
+                           store_path=store, history_s=20.0) as server:
         server.simulator.set_processes([
             SimulatedProcess(1, kernel.pid, 12 * GIB, sm_pct=87),
             SimulatedProcess(1, kernel.child, 2 * GIB, sm_pct=87)])
         until(lambda: attributed(server, kernel.kernel_id), "the kernel's processes attributed")
-        # Eleven passes: a span holds a whole 5-second bucket of passes, whatever its phase.
-        busy = run_cell(server, kernel, passes=11, sampled=True)
+        # From the store, a span is judged on the buckets of passes wholly in it: a bucket
+        # stands for the time since the previous bucket's last pass. 15 s hold two whole
+        # 5-second buckets whatever the span's phase and the passes' pace (a pass may come
+        # up to half an interval early, so eleven passes alone may take under 10 s).
+        busy = run_cell(server, kernel, passes=11, sampled=True, seconds=15.0)
         ask(server, [busy], "memory")
         server.simulator.set_scenario("idle")
         server.simulator.set_processes([
             SimulatedProcess(1, kernel.pid, 12 * GIB, sm_pct=0),
             SimulatedProcess(1, kernel.child, 2 * GIB, sm_pct=0)])
-        idle = run_cell(server, kernel, passes=11)
+        idle = run_cell(server, kernel, passes=11, seconds=15.0)
         ask(server, [idle], "memory")
         history = server.metrics.history
         until(lambda: history.oldest().time_s > idle[1] + 3.0, "the spans out of memory",
               seconds=60)
         ask(server, [busy, idle], "store")
     with in_process_server(gpus=2, profile="h200", scenario="idle", store_path=store,
-                           history_s=12.0) as restarted:
+                           history_s=20.0) as restarted:
         restarted.simulator.set_processes([SimulatedProcess(1, kernel.pid, 12 * GIB,
                                                             sm_pct=0)])
         until(lambda: attributed(restarted, kernel.kernel_id),
