@@ -33,7 +33,7 @@ from ..metrics import GpuFacts, GpuReading, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading
 from .findings import Finding, mean
 from .idle import WORK_PCT, DeviceEvidence
-from .rules import device_readings, diagnose
+from .rules import DiagnosisWindow
 from .thresholds import LOW_UTILIZATION_PCT
 from .whose import YOURS, whose_finding
 
@@ -99,6 +99,8 @@ class KernelPass:
         return next((names for where, names in self.others if where == row), ())
 
     def bucket_on(self, row: int) -> BucketEvidence | None:
+        if not self.buckets:  # a pass from memory: most of a span's, asked once per row
+            return None
         return next((bucket for bucket in self.buckets if bucket.row == row), None)
 
 
@@ -481,6 +483,8 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
     rows.update(dict.fromkeys(rows_held))
     span = [s for s in samples if start_s <= s.time_s <= end_s]
     by_row = {fact.index: fact for fact in facts}
+    # Every device's readings and diagnosis over the span read it once (rules.DiagnosisWindow).
+    window = DiagnosisWindow(span, facts, simulated=simulated)
     gpm = _gpm_passes(span) if not store and any(
         device.process_sm_pct is None for found in evidence_of.values() for device, _, _ in found
     ) else []
@@ -514,7 +518,7 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
             # buckets keep the same samples' mean and working share (``BucketEvidence``).
             # The device's readings and activity are read only here: a span's cost is
             # mostly these, and the diagnosis's.
-            activity = _activity(device_readings(span, row)[0], gpm, row)
+            activity = _activity(window.readings(row)[0], gpm, row)
             covered_activity = activity[covered[0]:covered[-1] + 1]
             sm, share = mean(covered_activity), _share(covered_activity)
         else:
@@ -523,7 +527,7 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
         state = _state(lost, signal, share)
         worked = share is not None and share > 0.0
         whose = whose_finding(alone, worked)
-        findings = diagnose(span, facts, row, simulated=simulated).findings \
+        findings = window.diagnose(row).findings \
             if len(span) >= MIN_SPAN_SAMPLES and (whose == YOURS or lost) else ()
         devices.append(DeviceCell(
             row, label, fact.uuid if fact else "",
