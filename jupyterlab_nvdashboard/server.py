@@ -68,6 +68,7 @@ from .apps.cells import (
     pass_after,
     reaches_store,
     refuse_future,
+    running_span,
 )
 from .apps.cluster import (
     CLUSTER_PATH,
@@ -82,6 +83,7 @@ from .apps.document import (
     gpus_being_read,
     no_gpu_notice,
 )
+from .apps.live_cells import LiveCells
 from .apps.overview import root_page
 from .apps.processes import glance, processes_json
 from .apps.registry import ROUTES, RouteFeeds, available_routes
@@ -98,7 +100,7 @@ from .export.collector import (
 )
 from .export.local import LocalScrape
 from .export.usage import usage_series
-from .instants import parse_span
+from .instants import parse_instant, parse_span
 from .jupyter_sessions import JupyterSessions, find_parent_server
 from .jupyter_watch import watch_jupyter
 from .long_reads import RETRY_AFTER_S, Busy, LongReads
@@ -396,7 +398,9 @@ class DiagnosisHandler(_JsonHandler):
 
 class CellHandler(_JsonHandler):
     """``/cell.json?kernel=<id>&start=<t>&end=<t>``: what a notebook cell (a span of a
-    kernel) did on the GPU (``apps/cells.py``). A span older than the in-memory history is a
+    kernel) did on the GPU (``apps/cells.py``); without ``end``, a running cell's span so
+    far (``"running": true``; the Lab's live footers read it from the glance instead,
+    ``apps/live_cells.py``). A span older than the in-memory history is a
     long read (``long_reads.py``), bounded as ``/history.csv``'s are."""
 
     def initialize(self, access: Access, sources: DashboardSources,  # type: ignore[override]
@@ -406,27 +410,34 @@ class CellHandler(_JsonHandler):
         self.long_reads = long_reads
 
     async def get(self) -> None:
+        # Without an end: the cell's span so far, while it runs (``running_span``).
+        end_text = self.get_argument("end", None)
+        kernel = self.get_argument("kernel", "")
         try:
-            start_s, end_s = parse_span(self.get_argument("start", ""),
-                                        self.get_argument("end", ""))
+            if end_text is None:
+                start_s = parse_instant(self.get_argument("start", ""), "start")
+                end_s, running = running_span(self.sources, kernel, start_s)
+            else:
+                (start_s, end_s), running = parse_span(self.get_argument("start", ""),
+                                                       end_text), False
         except ValueError as error:
             raise HTTPError(400, reason=one_line(str(error))) from None
         # A cell that just ended waits for the process pass that closes it (here, on the
         # loop); then the report reads the store's file and asks Jupyter for its kernels:
         # off the event loop.
-        kernel = self.get_argument("kernel", "")
         try:
             refuse_future(end_s)  # at once: nothing waits for a span still to come
-            await pass_after(self.sources, end_s)
+            if not running:
+                await pass_after(self.sources, end_s)
             if reaches_store(self.sources, start_s):
                 # A long read, bounded as /history.csv's are: 429 past the queue.
                 async with self.long_reads.slot():
                     body = await IOLoop.current().run_in_executor(
                         self.long_reads.executor, cell_report, self.sources, kernel,
-                        start_s, end_s)
+                        start_s, end_s, running)
             else:
                 body = await IOLoop.current().run_in_executor(
-                    None, cell_report, self.sources, kernel, start_s, end_s)
+                    None, cell_report, self.sources, kernel, start_s, end_s, running)
         except CellRefused as refusal:
             raise HTTPError(refusal.status, reason=one_line(refusal.reason)) from None
         except Busy as busy:
@@ -778,6 +789,7 @@ def compose_sources(config: Config, metrics: Metrics) -> DashboardSources:
                                jupyter=jupyter, cluster=cluster,
                                store=compose_store(config, metrics))
     sources.usage.unused_after_s = config.unused_after_s
+    sources.live_cells = LiveCells(sources)
     return sources
 
 

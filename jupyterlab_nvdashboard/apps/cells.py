@@ -39,6 +39,7 @@ from ..diagnosis.cell import (
     KernelPass,
     OtherCell,
     judge_cell,
+    notice_cause,
 )
 from ..diagnosis.findings import NO_SIGNAL
 from ..diagnosis.idle import DeviceEvidence
@@ -350,15 +351,18 @@ def refuse_future(end_s: float, now_s: float | None = None) -> None:
         raise CellRefused(400, f"end is {end_s - now:.1f} s ahead of this server's clock")
 
 
-def cell_report(sources: DashboardSources, kernel_id: str, start_s: float, end_s: float
-                ) -> dict[str, Any]:
+def cell_report(sources: DashboardSources, kernel_id: str, start_s: float, end_s: float,
+                running: bool = False) -> dict[str, Any]:
     """``/cell.json``'s answer for ``kernel_id`` from ``start_s`` to ``end_s`` (wall time),
-    or ``CellRefused``. Blocks: call it off the event loop."""
+    or ``CellRefused``. ``running``: the cell runs on, and ``end_s`` is the newest reading
+    (``running_span``): nothing is waited for, and the answer says "so far". Blocks: call it
+    off the event loop."""
     refuse_future(end_s)
     notebook = check_kernel(sources, kernel_id)
     metrics = sources.metrics
     gap_s = pass_gap_s(sources)
-    wait_for_pass_after(sources, end_s, gap_s)
+    if not running:
+        wait_for_pass_after(sources, end_s, gap_s)
     first, samples, judged_from, resolution = span_samples(sources, start_s, end_s)
     if not samples and first is not None and end_s < first:
         raise CellRefused(404, "the span is older than this server's history, and no "
@@ -383,7 +387,24 @@ def cell_report(sources: DashboardSources, kernel_id: str, start_s: float, end_s
                           judged_from=judged_from, resolution_s=resolution, gap_s=gap_s,
                           rows_held=rows_held, lost_rows=lost_rows,
                           simulated=metrics.simulated, others=others, count=count)
-    return cell_json(judgment, kernel_id, notebook)
+    return cell_json(judgment, kernel_id, notebook, running)
+
+
+def running_span(sources: DashboardSources, kernel_id: str, start_s: float
+                 ) -> tuple[float, bool]:
+    """``/cell.json`` without an end: (the end to judge the cell to, whether it still runs).
+    A cell that Jupyter's executions route says has ended (the same start) is judged to its
+    end; otherwise to the newest reading, so far (standalone, with no Jupyter to say, the
+    cell is taken as running)."""
+    jupyter = sources.jupyter
+    spans = jupyter.cells.get(kernel_id, ()) if jupyter is not None else ()
+    this = next((cell for cell in reversed(spans)
+                 if abs(cell.start_s - start_s) < SAME_START_S), None)
+    if this is not None and this.end_s is not None:
+        return this.end_s, False
+    latest = sources.metrics.history.latest()
+    newest = latest.time_s if latest is not None else time.time()
+    return max(start_s, min(newest, time.time())), True
 
 
 def _finite(value: float | None) -> float | None:
@@ -477,9 +498,15 @@ def verdict(judgment: CellJudgment) -> str:
     return line
 
 
-def cell_json(judgment: CellJudgment, kernel_id: str, notebook: str | None) -> dict[str, Any]:
+def cell_json(judgment: CellJudgment, kernel_id: str, notebook: str | None,
+              running: bool = False) -> dict[str, Any]:
+    """The answer. ``running``: the span so far of a cell that runs on; ``notice`` names
+    what it is worth a notice for (``notice_cause``), ``held_s`` how long of it the kernel
+    held a GPU: the Lab says so once the user's set time has passed (issue 55)."""
     return {"kernel": kernel_id, "notebook": notebook, "start_s": judgment.start_s,
             "end_s": judgment.end_s, "duration_s": judgment.duration_s,
+            "running": running, "held_s": judgment.held_s,
+            "notice": notice_cause(judgment),
             "count": judgment.count,
             "judged_from": judgment.judged_from, "resolution_s": judgment.resolution_s,
             "samples": judgment.samples, "too_short": judgment.too_short,

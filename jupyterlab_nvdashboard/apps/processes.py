@@ -533,7 +533,8 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
     """``/glance.json``: each device's utilization and memory now, whether it is free and
     whether the current user's processes hold it, the current user's
     kernels that hold GPU memory (what the JupyterLab status bar and sidebar show), each
-    with its ``idle`` judgment (``usage.py``), and the devices unused for the threshold."""
+    with its ``idle`` judgment (``usage.py``) and its running cell so far (``cell``:
+    ``/cell.json``'s answer, or null), and the devices unused for the threshold."""
     metrics = sources.metrics
     latest = metrics.history.latest()
     readings = {reading.index: reading for reading in latest.gpus} if latest else {}
@@ -587,6 +588,11 @@ def glance(sources: DashboardSources) -> dict[str, Any]:
             sources.usage.judgment(user or "", kernel["kernel_id"]), kernel["path"],
             kernel["kernel_id"], kernel["memory_bytes"], kernel["devices"],
             kernel.get("shared_memory_bytes"))
+    # Each kernel's running cell so far, as its finished footer will judge it (the last
+    # judgment made on live_cells.py's thread: cheap here), for the Lab's live footers.
+    running = sources.live_cells.so_far(kernels) if sources.live_cells is not None else {}
+    for kernel in kernels.values():
+        kernel["cell"] = running.get(kernel["kernel_id"])
     # Why the GPUs that hold the user's own kernels are slow (the shared cache: cheap),
     # each told as the GPU's or as the user's own (kernel_findings.py).
     idle_states = {k["kernel_id"]: k["idle"]["state"] for k in kernels.values()}

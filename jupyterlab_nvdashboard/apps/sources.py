@@ -25,6 +25,7 @@ from .usage import GpuUsage
 
 if TYPE_CHECKING:  # distributed is an optional extra, imported only in cluster mode
     from ..cluster.view import ClusterView
+    from .live_cells import LiveCells
 
 
 @dataclass
@@ -45,6 +46,9 @@ class DashboardSources:
     diagnoses: DeviceDiagnoses = field(init=False)
     # Who holds GPU memory and whether they use it (issue 28), fed by the history.
     usage: GpuUsage = field(init=False)
+    # The user's running cells' verdicts so far, which the glance carries (issue 55); set
+    # by the server, which composes it from these sources (live_cells.py judges with them).
+    live_cells: LiveCells | None = None
 
     def __post_init__(self) -> None:
         self.diagnoses = DeviceDiagnoses(self.metrics, past=self.store)
@@ -122,3 +126,5 @@ class DashboardSources:
     def stop(self) -> None:
         for service in self._services():
             service.stop()
+        if self.live_cells is not None:
+            self.live_cells.stop()

@@ -61,6 +61,10 @@ MIN_SPAN_SAMPLES = 2
 # (issue 53); a second is the pace every cell gets.
 SHORTEST_JUDGED_S = 1.0
 STORE, MEMORY = "store", "memory"
+# The causes a running cell is worth a notice for (issue 55): the kernel holds a GPU and
+# leaves it waiting (held idle, or starved between bursts of its work), or its work waits
+# on the GPU's memory. ``notice_cause`` names which; a GPU shared with others is none.
+NOTICE_CAUSES = ("held-idle", "starved", "memory-bound")
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,9 @@ class CellJudgment:
     # for it: from the store, a span that holds no whole bucket of passes is too short.
     passes: int = 0
     judged_passes: int = 0
+    # When the kernel first held GPU memory in or around the span (its start where it held
+    # some then); None where it held none.
+    held_from_s: float | None = None
 
     @property
     def duration_s(self) -> float:
@@ -189,6 +196,32 @@ class CellJudgment:
             if any(device.state == state for device in self.devices):
                 return state
         return BUSY
+
+    @property
+    def held_s(self) -> float:
+        """How long of the span the kernel held GPU memory."""
+        if self.held_from_s is None:
+            return 0.0
+        return max(0.0, self.end_s - max(self.start_s, self.held_from_s))
+
+
+def notice_cause(judgment: CellJudgment) -> str | None:
+    """What a running cell is worth a notice for (one of ``NOTICE_CAUSES``), or None: only
+    where every GPU it holds is its own to judge (a shared GPU, a lost one, or one whose
+    signal cannot tell says nothing), by the verdict's own state and its own findings
+    (``whose.py``: a finding of a GPU the kernel did not work is not the kernel's)."""
+    if judgment.too_short or not judgment.devices or any(
+            device.shared_with or device.state in (LOST, CANNOT_TELL)
+            for device in judgment.devices):
+        return None
+    if any(device.state in (HELD_IDLE, HELD_NO_WORK) for device in judgment.devices):
+        return "held-idle"
+    for cause in NOTICE_CAUSES[1:]:
+        if any(finding.cause == cause and not finding.good
+               for device in judgment.devices if device.whose == YOURS
+               for finding in device.findings):
+            return cause
+    return None
 
 
 def _gpm_passes(samples: Sequence[Sample]) -> list[dict[int, GpmReading]]:
@@ -535,5 +568,7 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
             signal, words, sm if signal != CANNOT_TELL else None,
             share if signal != CANNOT_TELL else None, findings, state, own.shared_with,
             whose))
+    held_from = next((p.time_s for p in around
+                      if any(d.held_bytes != 0.0 for d in p.devices)), None)
     return CellJudgment(start_s, end_s, judged_from, resolution_s, len(span), tuple(devices),
-                        count, len(around), len(judged))
+                        count, len(around), len(judged), held_from)
