@@ -13,9 +13,17 @@
  * footer saved there is shown again when the notebook is opened. A footer
  * not saved is told to `footerShown`, and where a reload dropped them a hint
  * stands in the first one's place (`showHint`, footerHint.ts).
+ *
+ * While a cell runs, its footer is live (issue 55): the glance, which the Lab
+ * reads over one socket, carries each GPU kernel's running cell so far
+ * (the server's judgment, by the finished footer's rules); the footer shows
+ * it with the kernel's memory and work now, at most once a second, and not
+ * at all while the notebook is hidden. The finished footer takes its place.
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import { Layout, PanelLayout, Widget } from '@lumino/widgets';
+
+import { ISignal } from '@lumino/signaling';
 
 import {
   CellFooterMode,
@@ -23,10 +31,12 @@ import {
   cellLabel,
   FetchCellReport,
   ICellReport,
+  ILiveFigures,
+  liveLine,
   parseCellReport,
   showsFooter
 } from './cellReport';
-import { ICellSpan } from './cellSpans';
+import { ICellSpan, IRunningCell } from './cellSpans';
 import { element } from './dom';
 import { errorMessage, NULL_BUNDLE } from './model';
 import { ITimeRange } from './tokens';
@@ -47,11 +57,74 @@ export const CELL_METADATA_KEY = 'nvdashboard';
  */
 export const CELL_REPORT_DELAY_MS = 1500;
 
+/** Class of a running cell's live footer. */
+export const RUNNING_CLASS = 'nvdashboard-mod-running';
+
+/** The live footer's pace at most (ms): the server judges no faster. */
+export const LIVE_INTERVAL_MS = 1000;
+
 /** What a cell's footer shows: the server's report and the cell's count. */
 export interface ICellFooterContent {
   report: ICellReport;
   count: number | null;
+  /** A running cell's figures now (its live footer); absent once it ended. */
+  live?: ILiveFigures;
 }
+
+/** The glance as the live footers read it (glanceModel.ts's `GlanceModel`). */
+export interface ILiveSource {
+  readonly glance: {
+    time: number | null;
+    kernels: ReadonlyArray<{
+      kernel_id: string;
+      path: string;
+      memory_bytes: number;
+      own_pct: number | null;
+      cell: unknown;
+    }>;
+  } | null;
+  readonly changed: ISignal<unknown, unknown>;
+  /** Say whether `user` reads the glance now, and at what pace (ms). */
+  use(user: unknown, inUse: boolean, intervalMs?: number): void;
+}
+
+/**
+ * The running cell's report so far in a glance, with its figures now, when
+ * the kernel's running cell is this one (the same start: the server's is
+ * the same `execute_input` date, read by the Jupyter server's extension).
+ */
+export function liveContent(
+  glance: ILiveSource['glance'],
+  run: IRunningCell
+): ICellFooterContent | null {
+  const kernel = glance?.kernels.find(k => k.kernel_id === run.kernelId);
+  const report = kernel ? parseCellReport(kernel.cell) : null;
+  const start = Date.parse(run.start) / 1000;
+  if (
+    !kernel ||
+    report === null ||
+    !report.running ||
+    !(Math.abs(report.start_s - start) < SAME_START_S)
+  ) {
+    return null;
+  }
+  const now = glance?.time ?? report.end_s;
+  return {
+    report,
+    count: run.count,
+    live: {
+      running_s: Math.max(report.duration_s, now - report.start_s),
+      memory_bytes: kernel.memory_bytes,
+      own_pct: kernel.own_pct
+    }
+  };
+}
+
+/**
+ * Two starts this close are the same cell's: the browser parses the date
+ * to the millisecond, the server to the microsecond.
+ */
+const SAME_START_S = 0.002;
 
 let footerSerial = 0;
 
@@ -68,9 +141,13 @@ export class CellGpuFooter extends Widget {
   constructor(options: CellGpuFooter.IOptions) {
     super();
     const trans = options.trans ?? NULL_BUNDLE;
-    const { report, count } = options;
-    this.content = { report, count };
+    const { report, count, live } = options;
+    this.content = { report, count, live };
     this.addClass(CELL_FOOTER_CLASS);
+    if (live) {
+      this.addClass(RUNNING_CLASS);
+    }
+    const line = live ? liveLine(report, live, trans) : report.verdict;
     this.node.dataset.touchedGpu = String(report.touched_gpu);
     // Keys pressed on the footer are the footer's (Enter opens the
     // timeline), not the notebook's shortcuts (Enter would edit the cell).
@@ -79,11 +156,11 @@ export class CellGpuFooter extends Widget {
     this._button = element(
       'button',
       'nvdashboard-cell-verdict jp-mod-styled',
-      report.verdict,
+      line,
       {
         type: 'button',
         'aria-describedby': detailsId,
-        'aria-label': trans.__('GPU: %1', report.verdict)
+        'aria-label': trans.__('GPU: %1', line)
       }
     );
     const details = element('div', 'nvdashboard-cell-details', undefined, {
@@ -190,6 +267,8 @@ export namespace NotebookCellFooters {
     trans?: TranslationBundle;
     /** A footer was shown under this cell and not saved into the notebook. */
     footerShown?: (cellId: string) => void;
+    /** The glance, for the running cells' live footers; none: no live footer. */
+    live?: ILiveSource;
   }
 }
 
@@ -225,6 +304,7 @@ export class NotebookCellFooters {
       this._hint?.dispose(); // no footers wanted: nothing to keep
     }
     this._redraw();
+    this._useLive();
   }
 
   get save(): boolean {
@@ -297,13 +377,34 @@ export class NotebookCellFooters {
       return;
     }
     this._visible = value;
+    this._useLive();
     if (!value) {
       this._clearTimers();
       return;
     }
+    this._showLive();
     for (const span of this._waiting.values()) {
       this._schedule(span);
     }
+  }
+
+  /**
+   * The kernel runs this cell now: its footer is live while it runs and the
+   * notebook is shown (the glance's report so far, `ILiveSource`).
+   */
+  cellRunning(run: IRunningCell): void {
+    if (!this._options.live) {
+      return;
+    }
+    this._running.set(run.cellId, run);
+    this._useLive();
+    this._showLive();
+  }
+
+  /** The kernel went away (restarted, changed): no cell of it runs on. */
+  kernelGone(): void {
+    this._running.clear();
+    this._useLive();
   }
 
   /** A cell was sent to run: its footer is out of date, and so is any answer. */
@@ -330,6 +431,10 @@ export class NotebookCellFooters {
    * stand under the newer run, still running (`[*]`).
    */
   cellEnded(span: ICellSpan): void {
+    if (this._running.get(span.cellId)?.start === span.start) {
+      this._running.delete(span.cellId);
+      this._useLive();
+    }
     if (this._mode === 'off' || span.superseded) {
       return;
     }
@@ -358,7 +463,49 @@ export class NotebookCellFooters {
     this._clearTimers();
     this._waiting.clear();
     this._hint?.dispose();
+    this._running.clear();
+    this._useLive();
     this._disposed = true;
+  }
+
+  /**
+   * Read the glance while a cell runs and the footers can show it (shown,
+   * not off): at the live pace, and not at all otherwise.
+   */
+  private _useLive(): void {
+    const live = this._options.live;
+    if (!live) {
+      return;
+    }
+    const wanted =
+      !this._disposed &&
+      this._visible &&
+      this._mode !== 'off' &&
+      this._running.size > 0;
+    if (wanted && !this._liveUsed) {
+      live.changed.connect(this._showLive, this);
+    } else if (!wanted && this._liveUsed) {
+      live.changed.disconnect(this._showLive, this);
+    }
+    this._liveUsed = wanted;
+    live.use(this, wanted, LIVE_INTERVAL_MS);
+  }
+
+  /** Each running cell's live footer, from the glance now. */
+  private _showLive(): void {
+    const live = this._options.live;
+    if (!live || !this._visible || this._mode === 'off' || this._disposed) {
+      return;
+    }
+    for (const run of this._running.values()) {
+      const content = liveContent(live.glance, run);
+      const cell = this._find(run.cellId);
+      if (content === null || cell === null) {
+        continue;
+      }
+      this._shown.set(run.cellId, content);
+      this._place(cell, content);
+    }
   }
 
   private _schedule(span: ICellSpan): void {
@@ -502,6 +649,9 @@ export class NotebookCellFooters {
   private _rendered = new WeakSet<IFooterCell>();
   private _hint: Widget | null = null;
   private _hintCell: string | null = null;
+  /** The cells the kernel runs now, by cell id. */
+  private _running = new Map<string, IRunningCell>();
+  private _liveUsed = false;
 }
 
 /** A footer saved in a cell's metadata, or null when there is none or it is odd. */

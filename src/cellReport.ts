@@ -75,6 +75,18 @@ export interface ICellReport {
   gpus: ICellGpu[];
   /** The server's verdict in one line. */
   verdict: string;
+  /** The cell's execution count, where the server knows it. */
+  count: number | null;
+  /** The span so far of a cell that runs on (a live footer's report). */
+  running: boolean;
+  /** How long of the span the kernel held GPU memory (s). */
+  held_s: number;
+  /**
+   * What the cell is worth a notice for, as the server judged it
+   * (`held-idle`, `starved`, `memory-bound`), or null: nothing, or a GPU
+   * shared with others, where it cannot tell.
+   */
+  notice: string | null;
 }
 
 const SIGNALS: ReadonlyArray<string> = ['per-process', 'device', 'cannot-tell'];
@@ -146,8 +158,77 @@ export function parseCellReport(body: unknown): ICellReport | null {
     gpus: (Array.isArray(r.gpus) ? r.gpus : [])
       .map(parseGpu)
       .filter((g): g is ICellGpu => g !== null),
-    verdict: r.verdict
+    verdict: r.verdict,
+    count: numberOrNull(r.count),
+    running: r.running === true,
+    held_s: numberOrNull(r.held_s) ?? 0,
+    notice: typeof r.notice === 'string' && r.notice ? r.notice : null
   };
+}
+
+/** What a running cell's footer shows beside its report, from the glance. */
+export interface ILiveFigures {
+  /** How long the cell has run, on the server's clock (s). */
+  running_s: number;
+  /** The kernel's GPU memory now (bytes). */
+  memory_bytes: number;
+  /** The kernel's own GPU work over the last pass (%); null: cannot tell. */
+  own_pct: number | null;
+}
+
+/** `45 s`, `3 min 05 s`, `2 h 04 min`: how long a cell has run. */
+export function runningTime(
+  seconds: number,
+  trans: TranslationBundle = NULL_BUNDLE
+): string {
+  const s = Math.max(0, Math.floor(seconds));
+  const pad = (n: number): string => String(n).padStart(2, '0');
+  if (s < 60) {
+    return trans.__('%1 s', s);
+  }
+  if (s < 3600) {
+    return trans.__('%1 min %2 s', Math.floor(s / 60), pad(s % 60));
+  }
+  return trans.__(
+    '%1 h %2 min',
+    Math.floor(s / 3600),
+    pad(Math.floor(s / 60) % 60)
+  );
+}
+
+/**
+ * A running cell's footer line: how long it has run, its GPUs with their
+ * memory now and peak so far, its work now, and the verdict so far in the
+ * finished footer's words (the server's, by the same rules).
+ */
+export function liveLine(
+  report: ICellReport,
+  live: ILiveFigures,
+  trans: TranslationBundle = NULL_BUNDLE
+): string {
+  const peak = Math.max(
+    0,
+    ...report.gpus.map(gpu => gpu.memory.peak_bytes ?? 0)
+  );
+  const gpus = report.gpus.map(gpu => gpu.label).join(', ');
+  const parts = [trans.__('running %1', runningTime(live.running_s, trans))];
+  if (gpus) {
+    parts.push(
+      trans.__(
+        '%1: %2 now, peak %3',
+        gpus,
+        formatMemory(live.memory_bytes, trans),
+        formatMemory(Math.max(peak, live.memory_bytes), trans)
+      )
+    );
+  }
+  parts.push(
+    live.own_pct === null
+      ? trans.__('work now: cannot tell')
+      : trans.__('working %1 now', formatPercent(live.own_pct, trans))
+  );
+  parts.push(trans.__('so far: %1', report.verdict));
+  return parts.join(' · ');
 }
 
 /** Whether a cell with this report gets a footer under `mode`. */
@@ -223,10 +304,25 @@ export function cellDetailLines(
   trans: TranslationBundle = NULL_BUNDLE
 ): string[] {
   const seconds = Math.round(report.duration_s * 10) / 10;
+  const since = clockTime(report.start_s);
   const lines: string[] = [
-    count === null
-      ? trans.__('This cell ran %1 (%2 s).', spanWords(report), seconds)
-      : trans.__('Cell [%1] ran %2 (%3 s).', count, spanWords(report), seconds)
+    report.running
+      ? count === null
+        ? trans.__('This cell runs since %1; so far (%2 s):', since, seconds)
+        : trans.__(
+            'Cell [%1] runs since %2; so far (%3 s):',
+            count,
+            since,
+            seconds
+          )
+      : count === null
+        ? trans.__('This cell ran %1 (%2 s).', spanWords(report), seconds)
+        : trans.__(
+            'Cell [%1] ran %2 (%3 s).',
+            count,
+            spanWords(report),
+            seconds
+          )
   ];
   if (report.judged_from === 'store') {
     lines.push(

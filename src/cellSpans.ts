@@ -33,6 +33,15 @@ export interface ICellSpan {
   superseded?: true;
 }
 
+/** A cell the kernel runs now: its `execute_input`, before its reply. */
+export interface IRunningCell {
+  kernelId: string;
+  cellId: string;
+  count: number | null;
+  /** The `execute_input` header date: ISO 8601 with its zone, as sent. */
+  start: string;
+}
+
 /** The part of a kernel message this reads (`KernelMessage.IMessage`). */
 export interface IKernelMessageLike {
   header: { msg_id: string; msg_type: string; date?: string };
@@ -81,6 +90,11 @@ export class CellSpanWatcher {
   /** A cell was sent to run (its id). */
   get started(): ISignal<this, string> {
     return this._started;
+  }
+
+  /** The kernel started running a cell (its `execute_input`). */
+  get running(): ISignal<this, IRunningCell> {
+    return this._running;
   }
 
   /** A cell ran: its span on the kernel's clock. */
@@ -135,6 +149,14 @@ export class CellSpanWatcher {
         typeof msg.header.date === 'string' ? msg.header.date : null;
       const count = msg.content.execution_count;
       pending.count = typeof count === 'number' ? count : null;
+      if (pending.start !== null) {
+        this._running.emit({
+          kernelId: this._kernel.id,
+          cellId: pending.cellId,
+          count: pending.count,
+          start: pending.start
+        });
+      }
     } else if (type === 'execute_reply') {
       this._pending.delete(parent);
       const end = msg.header.date;
@@ -164,5 +186,6 @@ export class CellSpanWatcher {
   private _pending = new Map<string, IPending>();
   private _sent = 0;
   private _started = new Signal<this, string>(this);
+  private _running = new Signal<this, IRunningCell>(this);
   private _ended = new Signal<this, ICellSpan>(this);
 }

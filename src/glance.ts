@@ -77,6 +77,12 @@ export interface IGpuKernel {
   own_signal: string;
   /** The idle judgment; null from a server that does not judge. */
   idle: IKernelIdle | null;
+  /**
+   * The kernel's running cell so far: `/cell.json`'s answer with
+   * `running: true` (parsed by cellReport.ts, which the live footer and the
+   * live cell notice read); null when it runs none, or from an older server.
+   */
+  cell: unknown;
 }
 
 /** Why a GPU that holds one of the user's kernels is slow: its first finding. */
@@ -212,7 +218,8 @@ export function parseGlance(body: unknown): IGlance {
       devices: strings(k.devices),
       own_pct: numberOrNull(k.own_pct),
       own_signal: typeof k.own_signal === 'string' ? k.own_signal : '',
-      idle: parseIdle(k.idle)
+      idle: parseIdle(k.idle),
+      cell: k.cell ?? null
     });
   }
   const diagnoses: IGlanceDiagnosis[] = [];

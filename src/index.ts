@@ -69,6 +69,11 @@ import {
   IIdleNoticeSettings,
   userThresholds
 } from './idleNotice';
+import {
+  DEFAULT_LIVE_NOTICE_SETTINGS,
+  ILiveCellNoticeSettings,
+  LiveCellNotices
+} from './liveCellNotice';
 import { TRANSLATION_DOMAIN } from './model';
 import { INotebookGpuSettings, NotebookGpu } from './notebooks';
 import { openOrActivate, toOpenArgs } from './opener';
@@ -77,6 +82,7 @@ import {
   ACTIVITY_ROUTE,
   COMMAND_OPEN,
   DashboardIndex,
+  ITimeRange,
   SIDEBAR_ID,
   TRACKER_NAMESPACE
 } from './tokens';
@@ -105,6 +111,8 @@ export interface INvdashboardSettings {
   saveCellFooter: boolean;
   /** Show the kernel's GPU state in each notebook's toolbar. */
   notebookToolbarItem: boolean;
+  /** Tell about a running cell that holds a GPU and does little there. */
+  liveCellNotice: ILiveCellNoticeSettings;
 }
 
 const CELL_FOOTER_MODES: ReadonlyArray<string> = ['off', 'gpu', 'all'];
@@ -117,7 +125,8 @@ export const DEFAULT_SETTINGS: INvdashboardSettings = {
   idleNotice: DEFAULT_NOTICE_SETTINGS,
   cellFooter: 'gpu',
   saveCellFooter: false,
-  notebookToolbarItem: true
+  notebookToolbarItem: true,
+  liveCellNotice: DEFAULT_LIVE_NOTICE_SETTINGS
 };
 
 /** Read the composite settings, falling back to the defaults for anything odd. */
@@ -149,7 +158,15 @@ export function readSettings(composite: unknown): INvdashboardSettings {
         ? (c.cellFooter as CellFooterMode)
         : DEFAULT_SETTINGS.cellFooter,
     saveCellFooter: c.saveCellFooter === true,
-    notebookToolbarItem: c.notebookToolbarItem !== false
+    notebookToolbarItem: c.notebookToolbarItem !== false,
+    liveCellNotice: {
+      enabled: c.liveCellNotice !== false,
+      minutes: seconds(
+        c.liveCellNoticeMinutes,
+        DEFAULT_LIVE_NOTICE_SETTINGS.minutes,
+        0
+      )
+    }
   };
 }
 
@@ -349,6 +366,22 @@ function activate(
     trans
   });
 
+  // A running cell that holds a GPU and does little there, told once per run
+  // (liveCellNotice.ts); off until the settings say.
+  const openActivity = (range: ITimeRange): void =>
+    void commands.execute(COMMAND_OPEN, {
+      route: ACTIVITY_ROUTE,
+      label: trans.__('GPU Activity'),
+      range: { ...range }
+    });
+  const liveNotices = new LiveCellNotices({
+    model: glance,
+    notify: (message, actions) =>
+      void Notification.warning(message, { autoClose: false, actions }),
+    open: openActivity,
+    trans
+  });
+
   // Off until the settings say whether the user wants it, so a user who
   // turned it off never has the glance polled for it; without a status bar
   // nobody would see it.
@@ -391,12 +424,7 @@ function activate(
     const parts = new NotebookGpu(panel, {
       glance,
       fetchReport: cellRequests.fetch,
-      open: range =>
-        void commands.execute(COMMAND_OPEN, {
-          route: ACTIVITY_ROUTE,
-          label: trans.__('GPU Activity'),
-          range: { ...range }
-        }),
+      open: openActivity,
       settings: notebookSettings(current),
       trans,
       hints
@@ -414,6 +442,7 @@ function activate(
     item.enabled = statusBar !== null && values.showStatusItem;
     item.figure = values.statusFigure;
     notifier.settings = values.idleNotice;
+    liveNotices.settings = values.liveCellNotice;
     panel.idleThresholds = userThresholds(values.idleNotice);
   };
   if (settingRegistry) {

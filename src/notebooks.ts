@@ -60,7 +60,8 @@ export class NotebookGpu {
       trans: options.trans,
       footerShown: hints
         ? cellId => void hints.footerShown(panel.context.path, cellId)
-        : undefined
+        : undefined,
+      live: options.glance
     });
     const session = panel.sessionContext;
     this.item = new KernelGpuItem({
@@ -137,10 +138,12 @@ export class NotebookGpu {
   private _watchKernel(): void {
     this._watcher?.dispose();
     this._watcher = null;
+    this.footers.kernelGone();
     const kernel = this._panel.sessionContext.session?.kernel;
     if (kernel) {
       this._watcher = new CellSpanWatcher(kernel as unknown as IKernelLike);
       this._watcher.started.connect((_, id) => this.footers.cellStarted(id));
+      this._watcher.running.connect((_, run) => this.footers.cellRunning(run));
       this._watcher.ended.connect((_, span) => this.footers.cellEnded(span));
     }
     this.item.refresh();

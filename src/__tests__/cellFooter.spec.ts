@@ -5,7 +5,7 @@
  * saves it into the notebook.
  */
 import { Signal } from '@lumino/signaling';
-import { PanelLayout, Widget } from '@lumino/widgets';
+import { Widget } from '@lumino/widgets';
 
 import {
   CELL_FOOTER_CLASS,
@@ -18,6 +18,7 @@ import {
 import { cellDetailLines, parseCellReport } from '../cellReport';
 import { CellSpanWatcher, ICellSpan, IKernelMessageLike } from '../cellSpans';
 import { ITimeRange } from '../tokens';
+import { cell, footerOf } from './fakes';
 
 const GIB = 2 ** 30;
 
@@ -166,29 +167,6 @@ describe('CellSpanWatcher', () => {
     expect(ended).toEqual([]);
   });
 });
-
-/** A cell widget as a notebook has it: a panel layout and a model with metadata. */
-function cell(id: string): IFooterCell & { metadata: Map<string, unknown> } {
-  const widget = new Widget();
-  widget.layout = new PanelLayout();
-  const metadata = new Map<string, unknown>();
-  Object.assign(widget, {
-    metadata,
-    model: {
-      id,
-      getMetadata: (key: string) => metadata.get(key),
-      setMetadata: (key: string, value: unknown) => metadata.set(key, value),
-      deleteMetadata: (key: string) => metadata.delete(key)
-    }
-  });
-  return widget as unknown as IFooterCell & { metadata: Map<string, unknown> };
-}
-
-function footerOf(c: IFooterCell): CellGpuFooter | undefined {
-  return (c.layout as PanelLayout).widgets.find(
-    w => w instanceof CellGpuFooter
-  ) as CellGpuFooter | undefined;
-}
 
 function span(cellId: string, count = 1): ICellSpan {
   return {

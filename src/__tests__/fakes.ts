@@ -1,6 +1,8 @@
 /** Test doubles shared by the specs. */
 import { MessageLoop } from '@lumino/messaging';
+import { PanelLayout, Widget } from '@lumino/widgets';
 
+import { CellGpuFooter, IFooterCell } from '../cellFooter';
 import { IDashboardFetcher } from '../tokens';
 
 export type Answer = unknown | Error;
@@ -89,4 +91,29 @@ export async function settled<T>(promise: Promise<T>): Promise<T> {
   const value = await promise;
   MessageLoop.flush();
   return value;
+}
+
+/** A cell widget as a notebook has it: a panel layout and a model with metadata. */
+export function cell(
+  id: string
+): IFooterCell & { metadata: Map<string, unknown> } {
+  const widget = new Widget();
+  widget.layout = new PanelLayout();
+  const metadata = new Map<string, unknown>();
+  Object.assign(widget, {
+    metadata,
+    model: {
+      id,
+      getMetadata: (key: string) => metadata.get(key),
+      setMetadata: (key: string, value: unknown) => metadata.set(key, value),
+      deleteMetadata: (key: string) => metadata.delete(key)
+    }
+  });
+  return widget as unknown as IFooterCell & { metadata: Map<string, unknown> };
+}
+
+export function footerOf(c: IFooterCell): CellGpuFooter | undefined {
+  return (c.layout as PanelLayout).widgets.find(
+    w => w instanceof CellGpuFooter
+  ) as CellGpuFooter | undefined;
 }

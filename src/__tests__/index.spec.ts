@@ -187,13 +187,17 @@ describe('the plugin', () => {
     panel.model.dispose();
   });
 
-  it('asks nothing for the glance with the status item, the sidebar and the idle notice off', async () => {
+  it('asks nothing for the glance with the status item, the sidebar and both notices off', async () => {
     const urls: string[] = [];
     (globalThis as { fetch?: unknown }).fetch = (input: unknown) => {
       urls.push(typeof input === 'string' ? input : (input as Request).url);
       return Promise.reject(new TypeError('Failed to fetch'));
     };
-    const { added } = activate({ showStatusItem: false, idleNotice: false });
+    const { added } = activate({
+      showStatusItem: false,
+      idleNotice: false,
+      liveCellNotice: false
+    });
     for (let i = 0; i < 30; i++) {
       jest.advanceTimersByTime(2000);
       await settle();
@@ -299,7 +303,8 @@ describe('the plugin', () => {
         showStatusItem: 'no',
         cellFooter: 'some',
         saveCellFooter: 'yes',
-        notebookToolbarItem: 0
+        notebookToolbarItem: 0,
+        liveCellNoticeMinutes: -2
       })
     ).toEqual({
       refreshRate: 2,
@@ -314,7 +319,8 @@ describe('the plugin', () => {
       },
       cellFooter: 'gpu',
       saveCellFooter: false,
-      notebookToolbarItem: true
+      notebookToolbarItem: true,
+      liveCellNotice: { enabled: true, minutes: 5 }
     });
     expect(
       readSettings({
