@@ -4,7 +4,7 @@ Starts a real ``jupyter lab`` (``tests/support/jupyter.py``: token, base URL /us
 4 simulated GPUs sampled every 200 ms) and opens ``/lab`` in Debian's Chromium at 1280x800
 with no dashboard tab, then measures over a window:
 
-* Chromium's CPU over all its processes (``dashboard_overhead.chromium_cpu_s``), in % of
+* Chromium's CPU over all its processes (``harness.chromium_cpu_s``), in % of
   one core;
 * the Lab server's own CPU (the ``jupyter lab`` process, not its children);
 * the dashboard server's CPU (the child that jupyter-server-proxy started, once something
@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,13 +47,12 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from dashboard_overhead import chromium_cpu_s  # noqa: E402
-from revision import revision_worktree  # noqa: E402
-
+from benchmarks.figures import spread  # noqa: E402
+from benchmarks.harness import chromium_cpu_s, cpu_s_by_pid  # noqa: E402
+from benchmarks.revision import revision_worktree  # noqa: E402
 from tests.support.browser import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
-from tests.support.jupyter import jupyter_lab  # noqa: E402
+from tests.support.jupyter import dashboard_servers, jupyter_lab  # noqa: E402
 
 SIDEBAR_TAB = '[data-id="nvdashboard-sidebar"]'
 SIDEBAR_PANEL = "#nvdashboard-sidebar"
@@ -111,28 +109,6 @@ def lab_of(source: Source) -> Iterator[object]:
             yield lab
 
 
-def dashboard_servers(lab_process: psutil.Process) -> list[psutil.Process]:
-    found = []
-    for child in lab_process.children(recursive=True):
-        try:
-            if any("jupyterlab_nvdashboard" in part for part in child.cmdline()):
-                found.append(child)
-        except psutil.Error:
-            continue
-    return found
-
-
-def cpu_s(processes: list[psutil.Process]) -> dict[int, float]:
-    seconds = {}
-    for process in processes:
-        try:
-            times = process.cpu_times()
-            seconds[process.pid] = times.user + times.system
-        except psutil.Error:
-            continue
-    return seconds
-
-
 class GlanceTraffic:
     """Counts what the page receives for the glance: requests and socket messages."""
 
@@ -171,18 +147,18 @@ def measure_window(lab, page, traffic: GlanceTraffic, source: str, case: str,  #
                    round_index: int, window_s: float) -> Window:
     lab_process = psutil.Process(lab.process.pid)
     load = os.getloadavg()[0]
-    servers = dashboard_servers(lab_process)
-    browser0, lab0, dash0 = chromium_cpu_s(), cpu_s([lab_process]), cpu_s(servers)
+    servers = dashboard_servers(lab_process.pid)
+    browser0, lab0, dash0 = chromium_cpu_s(), cpu_s_by_pid([lab_process]), cpu_s_by_pid(servers)
     requests0, messages0 = traffic.requests, traffic.messages
     started = time.monotonic()
     # Playwright delivers the page's events while it waits.
     page.wait_for_timeout(window_s * 1000)
     elapsed = time.monotonic() - started
-    browser1, lab1, dash1 = chromium_cpu_s(), cpu_s([lab_process]), cpu_s(servers)
-    for server in dashboard_servers(lab_process):  # one that started in the window
+    browser1, lab1, dash1 = chromium_cpu_s(), cpu_s_by_pid([lab_process]), cpu_s_by_pid(servers)
+    for server in dashboard_servers(lab_process.pid):  # one that started in the window
         if server.pid not in dash0:
             dash0[server.pid] = 0.0
-            dash1.update(cpu_s([server]))
+            dash1.update(cpu_s_by_pid([server]))
 
     def pct(before: dict, after: dict) -> float:
         return 100 * sum(after[k] - before.get(k, 0.0) for k in after) / elapsed
@@ -226,10 +202,6 @@ def measure_source(browser, source: Source, round_index: int, window_s: float,  
             page.close()
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
-
-
 def tables(windows: list[Window], sources: list[Source]) -> str:
     measures = (("Chromium CPU %", "browser_pct"), ("Lab server CPU %", "lab_pct"),
                 ("dashboard server CPU %", "dashboard_pct"),
@@ -248,7 +220,7 @@ def tables(windows: list[Window], sources: list[Source]) -> str:
                          for s in sources}
             if not any(by_source.values()):
                 continue
-            cells = [spread(list(v.values())) if v else "-" for v in by_source.values()]
+            cells = [spread(list(v.values()), 2) if v else "-" for v in by_source.values()]
             ratios = []
             for other in others:
                 mine, theirs = by_source[this], by_source[other]

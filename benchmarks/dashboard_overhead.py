@@ -45,7 +45,6 @@ import os
 import platform
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,9 +58,14 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.harness import (  # noqa: E402
+    DashboardServer,
+    chromium_cpu_s,
+    per_process_pct,
+)
 from benchmarks.revision import revision_worktree  # noqa: E402
-from tests.support.bokeh_client import TEST_TOKEN, auth_headers, open_session  # noqa: E402
-from tests.support.servers import free_port, wait_until_serving, with_token  # noqa: E402
+from tests.support.bokeh_client import auth_headers, open_session  # noqa: E402
+from tests.support.servers import free_port, with_token  # noqa: E402
 from tests.support.stream_client import open_stream  # noqa: E402
 
 ROUTE = "/GPU-Resources"
@@ -102,19 +106,13 @@ def info(url: str) -> dict:
         return json.loads(response.read())
 
 
-class ServerUnderTest:
+class ServerUnderTest(DashboardServer):
+    """The standalone server with 4 simulated GPUs, as every viewer here sees it."""
+
     def __init__(self, source: Path, interval_s: float) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "jupyterlab_nvdashboard.server", str(self.port),
-             "--simulate", "4", "--interval", str(interval_s)],
-            # The server asks for a token; the clients here send this one.
-            env={**os.environ, "NVDASHBOARD_TOKEN": TEST_TOKEN, "PYTHONPATH": str(source)},
-            cwd=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        wait_until_serving(self.url + "/", process=self.process)
-        self.ps = psutil.Process(self.process.pid)
+        port = free_port()
+        super().__init__(source, port, ["-m", "jupyterlab_nvdashboard.server", str(port),
+                                         "--simulate", "4", "--interval", str(interval_s)])
         self.streams = "stream" in info(self.url)  # the broadcast path
 
     def encodes(self) -> tuple[int, int]:
@@ -124,22 +122,8 @@ class ServerUnderTest:
             return 0, 0
         return sum(stream["encodes"].values()), stream.get("publishes", 0)
 
-    def cpu_s(self) -> float:
-        times = self.ps.cpu_times()
-        return times.user + times.system
-
-    def rss_mb(self) -> float:
-        return self.ps.memory_info().rss / 1e6
-
     def nvml_calls(self) -> int | None:
         return info(self.url).get("nvml_calls")
-
-    def stop(self) -> None:
-        self.process.send_signal(2)
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
 
 
 # ----- decoding the streamed ``time`` column ----------------------------------------
@@ -307,28 +291,6 @@ def run_raw(source: Path, viewers: int, window_s: float, interval_s: float) -> R
 
 
 # ----- real Chromium pages -------------------------------------------------------------
-def chromium_cpu_s() -> dict[str, float]:
-    """CPU seconds so far of each Chromium process type (browser, renderer, gpu-process,
-    utility...), summed over this process's Chromium children."""
-    by_type: dict[str, float] = {}
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if "chrom" in child.name().lower():
-                kind = next((part.split("=", 1)[1] for part in child.cmdline()
-                             if part.startswith("--type=")), "browser")
-                times = child.cpu_times()
-                by_type[kind] = by_type.get(kind, 0.0) + times.user + times.system
-        except psutil.Error:
-            continue
-    return by_type
-
-
-def per_process_pct(before: dict[str, float], after: dict[str, float],
-                     window_s: float) -> dict[str, float]:
-    return {kind: 100 * (cpu - before.get(kind, 0.0)) / window_s
-            for kind, cpu in sorted(after.items(), key=lambda item: -item[1])}
-
-
 # Repaints so far of every live view on the pages (apps/live_client.js counts them); -1 on
 # a page without the counter (an older tree), which is then not judged by it.
 DRAWS_JS = ("() => window.nvdashboardStreams ? Object.values(window.nvdashboardStreams)"

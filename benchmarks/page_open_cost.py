@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.dashboard_overhead import ServerUnderTest, served_routes  # noqa: E402
-from benchmarks.figures import write_json  # noqa: E402
+from benchmarks.figures import spread, write_json  # noqa: E402
 from benchmarks.revision import revision_worktree  # noqa: E402
 from tests.support.servers import get  # noqa: E402
 
@@ -98,8 +98,7 @@ def main() -> int:
         for name in names:
             values = report[name].get(route)
             medians.append(statistics.median(values) if values else None)
-            cells.append(f"{medians[-1]:.1f} ({min(values):.1f}-{max(values):.1f})"
-                         if values else "-")
+            cells.append(spread(values) if values else "-")
         ratio = ""
         if len(names) > 1:
             ratio = (f" | {medians[0] / medians[1]:.2f}" if None not in medians[:2]

@@ -76,22 +76,20 @@ import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
 import signal  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from contextlib import nullcontext  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-import psutil  # noqa: E402
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.figures import spread  # noqa: E402
+from benchmarks.harness import DashboardServer, file_by_signal  # noqa: E402
 from benchmarks.revision import revision_worktree  # noqa: E402
-from tests.support.bokeh_client import TEST_TOKEN, open_session  # noqa: E402
-from tests.support.servers import free_port, wait_until_serving  # noqa: E402
+from tests.support.bokeh_client import open_session  # noqa: E402
+from tests.support.servers import free_port  # noqa: E402
 from tests.support.stream_client import open_stream  # noqa: E402
 
 ROUTE = "/GPU-Utilization"
@@ -122,52 +120,30 @@ def family_of(function: str) -> str:
     return "other"
 
 
-class ServerUnderTest:
+class ServerUnderTest(DashboardServer):
+    """This script's ``--serve`` (the server, counting the simulated driver's calls) from
+    ``source``, with an empty runs folder and a store of its own in ``folder``."""
+
     def __init__(self, source: Path, folder: Path, interval_s: float, store: bool = True,
                  scenario: str = "") -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.calls_file = folder / f"calls-{self.port}.json"
-        runs = folder / f"runs-{self.port}"  # an empty runs folder of its own
+        port = free_port()
+        self.calls_file = folder / f"calls-{port}.json"
+        runs = folder / f"runs-{port}"  # an empty runs folder of its own
         runs.mkdir()
-        self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--serve", str(self.port),
-             "--simulate", str(GPUS), "--interval", str(interval_s),
-             *([] if store else ["--no-store"])],
-            env={**os.environ, "NVDASHBOARD_TOKEN": TEST_TOKEN, "PYTHONPATH": str(source),
-                 "NVDASHBOARD_STORE": str(folder / f"store-{self.port}.sqlite"),
+        super().__init__(
+            source, port,
+            [str(Path(__file__).resolve()), "--serve", str(port), "--simulate", str(GPUS),
+             "--interval", str(interval_s), *([] if store else ["--no-store"])],
+            env={"NVDASHBOARD_STORE": str(folder / f"store-{port}.sqlite"),
                  "NVDASHBOARD_RUNS_DIR": str(runs),
                  **({"NVDASHBOARD_SIMULATE_SCENARIO": scenario} if scenario else {}),
                  "READ_RATES_CALLS": str(self.calls_file)},
-            cwd=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
-        wait_until_serving(self.url + "/", process=self.process)
-        self.ps = psutil.Process(self.process.pid)
 
     def calls(self) -> dict[str, int]:
         """The simulated driver's calls so far, by function."""
-        self.calls_file.unlink(missing_ok=True)
-        self.process.send_signal(signal.SIGUSR1)
-        deadline = time.monotonic() + 10
-        while not self.calls_file.exists():
-            if time.monotonic() > deadline:
-                raise TimeoutError("the server wrote no call counts")
-            time.sleep(0.02)
-        return json.loads(self.calls_file.read_text())
-
-    def cpu_s(self) -> float:
-        times = self.ps.cpu_times()
-        return times.user + times.system
-
-    def rss_mb(self) -> float:
-        return self.ps.memory_info().rss / 1e6
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        return file_by_signal(self.process, self.calls_file, 10,
+                              "the server wrote no call counts")
 
 
 def measure_window(server: ServerUnderTest, window_s: float) -> dict[str, float]:
@@ -228,11 +204,6 @@ def run(source: Path, folder: Path, window_s: float, interval_s: float, route: s
         return asyncio.run(one_round(server, window_s, route))
     finally:
         server.stop()
-
-
-def spread(values: list[float], digits: int = 1) -> str:
-    return (f"{statistics.median(values):.{digits}f} "
-            f"({min(values):.{digits}f}-{max(values):.{digits}f})")
 
 
 def table(results: dict[str, list[dict[str, dict[str, float]]]]) -> str:

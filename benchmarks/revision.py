@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.figures import load_line
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -43,8 +45,7 @@ def in_turn(revision: str, rounds: int, script: str, arguments: Sequence[str],
             revision_worktree(revision, Path(folder)) as tree:
         for round_number in range(rounds):
             for side, root in ((revision, tree), ("this tree", ROOT)):
-                load = "-".join(f"{value:.2f}" for value in os.getloadavg())
-                print(f"... round {round_number + 1}/{rounds}: {side} (load {load})",
+                print(f"... round {round_number + 1}/{rounds}: {side} (load {load_line()})",
                       file=sys.stderr, flush=True)
                 out = Path(folder) / "out.json"
                 subprocess.run([sys.executable, script, *arguments, "--json", str(out)],

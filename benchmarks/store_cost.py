@@ -31,7 +31,6 @@ import asyncio
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.figures import summary  # noqa: E402
+from benchmarks.harness import stop  # noqa: E402
 from jupyterlab_nvdashboard.store import HistoryStore  # noqa: E402
 from tests.support.servers import free_port  # noqa: E402
 from tests.support.store_fill import fill_store  # noqa: E402
@@ -52,11 +53,6 @@ from tests.support.stream_client import open_stream  # noqa: E402
 GPUS = 8
 TOKEN = "store-benchmark-token-0123456789"
 DAY_S = 86400
-
-
-def summary(values: list[float], unit: str, digits: int = 3) -> str:
-    return (f"median {statistics.median(values):.{digits}f} {unit} "
-            f"(range {min(values):.{digits}f}-{max(values):.{digits}f}, n={len(values)})")
 
 
 def start_server(port: int, store: Path | None, extra: list[str] | None = None
@@ -87,15 +83,6 @@ def get_info(port: int) -> dict:
         return json.load(response)
 
 
-def stop(process: subprocess.Popen) -> None:
-    process.send_signal(2)
-    try:
-        process.wait(20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 def cpu_round(store: Path | None, seconds: float) -> tuple[float, float | None]:
     """(the server's CPU share of one core, the store writer's) over ``seconds``."""
     port = free_port()
@@ -109,7 +96,7 @@ def cpu_round(store: Path | None, seconds: float) -> tuple[float, float | None]:
         after, writer_after = me.cpu_times(), (get_info(port)["store"] or {})
         wall = time.monotonic() - started
     finally:
-        stop(process)
+        stop(process, 20)
     server = (after.user + after.system - before.user - before.system) / wall * 100
     writer = None
     if writer_after:
@@ -142,7 +129,7 @@ def draw_times(store: Path | None, window_s: float, draws: int) -> list[float]:
         # Each draw is a new page; the family is reset between them (nobody else watches).
         return [asyncio.run(first_frame(port, window_s)) for _ in range(draws)]
     finally:
-        stop(process)
+        stop(process, 20)
 
 
 def main() -> None:
@@ -183,12 +170,12 @@ def measure_draws(folder: Path, draws: int, filled: bool) -> None:
         print(f"  filled 8 days in {fill_store(store, 0, days=8):.0f} s", flush=True)
     week = draw_times(store, 7 * DAY_S, draws)
     memory = draw_times(None, 1800, draws)
-    print(f"first frame of the 7-day window, store on: {summary(week, 's')}")
-    print(f"first frame of the longest window, store off (30 min): {summary(memory, 's')}")
+    print(f"first frame of the 7-day window, store on: {summary(week, 's', 3)}")
+    print(f"first frame of the longest window, store off (30 min): {summary(memory, 's', 3)}")
     week_cpu = catch_up_cpu(store, 7 * DAY_S, draws)
     memory_cpu = catch_up_cpu(None, 1800, draws)
-    print(f"  its CPU time in the server, 7 days, store on: {summary(week_cpu, 's')}")
-    print(f"  its CPU time in the server, 30 min, store off: {summary(memory_cpu, 's')}")
+    print(f"  its CPU time in the server, 7 days, store on: {summary(week_cpu, 's', 3)}")
+    print(f"  its CPU time in the server, 30 min, store off: {summary(memory_cpu, 's', 3)}")
 
 
 def catch_up_cpu(store: Path | None, window_s: float, draws: int) -> list[float]:
@@ -245,7 +232,7 @@ def measure_cpu(folder: Path, rounds: int, seconds: float) -> None:
         off_server.append(cpu_round(None, seconds)[0])
         print(f"  round {round_number}: on {server:.2f}% (writer {writer or 0:.3f}%), "
               f"off {off_server[-1]:.2f}%", flush=True)
-    print(f"store writer thread, % of a core: {summary(on_writer, '%')}")
+    print(f"store writer thread, % of a core: {summary(on_writer, '%', 3)}")
     print(f"whole server, % of a core: store on {summary(on_server, '%', 2)}; "
           f"store off {summary(off_server, '%', 2)}")
 

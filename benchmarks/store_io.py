@@ -34,7 +34,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -51,6 +50,8 @@ from tornado.websocket import websocket_connect
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.figures import summary  # noqa: E402
+from benchmarks.harness import file_by_signal, stop  # noqa: E402
 from benchmarks.revision import revision_worktree  # noqa: E402
 from tests.support.servers import free_port  # noqa: E402
 from tests.support.store_fill import DAY_S, fill_store  # noqa: E402
@@ -100,11 +101,6 @@ sys.exit(served.main(sys.argv[2:]))
 """
 
 
-def summary(values: list[float], unit: str, digits: int = 1) -> str:
-    return (f"median {statistics.median(values):.{digits}f} {unit} "
-            f"(range {min(values):.{digits}f}-{max(values):.{digits}f}, n={len(values)})")
-
-
 def get(port: int, path: str, timeout_s: float = 30) -> tuple[int, bytes]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
     try:
@@ -140,24 +136,13 @@ class ProbedServer:
     def longest_stall_s(self, start: float, end: float) -> float:
         """The loop's longest stall between two ``time.monotonic()`` readings of this
         machine (the same clock in every process)."""
-        self.probe_file.unlink(missing_ok=True)
-        self.process.send_signal(signal.SIGUSR1)
-        deadline = time.monotonic() + 30
-        while not self.probe_file.exists():
-            if time.monotonic() > deadline:
-                raise RuntimeError("the server's probe did not answer")
-            time.sleep(0.05)
-        late = json.loads(self.probe_file.read_text())
+        late = file_by_signal(self.process, self.probe_file, 30,
+                              "the server's probe did not answer", poll_s=0.05)
         # A stall that ends after ``start`` began at most its length before.
         return max([seconds for at, seconds in late if start <= at <= end + 1.0], default=0.0)
 
     def stop(self) -> None:
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop(self.process, 30)
 
 
 async def open_page(port: int, window_s: float) -> int:
@@ -307,22 +292,22 @@ def report(figures: dict[str, dict[str, list[dict[str, float]]]],
         if "stall" in parts:
             rounds = parts["stall"]
             print(f"  {args.pages} pages open the 7-day window: the loop's longest stall "
-                  f"{summary([r['stall_ms'] for r in rounds], 'ms')} (target 50 ms; over "
+                  f"{summary([r['stall_ms'] for r in rounds], 'ms', 1)} (target 50 ms; over "
                   f"{quiet_s:g} s with nothing asked of it "
-                  f"{summary([r['quiet_stall_ms'] for r in rounds], 'ms')}); all "
-                  f"first frames in {summary([r['wall_s'] for r in rounds], 's')}")
+                  f"{summary([r['quiet_stall_ms'] for r in rounds], 'ms', 1)}); all "
+                  f"first frames in {summary([r['wall_s'] for r in rounds], 's', 1)}")
         if "csv" in parts:
             rounds = parts["csv"]
             print(f"  {args.csvs} CSVs of {args.csv_days:g} days at once: RSS above idle "
-                  f"{summary([r['rss_above_idle_mib'] for r in rounds], 'MiB')} (target "
-                  f"100 MiB; idle {summary([r['idle_rss_mib'] for r in rounds], 'MiB')}); "
-                  f"the loop's longest stall {summary([r['stall_ms'] for r in rounds], 'ms')}"
+                  f"{summary([r['rss_above_idle_mib'] for r in rounds], 'MiB', 1)} (target "
+                  f"100 MiB; idle {summary([r['idle_rss_mib'] for r in rounds], 'MiB', 1)}); "
+                  f"the loop's longest stall {summary([r['stall_ms'] for r in rounds], 'ms', 1)}"
                   f" (over {quiet_s:g} s with nothing asked of it "
-                  f"{summary([r['quiet_stall_ms'] for r in rounds], 'ms')}); all done in "
-                  f"{summary([r['wall_s'] for r in rounds], 's')}; answers "
+                  f"{summary([r['quiet_stall_ms'] for r in rounds], 'ms', 1)}); all done in "
+                  f"{summary([r['wall_s'] for r in rounds], 's', 1)}; answers "
                   f"200: {[int(r['answered_200']) for r in rounds]}, 429: "
                   f"{[int(r['answered_429']) for r in rounds]}, "
-                  f"{summary([r['mib_each'] for r in rounds], 'MiB')} each")
+                  f"{summary([r['mib_each'] for r in rounds], 'MiB', 1)} each")
 
 
 if __name__ == "__main__":

@@ -71,9 +71,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import v015_side  # noqa: E402
-from benchmarks.dashboard_overhead import (  # noqa: E402
-    DRAWS_JS,
+from benchmarks.dashboard_overhead import DRAWS_JS  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    children_cpu_s,
     chromium_cpu_s,
+    cpu_s,
     per_process_pct,
 )
 from benchmarks.revision import revision_worktree  # noqa: E402
@@ -181,15 +183,7 @@ class Side:
     def server_cpu_s(self) -> tuple[float, float]:
         """CPU seconds so far of (the Lab server, its child processes)."""
         lab = psutil.Process(self.lab.process.pid)
-        children = 0.0
-        for child in lab.children(recursive=True):
-            try:
-                times = child.cpu_times()
-                children += times.user + times.system
-            except psutil.Error:
-                continue
-        times = lab.cpu_times()
-        return times.user + times.system, children
+        return cpu_s(lab), children_cpu_s(lab)
 
 
 def ours_nvml_calls(lab: JupyterLab) -> int | None:
