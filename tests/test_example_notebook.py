@@ -5,7 +5,9 @@ training cell trains its path on the host and tells the simulated driver, once a
 what its measured steps would have kept the GPU doing; the server then judges each cell's
 span (the kernel's own execute_input and execute_reply times, as the footer asks) from its
 per-process samples. The native TensorFlow baseline, whose hash table runs on the host every
-step, must have kept the GPU working less than the optimized path.
+step, must have kept the GPU working less than the optimized path. (Each cell's cause in
+parentheses is the diagnosis of the simulated device's own load, which the process list
+does not drive: it is not asserted.)
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from tests.support.jupyter import lab_environment
 from tests.support.servers import cli_server, get
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "embedding-paths.ipynb"
-# Points of SM share by which the optimized path's cell must beat the baseline's: the
-# baseline's host stage took 40% of its steps here (0.35 of 0.85 ms on the ci preset).
+# Points of SM share by which the optimized path's cell must beat the baseline's, while
+# each worked the GPU: the baseline's host stage took about a third of its steps here (the
+# simulated GPU was told 64% against the optimized path's 92%, on a loaded 2-core machine).
 MARGIN_PCT = 15
 
 pytestmark = [
@@ -41,6 +44,12 @@ def cell_json(url: str, kernel_id: str, cell: dict) -> dict:
     status, body = get(f"{url}/cell.json?{query}")
     assert status == 200, body
     return json.loads(body)
+
+
+def printed(cell: dict) -> str:
+    """What a cell printed (TensorFlow's own warnings go to stderr)."""
+    return "".join(output["text"] for output in cell.get("outputs", [])
+                   if output.get("name") == "stdout").strip()
 
 
 def test_the_notebooks_two_paths_are_judged_as_they_kept_the_gpu(tmp_path: Path) -> None:
@@ -72,17 +81,20 @@ def test_the_notebooks_two_paths_are_judged_as_they_kept_the_gpu(tmp_path: Path)
         finally:
             if manager.has_kernel:  # the client shuts down only the kernels it started
                 manager.shutdown_kernel(now=True)
-    assert "simulated GPU" in setup.outputs[0]["text"], setup.outputs
+    assert "simulated GPU" in printed(setup), setup.outputs
     shown = "\n".join(f"{name}: {report['verdict']} (SM {report['gpus'][0]['sm_pct']}%, "
-                      f"{report['duration_s']:.1f} s, printed "
-                      f"{cell.outputs[0]['text'].strip()!r})"
+                      f"{report['duration_s']:.1f} s, printed {printed(cell)!r})"
                       for (name, report), cell in zip(said.items(), (native, optimized),
                                                       strict=True))
     for report in said.values():
         [gpu] = report["gpus"]
         assert report["touched_gpu"] and gpu["signal"] == "per-process", shown
+        assert gpu["working_share"], shown
         assert 10 <= report["duration_s"] <= 90, shown  # a cell a reader waits for
-    native_sm = said["native"]["gpus"][0]["sm_pct"]
-    optimized_sm = said["optimized"]["gpus"][0]["sm_pct"]
     assert said["optimized"]["state"] == "busy", shown
-    assert optimized_sm >= native_sm + MARGIN_PCT, shown
+    # The SM share over the seconds the cell worked the GPU: a cell's start-up (building
+    # the trainer, tracing, warm-up) leaves it idle, and is a larger part of the faster
+    # path's shorter cell.
+    working = {name: report["gpus"][0]["sm_pct"] / report["gpus"][0]["working_share"]
+               for name, report in said.items()}
+    assert working["optimized"] >= working["native"] + MARGIN_PCT, (working, shown)
