@@ -11,6 +11,11 @@ The driver then lists the kernel on that GPU until the kernel exits, as a real d
 a process's context, so "Your GPU kernels", the idle notice and the idle cull all have a
 kernel to act on. ``busy_pct`` makes its work show (per-process SM samples); 0 is idle.
 
+To train on the simulated GPU (``examples/embedding-paths.ipynb``), run a workload path on
+the host with ``SimulatedTrainingGpu`` as its ``on_iteration``: once a second it says the
+share of that second the path's own timed steps would have kept the GPU working
+(``workload.events.device_share``: each step less its input wait and host-only stage).
+
 Nothing here talks to NVML: it only writes the file this project's simulator reads, and
 only that file, replaced whole (a reader never sees half of it).
 """
@@ -20,13 +25,18 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import psutil
 
+from .config import load_config
 from .paths import simulated_processes_file
 from .simnvml.processes import SimulatedProcess
+from .workload.events import device_share
 
 GIB = 2**30
 
@@ -96,3 +106,53 @@ def release_gpu() -> str:
     wrapper, others = _others(path, os.getpid())
     _write(path, wrapper, others)
     return f"the simulated driver no longer lists pid {os.getpid()} ({path})"
+
+
+def simulating(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this environment's dashboard simulates its GPUs (``NVDASHBOARD_SIMULATE``, read
+    as the server reads it): a kernel started by that JupyterLab shares its environment."""
+    return load_config([], environ).simulation.gpu_count > 0
+
+
+class SimulatedTrainingGpu:
+    """A training run's simulated GPU: listed on ``gpu`` with ``gib`` GiB, and no work, from
+    ``with`` to its end; in between, ``step`` (the run's ``on_iteration``) reads each timed
+    step's event, and once every ``every_s`` the holder's SM share becomes what those steps
+    kept the device working in that time (the driver samples once a second), as a real GPU
+    reports it: the time kernels ran over the wall time."""
+
+    def __init__(self, gpu: int = 0, gib: float = 1.0, every_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.gpu, self.gib, self.every_s, self.clock = gpu, gib, every_s, clock
+        self.said: list[int] = []  # each busy_pct told the driver while training
+        self._since = self.clock()
+        self._worked_s = 0.0
+
+    def __enter__(self) -> SimulatedTrainingGpu:
+        hold_gpu(self.gpu, self.gib, busy_pct=0)  # start-up and warm-up: no steps yet
+        self._since, self._worked_s = self.clock(), 0.0
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        # Trained: the kernel keeps its memory, as a framework keeps its context.
+        hold_gpu(self.gpu, self.gib, busy_pct=0)
+
+    def step(self, iteration: Mapping[str, Any]) -> None:
+        share = device_share(iteration)
+        if share is not None:
+            self._worked_s += share * iteration["ms"] / 1000.0
+        now = self.clock()
+        if now - self._since >= self.every_s:
+            busy = min(100, round(100 * self._worked_s / (now - self._since)))
+            hold_gpu(self.gpu, self.gib, busy_pct=busy)
+            self.said.append(busy)
+            self._since, self._worked_s = now, 0.0
+
+    def summary(self) -> str:
+        """What it told the driver while training, in words."""
+        if not self.said:
+            return "the simulated GPU was told nothing: the timed steps took under a second"
+        said = sorted(self.said)
+        return (f"simulated GPU {self.gpu} told {said[len(said) // 2]}% busy (median of "
+                f"{len(said)} s, {said[0]}-{said[-1]}%)")

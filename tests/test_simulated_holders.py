@@ -128,3 +128,36 @@ def test_the_readme_line_in_a_kernel_makes_it_an_idle_gpu_holder(
         assert passes() == []
     finally:
         manager.shutdown_kernel(now=True)
+
+
+def test_a_training_run_tells_the_driver_once_a_second_what_its_steps_kept_the_gpu_doing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The busy share is the time the steps' device worked over the wall time since the last
+    word (a real GPU's SM share), from the steps' own events: input waits and host-only
+    stages are not the device's, nor the time between steps."""
+    from jupyterlab_nvdashboard.simulated_holders import SimulatedTrainingGpu, simulating
+
+    path = tmp_path / "processes.json"
+    monkeypatch.setenv("NVDASHBOARD_SIMULATE_PROCESSES", str(path))
+    now = [100_000]  # ms: whole numbers add up exactly
+
+    def listed() -> SimulatedProcess:
+        [entry] = [SimulatedProcess.from_json(item) for item in json.loads(path.read_text())]
+        return entry
+
+    gpu = SimulatedTrainingGpu(gpu=1, gib=0.5, clock=lambda: now[0] / 1000)
+    assert gpu.summary().startswith("the simulated GPU was told nothing")
+    with gpu:
+        assert (listed().gpu, listed().used_memory_bytes, listed().sm_pct) == (1, GIB // 2, 0)
+        for _ in range(100):  # 10 ms steps, 4 of them on the host's hash table, 1 s in all
+            now[0] += 10
+            gpu.step({"ms": 10.0, "input_ms": 0.0, "host_ms": 4.0})
+        assert listed().sm_pct == 60 and gpu.said == [60]
+        for _ in range(50):  # 10 ms steps, 20 ms apart: the device waits between them too
+            now[0] += 20
+            gpu.step({"ms": 10.0, "input_ms": 1.0, "host_ms": None})
+        assert listed().sm_pct == 45 and gpu.said == [60, 45]
+        gpu.step({"ms": 0.0})  # a step too quick to time tells nothing, and breaks nothing
+    assert listed().sm_pct == 0  # trained: still holding, no work
+    assert gpu.summary() == "simulated GPU 1 told 60% busy (median of 2 s, 45-60%)"
+    assert simulating({"NVDASHBOARD_SIMULATE": "2"}) and not simulating({})

@@ -19,8 +19,10 @@ The kinds, in the order a run writes them:
   ``emulated`` (N shards in one process), and ``ranks`` (``rank``, ``pid``, ``device``,
   ``gpu_uuid``, ``rows``);
 - ``iteration``: ``iteration``, ``ms``, ``samples_per_s``, ``loss``, and ``input_ms`` (the
-  part of ``ms`` spent waiting on the input stage) and ``cpu_ms`` (CPU time the process
-  used during the step, all its threads), where the run measures them; a sharded run's
+  part of ``ms`` spent waiting on the input stage), ``host_ms`` (the part spent in the
+  path's host-only stage, the device waiting: the hashtable's CPU-only lookup; 0 for paths
+  without one) and ``cpu_ms`` (CPU time the process used during the step, all its
+  threads), where the run measures them (:func:`device_share` reads them); a sharded run's
   ``exchange_bytes``: what all its ranks sent each other in that step, and ``exchange_ms``:
   the wall time of the step's collectives (waits for the other ranks included);
 - ``end``: the summary (``iterations``, ``median_ms``, ..., ``peak_device_memory_bytes``,
@@ -40,7 +42,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -269,14 +271,26 @@ _FIELDS: dict[str, dict[str, Field]] = {
     "warmup_end": {"shards": (_shards, False)},
     "iteration": {"iteration": (_count, False), "ms": (_step_ms, True),
                   "samples_per_s": (_duration, False), "loss": (_number, False),
-                  "input_ms": (_step_ms, False), "cpu_ms": (_step_ms, False),
-                  "exchange_bytes": (_duration, False), "exchange_ms": (_step_ms, False)},
+                  "input_ms": (_step_ms, False), "host_ms": (_step_ms, False),
+                  "cpu_ms": (_step_ms, False), "exchange_bytes": (_duration, False),
+                  "exchange_ms": (_step_ms, False)},
     "end": {"iterations": (_count, False), "median_ms": (_step_ms, False),
             "p10_ms": (_step_ms, False), "p90_ms": (_step_ms, False),
             "samples_per_s": (_duration, False), "peak_host_memory_bytes": (_duration, False),
             "peak_device_memory_bytes": (_duration, False), "interrupted": (_flag, False),
             "error": (_text, False), "exchange": (_exchange, False)},
 }
+
+
+def device_share(iteration: Mapping[str, Any]) -> float | None:
+    """The share of an ``iteration`` event's step its training device worked: what is left
+    of ``ms`` after the input wait (``input_ms``) and the host-only stage (``host_ms``), in
+    which the device has nothing to do; ``None`` without a step time."""
+    ms = iteration.get("ms")
+    if not ms or ms <= 0:
+        return None
+    waiting = (iteration.get("input_ms") or 0.0) + (iteration.get("host_ms") or 0.0)
+    return min(1.0, max(0.0, (ms - waiting) / ms))
 
 
 def parse_event(line: bytes | str) -> dict[str, Any] | None:

@@ -297,6 +297,7 @@ def run(
                 ms = (time.perf_counter() - start) * 1000.0
                 cpu_ms = (time.process_time() - cpu_start) * 1000.0
                 moved = trainer.step_bytes() if sharding is not None else None
+                host_ms = getattr(trainer, "step_host_ms", None)
                 with ctrl_c_held():
                     record = events.emit(
                         "iteration",
@@ -305,6 +306,7 @@ def run(
                         samples_per_s=cfg.batch / (ms / 1000.0) if ms > 0 else None,
                         loss=loss,
                         input_ms=input_ms,
+                        **({} if host_ms is None else {"host_ms": host_ms()}),
                         cpu_ms=cpu_ms,
                         **({} if moved is None else {
                             "exchange_bytes": sum(moved.values()),

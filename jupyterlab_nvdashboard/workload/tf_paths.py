@@ -17,6 +17,7 @@ the lookup, its gradient and the sparse update are timed.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -129,6 +130,10 @@ class TFTrainer:
                     deleted_key=-2,
                 )
         self._step = tf.function(self._train_step, autograph=False)
+        # The hashtable's lookup and insert is a stage of its own, on the host: its CPU-only
+        # kernel runs while the device waits for the rows (``step_host_ms``).
+        self._rows = tf.function(self._rows_from_hashtable, autograph=False)
+        self._host_ms = 0.0
 
     # -- the embedding part -------------------------------------------------------------
     def _rows_from_hashtable(self, keys: Any) -> Any:
@@ -149,11 +154,9 @@ class TFTrainer:
         logits = self.mlp(x, training=True)
         return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels, logits))
 
-    def _train_step(self, keys: Any, labels: Any) -> Any:
+    def _train_step(self, keys: Any, labels: Any, rows: Any = None) -> Any:
         tf = import_tensorflow()
         mlp_vars = list(self.mlp.trainable_variables) if self.mlp is not None else []
-        if self.path == "hashtable":
-            rows = self._rows_from_hashtable(keys)
         with tf.GradientTape() as tape:
             if self.path == "plugin":
                 emb, _ = lookup_unique(self.embedding, keys)
@@ -185,9 +188,21 @@ class TFTrainer:
         """One training step on pool batch ``i``; returns the loss (a device sync)."""
         tf = import_tensorflow()
         n = len(self.keys)
+        keys, rows = self.keys[i % n], None
+        if self.path == "hashtable":
+            start = time.perf_counter()
+            with tf.device("/CPU:0"):
+                rows = self._rows(keys)  # returns once the host has the rows
+            self._host_ms = (time.perf_counter() - start) * 1000.0
         with tf.device(self.device_name):
-            loss = self._step(self.keys[i % n], self.labels[i % n])
+            loss = self._step(keys, self.labels[i % n], rows)
         return float(loss.numpy())
+
+    def step_host_ms(self) -> float:
+        """Milliseconds of the last step spent in the path's host-only stage, with the
+        device waiting on it: the hashtable's CPU-only lookup and insert. 0.0 for the paths
+        whose every op runs on the training device."""
+        return self._host_ms
 
     def embedding_of(self, keys: np.ndarray) -> np.ndarray:
         """Current embedding rows of ``keys`` (for tests; hashtable rows must exist)."""

@@ -138,6 +138,40 @@ def test_every_tf_path_trains(path):
     assert losses[0] > 0.6 and np.mean(losses[-4:]) < 0.5 * losses[0]
 
 
+def test_the_hashtables_host_stage_is_timed_and_said_in_each_iteration_event(tmp_path):
+    """Only the hashtable has a host-only stage (its CPU-only lookup and insert): its
+    iteration events say how long it took, and :func:`device_share` leaves it out; the
+    other paths' events say 0 ms, and their device worked all but the input wait."""
+    from jupyterlab_nvdashboard.workload.events import device_share, read_events
+    from jupyterlab_nvdashboard.workload.runner import run
+
+    cfg = make_config("ci", input_delay_ms=2)
+    shares = {}
+    for path in ("native", "hashtable", "plugin"):
+        events_path = tmp_path / f"{path}.jsonl"
+        run(path, cfg, 20, device="cpu", warmup=2, events_path=events_path)
+        steps = [e for e in read_events(events_path) if e["event"] == "iteration"]
+        assert len(steps) == 20
+        for step in steps:
+            assert step["input_ms"] >= 2.0 and step["host_ms"] is not None
+            assert step["input_ms"] + step["host_ms"] <= step["ms"]
+            expected = 1 - (step["input_ms"] + step["host_ms"]) / step["ms"]
+            assert device_share(step) == pytest.approx(expected)
+        hosted = [step["host_ms"] for step in steps]
+        assert (min(hosted) > 0) if path == "hashtable" else (max(hosted) == 0), (path, hosted)
+        shares[path] = float(np.median([device_share(step) for step in steps]))
+    assert shares["hashtable"] < min(shares["native"], shares["plugin"]), shares
+
+
+def test_device_share_of_odd_events():
+    from jupyterlab_nvdashboard.workload.events import device_share
+
+    assert device_share({"ms": 10.0}) == 1.0  # nothing measured waiting: all worked
+    assert device_share({"ms": 10.0, "input_ms": 4.0, "host_ms": None}) == pytest.approx(0.6)
+    assert device_share({"ms": 0.0}) is None and device_share({}) is None
+    assert device_share({"ms": 1.0, "input_ms": 2.0}) == 0.0  # clocks disagree: never < 0
+
+
 def test_embedding_mode_runs():
     from jupyterlab_nvdashboard.workload.tf_paths import TFTrainer
     cfg = make_config("ci")
