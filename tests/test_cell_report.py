@@ -170,7 +170,7 @@ def test_busy_cell_with_per_process_samples(tmp_path: Path, now: float) -> None:
     assert gpu["working_share"] == 1.0 and gpu["lost"] is False and gpu["mig"] is None
     assert gpu["memory"] == {"start_bytes": 12 * GIB, "end_bytes": 14 * GIB,
                              "peak_bytes": 14 * GIB, "change_bytes": 2 * GIB}
-    assert data["verdict"] == "GPU 1: busy 100% of 41 s, peak 14.0 GiB (+2.0)"
+    assert data["verdict"] == "GPU 1: busy 100% of 41 s at 80% SM, peak 14.0 GiB (+2.0)"
     causes = [f["cause"] for f in gpu["findings"]]
     assert "busy" in causes, causes
     busy = gpu["findings"][causes.index("busy")]
@@ -418,7 +418,7 @@ def test_a_cell_on_a_mig_device(tmp_path: Path, now: float) -> None:
     assert gpu["label"] == "GPU 0 · MIG 1" and gpu["signal"] == "device"
     assert gpu["sm_pct"] == pytest.approx(70.0) and "SM activity" in gpu["signal_text"]
     # The headline names what the details find (SM activity 70%: underused).
-    assert data["verdict"].startswith("GPU 0 · MIG 1: busy 100% of 30 s (underused), "
+    assert data["verdict"].startswith("GPU 0 · MIG 1: busy 100% of 30 s at 70% SM (underused), "
                                       "peak 5.0 GiB")
 
 
@@ -502,7 +502,7 @@ def test_the_benchmark_gives_its_figures() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert "1-minute span of 2 GPUs (the kernel on 1)" in lines[0], lines
-    assert lines[1] == "  verdict: GPU 0: busy 100% of 58 s (underused), peak 13.0 GiB (+0.0)", \
+    assert lines[1] == "  verdict: GPU 0: busy 100% of 58 s at 48% SM (underused), peak 13.0 GiB (+0.0)", \
         lines
     for what in ("the report, wall:", "the report, CPU:", "GET /cell.json:"):
         [line] = [line for line in lines if what in line]
@@ -708,6 +708,6 @@ def test_a_finding_on_no_signal_is_not_named_as_the_cells_cause() -> None:
             1, "GPU 1", "GPU-1", None, False, memory, "per-process", "per-process SM samples",
             90.0, 1.0, findings, BUSY), 5.0)
 
-    assert busy(too_few) == "GPU 1: busy 100% of 5 s, peak 6.0 GiB (+0.0)"
-    assert busy(too_few, starved) == "GPU 1: busy 100% of 5 s (starved), peak 6.0 GiB (+0.0)"
+    assert busy(too_few) == "GPU 1: busy 100% of 5 s at 90% SM, peak 6.0 GiB (+0.0)"
+    assert busy(too_few, starved) == "GPU 1: busy 100% of 5 s at 90% SM (starved), peak 6.0 GiB (+0.0)"
 

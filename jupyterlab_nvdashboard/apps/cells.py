@@ -470,7 +470,11 @@ def device_clause(device: DeviceCell, duration_s: float) -> str:
         return f"{label}: {device.signal_words}; {_peak(device)}"
     cause = _cause(device)
     if device.state == BUSY:
-        return f"{label}: busy {worked} of {span}" + (f" ({cause})" if cause else "") + \
+        # The mean SM beside the share of time it worked: two cells busy every second can
+        # differ in how much of each second they kept the GPU working (the example
+        # notebook's two embedding paths).
+        sm = "" if device.sm_pct is None else f" at {device.sm_pct:.0f}% SM"
+        return f"{label}: busy {worked} of {span}{sm}" + (f" ({cause})" if cause else "") + \
             f", {_peak(device)}"
     held = format_memory(device.memory.peak_bytes)
     if device.state == HELD_NO_WORK:
