@@ -207,6 +207,9 @@ def add_idle_cull(serverapp: Any, log: logging.Logger) -> IdleCuller:
         return json.loads(await fetch_from_proxy(serverapp, url))
 
     executions = ExecutionClock(serverapp.kernel_manager, log)
+    event_logger = getattr(serverapp, "event_logger", None)
+    if event_logger is not None:
+        executions.watch_starts(event_logger)
     culler = IdleCuller(policy, serverapp.kernel_manager, read_glance, log,
                         last_execution=executions.last_execution)
     base = serverapp.base_url if serverapp.base_url.endswith("/") else serverapp.base_url + "/"

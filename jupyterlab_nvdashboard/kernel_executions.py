@@ -41,10 +41,14 @@ EXECUTE_REQUEST = "execute_request"
 EXECUTE_INPUT = "execute_input"
 STATUS = "status"
 CELLS_KEPT = 20  # per kernel: the newest cells, which the timelines mark
-# How often the kernels are listed to watch new ones and let go of ended ones (s): a kernel
-# is watched within this of its start; a cell run sooner is missed, and then its
-# ``last_activity`` (which such a run moves) stands in.
+# How often the kernels are listed to watch new ones and let go of ended ones (s). Where
+# Jupyter tells of a kernel's start (its kernel_actions event, ``watch_starts``), the kernel
+# is watched at once, before any client can send it a cell; else within this of its start,
+# and a cell run sooner is missed (its ``last_activity``, which such a run moves, stands in;
+# its running cell has no live footer).
 SYNC_S = 1.0
+# Jupyter's event of a kernel's start, restart or shutdown (jupyter_server 2.x).
+KERNEL_ACTIONS = "https://events.jupyter.org/jupyter_server/kernel_actions/v1"
 
 
 @dataclass(frozen=True)
@@ -220,6 +224,16 @@ class ExecutionClock:
                 self._unwatchable.add(kernel_id)
             else:
                 self._unwatchable.discard(kernel_id)
+
+    def watch_starts(self, event_logger: Any) -> None:
+        """Sync as soon as Jupyter says a kernel started or restarted (``KERNEL_ACTIONS``),
+        on Jupyter's loop, before the start's answer reaches a client: the first cell of a
+        new kernel is seen, and with it the running cell's live footer (issue 55)."""
+        async def heard(logger: Any, schema_id: str, data: dict[str, Any]) -> None:  # noqa: ARG001 - by keyword
+            if data.get("status") == "success" and data.get("action") in ("start", "restart"):
+                self.sync()
+
+        event_logger.add_listener(schema_id=KERNEL_ACTIONS, listener=heard)
 
     def _watch(self, kernel_id: str) -> Any:
         from jupyter_client.session import Session

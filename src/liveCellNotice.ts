@@ -54,7 +54,10 @@ export namespace LiveCellNotices {
   }
 }
 
-/** The notice's words for a cell: what it does, in the footer's terms. */
+/**
+ * The notice's words for a cell: what it does, in the footer's terms, short
+ * enough for a notification (the footer and Open GPU Activity say more).
+ */
 export function noticeWords(
   path: string,
   report: ICellReport,
@@ -62,19 +65,23 @@ export function noticeWords(
 ): string {
   const held = runningTime(report.held_s, trans);
   const name = cellLabel(report.count, trans);
+  const gpus =
+    report.gpus.map(gpu => gpu.label).join(', ') || trans.__('a GPU');
   const what =
     report.notice === 'held-idle'
-      ? trans.__('has held a GPU for %1 and barely used it', held)
+      ? trans.__('has held %1 for %2 and barely used it', gpus, held)
       : report.notice === 'starved'
         ? trans.__(
-            'has held a GPU for %1 and keeps it waiting between bursts of work (starved)',
+            'has held %1 for %2 and keeps it waiting between bursts of work (starved)',
+            gpus,
             held
           )
         : trans.__(
-            'has held a GPU for %1 and waits on its memory bandwidth (memory-bound)',
+            'has held %1 for %2 and waits on its memory bandwidth (memory-bound)',
+            gpus,
             held
           );
-  return trans.__('%1, %2 %3. So far: %4', path, name, what, report.verdict);
+  return trans.__('%1, %2 %3.', path, name, what);
 }
 
 /** The notices (see the module comment). */

@@ -165,3 +165,57 @@ def test_the_dashboard_reads_the_cells_the_route_serves_and_skips_what_is_malfor
     assert "k3" not in parse_cells(body)
     # An older extension serves no cells.
     assert parse_cells({"kernels": {"k1": 0.0}}) == {} and parse_cells(None) == {}
+
+
+def test_a_new_kernel_is_watched_as_jupyter_says_it_started() -> None:
+    """Issue 55: Jupyter's kernel_actions event of a start (or restart) makes the clock watch
+    the kernel at once, not at its next sync a second later: a notebook's first cell, run as
+    soon as its kernel answers, has its running span, and so its live footer. A failed start
+    or another action watches nothing new."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from jupyter_events import EventLogger
+    from jupyter_server.services.kernels.kernelmanager import DEFAULT_EVENTS_SCHEMA_PATH
+    from traitlets.config import Config
+
+    from jupyterlab_nvdashboard.kernel_executions import KERNEL_ACTIONS
+
+    watched: list[str] = []
+
+    class Kernels:  # Jupyter's kernel manager, as the clock reads it
+        def __init__(self) -> None:
+            self.ids: list[str] = []
+
+        def list_kernel_ids(self) -> list[str]:
+            return list(self.ids)
+
+        def get_kernel(self, kernel_id: str) -> object:
+            def connect_iopub() -> object:
+                watched.append(kernel_id)
+                return SimpleNamespace(on_recv=lambda _: None, close=lambda: None)
+
+            return SimpleNamespace(session=SimpleNamespace(config=Config(), key=KEY),
+                                   connect_iopub=connect_iopub)
+
+    kernels = Kernels()
+    clock = ExecutionClock(kernel_manager=kernels, log=logging.getLogger("test.cells"))
+    events = EventLogger()
+    events.register_event_schema(DEFAULT_EVENTS_SCHEMA_PATH / "kernel_actions" / "v1.yaml")
+    clock.watch_starts(events)
+
+    async def say(action: str, status: str) -> None:
+        events.emit(schema_id=KERNEL_ACTIONS, data={
+            "kernel_id": kernels.ids[-1], "kernel_name": "python3", "action": action,
+            "status": status, "msg": "as Jupyter says it"})
+        await events.gather_listeners()
+
+    kernels.ids.append("k1")
+    asyncio.run(say("start", "error"))
+    asyncio.run(say("interrupt", "success"))
+    assert watched == []
+    asyncio.run(say("start", "success"))
+    assert watched == ["k1"]
+    kernels.ids.append("k2")
+    asyncio.run(say("restart", "success"))
+    assert watched == ["k1", "k2"]

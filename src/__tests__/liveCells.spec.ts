@@ -221,7 +221,7 @@ describe('LiveCellNotices', () => {
     live.say(idle(361, 'held-idle'));
     expect(told).toEqual([
       [
-        'train.ipynb, cell [7] has held a GPU for 5 min 01 s and barely used it. So far: held 12.0 GiB on GPU 1, but this cell worked it 3% of it',
+        'train.ipynb, cell [7] has held GPU 1 for 5 min 01 s and barely used it.',
         ['Open GPU Activity']
       ]
     ]);
