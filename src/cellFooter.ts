@@ -401,8 +401,21 @@ export class NotebookCellFooters {
     this._showLive();
   }
 
-  /** The kernel went away (restarted, changed): no cell of it runs on. */
+  /**
+   * The kernel went away (restarted, died, changed): no cell of it runs on,
+   * and a live footer of one that never ended goes (it would say "running"
+   * for good).
+   */
   kernelGone(): void {
+    for (const cellId of this._running.keys()) {
+      const cell = this._find(cellId);
+      if (this._shown.get(cellId)?.live) {
+        this._shown.delete(cellId);
+        if (cell) {
+          this._place(cell, null);
+        }
+      }
+    }
     this._running.clear();
     this._useLive();
   }

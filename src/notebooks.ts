@@ -75,6 +75,7 @@ export class NotebookGpu {
       panel.toolbar.addItem(TOOLBAR_ITEM_NAME, this.item);
     }
     session.kernelChanged.connect(this._watchKernel, this);
+    session.statusChanged.connect(this._onKernelStatus, this);
     this._watchKernel();
     MessageLoop.installMessageHook(panel, this._hook);
     document.addEventListener('visibilitychange', this._onVisibility);
@@ -107,6 +108,10 @@ export class NotebookGpu {
     document.removeEventListener('visibilitychange', this._onVisibility);
     this._panel.sessionContext.kernelChanged.disconnect(
       this._watchKernel,
+      this
+    );
+    this._panel.sessionContext.statusChanged.disconnect(
+      this._onKernelStatus,
       this
     );
     this._watcher?.dispose();
@@ -147,6 +152,17 @@ export class NotebookGpu {
       this._watcher.ended.connect((_, span) => this.footers.cellEnded(span));
     }
     this.item.refresh();
+  }
+
+  /** A restart or a dead kernel ends every cell it ran, with no reply. */
+  private _onKernelStatus(_: unknown, status: string): void {
+    if (
+      status === 'restarting' ||
+      status === 'autorestarting' ||
+      status === 'dead'
+    ) {
+      this.footers.kernelGone();
+    }
   }
 
   private _hook = (_: IMessageHandler, msg: Message): boolean => {

@@ -166,7 +166,7 @@ describe('live cell footers', () => {
     footers.dispose();
   });
 
-  it("shows nothing for another cell's run of the kernel, a finished report, or with footers off", () => {
+  it("shows nothing for another cell's run of the kernel, a finished report, after a restart, or with footers off", () => {
     const a = cell('a');
     const live = new FakeGlance();
     const footers = new NotebookCellFooters({
@@ -182,6 +182,13 @@ describe('live cell footers', () => {
     live.say({ ...soFar(9, 'busy', 'GPU 1: busy'), running: false });
     footers.cellRunning(RUN);
     expect(footerOf(a)).toBeUndefined();
+    // A restart ends the run with no reply: its live footer goes.
+    live.say(soFar(9, 'busy', 'GPU 1: busy'));
+    expect(footerOf(a)!.hasClass(RUNNING_CLASS)).toBe(true);
+    footers.kernelGone();
+    expect(footerOf(a)).toBeUndefined();
+    expect(live.users.size).toBe(0);
+    footers.cellRunning(RUN);
     footers.mode = 'off';
     expect(live.users.size).toBe(0);
     live.say(soFar(9, 'busy', 'GPU 1: busy'));
