@@ -294,3 +294,26 @@ def test_other_timeline_pages_take_the_span_alone() -> None:
     assert timeline.live.follow is False  # on the span, as before
     assert timeline.gpu_filter.active == [0, 1, 2, 3]
     assert timeline.live.span_legend is None and "data-span-note" not in timeline.bands.text
+
+
+def test_the_view_a_footer_opens_says_why_the_cells_gpus_were_slow_over_the_cell() -> None:
+    """Issue 53, item 3: the diagnosis above the charts speaks of the cell's GPUs over the
+    cell's span (headed with it), and the window lines of those GPUs alone; without a cell,
+    no cell line, and every GPU in the window lines."""
+    sources, facts = four_gpus()
+    now = time.time()
+    span = (now - 40.0, now - 30.0)
+    playing(sources, now, span)
+    _, dashboard = activity_page(
+        sources, start=f"{span[0]:.3f}", end=f"{span[1]:.3f}", label="cell [5]",
+        gpus=f"{facts[1].uuid},{facts[2].uuid}")
+    line = dashboard.cell_line
+    assert line.visible, line.text
+    assert "Why is it slow? Over cell [5] " in line.text, line.text
+    named = re.compile(r"<b>(?:SIMULATED )?(GPU \d)</b> ")
+    labels = set(named.findall(line.text))
+    assert labels and labels <= {"GPU 1", "GPU 2"}, line.text
+    for text in dashboard.line_texts.data["html"] or [lines.text for lines in dashboard.lines]:
+        assert set(named.findall(text)) <= {"GPU 1", "GPU 2"}, text
+    _, every = activity_page(sources)
+    assert not every.cell_line.visible and every.rows is None

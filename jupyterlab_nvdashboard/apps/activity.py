@@ -9,6 +9,8 @@ them instead. Everything streams from ``Sample.extra[GPM_FAMILY]`` like any time
 
 A cell's footer opens this page on the cell's span and GPUs (``shown_span.py``): only those
 GPUs are shown, and the legends read the span (its means) until the page follows now again.
+Above the window lines, those GPUs' diagnosis over the cell's span, headed with it ("Over
+cell [12] 12:03:04–12:03:45 UTC"), and the window lines speak of those GPUs alone.
 
 Above the charts, the diagnosis (``diagnosis/``) of every GPU and MIG instance over the
 window the page shows: one line per group of devices with the same finding, each device's
@@ -28,6 +30,7 @@ from bokeh.layouts import column
 from bokeh.models import ColumnDataSource, CustomJS, Div
 
 from ..diagnosis import Diagnosis, Finding
+from ..diagnosis.rules import DiagnosisWindow
 from ..metrics import GpuFacts, Metrics, Sample
 from ..metrics.families import GPM_FAMILY, GpmReading, device_reading
 from ..metrics.gpm import CLOSEST_METRIC, NO_GPM_HARDWARE, gpm_unavailable_reason
@@ -47,7 +50,7 @@ from .components import (
     window_label,
 )
 from .in_place import IN_PLACE_JS
-from .shown_span import ShownSpan, legend_on_span, with_kin
+from .shown_span import ShownSpan, legend_on_span, off_the_loop, with_kin
 from .sources import DashboardSources
 
 # GpmReading field -> (legend label, colour); utilization is grey, for comparison.
@@ -219,10 +222,12 @@ def grouped(diagnoses: Sequence[Diagnosis]) -> list[list[Diagnosis]]:
     return list(groups.values())
 
 
-def diagnosis_lines(diagnoses: list[Diagnosis], window_label_text: str) -> str:
+def diagnosis_lines(diagnoses: list[Diagnosis], window_label_text: str,
+                    over: str | None = None) -> str:
     """HTML: one line per group of devices with the same finding (four GPUs starved the same
     way said four times pushed the charts 330 px down), its cause and the range of its first
-    figure; a click opens each device's whole finding and what to try. Wrapped, never cut."""
+    figure; a click opens each device's whole finding and what to try. Wrapped, never cut.
+    Headed "Over the last <window>", or ``over`` what (a cell's span)."""
     items = []
     for group in grouped(diagnoses):
         first = group[0].first
@@ -242,8 +247,8 @@ def diagnosis_lines(diagnoses: list[Diagnosis], window_label_text: str) -> str:
                      f"{html.escape(brief)}</summary><div style='padding-left:1.2em'>"
                      f"{details}{advice}</div></details></li>")
     return (f"<div class='nvdashboard-diagnosis' style='margin:0.3em 1em;font-size:13px;"
-            f"white-space:normal;overflow-wrap:anywhere'><b>Why is it slow? Over the last "
-            f"{html.escape(window_label_text)}:</b><ul style='margin:0.2em 0;"
+            f"white-space:normal;overflow-wrap:anywhere'><b>Why is it slow? Over "
+            f"{html.escape(over or 'the last ' + window_label_text)}:</b><ul style='margin:0.2em 0;"
             f"padding-left:0.2em;list-style:none'>{''.join(items)}</ul></div>")
 
 
@@ -262,7 +267,11 @@ class ActivityDashboard:
         self.lines = [Div(text="", sizing_mode="stretch_width", name=f"diagnosis-{w:g}",
                           visible=position == 0, syncable=False)
                       for position, w in enumerate(self.windows_s)]
-        children += self.lines
+        # What a cell's footer opens: its GPUs' diagnosis over its span (``show_cell``).
+        self.cell_line = Div(text="", sizing_mode="stretch_width", name="diagnosis-cell",
+                             visible=False)
+        self.rows: tuple[int, ...] | None = None  # the GPUs shown alone; None: every GPU
+        children += [self.cell_line, *self.lines]
         self.line_texts = ColumnDataSource({"html": [""] * len(self.lines)})
         self.line_texts.js_on_change("data", CustomJS(
             args={"source": self.line_texts, "lines": self.lines}, code=SET_LINES_JS))
@@ -297,12 +306,32 @@ class ActivityDashboard:
         their MIG kin), and legends that read the cell's span."""
         if self.timeline is None:
             return
+        facts = self.sources.metrics.facts
         if rows is not None:
-            self.timeline.show_gpus(with_kin(rows, self.sources.metrics.facts))
+            self.rows = with_kin(rows, facts)
+            self.timeline.show_gpus(self.rows)
+            self.refresh()  # the window lines speak of the GPUs shown alone
         if span is not None:
             legend_on_span(doc, self.timeline, span,
                            lambda start_s, end_s: span_samples(self.sources, start_s,
                                                                end_s)[1])
+            off_the_loop(doc, lambda: self.span_lines(span), self._show_cell_line,
+                         lambda: "", "a span's samples for its diagnosis")
+
+    def span_lines(self, span: ShownSpan) -> str:
+        """The diagnosis of the GPUs shown over ``span``: what the cell's footer names, over
+        the cell (from memory, or the store's means before it), said as such."""
+        metrics = self.sources.metrics
+        samples = [sample for sample in span_samples(self.sources, span.start_s, span.end_s)[1]
+                   if span.start_s <= sample.time_s <= span.end_s]
+        window = DiagnosisWindow(samples, metrics.facts, simulated=metrics.simulated)
+        rows = self.rows if self.rows is not None else [f.index for f in metrics.facts]
+        found = [window.diagnose(row) for row in rows] if len(samples) > 1 else []
+        return diagnosis_lines([d for d in found if d.findings], "", over=span.text)
+
+    def _show_cell_line(self, text: str) -> None:
+        self.cell_line.text = text
+        self.cell_line.visible = bool(text)
 
     def _show_line(self, active: int) -> None:
         for position, line in enumerate(self.lines):
@@ -310,7 +339,9 @@ class ActivityDashboard:
 
     def refresh(self) -> None:
         """The lines of every window, from the cache every page and /diagnosis.json share."""
-        texts = [diagnosis_lines(self.diagnoses.current(window_s), window_label(window_s))
+        rows = self.rows
+        texts = [diagnosis_lines([d for d in self.diagnoses.current(window_s)
+                                  if rows is None or d.row in rows], window_label(window_s))
                  for window_s in self.windows_s]
         if texts == self.line_texts.data["html"]:
             return

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from bokeh.document import Document
 from bokeh.models import BoxAnnotation, FixedTicker, LinearAxis
@@ -182,6 +182,7 @@ def with_kin(rows: Collection[int], facts: Sequence[GpuFacts]) -> tuple[int, ...
 SPAN_LEGEND_WORDS = "mean over {}:"
 # Reads a span's samples off the event loop (the store's file, a long history): two at a
 # time for every page, as a page opened on a span is one read, not a stream.
+T = TypeVar("T")
 _READER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nvdashboard-span-legend")
 
 
@@ -190,12 +191,34 @@ def legend_words(span: ShownSpan) -> str:
     return SPAN_LEGEND_WORDS.format(span.label or "the span")
 
 
+def off_the_loop(doc: Document, read: Callable[[], T], landed: Callable[[T], None],
+                 failed: Callable[[], T], what: str) -> None:
+    """``landed(read())``: on an event loop (a page being built by the Bokeh server),
+    ``read`` runs on a thread (the store's file or a long history is no work for the loop)
+    and ``landed`` on the document's next tick; elsewhere (a test) at once. A read that
+    fails lands ``failed()``, with one log line naming ``what`` was read."""
+    if not on_event_loop():
+        landed(read())
+        return
+
+    def work() -> None:
+        try:
+            done = read()
+        except Exception as error:  # noqa: BLE001 - the page stands; it says n/a
+            log.warning("reading %s failed: %s: %s", what, type(error).__name__, error)
+            done = failed()
+        try:
+            doc.add_next_tick_callback(lambda: landed(done))
+        except Exception:  # noqa: BLE001 - the page was closed meanwhile
+            log.debug("%s landed after its page closed", what)
+
+    _READER.submit(work)
+
+
 def legend_on_span(doc: Document, timeline: Timeline, span: ShownSpan,
                    read: Callable[[float, float], list[Sample]]) -> None:
     """Have ``timeline``'s legends read ``span`` (``Timeline.read_span``): each series' mean
-    over the samples ``read(start_s, end_s)`` returns. On an event loop (a page being built
-    by the Bokeh server) they are read on a thread, the store's file or a long history
-    being no work for the loop, and set when read; elsewhere (a test) at once."""
+    over the samples ``read(start_s, end_s)`` returns, read ``off_the_loop``."""
 
     def texts() -> dict[str, str]:
         samples = [sample for sample in read(span.start_s, span.end_s)
@@ -210,16 +233,5 @@ def legend_on_span(doc: Document, timeline: Timeline, span: ShownSpan,
     def landed(read_texts: dict[str, str]) -> None:
         legend.data = {"key": list(read_texts), "text": list(read_texts.values())}
 
-    def work() -> None:
-        try:
-            done = texts()
-        except Exception as error:  # noqa: BLE001 - the page stands; its legends say n/a
-            log.warning("reading a span's samples for its legends failed: %s: %s",
-                        type(error).__name__, error)
-            done = dict.fromkeys(legend.data["key"], "n/a")
-        try:
-            doc.add_next_tick_callback(lambda: landed(done))
-        except Exception:  # noqa: BLE001 - the page was closed meanwhile
-            log.debug("a span's legends landed after its page closed")
-
-    _READER.submit(work)
+    off_the_loop(doc, texts, landed, lambda: dict.fromkeys(legend.data["key"], "n/a"),
+                 "a span's samples for its legends")
