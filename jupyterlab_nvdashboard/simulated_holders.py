@@ -39,6 +39,10 @@ from .simnvml.processes import SimulatedProcess
 from .workload.events import device_share
 
 GIB = 2**30
+# What a process holds on a GPU once it has a CUDA context, before any tensor of its own: a
+# few hundred MiB on current drivers and GPUs (it varies with the GPU, the driver and CUDA's
+# lazy loading; this is a representative figure, for a simulated training run's memory).
+CONTEXT_BYTES = 300 * 2**20
 
 
 def _listed(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

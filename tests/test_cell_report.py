@@ -712,3 +712,20 @@ def test_a_finding_on_no_signal_is_not_named_as_the_cells_cause() -> None:
     assert busy(too_few, starved) == \
         "GPU 1: busy 100% of 5 s at 90% SM (starved), peak 6.0 GiB (+0.0)"
 
+
+
+def test_a_change_spanning_cells_too_small_to_say_is_not_said() -> None:
+    """A change the passes could not place in one cell is named with the cells it spans,
+    in tenths of a GiB: one that rounds to nothing said "+0.0 GiB over cells [1]–[2]" under
+    the example notebook's first training cell."""
+
+    def clause(spanning_bytes: float) -> str:
+        memory = MemoryChange(1 * GIB, 1 * GIB, 1 * GIB, 0.0, spanning_bytes, (1, 2))
+        return device_clause(DeviceCell(
+            0, "GPU 0", "GPU-0", None, False, memory, "per-process", "per-process SM samples",
+            62.0, 1.0, (), BUSY), 24.0)
+
+    assert clause(2**20) == "GPU 0: busy 100% of 24 s at 62% SM, peak 1.0 GiB (+0.0)"
+    assert clause(-(2**20)) == "GPU 0: busy 100% of 24 s at 62% SM, peak 1.0 GiB (+0.0)"
+    assert clause(GIB) == ("GPU 0: busy 100% of 24 s at 62% SM, peak 1.0 GiB (+0.0); "
+                           "+1.0 GiB over cells [1]–[2]")

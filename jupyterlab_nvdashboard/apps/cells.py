@@ -445,9 +445,9 @@ def _peak(device: DeviceCell) -> str:
     memory = device.memory
     change = change_text(memory.change_bytes)
     text = f"peak {format_memory(memory.peak_bytes)}" + (f" ({change})" if change else "")
-    if memory.spanning_bytes:
-        text += (f"; {change_text(memory.spanning_bytes)} GiB over "
-                 f"{cells_text(memory.spanning_cells)}")
+    spanning = change_text(memory.spanning_bytes)
+    if memory.spanning_bytes and spanning not in ("+0.0", "-0.0"):  # none to say at 0.1 GiB
+        text += f"; {spanning} GiB over {cells_text(memory.spanning_cells)}"
     return text
 
 
