@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..diagnosis.live import DeviceDiagnoses
 from ..jupyter_sessions import JupyterSessions
@@ -25,7 +25,15 @@ from .usage import GpuUsage
 
 if TYPE_CHECKING:  # distributed is an optional extra, imported only in cluster mode
     from ..cluster.view import ClusterView
-    from .live_cells import LiveCells
+
+
+class RunningCells(Protocol):
+    """The user's running cells' verdicts so far (``live_cells.LiveCells``), as the glance
+    reads them: named here, not imported, since they are judged from these sources."""
+
+    def so_far(self, kernel_ids: Iterable[str]) -> dict[str, dict[str, Any]]: ...
+
+    def stop(self) -> None: ...
 
 
 @dataclass
@@ -48,7 +56,7 @@ class DashboardSources:
     usage: GpuUsage = field(init=False)
     # The user's running cells' verdicts so far, which the glance carries (issue 55); set
     # by the server, which composes it from these sources (live_cells.py judges with them).
-    live_cells: LiveCells | None = None
+    live_cells: RunningCells | None = None
 
     def __post_init__(self) -> None:
         self.diagnoses = DeviceDiagnoses(self.metrics, past=self.store)
