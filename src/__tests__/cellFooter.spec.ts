@@ -14,10 +14,14 @@ import {
   cellGpus,
   IFooterCell,
   NotebookCellFooters
-} from '../cellFooter';
-import { cellDetailLines, parseCellReport } from '../cellReport';
-import { CellSpanWatcher, ICellSpan, IKernelMessageLike } from '../cellSpans';
-import { ITimeRange } from '../tokens';
+} from '../cells/cellFooter';
+import { cellDetailLines, parseCellReport } from '../cells/cellReport';
+import {
+  CellSpanWatcher,
+  ICellSpan,
+  IKernelMessageLike
+} from '../cells/cellSpans';
+import { ITimeRange } from '../shared/tokens';
 import { cell, footerOf } from './fakes';
 
 const GIB = 2 ** 30;

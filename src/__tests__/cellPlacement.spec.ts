@@ -13,9 +13,16 @@ import {
   CellGpuFooter,
   IFooterCell,
   NotebookCellFooters
-} from '../cellFooter';
-import { CELL_REQUESTS_IN_FLIGHT, CellReportRequests } from '../cellRequests';
-import { CellSpanWatcher, ICellSpan, IKernelMessageLike } from '../cellSpans';
+} from '../cells/cellFooter';
+import {
+  CELL_REQUESTS_IN_FLIGHT,
+  CellReportRequests
+} from '../cells/cellRequests';
+import {
+  CellSpanWatcher,
+  ICellSpan,
+  IKernelMessageLike
+} from '../cells/cellSpans';
 
 const REPORT = {
   kernel: 'k1',

@@ -2,8 +2,8 @@
 import { MessageLoop } from '@lumino/messaging';
 import { PanelLayout, Widget } from '@lumino/widgets';
 
-import { CellGpuFooter, IFooterCell } from '../cellFooter';
-import { IDashboardFetcher } from '../tokens';
+import { CellGpuFooter, IFooterCell } from '../cells/cellFooter';
+import { IDashboardFetcher } from '../shared/tokens';
 
 export type Answer = unknown | Error;
 

@@ -9,10 +9,10 @@
 import { MessageLoop } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { GlanceModel, IGlanceStreamHandlers } from '../glanceModel';
-import { GlancePanel } from '../glancePanel';
-import { FetchError } from '../model';
-import { GlanceStatusItem } from '../statusItem';
+import { GlanceModel, IGlanceStreamHandlers } from '../glance/glanceModel';
+import { GlancePanel } from '../glance/glancePanel';
+import { FetchError } from '../shared/model';
+import { GlanceStatusItem } from '../glance/statusItem';
 import { waitFor } from './fakes';
 
 const GIB = 2 ** 30;

@@ -5,9 +5,9 @@ import { StateDB } from '@jupyterlab/statedb';
 import { JSONObject } from '@lumino/coreutils';
 import { Widget } from '@lumino/widgets';
 
-import { IGpuKernel, parseGlance, parseIdle } from '../glance';
-import { GlanceModel } from '../glanceModel';
-import { GlancePanel } from '../glancePanel';
+import { IGpuKernel, parseGlance, parseIdle } from '../glance/glance';
+import { GlanceModel } from '../glance/glanceModel';
+import { GlancePanel } from '../glance/glancePanel';
 import {
   CULL_OFF,
   cullMessage,
@@ -29,7 +29,7 @@ import {
   parseCulls,
   parseMemory,
   userThresholds
-} from '../idleNotice';
+} from '../idle/idleNotice';
 import { settled } from './fakes';
 
 const GIB = 2 ** 30;

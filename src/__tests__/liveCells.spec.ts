@@ -12,11 +12,11 @@ import {
   LIVE_INTERVAL_MS,
   NotebookCellFooters,
   RUNNING_CLASS
-} from '../cellFooter';
-import { IRunningCell } from '../cellSpans';
-import { NOTICE_INTERVAL_MS } from '../idleNotice';
-import { LiveCellNotices } from '../liveCellNotice';
-import { ITimeRange } from '../tokens';
+} from '../cells/cellFooter';
+import { IRunningCell } from '../cells/cellSpans';
+import { NOTICE_INTERVAL_MS } from '../idle/idleNotice';
+import { LiveCellNotices } from '../cells/liveCellNotice';
+import { ITimeRange } from '../shared/tokens';
 import { cell, footerOf } from './fakes';
 
 const GIB = 2 ** 30;

@@ -13,7 +13,7 @@ import {
   IStatusLine,
   parseIndex,
   parseInfo
-} from '../model';
+} from '../shared/model';
 
 function texts(lines: IStatusLine[]): string[] {
   return lines.map(line => line.text);

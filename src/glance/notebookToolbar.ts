@@ -13,7 +13,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { setAttr, setText } from './dom';
+import { setAttr, setText } from '../shared/dom';
 import { IGlance } from './glance';
 import { GlanceModel } from './glanceModel';
 import { kernelMemoryText } from './glancePanel';
@@ -22,8 +22,8 @@ import {
   IIdleThresholds,
   idleWords,
   userThresholds
-} from './idleNotice';
-import { formatPercent, NULL_BUNDLE } from './model';
+} from '../idle/idleNotice';
+import { formatPercent, NULL_BUNDLE } from '../shared/model';
 
 /** Class of the toolbar item (tests and browser tests find it by it). */
 export const KERNEL_GPU_CLASS = 'nvdashboard-kernel-gpu';

@@ -21,9 +21,9 @@ import {
   parseCellReport,
   runningTime
 } from './cellReport';
-import { NOTICE_INTERVAL_MS } from './idleNotice';
-import { NULL_BUNDLE } from './model';
-import { ITimeRange } from './tokens';
+import { NOTICE_INTERVAL_MS } from '../idle/idleNotice';
+import { NULL_BUNDLE } from '../shared/model';
+import { ITimeRange } from '../shared/tokens';
 
 /** The user's settings for the notice. */
 export interface ILiveCellNoticeSettings {

@@ -5,7 +5,7 @@
  */
 import { ServerConnection } from '@jupyterlab/services';
 
-import { IGlanceStreamHandlers } from './glanceModel';
+import { IGlanceStreamHandlers } from '../glance/glanceModel';
 import { FetchError, NetworkFailure } from './model';
 import { IDashboardFetcher } from './tokens';
 import {

@@ -41,8 +41,8 @@ import {
   IGlanceState,
   parseGlance
 } from './glance';
-import { errorMessage, isStartingError } from './model';
-import { PollOutcome, Poller, STUCK_MAX_MS } from './poller';
+import { errorMessage, isStartingError } from '../shared/model';
+import { PollOutcome, Poller, STUCK_MAX_MS } from '../shared/poller';
 
 /** The longest wait between retries of a server that is down or starting. */
 export const GLANCE_RETRY_MAX_MS = 30 * 1000;

@@ -26,7 +26,7 @@ import {
   setClass,
   setHidden,
   setText
-} from './dom';
+} from '../shared/dom';
 import {
   clockTime,
   DIAGNOSIS_CLASS,
@@ -45,8 +45,13 @@ import {
   IIdleThresholds,
   idleWords,
   userThresholds
-} from './idleNotice';
-import { formatMemory, formatPercent, memoryUsage, NULL_BUNDLE } from './model';
+} from '../idle/idleNotice';
+import {
+  formatMemory,
+  formatPercent,
+  memoryUsage,
+  NULL_BUNDLE
+} from '../shared/model';
 
 export namespace GlancePanel {
   export interface IOptions {

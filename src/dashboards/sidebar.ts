@@ -25,7 +25,7 @@ import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Panel, Widget } from '@lumino/widgets';
 
-import { element, placeInOrder, RenderOnShow, setText } from './dom';
+import { element, placeInOrder, RenderOnShow, setText } from '../shared/dom';
 import {
   describeStatus,
   errorMessage,
@@ -35,8 +35,8 @@ import {
   NULL_BUNDLE,
   parseIndex,
   parseInfo
-} from './model';
-import { PollOutcome, Poller } from './poller';
+} from '../shared/model';
+import { PollOutcome, Poller } from '../shared/poller';
 import {
   BUTTON_CLASS,
   COMMAND_OPEN,
@@ -48,7 +48,7 @@ import {
   SIDEBAR_ID,
   STATUS_DETAIL_CLASS,
   STATUS_MIG_CLASS
-} from './tokens';
+} from '../shared/tokens';
 
 /** Extra CSS class of each kind of status line; MIG lines are indented. */
 const LINE_CLASSES: Record<IStatusLine['kind'], string> = {

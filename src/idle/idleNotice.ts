@@ -31,10 +31,15 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { JSONExt, JSONObject } from '@lumino/coreutils';
 import { ISignal } from '@lumino/signaling';
 
-import { IGlance, IGpuKernel } from './glance';
-import { GlanceModel } from './glanceModel';
-import { formatAge, formatMemory, NULL_BUNDLE, numberOrNull } from './model';
-import { Poller } from './poller';
+import { IGlance, IGpuKernel } from '../glance/glance';
+import { GlanceModel } from '../glance/glanceModel';
+import {
+  formatAge,
+  formatMemory,
+  NULL_BUNDLE,
+  numberOrNull
+} from '../shared/model';
+import { Poller } from '../shared/poller';
 
 const GIB = 2 ** 30;
 

@@ -37,9 +37,9 @@ import {
   showsFooter
 } from './cellReport';
 import { ICellSpan, IRunningCell } from './cellSpans';
-import { element } from './dom';
-import { errorMessage, NULL_BUNDLE } from './model';
-import { ITimeRange } from './tokens';
+import { element } from '../shared/dom';
+import { errorMessage, NULL_BUNDLE } from '../shared/model';
+import { ITimeRange } from '../shared/tokens';
 
 /** Class of a footer (tests and browser tests find them by it). */
 export const CELL_FOOTER_CLASS = 'nvdashboard-cell-footer';

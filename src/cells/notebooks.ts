@@ -12,10 +12,10 @@ import { NotebookCellFooters } from './cellFooter';
 import { FooterHints } from './footerHint';
 import { CellFooterMode, FetchCellReport } from './cellReport';
 import { CellSpanWatcher, IKernelLike } from './cellSpans';
-import { GlanceModel } from './glanceModel';
-import { IIdleThresholds } from './idleNotice';
-import { KernelGpuItem } from './notebookToolbar';
-import { ITimeRange } from './tokens';
+import { GlanceModel } from '../glance/glanceModel';
+import { IIdleThresholds } from '../idle/idleNotice';
+import { KernelGpuItem } from '../glance/notebookToolbar';
+import { ITimeRange } from '../shared/tokens';
 
 /** The toolbar item's name in a notebook's toolbar. */
 export const TOOLBAR_ITEM_NAME = 'nvdashboard-kernel-gpu';

@@ -12,7 +12,7 @@ import {
   memoryUsage,
   NULL_BUNDLE,
   numberOrNull
-} from './model';
+} from '../shared/model';
 
 /** One device now; `null` means not available. */
 export interface IGlanceDevice {
