@@ -74,7 +74,7 @@ import {
   ILiveCellNoticeSettings,
   LiveCellNotices
 } from './cells/liveCellNotice';
-import { TRANSLATION_DOMAIN } from './shared/model';
+import { TRANSLATION_DOMAIN } from './shared/format';
 import { INotebookGpuSettings, NotebookGpu } from './cells/notebooks';
 import { openOrActivate, toOpenArgs } from './dashboards/opener';
 import { DashboardSidebar } from './dashboards/sidebar';

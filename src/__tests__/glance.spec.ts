@@ -15,7 +15,7 @@ import {
 import { GlanceModel } from '../glance/glanceModel';
 import { GlancePanel } from '../glance/glancePanel';
 import { GlanceStatusItem } from '../glance/statusItem';
-import { FetchError } from '../shared/model';
+import { FetchError } from '../shared/errors';
 import { announcements, settled, waitFor } from './fakes';
 
 const GIB = 2 ** 30;

@@ -11,7 +11,7 @@ import { Widget } from '@lumino/widgets';
 
 import { GlanceModel, IGlanceStreamHandlers } from '../glance/glanceModel';
 import { GlancePanel } from '../glance/glancePanel';
-import { FetchError } from '../shared/model';
+import { FetchError } from '../shared/errors';
 import { GlanceStatusItem } from '../glance/statusItem';
 import { waitFor } from './fakes';
 

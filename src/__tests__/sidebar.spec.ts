@@ -3,7 +3,7 @@ import { MessageLoop } from '@lumino/messaging';
 import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { FetchError } from '../shared/model';
+import { FetchError } from '../shared/errors';
 import { DashboardSidebar } from '../dashboards/sidebar';
 import {
   COMMAND_OPEN,

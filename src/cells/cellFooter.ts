@@ -38,7 +38,8 @@ import {
 } from './cellReport';
 import { ICellSpan, IRunningCell } from './cellSpans';
 import { element } from '../shared/dom';
-import { errorMessage, NULL_BUNDLE } from '../shared/model';
+import { errorMessage } from '../shared/errors';
+import { NULL_BUNDLE } from '../shared/format';
 import { ITimeRange } from '../shared/tokens';
 
 /** Class of a footer (tests and browser tests find them by it). */

@@ -22,7 +22,7 @@ import { JSONObject } from '@lumino/coreutils';
 import { Widget } from '@lumino/widgets';
 
 import { element } from '../shared/dom';
-import { NULL_BUNDLE } from '../shared/model';
+import { NULL_BUNDLE } from '../shared/format';
 
 /** Class of the hint (tests and browser tests find it by it). */
 export const FOOTER_HINT_CLASS = 'nvdashboard-footer-hint';

@@ -22,7 +22,7 @@ import {
   runningTime
 } from './cellReport';
 import { NOTICE_INTERVAL_MS } from '../idle/idleNotice';
-import { NULL_BUNDLE } from '../shared/model';
+import { NULL_BUNDLE } from '../shared/format';
 import { ITimeRange } from '../shared/tokens';
 
 /** The user's settings for the notice. */

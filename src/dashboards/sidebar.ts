@@ -28,14 +28,12 @@ import { Panel, Widget } from '@lumino/widgets';
 import { element, placeInOrder, RenderOnShow, setText } from '../shared/dom';
 import {
   describeStatus,
-  errorMessage,
-  formatAge,
   IStatusLine,
-  isStartingError,
-  NULL_BUNDLE,
   parseIndex,
   parseInfo
-} from '../shared/model';
+} from './serverInfo';
+import { errorMessage, isStartingError } from '../shared/errors';
+import { formatAge, NULL_BUNDLE } from '../shared/format';
 import { PollOutcome, Poller } from '../shared/poller';
 import {
   BUTTON_CLASS,

@@ -33,7 +33,7 @@ import {
   VISIBILITY_REQUEST_MESSAGE,
   WIDGET_CLASS
 } from '../shared/tokens';
-import { NULL_BUNDLE } from '../shared/model';
+import { NULL_BUNDLE } from '../shared/format';
 import { dashboardUrl, widgetId } from '../shared/urls';
 
 export namespace DashboardWidget {

@@ -41,7 +41,7 @@ import {
   IGlanceState,
   parseGlance
 } from './glance';
-import { errorMessage, isStartingError } from '../shared/model';
+import { errorMessage, isStartingError } from '../shared/errors';
 import { PollOutcome, Poller, STUCK_MAX_MS } from '../shared/poller';
 
 /** The longest wait between retries of a server that is down or starting. */

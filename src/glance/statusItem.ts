@@ -16,7 +16,7 @@ import {
   StatusFigure
 } from './glance';
 import { GlanceModel } from './glanceModel';
-import { NULL_BUNDLE } from '../shared/model';
+import { NULL_BUNDLE } from '../shared/format';
 
 /**
  * The state of the item's reading in words (live, stale, unreachable, no

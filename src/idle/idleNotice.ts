@@ -38,7 +38,7 @@ import {
   formatMemory,
   NULL_BUNDLE,
   numberOrNull
-} from '../shared/model';
+} from '../shared/format';
 import { Poller } from '../shared/poller';
 
 const GIB = 2 ** 30;

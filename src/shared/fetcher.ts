@@ -6,7 +6,7 @@
 import { ServerConnection } from '@jupyterlab/services';
 
 import { IGlanceStreamHandlers } from '../glance/glanceModel';
-import { FetchError, NetworkFailure } from './model';
+import { FetchError, NetworkFailure } from './errors';
 import { IDashboardFetcher } from './tokens';
 import {
   cellReportUrl,
