@@ -65,10 +65,10 @@ import { GlanceStatusItem } from './glance/statusItem';
 import { gpuIcon } from './shared/icon';
 import {
   DEFAULT_NOTICE_SETTINGS,
-  IdleNotifier,
   IIdleNoticeSettings,
   userThresholds
-} from './idle/idleNotice';
+} from './glance/idleRule';
+import { IdleNotifier } from './idle/idleNotice';
 import {
   DEFAULT_LIVE_NOTICE_SETTINGS,
   ILiveCellNoticeSettings,

@@ -4,7 +4,7 @@ import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
 import { GlancePanel } from '../glance/glancePanel';
-import { NOTICE_INTERVAL_MS } from '../idle/idleNotice';
+import { NOTICE_INTERVAL_MS } from '../idle/noticePace';
 import { GlanceStatusItem } from '../glance/statusItem';
 import plugin, {
   pathOpener,

@@ -14,7 +14,7 @@ import {
   RUNNING_CLASS
 } from '../cells/cellFooter';
 import { IRunningCell } from '../cells/cellSpans';
-import { NOTICE_INTERVAL_MS } from '../idle/idleNotice';
+import { NOTICE_INTERVAL_MS } from '../idle/noticePace';
 import { LiveCellNotices } from '../cells/liveCellNotice';
 import { ITimeRange } from '../shared/tokens';
 import { cell, footerOf } from './fakes';

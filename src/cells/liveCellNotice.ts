@@ -21,7 +21,7 @@ import {
   parseCellReport,
   runningTime
 } from './cellReport';
-import { NOTICE_INTERVAL_MS } from '../idle/idleNotice';
+import { NOTICE_INTERVAL_MS } from '../idle/noticePace';
 import { NULL_BUNDLE } from '../shared/format';
 import { ITimeRange } from '../shared/tokens';
 

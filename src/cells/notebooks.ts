@@ -13,7 +13,7 @@ import { FooterHints } from './footerHint';
 import { CellFooterMode, FetchCellReport } from './cellReport';
 import { CellSpanWatcher, IKernelLike } from './cellSpans';
 import { GlanceModel } from '../glance/glanceModel';
-import { IIdleThresholds } from '../idle/idleNotice';
+import { IIdleThresholds } from '../glance/idleRule';
 import { KernelGpuItem } from '../glance/notebookToolbar';
 import { ITimeRange } from '../shared/tokens';
 

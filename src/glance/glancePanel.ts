@@ -52,7 +52,7 @@ import {
   idleWords,
   IIdleThresholds,
   userThresholds
-} from '../idle/idleNotice';
+} from './idleRule';
 
 export namespace GlancePanel {
   export interface IOptions {

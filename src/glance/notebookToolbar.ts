@@ -22,7 +22,7 @@ import {
   idleWords,
   IIdleThresholds,
   userThresholds
-} from '../idle/idleNotice';
+} from './idleRule';
 
 /** Class of the toolbar item (tests and browser tests find it by it). */
 export const KERNEL_GPU_CLASS = 'nvdashboard-kernel-gpu';

@@ -20,7 +20,8 @@ export function numberOrNull(value: unknown): number | null {
 }
 
 const MIB = 2 ** 20;
-const GIB = 2 ** 30;
+/** Bytes in a GiB: the unit of every memory threshold and of the words. */
+export const GIB = 2 ** 30;
 
 /**
  * GPU memory as nvidia-smi and every dashboard count it: GiB with one
