@@ -42,6 +42,7 @@ import {
   parseGlance
 } from './glance';
 import { errorMessage, isStartingError } from '../shared/errors';
+import { backoffWait } from '../shared/backoff';
 import { PollOutcome, Poller, STUCK_MAX_MS } from '../shared/poller';
 
 /** The longest wait between retries of a server that is down or starting. */
@@ -330,11 +331,16 @@ export class GlanceModel implements IDisposable {
   /** A socket that brought nothing: the next one only after a longer wait. */
   private _streamFailed(): void {
     this._streamFailures++;
+    // Twice the poll interval, then twice as long each time: the retry rule's.
     this._streamRetryAt =
       this._now() +
-      Math.min(
-        STUCK_MAX_MS,
-        this._poller.currentInterval * 2 ** this._streamFailures
+      backoffWait(
+        {
+          first: 2 * this._poller.currentInterval,
+          growth: 2,
+          max: STUCK_MAX_MS
+        },
+        this._streamFailures
       );
   }
 
