@@ -9,12 +9,14 @@ import { Widget } from '@lumino/widgets';
 
 import {
   CELL_FOOTER_CLASS,
-  CELL_METADATA_KEY,
   CellGpuFooter,
-  cellGpus,
+  cellGpus
+} from '../cells/cellFooter';
+import {
+  CELL_METADATA_KEY,
   IFooterCell,
   NotebookCellFooters
-} from '../cells/cellFooter';
+} from '../cells/notebookFooters';
 import { cellDetailLines, parseCellReport } from '../cells/cellReport';
 import {
   CellSpanWatcher,

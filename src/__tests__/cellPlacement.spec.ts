@@ -10,10 +10,10 @@ import { PanelLayout, Widget } from '@lumino/widgets';
 
 import {
   CELL_METADATA_KEY,
-  CellGpuFooter,
   IFooterCell,
   NotebookCellFooters
-} from '../cells/cellFooter';
+} from '../cells/notebookFooters';
+import { CellGpuFooter } from '../cells/cellFooter';
 import {
   CELL_REQUESTS_IN_FLIGHT,
   CellReportRequests

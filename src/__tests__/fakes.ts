@@ -2,7 +2,8 @@
 import { MessageLoop } from '@lumino/messaging';
 import { PanelLayout, Widget } from '@lumino/widgets';
 
-import { CellGpuFooter, IFooterCell } from '../cells/cellFooter';
+import { CellGpuFooter } from '../cells/cellFooter';
+import { IFooterCell } from '../cells/notebookFooters';
 import { IDashboardFetcher } from '../shared/tokens';
 
 export type Answer = unknown | Error;

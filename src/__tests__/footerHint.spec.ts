@@ -6,11 +6,8 @@
  */
 import { PanelLayout, Widget } from '@lumino/widgets';
 
-import {
-  CellGpuFooter,
-  IFooterCell,
-  NotebookCellFooters
-} from '../cells/cellFooter';
+import { CellGpuFooter } from '../cells/cellFooter';
+import { IFooterCell, NotebookCellFooters } from '../cells/notebookFooters';
 import {
   FOOTER_HINT_CLASS,
   FooterHint,

@@ -10,9 +10,9 @@ import { Signal } from '@lumino/signaling';
 import {
   ILiveSource,
   LIVE_INTERVAL_MS,
-  NotebookCellFooters,
-  RUNNING_CLASS
-} from '../cells/cellFooter';
+  NotebookCellFooters
+} from '../cells/notebookFooters';
+import { RUNNING_CLASS } from '../cells/cellFooter';
 import { IRunningCell } from '../cells/cellSpans';
 import { NOTICE_INTERVAL_MS } from '../idle/noticePace';
 import { LiveCellNotices } from '../cells/liveCellNotice';

@@ -14,7 +14,8 @@
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 
-import { cellGpus, ILiveSource } from './cellFooter';
+import { cellGpus } from './cellFooter';
+import { ILiveSource } from './notebookFooters';
 import {
   cellLabel,
   ICellReport,

@@ -8,7 +8,7 @@ import { NotebookPanel } from '@jupyterlab/notebook';
 import { TranslationBundle } from '@jupyterlab/translation';
 import { IMessageHandler, Message, MessageLoop } from '@lumino/messaging';
 
-import { NotebookCellFooters } from './cellFooter';
+import { NotebookCellFooters } from './notebookFooters';
 import { FooterHints } from './footerHint';
 import { CellFooterMode, FetchCellReport } from './cellReport';
 import { CellSpanWatcher, IKernelLike } from './cellSpans';
