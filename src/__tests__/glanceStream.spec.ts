@@ -9,7 +9,8 @@
 import { MessageLoop } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { GlanceModel, IGlanceStreamHandlers } from '../glance/glanceModel';
+import { GlanceModel } from '../glance/glanceModel';
+import { IGlanceStreamHandlers } from '../shared/fetcher';
 import { GlancePanel } from '../glance/glancePanel';
 import { FetchError } from '../shared/errors';
 import { GlanceStatusItem } from '../glance/statusItem';

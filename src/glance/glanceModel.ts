@@ -43,6 +43,7 @@ import {
 } from './glance';
 import { errorMessage, isStartingError } from '../shared/errors';
 import { backoffWait } from '../shared/backoff';
+import { IGlanceStreamHandlers } from '../shared/fetcher';
 import { PollOutcome, Poller, STUCK_MAX_MS } from '../shared/poller';
 
 /** The longest wait between retries of a server that is down or starting. */
@@ -55,15 +56,6 @@ export const GLANCE_RETRY_MAX_MS = 30 * 1000;
  * as a poll's timeout said so.
  */
 export const GLANCE_STREAM_SILENCE_MS = 1000;
-
-/** What the socket's owner is told: each message's parsed body, and a close. */
-export interface IGlanceStreamHandlers {
-  message: (body: unknown) => void;
-  /** The server's heartbeat: a tick with nothing new. */
-  alive: () => void;
-  /** The socket closed (or could not open) by itself. */
-  closed: () => void;
-}
 
 /**
  * Open the glance socket, asking for a message at most every `intervalMs`;
