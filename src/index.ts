@@ -46,8 +46,8 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { IDisposable } from '@lumino/disposable';
 
-import { CellFooterMode } from './cellReport';
-import { CellReportRequests } from './cellRequests';
+import { CellFooterMode } from './cells/cellReport';
+import { CellReportRequests } from './cells/cellRequests';
 import {
   createServerFetcher,
   fetchCellReport,
@@ -56,28 +56,28 @@ import {
   openGlanceStream,
   postKeep,
   postNotice
-} from './fetcher';
-import { FooterHints, SAVE_SETTING_TITLE } from './footerHint';
-import { GLANCE_INTERVAL_MS, StatusFigure } from './glance';
-import { GlanceModel } from './glanceModel';
-import { GlancePanel } from './glancePanel';
-import { GlanceStatusItem } from './statusItem';
-import { gpuIcon } from './icon';
+} from './shared/fetcher';
+import { FooterHints, SAVE_SETTING_TITLE } from './cells/footerHint';
+import { GLANCE_INTERVAL_MS, StatusFigure } from './glance/glance';
+import { GlanceModel } from './glance/glanceModel';
+import { GlancePanel } from './glance/glancePanel';
+import { GlanceStatusItem } from './glance/statusItem';
+import { gpuIcon } from './shared/icon';
 import {
   DEFAULT_NOTICE_SETTINGS,
-  IdleNotifier,
   IIdleNoticeSettings,
   userThresholds
-} from './idleNotice';
+} from './glance/idleRule';
+import { IdleNotifier } from './idle/idleNotice';
 import {
   DEFAULT_LIVE_NOTICE_SETTINGS,
   ILiveCellNoticeSettings,
   LiveCellNotices
-} from './liveCellNotice';
-import { TRANSLATION_DOMAIN } from './model';
-import { INotebookGpuSettings, NotebookGpu } from './notebooks';
-import { openOrActivate, toOpenArgs } from './opener';
-import { DashboardSidebar } from './sidebar';
+} from './cells/liveCellNotice';
+import { TRANSLATION_DOMAIN } from './shared/format';
+import { INotebookGpuSettings, NotebookGpu } from './cells/notebooks';
+import { openOrActivate, toOpenArgs } from './dashboards/opener';
+import { DashboardSidebar } from './dashboards/sidebar';
 import {
   ACTIVITY_ROUTE,
   COMMAND_OPEN,
@@ -85,9 +85,9 @@ import {
   ITimeRange,
   SIDEBAR_ID,
   TRACKER_NAMESPACE
-} from './tokens';
-import { dashboardTheme } from './urls';
-import { DashboardWidget, isNotebookPath } from './widget';
+} from './shared/tokens';
+import { dashboardTheme } from './shared/urls';
+import { DashboardWidget, isNotebookPath } from './dashboards/widget';
 
 /** The plugin's id; also the key of its settings (schema/plugin.json). */
 export const PLUGIN_ID = 'jupyterlab-nvdashboard:plugin';

@@ -9,15 +9,21 @@ import { Widget } from '@lumino/widgets';
 
 import {
   CELL_FOOTER_CLASS,
-  CELL_METADATA_KEY,
   CellGpuFooter,
-  cellGpus,
+  cellGpus
+} from '../cells/cellFooter';
+import {
+  CELL_METADATA_KEY,
   IFooterCell,
   NotebookCellFooters
-} from '../cellFooter';
-import { cellDetailLines, parseCellReport } from '../cellReport';
-import { CellSpanWatcher, ICellSpan, IKernelMessageLike } from '../cellSpans';
-import { ITimeRange } from '../tokens';
+} from '../cells/notebookFooters';
+import { cellDetailLines, parseCellReport } from '../cells/cellReport';
+import {
+  CellSpanWatcher,
+  ICellSpan,
+  IKernelMessageLike
+} from '../cells/cellSpans';
+import { ITimeRange } from '../shared/tokens';
 import { cell, footerOf } from './fakes';
 
 const GIB = 2 ** 30;

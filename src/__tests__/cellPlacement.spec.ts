@@ -10,12 +10,19 @@ import { PanelLayout, Widget } from '@lumino/widgets';
 
 import {
   CELL_METADATA_KEY,
-  CellGpuFooter,
   IFooterCell,
   NotebookCellFooters
-} from '../cellFooter';
-import { CELL_REQUESTS_IN_FLIGHT, CellReportRequests } from '../cellRequests';
-import { CellSpanWatcher, ICellSpan, IKernelMessageLike } from '../cellSpans';
+} from '../cells/notebookFooters';
+import { CellGpuFooter } from '../cells/cellFooter';
+import {
+  CELL_REQUESTS_IN_FLIGHT,
+  CellReportRequests
+} from '../cells/cellRequests';
+import {
+  CellSpanWatcher,
+  ICellSpan,
+  IKernelMessageLike
+} from '../cells/cellSpans';
 
 const REPORT = {
   kernel: 'k1',

@@ -2,8 +2,9 @@
 import { MessageLoop } from '@lumino/messaging';
 import { PanelLayout, Widget } from '@lumino/widgets';
 
-import { CellGpuFooter, IFooterCell } from '../cellFooter';
-import { IDashboardFetcher } from '../tokens';
+import { CellGpuFooter } from '../cells/cellFooter';
+import { IFooterCell } from '../cells/notebookFooters';
+import { IDashboardFetcher } from '../shared/tokens';
 
 export type Answer = unknown | Error;
 

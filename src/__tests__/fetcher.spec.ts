@@ -1,7 +1,7 @@
 import { ServerConnection } from '@jupyterlab/services';
 
-import { createServerFetcher, fetchGlance } from '../fetcher';
-import { FetchError, isStartingError } from '../model';
+import { createServerFetcher, fetchGlance } from '../shared/fetcher';
+import { FetchError, isStartingError } from '../shared/errors';
 
 class FakeHeaders extends Map<string, string> {
   append(name: string, value: string): void {

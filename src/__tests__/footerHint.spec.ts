@@ -6,7 +6,8 @@
  */
 import { PanelLayout, Widget } from '@lumino/widgets';
 
-import { CellGpuFooter, IFooterCell, NotebookCellFooters } from '../cellFooter';
+import { CellGpuFooter } from '../cells/cellFooter';
+import { IFooterCell, NotebookCellFooters } from '../cells/notebookFooters';
 import {
   FOOTER_HINT_CLASS,
   FooterHint,
@@ -16,7 +17,7 @@ import {
   IHintStore,
   MAX_CELLS,
   MAX_NOTEBOOKS
-} from '../footerHint';
+} from '../cells/footerHint';
 
 /** A state database kept across "reloads" (one `FooterHints` per Lab session). */
 function database(): IHintStore & { kept: Map<string, unknown> } {

@@ -11,11 +11,11 @@ import {
   statusText,
   statusTooltip,
   yourDevice
-} from '../glance';
-import { GlanceModel } from '../glanceModel';
-import { GlancePanel } from '../glancePanel';
-import { GlanceStatusItem } from '../statusItem';
-import { FetchError } from '../model';
+} from '../glance/glance';
+import { GlanceModel } from '../glance/glanceModel';
+import { GlancePanel } from '../glance/glancePanel';
+import { GlanceStatusItem } from '../glance/statusItem';
+import { FetchError } from '../shared/errors';
 import { announcements, settled, waitFor } from './fakes';
 
 const GIB = 2 ** 30;

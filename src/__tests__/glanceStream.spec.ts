@@ -9,10 +9,11 @@
 import { MessageLoop } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { GlanceModel, IGlanceStreamHandlers } from '../glanceModel';
-import { GlancePanel } from '../glancePanel';
-import { FetchError } from '../model';
-import { GlanceStatusItem } from '../statusItem';
+import { GlanceModel } from '../glance/glanceModel';
+import { IGlanceStreamHandlers } from '../shared/fetcher';
+import { GlancePanel } from '../glance/glancePanel';
+import { FetchError } from '../shared/errors';
+import { GlanceStatusItem } from '../glance/statusItem';
 import { waitFor } from './fakes';
 
 const GIB = 2 ** 30;

@@ -5,31 +5,32 @@ import { StateDB } from '@jupyterlab/statedb';
 import { JSONObject } from '@lumino/coreutils';
 import { Widget } from '@lumino/widgets';
 
-import { IGpuKernel, parseGlance, parseIdle } from '../glance';
-import { GlanceModel } from '../glanceModel';
-import { GlancePanel } from '../glancePanel';
+import { IGpuKernel, parseGlance, parseIdle } from '../glance/glance';
+import { GlanceModel } from '../glance/glanceModel';
+import { GlancePanel } from '../glance/glancePanel';
+import { CULL_OFF, ICullPolicy, parseCulls } from '../idle/culls';
 import {
-  CULL_OFF,
   cullMessage,
   deadlineWords,
+  noticeDue,
+  noticeMessage,
+  NOTICE_MAX_CHARS
+} from '../idle/noticeWords';
+import {
   DEFAULT_NOTICE_SETTINGS,
-  ICullPolicy,
-  IdleNotifier,
   idleWords,
   IIdleNoticeSettings,
-  INoticeAction,
+  userThresholds
+} from '../glance/idleRule';
+import { IdleNotifier, INoticeAction } from '../idle/idleNotice';
+import { NOTICE_INTERVAL_MS } from '../idle/noticePace';
+import {
   INoticeMemory,
   emptyMemory,
   MEMORY_BOUND,
-  NOTICE_INTERVAL_MS,
-  noticeDue,
-  noticeMessage,
-  NOTICE_MAX_CHARS,
   NOTICE_STATE_ID,
-  parseCulls,
-  parseMemory,
-  userThresholds
-} from '../idleNotice';
+  parseMemory
+} from '../idle/noticeMemory';
 import { settled } from './fakes';
 
 const GIB = 2 ** 30;

@@ -3,17 +3,17 @@ import { CommandRegistry } from '@lumino/commands';
 import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { GlancePanel } from '../glancePanel';
-import { NOTICE_INTERVAL_MS } from '../idleNotice';
-import { GlanceStatusItem } from '../statusItem';
+import { GlancePanel } from '../glance/glancePanel';
+import { NOTICE_INTERVAL_MS } from '../idle/noticePace';
+import { GlanceStatusItem } from '../glance/statusItem';
 import plugin, {
   pathOpener,
   PLUGIN_ID,
   readSettings,
   STATUS_ITEM_ID
 } from '../index';
-import { DashboardSidebar } from '../sidebar';
-import { COMMAND_OPEN, SIDEBAR_ID } from '../tokens';
+import { DashboardSidebar } from '../dashboards/sidebar';
+import { COMMAND_OPEN, SIDEBAR_ID } from '../shared/tokens';
 
 async function settle(): Promise<void> {
   for (let i = 0; i < 10; i++) {

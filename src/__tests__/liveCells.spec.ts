@@ -10,13 +10,13 @@ import { Signal } from '@lumino/signaling';
 import {
   ILiveSource,
   LIVE_INTERVAL_MS,
-  NotebookCellFooters,
-  RUNNING_CLASS
-} from '../cellFooter';
-import { IRunningCell } from '../cellSpans';
-import { NOTICE_INTERVAL_MS } from '../idleNotice';
-import { LiveCellNotices } from '../liveCellNotice';
-import { ITimeRange } from '../tokens';
+  NotebookCellFooters
+} from '../cells/notebookFooters';
+import { RUNNING_CLASS } from '../cells/cellFooter';
+import { IRunningCell } from '../cells/cellSpans';
+import { NOTICE_INTERVAL_MS } from '../idle/noticePace';
+import { LiveCellNotices } from '../cells/liveCellNotice';
+import { ITimeRange } from '../shared/tokens';
 import { cell, footerOf } from './fakes';
 
 const GIB = 2 ** 30;

@@ -2,18 +2,22 @@ import { TranslationBundle } from '@jupyterlab/translation';
 
 import {
   describeStatus,
-  errorMessage,
-  FetchError,
-  formatAge,
-  formatMemory,
-  formatPercent,
-  memoryUsage,
-  isStartingError,
-  NetworkFailure,
   IStatusLine,
   parseIndex,
   parseInfo
-} from '../model';
+} from '../dashboards/serverInfo';
+import {
+  errorMessage,
+  FetchError,
+  isStartingError,
+  NetworkFailure
+} from '../shared/errors';
+import {
+  formatAge,
+  formatMemory,
+  formatPercent,
+  memoryUsage
+} from '../shared/format';
 
 function texts(lines: IStatusLine[]): string[] {
   return lines.map(line => line.text);

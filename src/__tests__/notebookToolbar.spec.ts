@@ -6,11 +6,11 @@
 import { MessageLoop } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { parseGlance } from '../glance';
-import { GlanceModel } from '../glanceModel';
-import { kernelGpuWords, KernelGpuItem } from '../notebookToolbar';
-import { openOrActivate, toOpenArgs } from '../opener';
-import { cellReportUrl, dashboardUrl } from '../urls';
+import { parseGlance } from '../glance/glance';
+import { GlanceModel } from '../glance/glanceModel';
+import { kernelGpuWords, KernelGpuItem } from '../glance/notebookToolbar';
+import { openOrActivate, toOpenArgs } from '../dashboards/opener';
+import { cellReportUrl, dashboardUrl } from '../shared/urls';
 
 const GIB = 2 ** 30;
 const THRESHOLDS = { minBytes: GIB, idleSeconds: 30 * 60 };

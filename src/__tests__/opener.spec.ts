@@ -1,7 +1,7 @@
 import { Widget } from '@lumino/widgets';
 
-import { IOpenerHost, openOrActivate, toOpenArgs } from '../opener';
-import { IOpenArgs } from '../tokens';
+import { IOpenerHost, openOrActivate, toOpenArgs } from '../dashboards/opener';
+import { IOpenArgs } from '../shared/tokens';
 
 class FakeShell implements IOpenerHost<Widget> {
   widgets = new Map<string, Widget>();

@@ -3,14 +3,14 @@ import { MessageLoop } from '@lumino/messaging';
 import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { FetchError } from '../model';
-import { DashboardSidebar } from '../sidebar';
+import { FetchError } from '../shared/errors';
+import { DashboardSidebar } from '../dashboards/sidebar';
 import {
   COMMAND_OPEN,
   DashboardIndex,
   STATUS_DETAIL_CLASS,
   STATUS_MIG_CLASS
-} from '../tokens';
+} from '../shared/tokens';
 import {
   announcements,
   DEFAULT_INFO,

@@ -245,10 +245,16 @@ export function extract(files: string[]): IExtracted {
   return result;
 }
 
+/** Every source file under src/, in its feature folders; not the tests. */
 function sources(): string[] {
   return fs
-    .readdirSync(SRC)
-    .filter(name => name.endsWith('.ts') && !name.endsWith('.d.ts'))
+    .readdirSync(SRC, { recursive: true, encoding: 'utf8' })
+    .filter(
+      name =>
+        name.endsWith('.ts') &&
+        !name.endsWith('.d.ts') &&
+        !name.split(path.sep).includes('__tests__')
+    )
     .map(name => path.join(SRC, name));
 }
 

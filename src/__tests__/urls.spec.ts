@@ -5,7 +5,7 @@ import {
   infoUrl,
   routePath,
   widgetId
-} from '../urls';
+} from '../shared/urls';
 
 describe('urls', () => {
   const cases: Array<[string, string]> = [

@@ -1,7 +1,7 @@
 import { MessageLoop } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { DashboardWidget, isNotebookPath } from '../widget';
+import { DashboardWidget, isNotebookPath } from '../dashboards/widget';
 
 /** What the widget posts to its page from now on. */
 function postedTo(widget: DashboardWidget): unknown[] {

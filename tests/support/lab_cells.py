@@ -30,7 +30,7 @@ FOOTER = ".nvdashboard-cell-footer"
 DARK = "window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})"
 DARK_APPLIED = "() => document.body.dataset.jpThemeLight === 'false'"
 LIGHT_APPLIED = "() => document.body.dataset.jpThemeLight === 'true'"
-# The frontend's wait between a cell's reply and its request (src/cellFooter.ts).
+# The frontend's wait between a cell's reply and its request (src/cells/notebookFooters.ts).
 CELL_REPORT_DELAY_MS = 1500
 # A wait for a request not to be sent has to last: well past the footer's wait after a reply.
 NOTHING_ASKED_MS = 3 * CELL_REPORT_DELAY_MS

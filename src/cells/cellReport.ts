@@ -7,13 +7,13 @@
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 
-import { clockTime } from './glance';
 import {
+  clockTime,
   formatMemory,
   formatPercent,
   NULL_BUNDLE,
   numberOrNull
-} from './model';
+} from '../shared/format';
 
 /** Which cells get a footer (a setting): none, those that touched a GPU, all. */
 export type CellFooterMode = 'off' | 'gpu' | 'all';

@@ -7,8 +7,8 @@
  */
 import { Widget } from '@lumino/widgets';
 
-import { IOpenArgs, ITimeRange } from './tokens';
-import { widgetId } from './urls';
+import { IOpenArgs, ITimeRange } from '../shared/tokens';
+import { widgetId } from '../shared/urls';
 
 /** How the opener reaches the application. */
 export interface IOpenerHost<T extends Widget> {

@@ -18,6 +18,8 @@
 import { IDisposable } from '@lumino/disposable';
 import { IPoll, Poll } from '@lumino/polling';
 
+import { FailureRun } from './backoff';
+
 /** How an answer went, which sets the wait before the next poll. */
 export type PollOutcome = 'ok' | 'retry' | 'stuck';
 
@@ -26,6 +28,9 @@ export const STUCK_MAX_MS = 5 * 60 * 1000;
 
 /** How much longer each wait between retries is than the one before. */
 const RETRY_GROWTH = 3;
+
+/** How much longer each wait after a `stuck` answer is than the one before. */
+const STUCK_GROWTH = 2;
 
 export namespace Poller {
   export interface IOptions {
@@ -133,14 +138,14 @@ export class Poller implements IDisposable {
       const retry = Math.min(this._retryInterval ?? interval, interval);
       const max = Math.max(retry, this._retryMax ?? retry);
       return {
-        interval: Math.min(max, Math.max(retry, this._retryWait)),
+        interval: Math.min(max, Math.max(retry, this._retries.wait)),
         backoff: false,
         max
       };
     }
     const max = Math.max(interval, this._stuckMax);
     return {
-      interval: Math.min(max, Math.max(interval, this._stuckWait)),
+      interval: Math.min(max, Math.max(interval, this._stucks.wait)),
       backoff: false,
       max
     };
@@ -263,18 +268,17 @@ export class Poller implements IDisposable {
     if (this.isDisposed) {
       return;
     }
-    this._retryWait =
-      outcome === 'retry'
-        ? this._retryWait
-          ? RETRY_GROWTH * this._retryWait
-          : this.frequency('retry').interval
-        : 0;
-    this._stuckWait =
-      outcome === 'stuck'
-        ? this._stuckWait
-          ? 2 * this._stuckWait
-          : this.currentInterval
-        : 0;
+    // The first wait of a run is fixed when it starts (the backoff rule's).
+    if (outcome === 'retry') {
+      this._retries.fail(() => this.frequency('retry').interval);
+    } else {
+      this._retries.reset();
+    }
+    if (outcome === 'stuck') {
+      this._stucks.fail(() => this.currentInterval);
+    } else {
+      this._stucks.reset();
+    }
     this._poll.frequency = this.frequency(outcome);
   }
 
@@ -288,8 +292,8 @@ export class Poller implements IDisposable {
   /** Each user, and the interval it needs (undefined: `interval`). */
   private _users = new Map<unknown, number | undefined>();
   private _outcome: PollOutcome | null = null;
-  private _stuckWait = 0;
-  private _retryWait = 0;
+  private _stucks = new FailureRun(STUCK_GROWTH);
+  private _retries = new FailureRun(RETRY_GROWTH);
   private _inFlight: Promise<PollOutcome> | null = null;
   private _queued: Promise<PollOutcome> | null = null;
 }

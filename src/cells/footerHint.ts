@@ -21,8 +21,8 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { JSONObject } from '@lumino/coreutils';
 import { Widget } from '@lumino/widgets';
 
-import { element } from './dom';
-import { NULL_BUNDLE } from './model';
+import { element } from '../shared/dom';
+import { NULL_BUNDLE } from '../shared/format';
 
 /** Class of the hint (tests and browser tests find it by it). */
 export const FOOTER_HINT_CLASS = 'nvdashboard-footer-hint';

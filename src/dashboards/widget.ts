@@ -32,9 +32,9 @@ import {
   VISIBILITY_MESSAGE,
   VISIBILITY_REQUEST_MESSAGE,
   WIDGET_CLASS
-} from './tokens';
-import { NULL_BUNDLE } from './model';
-import { dashboardUrl, widgetId } from './urls';
+} from '../shared/tokens';
+import { NULL_BUNDLE } from '../shared/format';
+import { dashboardUrl, widgetId } from '../shared/urls';
 
 export namespace DashboardWidget {
   export interface IOptions extends IOpenArgs {

@@ -25,18 +25,16 @@ import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Panel, Widget } from '@lumino/widgets';
 
-import { element, placeInOrder, RenderOnShow, setText } from './dom';
+import { element, placeInOrder, RenderOnShow, setText } from '../shared/dom';
 import {
   describeStatus,
-  errorMessage,
-  formatAge,
   IStatusLine,
-  isStartingError,
-  NULL_BUNDLE,
   parseIndex,
   parseInfo
-} from './model';
-import { PollOutcome, Poller } from './poller';
+} from './serverInfo';
+import { errorMessage, isStartingError } from '../shared/errors';
+import { formatAge, NULL_BUNDLE } from '../shared/format';
+import { PollOutcome, Poller } from '../shared/poller';
 import {
   BUTTON_CLASS,
   COMMAND_OPEN,
@@ -48,7 +46,7 @@ import {
   SIDEBAR_ID,
   STATUS_DETAIL_CLASS,
   STATUS_MIG_CLASS
-} from './tokens';
+} from '../shared/tokens';
 
 /** Extra CSS class of each kind of status line; MIG lines are indented. */
 const LINE_CLASSES: Record<IStatusLine['kind'], string> = {

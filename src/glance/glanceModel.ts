@@ -41,8 +41,10 @@ import {
   IGlanceState,
   parseGlance
 } from './glance';
-import { errorMessage, isStartingError } from './model';
-import { PollOutcome, Poller, STUCK_MAX_MS } from './poller';
+import { errorMessage, isStartingError } from '../shared/errors';
+import { backoffWait } from '../shared/backoff';
+import { IGlanceStreamHandlers } from '../shared/fetcher';
+import { PollOutcome, Poller, STUCK_MAX_MS } from '../shared/poller';
 
 /** The longest wait between retries of a server that is down or starting. */
 export const GLANCE_RETRY_MAX_MS = 30 * 1000;
@@ -54,15 +56,6 @@ export const GLANCE_RETRY_MAX_MS = 30 * 1000;
  * as a poll's timeout said so.
  */
 export const GLANCE_STREAM_SILENCE_MS = 1000;
-
-/** What the socket's owner is told: each message's parsed body, and a close. */
-export interface IGlanceStreamHandlers {
-  message: (body: unknown) => void;
-  /** The server's heartbeat: a tick with nothing new. */
-  alive: () => void;
-  /** The socket closed (or could not open) by itself. */
-  closed: () => void;
-}
 
 /**
  * Open the glance socket, asking for a message at most every `intervalMs`;
@@ -330,11 +323,16 @@ export class GlanceModel implements IDisposable {
   /** A socket that brought nothing: the next one only after a longer wait. */
   private _streamFailed(): void {
     this._streamFailures++;
+    // Twice the poll interval, then twice as long each time: the retry rule's.
     this._streamRetryAt =
       this._now() +
-      Math.min(
-        STUCK_MAX_MS,
-        this._poller.currentInterval * 2 ** this._streamFailures
+      backoffWait(
+        {
+          first: 2 * this._poller.currentInterval,
+          growth: 2,
+          max: STUCK_MAX_MS
+        },
+        this._streamFailures
       );
   }
 

@@ -1,51 +1,43 @@
 /**
- * The footer under each notebook cell that touched a GPU: the server's
- * verdict in one line; on hover or keyboard focus, the figures and
- * findings; a click (Enter, Space) opens /GPU-Activity on the cell's span,
- * marked.
- *
- * `CellGpuFooter` is the view. `NotebookCellFooters` keeps one notebook's
- * footers: for each cell run it asks `/cell.json` once, with the span the
- * kernel stamped (cellSpans.ts), and never while the notebook is hidden
- * (a hidden notebook's runs are asked about when it is shown again). The
- * footer lives in the page only; it goes into the notebook file (the cell's
- * `nvdashboard` metadata) only when the user's setting asks for it, and a
- * footer saved there is shown again when the notebook is opened. A footer
- * not saved is told to `footerShown`, and where a reload dropped them a hint
- * stands in the first one's place (`showHint`, footerHint.ts).
+ * One notebook's cell footers (the controller; the view is cellFooter.ts).
+ * For each cell run it asks `/cell.json` once, with the span the kernel
+ * stamped (cellSpans.ts), and never while the notebook is hidden (a hidden
+ * notebook's runs are asked about when it is shown again); an answer for an
+ * older run than the cell's last is dropped. The footer lives in the page
+ * only; it goes into the notebook file (the cell's `nvdashboard` metadata)
+ * only when the user's setting asks for it, and a footer saved there is
+ * shown again when the notebook is opened. A footer not saved is told to
+ * `footerShown`, and where a reload dropped them a hint stands in the first
+ * one's place (`showHint`, footerHint.ts). Each footer is placed into
+ * JupyterLab's cell layout, below the cell's output.
  *
  * While a cell runs, its footer is live (issue 55): the glance, which the Lab
  * reads over one socket, carries each GPU kernel's running cell so far
  * (the server's judgment, by the finished footer's rules); the footer shows
  * it with the kernel's memory and work now, at most once a second, and not
  * at all while the notebook is hidden. The finished footer takes its place.
+ *
+ * It is over 400 lines because `NotebookCellFooters` is one object over one
+ * notebook's state (runs asked about, run generations, footers shown, the
+ * live footers): its scheduling, metadata and placement all read and write
+ * that state, and split apart they would share it through back doors.
  */
 import { TranslationBundle } from '@jupyterlab/translation';
+import { ISignal } from '@lumino/signaling';
 import { Layout, PanelLayout, Widget } from '@lumino/widgets';
 
-import { ISignal } from '@lumino/signaling';
-
+import { errorMessage } from '../shared/errors';
+import { NULL_BUNDLE } from '../shared/format';
+import { ITimeRange } from '../shared/tokens';
+import { CellGpuFooter, ICellFooterContent } from './cellFooter';
 import {
   CellFooterMode,
-  cellDetailLines,
-  cellLabel,
   FetchCellReport,
   ICellReport,
-  ILiveFigures,
-  liveLine,
   parseCellReport,
   showsFooter
 } from './cellReport';
 import { ICellSpan, IRunningCell } from './cellSpans';
-import { element } from './dom';
-import { errorMessage, NULL_BUNDLE } from './model';
-import { ITimeRange } from './tokens';
-
-/** Class of a footer (tests and browser tests find them by it). */
-export const CELL_FOOTER_CLASS = 'nvdashboard-cell-footer';
-
-/** A footer whose figures Escape closed (until pointer and focus leave it). */
-export const DISMISSED_CLASS = 'nvdashboard-mod-dismissed';
 
 /** The cell metadata key a footer is saved under (only when a setting asks). */
 export const CELL_METADATA_KEY = 'nvdashboard';
@@ -57,19 +49,8 @@ export const CELL_METADATA_KEY = 'nvdashboard';
  */
 export const CELL_REPORT_DELAY_MS = 1500;
 
-/** Class of a running cell's live footer. */
-export const RUNNING_CLASS = 'nvdashboard-mod-running';
-
 /** The live footer's pace at most (ms): the server judges no faster. */
 export const LIVE_INTERVAL_MS = 1000;
-
-/** What a cell's footer shows: the server's report and the cell's count. */
-export interface ICellFooterContent {
-  report: ICellReport;
-  count: number | null;
-  /** A running cell's figures now (its live footer); absent once it ended. */
-  live?: ILiveFigures;
-}
 
 /** The glance as the live footers read it (glanceModel.ts's `GlanceModel`). */
 export interface ILiveSource {
@@ -125,109 +106,6 @@ export function liveContent(
  * to the millisecond, the server to the microsecond.
  */
 const SAME_START_S = 0.002;
-
-let footerSerial = 0;
-
-export namespace CellGpuFooter {
-  export interface IOptions extends ICellFooterContent {
-    /** Open /GPU-Activity on this span. */
-    open: (range: ITimeRange) => void;
-    trans?: TranslationBundle;
-  }
-}
-
-/** One cell's footer (see the module comment). */
-export class CellGpuFooter extends Widget {
-  constructor(options: CellGpuFooter.IOptions) {
-    super();
-    const trans = options.trans ?? NULL_BUNDLE;
-    const { report, count, live } = options;
-    this.content = { report, count, live };
-    this.addClass(CELL_FOOTER_CLASS);
-    if (live) {
-      this.addClass(RUNNING_CLASS);
-    }
-    const line = live ? liveLine(report, live, trans) : report.verdict;
-    this.node.dataset.touchedGpu = String(report.touched_gpu);
-    // Keys pressed on the footer are the footer's (Enter opens the
-    // timeline), not the notebook's shortcuts (Enter would edit the cell).
-    this.node.setAttribute('data-lm-suppress-shortcuts', 'true');
-    const detailsId = `nvdashboard-cell-details-${++footerSerial}`;
-    this._button = element(
-      'button',
-      'nvdashboard-cell-verdict jp-mod-styled',
-      line,
-      {
-        type: 'button',
-        'aria-describedby': detailsId,
-        'aria-label': trans.__('GPU: %1', line)
-      }
-    );
-    const details = element('div', 'nvdashboard-cell-details', undefined, {
-      id: detailsId,
-      role: 'tooltip'
-    });
-    for (const line of cellDetailLines(report, count, trans)) {
-      details.append(element('div', 'nvdashboard-cell-detail', line));
-    }
-    details.append(
-      element(
-        'div',
-        'nvdashboard-cell-hint',
-        trans.__('Click to open GPU Activity on this cell.')
-      )
-    );
-    this.node.append(this._button, details);
-    const range: ITimeRange = {
-      start_s: report.start_s,
-      end_s: report.end_s,
-      label: cellLabel(count, trans),
-      ...cellGpus(report)
-    };
-    this._button.addEventListener('click', () => options.open(range));
-    // While the figures may show (pointer over the footer, or focus in it),
-    // Escape anywhere hides them (WCAG 1.4.13: dismissible without moving
-    // the pointer or the focus) until both have left the footer.
-    this.node.addEventListener('mouseenter', this._onEnter);
-    this.node.addEventListener('focusin', this._onEnter);
-    this.node.addEventListener('mouseleave', this._onLeave);
-    this.node.addEventListener('focusout', this._onLeave);
-  }
-
-  dispose(): void {
-    document.removeEventListener('keydown', this._onKey, true);
-    super.dispose();
-  }
-
-  private _onEnter = (): void => {
-    document.addEventListener('keydown', this._onKey, true);
-  };
-
-  private _onLeave = (event: Event): void => {
-    const to = (event as FocusEvent | MouseEvent).relatedTarget;
-    const hovered = this.node.matches(':hover');
-    const focused = to instanceof Node && this.node.contains(to);
-    if (!hovered && !focused && !this.node.contains(document.activeElement)) {
-      document.removeEventListener('keydown', this._onKey, true);
-      this.removeClass(DISMISSED_CLASS);
-    }
-  };
-
-  private _onKey = (event: KeyboardEvent): void => {
-    if (event.key === 'Escape' && !this.hasClass(DISMISSED_CLASS)) {
-      this.addClass(DISMISSED_CLASS);
-    }
-  };
-
-  readonly content: ICellFooterContent;
-
-  /** The verdict button (it takes the keyboard). */
-  get button(): HTMLButtonElement {
-    return this._button;
-  }
-
-  private _button: HTMLButtonElement;
-}
 
 /** A cell as the footers reach it (a subset of `Cell`). */
 export interface IFooterCell {
@@ -678,17 +556,4 @@ export function savedContent(value: unknown): ICellFooterContent | null {
     report,
     count: typeof saved.count === 'number' ? saved.count : null
   };
-}
-
-/**
- * The GPUs /GPU-Activity shows alone for this cell: every GPU of its report,
- * by UUID. None (every GPU shown) when the report names none, or one without
- * its UUID (a footer saved by an older version): no GPU of the cell is hidden.
- */
-export function cellGpus(report: ICellReport): { gpus?: string[] } {
-  const uuids = report.gpus.map(gpu => gpu.uuid);
-  if (!uuids.length || uuids.some(uuid => uuid === null)) {
-    return {};
-  }
-  return { gpus: Array.from(new Set(uuids as string[])) };
 }

@@ -14,16 +14,17 @@
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 
-import { cellGpus, ILiveSource } from './cellFooter';
+import { cellGpus } from './cellFooter';
+import { ILiveSource } from './notebookFooters';
 import {
   cellLabel,
   ICellReport,
   parseCellReport,
   runningTime
 } from './cellReport';
-import { NOTICE_INTERVAL_MS } from './idleNotice';
-import { NULL_BUNDLE } from './model';
-import { ITimeRange } from './tokens';
+import { NOTICE_INTERVAL_MS } from '../idle/noticePace';
+import { NULL_BUNDLE } from '../shared/format';
+import { ITimeRange } from '../shared/tokens';
 
 /** The user's settings for the notice. */
 export interface ILiveCellNoticeSettings {

@@ -7,7 +7,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { setAttr, setClass, setText } from './dom';
+import { setAttr, setClass, setText } from '../shared/dom';
 import {
   IGlanceState,
   STATUS_ITEM_CLASS,
@@ -16,7 +16,7 @@ import {
   StatusFigure
 } from './glance';
 import { GlanceModel } from './glanceModel';
-import { NULL_BUNDLE } from './model';
+import { NULL_BUNDLE } from '../shared/format';
 
 /**
  * The state of the item's reading in words (live, stale, unreachable, no

@@ -26,9 +26,16 @@ import {
   setClass,
   setHidden,
   setText
-} from './dom';
+} from '../shared/dom';
 import {
   clockTime,
+  formatMemory,
+  formatPercent,
+  kernelMemoryText,
+  memoryUsage,
+  NULL_BUNDLE
+} from '../shared/format';
+import {
   DIAGNOSIS_CLASS,
   GLANCE_CLASS,
   IGlanceDevice,
@@ -42,11 +49,10 @@ import {
 import { GlanceModel } from './glanceModel';
 import {
   DEFAULT_NOTICE_SETTINGS,
-  IIdleThresholds,
   idleWords,
+  IIdleThresholds,
   userThresholds
-} from './idleNotice';
-import { formatMemory, formatPercent, memoryUsage, NULL_BUNDLE } from './model';
+} from './idleRule';
 
 export namespace GlancePanel {
   export interface IOptions {
@@ -65,34 +71,6 @@ export namespace GlancePanel {
     openPath?: (path: string) => void;
     trans?: TranslationBundle;
   }
-}
-
-/**
- * What a kernel holds, as the driver reports it: its own memory ("at least"
- * when some of its processes' memory is not reported), memory reported only
- * together with other processes ("shared", as /GPU-Processes says), or, with
- * neither, that the driver did not report it: never "0 B" for memory that
- * is held but not reported.
- */
-export function kernelMemoryText(
-  kernel: IGpuKernel,
-  trans: TranslationBundle = NULL_BUNDLE
-): string {
-  const parts: string[] = [];
-  const own = formatMemory(kernel.memory_bytes, trans);
-  if (kernel.memory_known) {
-    parts.push(own);
-  } else if (kernel.memory_bytes > 0) {
-    parts.push(trans.__('at least %1', own));
-  }
-  if (kernel.shared_memory_bytes !== null) {
-    parts.push(
-      trans.__('%1 shared', formatMemory(kernel.shared_memory_bytes, trans))
-    );
-  }
-  return parts.length
-    ? parts.join(trans.__(', '))
-    : trans.__('memory not reported');
 }
 
 /**

@@ -7,12 +7,13 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 
 import {
+  clockTime,
   formatAge,
   formatPercent,
   memoryUsage,
   NULL_BUNDLE,
   numberOrNull
-} from './model';
+} from '../shared/format';
 
 /** One device now; `null` means not available. */
 export interface IGlanceDevice {
@@ -348,14 +349,6 @@ export function statusText(
     }
   }
   return stale ? trans.__('%1 · %2', text, stale) : text;
-}
-
-/** `14:03:27`: a reading's time of day, as the dashboards print it. */
-export function clockTime(epochSeconds: number): string {
-  const at = new Date(epochSeconds * 1000);
-  return [at.getHours(), at.getMinutes(), at.getSeconds()]
-    .map(part => String(part).padStart(2, '0'))
-    .join(':');
 }
 
 /** One line per device for the status bar's tooltip. */

@@ -8,14 +8,14 @@ import { NotebookPanel } from '@jupyterlab/notebook';
 import { TranslationBundle } from '@jupyterlab/translation';
 import { IMessageHandler, Message, MessageLoop } from '@lumino/messaging';
 
-import { NotebookCellFooters } from './cellFooter';
+import { NotebookCellFooters } from './notebookFooters';
 import { FooterHints } from './footerHint';
 import { CellFooterMode, FetchCellReport } from './cellReport';
 import { CellSpanWatcher, IKernelLike } from './cellSpans';
-import { GlanceModel } from './glanceModel';
-import { IIdleThresholds } from './idleNotice';
-import { KernelGpuItem } from './notebookToolbar';
-import { ITimeRange } from './tokens';
+import { GlanceModel } from '../glance/glanceModel';
+import { IIdleThresholds } from '../glance/idleRule';
+import { KernelGpuItem } from '../glance/notebookToolbar';
+import { ITimeRange } from '../shared/tokens';
 
 /** The toolbar item's name in a notebook's toolbar. */
 export const TOOLBAR_ITEM_NAME = 'nvdashboard-kernel-gpu';

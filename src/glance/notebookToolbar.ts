@@ -13,17 +13,16 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { setAttr, setText } from './dom';
+import { setAttr, setText } from '../shared/dom';
 import { IGlance } from './glance';
 import { GlanceModel } from './glanceModel';
-import { kernelMemoryText } from './glancePanel';
+import { formatPercent, kernelMemoryText, NULL_BUNDLE } from '../shared/format';
 import {
   DEFAULT_NOTICE_SETTINGS,
-  IIdleThresholds,
   idleWords,
+  IIdleThresholds,
   userThresholds
-} from './idleNotice';
-import { formatPercent, NULL_BUNDLE } from './model';
+} from './idleRule';
 
 /** Class of the toolbar item (tests and browser tests find it by it). */
 export const KERNEL_GPU_CLASS = 'nvdashboard-kernel-gpu';

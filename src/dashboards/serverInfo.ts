@@ -1,83 +1,19 @@
 /**
- * Validation of the server's JSON documents and their description in plain
+ * The dashboard list's documents: `index.json` and `info.json` validated,
+ * and the server's status (NVML, CUDA, each GPU and MIG slice) in plain
  * words. No DOM, no JupyterLab runtime: safe to use anywhere and in tests.
  */
-import { nullTranslator, TranslationBundle } from '@jupyterlab/translation';
+import { TranslationBundle } from '@jupyterlab/translation';
 
+import { formatMemory, NULL_BUNDLE, numberOrNull } from '../shared/format';
 import {
   DashboardIndex,
   IDeviceInfo,
   IMigInfo,
   IServerInfo,
   NvmlState
-} from './tokens';
-import { routePath } from './urls';
-
-/** The translation domain of this extension's strings. */
-export const TRANSLATION_DOMAIN = 'jupyterlab_nvdashboard';
-
-/** The untranslated bundle, used where no translator is given (tests). */
-export const NULL_BUNDLE: TranslationBundle =
-  nullTranslator.load(TRANSLATION_DOMAIN);
-
-/** A non-2xx answer from the server, keeping its HTTP status. */
-export class FetchError extends Error {
-  constructor(
-    readonly status: number,
-    message: string
-  ) {
-    super(message);
-    this.name = 'FetchError';
-  }
-}
-
-/**
- * A request that got no answer at all (the network or the proxy dropped it).
- * The fetcher turns JupyterLab's `ServerConnection.NetworkError` into this:
- * that one is a `TypeError` by name, with the browser's own wording
- * ("The network connection was lost."), so neither its name nor its message
- * can tell it from a bug.
- */
-export class NetworkFailure extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'NetworkFailure';
-  }
-}
-
-/**
- * HTTP statuses seen while jupyter-server-proxy is still bringing the Bokeh
- * server up (or restarting it): gateway errors and tornado's 599.
- */
-const STARTING_STATUSES = new Set([502, 503, 504, 599]);
-
-/** How Chromium, Firefox, Safari and Node word a fetch() that got no answer. */
-const FETCH_FAILURE =
-  /failed to fetch|networkerror|load failed|fetch failed|network request failed/i;
-
-/**
- * Whether an error means "the backend is not up yet" rather than "something
- * is wrong": a network failure or a gateway-type status.
- */
-export function isStartingError(error: unknown): boolean {
-  if (error instanceof FetchError) {
-    return STARTING_STATUSES.has(error.status);
-  }
-  if (error instanceof NetworkFailure) {
-    return true;
-  }
-  // A bare fetch() (no ServerConnection) rejects with a TypeError that says
-  // so. Any other TypeError is a bug, not a server on its way up.
-  return error instanceof TypeError && FETCH_FAILURE.test(error.message);
-}
-
-/** A one-line message for any thrown value. */
-export function errorMessage(error: unknown): string {
-  if (error instanceof Error) {
-    return error.message || error.name;
-  }
-  return String(error);
-}
+} from '../shared/tokens';
+import { routePath } from '../shared/urls';
 
 function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
@@ -131,11 +67,6 @@ function isNvmlState(value: string): value is NvmlState {
 
 function numberOr(value: unknown, fallback: number): number {
   return typeof value === 'number' && Number.isFinite(value) ? value : fallback;
-}
-
-/** A finite number, or null ("not available", never 0). */
-export function numberOrNull(value: unknown): number | null {
-  return typeof value === 'number' && Number.isFinite(value) ? value : null;
 }
 
 function stringOr(value: unknown, fallback: string): string {
@@ -254,68 +185,6 @@ export interface IStatusSummary {
 
 function note(text: string): IStatusLine {
   return { text, kind: 'note', lost: false };
-}
-
-const MIB = 2 ** 20;
-const GIB = 2 ** 30;
-
-/**
- * GPU memory as nvidia-smi and every dashboard count it: GiB with one
- * decimal, MiB below 1 GiB (`80.0 GiB`, `512 MiB`); `n/a` when not
- * available. The one memory formatter.
- */
-export function formatMemory(
-  bytes: number | null,
-  trans: TranslationBundle = NULL_BUNDLE
-): string {
-  if (bytes === null || !Number.isFinite(bytes)) {
-    return trans.__('n/a');
-  }
-  if (Math.abs(bytes) < GIB) {
-    return trans.__('%1 MiB', Math.round(bytes / MIB));
-  }
-  return trans.__('%1 GiB', (bytes / GIB).toFixed(1));
-}
-
-/**
- * Memory in use out of the total, the one phrasing (`20.0 GiB of 80.0 GiB`,
- * as the dashboards say it); just the amount when the total is unknown.
- */
-export function memoryUsage(
-  used: number | null,
-  total: number | null,
-  trans: TranslationBundle = NULL_BUNDLE
-): string {
-  const usedText = formatMemory(used, trans);
-  return total === null
-    ? usedText
-    : trans.__('%1 of %2', usedText, formatMemory(total, trans));
-}
-
-/** A percentage rounded to a whole number (`80%`), or `n/a`: the one percent formatter. */
-export function formatPercent(
-  value: number | null,
-  trans: TranslationBundle = NULL_BUNDLE
-): string {
-  return value === null || !Number.isFinite(value)
-    ? trans.__('n/a')
-    : trans.__('%1%', Math.round(value));
-}
-
-/** `5 s`, `3 min`, `2 h`: how old the last reading is. */
-export function formatAge(
-  ms: number,
-  trans: TranslationBundle = NULL_BUNDLE
-): string {
-  const seconds = Math.max(0, Math.round(ms / 1000));
-  if (seconds < 120) {
-    return trans.__('%1 s', seconds);
-  }
-  const minutes = Math.round(seconds / 60);
-  if (minutes < 120) {
-    return trans.__('%1 min', minutes);
-  }
-  return trans.__('%1 h', Math.round(minutes / 60));
 }
 
 /** `CUDA 1`, `not visible to CUDA`, or nothing when the server did not say. */

@@ -24,390 +24,50 @@
  *   reports the warnings on screen: the cull acts only on a warning that
  *   was on screen for its whole grace.
  *
- * The words and the rules are pure functions; `IdleNotifier` connects them
- * to the glance poll, the notification manager and the state database.
+ * The words and the rules are pure functions in their own modules (the idle
+ * rule in glance/idleRule.ts, the notice's words in noticeWords.ts, the
+ * culls API in culls.ts, the memory in noticeMemory.ts, how often it reads
+ * the glance in noticePace.ts); `IdleNotifier` connects them to the glance
+ * poll, the notification manager and the state database. It is over 400 lines because it is one object with one job,
+ * the notice's life on screen (shown, snoozed, kept, taken away, reported
+ * to the cull): cut in two, each half would reach into the other's state.
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import { JSONExt, JSONObject } from '@lumino/coreutils';
 import { ISignal } from '@lumino/signaling';
 
-import { IGlance, IGpuKernel } from './glance';
-import { GlanceModel } from './glanceModel';
-import { formatAge, formatMemory, NULL_BUNDLE, numberOrNull } from './model';
-import { Poller } from './poller';
-
-const GIB = 2 ** 30;
-
-/** How often the cull's list is read while the server has not said (s). */
-export const CULLS_INTERVAL_S = 10;
-
-/** JupyterLab cuts a notification's message at this many characters. */
-export const NOTICE_MAX_CHARS = 140;
-
-/** The user's notice settings (schema/plugin.json). */
-export interface IIdleNoticeSettings {
-  /** Notify about idle kernels at all. */
-  enabled: boolean;
-  /** Only kernels holding at least this much GPU memory (GiB). */
-  memoryGiB: number;
-  /** Only after this many minutes with no GPU work. */
-  idleMinutes: number;
-  /** How long "Not now" stays quiet (minutes). */
-  snoozeMinutes: number;
-}
-
-export const DEFAULT_NOTICE_SETTINGS: IIdleNoticeSettings = {
-  enabled: true,
-  memoryGiB: 1,
-  idleMinutes: 30,
-  snoozeMinutes: 60
-};
-
-/** The admin's cull, as `GET nvdashboard-idle/culls` describes it. */
-export interface ICullPolicy {
-  on: boolean;
-  /** Minutes between the notice and the cull; null when off. */
-  afterNoticeMinutes: number | null;
-  idleMinutes: number;
-  minHeldBytes: number;
-  /** How often the warnings on screen are reported (s). */
-  reportEveryS: number;
-  /** How long "Keep this kernel" holds the cull off (minutes). */
-  keepMinutes: number;
-}
-
-export const CULL_OFF: ICullPolicy = {
-  on: false,
-  afterNoticeMinutes: null,
-  idleMinutes: 30,
-  minHeldBytes: GIB,
-  reportEveryS: CULLS_INTERVAL_S,
-  keepMinutes: 30
-};
-
-/** A warning the cull holds armed (`GET nvdashboard-idle/culls`'s `warnings`). */
-export interface IArmedWarning {
-  kernel_id: string;
-  episode: string;
-  /** When the cull may act (epoch s). */
-  cull_at: number;
-}
-
-/** A kernel the cull shut down, with the figures it was judged on. */
-export interface ICullRecord {
-  /** `<at>:<kernel id>`: the same cull is told once. */
-  key: string;
-  kernel_id: string;
-  path: string;
-  held_bytes: number;
-  gpus: string[];
-  idle_s: number | null;
-  told_s_ago: number;
-}
-
-/** An idle holder: held and idle time, each at or above its threshold. */
-export interface IIdleThresholds {
-  minBytes: number;
-  idleSeconds: number;
-}
-
-/** The user's thresholds in bytes and seconds. */
-export function userThresholds(settings: IIdleNoticeSettings): IIdleThresholds {
-  return {
-    minBytes: settings.memoryGiB * GIB,
-    idleSeconds: settings.idleMinutes * 60
-  };
-}
-
-/** The admin's thresholds in bytes and seconds. */
-export function cullThresholds(policy: ICullPolicy): IIdleThresholds {
-  return {
-    minBytes: policy.minHeldBytes,
-    idleSeconds: policy.idleMinutes * 60
-  };
-}
-
-/** Whether the kernel is judged idle and past both thresholds. */
-export function isIdleHolder(
-  kernel: IGpuKernel,
-  thresholds: IIdleThresholds
-): boolean {
-  const idle = kernel.idle;
-  return (
-    idle !== null &&
-    idle.state === 'idle' &&
-    idle.idle_s !== null &&
-    idle.idle_s >= thresholds.idleSeconds &&
-    idle.held_bytes >= thresholds.minBytes
-  );
-}
-
-/** What the sidebar says beside an idle holder: `idle on GPU for 42 min`. */
-export function idleWords(
-  kernel: IGpuKernel,
-  thresholds: IIdleThresholds,
-  trans: TranslationBundle = NULL_BUNDLE
-): string | null {
-  if (!isIdleHolder(kernel, thresholds)) {
-    return null;
-  }
-  return trans.__(
-    'idle on GPU for %1',
-    formatAge((kernel.idle?.idle_s ?? 0) * 1000, trans)
-  );
-}
-
-/**
- * What the notice remembers across reloads (the state database), all of
- * it bounded: kernel id → the episode shown, kernel id → snoozed until
- * (ms), notebook paths not to ask about, culls already told.
- */
-export interface INoticeMemory {
-  noticed: Record<string, string>;
-  snoozed: Record<string, number>;
-  dontAsk: string[];
-  cullsTold: string[];
-}
-
-/** How many entries each part of the memory keeps (the oldest go first). */
-export const MEMORY_BOUND = 200;
-
-export function emptyMemory(): INoticeMemory {
-  return { noticed: {}, snoozed: {}, dontAsk: [], cullsTold: [] };
-}
-
-/** The last MEMORY_BOUND entries whose values pass `ok`, in their order. */
-function lastEntries<T>(
-  record: Record<string, unknown>,
-  ok: (v: unknown) => v is T = (v: unknown): v is T => true
-): Record<string, T> {
-  const kept: Record<string, T> = {};
-  for (const [key, value] of Object.entries(record)
-    .filter(entry => ok(entry[1]))
-    .slice(-MEMORY_BOUND)) {
-    kept[key] = value as T;
-  }
-  return kept;
-}
-
-function pairs<T>(
-  value: unknown,
-  ok: (v: unknown) => v is T
-): Record<string, T> {
-  if (!value || typeof value !== 'object' || Array.isArray(value)) {
-    return {};
-  }
-  return lastEntries(value as Record<string, unknown>, ok);
-}
-
-function texts(value: unknown): string[] {
-  return Array.isArray(value)
-    ? value.filter(isString).slice(-MEMORY_BOUND)
-    : [];
-}
-
-function isString(value: unknown): value is string {
-  return typeof value === 'string';
-}
-
-function isNumber(value: unknown): value is number {
-  return numberOrNull(value) !== null;
-}
-
-/** The memory from the state database; anything malformed is dropped. */
-export function parseMemory(value: unknown): INoticeMemory {
-  const m = (value ?? {}) as Record<string, unknown>;
-  return {
-    noticed: pairs(m.noticed, isString),
-    snoozed: pairs(m.snoozed, isNumber),
-    dontAsk: texts(m.dontAsk),
-    cullsTold: texts(m.cullsTold)
-  };
-}
-
-/** Whose rule makes a notice due: the user's settings, or the admin's cull. */
-export type NoticeReason = 'user' | 'cull';
-
-/**
- * Whether the kernel's notice is due now, and by whose rule; null when it
- * is not. Once per idle episode; not while snoozed; never for a judgment
- * other than `idle`. With the cull on, the admin's thresholds make it due
- * whatever the user's own settings say: the cull never comes unannounced.
- */
-export function noticeDue(
-  kernel: IGpuKernel,
-  settings: IIdleNoticeSettings,
-  policy: ICullPolicy,
-  memory: INoticeMemory,
-  now: number
-): NoticeReason | null {
-  const idle = kernel.idle;
-  if (!idle || idle.state !== 'idle') {
-    return null;
-  }
-  const id = kernel.kernel_id;
-  if (memory.noticed[id] === idle.episode || (memory.snoozed[id] ?? 0) > now) {
-    return null;
-  }
-  if (
-    settings.enabled &&
-    !memory.dontAsk.includes(kernel.path) &&
-    isIdleHolder(kernel, userThresholds(settings))
-  ) {
-    return 'user';
-  }
-  if (policy.on && isIdleHolder(kernel, cullThresholds(policy))) {
-    return 'cull';
-  }
-  return null;
-}
-
-function baseName(path: string): string {
-  return path.split('/').pop() || path;
-}
-
-/**
- * The time of day the cull may act, as the user's clock shows it; with
- * seconds when the grace is short enough for them to matter.
- */
-export function deadlineWords(cullAtMs: number, graceMinutes: number): string {
-  return new Date(cullAtMs).toLocaleTimeString([], {
-    hour: '2-digit',
-    minute: '2-digit',
-    ...(graceMinutes < 10 ? { second: '2-digit' } : {})
-  });
-}
-
-/** `name` cut in its middle to at most `max` characters. */
-function shortened(name: string, max: number): string {
-  if (name.length <= max) {
-    return name;
-  }
-  const keep = Math.max(1, max - 1);
-  const tail = Math.ceil(keep / 2);
-  return `${name.slice(0, keep - tail)}…${name.slice(name.length - tail)}`;
-}
-
-/**
- * The notice in one line, within JupyterLab's cut of NOTICE_MAX_CHARS:
- * `Untitled3.ipynb holds 38.0 GiB on GPU 1 and has done no GPU work for 42
- * min.` With the cull on, the deadline comes first, so no cut can hide it
- * (`cullAtMs`: when the server said the cull may act; null: not yet said,
- * a whole grace from now), and a long GPU list or notebook name is
- * shortened instead: `Shut down at 14:05 if it stays idle: …`.
- */
-export function noticeMessage(
-  kernel: IGpuKernel,
-  policy: ICullPolicy,
-  cullAtMs: number | null = null,
-  now: number = Date.now(),
-  trans: TranslationBundle = NULL_BUNDLE
-): string {
-  const idle = kernel.idle;
-  const held = formatMemory(idle?.held_bytes ?? kernel.memory_bytes, trans);
-  const gpuList = idle?.gpus.length ? idle.gpus : kernel.devices;
-  const age = formatAge((idle?.idle_s ?? 0) * 1000, trans);
-  const name = baseName(kernel.path);
-  if (!policy.on || policy.afterNoticeMinutes === null) {
-    return trans.__(
-      '%1 holds %2 on %3 and has done no GPU work for %4.',
-      name,
-      held,
-      gpuList.join(trans.__(', ')),
-      age
-    );
-  }
-  const grace = policy.afterNoticeMinutes;
-  const deadline = deadlineWords(cullAtMs ?? now + grace * 60_000, grace);
-  const words = (notebook: string, gpus: string): string =>
-    trans.__(
-      'Shut down at %1 if it stays idle: %2 holds %3 on %4, no GPU work for %5.',
-      deadline,
-      notebook,
-      held,
-      gpus,
-      age
-    );
-  let gpus = gpuList.join(trans.__(', '));
-  if (words(name, gpus).length > NOTICE_MAX_CHARS && gpuList.length > 1) {
-    gpus = trans.__('%1 GPUs', gpuList.length);
-  }
-  const room = NOTICE_MAX_CHARS - words('', gpus).length;
-  return words(shortened(name, room), gpus);
-}
-
-/** What the user is told after the cull shut a kernel down, and why. */
-export function cullMessage(
-  cull: ICullRecord,
-  trans: TranslationBundle = NULL_BUNDLE
-): string {
-  return trans.__(
-    'GPU idle cull shut down the kernel of %1: %2 on %3, no GPU work for %4, told %5 before.',
-    baseName(cull.path),
-    formatMemory(cull.held_bytes, trans),
-    cull.gpus.join(trans.__(', ')),
-    formatAge((cull.idle_s ?? 0) * 1000, trans),
-    formatAge(cull.told_s_ago * 1000, trans)
-  );
-}
-
-/** `GET nvdashboard-idle/culls`'s body: the policy and the culls done. */
-export function parseCulls(body: unknown): {
-  policy: ICullPolicy;
-  warnings: IArmedWarning[];
-  culls: ICullRecord[];
-} {
-  const data = (body ?? {}) as Record<string, unknown>;
-  const p = (data.policy ?? {}) as Record<string, unknown>;
-  const after = numberOrNull(p.after_notice_minutes);
-  const policy: ICullPolicy =
-    p.on === true && after !== null && after > 0
-      ? {
-          on: true,
-          afterNoticeMinutes: after,
-          idleMinutes: numberOrNull(p.idle_minutes) ?? CULL_OFF.idleMinutes,
-          minHeldBytes: numberOrNull(p.min_held_bytes) ?? CULL_OFF.minHeldBytes,
-          reportEveryS:
-            positive(numberOrNull(p.report_every_s)) ?? CULL_OFF.reportEveryS,
-          keepMinutes:
-            positive(numberOrNull(p.keep_minutes)) ?? CULL_OFF.keepMinutes
-        }
-      : CULL_OFF;
-  const warnings: IArmedWarning[] = [];
-  for (const item of Array.isArray(data.warnings) ? data.warnings : []) {
-    const w = (item ?? {}) as Record<string, unknown>;
-    const at = numberOrNull(w.cull_at);
-    if (isString(w.kernel_id) && isString(w.episode) && at !== null) {
-      warnings.push({
-        kernel_id: w.kernel_id,
-        episode: w.episode,
-        cull_at: at
-      });
-    }
-  }
-  const culls: ICullRecord[] = [];
-  for (const item of Array.isArray(data.culls) ? data.culls : []) {
-    const c = (item ?? {}) as Record<string, unknown>;
-    const at = numberOrNull(c.at);
-    if (typeof c.kernel_id !== 'string' || at === null) {
-      continue;
-    }
-    culls.push({
-      key: `${at}:${c.kernel_id}`,
-      kernel_id: c.kernel_id,
-      path: typeof c.path === 'string' ? c.path : '',
-      held_bytes: numberOrNull(c.held_bytes) ?? 0,
-      gpus: texts(c.gpus),
-      idle_s: numberOrNull(c.idle_s),
-      told_s_ago: numberOrNull(c.told_s_ago) ?? 0
-    });
-  }
-  return { policy, warnings, culls };
-}
-
-function positive(value: number | null): number | null {
-  return value !== null && value > 0 ? value : null;
-}
+import { IGlance, IGpuKernel } from '../glance/glance';
+import { GlanceModel } from '../glance/glanceModel';
+import {
+  DEFAULT_NOTICE_SETTINGS,
+  IIdleNoticeSettings
+} from '../glance/idleRule';
+import { formatAge, NULL_BUNDLE } from '../shared/format';
+import { Poller } from '../shared/poller';
+import { noticeInterval } from './noticePace';
+import {
+  CULL_OFF,
+  CULLS_INTERVAL_S,
+  IArmedWarning,
+  ICullPolicy,
+  parseCulls
+} from './culls';
+import {
+  emptyMemory,
+  INoticeMemory,
+  INoticeStore,
+  lastEntries,
+  MEMORY_BOUND,
+  NOTICE_STATE_ID,
+  parseMemory
+} from './noticeMemory';
+import {
+  cullMessage,
+  deadlineWords,
+  noticeDue,
+  noticeMessage,
+  NoticeReason
+} from './noticeWords';
 
 /** A notice on screen: its notification's id and the idle episode it is about. */
 export interface IShownNotice {
@@ -433,55 +93,6 @@ export interface INoticeAction {
   caption?: string;
   displayType?: 'default' | 'accent' | 'warn' | 'link';
   callback: (event: MouseEvent) => void;
-}
-
-/** The parts of JupyterLab's state database the notice uses. */
-export interface INoticeStore {
-  fetch(id: string): Promise<unknown>;
-  save(id: string, value: JSONObject): Promise<unknown>;
-}
-
-/** Where the notice keeps its memory in the state database. */
-export const NOTICE_STATE_ID = 'jupyterlab-nvdashboard:idle-notice';
-
-/**
- * The longest wait between readings of the glance for the notice alone
- * (ms). Its thresholds are minutes (idle 30 min by default), so a notice a
- * minute late changes nothing, while a poll every 2 s that no view shows
- * costs a request each time and keeps the dashboard server from its idle
- * exit. The status item and the open sidebar still read at the refresh rate.
- */
-export const NOTICE_INTERVAL_MS = 60_000;
-
-/**
- * A shorter threshold is read at this fraction of itself, so a notice comes
- * at most a tenth of its threshold late (5 min idle: every 30 s). Thresholds
- * of seconds (tests, or an impatient user) are read at the refresh rate,
- * which the glance poll never goes below.
- */
-export const NOTICE_LATENESS = 0.1;
-
-/**
- * How often the notice needs the glance read (ms): a fraction of its
- * shortest threshold in force (the user's idle time while notices are on,
- * the snooze, and the admin's cull idle time while the cull is on), at
- * most NOTICE_INTERVAL_MS.
- */
-export function noticeInterval(
-  settings: IIdleNoticeSettings,
-  policy: ICullPolicy
-): number {
-  const minutes = [settings.snoozeMinutes];
-  if (settings.enabled) {
-    minutes.push(settings.idleMinutes);
-  }
-  if (policy.on) {
-    minutes.push(policy.idleMinutes);
-  }
-  return Math.min(
-    NOTICE_INTERVAL_MS,
-    NOTICE_LATENESS * Math.min(...minutes) * 60_000
-  );
 }
 
 export namespace IdleNotifier {

@@ -5,8 +5,7 @@
  */
 import { ServerConnection } from '@jupyterlab/services';
 
-import { IGlanceStreamHandlers } from './glanceModel';
-import { FetchError, NetworkFailure } from './model';
+import { FetchError, NetworkFailure } from './errors';
 import { IDashboardFetcher } from './tokens';
 import {
   cellReportUrl,
@@ -18,6 +17,15 @@ import {
   keepsUrl,
   noticesUrl
 } from './urls';
+
+/** What the socket's owner is told: each message's parsed body, and a close. */
+export interface IGlanceStreamHandlers {
+  message: (body: unknown) => void;
+  /** The server's heartbeat: a tick with nothing new. */
+  alive: () => void;
+  /** The socket closed (or could not open) by itself. */
+  closed: () => void;
+}
 
 /** How long the dashboard list waits for an answer before it counts as none. */
 export const INDEX_TIMEOUT_MS = 10_000;
