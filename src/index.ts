@@ -21,7 +21,13 @@
  * - Settings (schema/plugin.json): refresh rates, whether the status item
  *   shows and which figure, the idle notice, the cell footers and the
  *   notebook toolbar item; changes apply at once.
+ * - A running cell that holds a GPU and leaves it waiting is told once
+ *   per run (liveCellNotice.ts); its footer is live meanwhile.
  * - Dashboard pages follow JupyterLab's light/dark theme.
+ *
+ * Over 400 lines: `activate` wires every part to JupyterLab's services in
+ * one place (the order matters: the glance before its users, the settings
+ * last), and the settings reader sits beside the settings it applies.
  */
 import {
   ILayoutRestorer,

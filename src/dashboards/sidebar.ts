@@ -16,6 +16,10 @@
  * is hidden, and the buttons are kept (with their focus) unless the list
  * itself changes. It polls only while shown: collapsed, it asks nothing
  * (it reads the list once at start for the palette).
+ *
+ * Over 400 lines: the sidebar and its list section share one poll, one
+ * stale/loading state and one retry story; the words they show are in
+ * serverInfo.ts already.
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';

@@ -1,6 +1,7 @@
 /**
  * The one reading of the glance, shared by the status-bar item, the
- * sidebar's live section, the notebook toolbar and the idle notice: a poll
+ * sidebar's live section, the notebook toolbar, the notices and the live
+ * cell footers: a poll
  * of `{base}nvdashboard/glance.json`, and, once that has answered, the
  * server's `glance/stream` socket, which sends the glance only when its
  * content changes (`stream/changes.py`: one small message through the
@@ -29,6 +30,13 @@
  * no answer) is asked again at the interval, then three times as long each
  * time up to `GLANCE_RETRY_MAX_MS`: through the proxy, each request may
  * launch the dashboard server again.
+ *
+ * It is read by the live cell footers too (a cell running in a shown
+ * notebook asks for it each second) and by the running-cell notice.
+ *
+ * Over 400 lines: the poll and the socket are one state machine (which one
+ * brings the glance, and when the other takes over); split, each half would
+ * have to read the other's state.
  */
 import { JSONExt, JSONObject } from '@lumino/coreutils';
 import { IDisposable } from '@lumino/disposable';
