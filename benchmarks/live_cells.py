@@ -12,8 +12,9 @@ for an hour. The first notebook is shown; the others stand in background tabs, a
 has them. Three conditions of that one Lab, measured in turn in each round:
 
 * ``running``: the cells run, the footers on (``cellFooter`` at its default): the shown
-  notebook's running cell reads the glance at 1 s, and the server judges each running cell
-  (``apps/live_cells.py``, ``LiveCells``);
+  notebook's running cell reads the glance at 1 s, but never more often than the setting
+  ``refreshRate`` (``src/poller.ts``: 2 s by default; ``--refresh-rate 1`` for the live
+  pace), and the server judges each running cell (``apps/live_cells.py``, ``LiveCells``);
 * ``footers off``: the same cells running, ``cellFooter: 'off'`` (set in the page, as the
   Settings Editor does): no live footer, and the glance at the status item's pace;
 * ``no cell running``: the same kernels, still holding their GPUs, their cells interrupted
@@ -21,22 +22,24 @@ has them. Three conditions of that one Lab, measured in turn in each round:
 
 Which pair isolates what: the **server**'s cost is ``running`` against ``no cell
 running``. The server judges the running cells whenever it builds a glance, whoever shows
-it, so ``footers off`` still pays the judgments (only at the status item's slower pace);
-with no cell running the same kernels, GPUs and page ask for the same glance with nothing
-to judge and no footer asking for 1 s: everything the running cells add. The **browser**'s
+it, so ``footers off`` still pays the judgments (at the status item's pace); with no cell
+running, the same kernels, GPUs and page ask for the same glance with nothing to judge and
+no footer asking for a faster one: everything the running cells add. The **browser**'s
 cost is ``running`` against ``footers off``: the same Lab, the same kernels busy (their
 spinners, the notebooks' busy state), only the live footers gone. Each round also prints
-the other pair, for what it is worth.
+the other pairs, for what they are worth.
 
 Measured over each ``--window``: Chromium's CPU over all its processes, the Lab server's
 own (the ``jupyter lab`` process), the dashboard server's (the proxy's child), in % of one
 core; the glance's socket messages per minute in the page; and the server's
 ``LiveCells.judgments`` and ``cpu_s`` over the window, read by a ``sitecustomize`` hook on
-SIGUSR1 (``live_cells_probe.py``: no endpoint added). The 1-minute load before each window.
+SIGUSR1 (``live_cells_probe.py``: no endpoint added); the pace the glance socket asked
+for (``?interval=``). The 1-minute load before each window.
 
 Run from the project root, after ``jlpm build``::
 
     python benchmarks/live_cells.py [--rounds 3] [--window 30] [--settle 10] [--notebooks 10]
+                                    [--refresh-rate S]
 
 Rounds alternate the conditions' order (running, footers off, no cell running; then the
 other way round), and each round's differences are taken within that round. Medians and
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -55,6 +59,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import psutil
 
@@ -73,7 +78,7 @@ from tests.support.jupyter import (  # noqa: E402
     dashboard_servers,
     lab_with_processes,
 )
-from tests.support.lab_cells import CELL_RUNNING_JS, RUN_CELL_JS, open_notebook  # noqa: E402
+from tests.support.lab_cells import CELL_RUNNING_JS, OPEN_NOTEBOOK_JS, RUN_CELL_JS  # noqa: E402
 from tests.test_lab_processes import call  # noqa: E402
 
 RUNNING, OFF, IDLE = "running", "footers off", "no cell running"
@@ -98,12 +103,19 @@ SLEEP_FOOTER_JS = """(index) => {
   return Boolean(cell.node.querySelector('.nvdashboard-cell-footer'));
 }"""
 
+READY_JS = """(path) => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  const kernel = panel && panel.context && panel.context.path === path
+    && panel.sessionContext.session && panel.sessionContext.session.kernel;
+  return Boolean(kernel && kernel.status === 'idle' && kernel.connectionStatus === 'connected');
+}"""
+
 ACTIVATE_JS = """(path) => {
   const app = window.jupyterapp;
   for (const widget of app.shell.widgets('main')) {
     if (widget.context && widget.context.path === path) {
       app.shell.activateById(widget.id);
-      return app.shell.currentWidget === widget;
+      return true;
     }
   }
   return false;
@@ -120,6 +132,7 @@ class Window:
     glance_messages_per_min: float
     judgments_per_min: float
     judgments_cpu_pct: float
+    glance_pace_s: float  # the interval the page's glance socket asked for
     load_1min: float
 
 
@@ -146,8 +159,14 @@ class LiveLab:
         self.lab, self.page, self.paths, self.probe_file = lab, page, paths, probe_file
         self.process = psutil.Process(lab.process.pid)
         self.traffic = GlanceTraffic(page)
+        self.paces: list[float] = []  # each glance socket's ?interval=, as opened
+        page.on("websocket", self._socket)
         self.footers = "gpu"
         self.cells_running = False
+
+    def _socket(self, socket) -> None:  # noqa: ANN001 - playwright WebSocket
+        if "nvdashboard/glance/stream" in socket.url:
+            self.paces.append(float(parse_qs(urlparse(socket.url).query)["interval"][0]))
 
     def open_all(self) -> None:
         """Open every notebook, hold its GPU (run its first cell), and run its sleep."""
@@ -156,7 +175,9 @@ class LiveLab:
         self.page.wait_for_selector("#jp-main-dock-panel .lm-TabBar-tab", timeout=120_000)
         for path in self.paths:
             progress(f"opening {path}")
-            open_notebook(self.page, path)
+            self.page.evaluate(OPEN_NOTEBOOK_JS, path)
+            # This notebook shown, its kernel ready (the one shown before is ready too).
+            self.page.wait_for_function(READY_JS, arg=path, timeout=PAGE_WAIT_MS)
             self.page.evaluate(RUN_CELL_JS, 0)
             self.page.wait_for_function(
                 """() => window.jupyterapp.shell.currentWidget.content.widgets[0]
@@ -187,7 +208,10 @@ class LiveLab:
 
     def show(self, path: str) -> None:
         if not self.page.evaluate(ACTIVATE_JS, path):
-            raise RuntimeError(f"{path} could not be shown")
+            raise RuntimeError(f"{path} is not open")
+        self.page.wait_for_function(
+            "(path) => window.jupyterapp.shell.currentWidget.context.path === path",
+            arg=path, timeout=PAGE_WAIT_MS)
 
     def set_footers(self, mode: str) -> None:
         if mode != self.footers:
@@ -236,17 +260,20 @@ class LiveLab:
         window = Window(condition, round_index, pct(browser0, browser1), pct(lab0, lab1),
                         pct(dash0, dash1), (self.traffic.messages - messages0) * 60 / elapsed,
                         (judged1["judgments"] - judged0["judgments"]) * 60 / elapsed,
-                        100 * (judged1["cpu_s"] - judged0["cpu_s"]) / elapsed, load)
+                        100 * (judged1["cpu_s"] - judged0["cpu_s"]) / elapsed,
+                        self.paces[-1] if self.paces else math.nan, load)
         print(f"    round {round_index + 1} {condition:>16}: browser {window.browser_pct:.2f}%, "
               f"dashboard server {window.dashboard_pct:.2f}% (judgments "
               f"{window.judgments_per_min:.0f}/min, {window.judgments_cpu_pct:.3f}%), "
               f"lab server {window.lab_pct:.2f}%, glance {window.glance_messages_per_min:.0f} "
-              f"messages/min (load {load:.2f})", file=sys.stderr, flush=True)
+              f"messages/min at {window.glance_pace_s:g} s (load {load:.2f})",
+              file=sys.stderr, flush=True)
         return window
 
 
 MEASURES = (("dashboard server CPU %", "dashboard_pct"), ("Chromium CPU %", "browser_pct"),
             ("Lab server CPU %", "lab_pct"), ("glance messages/min", "glance_messages_per_min"),
+            ("glance socket's pace s", "glance_pace_s"),
             ("judgments/min", "judgments_per_min"), ("judgments' CPU %", "judgments_cpu_pct"),
             ("load (1 min)", "load_1min"))
 # What each side's cost is: (measure, the condition it is taken against).
@@ -296,6 +323,8 @@ def main() -> int:
                         help="seconds after a condition is set, before its window")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--notebooks", type=int, default=10)
+    parser.add_argument("--refresh-rate", type=float, metavar="S",
+                        help="the setting refreshRate (default: its default, 2 s)")
     args = parser.parse_args()
     if not (ROOT / "jupyterlab_nvdashboard" / "labextension" / "package.json").exists():
         parser.error("no build of this checkout: run `jlpm build` first")
@@ -303,7 +332,8 @@ def main() -> int:
 
     print(f"# {os.uname().nodename} {os.cpu_count()} cores, load {load_line()}, "
           f"{args.notebooks} notebooks, window {args.window:g} s, settle {args.settle:g} s, "
-          f"{args.rounds} rounds, 4 simulated GPUs every 200 ms, Chromium 1280x800",
+          f"{args.rounds} rounds, refreshRate {args.refresh_rate or 'default'}, "
+          "4 simulated GPUs every 200 ms, Chromium 1280x800",
           flush=True)
     with tempfile.TemporaryDirectory(prefix="nvdashboard-live-cells-") as folder:
         hook = Path(folder) / "hook"
@@ -319,7 +349,8 @@ def main() -> int:
         with lab_with_processes(processes_file, simulate=4, extra_env=env,
                                 extra_args=["--LabApp.expose_app_in_browser=True"]) as lab, \
                 sync_playwright() as playwright:
-            write_settings(lab, {"idleNotice": False})
+            write_settings(lab, {"idleNotice": False, **(
+                {} if args.refresh_rate is None else {"refreshRate": args.refresh_rate})})
             paths = [f"live-{i:02d}.ipynb" for i in range(args.notebooks)]
             for index, path in enumerate(paths):
                 call(lab, "PUT", f"api/contents/{path}",
