@@ -502,8 +502,8 @@ def test_the_benchmark_gives_its_figures() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert "1-minute span of 2 GPUs (the kernel on 1)" in lines[0], lines
-    assert lines[1] == "  verdict: GPU 0: busy 100% of 58 s at 48% SM (underused), peak 13.0 GiB (+0.0)", \
-        lines
+    assert lines[1] == ("  verdict: GPU 0: busy 100% of 58 s at 48% SM (underused), "
+                        "peak 13.0 GiB (+0.0)"), lines
     for what in ("the report, wall:", "the report, CPU:", "GET /cell.json:"):
         [line] = [line for line in lines if what in line]
         assert re.search(r"[\d.]+ ms \([\d.]+-[\d.]+\)", line), line
@@ -709,5 +709,6 @@ def test_a_finding_on_no_signal_is_not_named_as_the_cells_cause() -> None:
             90.0, 1.0, findings, BUSY), 5.0)
 
     assert busy(too_few) == "GPU 1: busy 100% of 5 s at 90% SM, peak 6.0 GiB (+0.0)"
-    assert busy(too_few, starved) == "GPU 1: busy 100% of 5 s at 90% SM (starved), peak 6.0 GiB (+0.0)"
+    assert busy(too_few, starved) == ("GPU 1: busy 100% of 5 s at 90% SM (starved), "
+                                      "peak 6.0 GiB (+0.0)")
 
