@@ -4,12 +4,13 @@ Target: ten notebooks with a running cell each cost the dashboard server ≤ 1 %
 above none, and the browser ≤ 1 % of a core above the same Lab without live footers.
 
 Starts a real ``jupyter lab`` (``tests/support/jupyter.py``: token, base URL /user/alice/,
-4 simulated GPUs sampled every 200 ms, this checkout's build; the idle notice off, every
-other setting its default) and opens it in Debian's Chromium at 1280x800, in one page:
-``--notebooks`` (10) notebooks, each of whose kernels holds memory on a simulated GPU
-(``simulated_holders.hold_gpu``, 2 GiB, some SM work) and then runs a cell that sleeps
-for an hour. The first notebook is shown; the others stand in background tabs, as a user
-has them. Three conditions of that one Lab, measured in turn in each round:
+4 simulated GPUs sampled every 200 ms, this checkout's build; the idle notice and
+JupyterLab's autosave off, every other setting its default) and opens it in Debian's
+Chromium at 1280x800, in one page: ``--notebooks`` (10) notebooks, each of whose kernels
+holds memory on a simulated GPU (``simulated_holders.hold_gpu``, 2 GiB, some SM work) and
+then runs a cell that sleeps for an hour. The first notebook is shown; the others stand in
+background tabs, as a user has them. Three conditions of that one Lab, measured in turn in
+each round:
 
 * ``running``: the cells run, the footers on (``cellFooter`` at its default): the shown
   notebook's running cell reads the glance at 1 s, but never more often than the setting
@@ -351,6 +352,10 @@ def main() -> int:
                 sync_playwright() as playwright:
             write_settings(lab, {"idleNotice": False, **(
                 {} if args.refresh_rate is None else {"refreshRate": args.refresh_rate})})
+            # Ten dirty notebooks saved every 2 minutes land in any window, whatever it
+            # measures: not what the footers cost.
+            call(lab, "PUT", "lab/api/settings/@jupyterlab/docmanager-extension:plugin",
+                 {"raw": json.dumps({"autosave": False})})
             paths = [f"live-{i:02d}.ipynb" for i in range(args.notebooks)]
             for index, path in enumerate(paths):
                 call(lab, "PUT", f"api/contents/{path}",
