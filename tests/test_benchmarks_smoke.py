@@ -186,3 +186,23 @@ def test_bare_lab_measures_a_lab_with_the_sidebar_closed_and_open() -> None:
         # window; one is a socket that fell silent on a loaded machine and was asked once.
         per_min = float(rows[(case, "glance requests/min")].split("|")[3].split()[0])
         assert per_min * window_s / 60 < 1.5, done.stdout
+
+
+@pytest.mark.browser
+@pytest.mark.lab
+def test_live_cells_measures_each_condition_and_the_server_judges_only_running_cells() -> None:
+    """Two notebooks, one short round: every condition measured, each cost printed."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "live_cells.py"), "--notebooks", "2",
+         "--rounds", "1", "--window", "4", "--settle", "2"],
+        capture_output=True, text=True, timeout=400,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in done.stdout.splitlines() if line.startswith("| ")}
+    judgments = [float(cell.split()[0]) for cell in rows["judgments/min"]]
+    running, off, idle = judgments  # the columns: running, footers off, no cell running
+    # The sitecustomize hook read the server's LiveCells: it judges running cells, footers
+    # shown or not, and nothing once they ended.
+    assert running > 0 and off > 0 and idle == 0, done.stdout
+    assert "server: " in done.stdout and "browser: " in done.stdout
