@@ -146,7 +146,11 @@ def test_each_cell_says_what_it_did_on_the_gpu(lab, processes_file: Path) -> Non
         assert b_text == held["verdict"], (b_text, held)
         # Its own samples say 0% while the GPU plays "starved": it did no GPU work, and
         # gets no advice about code it did not run (issue 53).
-        assert b_text == "held 6.0 GiB on GPU 1; this cell did no GPU work", \
+        # (A pass's sample of the second before (b), its kernel's last work for (a), can
+        # leave a sliver of work in it: said as under 1%, with no cause of the GPU's.)
+        assert b_text in ("held 6.0 GiB on GPU 1; this cell did no GPU work",
+                          f"held 6.0 GiB on GPU 1, but this cell worked it under 1% of "
+                          f"{CELL_SECONDS} s"), \
         json.dumps([{key: g.get(key) for key in ("signal", "signal_text", "sm_pct",
                                                  "working_share")} for g in held["gpus"]])
         assert all(not g["findings"] for g in held["gpus"]), held

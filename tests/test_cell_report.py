@@ -729,3 +729,34 @@ def test_a_change_spanning_cells_too_small_to_say_is_not_said() -> None:
     assert clause(-(2**20)) == "GPU 0: busy 100% of 24 s at 62% SM, peak 1.0 GiB (+0.0)"
     assert clause(GIB) == ("GPU 0: busy 100% of 24 s at 62% SM, peak 1.0 GiB (+0.0); "
                            "+1.0 GiB over cells [1]–[2]")
+
+
+def test_a_cell_that_worked_its_gpu_under_one_percent_is_not_given_the_gpus_cause(
+        tmp_path: Path, now: float) -> None:
+    """The cells lab test's sleeping cell (b) read "worked it 0% of 12 s: starved": one
+    pass's sample of the second before it made the starved device's finding its own. A
+    kernel alone on GPU 1 whose own samples show work in one pass of a 230 s cell (the
+    device in bursts meanwhile): its share is said as "under 1%", and the GPU's findings
+    stay the GPU's; at a few percent they are its own again."""
+    metrics, sources = scripted(tmp_path)
+    start, end = now - 250, now - 20  # 230 s: one pass of it is 0.4 %
+    bursts = lambda g, t: 95.0 if g == 1 and (t - start) % 4 < 1 - 1e-6 else 0.0  # noqa: E731
+
+    def once(t: float) -> float:  # the kernel's own samples: work in one pass only
+        return 30.0 if abs(t - (start + 10)) < 0.5 else 0.0
+
+    write(metrics.history, now - 300, now, 2, bursts,
+          lambda t: [Held(1, 4100, 12 * GIB, once(t)), Held(1, 4101, 0.0, once(t))])
+    data = report(sources, start, end)
+    [gpu] = data["gpus"]
+    assert gpu["signal"] == "per-process" and 0.0 < gpu["working_share"] < 0.01, gpu
+    assert data["state"] == HELD_IDLE and gpu["findings"] == [], data
+    assert data["verdict"] == \
+        "held 12.0 GiB on GPU 1, but this cell worked it under 1% of 3 min 50 s"
+    # Work in three passes of it (1.3 %): its own, and the GPU's findings are its own too.
+    metrics, sources = scripted(tmp_path)
+    write(metrics.history, now - 300, now, 2, bursts,
+          lambda t: [Held(1, 4100, 12 * GIB, 30.0 if start + 10 <= t <= start + 12 else 0.0)])
+    data = report(sources, start, end)
+    [gpu] = data["gpus"]
+    assert gpu["working_share"] >= 0.01 and gpu["findings"], data

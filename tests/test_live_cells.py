@@ -70,7 +70,9 @@ def test_cell_json_without_an_end_answers_so_far(kernel: Kernel) -> None:
         assert report["running"] is True and report["state"] == "busy", report
         assert [g["index"] for g in report["gpus"]] == [1], report
         assert report["end_s"] - start >= 3.0 and report["end_s"] <= time.time(), report
-        assert report["held_s"] == pytest.approx(report["duration_s"]), report
+        # Held all along: from the span's start, or from its first pass where the pass
+        # before it came too long before (a loaded machine).
+        assert report["duration_s"] - 1.5 <= report["held_s"] <= report["duration_s"], report
         assert report["notice"] is None, report  # busy on its own: nothing to say
         # Once Jupyter says the cell ended, the span is the cell's, not "so far".
         ended = time.time() - 1.0

@@ -33,6 +33,7 @@ from ..diagnosis.cell import (
     NO_GPU_WORK,
     STORE,
     TOO_SHORT,
+    WORKED_SHARE,
     BucketEvidence,
     CellJudgment,
     DeviceCell,
@@ -463,7 +464,9 @@ def device_clause(device: DeviceCell, duration_s: float) -> str:
     """One device's part of the verdict, in the issue's words; it agrees with the details
     (the worst finding's cause is named in it)."""
     label, span = device.label, duration_text(duration_s)
-    worked = "" if device.working_share is None else f"{100 * device.working_share:.0f}%"
+    share = device.working_share
+    worked = "" if share is None else "under 1%" if 0.0 < share < WORKED_SHARE \
+        else f"{100 * share:.0f}%"
     if device.state == LOST:
         return f"{label} was lost (it stopped answering the driver); {_peak(device)}"
     if device.state == CANNOT_TELL:

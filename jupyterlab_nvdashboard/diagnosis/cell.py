@@ -61,6 +61,12 @@ MIN_SPAN_SAMPLES = 2
 # (issue 53); a second is the pace every cell gets.
 SHORTEST_JUDGED_S = 1.0
 STORE, MEMORY = "store", "memory"
+# A kernel that worked its GPU less than this share of a cell did not make the GPU's
+# findings its own: a pass's sample of the second before the cell (its neighbour's last
+# work) read "worked it 0% of 12 s: starved" under a cell that slept (the cells lab test),
+# the device's finding named as the sleeping cell's cause. Under it the share is said as
+# "under 1%". Our choice: the verdict's own resolution (whole percents).
+WORKED_SHARE = 0.01
 # The causes a running cell is worth a notice for (issue 55): the kernel holds a GPU and
 # leaves it waiting (held idle, or starved between bursts of its work), or its work waits
 # on the GPU's memory. ``notice_cause`` names which; a GPU shared with others is none.
@@ -558,7 +564,7 @@ def judge_cell(start_s: float, end_s: float, passes: Sequence[KernelPass],
             sm, share = _weighted(own.readings)
         alone = own.alone
         state = _state(lost, signal, share)
-        worked = share is not None and share > 0.0
+        worked = share is not None and share >= WORKED_SHARE
         whose = whose_finding(alone, worked)
         findings = window.diagnose(row).findings \
             if len(span) >= MIN_SPAN_SAMPLES and (whose == YOURS or lost) else ()

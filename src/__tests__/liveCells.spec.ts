@@ -138,6 +138,21 @@ describe('live cell footers', () => {
       'running 10 s · GPU 1: 12.0 GiB now, peak 12.0 GiB · working 87% now · so far: GPU 1: busy 100% of 9 s, peak 12.0 GiB (+12.0)'
     );
     expect(busy.node.textContent).toContain('Cell [7] runs since');
+    // The same report again (a glance message that changes nothing the footer
+    // says): nothing is written, and the footer is the same widget.
+    const writes = new MutationObserver(() => undefined);
+    writes.observe(busy.node, {
+      subtree: true,
+      childList: true,
+      characterData: true,
+      attributes: true
+    });
+    live.say(
+      soFar(9, 'busy', 'GPU 1: busy 100% of 9 s, peak 12.0 GiB (+12.0)')
+    );
+    expect(writes.takeRecords()).toEqual([]);
+    expect(footerOf(a)).toBe(busy);
+    writes.disconnect();
     // The kernel idles: the work now says so at once, the verdict as judged.
     live.say(
       soFar(
@@ -151,6 +166,8 @@ describe('live cell footers', () => {
     expect(footerOf(a)!.button.textContent).toBe(
       'running 41 s · GPU 1: 12.0 GiB now, peak 12.0 GiB · working 0% now · so far: held 12.0 GiB on GPU 1, but this cell worked it 25% of 40 s'
     );
+    // Updated in place: the keyboard's focus on the button stays.
+    expect(footerOf(a)).toBe(busy);
     // Hidden: not read, not drawn.
     footers.visible = false;
     expect(live.users.size).toBe(0);

@@ -52,15 +52,9 @@ export namespace CellGpuFooter {
 export class CellGpuFooter extends Widget {
   constructor(options: CellGpuFooter.IOptions) {
     super();
-    const trans = options.trans ?? NULL_BUNDLE;
-    const { report, count, live } = options;
-    this.content = { report, count, live };
+    this._trans = options.trans ?? NULL_BUNDLE;
+    this.content = { report: options.report, count: options.count };
     this.addClass(CELL_FOOTER_CLASS);
-    if (live) {
-      this.addClass(RUNNING_CLASS);
-    }
-    const line = live ? liveLine(report, live, trans) : report.verdict;
-    this.node.dataset.touchedGpu = String(report.touched_gpu);
     // Keys pressed on the footer are the footer's (Enter opens the
     // timeline), not the notebook's shortcuts (Enter would edit the cell).
     this.node.setAttribute('data-lm-suppress-shortcuts', 'true');
@@ -68,35 +62,16 @@ export class CellGpuFooter extends Widget {
     this._button = element(
       'button',
       'nvdashboard-cell-verdict jp-mod-styled',
-      line,
-      {
-        type: 'button',
-        'aria-describedby': detailsId,
-        'aria-label': trans.__('GPU: %1', line)
-      }
+      undefined,
+      { type: 'button', 'aria-describedby': detailsId }
     );
-    const details = element('div', 'nvdashboard-cell-details', undefined, {
+    this._details = element('div', 'nvdashboard-cell-details', undefined, {
       id: detailsId,
       role: 'tooltip'
     });
-    for (const line of cellDetailLines(report, count, trans)) {
-      details.append(element('div', 'nvdashboard-cell-detail', line));
-    }
-    details.append(
-      element(
-        'div',
-        'nvdashboard-cell-hint',
-        trans.__('Click to open GPU Activity on this cell.')
-      )
-    );
-    this.node.append(this._button, details);
-    const range: ITimeRange = {
-      start_s: report.start_s,
-      end_s: report.end_s,
-      label: cellLabel(count, trans),
-      ...cellGpus(report)
-    };
-    this._button.addEventListener('click', () => options.open(range));
+    this.node.append(this._button, this._details);
+    this.setContent(options);
+    this._button.addEventListener('click', () => options.open(this._range));
     // While the figures may show (pointer over the footer, or focus in it),
     // Escape anywhere hides them (WCAG 1.4.13: dismissible without moving
     // the pointer or the focus) until both have left the footer.
@@ -131,7 +106,55 @@ export class CellGpuFooter extends Widget {
     }
   };
 
-  readonly content: ICellFooterContent;
+  /**
+   * Show this content: a running cell's footer is given its report so far
+   * at each glance, and only what changed is written (the button's line,
+   * the details), so a message that changes nothing redraws nothing and the
+   * keyboard's focus stays on the button.
+   */
+  setContent(content: ICellFooterContent): void {
+    const { report, count, live } = content;
+    const trans = this._trans;
+    this.content = { report, count, live };
+    if (this.hasClass(RUNNING_CLASS) !== (live !== undefined)) {
+      this.toggleClass(RUNNING_CLASS, live !== undefined);
+    }
+    if (this.node.dataset.touchedGpu !== String(report.touched_gpu)) {
+      this.node.dataset.touchedGpu = String(report.touched_gpu);
+    }
+    const line = live ? liveLine(report, live, trans) : report.verdict;
+    if (this._button.textContent !== line) {
+      this._button.textContent = line;
+      this._button.setAttribute('aria-label', trans.__('GPU: %1', line));
+    }
+    const lines = [
+      ...cellDetailLines(report, count, trans),
+      trans.__('Click to open GPU Activity on this cell.')
+    ];
+    const shown = Array.from(this._details.children, c => c.textContent);
+    if (lines.join('\n') !== shown.join('\n')) {
+      this._details.replaceChildren(
+        ...lines.map((text, i) =>
+          element(
+            'div',
+            i < lines.length - 1
+              ? 'nvdashboard-cell-detail'
+              : 'nvdashboard-cell-hint',
+            text
+          )
+        )
+      );
+    }
+    this._range = {
+      start_s: report.start_s,
+      end_s: report.end_s,
+      label: cellLabel(count, trans),
+      ...cellGpus(report)
+    };
+  }
+
+  /** What it shows (a live footer's changes at each update). */
+  content: ICellFooterContent;
 
   /** The verdict button (it takes the keyboard). */
   get button(): HTMLButtonElement {
@@ -139,6 +162,9 @@ export class CellGpuFooter extends Widget {
   }
 
   private _button: HTMLButtonElement;
+  private _details: HTMLElement;
+  private _trans: TranslationBundle;
+  private _range: ITimeRange = { start_s: 0, end_s: 0, label: '' };
 }
 
 /**

@@ -487,6 +487,10 @@ export class NotebookCellFooters {
     if (old && old.content.report === wanted?.report) {
       return;
     }
+    if (old && wanted && old.content.live && wanted.live) {
+      old.setContent(wanted); // the same run so far: what changed, in place
+      return;
+    }
     old?.dispose();
     if (wanted) {
       layout.addWidget(
