@@ -125,6 +125,11 @@ def test_each_cell_says_what_it_did_on_the_gpu(lab, processes_file: Path) -> Non
             requests.until_answered(index + 1)
             if index == 0:
                 work_ended(processes_file)
+                # ... and the server has read the kernel's own 0% before (b) starts: a
+                # pass's sample covers the second before it, and one that still read (a)'s
+                # 90% inside (b) made it "worked it 1%: starved" (full run 6).
+                wait_glance(lab, lambda d: (kernel_entry(d, kernel) or {}).get("own_pct")
+                            == 0, "the kernel's own 0% read")
         a_url, b_url = (url for url, _ in asked[:2])
         for index, url in ((0, a_url), (1, b_url)):
             # The footer asked about the span JupyterLab's recordTiming keeps: the
