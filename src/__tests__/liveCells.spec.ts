@@ -70,16 +70,7 @@ function soFar(
 
 /** The glance model as the footers read it; the test sets what it says. */
 class FakeGlance implements ILiveSource {
-  glance: {
-    time: number | null;
-    kernels: Array<{
-      kernel_id: string;
-      path: string;
-      memory_bytes: number;
-      own_pct: number | null;
-      cell: unknown;
-    }>;
-  } | null = null;
+  glance: ILiveSource['glance'] = null;
   changed = new Signal<unknown, unknown>(this);
   users = new Map<unknown, number>();
 
