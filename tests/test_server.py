@@ -158,9 +158,17 @@ def test_nvml_cost_does_not_grow_with_viewers() -> None:
     assert one_reads >= 5 and eight_reads >= 5
     # The readings made in every pass, told from the once-a-second and slower ones by the
     # counts themselves: on a busy machine a window holds fewer passes but as many seconds,
-    # so the slower readings' share of a pass depends on the machine, not on the pages.
+    # so the slower readings' share of a pass depends on the machine, not on the pages. A
+    # reading made in every pass is a whole number of calls a pass (one per GPU, or one);
+    # a family read at its own pace (health, GPM: demand.py) on most passes but not all is
+    # not, in either window (it counted as "every pass" while it made one call or more a
+    # pass: 35.4 against 36.0 calls, full run 7, on a loaded machine).
+    def whole(calls: int, reads: int) -> bool:
+        return calls >= reads and abs(calls / reads - round(calls / reads)) < 0.05
+
     every_pass = {function for function in one_calls | eight_calls
-                  if one_calls[function] >= one_reads and eight_calls[function] >= eight_reads}
+                  if whole(one_calls[function], one_reads)
+                  and whole(eight_calls[function], eight_reads)}
     per_pass_one = sum(one_calls[function] for function in every_pass) / one_reads
     per_pass_eight = sum(eight_calls[function] for function in every_pass) / eight_reads
     # A window may cut one pass in two.
