@@ -50,7 +50,7 @@ from .components import (
     window_label,
 )
 from .in_place import IN_PLACE_JS
-from .shown_span import ShownSpan, legend_on_span, off_the_loop, with_kin
+from .shown_span import ShownSpan, legend_on_span, off_the_loop, read_once, with_kin
 from .sources import DashboardSources
 
 # GpmReading field -> (legend label, colour); utilization is grey, for comparison.
@@ -312,18 +312,18 @@ class ActivityDashboard:
             self.timeline.show_gpus(self.rows)
             self.refresh()  # the window lines speak of the GPUs shown alone
         if span is not None:
-            legend_on_span(doc, self.timeline, span,
-                           lambda start_s, end_s: span_samples(self.sources, start_s,
-                                                               end_s)[1])
-            off_the_loop(doc, lambda: self.span_lines(span), self._show_cell_line,
+            # One read of the span (its store buckets too) for its legends and diagnosis.
+            samples = read_once(lambda start_s, end_s: span_samples(self.sources, start_s,
+                                                                    end_s)[1], span)
+            legend_on_span(doc, self.timeline, span, samples)
+            off_the_loop(doc, lambda: self.span_lines(span, samples()), self._show_cell_line,
                          lambda: "", "a span's samples for its diagnosis")
 
-    def span_lines(self, span: ShownSpan) -> str:
-        """The diagnosis of the GPUs shown over ``span``: what the cell's footer names, over
-        the cell (from memory, or the store's means before it), said as such."""
+    def span_lines(self, span: ShownSpan, samples: list[Sample]) -> str:
+        """The diagnosis of the GPUs shown over ``span`` (``samples``, those within it): what
+        the cell's footer names, over the cell (from memory, or the store's means before
+        it), said as such."""
         metrics = self.sources.metrics
-        samples = [sample for sample in span_samples(self.sources, span.start_s, span.end_s)[1]
-                   if span.start_s <= sample.time_s <= span.end_s]
         window = DiagnosisWindow(samples, metrics.facts, simulated=metrics.simulated)
         rows = self.rows if self.rows is not None else [f.index for f in metrics.facts]
         found = [window.diagnose(row) for row in rows] if len(samples) > 1 else []

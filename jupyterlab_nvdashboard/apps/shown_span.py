@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -191,6 +192,24 @@ def legend_words(span: ShownSpan) -> str:
     return SPAN_LEGEND_WORDS.format(span.label or "the span")
 
 
+def read_once(read: Callable[[float, float], list[Sample]], span: ShownSpan
+              ) -> Callable[[], list[Sample]]:
+    """The samples of ``span`` (those ``read`` returns within it), read once however many
+    readers ask, from whichever thread asks first: the legends and the diagnosis of one
+    span read its store buckets once."""
+    lock = threading.Lock()
+    read_samples: list[list[Sample]] = []
+
+    def samples() -> list[Sample]:
+        with lock:
+            if not read_samples:
+                read_samples.append([sample for sample in read(span.start_s, span.end_s)
+                                     if span.start_s <= sample.time_s <= span.end_s])
+            return read_samples[0]
+
+    return samples
+
+
 def off_the_loop(doc: Document, read: Callable[[], T], landed: Callable[[T], None],
                  failed: Callable[[], T], what: str) -> None:
     """``landed(read())``: on an event loop (a page being built by the Bokeh server),
@@ -216,14 +235,12 @@ def off_the_loop(doc: Document, read: Callable[[], T], landed: Callable[[T], Non
 
 
 def legend_on_span(doc: Document, timeline: Timeline, span: ShownSpan,
-                   read: Callable[[float, float], list[Sample]]) -> None:
+                   samples: Callable[[], list[Sample]]) -> None:
     """Have ``timeline``'s legends read ``span`` (``Timeline.read_span``): each series' mean
-    over the samples ``read(start_s, end_s)`` returns, read ``off_the_loop``."""
+    over the span's ``samples()`` (``read_once``), read ``off_the_loop``."""
 
     def texts() -> dict[str, str]:
-        samples = [sample for sample in read(span.start_s, span.end_s)
-                   if span.start_s <= sample.time_s <= span.end_s]
-        return timeline.span_texts(samples)
+        return timeline.span_texts(samples())
 
     if not on_event_loop():
         timeline.read_span(legend_words(span), texts())
