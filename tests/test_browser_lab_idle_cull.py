@@ -150,14 +150,20 @@ def test_the_gpu_idle_cull(lab, processes_file: Path) -> None:  # noqa: ANN001
                 out.append((match.group(2), match.group(1), server))
             return out
 
+        last_said: list[list[tuple[str, str, str]]] = [[]]
+
         def agreed() -> list[tuple[str, str, str]] | None:
-            said = warnings_said()
+            said = last_said[0] = warnings_said()
             return said if len(said) == 2 and all(d == server for _, d, server in said) \
                 else None
 
         # Two minutes: beside the suite's soak test (a Chromium of a dozen live pages) this
         # Lab's poll and toasts ran late, and 60 s was missed in full runs.
-        said = until(agreed, "each warning says the server's deadline", seconds=120)
+        try:
+            said = until(agreed, "each warning says the server's deadline", seconds=120)
+        except AssertionError as missed:
+            raise AssertionError(f"{missed}: said {last_said[0]}, the server holds "
+                                 f"{json.dumps(cull_state(lab)['warnings'])}") from None
         assert [name for name, _, _ in said] == ["x", "y"], said
         toasts_in_place(page)
         screenshot(page, "idle-cull-warnings")

@@ -318,9 +318,12 @@ class Harness {
         return `n${this.shown.length}`;
       },
       reword: (id, message, type, actions) => {
+        this.reworded.push(id);
+        if (this.undrawn.has(id)) {
+          return; // JupyterLab drops it: the toast keeps its first words
+        }
         const index = Number(id.slice(1)) - 1;
         this.shown[index] = { message, type, actions };
-        this.reworded.push(id);
       },
       dismiss: id => this.dismissed.push(id),
       shutdownKernel: async id => {
@@ -399,6 +402,8 @@ class Harness {
   posted: Array<[string, string]> = [];
   kept: string[] = [];
   reworded: string[] = [];
+  /** Notifications JupyterLab has not drawn yet: a reword of one is lost. */
+  undrawn = new Set<string>();
   cullAt: number | null = null;
   keptUntil: number | null = null;
 }
@@ -730,6 +735,37 @@ describe('the warning follows the server through the shared readings', () => {
     expect(h.shown[0].message).toContain(
       `Shut down at ${deadlineWords(h.cullAt * 1000, 1)} `
     );
+    h.dispose();
+  });
+
+  it('says a moved deadline again at the next report, for a toast drawn after the first', async () => {
+    const culls = { policy, warnings: [] as unknown[], culls: [] };
+    const h = new Harness([IDLE], { settings: { enabled: false }, culls });
+    await h.notifier.readCulls();
+    await h.poll();
+    expect(h.shown).toHaveLength(1); // a whole grace from now, until told
+    // The server's deadline differs; its answer comes before the toast is
+    // drawn, and that reword is lost.
+    h.cullAt = h.clock / 1000 + 30;
+    culls.warnings = [
+      { kernel_id: 'k1', episode: 'k1:1000', cull_at: h.cullAt }
+    ];
+    h.undrawn.add('n1');
+    await h.notifier.readCulls();
+    await settled(Promise.resolve());
+    expect(h.reworded).toEqual(['n1']);
+    const said = `Shut down at ${deadlineWords(h.cullAt * 1000, 1)} `;
+    expect(h.shown[0].message).not.toContain(said);
+    h.undrawn.clear();
+    await h.notifier.readCulls();
+    await settled(Promise.resolve());
+    expect(h.reworded).toEqual(['n1', 'n1']);
+    expect(h.shown[0].message).toContain(said);
+    // Said twice, and then no more while the deadline stands.
+    await h.notifier.readCulls();
+    await settled(Promise.resolve());
+    expect(h.reworded).toEqual(['n1', 'n1']);
+    expect(h.dismissed).toEqual([]);
     h.dispose();
   });
 

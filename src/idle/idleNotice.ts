@@ -83,6 +83,14 @@ export interface IShownNotice {
   postedAsk: number | null;
   /** When the cull may act, as the message says (epoch ms; null: not said). */
   cullAtMs: number | null;
+  /**
+   * The read of the culls during which the message was last reworded (null:
+   * said since): a report at a later read says it once more. JupyterLab drops
+   * a `Notification.update` that comes before its toast is drawn (the toast
+   * keeps its first words, and the update reports success), and on a loaded
+   * machine a report's answer came first.
+   */
+  rewordedAsk: number | null;
   kernel: IGpuKernel;
   actions: INoticeAction[];
 }
@@ -502,6 +510,7 @@ export class IdleNotifier {
       warning: cull,
       postedAsk: null,
       cullAtMs,
+      rewordedAsk: null,
       kernel,
       actions
     };
@@ -516,7 +525,8 @@ export class IdleNotifier {
 
   /**
    * Tell the server the notice is on screen; when its answer moves the
-   * deadline the message shows, the message says the new one.
+   * deadline the message shows, the message says the new one (and says it
+   * again at a later read: `rewordedAsk`).
    */
   private _post(id: string, shown: IShownNotice): void {
     void this._options
@@ -534,7 +544,11 @@ export class IdleNotifier {
         const before =
           shown.cullAtMs === null ? null : deadlineWords(shown.cullAtMs, grace);
         shown.cullAtMs = cullAt * 1000;
-        if (before !== deadlineWords(shown.cullAtMs, grace)) {
+        const moved = before !== deadlineWords(shown.cullAtMs, grace);
+        const again =
+          shown.rewordedAsk !== null && this._asks > shown.rewordedAsk;
+        if (moved || again) {
+          shown.rewordedAsk = moved ? this._asks : null;
           this._options.reword(
             shown.notification,
             noticeMessage(
