@@ -105,10 +105,12 @@ def write(history: History, start_s: float, end_s: float, gpus: int,
           utilization: Callable[[int, float], float | None],
           held: Callable[[float], list[Held]],
           lost: Callable[[int, float], bool] = lambda g, t: False,
-          gpm: Callable[[int, float], float | None] | None = None) -> None:
-    """Ticks from ``start_s`` to ``end_s`` (wall time); a process pass (and its owners) on
-    each whole second; ``gpm``: each GPU's GPM SM activity, in every sample (as the sampler
-    carries a pass's reading). Memory used on a GPU is what its entries hold, plus 1 GiB."""
+          gpm: Callable[[int, float], float | None] | None = None,
+          owners: Callable[[float], dict[int, ProcessOwner]] = lambda t: OWNERS) -> None:
+    """Ticks from ``start_s`` to ``end_s`` (wall time); a process pass and ``owners`` (the
+    processes' owners told by then) on each whole second; ``gpm``: each GPU's GPM SM
+    activity, in every sample (as the sampler carries a pass's reading). Memory used on a
+    GPU is what its entries hold, plus 1 GiB."""
     now_wall, now_mono = time.time(), time.monotonic()
     for i in range(int(round((end_s - start_s) / TICK_S)) + 1):
         t = start_s + i * TICK_S
@@ -130,7 +132,7 @@ def write(history: History, start_s: float, end_s: float, gpus: int,
             extra[PROCESS_FAMILY] = tuple(
                 ProcessReading(e.gpu, e.pid, "compute", e.memory_bytes, e.sm_pct, None, start_s)
                 for e in entries if not lost(e.gpu, t))
-            extra[OWNER_FAMILY] = OWNERS
+            extra[OWNER_FAMILY] = owners(t)
         history.append(t, tuple(readings), NO_HOST, extra=extra,
                        monotonic_s=now_mono + (t - now_wall))
 
@@ -260,6 +262,26 @@ def test_a_cell_that_frees_its_gpu_at_its_start_did_no_work_there(tmp_path: Path
     assert gpu["signal"] == "per-process" and gpu["working_share"] == 0.0, gpu
     assert gpu["memory"]["change_bytes"] == -6 * GIB, gpu
     assert data["verdict"] == "held 6.0 GiB on GPU 1; this cell did no GPU work", data
+
+
+def test_a_new_kernel_process_is_the_kernels_before_its_owner_is_told(tmp_path: Path,
+                                                                      now: float) -> None:
+    """After a restart the kernel's new process (4102) works GPU 1 for a 3-second cell and
+    then frees it. Its owner is told a slow pass after it first shows, and a loaded
+    machine's slow thread told it only as the cell ended: the passes that listed it are
+    the kernel's all the same, not skipped (which left the passes after the cell, listing
+    nothing, to say "no GPU work": the real-Lab restart test, under load)."""
+    metrics, sources = scripted(tmp_path)
+    start, end = now - 20, now - 17
+    told = {**OWNERS, 4102: owner(4102, KERNEL, 4102)}
+    write(metrics.history, now - 60, now, 2, lambda g, t: 90.0 if start <= t < end else 0.0,
+          lambda t: [Held(1, 4102, GIB, 90.0)] if start <= t < end else [],
+          owners=lambda t: told if t >= end else OWNERS)
+    data = report(sources, start, end)
+    assert [gpu["state"] for gpu in data["gpus"]] == [BUSY], data["verdict"]
+    [gpu] = data["gpus"]
+    assert gpu["signal"] == "per-process", data["verdict"]
+    assert gpu["sm_pct"] == pytest.approx(90.0) and gpu["memory"]["peak_bytes"] == GIB, gpu
 
 
 def test_two_kernels_sharing_a_gpu_cannot_tell(tmp_path: Path, now: float) -> None:

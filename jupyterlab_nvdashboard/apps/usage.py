@@ -70,6 +70,9 @@ MAX_HOLDERS = 256
 # the fastest tick (0.1 s). Passes come every second, or every idle interval (60 s at
 # most), so only a reader that stopped leaves any out.
 MAX_SAMPLES_PER_PASS = 1200
+# How many passes a pass waits for its processes' owners (HolderPasses): the owners come a
+# slow pass after a process first shows, the slow thread at the process passes' pace.
+MAX_HELD_PASSES = 3
 # A holder that stopped holding memory stays on /metrics this long: Prometheus scrapes
 # every 15 s to 1 min by default, so its last increment is seen.
 ENDED_KEEP_S = 300.0
@@ -189,7 +192,16 @@ def _pass_time(seen: HolderPass) -> float:
 class HolderPasses:
     """Reads samples in the history's order and, at each process pass, says what it shows
     of every holder (``HolderPass``): the one reading of passes, which ``GpuUsage`` advances
-    its tracks from and keeps (a cell's report, ``apps/cells.py``, reads them back)."""
+    its tracks from and keeps (a cell's report, ``apps/cells.py``, reads them back).
+
+    A process's owner is told a slow pass after it first shows (``metrics/attribution.py``
+    reads the newest pass's PIDs), so a pass that lists a process whose owner is not told
+    yet is held back until owners that name it come, and read with them: a kernel's first
+    passes after a restart, or a new worker's, are then its own. Without that they were
+    nobody's, and a 4-second cell that a loaded machine's slow thread left that long
+    unattributed read "no GPU work". Passes go on in order: one behind a held pass waits
+    with it, and a pass still unattributed ``MAX_HELD_PASSES`` passes later goes as it is.
+    """
 
     def __init__(self, facts: Callable[[], Sequence[GpuFacts]]) -> None:
         self._facts = facts
@@ -200,17 +212,35 @@ class HolderPasses:
         self._since_pass: deque[Sample] = deque(maxlen=MAX_SAMPLES_PER_PASS)
         # Whether a sample has told the owners yet: before, a pass's processes are nobody's.
         self.owners_known = False
+        # The passes held back for their owners, oldest first: each one's time, readings
+        # and the samples since the pass before it.
+        self._held: deque[tuple[float, tuple[ProcessReading, ...], deque[Sample]]] = deque()
 
-    def feed(self, sample: Sample) -> HolderPass | None:
-        """Take one sample; the pass it carries, if it carries one."""
+    def feed(self, sample: Sample) -> list[HolderPass]:
+        """Take one sample; the passes read with it, oldest first (none while the oldest
+        pass not read yet waits for its owners)."""
         self._since_pass.append(sample)
         owners = sample.extra.get(OWNER_FAMILY)
         if isinstance(owners, dict):
             self._owners, self.owners_known = owners, True
         readings = sample.extra.get(PROCESS_FAMILY)
-        if not isinstance(readings, tuple):
-            return None
-        since, self._since_pass = self._since_pass, deque(maxlen=MAX_SAMPLES_PER_PASS)
+        if isinstance(readings, tuple):
+            since, self._since_pass = self._since_pass, deque(maxlen=MAX_SAMPLES_PER_PASS)
+            self._held.append((sample.time_s, readings, since))
+        out = []
+        while self._held and (len(self._held) > MAX_HELD_PASSES
+                              or self._attributed(self._held[0][1])):
+            out.append(self._read(*self._held.popleft()))
+        return out
+
+    def _attributed(self, readings: tuple[ProcessReading, ...]) -> bool:
+        """Whether the owners told so far name every local process of ``readings``."""
+        return all(r.local_pid is None or r.local_pid in self._owners for r in readings)
+
+    def _read(self, time_s: float, readings: tuple[ProcessReading, ...],
+              since: Sequence[Sample]) -> HolderPass:
+        """What a pass at ``time_s`` shows, by the owners told so far; ``since``: the
+        samples since the pass before it, its own last."""
         by_row: dict[int, list[ProcessReading]] = {}
         for reading in readings:
             by_row.setdefault(reading.device, []).append(reading)
@@ -229,7 +259,7 @@ class HolderPasses:
                 holders.setdefault(key, []).append(device)
         unattributed = sum(1 for r in readings
                            if r.local_pid is not None and r.local_pid not in self._owners)
-        return HolderPass(sample.time_s, holders, devices, unattributed, self.owners_known)
+        return HolderPass(time_s, holders, devices, unattributed, self.owners_known)
 
     def _holders_on(self, label: str, row: int, entries: Sequence[ProcessReading],
                     pct: float | None, signal: str) -> list[tuple[HolderKey, DeviceEvidence]]:
@@ -345,10 +375,10 @@ class GpuUsage:
     # ----- fed by the history, on the sampler's thread -----------------------------------
     def on_sample(self, sample: Sample) -> None:
         with self._lock:
-            seen = self._passes.feed(sample)
-            if seen is not None:
+            passes = self._passes.feed(sample)
+            for seen in passes:
                 self._pass(seen)
-        if seen is not None and self.pass_listeners:
+        for seen in passes if self.pass_listeners else ():
             record = pass_record(seen, self.metrics.facts)
             if record is not None:
                 for listener in self.pass_listeners:

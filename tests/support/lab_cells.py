@@ -21,9 +21,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+from jupyterlab_nvdashboard.instants import parse_instant
 from tests.support.browser import PAGE_WAIT_MS
 from tests.support.idle_lab import GIB, place, write_settings
 from tests.support.jupyter import JupyterLab, lab_with_processes
+from tests.support.waiting import until
 from tests.test_lab_processes import call
 
 FOOTER = ".nvdashboard-cell-footer"
@@ -234,7 +236,82 @@ class CellRequests:
         self.page.wait_for_timeout(NOTHING_ASKED_MS)
         assert len(self.asked) == count, self.asked
 
-    def span_of(self, url: str) -> tuple[str, str, str]:
-        """A request's (kernel, start, end), as sent."""
+    def span_of(self, url: str) -> tuple[str, float, float]:
+        """A request's (kernel, start, end), the times as sent read as instants."""
         query = parse_qs(urlparse(url).query)
-        return query["kernel"][0], query["start"][0], query["end"][0]
+        return (query["kernel"][0], parse_instant(query["start"][0]),
+                parse_instant(query["end"][0]))
+
+
+# Every view of a notebook in the main area, and under each of its cells the footer if there
+# is one: its verdict and details, whether it is a running cell's live footer, and where it
+# stands (scrolled into view to be measured).
+FOOTERS_JS = """async () => {
+  const frames = () => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const views = [];
+  for (const panel of window.jupyterapp.shell.widgets('main')) {
+    if (!(panel.content && panel.content.widgets && panel.sessionContext)) continue;
+    const cells = [];
+    for (const cell of panel.content.widgets) {
+      const footer = cell.node.querySelector(':scope > .nvdashboard-cell-footer');
+      if (!footer) { cells.push(null); continue; }
+      if (panel.isVisible) { cell.node.scrollIntoView({block: 'nearest'}); await frames(); }
+      const box = footer.getBoundingClientRect();
+      const next = cell.node.nextElementSibling;
+      const others = [...cell.node.children].filter(
+        c => c !== footer && c.getBoundingClientRect().height > 0);
+      cells.push({
+        verdict: footer.querySelector('.nvdashboard-cell-verdict').textContent,
+        details: footer.querySelector('.nvdashboard-cell-details').textContent,
+        running: footer.classList.contains('nvdashboard-mod-running'),
+        last: cell.node.lastElementChild === footer,
+        drawn: box.height > 0,
+        below: others.length > 0
+          && others.every(c => c.getBoundingClientRect().bottom <= box.top + 1),
+        above_next: !next || box.bottom <= next.getBoundingClientRect().top + 1,
+      });
+    }
+    views.push({id: panel.id, visible: panel.isVisible, cells});
+  }
+  return views;
+}"""
+
+
+def views(page) -> list[dict]:  # noqa: ANN001
+    """Each notebook view in the main area: its id, whether it is shown, and under each cell
+    its footer (None: none)."""
+    return page.evaluate(FOOTERS_JS)
+
+
+def footers_in_place(view: dict, cells: list[str]) -> dict[str, dict]:
+    """The view's footers by cell name (``cells``: the notebook's, in order), each checked to
+    stand under its own cell."""
+    found = {}
+    for name, footer in zip(cells, view["cells"], strict=True):
+        if footer is None:
+            continue
+        assert footer["last"] and footer["drawn"], (name, footer)
+        if view["visible"]:
+            assert footer["below"] and footer["above_next"], (name, footer)
+        found[name] = footer
+    return found
+
+
+def until_footers(page, cells: list[str], names: list[str],  # noqa: ANN001
+                  view: int = 0) -> dict[str, dict]:
+    """Until exactly the cells ``names`` of view ``view`` show footers; those footers."""
+    def shown() -> dict[str, dict] | None:
+        found = views(page)
+        if len(found) <= view:
+            return None
+        footers = footers_in_place(found[view], cells)
+        return footers if sorted(footers) == sorted(names) else None
+    return until(shown, f"footers under {names} in view {view}", seconds=PAGE_WAIT_MS / 1000,
+                 every_s=0.2)
+
+
+def timing(page, index: int) -> tuple[float, float]:  # noqa: ANN001
+    """Cell ``index``'s last span as recordTiming kept it (execute_input, execute_reply)."""
+    recorded = page.evaluate(TIMING_JS, index)
+    return (parse_instant(recorded["iopub.execute_input"]),
+            parse_instant(recorded["shell.execute_reply"]))
