@@ -209,7 +209,8 @@ def playing(sources: DashboardSources, now: float, span: tuple[float, float]) ->
         history.append(time_s, gpus, template.host, extra=template.extra)
 
 
-def activity_page(sources: DashboardSources, **arguments: str) -> tuple[Document, object]:
+def activity_page(sources: DashboardSources, **arguments: str
+                  ) -> tuple[Document, ActivityDashboard]:
     """/GPU-Activity's document as the server builds it for a URL of these arguments."""
     doc = document_asking(**arguments)
     built = []
@@ -230,7 +231,9 @@ def shown_series(timeline: Timeline) -> set[str]:
     return {key for key, gpu in live.series_gpu.items() if gpu is None or gpu in shown_rows}
 
 
-def test_the_view_a_footer_opens_shows_the_cells_gpus_and_legends_read_the_span() -> None:
+def opened_on_cell_5() -> tuple[DashboardSources, Document, ActivityDashboard]:
+    """/GPU-Activity as cell [5]'s footer opens it: four GPUs playing (``playing``), the
+    cell's span 40 to 30 s ago, and its GPUs 1 and 2."""
     sources, facts = four_gpus()
     now = time.time()
     span = (now - 40.0, now - 30.0)
@@ -238,6 +241,11 @@ def test_the_view_a_footer_opens_shows_the_cells_gpus_and_legends_read_the_span(
     doc, dashboard = activity_page(
         sources, start=f"{span[0]:.3f}", end=f"{span[1]:.3f}", label="cell [5]",
         gpus=f"{facts[1].uuid},{facts[2].uuid}")
+    return sources, doc, dashboard
+
+
+def test_the_view_a_footer_opens_shows_the_cells_gpus_and_legends_read_the_span() -> None:
+    _, doc, dashboard = opened_on_cell_5()
     timeline = dashboard.timeline
     assert [n.text for n in doc.select({"name": "span-notice"})] == []
     # GPU 1 (no GPM: its utilization in the closest metric's band) and GPU 2 (its own band,
@@ -300,13 +308,7 @@ def test_the_view_a_footer_opens_says_why_the_cells_gpus_were_slow_over_the_cell
     """Issue 53, item 3: the diagnosis above the charts speaks of the cell's GPUs over the
     cell's span (headed with it), and the window lines of those GPUs alone; without a cell,
     no cell line, and every GPU in the window lines."""
-    sources, facts = four_gpus()
-    now = time.time()
-    span = (now - 40.0, now - 30.0)
-    playing(sources, now, span)
-    _, dashboard = activity_page(
-        sources, start=f"{span[0]:.3f}", end=f"{span[1]:.3f}", label="cell [5]",
-        gpus=f"{facts[1].uuid},{facts[2].uuid}")
+    sources, _, dashboard = opened_on_cell_5()
     line = dashboard.cell_line
     assert line.visible, line.text
     assert "Why is it slow? Over cell [5] " in line.text, line.text

@@ -242,9 +242,6 @@ def legend_on_span(doc: Document, timeline: Timeline, span: ShownSpan,
     def texts() -> dict[str, str]:
         return timeline.span_texts(samples())
 
-    if not on_event_loop():
-        timeline.read_span(legend_words(span), texts())
-        return
     legend = timeline.read_span(legend_words(span), None)
 
     def landed(read_texts: dict[str, str]) -> None:
