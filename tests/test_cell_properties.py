@@ -87,6 +87,9 @@ class World:
     # An H100 in MIG mode: the "GPUs" are its two MIG devices, with GPM SM activity and no
     # utilization or per-process samples (the driver gives none under MIG).
     mig: bool = False
+    # The server learns a process's owner a slow pass after the process first shows
+    # (metrics/attribution.py): each pass then tells the owners of those listed before it.
+    owners_late: bool = False
 
     def rows(self, facts_rows: list[int]) -> list[int]:
         """The device rows the world's GPUs are (MIG: the MIG devices' rows)."""
@@ -117,7 +120,8 @@ def worlds(draw: st.DrawFn, durations_s: tuple[float, ...] = DURATIONS_S,
                  tuple((s, s + d, pct) for s, d, pct in busy),
                  "never" if mig else draw(st.sampled_from(["always", "never", "sometimes"])),
                  draw(st.sampled_from([1, 2])),
-                 frozenset(draw(st.lists(st.integers(0, int(HISTORY_S)), max_size=3))), mig)
+                 frozenset(draw(st.lists(st.integers(0, int(HISTORY_S)), max_size=3))), mig,
+                 draw(st.booleans()))
 
 
 def spans(world: World, t0: float) -> list[tuple[Cell, float, float]]:
@@ -176,6 +180,7 @@ def write_world(history: History, truth: Truth, rows: list[int], all_rows: int) 
     world, t0 = truth.world, truth.t0
     now_wall, now_mono = time.time(), time.monotonic()
     last_pass = t0
+    told: set[int] = set()  # the processes listed so far, whose owners the next pass tells
     for i in range(int(round(HISTORY_S / TICK_S)) + 1):
         t = t0 + i * TICK_S
         readings = []
@@ -215,7 +220,9 @@ def write_world(history: History, truth: Truth, rows: list[int], all_rows: int) 
                     entries.append(ProcessReading(rows[gpu], 4200, "compute", 2 * GIB, sm,
                                                   None, t0))
             extra[PROCESS_FAMILY] = tuple(entries)
-            extra[OWNER_FAMILY] = OWNERS
+            extra[OWNER_FAMILY] = {pid: owner for pid, owner in OWNERS.items()
+                                   if pid in told} if world.owners_late else OWNERS
+            told.update(entry.pid for entry in entries)
             last_pass = t
         history.append(t, tuple(readings), NO_HOST, extra=extra,
                        monotonic_s=now_mono + (t - now_wall))
