@@ -99,10 +99,19 @@ class PidNamespace:
         raise RuntimeError(f"{argv[:3]} did not start inside the namespace")
 
     def holder(self, node: int, seconds: float = 600) -> tuple[subprocess.Popen, int]:
-        """A process inside that holds ``/dev/nvidia<node>`` open (as CUDA would)."""
-        return self.spawn([sys.executable, "-c",
-                           f"import os, time; os.open('/dev/nvidia{node}', os.O_RDWR); "
-                           f"time.sleep({seconds})"])
+        """A process inside that holds ``/dev/nvidia<node>`` open (as CUDA would), returned
+        once it does: a driver lists a process only after CUDA opened the node, and the
+        server rescans a process it saw holding nothing only when the driver's lists
+        change (``metrics/device_nodes.py``), so a test must not list one that has not."""
+        process, pid = self.spawn([sys.executable, "-c",
+                                   f"import os, time; os.open('/dev/nvidia{node}', os.O_RDWR);"
+                                   f" time.sleep({seconds})"])
+        deadline = time.monotonic() + 60
+        while not _holds(pid, f"/dev/nvidia{node}"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the holder of /dev/nvidia{node} did not open it")
+            time.sleep(0.02)
+        return process, pid
 
     def close(self) -> None:
         # The kernel ends every process in a PID namespace when its init ends.
@@ -125,6 +134,22 @@ class PidNamespace:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _holds(pid: int, node: str) -> bool:
+    """Whether ``pid`` holds ``node`` open (its fd links name the path it opened)."""
+    folder = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    for name in names:
+        try:
+            if os.readlink(f"{folder}/{name}") == node:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def namespace_pids(host_pid: int, namespace: PidNamespace | None) -> dict[str, int]:
