@@ -164,13 +164,16 @@ def test_7_day_window_with_25_minutes_of_history_reaches_now() -> None:
             minutes = int(re.fullmatch(r"(\d+) min of 7 d recorded",
                                        shown["coverage"]).group(1))
             # What the samples cover, from the first stored minute, not from the start of
-            # the bucket it falls in (issue 51: "16 min recorded" for 5): 23 stored minutes,
-            # the two after them (shorter than the store's slack, so not a gap) and the
-            # seconds the server has run; and no line before the first stored minute. The
-            # window's spans are 10 minutes wide, and where they fall on the stored minutes
-            # moves with the time of day: measured over every phase (a run every 19 s for
-            # 10 minutes), it read 22 to 26 minutes, 22 where the store's last minutes
-            # begin a span.
+            # the bucket it falls in (issue 51: "16 min recorded" for 5): the truth is 23
+            # stored minutes and the seconds the server has run (the 2 minutes between
+            # them were not recorded: the store marks a gap past its 10 s slack); and no
+            # line before the first stored minute. The page counts a 10-minute bucket that
+            # holds a reading from its first reading to its end, and a stored minute falls
+            # in the bucket its start does; where the buckets fall moves with the time of
+            # day. Measured over every phase (a run every 19 s for 10 minutes), it read 22
+            # to 26 minutes: 26 where the gap shares a bucket with the last stored
+            # minutes, 22 where a bucket begins inside the last stored minute and so holds
+            # the gap alone.
             assert 22 <= minutes <= 26, shown
             assert shown["first"] >= (now - 25 * 60 - 60) * 1000, (shown, now)
             screenshot(page, f"long-window-7d-25min-gpu-resources-{theme}")

@@ -561,7 +561,8 @@ def test_a_window_diagnosed_inline_never_reads_the_store() -> None:
         calls: list[tuple[float, float]] = []
 
         def past_samples(self, start_s: float, end_s: float, resolution_s: float,
-                         rows: str = "minmax") -> tuple[list[Sample], float]:
+                         rows: str = "minmax", monotonic_grid: bool = False
+                         ) -> tuple[list[Sample], float]:
             self.calls.append((start_s, end_s))
             return [], 0.0
 

@@ -5,13 +5,20 @@ next frame so the chart reaches now and its legend reads the current value."""
 
 from __future__ import annotations
 
+import math
+import tempfile
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from jupyterlab_nvdashboard.apps.components import Panel, Series, TimelineFeed, gpu_value
 from jupyterlab_nvdashboard.metrics import GpuReading, History, HostReading, Sample
 from jupyterlab_nvdashboard.stream.broadcaster import Family
 from jupyterlab_nvdashboard.stream.downsample import MEAN_SUFFIX, bucket_means, min_max
 from jupyterlab_nvdashboard.stream.frames import Rows, decode
+from tests.support.store_clock import ScriptedClock
+from tests.support.store_feed import START_S, Feeder, open_writer
 
 HOST = HostReading(20.0, 8e9, 6.4e10, 0.0, 0.0, 0.0, 0.0)
 FEED = TimelineFeed((Panel("GPU utilization", "Utilization (%)", [
@@ -59,7 +66,8 @@ class StoredMinute:
         self.start_s = start_s
 
     def past_samples(self, start_s: float, end_s: float, resolution_s: float,
-                     rows: str = "minmax") -> tuple[list[Sample], float]:
+                     rows: str = "minmax", monotonic_grid: bool = False
+                     ) -> tuple[list[Sample], float]:
         def sample(at_s: float, value: float) -> Sample:
             return Sample(-1, at_s, reading(value), HOST, 0.0, {}, at_s)
 
@@ -98,3 +106,47 @@ def test_long_window_frame_has_means_and_reaches_the_newest_sample() -> None:
     assert open_rows["utilization0"][-1] == 77.0
     assert max(open_rows["time"]) <= now_s * 1000
     assert min(open_rows["time"]) > times[-1]
+
+
+def test_each_stored_span_falls_in_one_of_the_windows_buckets() -> None:
+    """A long window reads the store's minutes folded into spans of its bucket's width, and
+    cuts its buckets on the monotonic clock (``stream/downsample.py``). The spans lay on the
+    wall clock's multiples, so where the two clocks' difference is not a multiple of the
+    width, a span's minimum and its maximum fell in two of the page's buckets: a bucket's
+    band and mean spoke for parts of two spans, and the 7-day window's "N min recorded"
+    moved by minutes with the time of day (issue 51). Each bucket now holds the stored
+    minutes whose time lies in it."""
+    width_s = 600.0
+    start_s = START_S + 420  # a multiple of 600 on the wall clock
+    clock = ScriptedClock(start_s, 5_000.0)  # 400 s past a multiple of 600 on the other
+    offset_s = clock.mono - clock.wall
+    with tempfile.TemporaryDirectory(prefix="nvdashboard-store-") as folder:
+        store = open_writer(Path(folder) / "history.sqlite", clock)
+        feeder = Feeder(store, clock, interval_s=5.0)
+        # Two hours, each minute's utilization its number: 0, 1, 2, ...
+        feeder.run(7200, value=lambda t: float((t - start_s) // 60))
+        store.step(final=True)
+        # Then a server's history: the last minute, after a minute with nothing.
+        clock.advance(60)
+        history = History(1000)
+        for _ in range(60):
+            history.append(clock.wall, reading(50.0), HOST, monotonic_s=clock.mono)
+            clock.advance(1)
+        family = Family("/GPU-Utilization-Timeline", 3 * 3600.0, FEED, width_s, past=store,
+                        interval_s=1.0)
+        family.start(history)
+        _, rows = decode(family.catch_up(history, -1))
+        store.close()
+    times_s = rows.numeric["time"] / 1000
+    values, means = rows.numeric["utilization0"], rows.numeric["utilization0" + MEAN_SUFFIX]
+    stored = np.flatnonzero(times_s < start_s + 7200)
+    assert len(stored) >= 20, times_s
+    minute_starts = start_s + 60 * np.arange(120)
+    for low_row in stored[::2]:
+        bucket = math.floor((times_s[low_row] + offset_s) / width_s)
+        assert math.floor((times_s[low_row + 1] + offset_s) / width_s) == bucket
+        held = np.flatnonzero(np.floor((minute_starts + offset_s) / width_s) == bucket)
+        # The bucket's band and mean are those of the minutes in it, and only those.
+        assert (values[low_row], values[low_row + 1]) == (held[0], held[-1]), (
+            times_s[low_row] - start_s, values[low_row:low_row + 2], held)
+        assert means[low_row] == pytest.approx(held.mean())

@@ -178,10 +178,13 @@ class PastSource(Protocol):
     server: this layer never imports it)."""
 
     def past_samples(self, start_s: float, end_s: float, resolution_s: float,
-                     rows: str = "minmax") -> tuple[list[Sample], float]:
+                     rows: str = "minmax", monotonic_grid: bool = False
+                     ) -> tuple[list[Sample], float]:
         """Samples from ``start_s`` to ``end_s`` (epoch seconds), oldest first, one row
         ("mean") or two ("minmax": minima, then maxima) per ``resolution_s`` or coarser; and
-        the resolution they have (0: there are none)."""
+        the resolution they have (0: there are none). ``monotonic_grid``: spans on the
+        monotonic clock's multiples of the resolution (a chart's buckets), not the wall
+        clock's."""
         ...
 
 
@@ -196,18 +199,21 @@ def window_with_past(history: History, seconds: float, past: PastSource | None,
 
 def prepend_past(recent: list[Sample], seconds: float, past: PastSource | None,
                  resolution_s: float, rows: str = "minmax", now_s: float | None = None,
-                 before_s: float | None = None) -> tuple[list[Sample], float]:
+                 before_s: float | None = None, monotonic_grid: bool = False
+                 ) -> tuple[list[Sample], float]:
     """``recent`` (the newest samples of a window of ``seconds``, oldest first) with, before
     them, what ``past`` kept of the rest of the window (``window_with_past``). The window
     ends at ``now_s`` (default: the newest of ``recent``, else the wall clock); ``past`` is
-    read up to ``before_s`` (default: the oldest of ``recent``), where the history starts."""
+    read up to ``before_s`` (default: the oldest of ``recent``), where the history starts;
+    ``monotonic_grid`` as ``PastSource.past_samples`` takes it."""
     if past is None:
         return recent, 0.0
     span = past_span(recent, seconds, resolution_s, now_s, before_s)
     if span is None:
         return recent, 0.0
     start, first = span
-    older, resolution = past.past_samples(start, first, resolution_s, rows)
+    older, resolution = past.past_samples(start, first, resolution_s, rows,
+                                          monotonic_grid=monotonic_grid)
     older = [sample for sample in older if sample.time_s < first]
     return (older + recent, resolution) if older else (recent, 0.0)
 

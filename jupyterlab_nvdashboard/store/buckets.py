@@ -312,12 +312,13 @@ class BucketRun:
                        float(self.covered[i]), self.mean[i], self.low[i], self.high[i])
                 for i in range(len(self))]
 
-    def folded(self, width_s: float) -> BucketRun:
-        """Rolled up into buckets of ``width_s``: consecutive rows of one span become one
-        (minimum of minima, maximum of maxima, means weighted by the time each covers)."""
+    def folded(self, width_s: float, origin_s: float = 0.0) -> BucketRun:
+        """Rolled up into buckets of ``width_s`` (spans from ``origin_s`` plus a multiple of
+        it): consecutive rows of one span become one (minimum of minima, maximum of maxima,
+        means weighted by the time each covers)."""
         if not len(self):
             return self
-        starts = np.floor(self.starts / width_s) * width_s
+        starts = np.floor((self.starts - origin_s) / width_s) * width_s + origin_s
         breaks = np.flatnonzero(np.r_[True, starts[1:] != starts[:-1]])
         known = ~np.isnan(self.mean)
         weights = np.where(known, self.covered[:, None], 0.0)

@@ -801,18 +801,23 @@ class HistoryStore:
         return max(self.retention_s, key=self.retention_s.__getitem__)
 
     def past(self, start_s: float, end_s: float, resolution_s: float,
-             rows: str = "minmax") -> PastWindow:
+             rows: str = "minmax", monotonic_grid: bool = False) -> PastWindow:
         """Stored history from ``start_s`` to ``end_s`` (epoch seconds), one row per
         ``resolution_s`` (at least the tier's width): "minmax", each span's minima at its
         first stored bucket and maxima halfway from there to its end (what a chart's
         min/max downsampling draws, stream/downsample.py), or "mean", each span's means at
         that middle (what diagnosis and the CSV read). A gap
-        sample (nothing available) marks each span where nothing was recorded."""
+        sample (nothing available) marks each span where nothing was recorded.
+
+        Spans coarser than the tier's buckets lie on the wall clock's multiples of
+        ``resolution_s``; ``monotonic_grid``: on the monotonic clock's, as a chart's
+        downsampling cuts its buckets (``stream/downsample.py``), so that each span falls
+        in one of the chart's buckets and not across two of them."""
         if not self._readable_once_open() or end_s <= start_s:
             return PastWindow(0.0, 0.0)
         tier = self.tier_for(start_s, resolution_s)
         return self._past_at(tier, max(resolution_s, TIER_WIDTHS_S[tier]), start_s, end_s,
-                             rows)
+                             rows, monotonic_grid)
 
     def past_in_pieces(self, start_s: float, end_s: float, resolution_s: float,
                        rows: str = "minmax", piece_rows: int = PIECE_ROWS
@@ -835,7 +840,7 @@ class HistoryStore:
             edge = next_edge
 
     def _past_at(self, tier: int, resolution: float, start_s: float, end_s: float,
-                 rows: str) -> PastWindow:
+                 rows: str, monotonic_grid: bool = False) -> PastWindow:
         """``past`` from the given tier at the given resolution."""
         width = TIER_WIDTHS_S[tier]
         refuse_on_event_loop()  # each piece of ``past_in_pieces`` too
@@ -871,14 +876,18 @@ class HistoryStore:
             # Nothing recorded from the last bucket to the end: the server was not running.
             gaps.append((previous_end, end_s,
                          [row for row in shown[stored[-1].layout] if row is not None]))
+        # The spans' grid: the wall clock's, or the monotonic clock's (``past``).
+        origin = -offset % resolution if monotonic_grid and resolution > width else 0.0
         samples: list[Sample] = []
         for stored_run in stored:
-            run = stored_run.folded(resolution)
+            run = stored_run.folded(resolution, origin)
             # A span stands for what it holds: the first after a gap (or the store's first)
             # holds nothing before its first stored bucket (issue 51), so its rows start
-            # there and its middle is halfway from there to its end.
+            # there and its middle is halfway from there to its end, or to the read's end
+            # where the span reaches past it (a window whose history starts in that span
+            # reads the store up to there, and drops the rows after it).
             firsts = stored_run.starts[np.searchsorted(stored_run.starts, run.starts)]
-            middles = (firsts + run.starts + resolution) / 2
+            middles = (firsts + np.minimum(run.starts + resolution, end_s)) / 2
             if rows == "mean":
                 times, values, highs = middles, run.mean, run.high
             else:  # each span's minima at its first stored bucket, maxima at its middle
@@ -915,9 +924,10 @@ class HistoryStore:
                             [b for b in found if not b.is_mark])
 
     def past_samples(self, start_s: float, end_s: float, resolution_s: float,
-                     rows: str = "minmax") -> tuple[list[Sample], float]:
+                     rows: str = "minmax", monotonic_grid: bool = False
+                     ) -> tuple[list[Sample], float]:
         """``past`` as ``metrics.PastSource`` reads it."""
-        window = self.past(start_s, end_s, resolution_s, rows)
+        window = self.past(start_s, end_s, resolution_s, rows, monotonic_grid)
         return window.samples, window.resolution_s
 
     def info(self) -> dict[str, object]:

@@ -262,12 +262,14 @@ class Family:
         resolution = self.bucket_s or self.interval_s
         span = (int(now_s // max(resolution, 5.0)), int(before_s // max(resolution, 5.0)))
         if self.past_read is None or self.past_read[0] != span:
+            # Spans on the monotonic grid ``_rows`` cuts buckets on: each in one bucket.
             older, _ = prepend_past([], self.window_s, self.past, resolution, now_s=now_s,
-                                    before_s=before_s)
+                                    before_s=before_s, monotonic_grid=True)
             # A bucketed window draws each stored bucket's mean too: read on rows of their
             # own, since a bucket's minimum and maximum say nothing of it.
             means, _ = prepend_past([], self.window_s, self.past, resolution, rows="mean",
-                                    now_s=now_s, before_s=before_s) if self.bucket_s else \
+                                    now_s=now_s, before_s=before_s,
+                                    monotonic_grid=True) if self.bucket_s else \
                 ([], 0.0)
             bounds_only = frozenset(id(sample) for sample in older) if means else frozenset()
             self.past_read = (span, sorted(older + means, key=lambda sample: sample.time_s),
