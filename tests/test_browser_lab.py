@@ -49,12 +49,15 @@ def browser():
         yield running
 
 
-def dashboard_frame(page, route: str):  # noqa: ANN001, ANN201
-    """The iframe of ``route``, once it has navigated to the dashboard."""
+def dashboard_frame(page, route: str, query: str = ""):  # noqa: ANN001, ANN201
+    """The iframe of ``route``, once it has navigated to the dashboard (with ``query`` in
+    its address: a frame whose ``src`` was just changed shows the old document until the
+    new one commits, and a script run in the old one is cut off by that navigation)."""
     deadline = time.monotonic() + PAGE_WAIT_MS / 1000  # a deadline, not a count of polls
     while time.monotonic() < deadline:
         for frame in page.frames:
-            if frame.url.split("?")[0].endswith("nvdashboard" + route):
+            path, _, found = frame.url.partition("?")
+            if path.endswith("nvdashboard" + route) and query in found:
                 return frame
         page.wait_for_timeout(300)
     raise AssertionError(f"no iframe for {route}: {[f.url for f in page.frames]}")
@@ -195,7 +198,7 @@ def test_sidebar_dashboards_reload_and_theme(lab, browser) -> None:
         page.wait_for_function(
             f"() => [...document.querySelectorAll('iframe')].some(f => "
             f"f.src.includes('nvdashboard{route}?theme=dark'))", timeout=PAGE_WAIT_MS)
-        frame = dashboard_frame(page, route)
+        frame = dashboard_frame(page, route, query="theme=dark")
         wait_for_plot(frame)
         frame.wait_for_function(
             f"() => getComputedStyle(document.body).backgroundColor === '{DARK_BACKGROUND}'",

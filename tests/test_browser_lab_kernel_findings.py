@@ -258,7 +258,7 @@ def test_an_ended_notebooks_usage_stays_on_gpu_processes(lab, processes_file: Pa
         page.evaluate(DARK)
         page.wait_for_function("() => [...document.querySelectorAll('iframe')].some(f => "
                                "f.src.includes('GPU-Processes?theme=dark'))", timeout=30_000)
-        frame = dashboard_frame(page, "/GPU-Processes")
+        frame = dashboard_frame(page, "/GPU-Processes", query="theme=dark")
         row = until(lambda: ended_row(frame, "c.ipynb"), "c.ipynb's usage, marked ended, "
                     "in the dark theme", seconds=60)
         assert row["gib_h"].endswith("GiB·h"), row

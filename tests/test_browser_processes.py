@@ -95,7 +95,7 @@ def test_status_bar_sidebar_kernels_and_process_table(lab, processes_file) -> No
                       "{theme: 'JupyterLab Dark'})")
         page.wait_for_function("() => [...document.querySelectorAll('iframe')].some(f => "
                                "f.src.includes('GPU-Processes?theme=dark'))", timeout=30_000)
-        frame = dashboard_frame(page, "/GPU-Processes")
+        frame = dashboard_frame(page, "/GPU-Processes", query="theme=dark")
         frame.wait_for_function(TABLE_NAMES_TRAIN,
                                 timeout=60_000)
         page.wait_for_timeout(1000)
