@@ -674,3 +674,37 @@ def test_a_kernel_the_execution_clock_cannot_watch_is_one_log_line(
             clock.sync()
     assert [r.getMessage().count("\n") for r in caplog.records] == [0], caplog.text
     assert "cannot watch kernel k1" in caplog.text and clock.last_execution("k1") is None
+
+
+def test_an_unused_gpus_badge_and_its_grounds_say_the_same_of_who_holds_it(
+        tmp_path: Path) -> None:
+    """GPU 1 did nothing for 40 minutes with nothing on it; in the newest pass a process
+    holds it, whose owner the slow thread has not told yet, so the unused judgment has not
+    read that pass (``HolderPasses``). The overview's badge said "held, unused" from the
+    row's process list while its grounds and the summary under the table said "no process
+    holds it" (full run 15). Both now say the judgment's word, until it reads the pass."""
+    from jupyterlab_nvdashboard.apps.overview import overview_html
+
+    metrics, sources = scripted(tmp_path, 2)
+    host = metrics.sampler.host.read()
+    now = time.time()
+    holder = ProcessReading(1, os.getpid(), "compute", 6 * GIB, None, None, now - 2)
+    for t in range(-2400, 1, 2):
+        gpus = (GpuReading.unavailable(0, False)._replace(utilization_pct=60.0),
+                GpuReading.unavailable(1, False)._replace(utilization_pct=0.0))
+        held = (holder,) if t == 0 else ()
+        metrics.history.append(now + t, gpus, host,
+                               extra={PROCESS_FAMILY: held, OWNER_FAMILY: {}})
+    page = overview_html(sources, {})
+    summary = page[page.index("unused-summary"):]
+    assert "GPU 1: no process holds it" in summary, summary
+    assert "held, unused" not in page and "unused 40 min" in page, page
+    # The owners told: the judgment reads the pass, and both say it is held.
+    owners = {os.getpid(): ProcessOwner(os.getpid(), "ok", "alice", "python", now - 2, None,
+                                        None)}
+    metrics.history.append(now + 2, gpus, host,
+                           extra={PROCESS_FAMILY: (holder,), OWNER_FAMILY: owners})
+    page = overview_html(sources, {})
+    summary = page[page.index("unused-summary"):]
+    assert "GPU 1: held by 1 process (6.0 GiB)" in summary, summary
+    assert "held, unused" in page, page

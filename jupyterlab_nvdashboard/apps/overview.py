@@ -307,10 +307,14 @@ def _clock_cell(row: DeviceRow) -> str:
 
 
 def _unused_badge(row: DeviceRow) -> str:
-    """"held, unused 42 min" (or "unused 42 min" with no process), the grounds on hover."""
+    """"held, unused 42 min" (or "unused 42 min" with no process), the grounds on hover.
+    Whether it is held is the unused judgment's word, as in its grounds and the summary
+    under the table: the row's process list can be a pass or more ahead of it (a pass
+    waits for its processes' owners, ``apps/usage.py``)."""
     if row.unused is None:
         return ""
-    words = f"{'held, ' if row.processes else ''}unused {minutes_text(row.unused['unused_s'])}"
+    held = "held, " if row.unused["processes"] else ""
+    words = f"{held}unused {minutes_text(row.unused['unused_s'])}"
     return (f"<br><span class='badge unused' data-unused title='{_esc(row.unused['why'])}'>"
             f"{_esc(words)}</span>")
 

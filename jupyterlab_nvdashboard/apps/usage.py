@@ -528,6 +528,7 @@ class GpuUsage:
                     f" ({format_memory(track.held_bytes)})") if track.processes \
                 else "no process holds it"
             out.append({"index": row, "label": fact.label, "uuid": fact.uuid,
+                        "processes": track.processes,
                         "held_bytes": track.held_bytes, "unused_s": unused_s,
                         "why": f"{fact.label}: {held}; {grounds} for "
                                f"{minutes_text(unused_s)}"
