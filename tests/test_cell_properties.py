@@ -160,15 +160,17 @@ class Truth:
         return max((pct for s, e, pct in self.world.b_busy
                     if self.t0 + s <= t < self.t0 + e), default=0.0)
 
+    @staticmethod
+    def _ticks(start: float, end: float) -> list[float]:
+        return [start + i * TICK_S for i in range(int((end - start) / TICK_S) + 1)]
+
     def worked(self, gpu: int, start: float, end: float) -> bool:
-        return any(self.a_pct(gpu, start + i * TICK_S) >= 1.0
-                   for i in range(int((end - start) / TICK_S) + 1))
+        return any(self.a_pct(gpu, t) >= 1.0 for t in self._ticks(start, end))
 
     def device_worked(self, gpu: int, start: float, end: float) -> bool:
         """Whether anyone, A or B, worked ``gpu`` from ``start`` to ``end``."""
         return any(max(self.a_pct(gpu, t), self.b_pct(gpu, t)) >= 1.0
-                   for t in (start + i * TICK_S
-                             for i in range(int((end - start) / TICK_S) + 1)))
+                   for t in self._ticks(start, end))
 
     def memory_change_gib(self, gpu: int, start: float, end: float) -> float:
         return self.held_gib(gpu, end) - self.held_gib(gpu, start - 1e-9)

@@ -229,13 +229,14 @@ class HolderPasses:
             self._held.append((sample.time_s, readings, since))
         out = []
         while self._held and (len(self._held) > MAX_HELD_PASSES
-                              or self._attributed(self._held[0][1])):
+                              or not self._unattributed(self._held[0][1])):
             out.append(self._read(*self._held.popleft()))
         return out
 
-    def _attributed(self, readings: tuple[ProcessReading, ...]) -> bool:
-        """Whether the owners told so far name every local process of ``readings``."""
-        return all(r.local_pid is None or r.local_pid in self._owners for r in readings)
+    def _unattributed(self, readings: tuple[ProcessReading, ...]) -> int:
+        """How many local processes of ``readings`` the owners told so far do not name."""
+        return sum(1 for r in readings
+                   if r.local_pid is not None and r.local_pid not in self._owners)
 
     def _read(self, time_s: float, readings: tuple[ProcessReading, ...],
               since: Sequence[Sample]) -> HolderPass:
@@ -257,9 +258,8 @@ class HolderPasses:
                                       *activity[row].spread())
             for key, device in self._holders_on(fact.label, row, entries, pct, signal):
                 holders.setdefault(key, []).append(device)
-        unattributed = sum(1 for r in readings
-                           if r.local_pid is not None and r.local_pid not in self._owners)
-        return HolderPass(time_s, holders, devices, unattributed, self.owners_known)
+        return HolderPass(time_s, holders, devices, self._unattributed(readings),
+                          self.owners_known)
 
     def _holders_on(self, label: str, row: int, entries: Sequence[ProcessReading],
                     pct: float | None, signal: str) -> list[tuple[HolderKey, DeviceEvidence]]:
